@@ -1,0 +1,19 @@
+//! SMTP wire protocol for Sluice, with no sockets and no clocks.
+//!
+//! * [`line`] frames command lines out of a byte buffer and enforces the
+//!   RFC 5321 command-line limit, bare-LF and NUL rules.
+//! * [`data`] decodes a `DATA` body: only `CRLF.CRLF` ends it, dot-stuffing
+//!   is undone exactly, bare CR/LF and over-long lines are detected.
+//! * [`command`] turns one framed line into a typed request (parsing is
+//!   delegated to Stalwart's `smtp-proto`).
+//! * [`dotstuff`] re-applies dot-stuffing when a stored body is sent on.
+//!
+//! Trust: every byte given to this crate comes from the network and may be
+//! hostile; nothing here panics on input.
+
+pub mod command;
+pub mod data;
+pub mod dotstuff;
+pub mod line;
+
+pub use smtp_proto;

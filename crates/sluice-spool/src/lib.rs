@@ -1,0 +1,223 @@
+//! Sluice's durable spool: an append-only segment log with group commit.
+//!
+//! # Contract
+//! [`Spool::store`] resolves only after the message's record (envelope and
+//! body) has been written *and* `fdatasync`ed; that is what lets the SMTP
+//! session say `250`. One writer thread owns the log and commits every
+//! request that queued up while the previous sync ran with a single sync,
+//! so under load one disk flush covers many messages (group commit).
+//!
+//! # Format
+//! The spool directory holds segment files `00000001.seg`, `00000002.seg`, …
+//! Each is a sequence of records: `magic u32 | kind u8 | len u32 | crc32 u32 |
+//! payload[len]` (little-endian). Kinds: a *message* (queue ID, arrival,
+//! sender, recipients, body) and an *outcome* (queue ID, indices of
+//! recipients that reached a final state). A record whose length or CRC
+//! does not check out ends the segment: it is a torn write from a crash,
+//! never delivered, and the tail is cut off at start-up.
+//!
+//! # Reclaiming space
+//! A segment is deleted when every message in it is complete and every
+//! older segment is gone; the second rule keeps outcome records alive as
+//! long as the messages they refer to. New records always go to a fresh
+//! segment after start-up, so a torn tail is never appended to.
+//!
+//! Trust: the files are our own but may be truncated or corrupted by a
+//! crash or a full disk; nothing read from them is trusted without its CRC.
+
+mod record;
+mod writer;
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+pub use record::Envelope;
+
+/// Errors the spool reports; the SMTP layer maps them to 4xx replies.
+#[derive(Debug, thiserror::Error)]
+pub enum SpoolError {
+    #[error("spool I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("spool is full (no space left on device)")]
+    Full,
+    #[error("spool writer has stopped")]
+    Stopped,
+    #[error("spool directory {0} is locked by another process")]
+    Locked(PathBuf),
+}
+
+impl SpoolError {
+    fn from_io(err: std::io::Error) -> Self {
+        if err.raw_os_error() == Some(libc::ENOSPC) || err.raw_os_error() == Some(libc::EDQUOT) {
+            SpoolError::Full
+        } else {
+            SpoolError::Io(err)
+        }
+    }
+}
+
+/// Where a stored body lives, to read it back for delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BodyRef {
+    pub segment: u32,
+    pub offset: u64,
+    pub len: u64,
+}
+
+/// A message found in the spool at start-up that still has work to do.
+#[derive(Debug)]
+pub struct Recovered {
+    pub envelope: Envelope,
+    pub body: BodyRef,
+    /// Per recipient: true if a final outcome was already recorded.
+    pub done: Vec<bool>,
+}
+
+/// What start-up found, for the log.
+#[derive(Debug, Default)]
+pub struct RecoveryReport {
+    pub segments: usize,
+    pub messages_pending: usize,
+    pub messages_complete: usize,
+    /// Human-readable notes about torn or corrupt records that were skipped.
+    pub damage: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct SpoolConfig {
+    pub dir: PathBuf,
+    /// Sync before acknowledging. Turning this off loses acknowledged mail
+    /// on power failure; it exists only for operators who accept that.
+    pub sync: bool,
+    /// Start a new segment once the current one is this large.
+    pub segment_bytes: u64,
+}
+
+/// Handle to the spool; cheap to clone, shared by every session.
+#[derive(Clone)]
+pub struct Spool {
+    tx: mpsc::Sender<writer::Command>,
+    reader: Arc<SegmentReader>,
+    next_id: Arc<AtomicU64>,
+}
+
+impl Spool {
+    /// Opens (creating if needed) the spool, recovers what it holds and
+    /// starts the writer thread.
+    pub fn open(config: SpoolConfig) -> Result<(Spool, Vec<Recovered>, RecoveryReport), SpoolError> {
+        std::fs::create_dir_all(&config.dir)?;
+        let lock = lock_dir(&config.dir)?;
+        let (recovered, report, state) = writer::recover(&config.dir)?;
+        let max_id = state.max_id;
+        let reader = Arc::new(SegmentReader {
+            dir: config.dir.clone(),
+            open: Mutex::new(HashMap::new()),
+        });
+        let tx = writer::start(config, state, reader.clone(), lock)?;
+        let now_micros = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_micros() as u64)
+            .unwrap_or(0);
+        let spool = Spool {
+            tx,
+            reader,
+            next_id: Arc::new(AtomicU64::new(now_micros.max(max_id + 1))),
+        };
+        Ok((spool, recovered, report))
+    }
+
+    /// A new queue ID, unique across restarts of this spool.
+    pub fn new_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Stores a message durably. Resolves once it is synced to disk.
+    pub async fn store(&self, envelope: Envelope, body: Arc<Vec<u8>>) -> Result<BodyRef, SpoolError> {
+        let (reply, wait) = tokio::sync::oneshot::channel();
+        self.tx
+            .send(writer::Command::Store { envelope, body, reply })
+            .map_err(|_| SpoolError::Stopped)?;
+        wait.await.map_err(|_| SpoolError::Stopped)?
+    }
+
+    /// Records that these recipients reached a final state (delivered or
+    /// bounced). `complete` says the whole message is done, so its space
+    /// may be reclaimed. Written with the next group commit; no waiting.
+    pub fn record_outcome(&self, id: u64, body: BodyRef, recipients: Vec<u16>, complete: bool) {
+        let _ = self.tx.send(writer::Command::Outcome {
+            id,
+            segment: body.segment,
+            recipients,
+            complete,
+        });
+    }
+
+    /// Reads a stored body back (blocking; call from a blocking context).
+    pub fn read_body(&self, body: BodyRef) -> std::io::Result<Vec<u8>> {
+        self.reader.read(body)
+    }
+
+    /// Flushes outstanding records and stops the writer thread.
+    pub fn shutdown(&self) {
+        let (reply, wait) = mpsc::channel();
+        if self.tx.send(writer::Command::Shutdown { reply }).is_ok() {
+            let _ = wait.recv();
+        }
+    }
+}
+
+/// Holds open read handles to segments so delivery can `pread` bodies.
+pub(crate) struct SegmentReader {
+    dir: PathBuf,
+    open: Mutex<HashMap<u32, Arc<File>>>,
+}
+
+impl SegmentReader {
+    fn read(&self, body: BodyRef) -> std::io::Result<Vec<u8>> {
+        let file = {
+            let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+            match open.get(&body.segment) {
+                Some(file) => file.clone(),
+                None => {
+                    let file = Arc::new(File::open(segment_path(&self.dir, body.segment))?);
+                    open.insert(body.segment, file.clone());
+                    file
+                }
+            }
+        };
+        let mut buf = vec![0u8; body.len as usize];
+        file.read_exact_at(&mut buf, body.offset)?;
+        Ok(buf)
+    }
+
+    fn forget(&self, segment: u32) {
+        self.open
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&segment);
+    }
+}
+
+pub(crate) fn segment_path(dir: &Path, segment: u32) -> PathBuf {
+    dir.join(format!("{segment:08}.seg"))
+}
+
+/// Takes an exclusive `flock` so two servers never share one spool.
+fn lock_dir(dir: &Path) -> Result<File, SpoolError> {
+    use std::os::fd::AsRawFd;
+    let file = File::create(dir.join("spool.lock"))?;
+    // SAFETY: flock on a valid, owned descriptor has no memory effects.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        return Err(SpoolError::Locked(dir.to_path_buf()));
+    }
+    Ok(file)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,153 @@
+use super::*;
+
+fn config(dir: &Path) -> SpoolConfig {
+    SpoolConfig {
+        dir: dir.to_path_buf(),
+        sync: true,
+        segment_bytes: 1 << 16,
+    }
+}
+
+fn envelope(spool: &Spool, rcpts: usize) -> Envelope {
+    Envelope {
+        id: spool.new_id(),
+        arrival: 1,
+        sender: "a@b.example".into(),
+        recipients: (0..rcpts).map(|i| format!("r{i}@c.example")).collect(),
+        flags: 7,
+    }
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sluice-spool-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().build().unwrap()
+}
+
+#[test]
+fn stored_messages_survive_reopen_until_complete() {
+    let dir = temp_dir("reopen");
+    let rt = runtime();
+    let (spool, recovered, _) = Spool::open(config(&dir)).unwrap();
+    assert!(recovered.is_empty());
+    let e1 = envelope(&spool, 2);
+    let e2 = envelope(&spool, 1);
+    let b1 = rt.block_on(spool.store(e1.clone(), Arc::new(b"body one\r\n".to_vec()))).unwrap();
+    let b2 = rt.block_on(spool.store(e2.clone(), Arc::new(b"body two\r\n".to_vec()))).unwrap();
+    assert_eq!(spool.read_body(b1).unwrap(), b"body one\r\n");
+    spool.record_outcome(e1.id, b1, vec![0], false);
+    spool.record_outcome(e2.id, b2, vec![0], true);
+    spool.shutdown();
+    drop(spool);
+
+    let (spool, recovered, report) = Spool::open(config(&dir)).unwrap();
+    assert_eq!(report.messages_pending, 1);
+    assert_eq!(report.messages_complete, 1);
+    assert_eq!(recovered.len(), 1);
+    assert_eq!(recovered[0].envelope, e1);
+    assert_eq!(recovered[0].done, vec![true, false]);
+    assert_eq!(spool.read_body(recovered[0].body).unwrap(), b"body one\r\n");
+    assert!(spool.new_id() > e2.id);
+    spool.shutdown();
+}
+
+#[test]
+fn torn_tail_is_cut_and_never_recovered() {
+    let dir = temp_dir("torn");
+    let rt = runtime();
+    let (spool, _, _) = Spool::open(config(&dir)).unwrap();
+    let e1 = envelope(&spool, 1);
+    rt.block_on(spool.store(e1.clone(), Arc::new(vec![b'x'; 100]))).unwrap();
+    let e2 = envelope(&spool, 1);
+    rt.block_on(spool.store(e2, Arc::new(vec![b'y'; 100]))).unwrap();
+    spool.shutdown();
+    drop(spool);
+    // Simulate a crash half-way through writing the second record.
+    let seg = segment_path(&dir, 1);
+    let len = std::fs::metadata(&seg).unwrap().len();
+    OpenOptionsExt::truncate_to(&seg, len - 50);
+
+    let (spool, recovered, report) = Spool::open(config(&dir)).unwrap();
+    assert_eq!(recovered.len(), 1, "only the whole record comes back");
+    assert_eq!(recovered[0].envelope, e1);
+    assert_eq!(report.damage.len(), 1, "{:?}", report.damage);
+    spool.shutdown();
+}
+
+#[test]
+fn corrupt_byte_is_detected_by_crc() {
+    let dir = temp_dir("crc");
+    let rt = runtime();
+    let (spool, _, _) = Spool::open(config(&dir)).unwrap();
+    let e1 = envelope(&spool, 1);
+    let b = rt.block_on(spool.store(e1, Arc::new(vec![b'x'; 100]))).unwrap();
+    spool.shutdown();
+    drop(spool);
+    let seg = segment_path(&dir, b.segment);
+    let mut data = std::fs::read(&seg).unwrap();
+    data[b.offset as usize + 10] ^= 0xff;
+    std::fs::write(&seg, data).unwrap();
+    let (spool, recovered, report) = Spool::open(config(&dir)).unwrap();
+    assert!(recovered.is_empty());
+    assert_eq!(report.damage.len(), 1);
+    spool.shutdown();
+}
+
+#[test]
+fn completed_segments_are_reclaimed_oldest_first() {
+    let dir = temp_dir("reclaim");
+    let rt = runtime();
+    let (spool, _, _) = Spool::open(config(&dir)).unwrap();
+    let mut stored = Vec::new();
+    for _ in 0..40 {
+        let env = envelope(&spool, 1);
+        let id = env.id;
+        let b = rt.block_on(spool.store(env, Arc::new(vec![b'z'; 8 << 10]))).unwrap();
+        stored.push((id, b));
+    }
+    let segments_before = count_segments(&dir);
+    assert!(segments_before >= 4, "{segments_before}");
+    for (id, b) in &stored {
+        spool.record_outcome(*id, *b, vec![0], true);
+    }
+    // One more store forces a commit after the outcomes.
+    let env = envelope(&spool, 1);
+    rt.block_on(spool.store(env, Arc::new(vec![b'z'; 10]))).unwrap();
+    spool.shutdown();
+    assert!(count_segments(&dir) <= 2, "{}", count_segments(&dir));
+    drop(spool);
+    let (spool, recovered, _) = Spool::open(config(&dir)).unwrap();
+    assert_eq!(recovered.len(), 1);
+    spool.shutdown();
+}
+
+#[test]
+fn a_second_server_cannot_share_the_spool() {
+    let dir = temp_dir("lock");
+    let (spool, _, _) = Spool::open(config(&dir)).unwrap();
+    assert!(matches!(Spool::open(config(&dir)), Err(SpoolError::Locked(_))));
+    spool.shutdown();
+}
+
+fn count_segments(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".seg"))
+        .count()
+}
+
+struct OpenOptionsExt;
+impl OpenOptionsExt {
+    fn truncate_to(path: &Path, len: u64) {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .unwrap()
+            .set_len(len)
+            .unwrap();
+    }
+}
