@@ -45,7 +45,11 @@ mod tests {
             b"MAIL FROM:<a@b> SIZE=zz\r\n",
         ];
         for line in bad {
-            assert!(parse_command(line).is_err(), "{:?} should fail", String::from_utf8_lossy(line));
+            assert!(
+                parse_command(line).is_err(),
+                "{:?} should fail",
+                String::from_utf8_lossy(line)
+            );
         }
     }
 

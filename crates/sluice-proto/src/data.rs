@@ -325,7 +325,10 @@ mod tests {
             bare_line: BareLinePolicy::Reject,
         });
         let mut out = Vec::new();
-        assert_eq!(dec.feed(b"12345\r\n1234567890\r\n.\r\n", &mut out), Some(22));
+        assert_eq!(
+            dec.feed(b"12345\r\n1234567890\r\n.\r\n", &mut out),
+            Some(22)
+        );
         let flaws = dec.flaws();
         assert!(flaws.line_too_long && flaws.too_big && !flaws.bare_cr_or_lf);
         assert!(out.len() <= 10);

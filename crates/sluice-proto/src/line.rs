@@ -109,7 +109,10 @@ mod tests {
         assert_eq!(framer.next_frame(&long), Frame::Discard(16));
         assert!(framer.is_discarding());
         assert_eq!(framer.next_frame(&long[16..]), Frame::Discard(16));
-        assert_eq!(framer.next_frame(b"AAAA\r\nNOOP\r\n"), Frame::Bad(6, LineError::TooLong));
+        assert_eq!(
+            framer.next_frame(b"AAAA\r\nNOOP\r\n"),
+            Frame::Bad(6, LineError::TooLong)
+        );
         assert_eq!(framer.next_frame(b"NOOP\r\n"), Frame::Line(6));
     }
 
@@ -121,6 +124,9 @@ mod tests {
         line.insert(0, b'X');
         let mut framer = LineFramer::new(16);
         assert_eq!(framer.next_frame(&line), Frame::Discard(16));
-        assert_eq!(framer.next_frame(&line[16..]), Frame::Bad(1, LineError::TooLong));
+        assert_eq!(
+            framer.next_frame(&line[16..]),
+            Frame::Bad(1, LineError::TooLong)
+        );
     }
 }

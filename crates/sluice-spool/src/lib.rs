@@ -109,7 +109,9 @@ pub struct Spool {
 impl Spool {
     /// Opens (creating if needed) the spool, recovers what it holds and
     /// starts the writer thread.
-    pub fn open(config: SpoolConfig) -> Result<(Spool, Vec<Recovered>, RecoveryReport), SpoolError> {
+    pub fn open(
+        config: SpoolConfig,
+    ) -> Result<(Spool, Vec<Recovered>, RecoveryReport), SpoolError> {
         std::fs::create_dir_all(&config.dir)?;
         let lock = lock_dir(&config.dir)?;
         let (recovered, report, state) = writer::recover(&config.dir)?;
@@ -137,10 +139,18 @@ impl Spool {
     }
 
     /// Stores a message durably. Resolves once it is synced to disk.
-    pub async fn store(&self, envelope: Envelope, body: Arc<Vec<u8>>) -> Result<BodyRef, SpoolError> {
+    pub async fn store(
+        &self,
+        envelope: Envelope,
+        body: Arc<Vec<u8>>,
+    ) -> Result<BodyRef, SpoolError> {
         let (reply, wait) = tokio::sync::oneshot::channel();
         self.tx
-            .send(writer::Command::Store { envelope, body, reply })
+            .send(writer::Command::Store {
+                envelope,
+                body,
+                reply,
+            })
             .map_err(|_| SpoolError::Stopped)?;
         wait.await.map_err(|_| SpoolError::Stopped)?
     }

@@ -70,8 +70,15 @@ fn finish(out: &mut [u8], start: usize, kind: u8) {
 
 /// A decoded record.
 pub(crate) enum Record {
-    Message { envelope: Envelope, body_at: usize, body_len: u64 },
-    Outcome { id: u64, recipients: Vec<u16> },
+    Message {
+        envelope: Envelope,
+        body_at: usize,
+        body_len: u64,
+    },
+    Outcome {
+        id: u64,
+        recipients: Vec<u16>,
+    },
 }
 
 /// Why decoding stopped.
@@ -100,7 +107,10 @@ pub(crate) fn decode(buf: &[u8]) -> Result<(Record, usize), Damage> {
     if crc32fast::hash(payload) != crc {
         return Err(Damage::Corrupt("bad checksum"));
     }
-    let mut r = Reader { buf: payload, pos: 0 };
+    let mut r = Reader {
+        buf: payload,
+        pos: 0,
+    };
     let record = match kind {
         KIND_MESSAGE => {
             let id = r.u64()?;
@@ -158,16 +168,23 @@ impl Reader<'_> {
         Ok(bytes)
     }
     fn u16(&mut self) -> Result<u16, Damage> {
-        Ok(u16::from_le_bytes(self.take(2)?.try_into().unwrap_or_default()))
+        Ok(u16::from_le_bytes(
+            self.take(2)?.try_into().unwrap_or_default(),
+        ))
     }
     fn u32(&mut self) -> Result<u32, Damage> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().unwrap_or_default()))
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().unwrap_or_default(),
+        ))
     }
     fn u64(&mut self) -> Result<u64, Damage> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap_or_default()))
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().unwrap_or_default(),
+        ))
     }
     fn string(&mut self) -> Result<String, Damage> {
         let len = self.u16()? as usize;
-        String::from_utf8(self.take(len)?.to_vec()).map_err(|_| Damage::Corrupt("address not UTF-8"))
+        String::from_utf8(self.take(len)?.to_vec())
+            .map_err(|_| Damage::Corrupt("address not UTF-8"))
     }
 }

@@ -25,7 +25,9 @@ fn temp_dir(name: &str) -> PathBuf {
 }
 
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().build().unwrap()
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
 }
 
 #[test]
@@ -36,8 +38,12 @@ fn stored_messages_survive_reopen_until_complete() {
     assert!(recovered.is_empty());
     let e1 = envelope(&spool, 2);
     let e2 = envelope(&spool, 1);
-    let b1 = rt.block_on(spool.store(e1.clone(), Arc::new(b"body one\r\n".to_vec()))).unwrap();
-    let b2 = rt.block_on(spool.store(e2.clone(), Arc::new(b"body two\r\n".to_vec()))).unwrap();
+    let b1 = rt
+        .block_on(spool.store(e1.clone(), Arc::new(b"body one\r\n".to_vec())))
+        .unwrap();
+    let b2 = rt
+        .block_on(spool.store(e2.clone(), Arc::new(b"body two\r\n".to_vec())))
+        .unwrap();
     assert_eq!(spool.read_body(b1).unwrap(), b"body one\r\n");
     spool.record_outcome(e1.id, b1, vec![0], false);
     spool.record_outcome(e2.id, b2, vec![0], true);
@@ -61,9 +67,11 @@ fn torn_tail_is_cut_and_never_recovered() {
     let rt = runtime();
     let (spool, _, _) = Spool::open(config(&dir)).unwrap();
     let e1 = envelope(&spool, 1);
-    rt.block_on(spool.store(e1.clone(), Arc::new(vec![b'x'; 100]))).unwrap();
+    rt.block_on(spool.store(e1.clone(), Arc::new(vec![b'x'; 100])))
+        .unwrap();
     let e2 = envelope(&spool, 1);
-    rt.block_on(spool.store(e2, Arc::new(vec![b'y'; 100]))).unwrap();
+    rt.block_on(spool.store(e2, Arc::new(vec![b'y'; 100])))
+        .unwrap();
     spool.shutdown();
     drop(spool);
     // Simulate a crash half-way through writing the second record.
@@ -84,7 +92,9 @@ fn corrupt_byte_is_detected_by_crc() {
     let rt = runtime();
     let (spool, _, _) = Spool::open(config(&dir)).unwrap();
     let e1 = envelope(&spool, 1);
-    let b = rt.block_on(spool.store(e1, Arc::new(vec![b'x'; 100]))).unwrap();
+    let b = rt
+        .block_on(spool.store(e1, Arc::new(vec![b'x'; 100])))
+        .unwrap();
     spool.shutdown();
     drop(spool);
     let seg = segment_path(&dir, b.segment);
@@ -106,7 +116,9 @@ fn completed_segments_are_reclaimed_oldest_first() {
     for _ in 0..40 {
         let env = envelope(&spool, 1);
         let id = env.id;
-        let b = rt.block_on(spool.store(env, Arc::new(vec![b'z'; 8 << 10]))).unwrap();
+        let b = rt
+            .block_on(spool.store(env, Arc::new(vec![b'z'; 8 << 10])))
+            .unwrap();
         stored.push((id, b));
     }
     let segments_before = count_segments(&dir);
@@ -116,7 +128,8 @@ fn completed_segments_are_reclaimed_oldest_first() {
     }
     // One more store forces a commit after the outcomes.
     let env = envelope(&spool, 1);
-    rt.block_on(spool.store(env, Arc::new(vec![b'z'; 10]))).unwrap();
+    rt.block_on(spool.store(env, Arc::new(vec![b'z'; 10])))
+        .unwrap();
     spool.shutdown();
     assert!(count_segments(&dir) <= 2, "{}", count_segments(&dir));
     drop(spool);
@@ -129,14 +142,23 @@ fn completed_segments_are_reclaimed_oldest_first() {
 fn a_second_server_cannot_share_the_spool() {
     let dir = temp_dir("lock");
     let (spool, _, _) = Spool::open(config(&dir)).unwrap();
-    assert!(matches!(Spool::open(config(&dir)), Err(SpoolError::Locked(_))));
+    assert!(matches!(
+        Spool::open(config(&dir)),
+        Err(SpoolError::Locked(_))
+    ));
     spool.shutdown();
 }
 
 fn count_segments(dir: &Path) -> usize {
     std::fs::read_dir(dir)
         .unwrap()
-        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".seg"))
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".seg")
+        })
         .count()
 }
 

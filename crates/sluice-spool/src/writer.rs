@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc};
 
 use crate::record::{self, Damage, Envelope, Record};
-use crate::{segment_path, BodyRef, Recovered, RecoveryReport, SegmentReader, SpoolConfig, SpoolError};
+use crate::{
+    segment_path, BodyRef, Recovered, RecoveryReport, SegmentReader, SpoolConfig, SpoolError,
+};
 
 /// Stop gathering a batch past this many bytes, so one commit stays short.
 const MAX_BATCH_BYTES: usize = 32 << 20;
@@ -36,7 +38,9 @@ pub(crate) struct RecoveredState {
     live: BTreeMap<u32, usize>,
 }
 
-pub(crate) fn recover(dir: &Path) -> Result<(Vec<Recovered>, RecoveryReport, RecoveredState), SpoolError> {
+pub(crate) fn recover(
+    dir: &Path,
+) -> Result<(Vec<Recovered>, RecoveryReport, RecoveredState), SpoolError> {
     let mut numbers: Vec<u32> = std::fs::read_dir(dir)?
         .filter_map(|e| e.ok())
         .filter_map(|e| {
@@ -57,7 +61,14 @@ pub(crate) fn recover(dir: &Path) -> Result<(Vec<Recovered>, RecoveryReport, Rec
         let mut pos = 0;
         while pos < data.len() {
             match record::decode(&data[pos..]) {
-                Ok((Record::Message { envelope, body_at, body_len }, len)) => {
+                Ok((
+                    Record::Message {
+                        envelope,
+                        body_at,
+                        body_len,
+                    },
+                    len,
+                )) => {
                     max_id = max_id.max(envelope.id);
                     let done = vec![false; envelope.recipients.len()];
                     let body = BodyRef {
@@ -65,7 +76,14 @@ pub(crate) fn recover(dir: &Path) -> Result<(Vec<Recovered>, RecoveryReport, Rec
                         offset: (pos + body_at) as u64,
                         len: body_len,
                     };
-                    messages.insert(envelope.id, Recovered { envelope, body, done });
+                    messages.insert(
+                        envelope.id,
+                        Recovered {
+                            envelope,
+                            body,
+                            done,
+                        },
+                    );
                     pos += len;
                 }
                 Ok((Record::Outcome { id, recipients }, len)) => {
@@ -212,7 +230,11 @@ impl Writer {
         let mut outcomes = std::mem::take(&mut self.unwritten);
         for cmd in batch.drain(..) {
             match cmd {
-                Command::Store { envelope, body, reply } => {
+                Command::Store {
+                    envelope,
+                    body,
+                    reply,
+                } => {
                     let record_at = buf.len();
                     let body_at = record::encode_message(&envelope, &body, buf);
                     let body_ref = BodyRef {
@@ -269,7 +291,11 @@ impl Writer {
 
     /// Refuses every store of a batch that could not be written; outcome
     /// records wait for the next batch. Returns a pending shutdown's reply.
-    fn fail_batch(&mut self, batch: &mut Vec<Command>, err: &SpoolError) -> Option<mpsc::Sender<()>> {
+    fn fail_batch(
+        &mut self,
+        batch: &mut Vec<Command>,
+        err: &SpoolError,
+    ) -> Option<mpsc::Sender<()>> {
         let mut shutdown = None;
         for cmd in batch.drain(..) {
             match cmd {
@@ -287,7 +313,9 @@ impl Writer {
         if buf.is_empty() {
             return Ok(());
         }
-        self.file.write_all_at(buf, at).map_err(SpoolError::from_io)?;
+        self.file
+            .write_all_at(buf, at)
+            .map_err(SpoolError::from_io)?;
         if self.sync {
             self.file.sync_data().map_err(SpoolError::from_io)?;
         }
@@ -329,7 +357,6 @@ fn command_bytes(cmd: &Command) -> usize {
         _ => 32,
     }
 }
-
 
 fn clone_error(err: &SpoolError) -> SpoolError {
     match err {

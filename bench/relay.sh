@@ -1,0 +1,702 @@
+#!/usr/bin/env bash
+# bench/relay.sh — workload R (relay) of /work/shared/BENCH.md.
+#
+# What it measures
+#   Generator -> relay under test on 127.0.0.1:55125 -> sink on 127.0.0.1:55225
+#   that accepts and discards. 250 concurrent inbound sessions, one message per
+#   connection, one recipient per message, recipients spread over 5 domains
+#   (recip1@domain1.example ... domain5.example), all routed to the sink.
+#   Sizes 400 B and 64 KiB. Time = from the moment the generator starts until
+#   the sink has received all N messages; the sink must count exactly N, or the
+#   run is FAILED. In one run, one after the other, against the same sink and
+#   the same generator:
+#     harness  generator straight into the sink (the ceiling of this machine)
+#     sluice   target/release/sluice serve (fresh data_dir for every run)
+#     postfix  Debian's Postfix as an isolated instance (own config dir, own
+#              queue_directory under a temp dir, `postfix -c DIR start`),
+#              with the settings of the published Mailismus-vs-Postfix test.
+#   Durability stays on for both (Postfix fsyncs by default; Sluice syncs
+#   before 250). Everything runs on 127.0.0.1 only; every run is bounded.
+#
+# How to run (as root; it apt-installs postfix and time if they are missing):
+#   bash bench/relay.sh
+#   N400=5000 N64K=1000 SYSTEMS="harness postfix" bash bench/relay.sh
+#
+# Environment
+#   N400=50000         messages in the 400 B run
+#   N64K=20000         messages in the 64 KiB run
+#   SYSTEMS="harness sluice postfix"   which systems to run, in that order
+#   SIZES="400 65536"  message sizes to run
+#   SESSIONS=250       concurrent generator sessions
+#   RUN_TIMEOUT=1800   seconds one run may take before it is FAILED
+#   SLUICE=target/release/sluice      binary used for serve/sink/bench
+#   SLUICE_BUILD=1     run `cargo build --release` first (0: use the binary as is)
+#   GENERATOR=sluice   sluice (`sluice bench`) | smtp-source (Postfix's tool,
+#                      5 processes x SESSIONS/5 sessions, like the original)
+#   SINK=sluice        sluice (`sluice sink`) | smtp-sink (Postfix's tool)
+#   POSTFIX_MAILLOG=1  Postfix logs to a file in its temp dir (0: no logging;
+#                      there is no syslog socket here, so 0 means "discarded")
+#   KEEP=0             1: keep the temp dir (configs, logs) for inspection
+#   RESULTS_FILE=bench/results/relay-YYYY-MM-DD.txt   where RESULT lines are appended
+#
+# Output
+#   Progress on stderr. Last, one line per system and size:
+#     RESULT system=<harness|sluice|postfix> workload=R n=<N> size=<bytes>
+#       seconds=<s> msgs_per_s=<x> ratio_vs_postfix=<x/postfix|n/a>
+#       peak_rss_kb=<kb|n/a> peak_pss_kb=<kb|n/a>
+#   (a failed run has seconds=FAILED msgs_per_s=FAILED and a failed=<reason>
+#   field). The same lines, prefixed with the ISO date and the git commit, are
+#   appended to bench/results/relay-YYYY-MM-DD.txt. Exit status 1 if any run
+#   failed, 2 if the set-up failed.
+#   Memory of the system under test (harness: n/a):
+#     sluice   peak_rss_kb = max RSS of the serve process (/usr/bin/time -v);
+#              peak_pss_kb = peak PSS sampled once a second from /proc.
+#     postfix  peak of the sum of VmRSS (resp. Pss) over the master and all
+#              the daemons it forked, sampled once a second. The RSS sum counts
+#              shared pages (libraries, ...) once per process, ~300 processes,
+#              so it overstates Postfix several times: compare the PSS.
+#
+# Notes
+#   With GENERATOR=smtp-source the size is smtp-source's payload (-l), which
+#   excludes the ~200 B of headers it adds; RESULT lines then carry a
+#   tools=... field, since such figures are not comparable with the default.
+
+set -euo pipefail
+
+export PATH="$PATH:/usr/sbin:/sbin"
+export LC_ALL=C
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+N400=${N400:-50000}
+N64K=${N64K:-20000}
+SYSTEMS=${SYSTEMS:-"harness sluice postfix"}
+SIZES=${SIZES:-"400 65536"}
+SESSIONS=${SESSIONS:-250}
+RUN_TIMEOUT=${RUN_TIMEOUT:-1800}
+SLUICE=${SLUICE:-$REPO/target/release/sluice}
+SLUICE_BUILD=${SLUICE_BUILD:-1}
+GENERATOR=${GENERATOR:-sluice}
+SINK=${SINK:-sluice}
+POSTFIX_MAILLOG=${POSTFIX_MAILLOG:-1}
+KEEP=${KEEP:-0}
+RESULTS_FILE=${RESULTS_FILE:-$REPO/bench/results/relay-$(date +%F).txt}
+
+HOST=127.0.0.1
+RELAY_PORT=55125
+SINK_PORT=55225
+
+log() { printf '[relay %s] %s\n' "$(date +%T)" "$*" >&2; }
+die() { log "ERROR: $*"; exit 2; }
+now() { date +%s.%N; }
+# float arithmetic: calc 'a/b' (awk expression)
+calc() { awk "BEGIN { printf \"%s\", $1 }"; }
+fmt() { awk -v v="$2" "BEGIN { printf \"$1\", v }"; }
+
+# ---------------------------------------------------------------- sanity ----
+for s in $SYSTEMS; do
+    case $s in harness|sluice|postfix) ;; *) die "unknown system '$s' in SYSTEMS" ;; esac
+done
+case $GENERATOR in sluice|smtp-source) ;; *) die "GENERATOR must be sluice or smtp-source" ;; esac
+case $SINK in sluice|smtp-sink) ;; *) die "SINK must be sluice or smtp-sink" ;; esac
+[ "$(id -u)" = 0 ] || die "run as root (Postfix's master must start as root; apt-get)"
+
+n_for_size() {
+    case $1 in 400) echo "$N400" ;; 65536) echo "$N64K" ;; *) die "no N for size $1 (only 400 and 65536)" ;; esac
+}
+
+# ------------------------------------------------------------- installs ----
+WE_INSTALLED_POSTFIX=0
+ensure_packages() {
+    local pkgs=()
+    command -v postfix >/dev/null 2>&1 || pkgs+=(postfix)
+    [ -x /usr/bin/time ] || pkgs+=(time)
+    command -v ss >/dev/null 2>&1 || pkgs+=(iproute2)
+    [ ${#pkgs[@]} -eq 0 ] && return 0
+    log "installing ${pkgs[*]}"
+    [[ " ${pkgs[*]} " == *" postfix "* ]] && WE_INSTALLED_POSTFIX=1
+    # "No configuration": the package then writes no /etc/postfix/main.cf and
+    # starts no system instance.
+    echo "postfix postfix/main_mailer_type select No configuration" | debconf-set-selections
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -q "${pkgs[@]}" >&2 \
+        || { apt-get update -q >&2 && apt-get install -y -q "${pkgs[@]}" >&2; }
+    if [ "$WE_INSTALLED_POSTFIX" = 1 ]; then
+        # Should the package have started a system instance anyway, stop it:
+        # nothing may listen on port 25 because of this script.
+        if [ -f /etc/postfix/main.cf ] && postfix status >/dev/null 2>&1; then
+            log "stopping the system Postfix instance started by the package"
+            postfix stop >&2 || service postfix stop >&2 || true
+        fi
+    fi
+}
+
+needs_sluice_binary() {
+    [[ " $SYSTEMS " == *" sluice "* || $GENERATOR == sluice || $SINK == sluice ]]
+}
+
+ensure_sluice() {
+    needs_sluice_binary || return 0
+    if [ "$SLUICE_BUILD" = 1 ]; then
+        log "cargo build --release"
+        (cd "$REPO" && cargo build --release >&2)
+    fi
+    [ -x "$SLUICE" ] || die "$SLUICE not found (build it: cargo build --release)"
+}
+
+# ------------------------------------------------------------ temp dir -----
+W=$(mktemp -d "${TMPDIR:-/tmp}/sluice-relay.XXXXXX")
+chmod 755 "$W"          # Postfix daemons run as user postfix below it
+PF="$W/postfix"         # Postfix instance: $PF/etc, $PF/spool, $PF/data
+PF_ETC="$PF/etc"
+
+SINK_PID=""
+SLUICE_TIME_PID=""      # /usr/bin/time wrapping `sluice serve`
+TICKER_PID=""
+SAMPLER_PID=""
+GEN_PIDS=()
+
+kill_wait() {  # kill_wait PID [SIGNAL] [seconds]: signal, wait, then SIGKILL
+    local pid=$1 sig=${2:-TERM} t=${3:-10} i
+    [ -n "$pid" ] || return 0
+    kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
+    kill -"$sig" "$pid" 2>/dev/null || true
+    for ((i = 0; i < t * 10; i++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null || true
+}
+
+postfix_running() {
+    [ -f "$PF_ETC/main.cf" ] && postfix -c "$PF_ETC" status >/dev/null 2>&1
+}
+
+cleanup() {
+    local rc=$?
+    set +e
+    trap - EXIT INT TERM
+    kill_wait "$TICKER_PID" TERM 2
+    kill_wait "$SAMPLER_PID" TERM 2
+    local p
+    for p in "${GEN_PIDS[@]}"; do kill_wait "$p" TERM 5; done
+    if [ -n "$SLUICE_TIME_PID" ]; then
+        p=$(pgrep -P "$SLUICE_TIME_PID" | head -1)
+        kill_wait "$p" TERM 30
+        kill_wait "$SLUICE_TIME_PID" TERM 5
+    fi
+    if postfix_running; then
+        log "stopping the Postfix bench instance"
+        postfix -c "$PF_ETC" stop >/dev/null 2>&1
+    fi
+    kill_wait "$SINK_PID" TERM 5
+    if [ "$KEEP" = 1 ]; then
+        log "kept temp dir $W"
+    else
+        rm -rf "$W"
+    fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# ---------------------------------------------------------------- ports ----
+listening() { ss -Hltn "sport = :$1" 2>/dev/null | grep -q .; }
+
+wait_free() {  # wait_free PORT SECONDS: until nothing listens on PORT
+    local port=$1 t=$2 i
+    for ((i = 0; i < t * 10; i++)); do
+        listening "$port" || return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+wait_listen() {  # wait_listen PORT SECONDS [PID that must stay alive]
+    local port=$1 t=$2 pid=${3:-} i
+    for ((i = 0; i < t * 10; i++)); do
+        listening "$port" && return 0
+        if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then return 1; fi
+        sleep 0.1
+    done
+    return 1
+}
+
+# ----------------------------------------------------------------- sink ----
+# start_sink N: starts a fresh sink in the background (SINK_PID). Its stdout
+# ($W/sink.out) ends with
+#   SINK messages=N bytes=B first=<unix secs> last=<unix secs>
+start_sink() {
+    local n=$1
+    rm -f "$W/sink.out" "$W/sink.err" "$W/sink.counter"
+    case $SINK in
+    sluice)
+        "$SLUICE" sink --listen "$HOST:$SINK_PORT" --exit-after "$n" \
+            --max-seconds "$RUN_TIMEOUT" >"$W/sink.out" 2>"$W/sink.err" &
+        SINK_PID=$!
+        ;;
+    smtp-sink)
+        smtp_sink_driver "$n" >"$W/sink.out" 2>"$W/sink.err" &
+        SINK_PID=$!
+        ;;
+    esac
+    wait_listen "$SINK_PORT" 15 "$SINK_PID" || {
+        tail -5 "$W/sink.err" >&2 || true
+        die "sink did not come up on $HOST:$SINK_PORT"
+    }
+}
+
+# Postfix's smtp-sink has no "exit after N and print when" mode that suits
+# (-M N drops the connections still open, so the client's QUIT fails), so
+# this driver runs it with a running counter (-c), polls the counter, notes
+# the time it reaches N, lets the sessions finish for a second, then stops it.
+smtp_sink_count() {
+    tail -c 200 "$W/sink.counter" 2>/dev/null | tr '\r' '\n' \
+        | grep -o 'mesg=[0-9]*' | tail -1 | cut -d= -f2 || true
+}
+smtp_sink_driver() {
+    local n=$1 deadline first="" last="" c
+    smtp-sink -u postfix -c -m 2000 -t 300 "$HOST:$SINK_PORT" 2000 \
+        >"$W/sink.counter" &
+    local sp=$!
+    trap 'kill $sp 2>/dev/null; exit 143' TERM
+    deadline=$(( $(date +%s) + RUN_TIMEOUT ))
+    while kill -0 "$sp" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do
+        c=$(smtp_sink_count)
+        c=${c:-0}
+        if [ -z "$first" ] && [ "$c" -gt 0 ]; then first=$(now); fi
+        if [ "$c" -ge "$n" ]; then last=$(now); break; fi
+        sleep 0.05
+    done
+    sleep 1
+    kill "$sp" 2>/dev/null || true
+    wait "$sp" 2>/dev/null || true
+    c=$(smtp_sink_count)
+    echo "SINK messages=${c:-0} bytes=n/a first=${first:-0} last=${last:-$(now)}"
+}
+
+sink_progress() {
+    case $SINK in
+    sluice) tail -n 1 "$W/sink.err" 2>/dev/null | tr -d '\r' || true ;;
+    smtp-sink) echo "received=$(smtp_sink_count)" ;;
+    esac
+}
+
+# ------------------------------------------------------------ generator ----
+# run_generator PORT N SIZE: runs in the foreground, CSV progress to stderr;
+# sets GEN_ERRORS (-1 if it could not tell) and GEN_RC.
+run_generator() {
+    local port=$1 n=$2 size=$3
+    GEN_ERRORS=-1
+    GEN_RC=0
+    case $GENERATOR in
+    sluice)
+        timeout -k 10 $((RUN_TIMEOUT + 60)) \
+            "$SLUICE" bench --target "$HOST:$port" --sessions "$SESSIONS" \
+            --messages-per-session 1 --count "$n" --size "$size" \
+            --recipients 1 --domains 5 --max-seconds "$RUN_TIMEOUT" --interval 1 \
+            2>"$W/gen.err" | tee "$W/gen.out" >&2 || GEN_RC=$?
+        local line
+        line=$(grep '^BENCH ' "$W/gen.out" | tail -1 || true)
+        if [[ $line =~ errors=([0-9]+) ]]; then GEN_ERRORS=${BASH_REMATCH[1]}; fi
+        # A generator that stopped short (e.g. at --max-seconds) is an error.
+        if [[ $line =~ messages=([0-9]+) ]] && [ "${BASH_REMATCH[1]}" != "$n" ] \
+            && [ "$GEN_ERRORS" = 0 ]; then
+            GEN_ERRORS="short(${BASH_REMATCH[1]})"
+        fi
+        ;;
+    smtp-source)
+        # Like the original: 5 processes x SESSIONS/5 sessions, process i
+        # sends to recip1@domain<i>.example.
+        local i per rem cnt t0 t1 rc
+        per=$((n / 5)); rem=$((n % 5))
+        GEN_PIDS=()
+        t0=$(now)
+        for i in 1 2 3 4 5; do
+            cnt=$per; [ "$i" -le "$rem" ] && cnt=$((cnt + 1))
+            timeout -k 10 $((RUN_TIMEOUT + 60)) \
+                smtp-source -s $((SESSIONS / 5)) -m "$cnt" -l "$size" \
+                -M generator.bench.example -f sender@generator.bench.example \
+                -t "recip1@domain$i.example" "$HOST:$port" \
+                >"$W/gen.$i.out" 2>&1 &
+            GEN_PIDS+=($!)
+        done
+        GEN_ERRORS=0
+        for i in "${!GEN_PIDS[@]}"; do
+            rc=0; wait "${GEN_PIDS[$i]}" || rc=$?
+            if [ "$rc" != 0 ]; then
+                GEN_RC=$rc
+                GEN_ERRORS=$((GEN_ERRORS + 1))
+                log "smtp-source #$((i + 1)) exited $rc: $(tail -1 "$W/gen.$((i + 1)).out")"
+            fi
+        done
+        GEN_PIDS=()
+        t1=$(now)
+        echo "BENCH messages=$n errors=$GEN_ERRORS(processes) seconds=$(calc "$t1-$t0") msgs_per_s=$(calc "$n/($t1-$t0)")" >&2
+        ;;
+    esac
+}
+
+# --------------------------------------------------------------- sluice ----
+start_sluice() {
+    local var="$W/sluice-var"
+    rm -rf "$var"; mkdir -p "$var"
+    cat >"$W/sluice.toml" <<EOF
+hostname = "sluice.bench"
+data_dir = "$var"
+
+[smtpd]
+listen = ["$HOST:$RELAY_PORT"]
+max_sessions = 2000
+
+[delivery]
+relayhost = "smtp:[$HOST]:$SINK_PORT"
+default_concurrency = 250
+EOF
+    /usr/bin/time -v -o "$W/sluice.time" \
+        "$SLUICE" serve --config "$W/sluice.toml" >"$W/sluice.log" 2>&1 &
+    SLUICE_TIME_PID=$!
+    wait_listen "$RELAY_PORT" 30 "$SLUICE_TIME_PID" || {
+        tail -20 "$W/sluice.log" >&2 || true
+        die "sluice serve did not come up on $HOST:$RELAY_PORT"
+    }
+    start_mem_sampler "$(pgrep -P "$SLUICE_TIME_PID" | head -1)"
+}
+
+# stop_sluice: SIGTERM; sets STOP_RSS to the peak RSS in kB (or n/a) and
+# STOP_PSS to the sampled peak PSS.
+stop_sluice() {
+    local pid hwm=""
+    stop_mem_sampler
+    STOP_PSS=$PEAK_PSS_SUM
+    pid=$(pgrep -P "$SLUICE_TIME_PID" | head -1 || true)
+    if [ -n "$pid" ]; then
+        hwm=$(awk '/^VmHWM:/ { print $2 }' "/proc/$pid/status" 2>/dev/null || true)
+        kill_wait "$pid" TERM 60
+    fi
+    kill_wait "$SLUICE_TIME_PID" TERM 5
+    SLUICE_TIME_PID=""
+    local rss
+    rss=$(awk -F': ' '/Maximum resident set size/ { print $2 }' "$W/sluice.time" 2>/dev/null || true)
+    STOP_RSS=${rss:-${hwm:-n/a}}
+}
+
+# -------------------------------------------------------------- postfix ----
+# An isolated instance: config in $PF/etc, queue in $PF/spool, data in
+# $PF/data. Nothing in /etc/postfix is touched; `postfix -c DIR` as root needs
+# no alternate_config_directories entry (that is only checked by the set-gid
+# tools postdrop/postqueue, which this benchmark does not use).
+setup_postfix() {
+    mkdir -p "$PF_ETC" "$PF/data"
+    chown postfix "$PF/data"
+    local maillog=""
+    [ "$POSTFIX_MAILLOG" = 1 ] && maillog="$PF/maillog"
+    cat >"$PF_ETC/main.cf" <<EOF
+# Postfix instance for workload R (bench/relay.sh); settings of the published
+# Mailismus-vs-Postfix test. Fsync stays on (Postfix default).
+compatibility_level = 3.6
+queue_directory = $PF/spool
+data_directory = $PF/data
+mail_owner = postfix
+setgid_group = postdrop
+maillog_file = $maillog
+maillog_file_prefixes = $PF
+
+# No DNS, no traffic off the machine, no hostname lookups.
+myhostname = postfix.bench.example
+mydomain = bench.example
+myorigin = \$myhostname
+inet_interfaces = 127.0.0.1
+inet_protocols = ipv4
+smtp_dns_support_level = disabled
+lmtp_dns_support_level = disabled
+smtp_host_lookup = native
+smtpd_peername_lookup = no
+relayhost = [127.0.0.1]:$SINK_PORT
+
+# No local delivery, no recipient validation: everything relays to the sink.
+mydestination =
+local_recipient_maps =
+relay_domains =
+relay_recipient_maps =
+alias_maps =
+alias_database =
+append_dot_mydomain = no
+biff = no
+mynetworks = 127.0.0.0/8
+smtpd_relay_restrictions = permit_mynetworks, reject_unauth_destination
+smtpd_recipient_restrictions =
+receive_override_options = no_header_body_checks
+smtpd_tls_security_level = none
+smtp_tls_security_level = none
+
+# Concurrency of the published test.
+default_process_limit = 300
+smtp_destination_concurrency_limit = 250
+default_destination_concurrency_limit = 250
+smtpd_client_connection_count_limit = 500
+# anvil: no rate limits, and loopback is exempt from all of them anyway.
+smtpd_client_event_limit_exceptions = 127.0.0.0/8
+smtpd_client_connection_rate_limit = 0
+smtpd_client_message_rate_limit = 0
+smtpd_client_recipient_rate_limit = 0
+smtpd_client_new_tls_session_rate_limit = 0
+smtpd_client_auth_rate_limit = 0
+EOF
+    # master.cf: every service with chroot off; smtpd only on 127.0.0.1:55125.
+    cat >"$PF_ETC/master.cf" <<EOF
+# service type  private unpriv  chroot  wakeup  maxproc command + args
+$HOST:$RELAY_PORT inet n - n - - smtpd
+pickup    unix  n       -       n       60      1       pickup
+cleanup   unix  n       -       n       -       0       cleanup
+qmgr      unix  n       -       n       300     1       qmgr
+rewrite   unix  -       -       n       -       -       trivial-rewrite
+bounce    unix  -       -       n       -       0       bounce
+defer     unix  -       -       n       -       0       bounce
+trace     unix  -       -       n       -       0       bounce
+verify    unix  -       -       n       -       1       verify
+flush     unix  n       -       n       1000?   0       flush
+proxymap  unix  -       -       n       -       -       proxymap
+proxywrite unix -       -       n       -       1       proxymap
+smtp      unix  -       -       n       -       -       smtp
+relay     unix  -       -       n       -       -       smtp
+showq     unix  n       -       n       -       -       showq
+error     unix  -       -       n       -       -       error
+retry     unix  -       -       n       -       -       error
+discard   unix  -       -       n       -       -       discard
+local     unix  -       n       n       -       -       local
+virtual   unix  -       n       n       -       -       virtual
+lmtp      unix  -       -       n       -       -       lmtp
+anvil     unix  -       -       n       -       1       anvil
+scache    unix  -       -       n       -       1       scache
+postlog   unix-dgram n  -       n       -       1       postlogd
+EOF
+}
+
+start_postfix() {
+    rm -rf "$PF/spool" "$PF/maillog"
+    mkdir -p "$PF/spool"
+    # `postfix check` creates the queue subdirectories with the right owners
+    # and modes (post-install create-missing) and reports config problems.
+    postfix -c "$PF_ETC" check >"$W/postfix-check.log" 2>&1 || {
+        # postfix writes its errors to stderr only when that is a tty;
+        # otherwise to maillog_file (or to syslog, absent here).
+        cat "$W/postfix-check.log" >&2; tail -20 "$PF/maillog" >&2 2>/dev/null || true
+        die "postfix -c $PF_ETC check failed"
+    }
+    postfix -c "$PF_ETC" start >"$W/postfix-start.log" 2>&1 || {
+        cat "$W/postfix-start.log" >&2; tail -20 "$PF/maillog" >&2 2>/dev/null || true
+        die "postfix -c $PF_ETC start failed"
+    }
+    wait_listen "$RELAY_PORT" 30 || die "postfix smtpd did not come up on $HOST:$RELAY_PORT"
+    local master
+    master=$(sed -n '1s/ //gp' "$PF/spool/pid/master.pid")
+    start_mem_sampler "$master"
+}
+
+# Every second: sum VmRSS and Pss over PID and its children (for Postfix the
+# master and every daemon it forked); keep the peaks in FILE as
+# "rss_kb pss_kb".
+mem_sampler() {
+    set +e
+    local root=$1 out=$2 peak=0 peakp=0 pids s p
+    while kill -0 "$root" 2>/dev/null; do
+        pids="$root $(pgrep -P "$root" | tr '\n' ' ')"
+        s=0; p=0
+        read -r s p < <(
+            for x in $pids; do
+                awk '/^VmRSS:/ { print "R", $2 }' "/proc/$x/status" 2>/dev/null
+                awk '/^Pss:/ { print "P", $2 }' "/proc/$x/smaps_rollup" 2>/dev/null
+            done | awk '$1 == "R" { r += $2 } $1 == "P" { q += $2 } END { print r + 0, q + 0 }')
+        [ "${s:-0}" -gt "$peak" ] && peak=$s
+        [ "${p:-0}" -gt "$peakp" ] && peakp=$p
+        echo "$peak $peakp" >"$out.tmp" && mv "$out.tmp" "$out"
+        sleep 1
+    done
+}
+
+start_mem_sampler() {
+    rm -f "$W/mem.peak"
+    mem_sampler "$1" "$W/mem.peak" &
+    SAMPLER_PID=$!
+}
+
+# stop_mem_sampler: sets PEAK_RSS_SUM and PEAK_PSS_SUM (kB, or n/a).
+stop_mem_sampler() {
+    kill_wait "$SAMPLER_PID" TERM 2
+    SAMPLER_PID=""
+    PEAK_RSS_SUM="n/a"; PEAK_PSS_SUM="n/a"
+    if [ -s "$W/mem.peak" ]; then read -r PEAK_RSS_SUM PEAK_PSS_SUM <"$W/mem.peak"; fi
+}
+
+postfix_queue_files() {
+    find "$PF/spool/incoming" "$PF/spool/active" "$PF/spool/deferred" \
+        "$PF/spool/maildrop" -type f 2>/dev/null | wc -l
+}
+
+# stop_postfix: stops the instance, deletes its queue; sets STOP_RSS and
+# STOP_PSS to the peak sums over its processes in kB (or n/a).
+stop_postfix() {
+    local i
+    stop_mem_sampler
+    STOP_RSS=$PEAK_RSS_SUM; STOP_PSS=$PEAK_PSS_SUM
+    log "postfix peak memory: sum RSS $STOP_RSS kB, sum PSS $STOP_PSS kB"
+    if postfix_running; then
+        postfix -c "$PF_ETC" stop >>"$W/postfix-start.log" 2>&1 || true
+    fi
+    for ((i = 0; i < 100; i++)); do postfix_running || break; sleep 0.1; done
+    local left
+    left=$(postfix_queue_files)
+    [ "$left" -gt 0 ] && log "postfix: $left files left in the queue at stop"
+    if [ "$KEEP" = 1 ] && [ -f "$PF/maillog" ]; then
+        mv "$PF/maillog" "$W/postfix-maillog.$(date +%s)"
+    fi
+    rm -rf "$PF/spool"
+}
+
+# ------------------------------------------------------------------ runs ----
+declare -A R_SECONDS R_RATE R_RSS R_PSS R_FAIL R_N
+
+ticker() {  # progress line every 5 s while a run goes on
+    set +e
+    local label=$1 t0 line
+    t0=$(date +%s)
+    while sleep 5; do
+        line="[$label +$(( $(date +%s) - t0 ))s] sink: $(sink_progress)"
+        [ "$label" = "${label#postfix}" ] || line+="; postfix queue files: $(postfix_queue_files)"
+        log "$line"
+    done
+}
+
+run_one() {
+    local sys=$1 size=$2 n key port rss="n/a" fail="" sinkline msgs last gen_start secs
+    n=$(n_for_size "$size")
+    key="$sys:$size"
+    wait_free "$SINK_PORT" 30 && wait_free "$RELAY_PORT" 30 \
+        || die "ports $SINK_PORT/$RELAY_PORT still in use after the previous run"
+    log "=== $sys, size $size B, N=$n: starting sink"
+    start_sink "$n"
+    case $sys in
+    harness) port=$SINK_PORT ;;
+    sluice)
+        log "=== $sys: starting sluice serve"
+        start_sluice
+        port=$RELAY_PORT ;;
+    postfix)
+        log "=== $sys: starting postfix instance"
+        start_postfix
+        port=$RELAY_PORT ;;
+    esac
+    ticker "$sys/$size" &
+    TICKER_PID=$!
+
+    log "=== $sys, size $size B: generator ($GENERATOR, $SESSIONS sessions, $n messages)"
+    gen_start=$(now)
+    run_generator "$port" "$n" "$size"
+    if [ "$GEN_RC" != 0 ] && [ -s "$W/gen.err" ]; then tail -5 "$W/gen.err" >&2; fi
+    log "generator done in $(fmt %.1f "$(calc "$(now)-$gen_start")") s (rc=$GEN_RC errors=$GEN_ERRORS)"
+
+    if [ "$GEN_RC" != 0 ] || [ "$GEN_ERRORS" != 0 ]; then
+        fail="generator_rc=${GEN_RC}_errors=${GEN_ERRORS}"
+        # The sink cannot reach N; give in-flight messages a moment, then stop it.
+        sleep 5
+        kill_wait "$SINK_PID" TERM 10
+    else
+        log "waiting for the sink to receive all $n messages"
+        local deadline=$(( ${gen_start%.*} + RUN_TIMEOUT ))
+        while kill -0 "$SINK_PID" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do
+            sleep 0.2
+        done
+        if kill -0 "$SINK_PID" 2>/dev/null; then
+            fail="timeout_${RUN_TIMEOUT}s"
+            kill_wait "$SINK_PID" TERM 10
+        else
+            wait "$SINK_PID" 2>/dev/null || true
+        fi
+    fi
+    SINK_PID=""
+    kill_wait "$TICKER_PID" TERM 2
+    TICKER_PID=""
+
+    sinkline=$(grep '^SINK ' "$W/sink.out" | tail -1 || true)
+    log "sink: ${sinkline:-<no SINK line>}"
+    msgs=""; last=""
+    [[ $sinkline =~ messages=([0-9]+) ]] && msgs=${BASH_REMATCH[1]}
+    [[ $sinkline =~ last=([0-9.]+) ]] && last=${BASH_REMATCH[1]}
+    if [ -z "$fail" ] && [ "${msgs:-x}" != "$n" ]; then fail="sink_count=${msgs:-unknown}_expected=$n"; fi
+    if [ -z "$fail" ] && [ -z "$last" ]; then fail="sink_no_last_time"; fi
+
+    STOP_RSS="n/a"; STOP_PSS="n/a"
+    case $sys in
+    sluice) stop_sluice ;;
+    postfix) stop_postfix ;;
+    esac
+    rss=$STOP_RSS
+    R_PSS[$key]=$STOP_PSS
+
+    R_N[$key]=$n
+    R_RSS[$key]=$rss
+    if [ -n "$fail" ]; then
+        R_FAIL[$key]=$fail
+        log "=== $sys, size $size B: FAILED ($fail)"
+    else
+        secs=$(calc "$last - $gen_start")
+        R_SECONDS[$key]=$(fmt %.3f "$secs")
+        R_RATE[$key]=$(fmt %.1f "$(calc "$n / $secs")")
+        log "=== $sys, size $size B: $n messages in ${R_SECONDS[$key]} s = ${R_RATE[$key]} msg/s"
+    fi
+    # Let TIME_WAIT sockets and the page cache settle a little between runs.
+    sleep 2
+}
+
+# ------------------------------------------------------------------ main ----
+ensure_packages
+ensure_sluice
+for p in $RELAY_PORT $SINK_PORT; do
+    listening "$p" && die "port $p is already in use on this machine"
+done
+[[ " $SYSTEMS " == *" postfix "* ]] && setup_postfix
+
+log "workload R: systems=[$SYSTEMS] sizes=[$SIZES] N400=$N400 N64K=$N64K sessions=$SESSIONS generator=$GENERATOR sink=$SINK tmp=$W"
+for sys in $SYSTEMS; do
+    for size in $SIZES; do
+        run_one "$sys" "$size"
+    done
+done
+
+# --------------------------------------------------------------- report ----
+tools=""
+[ "$GENERATOR" = sluice ] && [ "$SINK" = sluice ] || tools=" tools=$GENERATOR/$SINK"
+lines=()
+any_failed=0
+for sys in $SYSTEMS; do
+    for size in $SIZES; do
+        key="$sys:$size"
+        if [ -n "${R_FAIL[$key]:-}" ]; then
+            any_failed=1
+            lines+=("RESULT system=$sys workload=R n=${R_N[$key]} size=$size seconds=FAILED msgs_per_s=FAILED ratio_vs_postfix=n/a peak_rss_kb=${R_RSS[$key]} peak_pss_kb=${R_PSS[$key]} failed=${R_FAIL[$key]}$tools")
+            continue
+        fi
+        ratio="n/a"
+        pkey="postfix:$size"
+        if [ -n "${R_RATE[$pkey]:-}" ]; then
+            ratio=$(fmt %.2f "$(calc "${R_RATE[$key]} / ${R_RATE[$pkey]}")")
+        fi
+        lines+=("RESULT system=$sys workload=R n=${R_N[$key]} size=$size seconds=${R_SECONDS[$key]} msgs_per_s=${R_RATE[$key]} ratio_vs_postfix=$ratio peak_rss_kb=${R_RSS[$key]} peak_pss_kb=${R_PSS[$key]}$tools")
+    done
+done
+
+mkdir -p "$(dirname "$RESULTS_FILE")"
+out=$RESULTS_FILE
+stamp=$(date -Iseconds)
+commit=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo none)
+if [ "$commit" != none ] && [ -n "$(git -C "$REPO" status --porcelain -- . ':!bench/results' 2>/dev/null)" ]; then
+    commit="$commit+dirty"
+fi
+for l in "${lines[@]}"; do
+    echo "$stamp $commit $l" >>"$out"
+done
+log "appended ${#lines[@]} RESULT lines to $out"
+printf '%s\n' "${lines[@]}"
+exit "$any_failed"

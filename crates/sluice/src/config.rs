@@ -1,0 +1,276 @@
+//! Configuration: one TOML file, every setting with a default that works on
+//! a laptop. Unknown keys are errors (reported with their line number by
+//! the TOML parser), so a typo never silently falls back to a default.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::route::{Cidr, NextHop};
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Name in the greeting, in Received: headers and in our EHLO.
+    pub hostname: String,
+    /// Spool and other state live under here.
+    pub data_dir: PathBuf,
+    /// Log file; stderr when unset.
+    pub log_file: Option<PathBuf>,
+    pub smtpd: SmtpdConfig,
+    pub spool: SpoolSettings,
+    pub queue: QueueConfig,
+    pub delivery: DeliveryConfig,
+    /// Routing: domain (`example.com`, `.example.com` for subdomains, or
+    /// `*`) → `smtp:[host]:port`, `smtp:host:port` or `discard`.
+    pub transport: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SmtpdConfig {
+    pub listen: Vec<String>,
+    /// Concurrent sessions; one more gets `421 4.3.2` and is closed.
+    pub max_sessions: usize,
+    /// Largest message accepted, octets (Postfix: message_size_limit).
+    pub message_size_limit: usize,
+    /// Recipients per message; more get `452 4.5.3`.
+    pub max_recipients: usize,
+    /// Errors in one session before `421` and disconnect.
+    pub max_errors: u32,
+    /// Seconds a client may stay silent between commands.
+    pub idle_timeout_secs: u64,
+    /// Seconds a client may stay silent inside DATA or BDAT.
+    pub data_timeout_secs: u64,
+    /// Command line limit, CRLF included (RFC 5321: 512).
+    pub command_line_limit: usize,
+    /// Text line limit inside a message, CRLF included (RFC 5321: 1000); 0 = none.
+    pub text_line_limit: usize,
+    /// `reject` (default) or `normalize` messages with bare CR or LF.
+    pub bare_line_ends: String,
+    /// Clients that may relay to any domain.
+    pub mynetworks: Vec<String>,
+    /// Domains anyone may send to (everyone else is denied relaying).
+    pub relay_domains: Vec<String>,
+    /// Text after the hostname in the 220 greeting.
+    pub banner: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SpoolSettings {
+    /// DANGER: acknowledge mail before it is on stable storage. Mail that
+    /// got `250` is lost on power failure or kernel crash. Off by default.
+    pub unsafe_ack_before_fsync: bool,
+    /// Start a new spool segment at this size (MiB).
+    pub segment_mib: u64,
+    /// Message bodies kept in memory for delivery (MiB); the rest is read
+    /// back from the spool.
+    pub body_cache_mib: usize,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct QueueConfig {
+    /// First retry delay; doubles per attempt up to the maximum.
+    pub minimal_backoff_secs: u64,
+    pub maximal_backoff_secs: u64,
+    /// Give up and bounce after this long in the queue (default 5 days).
+    pub maximal_lifetime_secs: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DeliveryConfig {
+    /// Default next hop for domains without a transport entry.
+    pub relayhost: Option<String>,
+    /// Connections per destination unless overridden.
+    pub default_concurrency: usize,
+    /// A destination starts with this window and grows by one per success.
+    pub initial_concurrency: usize,
+    /// Per-destination overrides, keyed by next hop (`smtp:[host]:port`).
+    pub destination_concurrency: BTreeMap<String, usize>,
+    /// Recipients per SMTP transaction.
+    pub recipients_per_transaction: usize,
+    pub connect_timeout_secs: u64,
+    pub command_timeout_secs: u64,
+    /// Keep an idle outbound connection this long for reuse.
+    pub connection_idle_secs: u64,
+    /// Messages sent over one connection before it is closed.
+    pub messages_per_connection: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            hostname: "localhost".into(),
+            data_dir: PathBuf::from("./var"),
+            log_file: None,
+            smtpd: SmtpdConfig::default(),
+            spool: SpoolSettings::default(),
+            queue: QueueConfig::default(),
+            delivery: DeliveryConfig::default(),
+            transport: BTreeMap::new(),
+        }
+    }
+}
+
+impl Default for SmtpdConfig {
+    fn default() -> Self {
+        SmtpdConfig {
+            listen: vec!["127.0.0.1:2525".into()],
+            max_sessions: 10_000,
+            message_size_limit: 10_240_000,
+            max_recipients: 1000,
+            max_errors: 20,
+            idle_timeout_secs: 300,
+            data_timeout_secs: 300,
+            command_line_limit: 512,
+            text_line_limit: 1000,
+            bare_line_ends: "reject".into(),
+            mynetworks: vec!["127.0.0.0/8".into(), "::1/128".into()],
+            relay_domains: Vec::new(),
+            banner: "ESMTP Sluice".into(),
+        }
+    }
+}
+
+impl Default for SpoolSettings {
+    fn default() -> Self {
+        SpoolSettings {
+            unsafe_ack_before_fsync: false,
+            segment_mib: 64,
+            body_cache_mib: 256,
+        }
+    }
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        QueueConfig {
+            minimal_backoff_secs: 300,
+            maximal_backoff_secs: 4000,
+            maximal_lifetime_secs: 5 * 24 * 3600,
+        }
+    }
+}
+
+impl Default for DeliveryConfig {
+    fn default() -> Self {
+        DeliveryConfig {
+            relayhost: None,
+            default_concurrency: 20,
+            initial_concurrency: 5,
+            destination_concurrency: BTreeMap::new(),
+            recipients_per_transaction: 50,
+            connect_timeout_secs: 30,
+            command_timeout_secs: 300,
+            connection_idle_secs: 5,
+            messages_per_connection: 10_000,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {err}")]
+    Read { path: PathBuf, err: std::io::Error },
+    #[error("{path}: {err}")]
+    Parse { path: PathBuf, err: toml::de::Error },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|err| ConfigError::Read {
+            path: path.to_path_buf(),
+            err,
+        })?;
+        let config: Config = toml::from_str(&text).map_err(|err| ConfigError::Parse {
+            path: path.to_path_buf(),
+            err,
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks what serde cannot: addresses, networks, next hops.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for net in &self.smtpd.mynetworks {
+            Cidr::parse(net).ok_or_else(|| {
+                ConfigError::Invalid(format!("smtpd.mynetworks: bad network {net:?}"))
+            })?;
+        }
+        for (domain, hop) in &self.transport {
+            NextHop::parse(hop).ok_or_else(|| {
+                ConfigError::Invalid(format!("transport.{domain:?}: bad next hop {hop:?}"))
+            })?;
+        }
+        if let Some(hop) = &self.delivery.relayhost {
+            NextHop::parse(hop).ok_or_else(|| {
+                ConfigError::Invalid(format!("delivery.relayhost: bad next hop {hop:?}"))
+            })?;
+        }
+        match self.smtpd.bare_line_ends.as_str() {
+            "reject" | "normalize" => {}
+            other => {
+                return Err(ConfigError::Invalid(format!(
+                    "smtpd.bare_line_ends: {other:?} (want \"reject\" or \"normalize\")"
+                )))
+            }
+        }
+        for listen in &self.smtpd.listen {
+            listen.parse::<std::net::SocketAddr>().map_err(|_| {
+                ConfigError::Invalid(format!("smtpd.listen: bad address {listen:?}"))
+            })?;
+        }
+        Ok(())
+    }
+
+    pub fn mynetworks(&self) -> Vec<Cidr> {
+        self.smtpd
+            .mynetworks
+            .iter()
+            .filter_map(|n| Cidr::parse(n))
+            .collect()
+    }
+
+    pub fn is_mynetworks(&self, nets: &[Cidr], ip: IpAddr) -> bool {
+        nets.iter().any(|n| n.contains(ip))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_default_is_valid_and_safe() {
+        let c = Config::default();
+        c.validate().unwrap();
+        assert_eq!(c.smtpd.listen, vec!["127.0.0.1:2525"]);
+        assert!(!c.spool.unsafe_ack_before_fsync);
+        assert!(c.smtpd.relay_domains.is_empty());
+    }
+
+    #[test]
+    fn unknown_key_is_an_error_with_its_line() {
+        let err =
+            toml::from_str::<Config>("hostname = \"a\"\n[smtpd]\nlisten = []\nmax_sesions = 3\n")
+                .unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("max_sesions"), "{text}");
+        assert!(text.contains("line 4"), "{text}");
+    }
+
+    #[test]
+    fn bad_next_hop_is_rejected() {
+        let mut c = Config::default();
+        c.transport
+            .insert("x.example".into(), "carrier-pigeon:x".into());
+        assert!(c.validate().is_err());
+    }
+}

@@ -1,0 +1,330 @@
+//! `sluice bench`: an SMTP load generator in the spirit of smtp-source and
+//! postal. `sessions` tasks run in parallel; each claims up to
+//! `messages_per_session` messages from the shared total, sends them over
+//! one connection (pipelined when the server offers PIPELINING), and quits.
+//! Every `interval` a postal-style CSV line is printed
+//! (`time,messages,data(K),errors,connections,SSL connections`), and a
+//! progress bar is drawn on stderr when it is a terminal.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::timefmt;
+
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    pub target: SocketAddr,
+    pub sessions: usize,
+    pub messages_per_session: u64,
+    pub count: u64,
+    /// Approximate message size in octets (headers included).
+    pub size: usize,
+    pub recipients: usize,
+    pub domains: usize,
+    /// Messages per second across all sessions; None = as fast as possible.
+    pub rate: Option<f64>,
+    pub interval: Duration,
+    pub max_seconds: Option<u64>,
+    pub from: String,
+}
+
+impl Default for BenchOptions {
+    fn default() -> Self {
+        BenchOptions {
+            target: "127.0.0.1:2525".parse().expect("literal address"),
+            sessions: 10,
+            messages_per_session: 1,
+            count: 1000,
+            size: 400,
+            recipients: 1,
+            domains: 5,
+            rate: None,
+            interval: Duration::from_secs(1),
+            max_seconds: None,
+            from: "bench@sender.example".into(),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    claimed: AtomicU64,
+    messages: AtomicU64,
+    bytes: AtomicU64,
+    errors: AtomicU64,
+    connections: AtomicU64,
+}
+
+/// The run's totals.
+#[derive(Debug, Clone, Copy)]
+pub struct BenchReport {
+    pub messages: u64,
+    pub errors: u64,
+    pub seconds: f64,
+}
+
+pub async fn run(opts: BenchOptions, mut csv: impl std::io::Write) -> BenchReport {
+    let counters = Arc::new(Counters::default());
+    let started = Instant::now();
+    let run_id = timefmt::now_millis();
+    let filler = Arc::new(filler(opts.size));
+    let opts = Arc::new(opts);
+    let mut tasks = Vec::new();
+    for _ in 0..opts.sessions.max(1) {
+        let (opts, counters, filler) = (opts.clone(), counters.clone(), filler.clone());
+        tasks.push(tokio::spawn(async move {
+            session_loop(&opts, &counters, &filler, run_id, started).await;
+        }));
+    }
+    let all = async {
+        for t in tasks {
+            let _ = t.await;
+        }
+    };
+    tokio::pin!(all);
+    let deadline = opts
+        .max_seconds
+        .map(|s| tokio::time::Instant::now() + Duration::from_secs(s));
+    let _ = writeln!(
+        csv,
+        "time,messages,data(K),errors,connections,SSL connections"
+    );
+    let tty = unsafe { libc::isatty(2) } == 1;
+    let mut last = (0u64, 0u64, 0u64, 0u64);
+    let mut ticker = tokio::time::interval(opts.interval);
+    ticker.tick().await;
+    loop {
+        let finished = tokio::select! {
+            _ = &mut all => true,
+            _ = ticker.tick() => false,
+        };
+        let now = (
+            counters.messages.load(Ordering::Relaxed),
+            counters.bytes.load(Ordering::Relaxed),
+            counters.errors.load(Ordering::Relaxed),
+            counters.connections.load(Ordering::Relaxed),
+        );
+        let _ = writeln!(
+            csv,
+            "{},{},{},{},{},0",
+            &timefmt::iso8601(timefmt::now_millis())[11..19],
+            now.0 - last.0,
+            (now.1 - last.1) / 1024,
+            now.2 - last.2,
+            now.3 - last.3
+        );
+        let _ = csv.flush();
+        if tty {
+            let done = now.0 + now.2;
+            let width = 30usize;
+            let filled = (done as usize * width / opts.count.max(1) as usize).min(width);
+            eprint!(
+                "\r[{}{}] {done}/{} {:.0} msg/s, {} errors ",
+                "#".repeat(filled),
+                ".".repeat(width - filled),
+                opts.count,
+                now.0 as f64 / started.elapsed().as_secs_f64().max(1e-3),
+                now.2
+            );
+        }
+        last = now;
+        if finished || deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+            break;
+        }
+    }
+    if tty {
+        eprintln!();
+    }
+    BenchReport {
+        messages: counters.messages.load(Ordering::Relaxed),
+        errors: counters.errors.load(Ordering::Relaxed),
+        seconds: started.elapsed().as_secs_f64(),
+    }
+}
+
+/// Body text after the headers: 76-character lines up to about `size`.
+fn filler(size: usize) -> Vec<u8> {
+    let header_estimate = 200;
+    let mut body = Vec::with_capacity(size);
+    let line =
+        b"Sluice benchmark filler text. The quick brown fox jumps over the lazy dog 0123\r\n";
+    while body.len() + line.len() + header_estimate <= size {
+        body.extend_from_slice(line);
+    }
+    let rest = size.saturating_sub(header_estimate + body.len() + 2);
+    body.extend(std::iter::repeat_n(b'x', rest));
+    body.extend_from_slice(b"\r\n");
+    body
+}
+
+async fn session_loop(
+    opts: &BenchOptions,
+    c: &Counters,
+    filler: &[u8],
+    run_id: u64,
+    started: Instant,
+) {
+    loop {
+        let first = c
+            .claimed
+            .fetch_add(opts.messages_per_session, Ordering::Relaxed);
+        if first >= opts.count {
+            return;
+        }
+        let last = (first + opts.messages_per_session).min(opts.count);
+        if let Some(max) = opts.max_seconds {
+            if started.elapsed().as_secs() >= max {
+                return;
+            }
+        }
+        if let Err(unsent) = one_connection(opts, c, filler, run_id, started, first, last).await {
+            c.errors.fetch_add(unsent, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Sends messages `first..last` over one connection; on failure returns
+/// how many were not confirmed.
+async fn one_connection(
+    opts: &BenchOptions,
+    c: &Counters,
+    filler: &[u8],
+    run_id: u64,
+    started: Instant,
+    first: u64,
+    last: u64,
+) -> Result<(), u64> {
+    let mut next = first;
+    let result: std::io::Result<()> = async {
+        let mut stream = TcpStream::connect(opts.target).await?;
+        stream.set_nodelay(true)?;
+        c.connections.fetch_add(1, Ordering::Relaxed);
+        let mut rd = Replies::default();
+        expect(rd.read(&mut stream).await?.0, 2)?;
+        stream.write_all(b"EHLO bench.sluice\r\n").await?;
+        let ehlo = rd.read(&mut stream).await?;
+        expect(ehlo.0, 2)?;
+        let pipelining = ehlo.1.contains("PIPELINING");
+        let mut msg = Vec::with_capacity(filler.len() + 1024);
+        while next < last {
+            if let Some(rate) = opts.rate {
+                let due = started + Duration::from_secs_f64(next as f64 / rate);
+                tokio::time::sleep_until(due.into()).await;
+            }
+            let mut envelope = format!("MAIL FROM:<{}>\r\n", opts.from);
+            for r in 0..opts.recipients.max(1) {
+                let k = next as usize * opts.recipients.max(1) + r;
+                let domain = k % opts.domains.max(1) + 1;
+                envelope.push_str(&format!("RCPT TO:<recip{}@domain{domain}.example>\r\n", k % 1000 + 1));
+            }
+            let n_cmds = 2 + opts.recipients.max(1);
+            if pipelining {
+                envelope.push_str("DATA\r\n");
+                stream.write_all(envelope.as_bytes()).await?;
+            }
+            let mut ok = true;
+            let mut lines = envelope.split_inclusive("\r\n");
+            for i in 0..n_cmds {
+                if !pipelining {
+                    let cmd = lines.next().unwrap_or("DATA\r\n");
+                    stream.write_all(cmd.as_bytes()).await?;
+                }
+                let (code, _) = rd.read(&mut stream).await?;
+                let want = if i + 1 == n_cmds { 3 } else { 2 };
+                if code / 100 != want {
+                    ok = false;
+                    if !pipelining {
+                        break;
+                    }
+                }
+            }
+            if ok {
+                msg.clear();
+                msg.extend_from_slice(
+                    format!(
+                        "From: <{}>\r\nTo: <recip@domain.example>\r\nSubject: sluice bench {next}\r\nMessage-ID: <{next}.{run_id}@sluice.bench>\r\nDate: {}\r\n\r\n",
+                        opts.from,
+                        timefmt::rfc5322(timefmt::now_millis())
+                    )
+                    .as_bytes(),
+                );
+                msg.extend_from_slice(filler);
+                msg.extend_from_slice(b".\r\n");
+                stream.write_all(&msg).await?;
+                let (code, _) = rd.read(&mut stream).await?;
+                if code / 100 == 2 {
+                    c.messages.fetch_add(1, Ordering::Relaxed);
+                    c.bytes.fetch_add(msg.len() as u64, Ordering::Relaxed);
+                } else {
+                    c.errors.fetch_add(1, Ordering::Relaxed);
+                }
+            } else {
+                c.errors.fetch_add(1, Ordering::Relaxed);
+                stream.write_all(b"RSET\r\n").await?;
+                rd.read(&mut stream).await?;
+            }
+            next += 1;
+        }
+        stream.write_all(b"QUIT\r\n").await?;
+        let _ = rd.read(&mut stream).await;
+        Ok(())
+    }
+    .await;
+    match result {
+        Ok(()) => Ok(()),
+        Err(_) => Err(last - next),
+    }
+}
+
+fn expect(code: u16, class: u16) -> std::io::Result<()> {
+    if code / 100 == class {
+        Ok(())
+    } else {
+        Err(std::io::Error::other(format!("unexpected reply {code}")))
+    }
+}
+
+/// Buffered reader of SMTP replies.
+#[derive(Default)]
+struct Replies {
+    buf: Vec<u8>,
+}
+
+impl Replies {
+    /// Reads one reply: its code and its full text.
+    async fn read(&mut self, stream: &mut TcpStream) -> std::io::Result<(u16, String)> {
+        let mut pos = 0;
+        loop {
+            while let Some(off) = memchr::memchr(b'\n', &self.buf[pos..]) {
+                let line_end = pos + off + 1;
+                let line = &self.buf[pos..line_end];
+                if line.len() < 4 {
+                    return Err(std::io::Error::other("short reply"));
+                }
+                if line[3] == b'-' {
+                    pos = line_end;
+                    continue;
+                }
+                let code = std::str::from_utf8(&line[..3])
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .ok_or_else(|| std::io::Error::other("bad reply code"))?;
+                let text = String::from_utf8_lossy(&self.buf[..line_end]).into_owned();
+                self.buf.drain(..line_end);
+                return Ok((code, text));
+            }
+            self.buf.reserve(1024);
+            if stream.read_buf(&mut self.buf).await? == 0 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "closed",
+                ));
+            }
+        }
+    }
+}
