@@ -32,6 +32,9 @@ use crate::log::{qid, Logger};
 use crate::route::{NextHop, Router};
 use crate::{log, timefmt};
 
+const NO_ROUTE: &str =
+    "4.4.0 no route to destination (no transport entry and no relayhost; MX routing is not supported yet)";
+
 /// A message handed to the scheduler (newly received, recovered, or a bounce).
 pub struct Incoming {
     pub envelope: Envelope,
@@ -231,16 +234,15 @@ impl Scheduler {
         let per_job = self.config.delivery.recipients_per_transaction.max(1);
         let mut groups: Vec<(Arc<NextHop>, Vec<u16>)> = Vec::new();
         let mut discarded = Vec::new();
+        let mut unroutable = Vec::new();
         for (i, state) in msg.rcpts.iter_mut().enumerate() {
             if !matches!(state, RcptState::Pending | RcptState::Deferred(_)) {
                 continue;
             }
             match self.router.route(&msg.envelope.recipients[i]) {
                 None => {
-                    *state = RcptState::Deferred(
-                        "4.4.0 no route to destination (no transport entry and no relayhost; MX routing is not supported yet)"
-                            .into(),
-                    );
+                    *state = RcptState::Deferred(NO_ROUTE.into());
+                    unroutable.push(i);
                 }
                 Some(hop) if *hop == NextHop::Discard => {
                     *state = RcptState::Delivered;
@@ -266,6 +268,16 @@ impl Scheduler {
                 "{}: to=<{}>, relay=none, delay={}, dsn=2.0.0, status=sent (discarded)",
                 qid(id),
                 envelope.recipients[i as usize],
+                delay(&envelope)
+            );
+        }
+        for &i in &unroutable {
+            log!(
+                self.logger,
+                "qmgr",
+                "{}: to=<{}>, relay=none, delay={}, dsn=4.4.0, status=deferred ({NO_ROUTE})",
+                qid(id),
+                envelope.recipients[i],
                 delay(&envelope)
             );
         }

@@ -1,0 +1,165 @@
+//! Shared helpers for end-to-end tests: temp dirs, configs, a raw SMTP
+//! client, polling with a deadline.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use sluice::config::Config;
+use sluice::server::Server;
+use sluice::tools::sink::{Sink, SinkOptions};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+pub fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sluice-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A config for tests: port 0 on loopback, relayhost = `next_hop`, fast retries.
+pub fn config(dir: &std::path::Path, next_hop: Option<SocketAddr>) -> Config {
+    let mut c = Config::default();
+    c.hostname = "mx.test".into();
+    c.data_dir = dir.join("var");
+    c.log_file = Some(dir.join("maillog"));
+    c.smtpd.listen = vec!["127.0.0.1:0".into()];
+    c.delivery.relayhost = next_hop.map(|a| format!("smtp:[{}]:{}", a.ip(), a.port()));
+    c.delivery.connection_idle_secs = 1;
+    c.queue.minimal_backoff_secs = 1;
+    c.queue.maximal_backoff_secs = 2;
+    c
+}
+
+pub async fn recording_sink() -> Sink {
+    Sink::start(SinkOptions {
+        record: true,
+        test_replies: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+}
+
+pub async fn sink_on(addr: SocketAddr) -> Sink {
+    Sink::start(SinkOptions {
+        listen: Some(addr),
+        record: true,
+        test_replies: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+}
+
+/// A loopback address with nothing listening on it (yet).
+pub fn free_addr() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+pub async fn start(config: Config) -> (Server, SocketAddr) {
+    let server = Server::start(config).await.unwrap();
+    let addr = server.addrs[0];
+    (server, addr)
+}
+
+/// Polls `cond` every 20 ms for up to `secs` seconds.
+pub async fn wait_until(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cond()
+}
+
+pub fn read_log(dir: &std::path::Path) -> String {
+    std::fs::read_to_string(dir.join("maillog")).unwrap_or_default()
+}
+
+/// A raw SMTP client that sends exact bytes and reads whole replies.
+pub struct Client {
+    pub stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Client {
+    pub async fn connect(addr: SocketAddr) -> (Client, String) {
+        let stream = TcpStream::connect(addr).await.unwrap();
+        let mut c = Client {
+            stream,
+            buf: Vec::new(),
+        };
+        let greeting = c.reply().await;
+        (c, greeting)
+    }
+
+    /// Connects and says EHLO.
+    pub async fn ready(addr: SocketAddr) -> Client {
+        let (mut c, greeting) = Client::connect(addr).await;
+        assert!(greeting.starts_with("220 "), "{greeting}");
+        let ehlo = c.cmd("EHLO client.test").await;
+        assert!(ehlo.starts_with("250"), "{ehlo}");
+        c
+    }
+
+    pub async fn send(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).await.unwrap();
+    }
+
+    /// Sends `line` + CRLF and returns the reply.
+    pub async fn cmd(&mut self, line: &str) -> String {
+        self.send(format!("{line}\r\n").as_bytes()).await;
+        self.reply().await
+    }
+
+    /// Reads one reply (all its lines); "" when the connection closed.
+    pub async fn reply(&mut self) -> String {
+        let deadline = Duration::from_secs(20);
+        let mut start = 0;
+        loop {
+            while let Some(off) = self.buf[start..].iter().position(|&b| b == b'\n') {
+                let end = start + off + 1;
+                if self.buf.get(start + 3) != Some(&b'-') {
+                    let text = String::from_utf8_lossy(&self.buf[..end]).into_owned();
+                    self.buf.drain(..end);
+                    return text;
+                }
+                start = end;
+            }
+            let mut chunk = [0u8; 8192];
+            match tokio::time::timeout(deadline, self.stream.read(&mut chunk)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => return String::from_utf8_lossy(&self.buf).into_owned(),
+                Ok(Ok(n)) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(_) => panic!(
+                    "no reply within {deadline:?}; have {:?}",
+                    String::from_utf8_lossy(&self.buf)
+                ),
+            }
+        }
+    }
+
+    /// Sends one whole message; returns the final reply.
+    pub async fn message(&mut self, from: &str, to: &[&str], body: &str) -> String {
+        let r = self.cmd(&format!("MAIL FROM:<{from}>")).await;
+        assert!(r.starts_with("250"), "MAIL: {r}");
+        for rcpt in to {
+            let r = self.cmd(&format!("RCPT TO:<{rcpt}>")).await;
+            assert!(r.starts_with("250"), "RCPT {rcpt}: {r}");
+        }
+        let r = self.cmd("DATA").await;
+        assert!(r.starts_with("354"), "DATA: {r}");
+        self.send(body.as_bytes()).await;
+        self.send(b".\r\n").await;
+        self.reply().await
+    }
+}
+
+pub fn body(subject: &str) -> String {
+    format!("From: <a@sender.test>\r\nTo: <b@dest.test>\r\nSubject: {subject}\r\nMessage-ID: <{subject}@sender.test>\r\n\r\nHello.\r\n")
+}

@@ -1,0 +1,104 @@
+//! SMTP smuggling: only CRLF.CRLF ends DATA; every other line ending is
+//! content, so no second message can be slipped in.
+
+mod common;
+
+use common::*;
+
+/// End-of-data look-alikes that must never end a message.
+const VECTORS: &[(&str, &[u8])] = &[
+    ("LF.LF", b"\n.\n"),
+    ("CR.LF", b"\r.\n"),
+    ("LF.CRLF", b"\n.\r\n"),
+    ("CR.CR", b"\r.\r"),
+    ("CRLF.LF", b"\r\n.\n"),
+    ("CRLF.CR", b"\r\n.\r"),
+    ("CR CR LF . CR CR LF", b"\r\r\n.\r\r\n"),
+];
+
+fn attack(vector: &[u8]) -> Vec<u8> {
+    let mut m = b"Subject: first\r\n\r\nfirst body".to_vec();
+    m.extend_from_slice(vector);
+    m.extend_from_slice(b"MAIL FROM:<evil@smuggler.test>\r\nRCPT TO:<victim@dest.test>\r\nDATA\r\nSubject: smuggled\r\n\r\nevil\r\n.\r\n");
+    m
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_vector_is_rejected_by_default_and_nothing_is_smuggled() {
+    let dir = temp_dir("smuggle-reject");
+    let sink = recording_sink().await;
+    let (server, addr) = start(config(&dir, Some(sink.addr))).await;
+    for (name, vector) in VECTORS {
+        let mut c = Client::ready(addr).await;
+        assert!(c.cmd("MAIL FROM:<a@sender.test>").await.starts_with("250"));
+        assert!(c.cmd("RCPT TO:<b@dest.test>").await.starts_with("250"));
+        assert!(c.cmd("DATA").await.starts_with("354"));
+        c.send(&attack(vector)).await;
+        let r = c.reply().await;
+        assert!(
+            r.starts_with("554 5.6.0"),
+            "{name}: the whole thing is one message and it is refused: {r}"
+        );
+        // The session is still in sync: the next command is a command.
+        assert!(c.cmd("NOOP").await.starts_with("250"), "{name}");
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(sink.count(), 0, "nothing was relayed");
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn normalize_mode_accepts_one_message_never_two() {
+    let dir = temp_dir("smuggle-normalize");
+    let sink = recording_sink().await;
+    let mut cfg = config(&dir, Some(sink.addr));
+    cfg.smtpd.bare_line_ends = "normalize".into();
+    let (server, addr) = start(cfg).await;
+    for (name, vector) in VECTORS {
+        let mut c = Client::ready(addr).await;
+        assert!(c.cmd("MAIL FROM:<a@sender.test>").await.starts_with("250"));
+        assert!(c.cmd("RCPT TO:<b@dest.test>").await.starts_with("250"));
+        assert!(c.cmd("DATA").await.starts_with("354"));
+        c.send(&attack(vector)).await;
+        let r = c.reply().await;
+        assert!(r.starts_with("250 2.0.0"), "{name}: {r}");
+        assert!(c.cmd("NOOP").await.starts_with("250"), "{name}");
+    }
+    assert!(wait_until(10, || sink.count() == VECTORS.len() as u64).await);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(
+        sink.count(),
+        VECTORS.len() as u64,
+        "exactly one message per attempt"
+    );
+    for m in sink.messages() {
+        assert_eq!(m.recipients, vec!["b@dest.test"], "no smuggled envelope");
+        let body = String::from_utf8_lossy(&m.body);
+        assert!(
+            body.contains("MAIL FROM:<evil@smuggler.test>"),
+            "smuggled text stays content"
+        );
+        assert!(!body.contains("\n\n") || body.contains("\r\n\r\n"));
+        assert!(
+            !sluice_proto::data::has_bare_cr_or_lf(&m.body),
+            "relayed with CRLF only"
+        );
+    }
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bare_lf_in_bdat_is_rejected() {
+    let dir = temp_dir("smuggle-bdat");
+    let sink = recording_sink().await;
+    let (server, addr) = start(config(&dir, Some(sink.addr))).await;
+    let mut c = Client::ready(addr).await;
+    assert!(c.cmd("MAIL FROM:<a@sender.test>").await.starts_with("250"));
+    assert!(c.cmd("RCPT TO:<b@dest.test>").await.starts_with("250"));
+    let chunk = b"Subject: x\r\n\r\nline\n.\nmore\r\n";
+    c.send(format!("BDAT {} LAST\r\n", chunk.len()).as_bytes())
+        .await;
+    c.send(chunk).await;
+    assert!(c.reply().await.starts_with("554 5.6.0"));
+    server.shutdown().await;
+}
