@@ -267,7 +267,8 @@ mod tests {
     fn only_crlf_dot_crlf_ends_data() {
         use BareLinePolicy::Reject;
         // (input, decoded body, consumed when ended, bare flagged)
-        let cases: &[(&[u8], &[u8], Option<usize>, bool)] = &[
+        type Case = (&'static [u8], &'static [u8], Option<usize>, bool);
+        let cases: &[Case] = &[
             (b"Hi\r\n.\r\n", b"Hi\r\n", Some(7), false),
             (b".\r\n", b"", Some(3), false),
             (b"Hi\r\n.\r\nMAIL", b"Hi\r\n", Some(7), false),

@@ -53,7 +53,11 @@ pub enum SpoolError {
 
 impl SpoolError {
     fn from_io(err: std::io::Error) -> Self {
-        if err.raw_os_error() == Some(libc::ENOSPC) || err.raw_os_error() == Some(libc::EDQUOT) {
+        // Out of space, out of quota, or past the file size limit: all "full".
+        if matches!(
+            err.raw_os_error(),
+            Some(libc::ENOSPC | libc::EDQUOT | libc::EFBIG)
+        ) {
             SpoolError::Full
         } else {
             SpoolError::Io(err)

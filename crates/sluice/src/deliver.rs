@@ -171,12 +171,13 @@ impl Worker {
                     Ok(conn) => self.conn = Some(conn),
                     Err(Failure::Connect(why)) | Err(Failure::Session(why)) => {
                         let relay = format!("{host}[{host}]:{port}");
+                        crate::log!(self.logger, "smtp", "connect to {relay}: {why}");
                         return (defer_all(job, &relay, &why), true);
                     }
                 }
             }
             let conn = self.conn.as_mut().expect("connected above");
-            match conn.transaction(job, &body, &self.config).await {
+            match conn.transaction(job, &body).await {
                 Ok(results) => return (results, false),
                 Err(TxError::Stale) if reused => {
                     self.conn = None;
@@ -193,7 +194,6 @@ impl Worker {
                 Err(TxError::Broken(why)) => {
                     let relay = conn.relay.clone();
                     self.conn = None;
-                    let _ = &self.logger;
                     return (defer_all(job, &relay, &why), false);
                 }
             }
@@ -404,7 +404,6 @@ impl SmtpConn {
         &mut self,
         job: &Job,
         body: &[u8],
-        config: &Config,
     ) -> Result<Vec<(u16, Outcome)>, TxError> {
         let env = &job.envelope;
         let mut cmds = Vec::with_capacity(64 + 64 * job.rcpts.len());
@@ -531,7 +530,6 @@ impl SmtpConn {
         if end.class() != 2 {
             self.reset().await.map_err(&broken)?;
         }
-        let _ = config;
         Ok(results)
     }
 

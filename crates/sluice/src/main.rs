@@ -125,6 +125,12 @@ fn load_config(flags: &Flags) -> Result<Config, String> {
 
 async fn serve(flags: &Flags) -> Result<(), String> {
     let config = load_config(flags)?;
+    // Past a file size limit, writes must fail with EFBIG (a full spool,
+    // answered 452) instead of the default SIGXFSZ killing the server.
+    // SAFETY: setting a signal to SIG_IGN has no memory effects.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
     let server = Server::start(config).await.map_err(|e| e.to_string())?;
     for addr in &server.addrs {
         eprintln!("sluice: listening on {addr}");

@@ -21,10 +21,12 @@ pub fn temp_dir(name: &str) -> PathBuf {
 
 /// A config for tests: port 0 on loopback, relayhost = `next_hop`, fast retries.
 pub fn config(dir: &std::path::Path, next_hop: Option<SocketAddr>) -> Config {
-    let mut c = Config::default();
-    c.hostname = "mx.test".into();
-    c.data_dir = dir.join("var");
-    c.log_file = Some(dir.join("maillog"));
+    let mut c = Config {
+        hostname: "mx.test".into(),
+        data_dir: dir.join("var"),
+        log_file: Some(dir.join("maillog")),
+        ..Default::default()
+    };
     c.smtpd.listen = vec!["127.0.0.1:0".into()];
     c.delivery.relayhost = next_hop.map(|a| format!("smtp:[{}]:{}", a.ip(), a.port()));
     c.delivery.connection_idle_secs = 1;

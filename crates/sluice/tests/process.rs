@@ -1,0 +1,190 @@
+//! Tests that run the real `sluice serve` binary: crash recovery and a
+//! full spool.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+
+fn write_config(
+    dir: &std::path::Path,
+    listen: std::net::SocketAddr,
+    hop: std::net::SocketAddr,
+    segment_mib: u64,
+) -> std::path::PathBuf {
+    let path = dir.join("sluice.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"hostname = "mx.test"
+data_dir = "{data}"
+log_file = "{log}"
+[smtpd]
+listen = ["{listen}"]
+[spool]
+segment_mib = {segment_mib}
+[queue]
+minimal_backoff_secs = 1
+maximal_backoff_secs = 1
+[delivery]
+relayhost = "smtp:[{ip}]:{port}"
+"#,
+            data = dir.join("var").display(),
+            log = dir.join("maillog").display(),
+            ip = hop.ip(),
+            port = hop.port(),
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn spawn(config: &std::path::Path, file_size_limit_kib: Option<u64>) -> Child {
+    let bin = env!("CARGO_BIN_EXE_sluice");
+    let mut cmd = match file_size_limit_kib {
+        Some(kib) => {
+            let mut c = Command::new("sh");
+            c.arg("-c")
+                .arg(format!(
+                    "ulimit -f {kib} && exec \"$0\" serve --config \"$1\""
+                ))
+                .arg(bin)
+                .arg(config);
+            c
+        }
+        None => {
+            let mut c = Command::new(bin);
+            c.arg("serve").arg("--config").arg(config);
+            c
+        }
+    };
+    cmd.stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+async fn connect_when_up(addr: std::net::SocketAddr) -> Client {
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(addr).await.is_ok() {
+            return Client::ready(addr).await;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("server did not come up on {addr}");
+}
+
+fn kill9(child: &mut Child) {
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGKILL);
+    }
+    let _ = child.wait();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_with_mail_queued_restarts_and_delivers_exactly_once() {
+    let dir = temp_dir("proc-restart");
+    let listen = free_addr();
+    let hop = free_addr(); // the next hop is down for the first run
+    let config = write_config(&dir, listen, hop, 64);
+    let mut server = spawn(&config, None);
+    let mut c = connect_when_up(listen).await;
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let r = c
+            .message(
+                "a@sender.test",
+                &["b@dest.test"],
+                &body(&format!("crash{i}")),
+            )
+            .await;
+        assert!(r.starts_with("250 2.0.0"), "{r}");
+        ids.push(format!("<crash{i}@sender.test>"));
+    }
+    // Unacknowledged message cut off mid-DATA: must never be delivered.
+    assert!(c.cmd("MAIL FROM:<a@sender.test>").await.starts_with("250"));
+    assert!(c.cmd("RCPT TO:<b@dest.test>").await.starts_with("250"));
+    assert!(c.cmd("DATA").await.starts_with("354"));
+    c.send(b"Message-ID: <half@sender.test>\r\n\r\nhalf a mess")
+        .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    kill9(&mut server);
+
+    let sink = sink_on(hop).await;
+    let mut server = spawn(&config, None);
+    assert!(
+        wait_until(20, || sink.count() == 5).await,
+        "{}",
+        read_log(&dir)
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(sink.count(), 5, "no duplicates");
+    let mut got: Vec<String> = sink
+        .messages()
+        .iter()
+        .map(|m| sluice::tools::sink::header_value(&m.body, b"message-id:").unwrap())
+        .collect();
+    got.sort();
+    ids.sort();
+    assert_eq!(got, ids);
+    // A clean stop and start again delivers nothing more.
+    unsafe {
+        libc::kill(server.id() as i32, libc::SIGTERM);
+    }
+    let _ = server.wait();
+    let mut server = spawn(&config, None);
+    let _ = connect_when_up(listen).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(
+        sink.count(),
+        5,
+        "nothing delivered twice after a second restart"
+    );
+    kill9(&mut server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_spool_answers_452_and_keeps_what_it_acknowledged() {
+    let dir = temp_dir("proc-full");
+    let listen = free_addr();
+    let hop = free_addr();
+    let config = write_config(&dir, listen, hop, 1);
+    // The spool file may not grow past 600 KiB: like a disk that is full.
+    let mut server = spawn(&config, Some(600));
+    let mut c = connect_when_up(listen).await;
+    let filler =
+        "0123456789012345678901234567890123456789012345678901234567890123456789\r\n".repeat(1400);
+    let mut accepted = 0;
+    let mut full = None;
+    for i in 0..20 {
+        let r = c
+            .message(
+                "a@sender.test",
+                &["b@dest.test"],
+                &format!("Subject: big{i}\r\n\r\n{filler}"),
+            )
+            .await;
+        if r.starts_with("250") {
+            accepted += 1;
+        } else {
+            full = Some(r);
+            break;
+        }
+    }
+    let full = full.expect("the spool filled up");
+    assert!(full.starts_with("452 4.3.1"), "{full}");
+    assert!(accepted >= 1);
+    assert!(c.cmd("NOOP").await.starts_with("250"), "session survives");
+    kill9(&mut server);
+
+    let sink = sink_on(hop).await;
+    let mut server = spawn(&config, None);
+    assert!(
+        wait_until(20, || sink.count() == accepted).await,
+        "{} of {accepted}",
+        sink.count()
+    );
+    kill9(&mut server);
+}

@@ -1,0 +1,163 @@
+//! In-memory session tests: no sockets, an I/O stub that records each
+//! write, so "pipelined replies go out in one write" is checked exactly.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskContext, Poll};
+
+use sluice::config::Config;
+use sluice::log::Logger;
+use sluice::receive::Session;
+use sluice::route::RelayPolicy;
+use sluice::schedule::Event;
+use sluice::server::Context;
+use sluice_spool::{Spool, SpoolConfig};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// Serves `input` one chunk per read, then EOF; records every write.
+struct Scripted {
+    input: VecDeque<Vec<u8>>,
+    writes: Arc<Mutex<Vec<Vec<u8>>>>,
+}
+
+impl AsyncRead for Scripted {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        _: &mut TaskContext<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if let Some(chunk) = self.input.pop_front() {
+            buf.put_slice(&chunk);
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncWrite for Scripted {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _: &mut TaskContext<'_>,
+        data: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        self.writes.lock().unwrap().push(data.to_vec());
+        Poll::Ready(Ok(data.len()))
+    }
+    fn poll_flush(self: Pin<&mut Self>, _: &mut TaskContext<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut TaskContext<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+async fn run(name: &str, chunks: &[&[u8]]) -> (Vec<String>, Vec<Event>) {
+    let dir = std::env::temp_dir().join(format!("sluice-session-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (spool, _, _) = Spool::open(SpoolConfig {
+        dir: dir.clone(),
+        sync: true,
+        segment_bytes: 1 << 20,
+    })
+    .unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let config = Config::default();
+    let ctx = Arc::new(Context {
+        policy: RelayPolicy::new(config.mynetworks(), &config.smtpd.relay_domains),
+        config: Arc::new(config),
+        spool: spool.clone(),
+        logger: Logger::disabled(),
+        scheduler: tx,
+    });
+    let writes = Arc::new(Mutex::new(Vec::new()));
+    let io = Scripted {
+        input: chunks.iter().map(|c| c.to_vec()).collect(),
+        writes: writes.clone(),
+    };
+    Session::new(io, "127.0.0.1:40000".parse().unwrap(), ctx)
+        .run()
+        .await;
+    let mut events = Vec::new();
+    while let Ok(ev) = rx.try_recv() {
+        events.push(ev);
+    }
+    spool.shutdown();
+    let writes = writes
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|w| String::from_utf8_lossy(w).into_owned())
+        .collect();
+    (writes, events)
+}
+
+#[tokio::test]
+async fn pipelined_commands_are_answered_in_one_write() {
+    let (writes, events) = run(
+        "pipeline",
+        &[
+            b"EHLO a.test\r\nMAIL FROM:<a@b.test>\r\nRCPT TO:<c@d.test>\r\nRCPT TO:<e@d.test>\r\nDATA\r\n",
+            b"Subject: x\r\n\r\nbody\r\n.\r\nQUIT\r\n",
+        ],
+    )
+    .await;
+    assert_eq!(writes.len(), 3, "{writes:#?}");
+    assert!(writes[0].starts_with("220 localhost ESMTP Sluice"));
+    let batch = &writes[1];
+    for want in [
+        "250-localhost",
+        "250 2.1.0 Ok",
+        "250 2.1.5 Ok\r\n250 2.1.5 Ok",
+        "354 ",
+    ] {
+        assert!(batch.contains(want), "{want} missing from {batch:?}");
+    }
+    assert!(
+        writes[2].starts_with("250 2.0.0 Ok: queued as ")
+            && writes[2].ends_with("221 2.0.0 Bye\r\n")
+    );
+    assert_eq!(events.len(), 1, "the message reached the scheduler");
+    match &events[0] {
+        Event::Incoming(inc) => {
+            assert_eq!(inc.envelope.recipients, vec!["c@d.test", "e@d.test"]);
+            assert!(inc
+                .body
+                .as_ref()
+                .unwrap()
+                .ends_with(b"Subject: x\r\n\r\nbody\r\n"));
+        }
+        _ => panic!("unexpected event"),
+    }
+}
+
+#[tokio::test]
+async fn reply_table() {
+    // (command line, expected reply prefix) after EHLO.
+    let table: &[(&str, &str)] = &[
+        ("RCPT TO:<c@d.test>", "503 5.5.1"),
+        ("MAIL FROM:<a@b.test> SIZE=999999999999", "552 5.3.4"),
+        ("MAIL FROM:<a@b.test> FOO=BAR", "555 5.5.4"),
+        ("MAIL FROM:<a@b.test>", "250 2.1.0"),
+        ("RCPT TO:<c@d.test> NOTIFY=NEVER", "250 2.1.5"),
+        ("RCPT TO:<c>", "501 5.1.3"),
+        ("EXPN list", "502 5.5.1"),
+        ("AUTH PLAIN", "502 5.5.1"),
+        ("HELO", "501"),
+    ];
+    let mut input = b"EHLO a.test\r\n".to_vec();
+    for (line, _) in table {
+        input.extend_from_slice(line.as_bytes());
+        input.extend_from_slice(b"\r\n");
+    }
+    let (writes, _) = run("table", &[&input]).await;
+    let all: String = writes.concat();
+    let replies: Vec<&str> = all
+        .split("\r\n")
+        .filter(|l| !l.starts_with("250-") && !l.is_empty())
+        .collect();
+    // replies[0] = greeting, [1] = last EHLO line.
+    for (i, (line, want)) in table.iter().enumerate() {
+        let got = replies[i + 2];
+        assert!(got.starts_with(want), "{line:?}: want {want}, got {got:?}");
+    }
+}
