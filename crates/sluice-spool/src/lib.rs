@@ -108,6 +108,18 @@ pub struct Spool {
     tx: mpsc::Sender<writer::Command>,
     reader: Arc<SegmentReader>,
     next_id: Arc<AtomicU64>,
+    stats: Arc<SpoolStats>,
+}
+
+/// Counters that show group commit at work.
+#[derive(Debug, Default)]
+pub struct SpoolStats {
+    /// Messages stored.
+    pub messages: AtomicU64,
+    /// Disk syncs (one per batch).
+    pub syncs: AtomicU64,
+    /// Bytes written.
+    pub bytes: AtomicU64,
 }
 
 impl Spool {
@@ -124,7 +136,8 @@ impl Spool {
             dir: config.dir.clone(),
             open: Mutex::new(HashMap::new()),
         });
-        let tx = writer::start(config, state, reader.clone(), lock)?;
+        let stats = Arc::new(SpoolStats::default());
+        let tx = writer::start(config, state, reader.clone(), lock, stats.clone())?;
         let now_micros = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_micros() as u64)
@@ -133,8 +146,13 @@ impl Spool {
             tx,
             reader,
             next_id: Arc::new(AtomicU64::new(now_micros.max(max_id + 1))),
+            stats,
         };
         Ok((spool, recovered, report))
+    }
+
+    pub fn stats(&self) -> &SpoolStats {
+        &self.stats
     }
 
     /// A new queue ID, unique across restarts of this spool.

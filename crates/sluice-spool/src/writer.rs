@@ -4,11 +4,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 
 use crate::record::{self, Damage, Envelope, Record};
 use crate::{
     segment_path, BodyRef, Recovered, RecoveryReport, SegmentReader, SpoolConfig, SpoolError,
+    SpoolStats,
 };
 
 /// Stop gathering a batch past this many bytes, so one commit stays short.
@@ -141,6 +143,7 @@ struct Writer {
     file: File,
     len: u64,
     reader: Arc<SegmentReader>,
+    stats: Arc<SpoolStats>,
     /// Outcome records whose write failed; retried with the next batch.
     unwritten: Vec<Command>,
     _lock: File,
@@ -151,6 +154,7 @@ pub(crate) fn start(
     state: RecoveredState,
     reader: Arc<SegmentReader>,
     lock: File,
+    stats: Arc<SpoolStats>,
 ) -> Result<mpsc::Sender<Command>, SpoolError> {
     let current = state.live.keys().next_back().copied().unwrap_or(0) + 1;
     let file = create_segment(&config.dir, current)?;
@@ -165,6 +169,7 @@ pub(crate) fn start(
         file,
         len: 0,
         reader,
+        stats,
         unwritten: Vec::new(),
         _lock: lock,
     };
@@ -257,6 +262,15 @@ impl Writer {
         match result {
             Ok(()) => {
                 self.len += buf.len() as u64;
+                self.stats
+                    .messages
+                    .fetch_add(stored.len() as u64, Ordering::Relaxed);
+                self.stats
+                    .bytes
+                    .fetch_add(buf.len() as u64, Ordering::Relaxed);
+                if self.sync && !buf.is_empty() {
+                    self.stats.syncs.fetch_add(1, Ordering::Relaxed);
+                }
                 *self.live.entry(self.current).or_default() += stored.len();
                 for (reply, body_ref) in stored {
                     let _ = reply.send(Ok(body_ref));

@@ -3,7 +3,8 @@
 //!
 //! Callers only format their message and hand it to a channel; a dedicated
 //! thread adds the timestamp and writes through a large buffer, flushing
-//! when the channel runs dry. Nothing is ever synced: a log line is not
+//! when the channel runs dry and then pausing 20 ms so that lines arrive in
+//! batches rather than one wake-up each. Nothing is ever synced: a log line is not
 //! worth a disk flush in the hot path.
 
 use std::io::Write;

@@ -139,7 +139,17 @@ impl Server {
         let _ = self.scheduler_task.await;
         let spool = self.spool.clone();
         let _ = tokio::task::spawn_blocking(move || spool.shutdown()).await;
-        log!(self.logger, "master", "daemon stopped");
+        let stats = self.spool.stats();
+        let (messages, syncs) = (
+            stats.messages.load(std::sync::atomic::Ordering::Relaxed),
+            stats.syncs.load(std::sync::atomic::Ordering::Relaxed),
+        );
+        log!(
+            self.logger,
+            "master",
+            "daemon stopped: spool stored {messages} messages with {syncs} disk syncs ({:.1} messages per sync)",
+            messages as f64 / syncs.max(1) as f64
+        );
     }
 }
 

@@ -58,6 +58,7 @@ struct Counters {
     bytes: AtomicU64,
     errors: AtomicU64,
     connections: AtomicU64,
+    reported: AtomicU64,
 }
 
 /// The run's totals.
@@ -277,7 +278,17 @@ async fn one_connection(
     .await;
     match result {
         Ok(()) => Ok(()),
-        Err(_) => Err(last - next),
+        Err(err) => {
+            // Say why the first few connections failed; counting alone hides causes.
+            if c.reported.fetch_add(1, Ordering::Relaxed) < 5 {
+                eprintln!(
+                    "bench: connection error after {} of {} messages: {err}",
+                    next - first,
+                    last - first
+                );
+            }
+            Err(last - next)
+        }
     }
 }
 
