@@ -50,9 +50,9 @@
 #   failed, 2 if the set-up failed.
 #   Memory of the system under test (harness: n/a):
 #     sluice   peak_rss_kb = max RSS of the serve process (/usr/bin/time -v);
-#              peak_pss_kb = peak PSS sampled once a second from /proc.
+#              peak_pss_kb = peak PSS sampled every 0.5 s from /proc.
 #     postfix  peak of the sum of VmRSS (resp. Pss) over the master and all
-#              the daemons it forked, sampled once a second. The RSS sum counts
+#              the daemons it forked, sampled every 0.5 s. The RSS sum counts
 #              shared pages (libraries, ...) once per process, ~300 processes,
 #              so it overstates Postfix several times: compare the PSS.
 #
@@ -279,7 +279,7 @@ smtp_sink_driver() {
 sink_progress() {
     case $SINK in
     sluice) tail -n 1 "$W/sink.err" 2>/dev/null | tr -d '\r' || true ;;
-    smtp-sink) echo "received=$(smtp_sink_count)" ;;
+    smtp-sink) echo "sink: received=$(smtp_sink_count)" ;;
     esac
 }
 
@@ -495,24 +495,26 @@ start_postfix() {
     start_mem_sampler "$master"
 }
 
-# Every second: sum VmRSS and Pss over PID and its children (for Postfix the
+# Every 0.5 s: sum VmRSS and Pss over PID and its children (for Postfix the
 # master and every daemon it forked); keep the peaks in FILE as
 # "rss_kb pss_kb".
 mem_sampler() {
     set +e
-    local root=$1 out=$2 peak=0 peakp=0 pids s p
+    local root=$1 out=$2 peak=0 peakp=0 files s p x
     while kill -0 "$root" 2>/dev/null; do
-        pids="$root $(pgrep -P "$root" | tr '\n' ' ')"
+        # Three processes per sample, whatever the number of daemons: this
+        # must not steal CPU from the system under test.
+        files=()
+        for x in $root $(pgrep -P "$root"); do
+            files+=("/proc/$x/status" "/proc/$x/smaps_rollup")
+        done
         s=0; p=0
-        read -r s p < <(
-            for x in $pids; do
-                awk '/^VmRSS:/ { print "R", $2 }' "/proc/$x/status" 2>/dev/null
-                awk '/^Pss:/ { print "P", $2 }' "/proc/$x/smaps_rollup" 2>/dev/null
-            done | awk '$1 == "R" { r += $2 } $1 == "P" { q += $2 } END { print r + 0, q + 0 }')
+        read -r s p < <(cat "${files[@]}" 2>/dev/null \
+            | awk '/^VmRSS:/ { r += $2 } /^Pss:/ { q += $2 } END { print r + 0, q + 0 }')
         [ "${s:-0}" -gt "$peak" ] && peak=$s
         [ "${p:-0}" -gt "$peakp" ] && peakp=$p
         echo "$peak $peakp" >"$out.tmp" && mv "$out.tmp" "$out"
-        sleep 1
+        sleep 0.5
     done
 }
 
@@ -563,7 +565,7 @@ ticker() {  # progress line every 5 s while a run goes on
     local label=$1 t0 line
     t0=$(date +%s)
     while sleep 5; do
-        line="[$label +$(( $(date +%s) - t0 ))s] sink: $(sink_progress)"
+        line="[$label +$(( $(date +%s) - t0 ))s] $(sink_progress)"
         [ "$label" = "${label#postfix}" ] || line+="; postfix queue files: $(postfix_queue_files)"
         log "$line"
     done
