@@ -26,6 +26,10 @@ pub struct Config {
     /// Routing: domain (`example.com`, `.example.com` for subdomains, or
     /// `*`) → `smtp:[host]:port`, `smtp:host:port` or `discard`.
     pub transport: BTreeMap<String, String>,
+    /// Local (virtual mailbox) domains and their tables.
+    pub local: crate::local::LocalConfig,
+    /// Named lookup tables (`[tables.NAME]`), used by `[local]`.
+    pub tables: BTreeMap<String, crate::lookup::TableConfig>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -113,6 +117,8 @@ impl Default for Config {
             queue: QueueConfig::default(),
             delivery: DeliveryConfig::default(),
             transport: BTreeMap::new(),
+            local: crate::local::LocalConfig::default(),
+            tables: BTreeMap::new(),
         }
     }
 }

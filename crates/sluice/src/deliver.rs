@@ -21,6 +21,7 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 use crate::config::Config;
+use crate::local::{deliver_maildir, Local};
 use crate::log::Logger;
 use crate::receive::{FLAG_8BITMIME, FLAG_SMTPUTF8};
 use crate::route::NextHop;
@@ -54,6 +55,7 @@ pub fn spawn_worker(
     first: Job,
     rx: mpsc::Receiver<Job>,
     config: Arc<Config>,
+    local: Arc<Local>,
     spool: Spool,
     logger: Logger,
     events: mpsc::UnboundedSender<Event>,
@@ -64,6 +66,7 @@ pub fn spawn_worker(
             dest,
             hop,
             config,
+            local,
             spool,
             logger,
             events,
@@ -78,6 +81,7 @@ struct Worker {
     dest: Arc<str>,
     hop: Arc<NextHop>,
     config: Arc<Config>,
+    local: Arc<Local>,
     spool: Spool,
     logger: Logger,
     events: mpsc::UnboundedSender<Event>,
@@ -157,11 +161,14 @@ impl Worker {
                 }
             }
         };
-        let NextHop::Smtp { host, port, .. } = &*self.hop else {
-            return (
-                defer_all(job, "none", "4.3.5 no delivery agent for this next hop"),
-                false,
-            );
+        let hop = self.hop.clone();
+        let (host, port) = match &*hop {
+            NextHop::Smtp { host, port, .. } => (host, port),
+            NextHop::Maildir => return (self.maildir(job, body).await, false),
+            NextHop::Discard => {
+                let why = "4.3.5 no delivery agent for this next hop";
+                return (defer_all(job, "none", why), false);
+            }
         };
         // A cached connection may have been closed by the peer: one retry on a fresh one.
         for _ in 0..2 {
@@ -202,6 +209,54 @@ impl Worker {
             defer_all(job, "none", "4.4.2 connection failed twice"),
             false,
         )
+    }
+}
+
+impl Worker {
+    /// Local delivery of one job: each recipient into its Maildir.
+    async fn maildir(&self, job: &Job, body: Arc<Vec<u8>>) -> Vec<(u16, Outcome)> {
+        let mut results = Vec::with_capacity(job.rcpts.len());
+        for &r in &job.rcpts {
+            let rcpt = job.envelope.recipients[r as usize].clone();
+            let outcome = match self.local.maildir_of(&rcpt).await {
+                Ok(None) => Outcome::Bounced {
+                    relay: "maildir".into(),
+                    reason: "5.1.1 user unknown in virtual mailbox table".into(),
+                },
+                Err(err) => Outcome::Deferred {
+                    relay: "maildir".into(),
+                    reason: format!("4.3.0 temporary lookup failure: {err}"),
+                },
+                Ok(Some(dir)) => {
+                    let (hostname, sender, body) = (
+                        self.config.hostname.clone(),
+                        job.envelope.sender.clone(),
+                        body.clone(),
+                    );
+                    let shown = dir.display().to_string();
+                    let written = tokio::task::spawn_blocking(move || {
+                        deliver_maildir(&dir, &hostname, &sender, &rcpt, &body)
+                    })
+                    .await;
+                    match written {
+                        Ok(Ok(name)) => Outcome::Delivered {
+                            relay: "maildir".into(),
+                            reply: format!("delivered to maildir {shown}/new/{name}"),
+                        },
+                        Ok(Err(err)) => Outcome::Deferred {
+                            relay: "maildir".into(),
+                            reason: err.to_string(),
+                        },
+                        Err(err) => Outcome::Deferred {
+                            relay: "maildir".into(),
+                            reason: format!("4.3.0 delivery task failed: {err}"),
+                        },
+                    }
+                }
+            };
+            results.push((r, outcome));
+        }
+        results
     }
 }
 

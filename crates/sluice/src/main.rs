@@ -15,7 +15,9 @@ const USAGE: &str = "usage:
               [--message-ids FILE] [--test-replies]
   sluice bench --target ADDR [--sessions S] [--messages-per-session M] [--count N]
               [--size BYTES] [--recipients R] [--domains D] [--rate MSG_PER_S]
-              [--interval SECS] [--max-seconds S] [--from ADDR]";
+              [--interval SECS] [--max-seconds S] [--duration S] [--from ADDR]
+              [--messages-per-session-max M2] [--recipient-template 'user{n}@example.com'
+              --recipient-count U] [--unknown-percent P]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -135,11 +137,15 @@ async fn serve(flags: &Flags) -> Result<(), String> {
     for addr in &server.addrs {
         eprintln!("sluice: listening on {addr}");
     }
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| e.to_string())?;
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+    let mut hup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => break,
+            _ = term.recv() => break,
+            _ = hup.recv() => server.reload(),
+        }
     }
     eprintln!("sluice: shutting down");
     server.shutdown().await;
@@ -194,7 +200,12 @@ async fn run_bench(flags: &Flags) -> Result<(), String> {
         "--rate",
         "--interval",
         "--max-seconds",
+        "--duration",
         "--from",
+        "--messages-per-session-max",
+        "--recipient-template",
+        "--recipient-count",
+        "--unknown-percent",
     ])?;
     let d = bench::BenchOptions::default();
     let target = flags.get("--target").unwrap_or("127.0.0.1:2525");
@@ -222,14 +233,29 @@ async fn run_bench(flags: &Flags) -> Result<(), String> {
             .transpose()
             .map_err(|_| "--max-seconds: bad number")?,
         from: flags.get("--from").unwrap_or(&d.from).to_string(),
+        messages_per_session_max: flags.num("--messages-per-session-max", 0)?,
+        recipient_template: flags.get("--recipient-template").map(str::to_string),
+        recipient_count: flags.num("--recipient-count", d.recipient_count)?,
+        unknown_percent: flags.num("--unknown-percent", 0.0)?,
     };
+    // --duration: run for that long, however many messages that is.
+    let mut opts = opts;
+    if let Some(secs) = flags.get("--duration") {
+        let secs: u64 = secs.parse().map_err(|_| "--duration: bad number")?;
+        opts.max_seconds = Some(secs);
+        if flags.get("--count").is_none() {
+            opts.count = u64::MAX / 2;
+        }
+    }
     let report = bench::run(opts, std::io::stdout()).await;
     println!(
-        "BENCH messages={} errors={} seconds={:.3} msgs_per_s={:.1}",
+        "BENCH messages={} errors={} seconds={:.3} msgs_per_s={:.1} rejected_5xx={} temp_4xx={}",
         report.messages,
         report.errors,
         report.seconds,
-        report.messages as f64 / report.seconds.max(1e-9)
+        report.messages as f64 / report.seconds.max(1e-9),
+        report.rejected_5xx,
+        report.temp_4xx
     );
     Ok(())
 }

@@ -20,6 +20,7 @@ use sluice_proto::line::{Frame, LineError, LineFramer};
 use sluice_spool::{Envelope, SpoolError};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use crate::local::Resolution;
 use crate::log::qid;
 use crate::schedule::{Event, Incoming};
 use crate::server::Context;
@@ -54,6 +55,8 @@ struct Transaction {
     bdat: bool,
     /// A BDAT chunk overflowed the size limit; the rest is read and dropped.
     bdat_too_big: bool,
+    /// Some recipient resolved to "discard": accept even with no recipients left.
+    discard: bool,
 }
 
 /// What the command loop should do after a step.
@@ -310,6 +313,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     body: Vec::new(),
                     bdat: false,
                     bdat_too_big: false,
+                    discard: false,
                 });
                 self.reply("250 2.1.0 Ok");
                 Next::Continue
@@ -332,20 +336,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     self.reply("452 4.5.3 Error: too many recipients");
                     return Next::Continue;
                 }
-                if !self.ctx.policy.allows(trusted, &address) {
-                    log!(
-                        self.ctx.logger,
-                        "smtpd",
-                        "NOQUEUE: reject: RCPT from [{}]: 554 5.7.1 <{address}>: Relay access denied",
-                        self.peer.ip()
-                    );
-                    self.reply_fmt(format_args!("554 5.7.1 <{address}>: Relay access denied"));
-                    self.errors += 1;
-                    return Next::Continue;
-                }
-                txn.recipients.push(address);
-                self.reply("250 2.1.5 Ok");
-                Next::Continue
+                self.recipient(address, trusted).await
             }
             Request::Data => {
                 let Some(txn) = self.txn.as_mut() else {
@@ -354,7 +345,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 if txn.bdat {
                     return self.error("503 5.5.1 Error: DATA after BDAT");
                 }
-                if txn.recipients.is_empty() {
+                if txn.recipients.is_empty() && !txn.discard {
                     return self.error("554 5.5.1 Error: no valid recipients");
                 }
                 self.start_body();
@@ -378,7 +369,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 // The chunk follows the command whatever we answer, so it is
                 // always read; a refused chunk is read and thrown away.
                 let accepted = match self.txn.as_mut() {
-                    Some(txn) if !txn.recipients.is_empty() => {
+                    Some(txn) if !txn.recipients.is_empty() || txn.discard => {
                         let first = !txn.bdat;
                         txn.bdat = true;
                         if first {
@@ -434,6 +425,75 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             | Request::Etrn { .. } => self.error("502 5.5.1 Error: command not implemented"),
             _ => self.error("502 5.5.1 Error: command not implemented"),
         }
+    }
+
+    /// Decides one recipient: local mailbox/alias, relay, or refusal.
+    async fn recipient(&mut self, address: String, trusted: bool) -> Next {
+        let ctx = self.ctx.clone();
+        let resolution = ctx.local.resolve(&address).await;
+        let Some(txn) = self.txn.as_mut() else {
+            return Next::Continue;
+        };
+        match resolution {
+            Ok(Resolution::NotLocal) => {
+                if !ctx.policy.allows(trusted, &address) {
+                    log!(
+                        ctx.logger,
+                        "smtpd",
+                        "NOQUEUE: reject: RCPT from [{}]: 554 5.7.1 <{address}>: Relay access denied",
+                        self.peer.ip()
+                    );
+                    self.reply_fmt(format_args!("554 5.7.1 <{address}>: Relay access denied"));
+                    self.errors += 1;
+                    return Next::Continue;
+                }
+                if !txn.recipients.contains(&address) {
+                    txn.recipients.push(address);
+                }
+            }
+            Ok(Resolution::Accept(targets)) => {
+                for t in targets {
+                    if !txn.recipients.contains(&t) {
+                        txn.recipients.push(t);
+                    }
+                }
+            }
+            Ok(Resolution::Discard) => {
+                txn.discard = true;
+                log!(
+                    ctx.logger,
+                    "smtpd",
+                    "{}: to=<{address}>: discarded by alias",
+                    qid(txn.id)
+                );
+            }
+            Ok(Resolution::Unknown) => {
+                log!(
+                    ctx.logger,
+                    "smtpd",
+                    "NOQUEUE: reject: RCPT from [{}]: 550 5.1.1 <{address}>: User unknown",
+                    self.peer.ip()
+                );
+                self.reply_fmt(format_args!(
+                    "550 5.1.1 <{address}>: Recipient address rejected: User unknown in virtual mailbox table"
+                ));
+                return self.error_counted();
+            }
+            Err(err) => {
+                log!(
+                    ctx.logger,
+                    "smtpd",
+                    "NOQUEUE: reject: RCPT from [{}]: 451 4.3.0 <{address}>: Temporary lookup failure: {err}",
+                    self.peer.ip()
+                );
+                self.reply_fmt(format_args!(
+                    "451 4.3.0 <{address}>: Temporary lookup failure"
+                ));
+                return Next::Continue;
+            }
+        }
+        self.reply("250 2.1.5 Ok");
+        Next::Continue
     }
 
     fn parse_error(&mut self, err: ParseError) -> Next {
@@ -588,6 +648,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
 
     /// Spools the message and, once it is synced, says 250.
     async fn queue(&mut self, txn: Transaction) {
+        if txn.recipients.is_empty() {
+            // Every recipient was an alias to "discard": nothing to keep.
+            log!(
+                self.ctx.logger,
+                "smtpd",
+                "{}: discarded (no recipients left)",
+                qid(txn.id)
+            );
+            self.reply_fmt(format_args!("250 2.0.0 Ok: discarded as {}", qid(txn.id)));
+            return;
+        }
         let envelope = Envelope {
             id: txn.id,
             arrival: timefmt::now_millis(),

@@ -21,6 +21,8 @@ pub enum NextHop {
     },
     /// Accept and drop (logged as delivered).
     Discard,
+    /// Local delivery into virtual mailboxes.
+    Maildir,
 }
 
 impl NextHop {
@@ -29,6 +31,9 @@ impl NextHop {
         let text = text.trim();
         if text == "discard" || text.starts_with("discard:") {
             return Some(NextHop::Discard);
+        }
+        if text == "maildir" || text == "local" {
+            return Some(NextHop::Maildir);
         }
         let rest = text.strip_prefix("smtp:")?;
         let (host, port, bracketed) = if let Some(inner) = rest.strip_prefix('[') {
@@ -65,6 +70,7 @@ impl NextHop {
             } => format!("smtp:[{host}]:{port}"),
             NextHop::Smtp { host, port, .. } => format!("smtp:{host}:{port}"),
             NextHop::Discard => "discard".into(),
+            NextHop::Maildir => "maildir".into(),
         }
     }
 }
@@ -72,6 +78,8 @@ impl NextHop {
 /// The routing table, built once from the configuration.
 #[derive(Debug, Clone)]
 pub struct Router {
+    /// Local (virtual mailbox) domains: always delivered to Maildirs.
+    local: std::collections::HashSet<String>,
     table: BTreeMap<String, Arc<NextHop>>,
     wildcard: Option<Arc<NextHop>>,
     relayhost: Option<Arc<NextHop>>,
@@ -79,6 +87,14 @@ pub struct Router {
 
 impl Router {
     pub fn new(transport: &BTreeMap<String, String>, relayhost: Option<&str>) -> Router {
+        Router::with_local(transport, relayhost, &[])
+    }
+
+    pub fn with_local(
+        transport: &BTreeMap<String, String>,
+        relayhost: Option<&str>,
+        local: &[String],
+    ) -> Router {
         let mut table = BTreeMap::new();
         let mut wildcard = None;
         for (domain, hop) in transport {
@@ -92,6 +108,7 @@ impl Router {
             }
         }
         Router {
+            local: local.iter().map(|d| d.to_ascii_lowercase()).collect(),
             table,
             wildcard,
             relayhost: relayhost.and_then(NextHop::parse).map(Arc::new),
@@ -101,6 +118,9 @@ impl Router {
     /// The next hop for a recipient address, or `None` if unroutable.
     pub fn route(&self, address: &str) -> Option<Arc<NextHop>> {
         let domain = domain_of(address).to_ascii_lowercase();
+        if self.local.contains(&domain) {
+            return Some(Arc::new(NextHop::Maildir));
+        }
         if let Some(hop) = self.table.get(&domain) {
             return Some(hop.clone());
         }

@@ -28,6 +28,7 @@ use tokio::sync::mpsc;
 use crate::bounce;
 use crate::config::Config;
 use crate::deliver::{self, Job, Outcome, WorkerId};
+use crate::local::Local;
 use crate::log::{qid, Logger};
 use crate::route::{NextHop, Router};
 use crate::{log, timefmt};
@@ -106,6 +107,7 @@ struct Destination {
 
 pub struct Scheduler {
     config: Arc<Config>,
+    local: Arc<Local>,
     router: Router,
     spool: Spool,
     logger: Logger,
@@ -121,14 +123,20 @@ pub struct Scheduler {
 impl Scheduler {
     pub fn new(
         config: Arc<Config>,
+        local: Arc<Local>,
         spool: Spool,
         logger: Logger,
         events: mpsc::UnboundedSender<Event>,
     ) -> Scheduler {
-        let router = Router::new(&config.transport, config.delivery.relayhost.as_deref());
+        let router = Router::with_local(
+            &config.transport,
+            config.delivery.relayhost.as_deref(),
+            &config.local.domains,
+        );
         let body_cache_limit = config.spool.body_cache_mib << 20;
         Scheduler {
             config,
+            local,
             router,
             spool,
             logger,
@@ -380,6 +388,7 @@ impl Scheduler {
                     job,
                     rx,
                     self.config.clone(),
+                    self.local.clone(),
                     self.spool.clone(),
                     self.logger.clone(),
                     self.events.clone(),

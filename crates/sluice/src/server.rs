@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::config::Config;
+use crate::local::Local;
 use crate::log;
 use crate::log::Logger;
 use crate::receive::Session;
@@ -25,6 +26,7 @@ use crate::schedule::{Event, Incoming, Scheduler};
 /// What every session shares.
 pub struct Context {
     pub config: Arc<Config>,
+    pub local: Arc<Local>,
     pub spool: Spool,
     pub logger: Logger,
     pub policy: RelayPolicy,
@@ -37,6 +39,8 @@ pub enum StartError {
     Log(std::io::Error),
     #[error("cannot open spool: {0}")]
     Spool(#[from] sluice_spool::SpoolError),
+    #[error("configuration: {0}")]
+    Config(String),
     #[error("cannot listen on {0}: {1}")]
     Listen(String, std::io::Error),
 }
@@ -51,6 +55,7 @@ pub struct Server {
     scheduler_task: JoinHandle<()>,
     spool: Spool,
     logger: Logger,
+    local: Arc<Local>,
 }
 
 impl Server {
@@ -82,8 +87,18 @@ impl Server {
         for damage in &report.damage {
             log!(logger, "master", "spool recovery: {damage}");
         }
+        let local = Arc::new(
+            Local::build(&config.local, &config.tables, &config.data_dir, &logger)
+                .map_err(StartError::Config)?,
+        );
         let (tx, rx) = mpsc::unbounded_channel();
-        let scheduler = Scheduler::new(config.clone(), spool.clone(), logger.clone(), tx.clone());
+        let scheduler = Scheduler::new(
+            config.clone(),
+            local.clone(),
+            spool.clone(),
+            logger.clone(),
+            tx.clone(),
+        );
         let scheduler_task = tokio::spawn(scheduler.run(rx));
         for msg in recovered {
             let _ = tx.send(Event::Incoming(Incoming {
@@ -96,6 +111,7 @@ impl Server {
         let ctx = Arc::new(Context {
             policy: RelayPolicy::new(config.mynetworks(), &config.smtpd.relay_domains),
             config: config.clone(),
+            local: local.clone(),
             spool: spool.clone(),
             logger: logger.clone(),
             scheduler: tx.clone(),
@@ -126,7 +142,14 @@ impl Server {
             scheduler_task,
             spool,
             logger,
+            local,
         })
+    }
+
+    /// Reloads lookup tables (SIGHUP).
+    pub fn reload(&self) {
+        log!(self.logger, "master", "reload: lookup tables");
+        self.local.reload();
     }
 
     /// Stops accepting, ends sessions and the scheduler, closes the spool.

@@ -64,6 +64,10 @@ async fn run(name: &str, chunks: &[&[u8]]) -> (Vec<String>, Vec<Event>) {
     let config = Config::default();
     let ctx = Arc::new(Context {
         policy: RelayPolicy::new(config.mynetworks(), &config.smtpd.relay_domains),
+        local: Arc::new(
+            sluice::local::Local::build(&config.local, &config.tables, &dir, &Logger::disabled())
+                .unwrap(),
+        ),
         config: Arc::new(config),
         spool: spool.clone(),
         logger: Logger::disabled(),

@@ -31,6 +31,15 @@ pub struct BenchOptions {
     pub interval: Duration,
     pub max_seconds: Option<u64>,
     pub from: String,
+    /// Messages per session drawn uniformly from
+    /// `messages_per_session..=messages_per_session_max`.
+    pub messages_per_session_max: u64,
+    /// Recipients `template` with `{n}` drawn from 1..=`recipient_count`
+    /// (instead of `recipN@domainK.example`).
+    pub recipient_template: Option<String>,
+    pub recipient_count: u64,
+    /// Share of recipients (percent) made unknown on purpose.
+    pub unknown_percent: f64,
 }
 
 impl Default for BenchOptions {
@@ -47,6 +56,10 @@ impl Default for BenchOptions {
             interval: Duration::from_secs(1),
             max_seconds: None,
             from: "bench@sender.example".into(),
+            messages_per_session_max: 1,
+            recipient_template: None,
+            recipient_count: 1000,
+            unknown_percent: 0.0,
         }
     }
 }
@@ -59,6 +72,8 @@ struct Counters {
     errors: AtomicU64,
     connections: AtomicU64,
     reported: AtomicU64,
+    rejected_5xx: AtomicU64,
+    temp_4xx: AtomicU64,
 }
 
 /// The run's totals.
@@ -67,6 +82,9 @@ pub struct BenchReport {
     pub messages: u64,
     pub errors: u64,
     pub seconds: f64,
+    /// Replies of class 5 and 4 to any command (e.g. 550 unknown user, 451).
+    pub rejected_5xx: u64,
+    pub temp_4xx: u64,
 }
 
 pub async fn run(opts: BenchOptions, mut csv: impl std::io::Write) -> BenchReport {
@@ -145,6 +163,8 @@ pub async fn run(opts: BenchOptions, mut csv: impl std::io::Write) -> BenchRepor
         messages: counters.messages.load(Ordering::Relaxed),
         errors: counters.errors.load(Ordering::Relaxed),
         seconds: started.elapsed().as_secs_f64(),
+        rejected_5xx: counters.rejected_5xx.load(Ordering::Relaxed),
+        temp_4xx: counters.temp_4xx.load(Ordering::Relaxed),
     }
 }
 
@@ -163,6 +183,23 @@ fn filler(size: usize) -> Vec<u8> {
     body
 }
 
+/// A small xorshift generator: enough randomness for load, no dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+static SESSION_SEED: AtomicU64 = AtomicU64::new(1);
+
 async fn session_loop(
     opts: &BenchOptions,
     c: &Counters,
@@ -170,20 +207,26 @@ async fn session_loop(
     run_id: u64,
     started: Instant,
 ) {
+    let seed = SESSION_SEED
+        .fetch_add(1, Ordering::Relaxed)
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let mut rng = Rng((run_id ^ seed) | 1);
+    let max_per = opts.messages_per_session_max.max(opts.messages_per_session);
     loop {
-        let first = c
-            .claimed
-            .fetch_add(opts.messages_per_session, Ordering::Relaxed);
+        let batch = opts.messages_per_session + rng.below(max_per - opts.messages_per_session + 1);
+        let first = c.claimed.fetch_add(batch, Ordering::Relaxed);
         if first >= opts.count {
             return;
         }
-        let last = (first + opts.messages_per_session).min(opts.count);
+        let last = (first + batch).min(opts.count);
         if let Some(max) = opts.max_seconds {
             if started.elapsed().as_secs() >= max {
                 return;
             }
         }
-        if let Err(unsent) = one_connection(opts, c, filler, run_id, started, first, last).await {
+        if let Err(unsent) =
+            one_connection(opts, c, filler, run_id, started, first, last, &mut rng).await
+        {
             c.errors.fetch_add(unsent, Ordering::Relaxed);
         }
     }
@@ -191,6 +234,7 @@ async fn session_loop(
 
 /// Sends messages `first..last` over one connection; on failure returns
 /// how many were not confirmed.
+#[allow(clippy::too_many_arguments)]
 async fn one_connection(
     opts: &BenchOptions,
     c: &Counters,
@@ -199,6 +243,7 @@ async fn one_connection(
     started: Instant,
     first: u64,
     last: u64,
+    rng: &mut Rng,
 ) -> Result<(), u64> {
     let mut next = first;
     let result: std::io::Result<()> = async {
@@ -217,11 +262,29 @@ async fn one_connection(
                 let due = started + Duration::from_secs_f64(next as f64 / rate);
                 tokio::time::sleep_until(due.into()).await;
             }
+            if let Some(max) = opts.max_seconds {
+                if started.elapsed().as_secs() >= max {
+                    break;
+                }
+            }
             let mut envelope = format!("MAIL FROM:<{}>\r\n", opts.from);
             for r in 0..opts.recipients.max(1) {
-                let k = next as usize * opts.recipients.max(1) + r;
-                let domain = k % opts.domains.max(1) + 1;
-                envelope.push_str(&format!("RCPT TO:<recip{}@domain{domain}.example>\r\n", k % 1000 + 1));
+                let rcpt = match &opts.recipient_template {
+                    Some(template) => {
+                        let n = rng.below(opts.recipient_count) + 1;
+                        if (rng.below(10_000) as f64) < opts.unknown_percent * 100.0 {
+                            template.replace("{n}", &format!("-unknown{n}"))
+                        } else {
+                            template.replace("{n}", &n.to_string())
+                        }
+                    }
+                    None => {
+                        let k = next as usize * opts.recipients.max(1) + r;
+                        let domain = k % opts.domains.max(1) + 1;
+                        format!("recip{}@domain{domain}.example", k % 1000 + 1)
+                    }
+                };
+                envelope.push_str(&format!("RCPT TO:<{rcpt}>\r\n"));
             }
             let n_cmds = 2 + opts.recipients.max(1);
             if pipelining {
@@ -236,6 +299,7 @@ async fn one_connection(
                     stream.write_all(cmd.as_bytes()).await?;
                 }
                 let (code, _) = rd.read(&mut stream).await?;
+                count_reply(c, code);
                 let want = if i + 1 == n_cmds { 3 } else { 2 };
                 if code / 100 != want {
                     ok = false;
@@ -258,6 +322,7 @@ async fn one_connection(
                 msg.extend_from_slice(b".\r\n");
                 stream.write_all(&msg).await?;
                 let (code, _) = rd.read(&mut stream).await?;
+                count_reply(c, code);
                 if code / 100 == 2 {
                     c.messages.fetch_add(1, Ordering::Relaxed);
                     c.bytes.fetch_add(msg.len() as u64, Ordering::Relaxed);
@@ -290,6 +355,14 @@ async fn one_connection(
             Err(last - next)
         }
     }
+}
+
+fn count_reply(c: &Counters, code: u16) {
+    match code / 100 {
+        5 => c.rejected_5xx.fetch_add(1, Ordering::Relaxed),
+        4 => c.temp_4xx.fetch_add(1, Ordering::Relaxed),
+        _ => 0,
+    };
 }
 
 fn expect(code: u16, class: u16) -> std::io::Result<()> {

@@ -2,6 +2,8 @@
 //! client, polling with a deadline.
 #![allow(dead_code)]
 
+pub mod slapd;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

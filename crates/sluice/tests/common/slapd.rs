@@ -1,0 +1,150 @@
+//! A real OpenLDAP `slapd` for tests: own config and mdb database in a temp
+//! dir, loaded offline with `slapadd`, listening on a free loopback port.
+//! Installs Debian's slapd and ldap-utils if they are missing.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Slapd {
+    pub port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+pub const BASE: &str = "dc=example,dc=com";
+
+fn ensure_installed() {
+    if Path::new("/usr/sbin/slapd").exists() && Path::new("/usr/sbin/slapadd").exists() {
+        return;
+    }
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(
+            "echo 'slapd slapd/no_configuration boolean true' | debconf-set-selections; \
+             DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slapd ldap-utils",
+        )
+        .status()
+        .expect("run apt-get");
+    assert!(
+        status.success(),
+        "could not install slapd (apt-get install -y slapd ldap-utils)"
+    );
+}
+
+/// The LDIF for `users` users `user1..` in example.com, plus aliases.
+pub fn ldif(users: usize) -> String {
+    let mut s = format!(
+        "dn: {BASE}\nobjectClass: dcObject\nobjectClass: organization\ndc: example\no: Example\n\n\
+         dn: ou=people,{BASE}\nobjectClass: organizationalUnit\nou: people\n\n\
+         dn: ou=aliases,{BASE}\nobjectClass: organizationalUnit\nou: aliases\n\n"
+    );
+    for i in 1..=users {
+        s.push_str(&format!(
+            "dn: uid=user{i},ou=people,{BASE}\nobjectClass: inetOrgPerson\nobjectClass: posixAccount\n\
+             cn: user{i}\nsn: user{i}\nuid: user{i}\nuidNumber: {}\ngidNumber: 10000\n\
+             homeDirectory: example.com/user{i}/Maildir/\nmail: user{i}@example.com\n\n",
+            10000 + i
+        ));
+    }
+    s.push_str(&format!(
+        "dn: cn=sales@example.com,ou=aliases,{BASE}\nobjectClass: nisMailAlias\ncn: sales@example.com\n\
+         rfc822MailMember: user1@example.com\nrfc822MailMember: user2@example.com\n\n\
+         dn: cn=@catch.example.com,ou=aliases,{BASE}\nobjectClass: nisMailAlias\ncn: @catch.example.com\n\
+         rfc822MailMember: user3@example.com\n\n"
+    ));
+    s
+}
+
+impl Slapd {
+    pub fn start(name: &str, users: usize) -> Slapd {
+        ensure_installed();
+        let dir = std::env::temp_dir().join(format!("sluice-slapd-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("db")).unwrap();
+        let conf = format!(
+            "include /etc/ldap/schema/core.schema\n\
+             include /etc/ldap/schema/cosine.schema\n\
+             include /etc/ldap/schema/inetorgperson.schema\n\
+             include /etc/ldap/schema/nis.schema\n\
+             include /etc/ldap/schema/misc.schema\n\
+             modulepath /usr/lib/ldap\nmoduleload back_mdb\n\
+             pidfile {dir}/slapd.pid\n\
+             database mdb\nmaxsize 268435456\nsuffix \"{BASE}\"\n\
+             rootdn \"cn=admin,{BASE}\"\nrootpw secret\ndirectory {dir}/db\n\
+             index mail eq\nindex cn eq\nindex objectClass eq\n",
+            dir = dir.display()
+        );
+        std::fs::write(dir.join("slapd.conf"), conf).unwrap();
+        std::fs::write(dir.join("data.ldif"), ldif(users)).unwrap();
+        let out = Command::new("/usr/sbin/slapadd")
+            .arg("-q")
+            .arg("-f")
+            .arg(dir.join("slapd.conf"))
+            .arg("-l")
+            .arg(dir.join("data.ldif"))
+            .output()
+            .expect("run slapadd");
+        assert!(
+            out.status.success(),
+            "slapadd failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut slapd = Slapd {
+            port,
+            dir,
+            child: None,
+        };
+        slapd.restart();
+        slapd
+    }
+
+    pub fn uri(&self) -> String {
+        format!("ldap://127.0.0.1:{}", self.port)
+    }
+
+    /// Starts (again) on the same port and waits until it answers.
+    pub fn restart(&mut self) {
+        self.stop();
+        let log = std::fs::File::create(self.dir.join("slapd.log")).unwrap();
+        let child = Command::new("/usr/sbin/slapd")
+            .arg("-f")
+            .arg(self.dir.join("slapd.conf"))
+            .arg("-h")
+            .arg(format!("ldap://127.0.0.1:{}/", self.port))
+            .arg("-d")
+            .arg("0")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start slapd");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "slapd did not start; see {}",
+                self.dir.join("slapd.log").display()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Slapd {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

@@ -1,0 +1,66 @@
+//! Local delivery with static tables: Maildir problems defer, never lose.
+
+mod common;
+
+use common::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unwritable_maildir_defers_then_delivers() {
+    let dir = temp_dir("local-unwritable");
+    std::fs::write(dir.join("mailboxes"), "a@local.test a/Maildir/\n").unwrap();
+    std::fs::write(dir.join("aliases"), "null@local.test discard\n").unwrap();
+    let mut cfg = config(&dir, None);
+    cfg.local.domains = vec!["local.test".into()];
+    cfg.local.mailbox_table = Some("mailboxes".into());
+    cfg.local.alias_table = Some("aliases".into());
+    // The base is a regular file: no Maildir can be made under it yet.
+    let base = dir.join("mailbase");
+    std::fs::write(&base, b"not a directory").unwrap();
+    cfg.local.maildir_base = Some(base.clone());
+    let table = |p: &str| {
+        let mut t: sluice::lookup::TableConfig = toml::from_str("kind = \"static\"").unwrap();
+        t.path = Some(dir.join(p));
+        t
+    };
+    cfg.tables.insert("mailboxes".into(), table("mailboxes"));
+    cfg.tables.insert("aliases".into(), table("aliases"));
+    let (server, addr) = start(cfg).await;
+    let mut c = Client::ready(addr).await;
+    assert!(c.cmd("MAIL FROM:<s@remote.test>").await.starts_with("250"));
+    assert!(c
+        .cmd("RCPT TO:<zz@local.test>")
+        .await
+        .starts_with("550 5.1.1"));
+    assert!(c.cmd("RSET").await.starts_with("250"));
+    let r = c
+        .message("s@remote.test", &["a@local.test"], &body("stuck"))
+        .await;
+    assert!(r.starts_with("250 2.0.0"), "{r}");
+    let qid = r.trim().rsplit(' ').next().unwrap().to_string();
+    assert!(
+        wait_until(10, || read_log(&dir)
+            .contains(&format!("{qid}: to=<a@local.test>, relay=maildir"))
+            && read_log(&dir)
+                .contains("status=deferred (4.3.0 cannot write to maildir"))
+        .await,
+        "{}",
+        read_log(&dir)
+    );
+    // Fix the problem; the retry delivers.
+    std::fs::remove_file(&base).unwrap();
+    let new = base.join("a/Maildir/new");
+    assert!(
+        wait_until(15, || std::fs::read_dir(&new)
+            .map(|d| d.count() == 1)
+            .unwrap_or(false))
+        .await,
+        "{}",
+        read_log(&dir)
+    );
+    // An alias to "discard" is accepted and dropped.
+    let r = c
+        .message("s@remote.test", &["null@local.test"], &body("void"))
+        .await;
+    assert!(r.starts_with("250 2.0.0 Ok: discarded"), "{r}");
+    server.shutdown().await;
+}
