@@ -37,6 +37,11 @@ pub struct LocalConfig {
     pub mailbox_table: Option<String>,
     /// Table of aliases: address (or `@domain`) → addresses.
     pub alias_table: Option<String>,
+    /// A static table whose keys are more local domains (value ignored).
+    pub domain_table: Option<String>,
+    /// A static table of routes, domain → next hop (`smtp:[host]:port`,
+    /// `discard`), consulted before `[transport]`.
+    pub transport_table: Option<String>,
     /// Default: `<data_dir>/mail`.
     pub maildir_base: Option<PathBuf>,
     /// Path of a mailbox when the table gives none.
@@ -49,6 +54,8 @@ impl Default for LocalConfig {
             domains: Vec::new(),
             mailbox_table: None,
             alias_table: None,
+            domain_table: None,
+            transport_table: None,
             maildir_base: None,
             maildir_template: "{base}/{domain}/{localpart}/Maildir".into(),
         }
@@ -70,6 +77,9 @@ pub enum Resolution {
 
 pub struct Local {
     domains: HashSet<String>,
+    domain_table: Option<Arc<Table>>,
+    /// Routes from a static table (see [`crate::route::Router`]).
+    pub transport_table: Option<Arc<Table>>,
     mailboxes: Option<Arc<Table>>,
     aliases: Option<Arc<Table>>,
     base: PathBuf,
@@ -96,12 +106,26 @@ impl Local {
             built.insert(name.clone(), t.clone());
             Ok(Some(t))
         };
+        let domain_table = get(&config.domain_table, "domain_table")?;
+        let transport_table = get(&config.transport_table, "transport_table")?;
+        for (t, what) in [
+            (&domain_table, "domain_table"),
+            (&transport_table, "transport_table"),
+        ] {
+            if t.as_ref().is_some_and(|t| !t.is_static()) {
+                return Err(format!(
+                    "local.{what}: must be a static table (it is consulted without I/O)"
+                ));
+            }
+        }
         Ok(Local {
             domains: config
                 .domains
                 .iter()
                 .map(|d| d.to_ascii_lowercase())
                 .collect(),
+            domain_table,
+            transport_table,
             mailboxes: get(&config.mailbox_table, "mailbox_table")?,
             aliases: get(&config.alias_table, "alias_table")?,
             base: config
@@ -113,7 +137,16 @@ impl Local {
     }
 
     pub fn is_local_domain(&self, domain: &str) -> bool {
-        !self.domains.is_empty() && self.domains.contains(&domain.to_ascii_lowercase())
+        if self.domains.is_empty() && self.domain_table.is_none() {
+            return false;
+        }
+        let domain = domain.to_ascii_lowercase();
+        self.domains.contains(&domain)
+            || self
+                .domain_table
+                .as_ref()
+                .and_then(|t| t.lookup_now(&domain))
+                .is_some_and(|hit| hit.is_some())
     }
 
     /// Resolves a recipient at RCPT time.
@@ -233,9 +266,25 @@ impl Local {
 
     /// Reloads static tables and clears LDAP caches (SIGHUP).
     pub fn reload(&self) {
-        for t in [&self.mailboxes, &self.aliases].into_iter().flatten() {
+        for t in self.tables() {
             t.reload();
         }
+    }
+
+    fn tables(&self) -> impl Iterator<Item = &Arc<Table>> {
+        [
+            &self.mailboxes,
+            &self.aliases,
+            &self.domain_table,
+            &self.transport_table,
+        ]
+        .into_iter()
+        .flatten()
+    }
+
+    /// Counter lines for LDAP tables (logged periodically).
+    pub fn stats_lines(&self) -> Vec<String> {
+        self.tables().filter_map(|t| t.stats_line()).collect()
     }
 }
 

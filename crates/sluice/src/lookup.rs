@@ -130,6 +130,34 @@ impl Table {
         }
     }
 
+    /// A lookup that needs no I/O: static tables only (None for LDAP).
+    pub fn lookup_now(&self, key: &str) -> Option<Option<Values>> {
+        match self {
+            Table::Static(t) => Some(t.lookup(key)),
+            Table::Ldap(_) => None,
+        }
+    }
+
+    pub fn is_static(&self) -> bool {
+        matches!(self, Table::Static(_))
+    }
+
+    /// A log line with an LDAP table's counters.
+    pub fn stats_line(&self) -> Option<String> {
+        let Table::Ldap(t) = self else { return None };
+        let s = &t.stats;
+        let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Some(format!(
+            "table {}: queries={} cache_hits={} found={} not_found={} failures={}",
+            t.name,
+            n(&s.queries),
+            n(&s.cache_hits),
+            n(&s.found),
+            n(&s.not_found),
+            n(&s.failures)
+        ))
+    }
+
     /// Re-reads a static table's file (SIGHUP); LDAP tables drop their cache.
     pub fn reload(&self) {
         match self {

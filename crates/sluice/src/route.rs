@@ -76,10 +76,10 @@ impl NextHop {
 }
 
 /// The routing table, built once from the configuration.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Router {
-    /// Local (virtual mailbox) domains: always delivered to Maildirs.
-    local: std::collections::HashSet<String>,
+    /// Local (virtual mailbox) domains, and the static transport table.
+    local: Option<Arc<crate::local::Local>>,
     table: BTreeMap<String, Arc<NextHop>>,
     wildcard: Option<Arc<NextHop>>,
     relayhost: Option<Arc<NextHop>>,
@@ -87,13 +87,13 @@ pub struct Router {
 
 impl Router {
     pub fn new(transport: &BTreeMap<String, String>, relayhost: Option<&str>) -> Router {
-        Router::with_local(transport, relayhost, &[])
+        Router::with_local(transport, relayhost, None)
     }
 
     pub fn with_local(
         transport: &BTreeMap<String, String>,
         relayhost: Option<&str>,
-        local: &[String],
+        local: Option<Arc<crate::local::Local>>,
     ) -> Router {
         let mut table = BTreeMap::new();
         let mut wildcard = None;
@@ -108,7 +108,7 @@ impl Router {
             }
         }
         Router {
-            local: local.iter().map(|d| d.to_ascii_lowercase()).collect(),
+            local,
             table,
             wildcard,
             relayhost: relayhost.and_then(NextHop::parse).map(Arc::new),
@@ -118,8 +118,18 @@ impl Router {
     /// The next hop for a recipient address, or `None` if unroutable.
     pub fn route(&self, address: &str) -> Option<Arc<NextHop>> {
         let domain = domain_of(address).to_ascii_lowercase();
-        if self.local.contains(&domain) {
-            return Some(Arc::new(NextHop::Maildir));
+        if let Some(local) = &self.local {
+            if local.is_local_domain(&domain) {
+                return Some(Arc::new(NextHop::Maildir));
+            }
+            let routed = local
+                .transport_table
+                .as_ref()
+                .and_then(|t| t.lookup_now(&domain))
+                .flatten();
+            if let Some(hop) = routed.and_then(|v| v.first().and_then(|h| NextHop::parse(h))) {
+                return Some(Arc::new(hop));
+            }
         }
         if let Some(hop) = self.table.get(&domain) {
             return Some(hop.clone());

@@ -131,7 +131,7 @@ impl Scheduler {
         let router = Router::with_local(
             &config.transport,
             config.delivery.relayhost.as_deref(),
-            &config.local.domains,
+            Some(local.clone()),
         );
         let body_cache_limit = config.spool.body_cache_mib << 20;
         Scheduler {

@@ -117,6 +117,24 @@ impl Server {
             scheduler: tx.clone(),
         });
         let (shutdown, _) = watch::channel(false);
+        // Directory counters once a minute, for operators watching lookups.
+        if !local.stats_lines().is_empty() {
+            let (local, logger) = (local.clone(), logger.clone());
+            let mut stop = shutdown.subscribe();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(std::time::Duration::from_secs(60));
+                tick.tick().await;
+                loop {
+                    tokio::select! {
+                        _ = stop.changed() => return,
+                        _ = tick.tick() => {}
+                    }
+                    for line in local.stats_lines() {
+                        log!(logger, "lookup", "{line}");
+                    }
+                }
+            });
+        }
         let sessions = Arc::new(Semaphore::new(config.smtpd.max_sessions.max(1)));
         let mut addrs = Vec::new();
         let mut listeners = Vec::new();

@@ -9,10 +9,14 @@ async fn unwritable_maildir_defers_then_delivers() {
     let dir = temp_dir("local-unwritable");
     std::fs::write(dir.join("mailboxes"), "a@local.test a/Maildir/\n").unwrap();
     std::fs::write(dir.join("aliases"), "null@local.test discard\n").unwrap();
+    std::fs::write(dir.join("domains"), "tabled.test OK\n").unwrap();
+    std::fs::write(dir.join("routes"), "routed.test discard\n").unwrap();
     let mut cfg = config(&dir, None);
     cfg.local.domains = vec!["local.test".into()];
     cfg.local.mailbox_table = Some("mailboxes".into());
     cfg.local.alias_table = Some("aliases".into());
+    cfg.local.domain_table = Some("domains".into());
+    cfg.local.transport_table = Some("routes".into());
     // The base is a regular file: no Maildir can be made under it yet.
     let base = dir.join("mailbase");
     std::fs::write(&base, b"not a directory").unwrap();
@@ -24,6 +28,8 @@ async fn unwritable_maildir_defers_then_delivers() {
     };
     cfg.tables.insert("mailboxes".into(), table("mailboxes"));
     cfg.tables.insert("aliases".into(), table("aliases"));
+    cfg.tables.insert("domains".into(), table("domains"));
+    cfg.tables.insert("routes".into(), table("routes"));
     let (server, addr) = start(cfg).await;
     let mut c = Client::ready(addr).await;
     assert!(c.cmd("MAIL FROM:<s@remote.test>").await.starts_with("250"));
@@ -62,5 +68,18 @@ async fn unwritable_maildir_defers_then_delivers() {
         .message("s@remote.test", &["null@local.test"], &body("void"))
         .await;
     assert!(r.starts_with("250 2.0.0 Ok: discarded"), "{r}");
+    // A route from the static transport table.
+    let r = c
+        .message("s@remote.test", &["y@routed.test"], &body("routed"))
+        .await;
+    let qid = r.trim().rsplit(' ').next().unwrap().to_string();
+    assert!(
+        wait_until(10, || read_log(&dir)
+            .contains(&format!("{qid}: to=<y@routed.test>, relay=none")))
+        .await,
+        "{}",
+        read_log(&dir)
+    );
+    assert!(read_log(&dir).contains("status=sent (discarded)"));
     server.shutdown().await;
 }
