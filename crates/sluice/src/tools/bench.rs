@@ -82,7 +82,8 @@ pub struct BenchReport {
     pub messages: u64,
     pub errors: u64,
     pub seconds: f64,
-    /// Replies of class 5 and 4 to any command (e.g. 550 unknown user, 451).
+    /// Replies (not messages) of class 5 and 4 to any command, e.g. a 550
+    /// to RCPT and the 554 to the pipelined DATA after it count 2.
     pub rejected_5xx: u64,
     pub temp_4xx: u64,
 }
@@ -117,10 +118,18 @@ pub async fn run(opts: BenchOptions, mut csv: impl std::io::Write) -> BenchRepor
     let mut last = (0u64, 0u64, 0u64, 0u64);
     let mut ticker = tokio::time::interval(opts.interval);
     ticker.tick().await;
+    let mut draining = false;
     loop {
-        let finished = tokio::select! {
-            _ = &mut all => true,
-            _ = ticker.tick() => false,
+        let finished = if draining {
+            // Past the deadline sessions stop starting messages; let the ones
+            // in flight finish so every 250 the server gave is counted.
+            let _ = tokio::time::timeout(Duration::from_secs(30), &mut all).await;
+            true
+        } else {
+            tokio::select! {
+                _ = &mut all => true,
+                _ = ticker.tick() => false,
+            }
         };
         let now = (
             counters.messages.load(Ordering::Relaxed),
@@ -152,9 +161,10 @@ pub async fn run(opts: BenchOptions, mut csv: impl std::io::Write) -> BenchRepor
             );
         }
         last = now;
-        if finished || deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+        if finished {
             break;
         }
+        draining = deadline.is_some_and(|d| tokio::time::Instant::now() >= d);
     }
     if tty {
         eprintln!();

@@ -1,0 +1,867 @@
+#!/usr/bin/env bash
+# bench/local.sh — workload L (local delivery with a directory) of
+# /work/shared/BENCH.md.
+#
+# What it measures
+#   A real slapd on 127.0.0.1:$LDAP_PORT holds $USERS virtual users of one
+#   domain (uid=userN,ou=people,dc=example,dc=com, mail userN@example.com,
+#   homeDirectory example.com/userN/Maildir/). In one run, one after the
+#   other, Sluice and Postfix listen on 127.0.0.1:55125, take mail from the
+#   same generator for $DURATION seconds, validate every recipient in the
+#   directory at RCPT time (unknown users: 550 5.1.1) and deliver into
+#   Maildirs below a base directory:
+#     sluice   target/release/sluice serve, [local] + an ldap table
+#     postfix  Debian's Postfix as an isolated instance (own config dir, own
+#              queue under a temp dir, `postfix -c DIR start`), virtual(8)
+#              transport, virtual_mailbox_maps = ldap:..., Postfix defaults
+#              otherwise (fsync on, default concurrency limits).
+#   Generator: $SESSIONS concurrent sessions, 1-3 messages per session,
+#   ~1 KiB messages, one recipient each, drawn at random from the users,
+#   3 % of them unknown. It prints postal's CSV every minute
+#   (time,messages,data(K),errors,connections,SSL connections); messages =
+#   accepted with 250 in that minute, errors = not accepted (including the
+#   ~3 % unknown users refused with 550).
+#   After the generator stops, the script waits (at most $DRAIN_TIMEOUT s)
+#   until the system has delivered everything, checks that the number of
+#   Maildir files equals the number of accepted messages (else MISMATCH and
+#   the run is FAILED) and that $SPOT_CHECKS random files sit in the Maildir
+#   of the user in their Delivered-To: header.
+#
+# How to run (as root; it apt-installs slapd, ldap-utils, postfix,
+# postfix-ldap if missing):
+#   bash bench/local.sh                               # the real thing, ~25 min
+#   USERS=20000 DURATION=60 bash bench/local.sh        # a quick run
+#   SYSTEMS=postfix GENERATOR=python USERS=20000 DURATION=60 bash bench/local.sh
+#
+# Environment
+#   DURATION=600       seconds each system receives mail
+#   USERS=500000       users in the directory
+#   SYSTEMS="sluice postfix"   which systems to run, in that order
+#   SESSIONS=50        concurrent generator sessions
+#   INTERVAL=60        seconds per CSV row (the per-minute figures assume 60)
+#   UNKNOWN_PERCENT=3  share of recipients that do not exist
+#   SIZE=1024          message size in bytes (headers included)
+#   DRAIN_TIMEOUT=300  seconds to wait for the queue to drain after a run
+#   SPOT_CHECKS=5      delivered files checked against their Maildir
+#   SLUICE=target/release/sluice      binary for `serve` and `bench`
+#   SLUICE_BUILD=1     run `cargo build --release` first (0: use the binary as is)
+#   GENERATOR=sluice   sluice (`sluice bench`) | python (bench/lib/smtpgen.py,
+#                      same flags and output; RESULT lines then say
+#                      generator=python)
+#   LDAP_PORT=55389    slapd's port on 127.0.0.1
+#   POSTFIX_MAILLOG=1  Postfix logs to a file in its temp dir (0: no logging)
+#   KEEP=0             1: keep the temp dir (slapd db, configs, logs, Maildirs)
+#   RESULTS_DIR=bench/results   CSVs, the SVG chart and the RESULT lines go here
+#   STAMP=YYYY-MM-DD   date part of the output file names
+#
+# Output
+#   Progress on stderr (the CSV rows as they come). Files in $RESULTS_DIR:
+#     local-$STAMP-<system>.csv   the generator's CSV of each system's run
+#     local-$STAMP.svg            messages/minute over time, both systems
+#     local-$STAMP.txt            RESULT lines, prefixed with date and commit
+#   Then both CSVs on stdout and, last, one line per system:
+#     RESULT system=<sluice|postfix> workload=L users=<U> sessions=<S>
+#       duration=<s> accepted=<n> msgs_per_min=<avg over the full minutes>
+#       first_min=<n> last_min=<n> last_vs_first=<ratio> temp_4xx=<n>
+#       ratio_vs_postfix=<x|n/a> rejected_5xx=<n> errors=<n> delivered=<n>
+#       drain_s=<s> cpu_busy_pct=<machine CPU busy % while receiving>
+#   (a failed run adds failed=<reason>). Exit status 1 if any run failed,
+#   2 if the set-up failed. rejected_5xx/temp_4xx are as the generator counts
+#   them (`sluice bench`: replies, so a refused RCPT plus the 554 to the
+#   pipelined DATA count 2).
+#
+# Notes (Postfix + LDAP)
+#   - `postconf -m` fails without /etc/postfix/main.cf (a "No configuration"
+#     install has none): check postfix-ldap with dpkg-query, and the map type
+#     with `postconf -c <our dir> -m`. The ldap map is found through
+#     /etc/postfix/dynamicmaps.cf.d (meta_directory), also with -c.
+#   - homeDirectory must end in "/" for virtual(8) to write a Maildir (else
+#     it appends to an mbox file); relative paths are taken below
+#     virtual_mailbox_base, and virtual(8) creates the missing directories.
+#   - virtual_uid_maps must give a uid >= virtual_minimum_uid (100) that owns
+#     virtual_mailbox_base: the `postfix` user (102 on Debian) is used.
+#   - An LDAP error at RCPT gives "451 4.3.0 Temporary lookup failure"; the
+#     script counts such lines in the Postfix maillog after the run.
+
+set -euo pipefail
+
+export PATH="$PATH:/usr/sbin:/sbin"
+export LC_ALL=C
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+DURATION=${DURATION:-600}
+USERS=${USERS:-500000}
+SYSTEMS=${SYSTEMS:-"sluice postfix"}
+SESSIONS=${SESSIONS:-50}
+INTERVAL=${INTERVAL:-60}
+UNKNOWN_PERCENT=${UNKNOWN_PERCENT:-3}
+SIZE=${SIZE:-1024}
+DRAIN_TIMEOUT=${DRAIN_TIMEOUT:-300}
+SPOT_CHECKS=${SPOT_CHECKS:-5}
+SLUICE=${SLUICE:-$REPO/target/release/sluice}
+SLUICE_BUILD=${SLUICE_BUILD:-1}
+GENERATOR=${GENERATOR:-sluice}
+LDAP_PORT=${LDAP_PORT:-55389}
+POSTFIX_MAILLOG=${POSTFIX_MAILLOG:-1}
+KEEP=${KEEP:-0}
+RESULTS_DIR=${RESULTS_DIR:-$REPO/bench/results}
+STAMP=${STAMP:-$(date +%F)}
+
+HOST=127.0.0.1
+SMTP_PORT=55125
+DOMAIN=example.com
+SUFFIX="dc=example,dc=com"
+PEOPLE="ou=people,$SUFFIX"
+
+log() { printf '[local %s] %s\n' "$(date +%T)" "$*" >&2; }
+die() { log "ERROR: $*"; exit 2; }
+# float arithmetic: calc 'a/b' (awk expression)
+calc() { awk "BEGIN { printf \"%s\", $1 }"; }
+fmt() { awk -v v="$2" "BEGIN { printf \"$1\", v }"; }
+
+# ---------------------------------------------------------------- sanity ----
+for s in $SYSTEMS; do
+    case $s in sluice|postfix) ;; *) die "unknown system '$s' in SYSTEMS" ;; esac
+done
+case $GENERATOR in sluice|python) ;; *) die "GENERATOR must be sluice or python" ;; esac
+for v in DURATION USERS SESSIONS INTERVAL SIZE DRAIN_TIMEOUT SPOT_CHECKS LDAP_PORT; do
+    [[ ${!v} =~ ^[0-9]+$ ]] && [ "${!v}" -gt 0 ] || die "$v must be a positive integer (is '${!v}')"
+done
+[ "$(id -u)" = 0 ] || die "run as root (Postfix's master must start as root; apt-get)"
+
+# ------------------------------------------------------------- installs ----
+ensure_packages() {
+    local pkgs=()
+    command -v slapd >/dev/null 2>&1 || pkgs+=(slapd)
+    command -v slapadd >/dev/null 2>&1 || pkgs+=(slapd)
+    command -v ldapsearch >/dev/null 2>&1 || pkgs+=(ldap-utils)
+    command -v postfix >/dev/null 2>&1 || pkgs+=(postfix)
+    # (not `postconf -m`: it needs an /etc/postfix/main.cf, which a "No
+    # configuration" install does not have)
+    dpkg-query -W -f='${Status}' postfix-ldap 2>/dev/null | grep -q 'ok installed' \
+        || pkgs+=(postfix-ldap)
+    command -v ss >/dev/null 2>&1 || pkgs+=(iproute2)
+    command -v python3 >/dev/null 2>&1 || pkgs+=(python3)
+    [ ${#pkgs[@]} -eq 0 ] && return 0
+    mapfile -t pkgs < <(printf '%s\n' "${pkgs[@]}" | sort -u)
+    log "installing ${pkgs[*]}"
+    # slapd: no configuration, no database, so no system slapd to stop.
+    # postfix: "No configuration": no /etc/postfix/main.cf, no system instance.
+    debconf-set-selections <<'EOF'
+slapd slapd/no_configuration boolean true
+postfix postfix/main_mailer_type select No configuration
+EOF
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -q "${pkgs[@]}" >&2 \
+        || { apt-get update -q >&2 && apt-get install -y -q "${pkgs[@]}" >&2; }
+    # Should a package have started a system daemon anyway, stop it.
+    if [ -f /etc/postfix/main.cf ] && postfix status >/dev/null 2>&1; then
+        log "stopping the system Postfix instance started by the package"
+        postfix stop >&2 || service postfix stop >&2 || true
+    fi
+}
+
+needs_sluice_binary() {
+    [[ " $SYSTEMS " == *" sluice "* || $GENERATOR == sluice ]]
+}
+
+ensure_sluice() {
+    needs_sluice_binary || return 0
+    if [ "$SLUICE_BUILD" = 1 ]; then
+        log "cargo build --release"
+        (cd "$REPO" && cargo build --release >&2)
+    fi
+    [ -x "$SLUICE" ] || die "$SLUICE not found (build it: cargo build --release)"
+    # (the usage text into a variable first: `| grep -q` would end the pipe
+    # early and, with pipefail, fail it)
+    local usage
+    usage=$("$SLUICE" bench --help 2>&1 || true)
+    if [ "$GENERATOR" = sluice ] && [[ $usage != *--recipient-template* ]]; then
+        die "$SLUICE bench does not know --recipient-template yet (use GENERATOR=python)"
+    fi
+}
+
+# ------------------------------------------------------------ temp dir -----
+W=$(mktemp -d "${TMPDIR:-/tmp}/sluice-local.XXXXXX")
+chmod 755 "$W"          # Postfix daemons run as user postfix below it
+LD="$W/ldap"            # slapd: $LD/slapd.conf, $LD/db, $LD/users.ldif
+PF="$W/postfix"         # Postfix instance: $PF/etc, $PF/spool, $PF/data
+PF_ETC="$PF/etc"
+PF_MAIL="$W/postfix-mail"
+SL_VAR="$W/sluice-var"
+SL_MAIL="$W/sluice-mail"
+
+SLAPD_PID=""
+SLUICE_PID=""
+GEN_PID=""
+TICKER_PID=""
+
+kill_wait() {  # kill_wait PID [SIGNAL] [seconds]: signal, wait, then SIGKILL
+    local pid=$1 sig=${2:-TERM} t=${3:-10} i
+    [ -n "$pid" ] || return 0
+    kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
+    kill -"$sig" "$pid" 2>/dev/null || true
+    for ((i = 0; i < t * 10; i++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null || true
+}
+
+postfix_running() {
+    [ -f "$PF_ETC/main.cf" ] && postfix -c "$PF_ETC" status >/dev/null 2>&1
+}
+
+cleanup() {
+    local rc=$?
+    set +e
+    trap - EXIT INT TERM
+    kill_wait "$TICKER_PID" TERM 2
+    kill_wait "$GEN_PID" TERM 5
+    kill_wait "$SLUICE_PID" TERM 30
+    if postfix_running; then
+        log "stopping the Postfix bench instance"
+        postfix -c "$PF_ETC" stop >/dev/null 2>&1
+    fi
+    kill_wait "$SLAPD_PID" TERM 15
+    if [ "$KEEP" = 1 ]; then
+        log "kept temp dir $W"
+    else
+        log "removing temp dir $W"
+        rm -rf "$W"
+    fi
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# ---------------------------------------------------------------- ports ----
+listening() { ss -Hltn "sport = :$1" 2>/dev/null | grep -q .; }
+
+wait_free() {  # wait_free PORT SECONDS: until nothing listens on PORT
+    local port=$1 t=$2 i
+    for ((i = 0; i < t * 10; i++)); do
+        listening "$port" || return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+wait_listen() {  # wait_listen PORT SECONDS [PID that must stay alive]
+    local port=$1 t=$2 pid=${3:-} i
+    for ((i = 0; i < t * 10; i++)); do
+        listening "$port" && return 0
+        if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then return 1; fi
+        sleep 0.1
+    done
+    return 1
+}
+
+# ---------------------------------------------------------------- slapd ----
+# An own slapd.conf (no cn=config, nothing in /etc/ldap touched), an mdb
+# database under $LD/db loaded offline with slapadd, then slapd on
+# ldap://127.0.0.1:$LDAP_PORT/ in the foreground (-d 0) as a child of this
+# script. Anonymous read (the default ACL when there are no access lines).
+setup_slapd() {
+    mkdir -p "$LD/db"
+    # mdb maps maxsize as a sparse file: 1 KiB per user with room to spare.
+    local maxsize=$(( (USERS / 1000 + 64) * 4 * 1024 * 1024 ))
+    cat >"$LD/slapd.conf" <<EOF
+# slapd for workload L (bench/local.sh)
+include /etc/ldap/schema/core.schema
+include /etc/ldap/schema/cosine.schema
+include /etc/ldap/schema/inetorgperson.schema
+include /etc/ldap/schema/nis.schema
+modulepath /usr/lib/ldap
+moduleload back_mdb
+pidfile $LD/slapd.pid
+argsfile $LD/slapd.args
+loglevel none
+tool-threads 2
+
+database mdb
+maxsize $maxsize
+suffix "$SUFFIX"
+rootdn "cn=admin,$SUFFIX"
+rootpw secret
+directory $LD/db
+index objectClass eq
+index mail eq
+EOF
+    slaptest -u -f "$LD/slapd.conf" >"$LD/slaptest.log" 2>&1 || {
+        cat "$LD/slaptest.log" >&2; die "slaptest rejected $LD/slapd.conf"
+    }
+
+    local t0=$SECONDS
+    log "slapd: generating $USERS users into $LD/users.ldif"
+    awk -v n="$USERS" -v suffix="$SUFFIX" -v people="$PEOPLE" -v dom="$DOMAIN" 'BEGIN {
+        printf "dn: %s\nobjectClass: dcObject\nobjectClass: organization\ndc: example\no: Example\n\n", suffix
+        printf "dn: %s\nobjectClass: organizationalUnit\nou: people\n\n", people
+        step = n >= 500000 ? 100000 : (n >= 50000 ? 10000 : n)
+        for (i = 1; i <= n; i++) {
+            printf "dn: uid=user%d,%s\nobjectClass: inetOrgPerson\nobjectClass: posixAccount\ncn: User %d\nsn: User%d\nuid: user%d\nuidNumber: %d\ngidNumber: 5000\nhomeDirectory: %s/user%d/Maildir/\nmail: user%d@%s\n\n", i, people, i, i, i, 10000 + i, dom, i, i, dom
+            if (i % step == 0) printf "[local] ldif: %d/%d users\n", i, n > "/dev/stderr"
+        }
+    }' >"$LD/users.ldif"
+    log "slapd: $(du -h "$LD/users.ldif" | cut -f1) of LDIF in $((SECONDS - t0)) s; loading with slapadd -q"
+
+    # slapadd reads the LDIF on stdin; the awk in front only counts entries
+    # for a progress line (the pipe keeps it in step with slapadd).
+    t0=$SECONDS
+    local total=$((USERS + 2))
+    if ! awk -v total="$total" '
+            /^dn: / { if (++n % 50000 == 0) printf "[local] slapadd: %d/%d entries\n", n, total > "/dev/stderr" }
+            { print }' "$LD/users.ldif" \
+        | slapadd -q -f "$LD/slapd.conf" >"$LD/slapadd.log" 2>&1; then
+        tail -20 "$LD/slapadd.log" >&2
+        die "slapadd failed"
+    fi
+    log "slapd: loaded $total entries in $((SECONDS - t0)) s ($(du -sh "$LD/db" | cut -f1) on disk)"
+    [ "$KEEP" = 1 ] || rm -f "$LD/users.ldif"
+}
+
+start_slapd() {
+    listening "$LDAP_PORT" && die "port $LDAP_PORT is already in use"
+    slapd -f "$LD/slapd.conf" -h "ldap://$HOST:$LDAP_PORT/" -d 0 >"$LD/slapd.log" 2>&1 &
+    SLAPD_PID=$!
+    wait_listen "$LDAP_PORT" 60 "$SLAPD_PID" || {
+        tail -20 "$LD/slapd.log" >&2; die "slapd did not come up on $HOST:$LDAP_PORT"
+    }
+    # The first and the last user exist (with the right homeDirectory), the
+    # one after the last does not.
+    local h
+    h=$(ldapsearch -LLL -x -H "ldap://$HOST:$LDAP_PORT" -b "$PEOPLE" \
+        "(mail=user$USERS@$DOMAIN)" homeDirectory | awk '/^homeDirectory:/ { print $2 }')
+    [ "$h" = "$DOMAIN/user$USERS/Maildir/" ] || die "ldapsearch for user$USERS@$DOMAIN returned '$h'"
+    h=$(ldapsearch -LLL -x -H "ldap://$HOST:$LDAP_PORT" -b "$PEOPLE" \
+        "(mail=user$((USERS + 1))@$DOMAIN)" homeDirectory | grep -c '^dn:' || true)
+    [ "$h" = 0 ] || die "ldapsearch found user$((USERS + 1))@$DOMAIN"
+    log "slapd: up on ldap://$HOST:$LDAP_PORT/ (pid $SLAPD_PID), lookups verified"
+}
+
+# --------------------------------------------------------------- sluice ----
+start_sluice() {
+    rm -rf "$SL_VAR" "$SL_MAIL"
+    mkdir -p "$SL_VAR" "$SL_MAIL"
+    cat >"$W/sluice.toml" <<EOF
+hostname = "sluice.bench"
+data_dir = "$SL_VAR"
+log_file = "$SL_VAR/maillog"
+
+[smtpd]
+listen = ["$HOST:$SMTP_PORT"]
+
+[local]
+domains = ["$DOMAIN"]
+mailbox_table = "users"
+maildir_base = "$SL_MAIL"
+
+[tables.users]
+kind = "ldap"
+uris = ["ldap://$HOST:$LDAP_PORT"]
+base = "$PEOPLE"
+filter = "(mail=%s)"
+attributes = ["homeDirectory"]
+EOF
+    "$SLUICE" serve --config "$W/sluice.toml" >"$W/sluice.out" 2>&1 &
+    SLUICE_PID=$!
+    wait_listen "$SMTP_PORT" 30 "$SLUICE_PID" || {
+        tail -20 "$W/sluice.out" >&2 || true
+        tail -20 "$SL_VAR/maillog" >&2 2>/dev/null || true
+        return 1
+    }
+}
+
+stop_sluice() {
+    kill_wait "$SLUICE_PID" TERM 60
+    SLUICE_PID=""
+}
+
+sluice_spool_size() {  # size of Sluice's spool (segment files) in data_dir
+    du -sh --exclude='maillog*' "$SL_VAR" 2>/dev/null | cut -f1
+}
+
+# -------------------------------------------------------------- postfix ----
+# An isolated instance: config in $PF/etc, queue in $PF/spool, data in
+# $PF/data, Maildirs in $PF_MAIL. Nothing in /etc/postfix is touched.
+# virtual(8) delivers as the uid/gid of the `postfix` user (102 on Debian,
+# above virtual_minimum_uid = 100), which owns $PF_MAIL.
+setup_postfix() {
+    mkdir -p "$PF_ETC" "$PF/data"
+    chown postfix "$PF/data"
+    VMAIL_UID=$(id -u postfix)
+    VMAIL_GID=$(id -g postfix)
+    local maillog=""
+    [ "$POSTFIX_MAILLOG" = 1 ] && maillog="$PF/maillog"
+    cat >"$PF_ETC/ldap-users.cf" <<EOF
+server_host = ldap://$HOST:$LDAP_PORT
+search_base = $PEOPLE
+query_filter = (mail=%s)
+result_attribute = homeDirectory
+version = 3
+bind = no
+EOF
+    chmod 644 "$PF_ETC/ldap-users.cf"
+    cat >"$PF_ETC/main.cf" <<EOF
+# Postfix instance for workload L (bench/local.sh): virtual mailboxes in
+# Maildirs, recipients validated in LDAP at RCPT time. Postfix defaults
+# otherwise (fsync on, default process and concurrency limits).
+compatibility_level = 3.6
+queue_directory = $PF/spool
+data_directory = $PF/data
+mail_owner = postfix
+setgid_group = postdrop
+maillog_file = $maillog
+maillog_file_prefixes = $PF
+
+# No DNS, no traffic off the machine, no hostname lookups.
+myhostname = postfix.bench
+mydomain = bench
+myorigin = \$myhostname
+inet_interfaces = $HOST
+inet_protocols = ipv4
+smtp_dns_support_level = disabled
+lmtp_dns_support_level = disabled
+smtp_host_lookup = native
+smtpd_peername_lookup = no
+
+# Only virtual mailbox delivery.
+mydestination =
+local_recipient_maps =
+relay_domains =
+relay_recipient_maps =
+alias_maps =
+alias_database =
+virtual_alias_maps =
+append_dot_mydomain = no
+biff = no
+virtual_mailbox_domains = $DOMAIN
+virtual_mailbox_base = $PF_MAIL
+virtual_mailbox_maps = ldap:$PF_ETC/ldap-users.cf
+virtual_uid_maps = static:$VMAIL_UID
+virtual_gid_maps = static:$VMAIL_GID
+virtual_transport = virtual
+# Unknown users: 550 5.1.1 at RCPT (an LDAP failure gives 451 4.3.0).
+smtpd_reject_unlisted_recipient = yes
+unknown_virtual_mailbox_reject_code = 550
+
+mynetworks = 127.0.0.0/8
+smtpd_relay_restrictions = permit_mynetworks, reject_unauth_destination
+smtpd_recipient_restrictions =
+receive_override_options = no_header_body_checks
+smtpd_tls_security_level = none
+smtp_tls_security_level = none
+# anvil: loopback is exempt from the per-client limits.
+smtpd_client_event_limit_exceptions = 127.0.0.0/8
+EOF
+    # master.cf: every service with chroot off; smtpd only on 127.0.0.1:55125.
+    cat >"$PF_ETC/master.cf" <<EOF
+# service type  private unpriv  chroot  wakeup  maxproc command + args
+$HOST:$SMTP_PORT inet n - n - - smtpd
+pickup    unix  n       -       n       60      1       pickup
+cleanup   unix  n       -       n       -       0       cleanup
+qmgr      unix  n       -       n       300     1       qmgr
+rewrite   unix  -       -       n       -       -       trivial-rewrite
+bounce    unix  -       -       n       -       0       bounce
+defer     unix  -       -       n       -       0       bounce
+trace     unix  -       -       n       -       0       bounce
+verify    unix  -       -       n       -       1       verify
+flush     unix  n       -       n       1000?   0       flush
+proxymap  unix  -       -       n       -       -       proxymap
+proxywrite unix -       -       n       -       1       proxymap
+smtp      unix  -       -       n       -       -       smtp
+relay     unix  -       -       n       -       -       smtp
+showq     unix  n       -       n       -       -       showq
+error     unix  -       -       n       -       -       error
+retry     unix  -       -       n       -       -       error
+discard   unix  -       -       n       -       -       discard
+local     unix  -       n       n       -       -       local
+virtual   unix  -       n       n       -       -       virtual
+lmtp      unix  -       -       n       -       -       lmtp
+anvil     unix  -       -       n       -       1       anvil
+scache    unix  -       -       n       -       1       scache
+postlog   unix-dgram n  -       n       -       1       postlogd
+EOF
+    postconf -c "$PF_ETC" -m | grep -qx ldap || die "postconf -m: no ldap map type (install postfix-ldap)"
+}
+
+start_postfix() {
+    rm -rf "$PF/spool" "$PF/maillog" "$PF_MAIL"
+    mkdir -p "$PF/spool" "$PF_MAIL"
+    chown "$VMAIL_UID:$VMAIL_GID" "$PF_MAIL"
+    # `postfix check` creates the queue subdirectories with the right owners
+    # and modes (post-install create-missing) and reports config problems.
+    postfix -c "$PF_ETC" check >"$W/postfix-check.log" 2>&1 || {
+        # postfix writes its errors to stderr only when that is a tty;
+        # otherwise to maillog_file (or to syslog, absent here).
+        cat "$W/postfix-check.log" >&2; tail -20 "$PF/maillog" >&2 2>/dev/null || true
+        return 1
+    }
+    postfix -c "$PF_ETC" start >"$W/postfix-start.log" 2>&1 || {
+        cat "$W/postfix-start.log" >&2; tail -20 "$PF/maillog" >&2 2>/dev/null || true
+        return 1
+    }
+    wait_listen "$SMTP_PORT" 30 || { tail -20 "$PF/maillog" >&2 2>/dev/null; return 1; }
+}
+
+postfix_queue_files() {
+    find "$PF/spool/incoming" "$PF/spool/active" "$PF/spool/deferred" \
+        "$PF/spool/maildrop" "$PF/spool/hold" -type f 2>/dev/null | wc -l
+}
+
+postfix_queue_summary() {
+    local d out=""
+    for d in incoming active deferred; do
+        out+="$d=$(find "$PF/spool/$d" -type f 2>/dev/null | wc -l) "
+    done
+    echo "${out% }"
+}
+
+stop_postfix() {
+    local i
+    if postfix_running; then
+        postfix -c "$PF_ETC" stop >>"$W/postfix-start.log" 2>&1 || true
+    fi
+    for ((i = 0; i < 100; i++)); do postfix_running || break; sleep 0.1; done
+    if [ "$KEEP" = 1 ] && [ -f "$PF/maillog" ]; then
+        cp "$PF/maillog" "$W/postfix-maillog"
+    fi
+}
+
+# -------------------------------------------------------------- helpers ----
+mail_base() { case $1 in sluice) echo "$SL_MAIL" ;; postfix) echo "$PF_MAIL" ;; esac; }
+
+delivered_count() {  # files in <base>/<domain>/<user>/Maildir/new
+    python3 "$REPO/bench/lib/maildirs.py" count "$(mail_base "$1")"
+}
+
+queue_empty() {
+    case $1 in
+    postfix) [ "$(postfix_queue_files)" = 0 ] ;;
+    sluice) return 0 ;;   # judged by the Maildir count alone
+    esac
+}
+
+# check_file FILE: the file sits in <base>/<domain>/<user>/Maildir/new and its
+# Delivered-To: header (or, failing that, To:) names <user>@<domain>.
+check_file() {
+    local f=$1 rel user dom addr hdr
+    rel=${f#"$2"/}
+    dom=${rel%%/*}; rel=${rel#*/}; user=${rel%%/*}
+    addr="$user@$dom"
+    hdr=$(awk '/^\r?$/ { exit } { print }' "$f" | tr -d '\r')
+    if grep -qiE "^Delivered-To:[[:space:]]*<?${addr//./\\.}>?[[:space:]]*$" <<<"$hdr"; then
+        return 0
+    fi
+    if ! grep -qi '^Delivered-To:' <<<"$hdr" \
+        && grep -qiE "^To:.*[<[:space:],:]${addr//./\\.}([>[:space:],]|$)" <<<"$hdr"; then
+        return 0
+    fi
+    log "spot check: $f addressed to: $(grep -iE '^(Delivered-To|To):' <<<"$hdr" | tr '\n' ' ')"
+    return 1
+}
+
+spot_check() {  # spot_check SYSTEM: sets SPOT_FAIL on a misplaced file
+    local base f ok=0 bad=0
+    base=$(mail_base "$1")
+    SPOT_FAIL=""
+    while IFS= read -r f; do
+        [ -n "$f" ] || continue
+        if check_file "$f" "$base"; then ok=$((ok + 1)); else bad=$((bad + 1)); fi
+    done < <(python3 "$REPO/bench/lib/maildirs.py" sample "$base" "$SPOT_CHECKS")
+    log "spot check: $ok of $((ok + bad)) random files in the right Maildir"
+    [ "$bad" = 0 ] || SPOT_FAIL="spot_check_${bad}_misplaced"
+    [ $((ok + bad)) -gt 0 ] || SPOT_FAIL="spot_check_no_files"
+}
+
+# smoke SYSTEM: one message to a known user must be accepted and land in its
+# Maildir; an unknown user must get 550 5.1.1 at RCPT. Empties the Maildir
+# base afterwards so the run starts from zero.
+smoke() {
+    local sys=$1 base known unknown i n
+    base=$(mail_base "$sys")
+    known="user$(( (RANDOM * 32768 + RANDOM) % USERS + 1 ))@$DOMAIN"
+    unknown="user$((USERS + 1 + RANDOM))@$DOMAIN"
+    if ! python3 "$REPO/bench/lib/smtpcheck.py" "$HOST:$SMTP_PORT" "$known" "$unknown" \
+        >"$W/smoke-$sys.log" 2>&1; then
+        sed 's/^/  /' "$W/smoke-$sys.log" >&2
+        SMOKE_FAIL="smoke_test_replies"
+        return 1
+    fi
+    sed 's/^/  /' "$W/smoke-$sys.log" >&2
+    local dir="$base/$DOMAIN/${known%@*}/Maildir/new"
+    for ((i = 0; i < 300; i++)); do
+        n=$(find "$dir" -type f 2>/dev/null | wc -l)
+        [ "$n" -gt 0 ] && break
+        sleep 0.1
+    done
+    if [ "$n" = 0 ]; then
+        log "smoke test: nothing delivered to $dir within 30 s"
+        SMOKE_FAIL="smoke_test_not_delivered"
+        return 1
+    fi
+    if ! check_file "$(find "$dir" -type f | head -1)" "$base"; then
+        SMOKE_FAIL="smoke_test_wrong_maildir"
+        return 1
+    fi
+    log "smoke test: known user accepted and delivered to its Maildir, unknown user refused with 550 5.1.1"
+    find "$base" -mindepth 1 -delete
+}
+
+cpu_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $5 + $6 }' /proc/stat; }
+
+ticker() {  # a line every 30 s while the generator runs
+    set +e
+    local sys=$1 t0=$SECONDS
+    while sleep 30; do
+        case $sys in
+        postfix) log "[$sys +$((SECONDS - t0))s] queue: $(postfix_queue_summary)" ;;
+        sluice) log "[$sys +$((SECONDS - t0))s] spool size: $(sluice_spool_size)" ;;
+        esac
+    done
+}
+
+# ------------------------------------------------------------ generator ----
+# run_generator: runs in the foreground; the CSV rows go to stderr as
+# they come; the rows and the BENCH line end up in $W/gen.out.
+run_generator() {
+    local args=(--target "$HOST:$SMTP_PORT" --sessions "$SESSIONS"
+        --messages-per-session 1 --messages-per-session-max 3 --size "$SIZE"
+        --recipients 1 --recipient-template "user{n}@$DOMAIN"
+        --recipient-count "$USERS" --unknown-percent "$UNKNOWN_PERCENT"
+        --duration "$DURATION" --interval "$INTERVAL")
+    local cmd
+    case $GENERATOR in
+    sluice) cmd=("$SLUICE" bench "${args[@]}") ;;
+    python) cmd=(python3 "$REPO/bench/lib/smtpgen.py" "${args[@]}") ;;
+    esac
+    # The generator shares the 2 cores with the system under test: note its
+    # CPU time (/usr/bin/time, when installed).
+    rm -f "$W/gen.time"
+    [ -x /usr/bin/time ] && cmd=(/usr/bin/time -f '%U %S %e' -o "$W/gen.time" "${cmd[@]}")
+    GEN_RC=0
+    timeout -k 10 $((DURATION + 300)) "${cmd[@]}" >"$W/gen.out" 2>"$W/gen.err" &
+    GEN_PID=$!
+    tail -n +1 -f --pid="$GEN_PID" "$W/gen.out" >&2 &
+    local tail_pid=$!
+    wait "$GEN_PID" || GEN_RC=$?
+    GEN_PID=""
+    wait "$tail_pid" 2>/dev/null || true
+    [ -s "$W/gen.err" ] && tail -5 "$W/gen.err" | sed 's/^/  gen: /' >&2
+    if [ -s "$W/gen.time" ]; then
+        awk 'NF == 3 && $3 > 0 { printf "[local] generator CPU: %.1f s user + %.1f s sys in %.0f s = %.0f %% of one core\n", $1, $2, $3, 100 * ($1 + $2) / $3 }' \
+            "$W/gen.time" >&2 || true
+    fi
+    return 0
+}
+
+bench_field() {  # bench_field NAME: the value of NAME= on the BENCH line
+    local line
+    line=$(grep '^BENCH ' "$W/gen.out" | tail -1 || true)
+    if [[ $line =~ (^|[[:space:]])$1=([^[:space:]]+) ]]; then echo "${BASH_REMATCH[2]}"; else echo ""; fi
+}
+
+# ------------------------------------------------------------------ runs ----
+declare -A R_FAIL R_ACC R_ERR R_5XX R_4XX R_DELIV R_DRAIN R_CPU R_CSV
+
+run_one() {
+    local sys=$1 fail="" csv
+    csv="$RESULTS_DIR/local-$STAMP-$sys.csv"
+    R_CSV[$sys]=$csv
+    rm -f "$csv"
+    wait_free "$SMTP_PORT" 30 || die "port $SMTP_PORT still in use after the previous run"
+    # Write back what the previous run (or the slapd load) left dirty, so
+    # that it does not land in this run.
+    sync
+    log "=== $sys: starting"
+    SMOKE_FAIL=""
+    case $sys in
+    sluice) start_sluice || fail="sluice_did_not_start" ;;
+    postfix) start_postfix || fail="postfix_did_not_start" ;;
+    esac
+    if [ -z "$fail" ]; then
+        smoke "$sys" || fail=$SMOKE_FAIL
+    fi
+    if [ -n "$fail" ]; then
+        R_FAIL[$sys]=$fail
+        log "=== $sys: FAILED before the run ($fail)"
+        case $sys in sluice) stop_sluice ;; postfix) stop_postfix ;; esac
+        return 0
+    fi
+
+    log "=== $sys: generator ($GENERATOR, $SESSIONS sessions, $DURATION s, $USERS users, $UNKNOWN_PERCENT % unknown); load average $(cut -d' ' -f1-3 /proc/loadavg)"
+    ticker "$sys" &
+    TICKER_PID=$!
+    local c0 c1
+    c0=$(cpu_ticks)
+    run_generator
+    c1=$(cpu_ticks)
+    kill_wait "$TICKER_PID" TERM 2
+    TICKER_PID=""
+    R_CPU[$sys]=$(awk -v a="$c0" -v b="$c1" 'BEGIN {
+        split(a, x, " "); split(b, y, " "); busy = y[1] - x[1]; idle = y[2] - x[2]
+        printf "%.0f", ((busy + idle) > 0 ? 100 * busy / (busy + idle) : 0) }')
+
+    local acc err
+    acc=$(bench_field messages); err=$(bench_field errors)
+    R_5XX[$sys]=$(bench_field rejected_5xx); R_4XX[$sys]=$(bench_field temp_4xx)
+    : "${R_5XX[$sys]:=n/a}" "${R_4XX[$sys]:=n/a}"
+    R_ACC[$sys]=${acc:-0}; R_ERR[$sys]=${err:-n/a}
+    awk '/^BENCH /{ exit } { print }' "$W/gen.out" >"$csv"
+    if [ "$GEN_RC" != 0 ]; then fail="generator_rc=$GEN_RC"; fi
+    if [ -z "$acc" ]; then fail="${fail:+$fail,}no_BENCH_line"; fi
+    log "generator: $(grep '^BENCH ' "$W/gen.out" | tail -1 || echo '<no BENCH line>') (rc=$GEN_RC, machine CPU busy ${R_CPU[$sys]} %, load average $(cut -d' ' -f1-3 /proc/loadavg))"
+
+    # Drain, at most DRAIN_TIMEOUT s: Postfix until its queue is empty; then
+    # (both) until the Maildir count reaches the accepted count or stops
+    # growing for 30 s. drain_s = seconds from the generator's end until then.
+    local t0=$SECONDS n prev=-1 still
+    if [ "$sys" = postfix ]; then
+        while ! queue_empty "$sys" && [ $((SECONDS - t0)) -lt "$DRAIN_TIMEOUT" ]; do
+            [ $(( (SECONDS - t0) % 10 )) = 0 ] && log "drain: queue $(postfix_queue_summary)"
+            sleep 1
+        done
+        queue_empty "$sys" || log "drain: queue not empty after $DRAIN_TIMEOUT s: $(postfix_queue_summary)"
+    fi
+    still=$SECONDS
+    while :; do
+        n=$(delivered_count "$sys")
+        [ "$n" -ge "${acc:-0}" ] && break
+        [ "$n" != "$prev" ] && { prev=$n; still=$SECONDS; }
+        if [ $((SECONDS - t0)) -ge "$DRAIN_TIMEOUT" ]; then
+            log "drain: timeout after $DRAIN_TIMEOUT s"; break
+        fi
+        if [ $((SECONDS - still)) -ge 30 ]; then
+            log "drain: count stuck at $n for 30 s"; break
+        fi
+        log "drain: $n of ${acc:-?} delivered"
+        sleep 2
+    done
+    R_DRAIN[$sys]=$((SECONDS - t0))
+    # Let a last in-flight rename land, then count once more.
+    sleep 2
+    n=$(delivered_count "$sys")
+    R_DELIV[$sys]=$n
+    log "drain: $n files delivered, generator accepted ${acc:-?} (drained ${R_DRAIN[$sys]} s after the generator)"
+    if [ -n "$acc" ] && [ "$n" != "$acc" ]; then
+        log "MISMATCH: $sys delivered $n files but the generator had $acc messages accepted"
+        if [ "$n" -gt "$acc" ] && [ $((n - acc)) -le $((SESSIONS * 3)) ]; then
+            log "  (a surplus of at most one batch per session: messages still in flight when the generator stopped at --duration? It must wait for their replies)"
+        fi
+        fail="${fail:+$fail,}MISMATCH_delivered=${n}_accepted=$acc"
+    fi
+    spot_check "$sys"
+    [ -z "$SPOT_FAIL" ] || fail="${fail:+$fail,}$SPOT_FAIL"
+    # The Maildirs stay until the end (removing a few hundred thousand
+    # directories takes minutes; the EXIT trap does it after the report).
+    case $sys in
+    sluice) stop_sluice ;;
+    postfix)
+        log "postfix queue at stop: $(postfix_queue_summary)"
+        grep -c 'Temporary lookup failure' "$PF/maillog" 2>/dev/null \
+            | sed 's/^/[local] postfix maillog: "Temporary lookup failure" lines: /' >&2 || true
+        stop_postfix ;;
+    esac
+    if [ -n "$fail" ]; then
+        R_FAIL[$sys]=$fail
+        log "=== $sys: FAILED ($fail)"
+    else
+        log "=== $sys: done"
+    fi
+    sleep 2
+}
+
+# ------------------------------------------------------------------ main ----
+ensure_packages
+ensure_sluice
+listening "$SMTP_PORT" && die "port $SMTP_PORT is already in use on this machine"
+mkdir -p "$RESULTS_DIR"
+# Every delivered message is a file, every user reached 4 directories, and
+# everything stays until the end: a 600 s run of a fast system can take
+# millions of inodes.
+ifree=$(df -P -i "$W" | awk 'NR == 2 { print $4 }')
+if [ -n "$ifree" ] && [ "$ifree" -lt 6000000 ]; then
+    log "WARNING: only $ifree free inodes on the file system of $W; a long run may fill it"
+fi
+
+log "workload L: systems=[$SYSTEMS] users=$USERS sessions=$SESSIONS duration=${DURATION}s generator=$GENERATOR tmp=$W"
+setup_slapd
+start_slapd
+[[ " $SYSTEMS " == *" postfix "* ]] && setup_postfix
+
+for sys in $SYSTEMS; do
+    run_one "$sys"
+done
+
+# --------------------------------------------------------------- report ----
+# Per-minute figures from the CSV: the first DURATION/INTERVAL rows are the
+# full intervals (a last, partial row holds the messages in flight at the end).
+FULL=$(( DURATION / INTERVAL )); [ "$FULL" -ge 1 ] || FULL=1
+declare -A R_AVG R_FIRST R_LAST R_LVF
+for sys in $SYSTEMS; do
+    csv=${R_CSV[$sys]}
+    [ -s "$csv" ] || continue
+    read -r R_AVG[$sys] R_FIRST[$sys] R_LAST[$sys] R_LVF[$sys] < <(
+        awk -F, -v full="$FULL" -v iv="$INTERVAL" '
+            NR > 1 && $1 != "" && rows < full { rows++; v[rows] = $2; sum += $2 }
+            END {
+                if (rows == 0) { print "0 0 0 n/a"; exit }
+                k = 60 / iv
+                printf "%.0f %.0f %.0f %s\n", sum * k / rows, v[1] * k, v[rows] * k,
+                    (v[1] > 0 ? sprintf("%.2f", v[rows] / v[1]) : "n/a")
+            }' "$csv")
+done
+
+gen_tag=""
+[ "$GENERATOR" = sluice ] || gen_tag=" generator=$GENERATOR"
+lines=()
+any_failed=0
+for sys in $SYSTEMS; do
+    ratio="n/a"
+    if [ -n "${R_AVG[$sys]:-}" ] && [ -n "${R_AVG[postfix]:-}" ] && [ "${R_AVG[postfix]}" != 0 ] \
+        && [ -z "${R_FAIL[postfix]:-}" ]; then
+        ratio=$(fmt %.2f "$(calc "${R_AVG[$sys]} / ${R_AVG[postfix]}")")
+    fi
+    l="RESULT system=$sys workload=L users=$USERS sessions=$SESSIONS duration=$DURATION"
+    l+=" accepted=${R_ACC[$sys]:-0} msgs_per_min=${R_AVG[$sys]:-n/a} first_min=${R_FIRST[$sys]:-n/a}"
+    l+=" last_min=${R_LAST[$sys]:-n/a} last_vs_first=${R_LVF[$sys]:-n/a} temp_4xx=${R_4XX[$sys]:-n/a}"
+    l+=" ratio_vs_postfix=$ratio rejected_5xx=${R_5XX[$sys]:-n/a} errors=${R_ERR[$sys]:-n/a}"
+    l+=" delivered=${R_DELIV[$sys]:-n/a} drain_s=${R_DRAIN[$sys]:-n/a} cpu_busy_pct=${R_CPU[$sys]:-n/a}$gen_tag"
+    if [ -n "${R_FAIL[$sys]:-}" ]; then
+        any_failed=1
+        l+=" failed=${R_FAIL[$sys]}"
+    fi
+    lines+=("$l")
+done
+
+svg="$RESULTS_DIR/local-$STAMP.svg"
+series=()
+for sys in $SYSTEMS; do
+    [ -s "${R_CSV[$sys]:-}" ] && series+=("$sys=${R_CSV[$sys]}")
+done
+if [ ${#series[@]} -gt 0 ]; then
+    python3 "$REPO/bench/chart.py" --out "$svg" --interval "$INTERVAL" --rows "$FULL" \
+        --title "Workload L: local delivery, $USERS LDAP users, $SESSIONS sessions ($STAMP)" \
+        "${series[@]}" && log "chart: $svg" || log "chart.py failed"
+fi
+
+out="$RESULTS_DIR/local-$STAMP.txt"
+stamp=$(date -Iseconds)
+commit=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo none)
+if [ "$commit" != none ] && [ -n "$(git -C "$REPO" status --porcelain -- . ':!bench/results' 2>/dev/null)" ]; then
+    commit="$commit+dirty"
+fi
+for l in "${lines[@]}"; do
+    echo "$stamp $commit $l" >>"$out"
+done
+log "appended ${#lines[@]} RESULT lines to $out"
+
+for sys in $SYSTEMS; do
+    [ -s "${R_CSV[$sys]:-}" ] || continue
+    echo "# $sys: ${R_CSV[$sys]}"
+    cat "${R_CSV[$sys]}"
+done
+printf '%s\n' "${lines[@]}"
+exit "$any_failed"
