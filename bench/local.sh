@@ -85,9 +85,12 @@
 
 set -euo pipefail
 
-export PATH="$PATH:/usr/sbin:/sbin"
-export LC_ALL=C
+# log, die, calc, fmt, kill_wait, ports, Postfix instance helpers, cleanup
+# trap, results file: see the top of bench/lib/common.sh.
+source "$(dirname "$0")/lib/common.sh"
 
+BENCH_TAG=local
+ANNOUNCE_RM=1           # removing the Maildirs can take minutes: say so
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DURATION=${DURATION:-600}
 USERS=${USERS:-500000}
@@ -113,12 +116,6 @@ DOMAIN=example.com
 SUFFIX="dc=example,dc=com"
 PEOPLE="ou=people,$SUFFIX"
 
-log() { printf '[local %s] %s\n' "$(date +%T)" "$*" >&2; }
-die() { log "ERROR: $*"; exit 2; }
-# float arithmetic: calc 'a/b' (awk expression)
-calc() { awk "BEGIN { printf \"%s\", $1 }"; }
-fmt() { awk -v v="$2" "BEGIN { printf \"$1\", v }"; }
-
 # ---------------------------------------------------------------- sanity ----
 for s in $SYSTEMS; do
     case $s in sluice|postfix) ;; *) die "unknown system '$s' in SYSTEMS" ;; esac
@@ -127,7 +124,7 @@ case $GENERATOR in sluice|python) ;; *) die "GENERATOR must be sluice or python"
 for v in DURATION USERS SESSIONS INTERVAL SIZE DRAIN_TIMEOUT SPOT_CHECKS LDAP_PORT; do
     [[ ${!v} =~ ^[0-9]+$ ]] && [ "${!v}" -gt 0 ] || die "$v must be a positive integer (is '${!v}')"
 done
-[ "$(id -u)" = 0 ] || die "run as root (Postfix's master must start as root; apt-get)"
+require_root
 
 # ------------------------------------------------------------- installs ----
 ensure_packages() {
@@ -151,42 +148,31 @@ ensure_packages() {
 slapd slapd/no_configuration boolean true
 postfix postfix/main_mailer_type select No configuration
 EOF
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y -q "${pkgs[@]}" >&2 \
-        || { apt-get update -q >&2 && apt-get install -y -q "${pkgs[@]}" >&2; }
+    apt_install "${pkgs[@]}"
     # Should a package have started a system daemon anyway, stop it.
-    if [ -f /etc/postfix/main.cf ] && postfix status >/dev/null 2>&1; then
-        log "stopping the system Postfix instance started by the package"
-        postfix stop >&2 || service postfix stop >&2 || true
-    fi
+    stop_system_postfix
 }
 
 needs_sluice_binary() {
     [[ " $SYSTEMS " == *" sluice "* || $GENERATOR == sluice ]]
 }
 
-ensure_sluice() {
-    needs_sluice_binary || return 0
-    if [ "$SLUICE_BUILD" = 1 ]; then
-        log "cargo build --release"
-        (cd "$REPO" && cargo build --release >&2)
-    fi
-    [ -x "$SLUICE" ] || die "$SLUICE not found (build it: cargo build --release)"
+# After ensure_sluice (common.sh): the generator needs `sluice bench` with
+# --recipient-template.
+ensure_sluice_generator() {
+    [ "$GENERATOR" = sluice ] || return 0
     # (the usage text into a variable first: `| grep -q` would end the pipe
     # early and, with pipefail, fail it)
     local usage
     usage=$("$SLUICE" bench --help 2>&1 || true)
-    if [ "$GENERATOR" = sluice ] && [[ $usage != *--recipient-template* ]]; then
+    if [[ $usage != *--recipient-template* ]]; then
         die "$SLUICE bench does not know --recipient-template yet (use GENERATOR=python)"
     fi
 }
 
 # ------------------------------------------------------------ temp dir -----
-W=$(mktemp -d "${TMPDIR:-/tmp}/sluice-local.XXXXXX")
-chmod 755 "$W"          # Postfix daemons run as user postfix below it
+make_workdir local      # W, PF, PF_ETC
 LD="$W/ldap"            # slapd: $LD/slapd.conf, $LD/db, $LD/users.ldif
-PF="$W/postfix"         # Postfix instance: $PF/etc, $PF/spool, $PF/data
-PF_ETC="$PF/etc"
 PF_MAIL="$W/postfix-mail"
 SL_VAR="$W/sluice-var"
 SL_MAIL="$W/sluice-mail"
@@ -196,68 +182,15 @@ SLUICE_PID=""
 GEN_PID=""
 TICKER_PID=""
 
-kill_wait() {  # kill_wait PID [SIGNAL] [seconds]: signal, wait, then SIGKILL
-    local pid=$1 sig=${2:-TERM} t=${3:-10} i
-    [ -n "$pid" ] || return 0
-    kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
-    kill -"$sig" "$pid" 2>/dev/null || true
-    for ((i = 0; i < t * 10; i++)); do
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
-    wait "$pid" 2>/dev/null || true
-}
-
-postfix_running() {
-    [ -f "$PF_ETC/main.cf" ] && postfix -c "$PF_ETC" status >/dev/null 2>&1
-}
-
-cleanup() {
-    local rc=$?
-    set +e
-    trap - EXIT INT TERM
+# The EXIT trap (cleanup in common.sh) calls this, then removes $W.
+cleanup_processes() {
     kill_wait "$TICKER_PID" TERM 2
     kill_wait "$GEN_PID" TERM 5
     kill_wait "$SLUICE_PID" TERM 30
-    if postfix_running; then
-        log "stopping the Postfix bench instance"
-        postfix -c "$PF_ETC" stop >/dev/null 2>&1
-    fi
+    stop_postfix_instance
     kill_wait "$SLAPD_PID" TERM 15
-    if [ "$KEEP" = 1 ]; then
-        log "kept temp dir $W"
-    else
-        log "removing temp dir $W"
-        rm -rf "$W"
-    fi
-    exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-# ---------------------------------------------------------------- ports ----
-listening() { ss -Hltn "sport = :$1" 2>/dev/null | grep -q .; }
-
-wait_free() {  # wait_free PORT SECONDS: until nothing listens on PORT
-    local port=$1 t=$2 i
-    for ((i = 0; i < t * 10; i++)); do
-        listening "$port" || return 0
-        sleep 0.1
-    done
-    return 1
-}
-
-wait_listen() {  # wait_listen PORT SECONDS [PID that must stay alive]
-    local port=$1 t=$2 pid=${3:-} i
-    for ((i = 0; i < t * 10; i++)); do
-        listening "$port" && return 0
-        if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then return 1; fi
-        sleep 0.1
-    done
-    return 1
-}
+install_cleanup_traps
 
 # ---------------------------------------------------------------- slapd ----
 # An own slapd.conf (no cn=config, nothing in /etc/ldap touched), an mdb
@@ -389,12 +322,9 @@ sluice_spool_size() {  # size of Sluice's spool (segment files) in data_dir
 # virtual(8) delivers as the uid/gid of the `postfix` user (102 on Debian,
 # above virtual_minimum_uid = 100), which owns $PF_MAIL.
 setup_postfix() {
-    mkdir -p "$PF_ETC" "$PF/data"
-    chown postfix "$PF/data"
+    prepare_postfix_instance
     VMAIL_UID=$(id -u postfix)
     VMAIL_GID=$(id -g postfix)
-    local maillog=""
-    [ "$POSTFIX_MAILLOG" = 1 ] && maillog="$PF/maillog"
     cat >"$PF_ETC/ldap-users.cf" <<EOF
 server_host = ldap://$HOST:$LDAP_PORT
 search_base = $PEOPLE
@@ -404,28 +334,14 @@ version = 3
 bind = no
 EOF
     chmod 644 "$PF_ETC/ldap-users.cf"
-    cat >"$PF_ETC/main.cf" <<EOF
+    {
+        cat <<EOF
 # Postfix instance for workload L (bench/local.sh): virtual mailboxes in
 # Maildirs, recipients validated in LDAP at RCPT time. Postfix defaults
 # otherwise (fsync on, default process and concurrency limits).
-compatibility_level = 3.6
-queue_directory = $PF/spool
-data_directory = $PF/data
-mail_owner = postfix
-setgid_group = postdrop
-maillog_file = $maillog
-maillog_file_prefixes = $PF
-
-# No DNS, no traffic off the machine, no hostname lookups.
-myhostname = postfix.bench
-mydomain = bench
-myorigin = \$myhostname
-inet_interfaces = $HOST
-inet_protocols = ipv4
-smtp_dns_support_level = disabled
-lmtp_dns_support_level = disabled
-smtp_host_lookup = native
-smtpd_peername_lookup = no
+EOF
+        postfix_main_cf_instance postfix.bench bench
+        cat <<EOF
 
 # Only virtual mailbox delivery.
 mydestination =
@@ -447,43 +363,15 @@ virtual_transport = virtual
 smtpd_reject_unlisted_recipient = yes
 unknown_virtual_mailbox_reject_code = 550
 
-mynetworks = 127.0.0.0/8
-smtpd_relay_restrictions = permit_mynetworks, reject_unauth_destination
-smtpd_recipient_restrictions =
-receive_override_options = no_header_body_checks
-smtpd_tls_security_level = none
-smtp_tls_security_level = none
+EOF
+        postfix_main_cf_loopback_smtpd
+        cat <<EOF
 # anvil: loopback is exempt from the per-client limits.
 smtpd_client_event_limit_exceptions = 127.0.0.0/8
 EOF
+    } >"$PF_ETC/main.cf"
     # master.cf: every service with chroot off; smtpd only on 127.0.0.1:55125.
-    cat >"$PF_ETC/master.cf" <<EOF
-# service type  private unpriv  chroot  wakeup  maxproc command + args
-$HOST:$SMTP_PORT inet n - n - - smtpd
-pickup    unix  n       -       n       60      1       pickup
-cleanup   unix  n       -       n       -       0       cleanup
-qmgr      unix  n       -       n       300     1       qmgr
-rewrite   unix  -       -       n       -       -       trivial-rewrite
-bounce    unix  -       -       n       -       0       bounce
-defer     unix  -       -       n       -       0       bounce
-trace     unix  -       -       n       -       0       bounce
-verify    unix  -       -       n       -       1       verify
-flush     unix  n       -       n       1000?   0       flush
-proxymap  unix  -       -       n       -       -       proxymap
-proxywrite unix -       -       n       -       1       proxymap
-smtp      unix  -       -       n       -       -       smtp
-relay     unix  -       -       n       -       -       smtp
-showq     unix  n       -       n       -       -       showq
-error     unix  -       -       n       -       -       error
-retry     unix  -       -       n       -       -       error
-discard   unix  -       -       n       -       -       discard
-local     unix  -       n       n       -       -       local
-virtual   unix  -       n       n       -       -       virtual
-lmtp      unix  -       -       n       -       -       lmtp
-anvil     unix  -       -       n       -       1       anvil
-scache    unix  -       -       n       -       1       scache
-postlog   unix-dgram n  -       n       -       1       postlogd
-EOF
+    write_postfix_master_cf "$SMTP_PORT"
     postconf -c "$PF_ETC" -m | grep -qx ldap || die "postconf -m: no ldap map type (install postfix-ldap)"
 }
 
@@ -491,18 +379,7 @@ start_postfix() {
     rm -rf "$PF/spool" "$PF/maillog" "$PF_MAIL"
     mkdir -p "$PF/spool" "$PF_MAIL"
     chown "$VMAIL_UID:$VMAIL_GID" "$PF_MAIL"
-    # `postfix check` creates the queue subdirectories with the right owners
-    # and modes (post-install create-missing) and reports config problems.
-    postfix -c "$PF_ETC" check >"$W/postfix-check.log" 2>&1 || {
-        # postfix writes its errors to stderr only when that is a tty;
-        # otherwise to maillog_file (or to syslog, absent here).
-        cat "$W/postfix-check.log" >&2; tail -20 "$PF/maillog" >&2 2>/dev/null || true
-        return 1
-    }
-    postfix -c "$PF_ETC" start >"$W/postfix-start.log" 2>&1 || {
-        cat "$W/postfix-start.log" >&2; tail -20 "$PF/maillog" >&2 2>/dev/null || true
-        return 1
-    }
+    postfix_check_start || return 1
     wait_listen "$SMTP_PORT" 30 || { tail -20 "$PF/maillog" >&2 2>/dev/null; return 1; }
 }
 
@@ -520,11 +397,7 @@ postfix_queue_summary() {
 }
 
 stop_postfix() {
-    local i
-    if postfix_running; then
-        postfix -c "$PF_ETC" stop >>"$W/postfix-start.log" 2>&1 || true
-    fi
-    for ((i = 0; i < 100; i++)); do postfix_running || break; sleep 0.1; done
+    postfix_stop_wait
     if [ "$KEEP" = 1 ] && [ -f "$PF/maillog" ]; then
         cp "$PF/maillog" "$W/postfix-maillog"
     fi
@@ -776,6 +649,7 @@ run_one() {
 # ------------------------------------------------------------------ main ----
 ensure_packages
 ensure_sluice
+ensure_sluice_generator
 listening "$SMTP_PORT" && die "port $SMTP_PORT is already in use on this machine"
 mkdir -p "$RESULTS_DIR"
 # Every delivered message is a file, every user reached 4 directories, and
@@ -847,16 +721,7 @@ if [ ${#series[@]} -gt 0 ]; then
         "${series[@]}" && log "chart: $svg" || log "chart.py failed"
 fi
 
-out="$RESULTS_DIR/local-$STAMP.txt"
-stamp=$(date -Iseconds)
-commit=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo none)
-if [ "$commit" != none ] && [ -n "$(git -C "$REPO" status --porcelain -- . ':!bench/results' 2>/dev/null)" ]; then
-    commit="$commit+dirty"
-fi
-for l in "${lines[@]}"; do
-    echo "$stamp $commit $l" >>"$out"
-done
-log "appended ${#lines[@]} RESULT lines to $out"
+append_results "$RESULTS_DIR/local-$STAMP.txt" "${lines[@]}"
 
 for sys in $SYSTEMS; do
     [ -s "${R_CSV[$sys]:-}" ] || continue

@@ -63,9 +63,12 @@
 
 set -euo pipefail
 
-export PATH="$PATH:/usr/sbin:/sbin"
-export LC_ALL=C
+# log, die, calc, fmt, kill_wait, ports, Postfix instance helpers, cleanup
+# trap, results file: see the top of bench/lib/common.sh.
+source "$(dirname "$0")/lib/common.sh"
 
+BENCH_TAG=relay
+ANNOUNCE_RM=0
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 N400=${N400:-50000}
 N64K=${N64K:-20000}
@@ -85,12 +88,7 @@ HOST=127.0.0.1
 RELAY_PORT=55125
 SINK_PORT=55225
 
-log() { printf '[relay %s] %s\n' "$(date +%T)" "$*" >&2; }
-die() { log "ERROR: $*"; exit 2; }
 now() { date +%s.%N; }
-# float arithmetic: calc 'a/b' (awk expression)
-calc() { awk "BEGIN { printf \"%s\", $1 }"; }
-fmt() { awk -v v="$2" "BEGIN { printf \"$1\", v }"; }
 
 # ---------------------------------------------------------------- sanity ----
 for s in $SYSTEMS; do
@@ -98,7 +96,7 @@ for s in $SYSTEMS; do
 done
 case $GENERATOR in sluice|smtp-source) ;; *) die "GENERATOR must be sluice or smtp-source" ;; esac
 case $SINK in sluice|smtp-sink) ;; *) die "SINK must be sluice or smtp-sink" ;; esac
-[ "$(id -u)" = 0 ] || die "run as root (Postfix's master must start as root; apt-get)"
+require_root
 
 n_for_size() {
     case $1 in 400) echo "$N400" ;; 65536) echo "$N64K" ;; *) die "no N for size $1 (only 400 and 65536)" ;; esac
@@ -117,37 +115,17 @@ ensure_packages() {
     # "No configuration": the package then writes no /etc/postfix/main.cf and
     # starts no system instance.
     echo "postfix postfix/main_mailer_type select No configuration" | debconf-set-selections
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y -q "${pkgs[@]}" >&2 \
-        || { apt-get update -q >&2 && apt-get install -y -q "${pkgs[@]}" >&2; }
-    if [ "$WE_INSTALLED_POSTFIX" = 1 ]; then
-        # Should the package have started a system instance anyway, stop it:
-        # nothing may listen on port 25 because of this script.
-        if [ -f /etc/postfix/main.cf ] && postfix status >/dev/null 2>&1; then
-            log "stopping the system Postfix instance started by the package"
-            postfix stop >&2 || service postfix stop >&2 || true
-        fi
-    fi
+    apt_install "${pkgs[@]}"
+    # Should the package have started a system instance anyway, stop it.
+    if [ "$WE_INSTALLED_POSTFIX" = 1 ]; then stop_system_postfix; fi
 }
 
 needs_sluice_binary() {
     [[ " $SYSTEMS " == *" sluice "* || $GENERATOR == sluice || $SINK == sluice ]]
 }
 
-ensure_sluice() {
-    needs_sluice_binary || return 0
-    if [ "$SLUICE_BUILD" = 1 ]; then
-        log "cargo build --release"
-        (cd "$REPO" && cargo build --release >&2)
-    fi
-    [ -x "$SLUICE" ] || die "$SLUICE not found (build it: cargo build --release)"
-}
-
 # ------------------------------------------------------------ temp dir -----
-W=$(mktemp -d "${TMPDIR:-/tmp}/sluice-relay.XXXXXX")
-chmod 755 "$W"          # Postfix daemons run as user postfix below it
-PF="$W/postfix"         # Postfix instance: $PF/etc, $PF/spool, $PF/data
-PF_ETC="$PF/etc"
+make_workdir relay      # W, PF, PF_ETC
 
 SINK_PID=""
 SLUICE_TIME_PID=""      # /usr/bin/time wrapping `sluice serve`
@@ -155,27 +133,8 @@ TICKER_PID=""
 SAMPLER_PID=""
 GEN_PIDS=()
 
-kill_wait() {  # kill_wait PID [SIGNAL] [seconds]: signal, wait, then SIGKILL
-    local pid=$1 sig=${2:-TERM} t=${3:-10} i
-    [ -n "$pid" ] || return 0
-    kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
-    kill -"$sig" "$pid" 2>/dev/null || true
-    for ((i = 0; i < t * 10; i++)); do
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
-    wait "$pid" 2>/dev/null || true
-}
-
-postfix_running() {
-    [ -f "$PF_ETC/main.cf" ] && postfix -c "$PF_ETC" status >/dev/null 2>&1
-}
-
-cleanup() {
-    local rc=$?
-    set +e
-    trap - EXIT INT TERM
+# The EXIT trap (cleanup in common.sh) calls this, then removes $W.
+cleanup_processes() {
     kill_wait "$TICKER_PID" TERM 2
     kill_wait "$SAMPLER_PID" TERM 2
     local p
@@ -185,43 +144,10 @@ cleanup() {
         kill_wait "$p" TERM 30
         kill_wait "$SLUICE_TIME_PID" TERM 5
     fi
-    if postfix_running; then
-        log "stopping the Postfix bench instance"
-        postfix -c "$PF_ETC" stop >/dev/null 2>&1
-    fi
+    stop_postfix_instance
     kill_wait "$SINK_PID" TERM 5
-    if [ "$KEEP" = 1 ]; then
-        log "kept temp dir $W"
-    else
-        rm -rf "$W"
-    fi
-    exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-# ---------------------------------------------------------------- ports ----
-listening() { ss -Hltn "sport = :$1" 2>/dev/null | grep -q .; }
-
-wait_free() {  # wait_free PORT SECONDS: until nothing listens on PORT
-    local port=$1 t=$2 i
-    for ((i = 0; i < t * 10; i++)); do
-        listening "$port" || return 0
-        sleep 0.1
-    done
-    return 1
-}
-
-wait_listen() {  # wait_listen PORT SECONDS [PID that must stay alive]
-    local port=$1 t=$2 pid=${3:-} i
-    for ((i = 0; i < t * 10; i++)); do
-        listening "$port" && return 0
-        if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then return 1; fi
-        sleep 0.1
-    done
-    return 1
-}
+install_cleanup_traps
 
 # ----------------------------------------------------------------- sink ----
 # start_sink N: starts a fresh sink in the background (SINK_PID). Its stdout
@@ -383,36 +309,17 @@ stop_sluice() {
 }
 
 # -------------------------------------------------------------- postfix ----
-# An isolated instance: config in $PF/etc, queue in $PF/spool, data in
-# $PF/data. Nothing in /etc/postfix is touched; `postfix -c DIR` as root needs
-# no alternate_config_directories entry (that is only checked by the set-gid
-# tools postdrop/postqueue, which this benchmark does not use).
+# An isolated instance (see prepare_postfix_instance in lib/common.sh), with
+# the settings of the published test; everything relays to the sink.
 setup_postfix() {
-    mkdir -p "$PF_ETC" "$PF/data"
-    chown postfix "$PF/data"
-    local maillog=""
-    [ "$POSTFIX_MAILLOG" = 1 ] && maillog="$PF/maillog"
-    cat >"$PF_ETC/main.cf" <<EOF
+    prepare_postfix_instance
+    {
+        cat <<EOF
 # Postfix instance for workload R (bench/relay.sh); settings of the published
 # Mailismus-vs-Postfix test. Fsync stays on (Postfix default).
-compatibility_level = 3.6
-queue_directory = $PF/spool
-data_directory = $PF/data
-mail_owner = postfix
-setgid_group = postdrop
-maillog_file = $maillog
-maillog_file_prefixes = $PF
-
-# No DNS, no traffic off the machine, no hostname lookups.
-myhostname = postfix.bench.example
-mydomain = bench.example
-myorigin = \$myhostname
-inet_interfaces = 127.0.0.1
-inet_protocols = ipv4
-smtp_dns_support_level = disabled
-lmtp_dns_support_level = disabled
-smtp_host_lookup = native
-smtpd_peername_lookup = no
+EOF
+        postfix_main_cf_instance postfix.bench.example bench.example
+        cat <<EOF
 relayhost = [127.0.0.1]:$SINK_PORT
 
 # No local delivery, no recipient validation: everything relays to the sink.
@@ -424,12 +331,9 @@ alias_maps =
 alias_database =
 append_dot_mydomain = no
 biff = no
-mynetworks = 127.0.0.0/8
-smtpd_relay_restrictions = permit_mynetworks, reject_unauth_destination
-smtpd_recipient_restrictions =
-receive_override_options = no_header_body_checks
-smtpd_tls_security_level = none
-smtp_tls_security_level = none
+EOF
+        postfix_main_cf_loopback_smtpd
+        cat <<EOF
 
 # Concurrency of the published test.
 default_process_limit = 300
@@ -444,51 +348,15 @@ smtpd_client_recipient_rate_limit = 0
 smtpd_client_new_tls_session_rate_limit = 0
 smtpd_client_auth_rate_limit = 0
 EOF
+    } >"$PF_ETC/main.cf"
     # master.cf: every service with chroot off; smtpd only on 127.0.0.1:55125.
-    cat >"$PF_ETC/master.cf" <<EOF
-# service type  private unpriv  chroot  wakeup  maxproc command + args
-$HOST:$RELAY_PORT inet n - n - - smtpd
-pickup    unix  n       -       n       60      1       pickup
-cleanup   unix  n       -       n       -       0       cleanup
-qmgr      unix  n       -       n       300     1       qmgr
-rewrite   unix  -       -       n       -       -       trivial-rewrite
-bounce    unix  -       -       n       -       0       bounce
-defer     unix  -       -       n       -       0       bounce
-trace     unix  -       -       n       -       0       bounce
-verify    unix  -       -       n       -       1       verify
-flush     unix  n       -       n       1000?   0       flush
-proxymap  unix  -       -       n       -       -       proxymap
-proxywrite unix -       -       n       -       1       proxymap
-smtp      unix  -       -       n       -       -       smtp
-relay     unix  -       -       n       -       -       smtp
-showq     unix  n       -       n       -       -       showq
-error     unix  -       -       n       -       -       error
-retry     unix  -       -       n       -       -       error
-discard   unix  -       -       n       -       -       discard
-local     unix  -       n       n       -       -       local
-virtual   unix  -       n       n       -       -       virtual
-lmtp      unix  -       -       n       -       -       lmtp
-anvil     unix  -       -       n       -       1       anvil
-scache    unix  -       -       n       -       1       scache
-postlog   unix-dgram n  -       n       -       1       postlogd
-EOF
+    write_postfix_master_cf "$RELAY_PORT"
 }
 
 start_postfix() {
     rm -rf "$PF/spool" "$PF/maillog"
     mkdir -p "$PF/spool"
-    # `postfix check` creates the queue subdirectories with the right owners
-    # and modes (post-install create-missing) and reports config problems.
-    postfix -c "$PF_ETC" check >"$W/postfix-check.log" 2>&1 || {
-        # postfix writes its errors to stderr only when that is a tty;
-        # otherwise to maillog_file (or to syslog, absent here).
-        cat "$W/postfix-check.log" >&2; tail -20 "$PF/maillog" >&2 2>/dev/null || true
-        die "postfix -c $PF_ETC check failed"
-    }
-    postfix -c "$PF_ETC" start >"$W/postfix-start.log" 2>&1 || {
-        cat "$W/postfix-start.log" >&2; tail -20 "$PF/maillog" >&2 2>/dev/null || true
-        die "postfix -c $PF_ETC start failed"
-    }
+    postfix_check_start || die "postfix -c $PF_ETC $POSTFIX_FAILED failed"
     wait_listen "$RELAY_PORT" 30 || die "postfix smtpd did not come up on $HOST:$RELAY_PORT"
     local master
     master=$(sed -n '1s/ //gp' "$PF/spool/pid/master.pid")
@@ -540,14 +408,10 @@ postfix_queue_files() {
 # stop_postfix: stops the instance, deletes its queue; sets STOP_RSS and
 # STOP_PSS to the peak sums over its processes in kB (or n/a).
 stop_postfix() {
-    local i
     stop_mem_sampler
     STOP_RSS=$PEAK_RSS_SUM; STOP_PSS=$PEAK_PSS_SUM
     log "postfix peak memory: sum RSS $STOP_RSS kB, sum PSS $STOP_PSS kB"
-    if postfix_running; then
-        postfix -c "$PF_ETC" stop >>"$W/postfix-start.log" 2>&1 || true
-    fi
-    for ((i = 0; i < 100; i++)); do postfix_running || break; sleep 0.1; done
+    postfix_stop_wait
     local left
     left=$(postfix_queue_files)
     [ "$left" -gt 0 ] && log "postfix: $left files left in the queue at stop"
@@ -689,16 +553,6 @@ for sys in $SYSTEMS; do
     done
 done
 
-mkdir -p "$(dirname "$RESULTS_FILE")"
-out=$RESULTS_FILE
-stamp=$(date -Iseconds)
-commit=$(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo none)
-if [ "$commit" != none ] && [ -n "$(git -C "$REPO" status --porcelain -- . ':!bench/results' 2>/dev/null)" ]; then
-    commit="$commit+dirty"
-fi
-for l in "${lines[@]}"; do
-    echo "$stamp $commit $l" >>"$out"
-done
-log "appended ${#lines[@]} RESULT lines to $out"
+append_results "$RESULTS_FILE" "${lines[@]}"
 printf '%s\n' "${lines[@]}"
 exit "$any_failed"
