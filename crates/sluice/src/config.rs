@@ -60,6 +60,8 @@ pub struct SmtpdConfig {
     pub relay_domains: Vec<String>,
     /// Text after the hostname in the 220 greeting.
     pub banner: String,
+    /// More `Received:` headers than this means a mail loop: `554 5.4.6`.
+    pub hop_count_limit: usize,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -139,6 +141,7 @@ impl Default for SmtpdConfig {
             mynetworks: vec!["127.0.0.0/8".into(), "::1/128".into()],
             relay_domains: Vec::new(),
             banner: "ESMTP Sluice".into(),
+            hop_count_limit: 50,
         }
     }
 }

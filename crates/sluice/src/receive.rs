@@ -648,6 +648,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
 
     /// Spools the message and, once it is synced, says 250.
     async fn queue(&mut self, txn: Transaction) {
+        // A mail loop shows as a growing pile of Received: headers.
+        if received_headers(&txn.body) > self.ctx.config.smtpd.hop_count_limit {
+            self.reject(&txn, "554 5.4.6 Error: too many hops (mail loop?)");
+            return;
+        }
         if txn.recipients.is_empty() {
             // Every recipient was an alias to "discard": nothing to keep.
             log!(
@@ -705,4 +710,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             }
         }
     }
+}
+
+/// Number of `Received:` headers in the header section of `body`.
+fn received_headers(body: &[u8]) -> usize {
+    let end = memchr::memmem::find(body, b"\r\n\r\n").unwrap_or(body.len());
+    body[..end]
+        .split(|&b| b == b'\n')
+        .filter(|line| line.len() >= 9 && line[..9].eq_ignore_ascii_case(b"received:"))
+        .count()
 }

@@ -231,3 +231,33 @@ async fn relay_is_denied_outside_mynetworks() {
     assert!(text.contains("250 2.1.5"), "{text}");
     server.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mail_loop_is_refused_by_hop_count() {
+    let dir = temp_dir("limits-hops");
+    let sink = recording_sink().await;
+    let mut cfg = config(&dir, Some(sink.addr));
+    cfg.smtpd.hop_count_limit = 5;
+    let (server, addr) = start(cfg).await;
+    let mut c = Client::ready(addr).await;
+    let hops = "Received: from a by b; Sun, 22 Nov 2026 05:00:00 +0000\r\n".repeat(5);
+    // Ours makes six: one too many.
+    let r = c
+        .message(
+            "a@b.test",
+            &["x@dest.test"],
+            &format!("{hops}Subject: loop\r\n\r\nx\r\n"),
+        )
+        .await;
+    assert!(r.starts_with("554 5.4.6"), "{r}");
+    // Four plus ours is within the limit; "Received:" in the body does not count.
+    let hops = "Received: from a by b; Sun, 22 Nov 2026 05:00:00 +0000\r\n".repeat(4);
+    let body = format!(
+        "{hops}Subject: ok\r\n\r\n{}",
+        "Received: not a header\r\n".repeat(10)
+    );
+    let r = c.message("a@b.test", &["x@dest.test"], &body).await;
+    assert!(r.starts_with("250 2.0.0"), "{r}");
+    assert!(wait_until(10, || sink.count() == 1).await);
+    server.shutdown().await;
+}
