@@ -133,6 +133,7 @@ async fn serve(flags: &Flags) -> Result<(), String> {
     unsafe {
         libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
     }
+    raise_fd_limit();
     let server = Server::start(config).await.map_err(|e| e.to_string())?;
     for addr in &server.addrs {
         eprintln!("sluice: listening on {addr}");
@@ -150,6 +151,22 @@ async fn serve(flags: &Flags) -> Result<(), String> {
     eprintln!("sluice: shutting down");
     server.shutdown().await;
     Ok(())
+}
+
+/// Thousands of sessions need thousands of descriptors: lift the soft
+/// limit to the hard limit (the default soft limit is often 1024).
+fn raise_fd_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
 }
 
 async fn run_sink(flags: &Flags) -> Result<(), String> {
