@@ -180,11 +180,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
 
     /// Handles everything complete in the input buffer.
     async fn process_input(&mut self) -> Next {
+        // Take the buffer out so commands can borrow lines from it while
+        // the session is mutated: no copy per command line.
+        let mut inbuf = std::mem::take(&mut self.inbuf);
         let mut pos = 0;
         let mut next = Next::Continue;
-        while pos < self.inbuf.len() && next == Next::Continue {
+        while pos < inbuf.len() && next == Next::Continue {
             match &mut self.mode {
-                Mode::Command => match self.framer.next_frame(&self.inbuf[pos..]) {
+                Mode::Command => match self.framer.next_frame(&inbuf[pos..]) {
                     Frame::Incomplete => break,
                     Frame::Discard(n) => pos += n,
                     Frame::Bad(n, why) => {
@@ -192,21 +195,21 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                         next = self.line_error(why);
                     }
                     Frame::Line(n) => {
-                        let line = self.inbuf[pos..pos + n].to_vec();
+                        let line = &inbuf[pos..pos + n];
                         pos += n;
-                        next = self.command(&line).await;
+                        next = self.command(line).await;
                     }
                 },
                 Mode::Data(decoder) => {
                     let txn = self.txn.as_mut().expect("DATA mode has a transaction");
-                    match decoder.feed(&self.inbuf[pos..], &mut txn.body) {
+                    match decoder.feed(&inbuf[pos..], &mut txn.body) {
                         Some(used) => {
                             pos += used;
                             let flaws = decoder.flaws();
                             self.mode = Mode::Command;
                             self.end_of_message(flaws).await;
                         }
-                        None => pos = self.inbuf.len(),
+                        None => pos = inbuf.len(),
                     }
                 }
                 Mode::Bdat {
@@ -214,7 +217,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     last,
                     discard,
                 } => {
-                    let take = (*remaining).min(self.inbuf.len() - pos);
+                    let take = (*remaining).min(inbuf.len() - pos);
                     let (last, discard) = (*last, *discard);
                     *remaining -= take;
                     let done = *remaining == 0;
@@ -231,7 +234,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                             txn.bdat_too_big = true;
                             txn.body = Vec::new();
                         } else {
-                            txn.body.extend_from_slice(&self.inbuf[pos..pos + take]);
+                            txn.body.extend_from_slice(&inbuf[pos..pos + take]);
                         }
                     }
                     pos += take;
@@ -242,7 +245,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 }
             }
         }
-        self.inbuf.drain(..pos);
+        inbuf.drain(..pos);
+        self.inbuf = inbuf;
         next
     }
 
