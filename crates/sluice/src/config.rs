@@ -62,6 +62,10 @@ pub struct SmtpdConfig {
     pub banner: String,
     /// More `Received:` headers than this means a mail loop: `554 5.4.6`.
     pub hop_count_limit: usize,
+    /// Memory all sessions together may hold for message bodies being
+    /// received (KiB). A message that would exceed it is read to its end,
+    /// dropped and answered `452 4.3.1` (try again later).
+    pub message_memory_budget_kib: u32,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -142,6 +146,7 @@ impl Default for SmtpdConfig {
             relay_domains: Vec::new(),
             banner: "ESMTP Sluice".into(),
             hop_count_limit: 50,
+            message_memory_budget_kib: 1 << 20,
         }
     }
 }

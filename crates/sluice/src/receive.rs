@@ -19,6 +19,7 @@ use sluice_proto::data::{self, BareLinePolicy, DataDecoder, DataLimits};
 use sluice_proto::line::{Frame, LineError, LineFramer};
 use sluice_spool::{Envelope, SpoolError};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::local::Resolution;
 use crate::log::qid;
@@ -30,6 +31,9 @@ use crate::{log, timefmt};
 pub const FLAG_8BITMIME: u32 = 1;
 /// Envelope flag: the client asked for SMTPUTF8.
 pub const FLAG_SMTPUTF8: u32 = 2;
+
+const MEMORY_EXHAUSTED: &str =
+    "452 4.3.1 Error: insufficient system resources for this message now; try again later";
 
 /// Longest address we accept (RFC 5321 path limit).
 const MAX_ADDRESS: usize = 256;
@@ -57,6 +61,36 @@ struct Transaction {
     bdat_too_big: bool,
     /// Some recipient resolved to "discard": accept even with no recipients left.
     discard: bool,
+    /// Share of the global body-memory budget held for `body`.
+    memory: Option<OwnedSemaphorePermit>,
+    /// The budget ran out: the rest is read and dropped, then 452.
+    over_budget: bool,
+}
+
+/// Bytes reserved from the body-memory budget at a time.
+const MEMORY_STEP_KIB: u32 = 64;
+
+/// Reserves budget for a grown body; on exhaustion drops the body.
+fn account_memory(budget: &Arc<Semaphore>, txn: &mut Transaction) {
+    if txn.over_budget {
+        txn.body = Vec::new();
+        return;
+    }
+    let held = |t: &Transaction| t.memory.as_ref().map_or(0, |p| p.num_permits()) << 10;
+    while txn.body.len() > held(txn) {
+        match budget.clone().try_acquire_many_owned(MEMORY_STEP_KIB) {
+            Ok(more) => match txn.memory.as_mut() {
+                Some(permit) => permit.merge(more),
+                None => txn.memory = Some(more),
+            },
+            Err(_) => {
+                txn.over_budget = true;
+                txn.body = Vec::new();
+                txn.memory = None;
+                return;
+            }
+        }
+    }
 }
 
 /// What the command loop should do after a step.
@@ -202,7 +236,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 },
                 Mode::Data(decoder) => {
                     let txn = self.txn.as_mut().expect("DATA mode has a transaction");
-                    match decoder.feed(&inbuf[pos..], &mut txn.body) {
+                    let fed = decoder.feed(&inbuf[pos..], &mut txn.body);
+                    account_memory(&self.ctx.body_memory, txn);
+                    match fed {
                         Some(used) => {
                             pos += used;
                             let flaws = decoder.flaws();
@@ -235,6 +271,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                             txn.body = Vec::new();
                         } else {
                             txn.body.extend_from_slice(&inbuf[pos..pos + take]);
+                            account_memory(&self.ctx.body_memory, txn);
                         }
                     }
                     pos += take;
@@ -318,6 +355,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     bdat: false,
                     bdat_too_big: false,
                     discard: false,
+                    memory: None,
+                    over_budget: false,
                 });
                 self.reply("250 2.1.0 Ok");
                 Next::Continue
@@ -591,7 +630,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
 
     async fn end_of_message(&mut self, flaws: data::DataFlaws) {
         let Some(txn) = self.txn.take() else { return };
-        if flaws.too_big {
+        if txn.over_budget {
+            self.reject(&txn, MEMORY_EXHAUSTED);
+        } else if flaws.too_big {
             self.reject(&txn, "552 5.3.4 Error: message file too big");
         } else if flaws.bare_cr_or_lf {
             self.reject(

@@ -31,6 +31,8 @@ pub struct Context {
     pub logger: Logger,
     pub policy: RelayPolicy,
     pub scheduler: mpsc::UnboundedSender<Event>,
+    /// Permits of 1 KiB for bodies being received (see `message_memory_budget_kib`).
+    pub body_memory: Arc<Semaphore>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -115,6 +117,9 @@ impl Server {
             spool: spool.clone(),
             logger: logger.clone(),
             scheduler: tx.clone(),
+            body_memory: Arc::new(Semaphore::new(
+                config.smtpd.message_memory_budget_kib as usize,
+            )),
         });
         let (shutdown, _) = watch::channel(false);
         // Directory counters once a minute, for operators watching lookups.

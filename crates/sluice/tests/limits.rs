@@ -261,3 +261,25 @@ async fn mail_loop_is_refused_by_hop_count() {
     assert!(wait_until(10, || sink.count() == 1).await);
     server.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn body_memory_budget_gives_452_and_is_released() {
+    let dir = temp_dir("limits-memory");
+    let sink = recording_sink().await;
+    let mut cfg = config(&dir, Some(sink.addr));
+    cfg.smtpd.message_memory_budget_kib = 128;
+    let (server, addr) = start(cfg).await;
+    let mut c = Client::ready(addr).await;
+    let line = "0123456789012345678901234567890123456789012345678901234567890123456789\r\n";
+    let big = format!("Subject: big\r\n\r\n{}", line.repeat(4000)); // ~290 KB
+    let r = c.message("a@b.test", &["x@dest.test"], &big).await;
+    assert!(r.starts_with("452 4.3.1"), "{r}");
+    // The budget held by the refused message is back: a smaller one fits.
+    let small = format!("Subject: small\r\n\r\n{}", line.repeat(600)); // ~43 KB
+    for _ in 0..3 {
+        let r = c.message("a@b.test", &["x@dest.test"], &small).await;
+        assert!(r.starts_with("250 2.0.0"), "{r}");
+    }
+    assert!(wait_until(10, || sink.count() == 3).await);
+    server.shutdown().await;
+}

@@ -72,6 +72,7 @@ async fn run(name: &str, chunks: &[&[u8]]) -> (Vec<String>, Vec<Event>) {
         spool: spool.clone(),
         logger: Logger::disabled(),
         scheduler: tx,
+        body_memory: Arc::new(tokio::sync::Semaphore::new(1 << 20)),
     });
     let writes = Arc::new(Mutex::new(Vec::new()));
     let io = Scripted {
