@@ -31,17 +31,9 @@ pub fn spawn_bounce(
     events: mpsc::UnboundedSender<Event>,
 ) {
     tokio::spawn(async move {
-        let body = match body {
-            Some(b) => Some(b),
-            None => {
-                let s = spool.clone();
-                tokio::task::spawn_blocking(move || s.read_body(body_ref).ok())
-                    .await
-                    .ok()
-                    .flatten()
-                    .map(Arc::new)
-            }
-        };
+        let body = crate::deliver::load_body(&spool, &body, body_ref)
+            .await
+            .ok();
         let headers = body
             .as_deref()
             .map(|b| original_headers(b))

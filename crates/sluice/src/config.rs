@@ -3,7 +3,6 @@
 //! the TOML parser), so a typo never silently falls back to a default.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -250,10 +249,6 @@ impl Config {
             .iter()
             .filter_map(|n| Cidr::parse(n))
             .collect()
-    }
-
-    pub fn is_mynetworks(&self, nets: &[Cidr], ip: IpAddr) -> bool {
-        nets.iter().any(|n| n.contains(ip))
     }
 }
 

@@ -88,14 +88,6 @@ struct Worker {
     conn: Option<SmtpConn>,
 }
 
-/// Why an attempt failed as a whole.
-enum Failure {
-    /// Could not connect or greet: counts against the destination.
-    Connect(String),
-    /// The session broke mid-way.
-    Session(String),
-}
-
 impl Worker {
     async fn run(&mut self, first: Job, mut rx: mpsc::Receiver<Job>) {
         let idle = Duration::from_secs(self.config.delivery.connection_idle_secs.max(1));
@@ -139,26 +131,11 @@ impl Worker {
 
     /// One delivery attempt; returns outcomes and whether connecting failed.
     async fn attempt(&mut self, job: &Job) -> (Vec<(u16, Outcome)>, bool) {
-        let body = match &job.body {
-            Some(b) => b.clone(),
-            None => {
-                let spool = self.spool.clone();
-                let body_ref = job.body_ref;
-                match tokio::task::spawn_blocking(move || spool.read_body(body_ref)).await {
-                    Ok(Ok(b)) => Arc::new(b),
-                    Ok(Err(e)) => {
-                        return (
-                            defer_all(job, "none", &format!("4.3.0 cannot read queue file: {e}")),
-                            false,
-                        )
-                    }
-                    Err(e) => {
-                        return (
-                            defer_all(job, "none", &format!("4.3.0 cannot read queue file: {e}")),
-                            false,
-                        )
-                    }
-                }
+        let body = match load_body(&self.spool, &job.body, job.body_ref).await {
+            Ok(b) => b,
+            Err(e) => {
+                let why = format!("4.3.0 cannot read queue file: {e}");
+                return (defer_all(job, "none", &why), false);
             }
         };
         let hop = self.hop.clone();
@@ -176,7 +153,7 @@ impl Worker {
             if self.conn.is_none() {
                 match SmtpConn::connect(host, *port, &self.config).await {
                     Ok(conn) => self.conn = Some(conn),
-                    Err(Failure::Connect(why)) | Err(Failure::Session(why)) => {
+                    Err(why) => {
                         let relay = format!("{host}[{host}]:{port}");
                         crate::log!(self.logger, "smtp", "connect to {relay}: {why}");
                         return (defer_all(job, &relay, &why), true);
@@ -260,7 +237,25 @@ impl Worker {
     }
 }
 
-fn defer_all(job: &Job, relay: &str, reason: &str) -> Vec<(u16, Outcome)> {
+/// The body from memory if cached, else read back from the spool.
+pub(crate) async fn load_body(
+    spool: &Spool,
+    cached: &Option<Arc<Vec<u8>>>,
+    body_ref: BodyRef,
+) -> Result<Arc<Vec<u8>>, String> {
+    if let Some(body) = cached {
+        return Ok(body.clone());
+    }
+    let spool = spool.clone();
+    match tokio::task::spawn_blocking(move || spool.read_body(body_ref)).await {
+        Ok(Ok(body)) => Ok(Arc::new(body)),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Every recipient of `job` deferred with the same reason.
+pub(crate) fn defer_all(job: &Job, relay: &str, reason: &str) -> Vec<(u16, Outcome)> {
     job.rcpts
         .iter()
         .map(|&r| {
@@ -307,18 +302,14 @@ struct SmtpConn {
 }
 
 impl SmtpConn {
-    async fn connect(host: &str, port: u16, config: &Config) -> Result<SmtpConn, Failure> {
+    async fn connect(host: &str, port: u16, config: &Config) -> Result<SmtpConn, String> {
         let connect_timeout = Duration::from_secs(config.delivery.connect_timeout_secs.max(1));
         let target = format!("{host}:{port}");
         let stream = match tokio::time::timeout(connect_timeout, TcpStream::connect(&target)).await
         {
             Ok(Ok(s)) => s,
-            Ok(Err(e)) => return Err(Failure::Connect(format!("4.4.1 connect to {target}: {e}"))),
-            Err(_) => {
-                return Err(Failure::Connect(format!(
-                    "4.4.1 connect to {target}: timed out"
-                )))
-            }
+            Ok(Err(e)) => return Err(format!("4.4.1 connect to {target}: {e}")),
+            Err(_) => return Err(format!("4.4.1 connect to {target}: timed out")),
         };
         let _ = stream.set_nodelay(true);
         let ip = stream
@@ -338,20 +329,20 @@ impl SmtpConn {
         let greeting = conn
             .read_reply()
             .await
-            .map_err(|e| Failure::Connect(format!("4.4.2 {}: no greeting: {e}", conn.relay)))?;
+            .map_err(|e| format!("4.4.2 {}: no greeting: {e}", conn.relay))?;
         if greeting.class() != 2 {
-            return Err(Failure::Connect(format!(
+            return Err(format!(
                 "4.4.0 {} refused to talk to me: {} {}",
                 conn.relay, greeting.code, greeting.text
-            )));
+            ));
         }
         conn.send(format!("EHLO {}\r\n", config.hostname).as_bytes())
             .await
-            .map_err(|e| Failure::Session(format!("4.4.2 {}: {e}", conn.relay)))?;
+            .map_err(|e| format!("4.4.2 {}: {e}", conn.relay))?;
         let (ehlo, lines) = conn
             .read_reply_lines()
             .await
-            .map_err(|e| Failure::Session(format!("4.4.2 {}: {e}", conn.relay)))?;
+            .map_err(|e| format!("4.4.2 {}: {e}", conn.relay))?;
         if ehlo.class() == 2 {
             for line in lines.iter().skip(1) {
                 let keyword = line
@@ -370,16 +361,16 @@ impl SmtpConn {
         } else {
             conn.send(format!("HELO {}\r\n", config.hostname).as_bytes())
                 .await
-                .map_err(|e| Failure::Session(format!("4.4.2 {}: {e}", conn.relay)))?;
+                .map_err(|e| format!("4.4.2 {}: {e}", conn.relay))?;
             let helo = conn
                 .read_reply()
                 .await
-                .map_err(|e| Failure::Session(format!("4.4.2 {}: {e}", conn.relay)))?;
+                .map_err(|e| format!("4.4.2 {}: {e}", conn.relay))?;
             if helo.class() != 2 {
-                return Err(Failure::Connect(format!(
+                return Err(format!(
                     "4.4.0 {} rejected HELO: {} {}",
                     conn.relay, helo.code, helo.text
-                )));
+                ));
             }
         }
         Ok(conn)

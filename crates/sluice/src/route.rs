@@ -80,6 +80,8 @@ impl NextHop {
 pub struct Router {
     /// Local (virtual mailbox) domains, and the static transport table.
     local: Option<Arc<crate::local::Local>>,
+    /// Shared by every local recipient, so routing allocates nothing.
+    maildir: Arc<NextHop>,
     table: BTreeMap<String, Arc<NextHop>>,
     wildcard: Option<Arc<NextHop>>,
     relayhost: Option<Arc<NextHop>>,
@@ -109,6 +111,7 @@ impl Router {
         }
         Router {
             local,
+            maildir: Arc::new(NextHop::Maildir),
             table,
             wildcard,
             relayhost: relayhost.and_then(NextHop::parse).map(Arc::new),
@@ -120,7 +123,7 @@ impl Router {
         let domain = domain_of(address).to_ascii_lowercase();
         if let Some(local) = &self.local {
             if local.is_local_domain(&domain) {
-                return Some(Arc::new(NextHop::Maildir));
+                return Some(self.maildir.clone());
             }
             let routed = local
                 .transport_table

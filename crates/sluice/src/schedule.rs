@@ -93,6 +93,15 @@ struct Message {
     bounce_pending: bool,
 }
 
+impl Message {
+    /// Every recipient delivered or bounced.
+    fn all_final(&self) -> bool {
+        self.rcpts
+            .iter()
+            .all(|s| matches!(s, RcptState::Delivered | RcptState::Bounced))
+    }
+}
+
 struct Destination {
     hop: Arc<NextHop>,
     queue: VecDeque<Job>,
@@ -461,19 +470,7 @@ impl Scheduler {
 
     /// Marks a job's recipients deferred without trying them.
     fn defer_job(&mut self, job: Job, reason: &str) {
-        let results = job
-            .rcpts
-            .iter()
-            .map(|&r| {
-                (
-                    r,
-                    Outcome::Deferred {
-                        relay: "none".into(),
-                        reason: reason.to_string(),
-                    },
-                )
-            })
-            .collect();
+        let results = deliver::defer_all(&job, "none", reason);
         self.apply_results(job.msg, results);
     }
 
@@ -488,39 +485,26 @@ impl Scheduler {
                 continue;
             };
             let to = &env.recipients[r as usize];
+            let (status, relay, text, default_dsn) = match &outcome {
+                Outcome::Delivered { relay, reply } => ("sent", relay, reply, "2.0.0"),
+                Outcome::Deferred { relay, reason } => ("deferred", relay, reason, "4.0.0"),
+                Outcome::Bounced { relay, reason } => ("bounced", relay, reason, "5.0.0"),
+            };
+            log!(
+                self.logger,
+                "smtp",
+                "{}: to=<{to}>, relay={relay}, delay={}, dsn={}, status={status} ({text})",
+                qid(id),
+                delay(&env),
+                dsn_of(text, default_dsn)
+            );
             match outcome {
-                Outcome::Delivered { relay, reply } => {
-                    log!(
-                        self.logger,
-                        "smtp",
-                        "{}: to=<{to}>, relay={relay}, delay={}, dsn={}, status=sent ({reply})",
-                        qid(id),
-                        delay(&env),
-                        dsn_of(&reply, "2.0.0")
-                    );
+                Outcome::Delivered { .. } => {
                     *state = RcptState::Delivered;
                     delivered.push(r);
                 }
-                Outcome::Deferred { relay, reason } => {
-                    log!(
-                        self.logger,
-                        "smtp",
-                        "{}: to=<{to}>, relay={relay}, delay={}, dsn={}, status=deferred ({reason})",
-                        qid(id),
-                        delay(&env),
-                        dsn_of(&reason, "4.0.0")
-                    );
-                    *state = RcptState::Deferred(reason);
-                }
+                Outcome::Deferred { reason, .. } => *state = RcptState::Deferred(reason),
                 Outcome::Bounced { relay, reason } => {
-                    log!(
-                        self.logger,
-                        "smtp",
-                        "{}: to=<{to}>, relay={relay}, delay={}, dsn={}, status=bounced ({reason})",
-                        qid(id),
-                        delay(&env),
-                        dsn_of(&reason, "5.0.0")
-                    );
                     *state = RcptState::Bounced;
                     msg.failed.push((r, format!("{relay}: {reason}")));
                 }
@@ -529,12 +513,7 @@ impl Scheduler {
         msg.in_flight = msg.in_flight.saturating_sub(1);
         let round_over = msg.in_flight == 0;
         if !delivered.is_empty() {
-            let complete = round_over
-                && msg.failed.is_empty()
-                && msg
-                    .rcpts
-                    .iter()
-                    .all(|s| *s == RcptState::Delivered || *s == RcptState::Bounced);
+            let complete = round_over && msg.failed.is_empty() && msg.all_final();
             self.spool
                 .record_outcome(id, msg.body_ref, delivered, complete);
             if complete {
@@ -601,10 +580,7 @@ impl Scheduler {
         if msg.bounce_pending {
             return;
         }
-        let all_final = msg
-            .rcpts
-            .iter()
-            .all(|s| *s == RcptState::Delivered || *s == RcptState::Bounced);
+        let all_final = msg.all_final();
         if all_final {
             self.spool
                 .record_outcome(id, msg.body_ref, Vec::new(), true);
@@ -628,10 +604,7 @@ impl Scheduler {
             return;
         };
         msg.bounce_pending = false;
-        let all_final = msg
-            .rcpts
-            .iter()
-            .all(|s| *s == RcptState::Delivered || *s == RcptState::Bounced);
+        let all_final = msg.all_final();
         let complete = all_final && msg.in_flight == 0 && msg.failed.is_empty();
         self.spool
             .record_outcome(id, msg.body_ref, recipients, complete);

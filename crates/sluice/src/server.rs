@@ -63,10 +63,6 @@ pub struct Server {
 impl Server {
     pub async fn start(config: Config) -> Result<Server, StartError> {
         let logger = Logger::start(config.log_file.as_deref()).map_err(StartError::Log)?;
-        Self::start_with_logger(config, logger).await
-    }
-
-    pub async fn start_with_logger(config: Config, logger: Logger) -> Result<Server, StartError> {
         let config = Arc::new(config);
         let spool_config = SpoolConfig {
             dir: config.data_dir.join("spool"),

@@ -4,10 +4,6 @@ mod common;
 
 use common::*;
 
-fn qid_of(reply: &str) -> String {
-    reply.trim().rsplit(' ').next().unwrap().to_string()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn next_hop_down_then_up_defers_then_delivers() {
     let dir = temp_dir("deliver-down-up");

@@ -42,7 +42,7 @@ async fn unwritable_maildir_defers_then_delivers() {
         .message("s@remote.test", &["a@local.test"], &body("stuck"))
         .await;
     assert!(r.starts_with("250 2.0.0"), "{r}");
-    let qid = r.trim().rsplit(' ').next().unwrap().to_string();
+    let qid = qid_of(&r);
     assert!(
         wait_until(10, || read_log(&dir)
             .contains(&format!("{qid}: to=<a@local.test>, relay=maildir"))
@@ -72,7 +72,7 @@ async fn unwritable_maildir_defers_then_delivers() {
     let r = c
         .message("s@remote.test", &["y@routed.test"], &body("routed"))
         .await;
-    let qid = r.trim().rsplit(' ').next().unwrap().to_string();
+    let qid = qid_of(&r);
     assert!(
         wait_until(10, || read_log(&dir)
             .contains(&format!("{qid}: to=<y@routed.test>, relay=none")))

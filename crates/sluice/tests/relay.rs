@@ -19,7 +19,7 @@ async fn relays_a_message_with_received_header_and_exact_body() {
         )
         .await;
     assert!(r.starts_with("250 2.0.0 Ok: queued as "), "{r}");
-    let qid = r.trim().rsplit(' ').next().unwrap().to_string();
+    let qid = qid_of(&r);
     assert!(wait_until(10, || sink.count() == 1).await);
     let got = &sink.messages()[0];
     assert_eq!(got.sender, "a@sender.test");
@@ -160,13 +160,13 @@ async fn discard_transport_and_unroutable_domain() {
     let r = c
         .message("a@sender.test", &["x@void.test"], &body("void"))
         .await;
-    let qid = r.trim().rsplit(' ').next().unwrap().to_string();
+    let qid = qid_of(&r);
     assert!(wait_until(5, || read_log(&dir).contains(&format!("{qid}: removed"))).await);
     assert!(read_log(&dir).contains("status=sent (discarded)"));
     let r = c
         .message("a@sender.test", &["x@nowhere.test"], &body("nowhere"))
         .await;
-    let qid = r.trim().rsplit(' ').next().unwrap().to_string();
+    let qid = qid_of(&r);
     assert!(
         wait_until(5, || read_log(&dir)
             .contains(&format!("{qid}: to=<x@nowhere.test>, relay=none")))

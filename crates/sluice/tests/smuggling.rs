@@ -30,9 +30,7 @@ async fn every_vector_is_rejected_by_default_and_nothing_is_smuggled() {
     let (server, addr) = start(config(&dir, Some(sink.addr))).await;
     for (name, vector) in VECTORS {
         let mut c = Client::ready(addr).await;
-        assert!(c.cmd("MAIL FROM:<a@sender.test>").await.starts_with("250"));
-        assert!(c.cmd("RCPT TO:<b@dest.test>").await.starts_with("250"));
-        assert!(c.cmd("DATA").await.starts_with("354"));
+        c.begin_data("a@sender.test", "b@dest.test").await;
         c.send(&attack(vector)).await;
         let r = c.reply().await;
         assert!(
@@ -56,9 +54,7 @@ async fn normalize_mode_accepts_one_message_never_two() {
     let (server, addr) = start(cfg).await;
     for (name, vector) in VECTORS {
         let mut c = Client::ready(addr).await;
-        assert!(c.cmd("MAIL FROM:<a@sender.test>").await.starts_with("250"));
-        assert!(c.cmd("RCPT TO:<b@dest.test>").await.starts_with("250"));
-        assert!(c.cmd("DATA").await.starts_with("354"));
+        c.begin_data("a@sender.test", "b@dest.test").await;
         c.send(&attack(vector)).await;
         let r = c.reply().await;
         assert!(r.starts_with("250 2.0.0"), "{name}: {r}");

@@ -148,6 +148,16 @@ impl Client {
         }
     }
 
+    /// MAIL, RCPT and DATA for one recipient, each checked; ready for the body.
+    pub async fn begin_data(&mut self, from: &str, to: &str) {
+        let r = self.cmd(&format!("MAIL FROM:<{from}>")).await;
+        assert!(r.starts_with("250"), "MAIL: {r}");
+        let r = self.cmd(&format!("RCPT TO:<{to}>")).await;
+        assert!(r.starts_with("250"), "RCPT: {r}");
+        let r = self.cmd("DATA").await;
+        assert!(r.starts_with("354"), "DATA: {r}");
+    }
+
     /// Sends one whole message; returns the final reply.
     pub async fn message(&mut self, from: &str, to: &[&str], body: &str) -> String {
         let r = self.cmd(&format!("MAIL FROM:<{from}>")).await;
@@ -166,4 +176,9 @@ impl Client {
 
 pub fn body(subject: &str) -> String {
     format!("From: <a@sender.test>\r\nTo: <b@dest.test>\r\nSubject: {subject}\r\nMessage-ID: <{subject}@sender.test>\r\n\r\nHello.\r\n")
+}
+
+/// The queue ID at the end of a `250 2.0.0 Ok: queued as <ID>` reply.
+pub fn qid_of(reply: &str) -> String {
+    reply.trim().rsplit(' ').next().unwrap().to_string()
 }
