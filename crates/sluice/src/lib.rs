@@ -1,23 +1,29 @@
 //! Sluice, a mail transfer agent.
 //!
-//! Modules follow the data flow:
-//! [`receive`] (SMTP sessions) → spool (crate `sluice-spool`) →
-//! [`schedule`] (the in-memory queue) → [`deliver`] (SMTP client workers),
-//! with [`bounce`] feeding DSNs back into the spool, and [`local`]
-//! (virtual mailboxes, aliases, Maildir delivery) on [`lookup`] tables. [`route`] decides next
-//! hops and relay permission, [`config`] holds every setting, [`log`] is the
-//! mail log, [`server`] wires it all up. [`tools`] holds the load generator
-//! and the sink used by the benchmarks and tests.
+//! The module tree follows a message, bottom to top (each layer imports
+//! only the layers below it; there are no import cycles):
+//!
+//! - [`message`], [`config`] (with [`log`], [`timefmt`]): shared types and settings;
+//! - [`tables`]: lookup tables (static files, LDAP);
+//! - [`routing`]: local domains and mailboxes, next hops, relay policy;
+//! - [`bounce`]: building and storing DSNs;
+//! - [`queue`]: the scheduler ("qmgr") and the delivery-agent interface;
+//! - [`smtp::server`] (receive), [`smtp::client`] and [`maildir`] (the
+//!   delivery agents): the stages that touch the network and mailboxes;
+//! - [`daemon`]: wires everything together.
+//!
+//! The spool itself is the crate `sluice-spool`; [`tools`] holds the load
+//! generator and the sink used by the benchmarks and tests.
 
 pub mod bounce;
 pub mod config;
-pub mod deliver;
-pub mod local;
+pub mod daemon;
 pub mod log;
-pub mod lookup;
-pub mod receive;
-pub mod route;
-pub mod schedule;
-pub mod server;
+pub mod maildir;
+pub mod message;
+pub mod queue;
+pub mod routing;
+pub mod smtp;
+pub mod tables;
 pub mod timefmt;
 pub mod tools;

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use sluice::config::Config;
-use sluice::server::Server;
+use sluice::daemon::Server;
 use sluice::tools::{bench, sink};
 
 const USAGE: &str = "usage:
@@ -44,7 +44,7 @@ fn main() -> ExitCode {
     };
     let result = match cmd.as_str() {
         "serve" => runtime.block_on(serve(&flags)),
-        "check-config" => load_config(&flags).map(|_| println!("configuration ok")),
+        "check-config" => check_config(&flags),
         "sink" => runtime.block_on(run_sink(&flags)),
         "bench" => runtime.block_on(run_bench(&flags)),
         "--version" | "version" => {
@@ -123,6 +123,26 @@ fn load_config(flags: &Flags) -> Result<Config, String> {
         Some(path) => Config::load(&PathBuf::from(path)).map_err(|e| e.to_string()),
         None => Ok(Config::default()),
     }
+}
+
+/// Loads the config and builds what `serve` would build from it (tables,
+/// routes), so a config that passes here does not fail at start.
+fn check_config(flags: &Flags) -> Result<(), String> {
+    let config = load_config(flags)?;
+    let logger = sluice::log::Logger::disabled();
+    let mailboxes = sluice::routing::mailboxes::VirtualMailboxes::build(
+        &config.local,
+        &config.tables,
+        &config.data_dir,
+        &logger,
+    )?;
+    sluice::routing::Router::new(
+        &config.transport,
+        config.delivery.relayhost.as_deref(),
+        mailboxes.domains(),
+    )?;
+    println!("configuration ok");
+    Ok(())
 }
 
 async fn serve(flags: &Flags) -> Result<(), String> {

@@ -6,8 +6,8 @@ use std::path::Path;
 
 use common::slapd::Slapd;
 use common::*;
+use sluice::config::tables::TableConfig;
 use sluice::config::Config;
-use sluice::lookup::TableConfig;
 
 fn ldap_table(uris: Vec<String>, base: &str, filter: &str, attr: &str) -> TableConfig {
     let mut t: TableConfig = toml::from_str("kind = \"ldap\"").unwrap();

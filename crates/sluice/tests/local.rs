@@ -22,7 +22,8 @@ async fn unwritable_maildir_defers_then_delivers() {
     std::fs::write(&base, b"not a directory").unwrap();
     cfg.local.maildir_base = Some(base.clone());
     let table = |p: &str| {
-        let mut t: sluice::lookup::TableConfig = toml::from_str("kind = \"static\"").unwrap();
+        let mut t: sluice::config::tables::TableConfig =
+            toml::from_str("kind = \"static\"").unwrap();
         t.path = Some(dir.join(p));
         t
     };

@@ -8,10 +8,10 @@ use std::task::{Context as TaskContext, Poll};
 
 use sluice::config::Config;
 use sluice::log::Logger;
-use sluice::receive::Session;
-use sluice::route::RelayPolicy;
-use sluice::schedule::Event;
-use sluice::server::Context;
+use sluice::queue::{Event, QueueHandle};
+use sluice::routing::mailboxes::VirtualMailboxes;
+use sluice::routing::policy::RelayPolicy;
+use sluice::smtp::server::{Session, SessionContext};
 use sluice_spool::{Spool, SpoolConfig};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
@@ -60,18 +60,18 @@ async fn run(name: &str, chunks: &[&[u8]]) -> (Vec<String>, Vec<Event>) {
         segment_bytes: 1 << 20,
     })
     .unwrap();
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let (queue, mut rx) = QueueHandle::channel();
     let config = Config::default();
-    let ctx = Arc::new(Context {
+    let ctx = Arc::new(SessionContext {
         policy: RelayPolicy::new(config.mynetworks(), &config.smtpd.relay_domains),
-        local: Arc::new(
-            sluice::local::Local::build(&config.local, &config.tables, &dir, &Logger::disabled())
+        mailboxes: Arc::new(
+            VirtualMailboxes::build(&config.local, &config.tables, &dir, &Logger::disabled())
                 .unwrap(),
         ),
         config: Arc::new(config),
         spool: spool.clone(),
         logger: Logger::disabled(),
-        scheduler: tx,
+        queue,
         body_memory: Arc::new(tokio::sync::Semaphore::new(1 << 20)),
     });
     let writes = Arc::new(Mutex::new(Vec::new()));
@@ -123,7 +123,7 @@ async fn pipelined_commands_are_answered_in_one_write() {
     );
     assert_eq!(events.len(), 1, "the message reached the scheduler");
     match &events[0] {
-        Event::Incoming(inc) => {
+        Event::Queued(inc) => {
             assert_eq!(inc.envelope.recipients, vec!["c@d.test", "e@d.test"]);
             assert!(inc
                 .body

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use sluice::config::Config;
-use sluice::server::Server;
+use sluice::daemon::Server;
 use sluice::tools::sink::{Sink, SinkOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;

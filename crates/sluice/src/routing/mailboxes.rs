@@ -1,66 +1,25 @@
-//! Local (virtual mailbox) domains: recipient validation, alias expansion
-//! and Maildir delivery.
+//! Virtual mailboxes: recipient validation and alias expansion at RCPT
+//! time, and the Maildir path of a mailbox at delivery time.
 //!
-//! At RCPT time an address in a local domain is resolved: an alias (exact,
-//! then the mailbox itself, then the `@domain` catch-all) expands to its
-//! targets, recursively; `.` or `discard` as a target drops the mail; a
-//! mailbox must exist in the mailbox table. Unknown → `550 5.1.1`; a table
-//! that cannot answer → `451 4.3.0` (never a 550 for a directory problem).
+//! An address in a local domain is resolved: an alias (exact, then the
+//! mailbox itself, then the `@domain` catch-all) expands to its targets,
+//! recursively; `.` or `discard` as a target drops the mail; a mailbox must
+//! exist in the mailbox table. Unknown → `550 5.1.1`; a table that cannot
+//! answer → `451 4.3.0` (never a 550 for a directory problem).
 //!
-//! Maildir delivery follows the Maildir rules: a unique name in `tmp/`,
-//! data synced, rename into `new/`, directory synced. `Return-Path:` and
-//! `Delivered-To:` are prepended. A full disk or an unwritable Maildir is a
-//! temporary failure: the message stays queued and is retried.
+//! Trust: table values (paths, alias targets) are the operator's; the
+//! address is the client's and is never used as a path without cleaning.
 
-use std::collections::HashSet;
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use serde::Deserialize;
-
+use crate::config::local::LocalConfig;
+use crate::config::tables::TableConfig;
 use crate::log::Logger;
-use crate::lookup::{LookupError, Table, TableConfig};
-use crate::route::domain_of;
-
-/// `[local]` in the config.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct LocalConfig {
-    /// Domains whose mail is delivered here, to virtual mailboxes.
-    pub domains: Vec<String>,
-    /// Table (from `[tables]`) of valid mailboxes; its value, if any, is the
-    /// Maildir path (relative to `maildir_base`, or absolute). Without a
-    /// table every address in a local domain is accepted.
-    pub mailbox_table: Option<String>,
-    /// Table of aliases: address (or `@domain`) → addresses.
-    pub alias_table: Option<String>,
-    /// A static table whose keys are more local domains (value ignored).
-    pub domain_table: Option<String>,
-    /// A static table of routes, domain → next hop (`smtp:[host]:port`,
-    /// `discard`), consulted before `[transport]`.
-    pub transport_table: Option<String>,
-    /// Default: `<data_dir>/mail`.
-    pub maildir_base: Option<PathBuf>,
-    /// Path of a mailbox when the table gives none.
-    pub maildir_template: String,
-}
-
-impl Default for LocalConfig {
-    fn default() -> Self {
-        LocalConfig {
-            domains: Vec::new(),
-            mailbox_table: None,
-            alias_table: None,
-            domain_table: None,
-            transport_table: None,
-            maildir_base: None,
-            maildir_template: "{base}/{domain}/{localpart}/Maildir".into(),
-        }
-    }
-}
+use crate::message::address::domain_of;
+use crate::routing::domains::LocalDomains;
+use crate::tables::{LookupError, Table};
 
 /// What an address in a local domain resolves to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,25 +34,24 @@ pub enum Resolution {
     Unknown,
 }
 
-pub struct Local {
-    domains: HashSet<String>,
-    domain_table: Option<Arc<Table>>,
-    /// Routes from a static table (see [`crate::route::Router`]).
-    pub transport_table: Option<Arc<Table>>,
+/// Virtual mailbox domains with their mailbox and alias tables.
+pub struct VirtualMailboxes {
+    domains: Arc<LocalDomains>,
     mailboxes: Option<Arc<Table>>,
     aliases: Option<Arc<Table>>,
     base: PathBuf,
     template: String,
 }
 
-impl Local {
+impl VirtualMailboxes {
+    /// Builds every table `[local]` names (each once, even if named twice).
     pub fn build(
         config: &LocalConfig,
-        tables: &std::collections::BTreeMap<String, TableConfig>,
+        tables: &BTreeMap<String, TableConfig>,
         data_dir: &Path,
         logger: &Logger,
-    ) -> Result<Local, String> {
-        let mut built = std::collections::HashMap::new();
+    ) -> Result<VirtualMailboxes, String> {
+        let mut built = HashMap::new();
         let mut get = |name: &Option<String>, what: &str| -> Result<Option<Arc<Table>>, String> {
             let Some(name) = name else { return Ok(None) };
             if let Some(t) = built.get(name) {
@@ -108,24 +66,9 @@ impl Local {
         };
         let domain_table = get(&config.domain_table, "domain_table")?;
         let transport_table = get(&config.transport_table, "transport_table")?;
-        for (t, what) in [
-            (&domain_table, "domain_table"),
-            (&transport_table, "transport_table"),
-        ] {
-            if t.as_ref().is_some_and(|t| !t.is_static()) {
-                return Err(format!(
-                    "local.{what}: must be a static table (it is consulted without I/O)"
-                ));
-            }
-        }
-        Ok(Local {
-            domains: config
-                .domains
-                .iter()
-                .map(|d| d.to_ascii_lowercase())
-                .collect(),
-            domain_table,
-            transport_table,
+        let domains = LocalDomains::new(&config.domains, domain_table, transport_table)?;
+        Ok(VirtualMailboxes {
+            domains: Arc::new(domains),
             mailboxes: get(&config.mailbox_table, "mailbox_table")?,
             aliases: get(&config.alias_table, "alias_table")?,
             base: config
@@ -136,17 +79,13 @@ impl Local {
         })
     }
 
+    /// The local domains and static routes, for the router.
+    pub fn domains(&self) -> Arc<LocalDomains> {
+        self.domains.clone()
+    }
+
     pub fn is_local_domain(&self, domain: &str) -> bool {
-        if self.domains.is_empty() && self.domain_table.is_none() {
-            return false;
-        }
-        let domain = domain.to_ascii_lowercase();
-        self.domains.contains(&domain)
-            || self
-                .domain_table
-                .as_ref()
-                .and_then(|t| t.lookup_now(&domain))
-                .is_some_and(|hit| hit.is_some())
+        self.domains.is_local_domain(domain)
     }
 
     /// Resolves a recipient at RCPT time.
@@ -272,14 +211,10 @@ impl Local {
     }
 
     fn tables(&self) -> impl Iterator<Item = &Arc<Table>> {
-        [
-            &self.mailboxes,
-            &self.aliases,
-            &self.domain_table,
-            &self.transport_table,
-        ]
-        .into_iter()
-        .flatten()
+        [&self.mailboxes, &self.aliases]
+            .into_iter()
+            .flatten()
+            .chain(self.domains.tables())
     }
 
     /// Counter lines for LDAP tables (logged periodically).
@@ -288,102 +223,9 @@ impl Local {
     }
 }
 
-/// Why a Maildir delivery failed (both are temporary).
-#[derive(Debug, thiserror::Error)]
-pub enum MaildirError {
-    #[error("4.2.2 mailbox full or no space left: {0}")]
-    Full(std::io::Error),
-    #[error("4.3.0 cannot write to maildir {0}: {1}")]
-    Io(String, std::io::Error),
-}
-
-static SEQUENCE: AtomicU64 = AtomicU64::new(0);
-
-/// Delivers one message into `maildir` (blocking: call from a blocking task).
-pub fn deliver_maildir(
-    maildir: &Path,
-    hostname: &str,
-    sender: &str,
-    recipient: &str,
-    body: &[u8],
-) -> Result<String, MaildirError> {
-    let fail = |e: std::io::Error| {
-        if matches!(
-            e.raw_os_error(),
-            Some(libc::ENOSPC | libc::EDQUOT | libc::EFBIG)
-        ) {
-            MaildirError::Full(e)
-        } else {
-            MaildirError::Io(maildir.display().to_string(), e)
-        }
-    };
-    let mut builder = std::fs::DirBuilder::new();
-    builder.recursive(true).mode(0o700);
-    for sub in ["tmp", "new", "cur"] {
-        builder.create(maildir.join(sub)).map_err(fail)?;
-    }
-    let header = format!("Return-Path: <{sender}>\r\nDelivered-To: {recipient}\r\n");
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    let name = format!(
-        "{}.M{}P{}Q{}.{},S={}",
-        now.as_secs(),
-        now.subsec_micros(),
-        std::process::id(),
-        SEQUENCE.fetch_add(1, Ordering::Relaxed),
-        hostname.replace(['/', ':'], "_"),
-        header.len() + body.len()
-    );
-    let tmp = maildir.join("tmp").join(&name);
-    let result = (|| {
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        file.write_all(header.as_bytes())?;
-        file.write_all(body)?;
-        file.sync_data()?;
-        std::fs::rename(&tmp, maildir.join("new").join(&name))?;
-        std::fs::File::open(maildir.join("new"))?.sync_all()
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(fail(e));
-    }
-    Ok(name)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn maildir_delivery_writes_new_with_headers() {
-        let dir = std::env::temp_dir().join(format!("sluice-maildir-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let md = dir.join("a/Maildir");
-        let name = deliver_maildir(&md, "mx", "s@x", "a@y", b"Subject: t\r\n\r\nhi\r\n").unwrap();
-        let text = std::fs::read_to_string(md.join("new").join(&name)).unwrap();
-        assert_eq!(
-            text,
-            "Return-Path: <s@x>\r\nDelivered-To: a@y\r\nSubject: t\r\n\r\nhi\r\n"
-        );
-        assert!(std::fs::read_dir(md.join("tmp")).unwrap().next().is_none());
-        use std::os::unix::fs::PermissionsExt;
-        assert_eq!(
-            std::fs::metadata(md.join("new"))
-                .unwrap()
-                .permissions()
-                .mode()
-                & 0o777,
-            0o700
-        );
-        // An unwritable place is an error, not a panic or a lost message.
-        std::fs::write(dir.join("file"), b"x").unwrap();
-        assert!(deliver_maildir(&dir.join("file/Maildir"), "mx", "s@x", "a@y", b"x").is_err());
-    }
 
     #[tokio::test]
     async fn resolution_with_static_tables() {
@@ -414,7 +256,7 @@ mod tests {
             maildir_base: Some("/base".into()),
             ..Default::default()
         };
-        let local = Local::build(&config, &tables, &dir, &Logger::disabled()).unwrap();
+        let local = VirtualMailboxes::build(&config, &tables, &dir, &Logger::disabled()).unwrap();
         assert_eq!(
             local.resolve("x@else.test").await.unwrap(),
             Resolution::NotLocal

@@ -1,13 +1,25 @@
 //! Configuration: one TOML file, every setting with a default that works on
 //! a laptop. Unknown keys are errors (reported with their line number by
 //! the TOML parser), so a typo never silently falls back to a default.
+//!
+//! This is the bottom of the tree beside `message`: it imports nothing of
+//! the crate but its own value types (`hop`), so every stage may read its
+//! settings here and none is configured from above.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+pub mod hop;
+pub mod local;
+pub mod tables;
+
 use serde::Deserialize;
 
-use crate::route::{Cidr, NextHop};
+use hop::{Cidr, NextHop};
+
+/// Recipients one spooled message can have (outcome records index them
+/// with 16 bits).
+pub const MAX_RECIPIENTS: usize = 65_535;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -26,9 +38,9 @@ pub struct Config {
     /// `*`) → `smtp:[host]:port`, `smtp:host:port` or `discard`.
     pub transport: BTreeMap<String, String>,
     /// Local (virtual mailbox) domains and their tables.
-    pub local: crate::local::LocalConfig,
+    pub local: local::LocalConfig,
     /// Named lookup tables (`[tables.NAME]`), used by `[local]`.
-    pub tables: BTreeMap<String, crate::lookup::TableConfig>,
+    pub tables: BTreeMap<String, tables::TableConfig>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -88,6 +100,9 @@ pub struct QueueConfig {
     pub maximal_backoff_secs: u64,
     /// Give up and bounce after this long in the queue (default 5 days).
     pub maximal_lifetime_secs: u64,
+    /// On shutdown, how long deliveries in flight may take to finish (their
+    /// outcomes are recorded; what is still out then is sent again later).
+    pub shutdown_drain_secs: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -122,7 +137,7 @@ impl Default for Config {
             queue: QueueConfig::default(),
             delivery: DeliveryConfig::default(),
             transport: BTreeMap::new(),
-            local: crate::local::LocalConfig::default(),
+            local: local::LocalConfig::default(),
             tables: BTreeMap::new(),
         }
     }
@@ -166,6 +181,7 @@ impl Default for QueueConfig {
             minimal_backoff_secs: 300,
             maximal_backoff_secs: 4000,
             maximal_lifetime_secs: 5 * 24 * 3600,
+            shutdown_drain_secs: 30,
         }
     }
 }
@@ -235,6 +251,12 @@ impl Config {
                 )))
             }
         }
+        if self.smtpd.max_recipients > MAX_RECIPIENTS {
+            return Err(ConfigError::Invalid(format!(
+                "smtpd.max_recipients: {} is more than the spool can record ({MAX_RECIPIENTS})",
+                self.smtpd.max_recipients
+            )));
+        }
         for listen in &self.smtpd.listen {
             listen.parse::<std::net::SocketAddr>().map_err(|_| {
                 ConfigError::Invalid(format!("smtpd.listen: bad address {listen:?}"))
@@ -273,6 +295,16 @@ mod tests {
         let text = err.to_string();
         assert!(text.contains("max_sesions"), "{text}");
         assert!(text.contains("line 4"), "{text}");
+    }
+
+    #[test]
+    fn recipient_limit_fits_the_spool_format() {
+        let mut c = Config::default();
+        c.smtpd.max_recipients = MAX_RECIPIENTS;
+        c.validate().unwrap();
+        c.smtpd.max_recipients = MAX_RECIPIENTS + 1;
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("max_recipients"), "{err}");
     }
 
     #[test]

@@ -1,0 +1,211 @@
+//! Building a delivery status notification (RFC 3464; RFC 6533 when the
+//! original was SMTPUTF8 mail). Pure: no I/O, so every input can be tested.
+//!
+//! Trust: diagnostics are remote servers' reply texts and may hold control
+//! characters, bare CRs, 8-bit bytes or 64 KiB of text; addresses are the
+//! client's. Invariant: the result is a message Sluice's own SMTP server
+//! would accept with its default limits — CRLF line ends only, no line over
+//! 998 octets, no control characters but TAB — so a bounce is never refused
+//! (and then lost) for being malformed.
+
+use std::fmt::Write;
+
+use sluice_spool::Envelope;
+
+use crate::log::qid;
+use crate::message::flags;
+use crate::message::status::Failure;
+use crate::timefmt;
+
+/// Longest diagnostic text kept, in octets (the rest is cut, marked `...`).
+const MAX_DIAGNOSTIC: usize = 900;
+/// Longest physical line (RFC 5322 §2.1.1), CRLF not counted.
+const MAX_LINE: usize = 998;
+
+/// A built DSN and what its transport needs to know about it.
+pub struct Report {
+    pub message: Vec<u8>,
+    /// The message holds 8-bit octets (send with BODY=8BITMIME).
+    pub eight_bit: bool,
+    /// Addresses may be UTF-8 (send with SMTPUTF8).
+    pub utf8: bool,
+}
+
+/// Builds the DSN for `failed` recipients (index into the original's
+/// recipients, and why) of `original`, quoting `headers` (its header section).
+pub fn build(
+    hostname: &str,
+    original: &Envelope,
+    failed: &[(u16, Failure)],
+    headers: &[u8],
+    id: u64,
+) -> Report {
+    let utf8 = original.flags & flags::SMTPUTF8 != 0
+        || !original.sender.is_ascii()
+        || failed.iter().any(|(i, _)| !rcpt(original, *i).is_ascii());
+    let addr = |a: &str| clean(a, 256, utf8);
+    let boundary = format!("{}.{}/{}", qid(id), timefmt::now_millis(), hostname);
+    let mut m = String::with_capacity(2048 + headers.len());
+    let _ = write!(
+        m,
+        "From: MAILER-DAEMON@{hostname} (Mail Delivery System)\r\n\
+         To: <{to}>\r\n\
+         Subject: Undelivered Mail Returned to Sender\r\n\
+         Date: {date}\r\n\
+         Message-ID: <{id}.bounce@{hostname}>\r\n\
+         Auto-Submitted: auto-replied\r\n\
+         MIME-Version: 1.0\r\n\
+         Content-Type: multipart/report; report-type={rt};\r\n\tboundary=\"{boundary}\"\r\n\
+         \r\nThis is a MIME-encapsulated message.\r\n\r\n\
+         --{boundary}\r\nContent-Description: Notification\r\n\
+         Content-Type: text/plain; charset={cs}\r\n\r\n\
+         This is the mail system at host {hostname}.\r\n\r\n\
+         I'm sorry to have to inform you that your message could not\r\n\
+         be delivered to one or more recipients. It's attached below.\r\n\r\n",
+        to = addr(&original.sender),
+        date = timefmt::rfc5322(timefmt::now_millis()),
+        id = qid(id),
+        rt = if utf8 {
+            "global-delivery-status"
+        } else {
+            "delivery-status"
+        },
+        cs = if utf8 { "utf-8" } else { "us-ascii" },
+    );
+    for (i, f) in failed {
+        let said = match &f.relay {
+            Some(relay) => format!("host {} said: ", clean(relay, 300, false)),
+            None => String::new(),
+        };
+        let _ = write!(
+            m,
+            "<{}>:\r\n    {said}{}\r\n\r\n",
+            addr(rcpt(original, *i)),
+            clean(&f.diagnostic, MAX_DIAGNOSTIC, utf8)
+        );
+    }
+    let _ = write!(
+        m,
+        "--{boundary}\r\nContent-Description: Delivery report\r\n\
+         Content-Type: message/{rt}\r\n\r\n\
+         Reporting-MTA: dns; {hostname}\r\n\
+         X-Sluice-Queue-ID: {qid}\r\n\
+         X-Sluice-Sender: rfc822; {sender}\r\n\
+         Arrival-Date: {arrival}\r\n",
+        rt = if utf8 {
+            "global-delivery-status"
+        } else {
+            "delivery-status"
+        },
+        qid = qid(original.id),
+        sender = addr(&original.sender),
+        arrival = timefmt::rfc5322(original.arrival),
+    );
+    for (i, f) in failed {
+        recipient_fields(&mut m, rcpt(original, *i), f, utf8);
+    }
+    let _ = write!(
+        m,
+        "\r\n--{boundary}\r\nContent-Description: Undelivered Message Headers\r\n\
+         Content-Type: {}\r\n\r\n",
+        if utf8 {
+            "message/global-headers"
+        } else {
+            "text/rfc822-headers"
+        }
+    );
+    let mut out = m.into_bytes();
+    quote_headers(headers, &mut out);
+    out.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    let eight_bit = !out.is_ascii();
+    Report {
+        message: out,
+        eight_bit,
+        utf8,
+    }
+}
+
+fn rcpt(original: &Envelope, i: u16) -> &str {
+    original
+        .recipients
+        .get(i as usize)
+        .map(String::as_str)
+        .unwrap_or("")
+}
+
+/// The per-recipient block of the delivery-status part.
+fn recipient_fields(m: &mut String, to: &str, f: &Failure, utf8: bool) {
+    let kind = if utf8 && !to.is_ascii() {
+        "utf-8"
+    } else {
+        "rfc822"
+    };
+    let status = if is_status(&f.status) {
+        &f.status
+    } else {
+        "5.0.0"
+    };
+    let _ = write!(
+        m,
+        "\r\nFinal-Recipient: {kind}; {}\r\nAction: failed\r\nStatus: {status}\r\n",
+        clean(to, 256, utf8)
+    );
+    if let Some(relay) = &f.relay {
+        let host = relay.split('[').next().unwrap_or(relay);
+        let _ = write!(m, "Remote-MTA: dns; {}\r\n", clean(host, 255, false));
+    }
+    let kind = if f.remote_reply { "smtp" } else { "X-Sluice" };
+    // The status part is ASCII (RFC 3464) even when addresses are not.
+    let _ = write!(
+        m,
+        "Diagnostic-Code: {kind}; {}\r\n",
+        clean(&f.diagnostic, MAX_DIAGNOSTIC, false)
+    );
+}
+
+fn is_status(s: &str) -> bool {
+    crate::message::status::find_status(s, "") == s && !s.is_empty()
+}
+
+/// `text` made safe for one header or text line: control characters (CR,
+/// LF, NUL, ESC, DEL, …) become spaces, runs of spaces collapse, non-ASCII
+/// becomes `?` unless `utf8`, and more than `max` octets are cut at a
+/// character boundary and marked `...`.
+pub fn clean(text: &str, max: usize, utf8: bool) -> String {
+    let mut out = String::with_capacity(text.len().min(max + 3));
+    for c in text.chars() {
+        let c = match c {
+            c if c.is_control() => ' ',
+            c if !c.is_ascii() && !utf8 => '?',
+            c => c,
+        };
+        if c == ' ' && (out.is_empty() || out.ends_with(' ')) {
+            continue;
+        }
+        if out.len() + c.len_utf8() > max {
+            out.push_str("...");
+            break;
+        }
+        out.push(c);
+    }
+    out.trim_end().to_string()
+}
+
+/// Copies a header section, CRLF-terminated, each line cut to 998 octets
+/// and stray CR or LF octets turned into line ends.
+fn quote_headers(headers: &[u8], out: &mut Vec<u8>) {
+    for line in headers.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            continue;
+        }
+        for piece in line.split(|&b| b == b'\r') {
+            let piece = &piece[..piece.len().min(MAX_LINE)];
+            out.extend(piece.iter().map(|&b| if b == 0 { b' ' } else { b }));
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

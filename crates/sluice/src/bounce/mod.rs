@@ -1,0 +1,94 @@
+//! Bounces: RFC 3464 delivery status notifications, stored like mail.
+//!
+//! A bounce is an ordinary message from the null sender (so it can never
+//! bounce again) to the original sender, stored through the same spool
+//! path as received mail. The queue marks the failed recipients final only
+//! once [`store`] has returned, so a crash can at worst duplicate a bounce,
+//! never lose one.
+//!
+//! Depends on the message types, the spool and the log only; the queue
+//! calls it, never the other way round.
+
+pub mod dsn;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_spool::{BodyRef, Envelope, Spool};
+
+use crate::log::{qid, Logger};
+use crate::message::status::Failure;
+use crate::message::{body, flags};
+use crate::{log, timefmt};
+
+/// A bounce safely in the spool, ready to be queued.
+pub struct StoredBounce {
+    pub envelope: Envelope,
+    pub body_ref: BodyRef,
+    pub body: Arc<Vec<u8>>,
+}
+
+/// Builds the DSN for `failed` recipients of `original` and stores it,
+/// retrying (with backoff up to 5 minutes) until the spool takes it.
+pub async fn store(
+    hostname: &str,
+    original: &Envelope,
+    cached: Option<Arc<Vec<u8>>>,
+    body_ref: BodyRef,
+    failed: &[(u16, Failure)],
+    spool: &Spool,
+    logger: &Logger,
+) -> StoredBounce {
+    let body = body::load(spool, &cached, body_ref).await.ok();
+    let headers = body
+        .as_deref()
+        .map(|b| body::headers(b))
+        .unwrap_or_default();
+    let id = spool.new_id();
+    let report = dsn::build(hostname, original, failed, headers, id);
+    let mut bits = flags::BOUNCE;
+    if report.eight_bit {
+        bits |= flags::EIGHTBITMIME;
+    }
+    if report.utf8 {
+        bits |= flags::SMTPUTF8;
+    }
+    let envelope = Envelope {
+        id,
+        arrival: timefmt::now_millis(),
+        sender: String::new(),
+        recipients: vec![original.sender.clone()],
+        flags: bits,
+    };
+    let text = Arc::new(report.message);
+    let mut wait = Duration::from_secs(1);
+    loop {
+        match spool.store(envelope.clone(), text.clone()).await {
+            Ok(bounce_ref) => {
+                log!(
+                    logger,
+                    "bounce",
+                    "{}: sender non-delivery notification: {}",
+                    qid(original.id),
+                    qid(id)
+                );
+                return StoredBounce {
+                    envelope,
+                    body_ref: bounce_ref,
+                    body: text,
+                };
+            }
+            Err(err) => {
+                log!(
+                    logger,
+                    "bounce",
+                    "{}: cannot store bounce: {err}; retrying in {}s",
+                    qid(original.id),
+                    wait.as_secs()
+                );
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(300));
+            }
+        }
+    }
+}

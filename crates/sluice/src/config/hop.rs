@@ -1,0 +1,167 @@
+//! Value types parsed from the configuration: next hops and networks.
+//!
+//! They sit with the configuration (the bottom of the tree) so that
+//! config, routing and the queue share one parser and nothing is parsed
+//! twice. Invariant: a `NextHop`'s `key()` is its canonical text, used as
+//! the destination key for queues and concurrency limits.
+
+use std::net::IpAddr;
+
+/// Where a recipient's mail goes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum NextHop {
+    /// SMTP to `host:port`; `bracketed` mirrors Postfix's `[host]` (no MX lookup).
+    Smtp {
+        host: String,
+        port: u16,
+        bracketed: bool,
+    },
+    /// Accept and drop (logged as delivered).
+    Discard,
+    /// Local delivery into virtual mailboxes.
+    Maildir,
+}
+
+impl NextHop {
+    /// Parses `smtp:[host]:port`, `smtp:host:port`, `smtp:host`, `discard`.
+    pub fn parse(text: &str) -> Option<NextHop> {
+        let text = text.trim();
+        if text == "discard" || text.starts_with("discard:") {
+            return Some(NextHop::Discard);
+        }
+        if text == "maildir" || text == "local" {
+            return Some(NextHop::Maildir);
+        }
+        let rest = text.strip_prefix("smtp:")?;
+        let (host, port, bracketed) = if let Some(inner) = rest.strip_prefix('[') {
+            let close = inner.find(']')?;
+            let host = &inner[..close];
+            let port = match &inner[close + 1..] {
+                "" => 25,
+                p => p.strip_prefix(':')?.parse().ok()?,
+            };
+            (host, port, true)
+        } else {
+            match rest.rsplit_once(':') {
+                Some((h, p)) => (h, p.parse().ok()?, false),
+                None => (rest, 25, false),
+            }
+        };
+        if host.is_empty() || host.contains(char::is_whitespace) {
+            return None;
+        }
+        Some(NextHop::Smtp {
+            host: host.to_string(),
+            port,
+            bracketed,
+        })
+    }
+
+    /// Canonical name: the destination key for queues and concurrency limits.
+    pub fn key(&self) -> String {
+        match self {
+            NextHop::Smtp {
+                host,
+                port,
+                bracketed: true,
+            } => format!("smtp:[{host}]:{port}"),
+            NextHop::Smtp { host, port, .. } => format!("smtp:{host}:{port}"),
+            NextHop::Discard => "discard".into(),
+            NextHop::Maildir => "maildir".into(),
+        }
+    }
+}
+
+/// An IPv4 or IPv6 network in CIDR notation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    addr: IpAddr,
+    prefix: u8,
+}
+
+impl Cidr {
+    pub fn parse(text: &str) -> Option<Cidr> {
+        let (addr, prefix) = match text.split_once('/') {
+            Some((a, p)) => (a.parse::<IpAddr>().ok()?, p.parse::<u8>().ok()?),
+            None => {
+                let a = text.parse::<IpAddr>().ok()?;
+                (a, if a.is_ipv4() { 32 } else { 128 })
+            }
+        };
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        (prefix <= max).then_some(Cidr { addr, prefix })
+    }
+
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+            v4 => v4,
+        };
+        match (self.addr, ip) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                let mask = u32::MAX.checked_shl(32 - self.prefix as u32).unwrap_or(0);
+                u32::from(net) & mask == u32::from(ip) & mask
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                let mask = u128::MAX.checked_shl(128 - self.prefix as u32).unwrap_or(0);
+                u128::from(net) & mask == u128::from(ip) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn next_hops_parse() {
+        assert_eq!(
+            NextHop::parse("smtp:[127.0.0.1]:55225"),
+            Some(NextHop::Smtp {
+                host: "127.0.0.1".into(),
+                port: 55225,
+                bracketed: true
+            })
+        );
+        assert_eq!(
+            NextHop::parse("smtp:mx.example:2525"),
+            Some(NextHop::Smtp {
+                host: "mx.example".into(),
+                port: 2525,
+                bracketed: false
+            })
+        );
+        assert_eq!(
+            NextHop::parse("smtp:[::1]").map(|h| h.key()),
+            Some("smtp:[::1]:25".into())
+        );
+        assert_eq!(NextHop::parse("discard"), Some(NextHop::Discard));
+        for bad in [
+            "",
+            "smtp:",
+            "smtp:[x",
+            "smtp:[x]:port",
+            "lmtp:x",
+            "smtp:a b",
+        ] {
+            assert_eq!(NextHop::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn cidrs_contain_their_addresses() {
+        let lo = Cidr::parse("127.0.0.0/8").unwrap();
+        assert!(lo.contains("127.1.2.3".parse().unwrap()));
+        assert!(lo.contains("::ffff:127.0.0.1".parse().unwrap()));
+        assert!(!lo.contains("10.0.0.1".parse().unwrap()));
+        assert!(Cidr::parse("::1/128")
+            .unwrap()
+            .contains("::1".parse().unwrap()));
+        assert!(Cidr::parse("0.0.0.0/0")
+            .unwrap()
+            .contains("8.8.8.8".parse().unwrap()));
+        assert!(Cidr::parse("10.0.0.0/33").is_none());
+    }
+}

@@ -1,0 +1,42 @@
+//! `[local]`: virtual mailbox domains, their tables and Maildir paths.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+/// `[local]` in the config.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LocalConfig {
+    /// Domains whose mail is delivered here, to virtual mailboxes.
+    pub domains: Vec<String>,
+    /// Table (from `[tables]`) of valid mailboxes; its value, if any, is the
+    /// Maildir path (relative to `maildir_base`, or absolute). Without a
+    /// table every address in a local domain is accepted.
+    pub mailbox_table: Option<String>,
+    /// Table of aliases: address (or `@domain`) → addresses.
+    pub alias_table: Option<String>,
+    /// A static table whose keys are more local domains (value ignored).
+    pub domain_table: Option<String>,
+    /// A static table of routes, domain → next hop (`smtp:[host]:port`,
+    /// `discard`), consulted before `[transport]`.
+    pub transport_table: Option<String>,
+    /// Default: `<data_dir>/mail`.
+    pub maildir_base: Option<PathBuf>,
+    /// Path of a mailbox when the table gives none.
+    pub maildir_template: String,
+}
+
+impl Default for LocalConfig {
+    fn default() -> Self {
+        LocalConfig {
+            domains: Vec::new(),
+            mailbox_table: None,
+            alias_table: None,
+            domain_table: None,
+            transport_table: None,
+            maildir_base: None,
+            maildir_template: "{base}/{domain}/{localpart}/Maildir".into(),
+        }
+    }
+}

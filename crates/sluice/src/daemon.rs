@@ -1,0 +1,264 @@
+//! The daemon: the only module that knows every stage. It opens the spool,
+//! recovers what it holds, builds tables, routing, the queue and the
+//! delivery agents, and starts the listeners.
+//!
+//! Shutdown drains (like Postfix's `postfix stop` waiting for its agents):
+//! stop accepting and end sessions, let deliveries in flight finish until a
+//! deadline and record their outcomes, then flush and close the spool. A
+//! clean stop therefore re-delivers nothing that had been delivered.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_spool::{Spool, SpoolConfig};
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinHandle;
+
+use crate::config::hop::NextHop;
+use crate::config::Config;
+use crate::log;
+use crate::log::Logger;
+use crate::maildir::MaildirAgent;
+use crate::queue::{DeliveryAgent, QueueHandle, QueuedMessage, Scheduler, WorkerStart};
+use crate::routing::mailboxes::VirtualMailboxes;
+use crate::routing::policy::RelayPolicy;
+use crate::routing::Router;
+use crate::smtp::client::SmtpAgent;
+use crate::smtp::server::{accept_loop, bind, SessionContext};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot open log: {0}")]
+    Log(std::io::Error),
+    #[error("cannot open spool: {0}")]
+    Spool(#[from] sluice_spool::SpoolError),
+    #[error("configuration: {0}")]
+    Config(String),
+    #[error("cannot listen on {0}: {1}")]
+    Listen(String, std::io::Error),
+}
+
+/// Picks the agent for a next hop.
+struct Agents {
+    smtp: SmtpAgent,
+    maildir: MaildirAgent,
+}
+
+impl DeliveryAgent for Agents {
+    fn spawn(&self, start: WorkerStart) {
+        match &*start.hop {
+            NextHop::Maildir => self.maildir.spawn(start),
+            // Discard never reaches an agent (the queue handles it); SMTP
+            // refuses anything that is not SMTP with a deferral.
+            _ => self.smtp.spawn(start),
+        }
+    }
+}
+
+/// A running server.
+pub struct Server {
+    /// The bound addresses (useful when the config said port 0).
+    pub addrs: Vec<SocketAddr>,
+    shutdown: watch::Sender<bool>,
+    listeners: Vec<JoinHandle<()>>,
+    queue: QueueHandle,
+    scheduler_task: JoinHandle<()>,
+    spool: Spool,
+    logger: Logger,
+    mailboxes: Arc<VirtualMailboxes>,
+    drain_deadline: Duration,
+}
+
+impl Server {
+    pub async fn start(config: Config) -> Result<Server, StartError> {
+        config
+            .validate()
+            .map_err(|e| StartError::Config(e.to_string()))?;
+        let logger = Logger::start(config.log_file.as_deref()).map_err(StartError::Log)?;
+        let config = Arc::new(config);
+        let (spool, recovered) = open_spool(&config, &logger).await?;
+        let mailboxes = Arc::new(
+            VirtualMailboxes::build(&config.local, &config.tables, &config.data_dir, &logger)
+                .map_err(StartError::Config)?,
+        );
+        let router = Router::new(
+            &config.transport,
+            config.delivery.relayhost.as_deref(),
+            mailboxes.domains(),
+        )
+        .map_err(StartError::Config)?;
+        let agents = Arc::new(Agents {
+            smtp: SmtpAgent {
+                config: config.clone(),
+                spool: spool.clone(),
+                logger: logger.clone(),
+            },
+            maildir: MaildirAgent {
+                config: config.clone(),
+                mailboxes: mailboxes.clone(),
+                spool: spool.clone(),
+            },
+        });
+        let (queue, rx) = QueueHandle::channel();
+        let scheduler = Scheduler::new(
+            config.clone(),
+            router,
+            spool.clone(),
+            logger.clone(),
+            agents,
+            &queue,
+        );
+        let scheduler_task = tokio::spawn(scheduler.run(rx));
+        {
+            let queue = queue.clone();
+            tokio::spawn(async move {
+                for msg in recovered {
+                    queue
+                        .enqueue(QueuedMessage {
+                            envelope: msg.envelope,
+                            body_ref: msg.body,
+                            body: None,
+                            done: msg.done,
+                        })
+                        .await;
+                }
+            });
+        }
+        let ctx = Arc::new(SessionContext {
+            policy: RelayPolicy::new(config.mynetworks(), &config.smtpd.relay_domains),
+            config: config.clone(),
+            mailboxes: mailboxes.clone(),
+            spool: spool.clone(),
+            logger: logger.clone(),
+            queue: queue.clone(),
+            body_memory: Arc::new(Semaphore::new(
+                config.smtpd.message_memory_budget_kib as usize,
+            )),
+        });
+        let (shutdown, _) = watch::channel(false);
+        spawn_lookup_stats(&mailboxes, &logger, shutdown.subscribe());
+        let sessions = Arc::new(Semaphore::new(config.smtpd.max_sessions.max(1)));
+        let mut addrs = Vec::new();
+        let mut listeners = Vec::new();
+        for listen in &config.smtpd.listen {
+            let listener = bind(listen).map_err(|e| StartError::Listen(listen.clone(), e))?;
+            let addr = listener
+                .local_addr()
+                .map_err(|e| StartError::Listen(listen.clone(), e))?;
+            log!(logger, "master", "listening on {addr}");
+            addrs.push(addr);
+            listeners.push(tokio::spawn(accept_loop(
+                listener,
+                ctx.clone(),
+                sessions.clone(),
+                shutdown.subscribe(),
+            )));
+        }
+        Ok(Server {
+            addrs,
+            shutdown,
+            listeners,
+            queue,
+            scheduler_task,
+            spool,
+            logger,
+            mailboxes,
+            drain_deadline: Duration::from_secs(config.queue.shutdown_drain_secs),
+        })
+    }
+
+    /// Reloads lookup tables (SIGHUP).
+    pub fn reload(&self) {
+        log!(self.logger, "master", "reload: lookup tables");
+        self.mailboxes.reload();
+    }
+
+    /// Stops accepting, ends sessions, drains deliveries in flight, then
+    /// flushes and closes the spool.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        for l in self.listeners {
+            let _ = l.await;
+        }
+        let deadline = tokio::time::Instant::now() + self.drain_deadline;
+        let drained = self.queue.drain(deadline).await;
+        log!(
+            self.logger,
+            "master",
+            "drained: {} deliveries finished, {} abandoned at the deadline (delivered again after restart)",
+            drained.finished_jobs,
+            drained.abandoned_jobs
+        );
+        let _ = self.scheduler_task.await;
+        let spool = self.spool.clone();
+        let _ = tokio::task::spawn_blocking(move || spool.shutdown()).await;
+        let stats = self.spool.stats();
+        let (messages, syncs) = (
+            stats.messages.load(std::sync::atomic::Ordering::Relaxed),
+            stats.syncs.load(std::sync::atomic::Ordering::Relaxed),
+        );
+        log!(
+            self.logger,
+            "master",
+            "daemon stopped: spool stored {messages} messages with {syncs} disk syncs ({:.1} messages per sync)",
+            messages as f64 / syncs.max(1) as f64
+        );
+    }
+}
+
+/// Opens the spool (blocking recovery on the blocking pool) and logs it.
+async fn open_spool(
+    config: &Config,
+    logger: &Logger,
+) -> Result<(Spool, Vec<sluice_spool::Recovered>), StartError> {
+    let spool_config = SpoolConfig {
+        dir: config.data_dir.join("spool"),
+        sync: !config.spool.unsafe_ack_before_fsync,
+        segment_bytes: config.spool.segment_mib.max(1) << 20,
+    };
+    let (spool, recovered, report) = tokio::task::spawn_blocking(move || Spool::open(spool_config))
+        .await
+        .map_err(|e| StartError::Config(format!("spool recovery panicked: {e}")))??;
+    log!(
+        logger,
+        "master",
+        "daemon started: spool {} segments, {} messages to deliver{}",
+        report.segments,
+        report.messages_pending,
+        if config.spool.unsafe_ack_before_fsync {
+            " (WARNING: unsafe_ack_before_fsync is on; acknowledged mail can be lost on power failure)"
+        } else {
+            ""
+        }
+    );
+    for damage in &report.damage {
+        log!(logger, "master", "spool recovery: {damage}");
+    }
+    Ok((spool, recovered))
+}
+
+/// Directory counters once a minute, for operators watching lookups.
+fn spawn_lookup_stats(
+    mailboxes: &Arc<VirtualMailboxes>,
+    logger: &Logger,
+    mut stop: watch::Receiver<bool>,
+) {
+    if mailboxes.stats_lines().is_empty() {
+        return;
+    }
+    let (mailboxes, logger) = (mailboxes.clone(), logger.clone());
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(60));
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                _ = stop.changed() => return,
+                _ = tick.tick() => {}
+            }
+            for line in mailboxes.stats_lines() {
+                log!(logger, "lookup", "{line}");
+            }
+        }
+    });
+}

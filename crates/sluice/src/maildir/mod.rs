@@ -1,0 +1,6 @@
+//! Local delivery into virtual mailboxes (Maildir).
+
+mod agent;
+pub mod write;
+
+pub use agent::MaildirAgent;

@@ -1,0 +1,110 @@
+//! Writing one message into a Maildir, by the Maildir rules: a unique
+//! name in `tmp/`, data synced, rename into `new/`, directory synced.
+//! `Return-Path:` and `Delivered-To:` are prepended.
+//!
+//! Blocking file I/O: call from a blocking task. A full disk, quota or
+//! file-size limit is [`MaildirError::Full`]; any other failure is
+//! [`MaildirError::Io`]; both are temporary (the message stays queued).
+
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Why a Maildir delivery failed (both are temporary).
+#[derive(Debug, thiserror::Error)]
+pub enum MaildirError {
+    #[error("4.2.2 mailbox full or no space left: {0}")]
+    Full(std::io::Error),
+    #[error("4.3.0 cannot write to maildir {0}: {1}")]
+    Io(String, std::io::Error),
+}
+
+static SEQUENCE: AtomicU64 = AtomicU64::new(0);
+
+/// Delivers one message into `maildir` (blocking: call from a blocking task).
+pub fn deliver_maildir(
+    maildir: &Path,
+    hostname: &str,
+    sender: &str,
+    recipient: &str,
+    body: &[u8],
+) -> Result<String, MaildirError> {
+    let fail = |e: std::io::Error| {
+        if matches!(
+            e.raw_os_error(),
+            Some(libc::ENOSPC | libc::EDQUOT | libc::EFBIG)
+        ) {
+            MaildirError::Full(e)
+        } else {
+            MaildirError::Io(maildir.display().to_string(), e)
+        }
+    };
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true).mode(0o700);
+    for sub in ["tmp", "new", "cur"] {
+        builder.create(maildir.join(sub)).map_err(fail)?;
+    }
+    let header = format!("Return-Path: <{sender}>\r\nDelivered-To: {recipient}\r\n");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let name = format!(
+        "{}.M{}P{}Q{}.{},S={}",
+        now.as_secs(),
+        now.subsec_micros(),
+        std::process::id(),
+        SEQUENCE.fetch_add(1, Ordering::Relaxed),
+        hostname.replace(['/', ':'], "_"),
+        header.len() + body.len()
+    );
+    let tmp = maildir.join("tmp").join(&name);
+    let result = (|| {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        file.write_all(header.as_bytes())?;
+        file.write_all(body)?;
+        file.sync_data()?;
+        std::fs::rename(&tmp, maildir.join("new").join(&name))?;
+        std::fs::File::open(maildir.join("new"))?.sync_all()
+    })();
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(fail(e));
+    }
+    Ok(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maildir_delivery_writes_new_with_headers() {
+        let dir = std::env::temp_dir().join(format!("sluice-maildir-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let md = dir.join("a/Maildir");
+        let name = deliver_maildir(&md, "mx", "s@x", "a@y", b"Subject: t\r\n\r\nhi\r\n").unwrap();
+        let text = std::fs::read_to_string(md.join("new").join(&name)).unwrap();
+        assert_eq!(
+            text,
+            "Return-Path: <s@x>\r\nDelivered-To: a@y\r\nSubject: t\r\n\r\nhi\r\n"
+        );
+        assert!(std::fs::read_dir(md.join("tmp")).unwrap().next().is_none());
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::metadata(md.join("new"))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777,
+            0o700
+        );
+        // An unwritable place is an error, not a panic or a lost message.
+        std::fs::write(dir.join("file"), b"x").unwrap();
+        assert!(deliver_maildir(&dir.join("file/Maildir"), "mx", "s@x", "a@y", b"x").is_err());
+    }
+}

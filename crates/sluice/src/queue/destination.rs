@@ -1,0 +1,243 @@
+//! Destinations: one per next hop, each with a FIFO of jobs, a concurrency
+//! window and its workers (one per connection).
+//!
+//! The window starts small, grows by one per job that delivered something,
+//! up to the limit, and shrinks on connection failures, as Postfix's qmgr
+//! does. A destination whose connections all fail is declared dead for the
+//! minimal backoff time and its queued mail is deferred at once instead of
+//! each message waiting on a timeout. A slow or dead destination therefore
+//! holds only its own window, never others'.
+//!
+//! Invariants: `workers` holds the job sender of every live worker;
+//! `idle` ⊆ `workers`; a job is in at most one of `queue` or a worker.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::agent::WorkerStart;
+use super::job::{defer_all, Job, Reporter, WorkerId};
+use super::scheduler::Scheduler;
+use crate::config::hop::NextHop;
+use crate::message::status::Outcome;
+
+pub(super) struct Destination {
+    pub hop: Arc<NextHop>,
+    pub queue: VecDeque<Job>,
+    pub workers: HashMap<WorkerId, mpsc::Sender<Job>>,
+    pub idle: Vec<WorkerId>,
+    pub limit: usize,
+    pub window: usize,
+    pub dead_until: Option<Instant>,
+}
+
+impl Destination {
+    pub fn new(hop: Arc<NextHop>, limit: usize, initial: usize) -> Destination {
+        let limit = limit.max(1);
+        Destination {
+            hop,
+            queue: VecDeque::new(),
+            workers: HashMap::new(),
+            idle: Vec::new(),
+            limit,
+            window: initial.clamp(1, limit),
+            dead_until: None,
+        }
+    }
+
+    /// A job came back from a connection that worked.
+    pub fn on_success(&mut self, delivered_any: bool) {
+        if delivered_any && self.window < self.limit {
+            self.window += 1;
+        }
+    }
+
+    /// A connection could not be made; returns true if the destination is
+    /// now dead (no other connection to it works).
+    pub fn on_connect_failure(&mut self, now: Instant, dead_for: Duration) -> bool {
+        self.window = self.window.saturating_sub(1).max(1);
+        if self.workers.len() <= 1 {
+            self.dead_until = Some(now + dead_for);
+            return true;
+        }
+        false
+    }
+
+    /// True while the destination is marked dead.
+    pub fn is_dead(&mut self, now: Instant) -> bool {
+        match self.dead_until {
+            Some(until) if now < until => true,
+            Some(_) => {
+                self.dead_until = None;
+                false
+            }
+            None => false,
+        }
+    }
+}
+
+impl Scheduler {
+    /// The destination for `hop`, made on first use.
+    fn destination(&mut self, hop: &Arc<NextHop>) -> Arc<str> {
+        let key: Arc<str> = hop.key().into();
+        if !self.dests.contains_key(&key) {
+            let d = &self.config.delivery;
+            let limit = d
+                .destination_concurrency
+                .get(&*key)
+                .copied()
+                .unwrap_or(d.default_concurrency);
+            let dest = Destination::new(hop.clone(), limit, d.initial_concurrency);
+            self.dests.insert(key.clone(), dest);
+        }
+        key
+    }
+
+    pub(super) fn enqueue(&mut self, hop: Arc<NextHop>, job: Job) {
+        let key = self.destination(&hop);
+        let dest = self.dests.get_mut(&key).expect("destination just made");
+        if dest.is_dead(Instant::now()) {
+            let reason = format!("4.4.1 {key} is not responding; delivery deferred");
+            self.defer_job(job, &reason);
+            return;
+        }
+        dest.queue.push_back(job);
+        self.pump(&key);
+    }
+
+    /// Hands queued jobs to idle workers, or starts workers within the window.
+    pub(super) fn pump(&mut self, key: &Arc<str>) {
+        if self.draining.is_some() {
+            return;
+        }
+        let Some(dest) = self.dests.get_mut(key) else {
+            return;
+        };
+        while let Some(job) = dest.queue.pop_front() {
+            if let Some(worker) = dest.idle.pop() {
+                let sent = match dest.workers.get(&worker) {
+                    Some(tx) => tx.try_send(job).map_err(|e| e.into_inner()),
+                    None => Err(job),
+                };
+                if let Err(job) = sent {
+                    // The worker is on its way out; its exit report follows.
+                    dest.queue.push_front(job);
+                }
+                continue;
+            }
+            if dest.workers.len() < dest.window {
+                let id = self.next_worker;
+                self.next_worker += 1;
+                let (tx, jobs) = mpsc::channel(1);
+                dest.workers.insert(id, tx);
+                self.agent.spawn(WorkerStart {
+                    id,
+                    dest: key.clone(),
+                    hop: dest.hop.clone(),
+                    first: job,
+                    jobs,
+                    reports: Reporter(self.events.clone()),
+                });
+                continue;
+            }
+            dest.queue.push_front(job);
+            break;
+        }
+    }
+
+    pub(super) fn job_done(
+        &mut self,
+        key: Arc<str>,
+        worker: WorkerId,
+        id: u64,
+        results: Vec<(u16, Outcome)>,
+        connect_failed: bool,
+        wants_more: bool,
+    ) {
+        let dead_for = Duration::from_secs(self.config.queue.minimal_backoff_secs);
+        let draining = self.draining.is_some();
+        let mut dead = false;
+        if let Some(dest) = self.dests.get_mut(&key) {
+            if connect_failed {
+                dead = dest.on_connect_failure(Instant::now(), dead_for);
+            } else {
+                let delivered = results
+                    .iter()
+                    .any(|(_, o)| matches!(o, Outcome::Delivered { .. }));
+                dest.on_success(delivered);
+            }
+            if draining || !wants_more {
+                // Dropping the sender ends the worker once it is idle.
+                dest.workers.remove(&worker);
+            } else if dest.workers.contains_key(&worker) {
+                dest.idle.push(worker);
+            }
+        }
+        self.apply_results(id, results);
+        if dead {
+            // Defer everything queued for it rather than trying each in turn.
+            let reason = format!("4.4.1 connect to {key} failed; destination marked dead");
+            let queued: Vec<Job> = self
+                .dests
+                .get_mut(&key)
+                .map(|d| d.queue.drain(..).collect())
+                .unwrap_or_default();
+            for job in queued {
+                self.defer_job(job, &reason);
+            }
+        }
+        self.pump(&key);
+    }
+
+    pub(super) fn worker_exit(&mut self, key: Arc<str>, worker: WorkerId, returned: Vec<Job>) {
+        if let Some(dest) = self.dests.get_mut(&key) {
+            dest.workers.remove(&worker);
+            dest.idle.retain(|w| *w != worker);
+            for job in returned.into_iter().rev() {
+                dest.queue.push_front(job);
+            }
+        }
+        self.pump(&key);
+    }
+
+    /// Marks a job's recipients deferred without trying them.
+    pub(super) fn defer_job(&mut self, job: Job, reason: &str) {
+        let results = defer_all(&job, "none", reason);
+        self.apply_results(job.msg, results);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dest(limit: usize, initial: usize) -> Destination {
+        Destination::new(Arc::new(NextHop::Discard), limit, initial)
+    }
+
+    #[test]
+    fn the_window_grows_on_delivery_and_shrinks_on_failure() {
+        let mut d = dest(4, 2);
+        assert_eq!(d.window, 2);
+        d.on_success(false);
+        assert_eq!(d.window, 2, "a job that delivered nothing does not grow it");
+        for _ in 0..5 {
+            d.on_success(true);
+        }
+        assert_eq!(d.window, 4, "capped at the limit");
+        d.workers.insert(1, mpsc::channel(1).0);
+        d.workers.insert(2, mpsc::channel(1).0);
+        let now = Instant::now();
+        assert!(!d.on_connect_failure(now, Duration::from_secs(60)));
+        assert_eq!(d.window, 3);
+        assert!(!d.is_dead(now));
+        d.workers.remove(&2);
+        assert!(d.on_connect_failure(now, Duration::from_secs(60)));
+        assert!(d.is_dead(now + Duration::from_secs(59)));
+        assert!(!d.is_dead(now + Duration::from_secs(60)));
+        assert_eq!(dest(3, 0).window, 1, "never below one");
+    }
+}

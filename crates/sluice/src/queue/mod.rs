@@ -1,0 +1,104 @@
+//! The queue manager ("qmgr"): one task owns the in-memory queue and hands
+//! jobs to delivery agents.
+//!
+//! Data flow: the SMTP server (or recovery, or a bounce) hands a spooled
+//! message to [`QueueHandle::enqueue`]; the [`Scheduler`] groups its open
+//! recipients by next hop into [`Job`]s, queues them per destination and
+//! starts workers through a [`DeliveryAgent`] (SMTP, Maildir, or a fake in
+//! tests) within each destination's concurrency window. Workers report
+//! [`JobReport`]s back; outcomes are recorded in the spool; deferred
+//! recipients are retried with backoff until the queue lifetime ends.
+//!
+//! The queue knows no sockets and no files: agents do. Everything it needs
+//! below it (message types, config, routing, bounces, the spool) is
+//! imported; the agents and the daemon import it, never the reverse.
+//!
+//! Invariants: see [`scheduler`]. Channels are bounded: a full queue
+//! channel makes senders wait (back-pressure), it never grows.
+
+pub mod agent;
+mod destination;
+pub mod job;
+pub mod retry;
+pub mod scheduler;
+
+use std::sync::Arc;
+
+use sluice_spool::{BodyRef, Envelope};
+use tokio::sync::{mpsc, oneshot};
+
+pub use agent::{run_worker, Attempt, DeliveryAgent, WorkerSession, WorkerStart};
+pub use job::{defer_all, Job, JobReport, Reporter, WorkerId};
+pub use scheduler::Scheduler;
+
+/// Events waiting for the scheduler at most (then senders wait).
+pub const EVENT_CAPACITY: usize = 4096;
+
+/// A spooled message handed to the queue (newly received, recovered from
+/// the spool, or a bounce).
+pub struct QueuedMessage {
+    pub envelope: Envelope,
+    pub body_ref: BodyRef,
+    /// The body if it is still in memory; the queue may drop it.
+    pub body: Option<Arc<Vec<u8>>>,
+    /// Per recipient: already final (from recovery).
+    pub done: Vec<bool>,
+}
+
+/// What the scheduler reacts to.
+pub enum Event {
+    Queued(QueuedMessage),
+    Report(JobReport),
+    /// The bounce for these recipients of `msg` is safely spooled.
+    BounceStored {
+        msg: u64,
+        recipients: Vec<u16>,
+    },
+    /// Stop dispatching, let deliveries in flight finish (until the
+    /// deadline), record their outcomes, then reply and end.
+    Drain {
+        deadline: tokio::time::Instant,
+        done: oneshot::Sender<DrainReport>,
+    },
+}
+
+/// What a drain achieved, for the shutdown log line.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct DrainReport {
+    /// Jobs whose outcomes came back and were recorded.
+    pub finished_jobs: usize,
+    /// Jobs still out when the deadline passed (delivered again after restart).
+    pub abandoned_jobs: usize,
+}
+
+/// The way into the queue; cheap to clone.
+#[derive(Clone)]
+pub struct QueueHandle {
+    tx: mpsc::Sender<Event>,
+}
+
+impl QueueHandle {
+    /// A handle and the receiver the scheduler runs on.
+    pub fn channel() -> (QueueHandle, mpsc::Receiver<Event>) {
+        let (tx, rx) = mpsc::channel(EVENT_CAPACITY);
+        (QueueHandle { tx }, rx)
+    }
+
+    /// Queues a spooled message; waits while the queue is saturated.
+    pub async fn enqueue(&self, msg: QueuedMessage) {
+        let _ = self.tx.send(Event::Queued(msg)).await;
+    }
+
+    /// Asks the scheduler to drain and waits for its report.
+    pub async fn drain(&self, deadline: tokio::time::Instant) -> DrainReport {
+        let (done, wait) = oneshot::channel();
+        if self.tx.send(Event::Drain { deadline, done }).await.is_err() {
+            return DrainReport::default();
+        }
+        wait.await.unwrap_or_default()
+    }
+
+    pub(crate) fn sender(&self) -> mpsc::Sender<Event> {
+        self.tx.clone()
+    }
+}

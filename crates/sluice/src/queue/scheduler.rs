@@ -1,0 +1,572 @@
+//! The scheduler: one task owns the in-memory queue.
+//!
+//! Messages and destinations are referred to by ID (queue ID, destination
+//! key), never by pointer. Each message's open recipients are grouped by
+//! next hop into jobs and queued on their destination (`destination.rs`).
+//!
+//! Outcomes: delivered and bounced recipients are recorded in the spool
+//! (group commit) and the message is forgotten when all are final;
+//! deferred recipients are retried with backoff (`retry.rs`) until the
+//! maximum queue lifetime, then bounced. Bounces are stored in the spool
+//! before the bounced recipients are marked final, and a message from the
+//! null sender never gets a bounce (it is logged instead).
+//!
+//! Invariants that keep the spool safe:
+//! - `complete` is recorded exactly once per message, immediately before
+//!   it is removed from `messages`;
+//! - `Message::in_flight` is the number of its jobs not yet reported;
+//! - `bounce_pending` implies the message is not in the retry queue;
+//! - a message waiting for a retry holds no cached body.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use sluice_spool::{BodyRef, Envelope, Spool};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use super::agent::DeliveryAgent;
+use super::destination::Destination;
+use super::job::{Job, JobReport, WorkerId};
+use super::retry::{backoff, RetryQueue};
+use super::{DrainReport, Event, QueueHandle, QueuedMessage};
+use crate::bounce;
+use crate::config::hop::NextHop;
+use crate::config::Config;
+use crate::log::{qid, Logger};
+use crate::message::status::{Failure, Outcome};
+use crate::routing::Router;
+use crate::{log, timefmt};
+
+const NO_ROUTE: &str =
+    "4.4.0 no route to destination (no transport entry and no relayhost; MX routing is not supported yet)";
+
+/// Events handled in one go before timers (retries, drain deadline) are
+/// looked at again: sustained input must not starve retries.
+const MAX_BURST: usize = 256;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum RcptState {
+    Pending,
+    InFlight,
+    Deferred { relay: String, reason: String },
+    Delivered,
+    Bounced,
+}
+
+struct Message {
+    envelope: Arc<Envelope>,
+    body_ref: BodyRef,
+    body: Option<Arc<Vec<u8>>>,
+    rcpts: Vec<RcptState>,
+    /// Jobs out with workers.
+    in_flight: usize,
+    attempts: u32,
+    /// Permanently failed recipients waiting for their bounce.
+    failed: Vec<(u16, Failure)>,
+    /// A bounce is being stored; the message stays until it is.
+    bounce_pending: bool,
+}
+
+impl Message {
+    /// Every recipient delivered or bounced.
+    fn all_final(&self) -> bool {
+        self.rcpts
+            .iter()
+            .all(|s| matches!(s, RcptState::Delivered | RcptState::Bounced))
+    }
+}
+
+/// A drain in progress (shutdown).
+pub(super) struct Drain {
+    deadline: Instant,
+    done: oneshot::Sender<DrainReport>,
+    finished_jobs: usize,
+}
+
+pub struct Scheduler {
+    pub(super) config: Arc<Config>,
+    router: Router,
+    spool: Spool,
+    logger: Logger,
+    pub(super) agent: Arc<dyn DeliveryAgent>,
+    pub(super) events: mpsc::Sender<Event>,
+    messages: HashMap<u64, Message>,
+    pub(super) dests: HashMap<Arc<str>, Destination>,
+    retry: RetryQueue,
+    pub(super) next_worker: WorkerId,
+    body_cache_bytes: usize,
+    body_cache_limit: usize,
+    /// Jobs handed to workers and not yet reported, over all messages.
+    jobs_out: usize,
+    /// Bounces being stored.
+    bounces_out: usize,
+    pub(super) draining: Option<Drain>,
+}
+
+impl Scheduler {
+    pub fn new(
+        config: Arc<Config>,
+        router: Router,
+        spool: Spool,
+        logger: Logger,
+        agent: Arc<dyn DeliveryAgent>,
+        queue: &QueueHandle,
+    ) -> Scheduler {
+        let body_cache_limit = config.spool.body_cache_mib << 20;
+        Scheduler {
+            config,
+            router,
+            spool,
+            logger,
+            agent,
+            events: queue.sender(),
+            messages: HashMap::new(),
+            dests: HashMap::new(),
+            retry: RetryQueue::default(),
+            next_worker: 1,
+            body_cache_bytes: 0,
+            body_cache_limit,
+            jobs_out: 0,
+            bounces_out: 0,
+            draining: None,
+        }
+    }
+
+    pub async fn run(mut self, mut rx: mpsc::Receiver<Event>) {
+        loop {
+            // Timers first: a due retry never waits behind queued events.
+            self.run_due_retries();
+            let wake = self.next_wakeup();
+            tokio::select! {
+                ev = rx.recv() => match ev {
+                    Some(ev) => self.handle(ev),
+                    None => return,
+                },
+                _ = sleep_until(wake) => {}
+            }
+            for _ in 0..MAX_BURST {
+                match rx.try_recv() {
+                    Ok(ev) => self.handle(ev),
+                    Err(_) => break,
+                }
+            }
+            self.run_due_retries();
+            if self.drain_over() {
+                return;
+            }
+        }
+    }
+
+    fn next_wakeup(&self) -> Option<Instant> {
+        match (&self.draining, self.retry.next_due()) {
+            (Some(d), _) => Some(d.deadline),
+            (None, due) => due,
+        }
+    }
+
+    fn handle(&mut self, event: Event) {
+        match event {
+            Event::Queued(msg) => self.queued(msg),
+            Event::Report(JobReport::Done {
+                dest,
+                worker,
+                msg,
+                results,
+                connect_failed,
+                wants_more,
+            }) => {
+                if let Some(d) = self.draining.as_mut() {
+                    d.finished_jobs += 1;
+                }
+                self.job_done(dest, worker, msg, results, connect_failed, wants_more)
+            }
+            Event::Report(JobReport::Exit {
+                dest,
+                worker,
+                returned,
+            }) => self.worker_exit(dest, worker, returned),
+            Event::BounceStored { msg, recipients } => {
+                self.bounces_out = self.bounces_out.saturating_sub(1);
+                self.bounce_stored(msg, recipients)
+            }
+            Event::Drain { deadline, done } => self.start_drain(deadline, done),
+        }
+    }
+
+    /// Stops new deliveries; jobs not yet started stay in the spool.
+    fn start_drain(&mut self, deadline: Instant, done: oneshot::Sender<DrainReport>) {
+        for dest in self.dests.values_mut() {
+            // Not started: these recipients stay open in the spool.
+            self.jobs_out -= dest.queue.len();
+            dest.queue.clear();
+            for worker in dest.idle.drain(..) {
+                dest.workers.remove(&worker);
+            }
+        }
+        self.draining = Some(Drain {
+            deadline,
+            done,
+            finished_jobs: 0,
+        });
+    }
+
+    /// True once a drain has finished (or timed out) and been reported.
+    fn drain_over(&mut self) -> bool {
+        let Some(d) = &self.draining else {
+            return false;
+        };
+        let idle = self.jobs_out == 0 && self.bounces_out == 0;
+        if !idle && Instant::now() < d.deadline {
+            return false;
+        }
+        let d = self.draining.take().expect("checked above");
+        let _ = d.done.send(DrainReport {
+            finished_jobs: d.finished_jobs,
+            abandoned_jobs: self.jobs_out,
+        });
+        true
+    }
+
+    fn queued(&mut self, inc: QueuedMessage) {
+        let id = inc.envelope.id;
+        let rcpts = inc
+            .done
+            .iter()
+            .map(|&d| {
+                if d {
+                    RcptState::Delivered
+                } else {
+                    RcptState::Pending
+                }
+            })
+            .collect();
+        let body = match inc.body {
+            Some(b) if self.body_cache_bytes + b.len() <= self.body_cache_limit => {
+                self.body_cache_bytes += b.len();
+                Some(b)
+            }
+            _ => None,
+        };
+        self.messages.insert(
+            id,
+            Message {
+                envelope: Arc::new(inc.envelope),
+                body_ref: inc.body_ref,
+                body,
+                rcpts,
+                in_flight: 0,
+                attempts: 0,
+                failed: Vec::new(),
+                bounce_pending: false,
+            },
+        );
+        if self.draining.is_none() {
+            self.dispatch(id);
+        }
+    }
+
+    /// Turns a message's open recipients into jobs, one per next hop.
+    fn dispatch(&mut self, id: u64) {
+        let Some(msg) = self.messages.get_mut(&id) else {
+            return;
+        };
+        let per_job = self.config.delivery.recipients_per_transaction.max(1);
+        let mut groups: Vec<(Arc<NextHop>, Vec<u16>)> = Vec::new();
+        let mut discarded = Vec::new();
+        let mut unroutable = Vec::new();
+        for (i, state) in msg.rcpts.iter_mut().enumerate() {
+            if !matches!(state, RcptState::Pending | RcptState::Deferred { .. }) {
+                continue;
+            }
+            match self.router.route(&msg.envelope.recipients[i]) {
+                None => {
+                    *state = RcptState::Deferred {
+                        relay: "none".into(),
+                        reason: NO_ROUTE.into(),
+                    };
+                    unroutable.push(i);
+                }
+                Some(hop) if *hop == NextHop::Discard => {
+                    *state = RcptState::Delivered;
+                    discarded.push(i as u16);
+                }
+                Some(hop) => {
+                    *state = RcptState::InFlight;
+                    match groups
+                        .iter_mut()
+                        .find(|(h, r)| *h == hop && r.len() < per_job)
+                    {
+                        Some((_, list)) => list.push(i as u16),
+                        None => groups.push((hop, vec![i as u16])),
+                    }
+                }
+            }
+        }
+        let envelope = msg.envelope.clone();
+        for &i in &discarded {
+            log!(
+                self.logger,
+                "discard",
+                "{}: to=<{}>, relay=none, delay={}, dsn=2.0.0, status=sent (discarded)",
+                qid(id),
+                envelope.recipients[i as usize],
+                delay(&envelope)
+            );
+        }
+        for &i in &unroutable {
+            log!(
+                self.logger,
+                "qmgr",
+                "{}: to=<{}>, relay=none, delay={}, dsn=4.4.0, status=deferred ({NO_ROUTE})",
+                qid(id),
+                envelope.recipients[i],
+                delay(&envelope)
+            );
+        }
+        if !discarded.is_empty() {
+            // The "complete" record, if due, is written by finish_round.
+            self.spool
+                .record_outcome(id, msg.body_ref, discarded, false);
+        }
+        let (body, body_ref) = (msg.body.clone(), msg.body_ref);
+        msg.in_flight += groups.len();
+        self.jobs_out += groups.len();
+        if groups.is_empty() && msg.in_flight == 0 {
+            self.finish_round(id);
+            return;
+        }
+        for (hop, rcpts) in groups {
+            let job = Job {
+                msg: id,
+                envelope: envelope.clone(),
+                body: body.clone(),
+                body_ref,
+                rcpts,
+            };
+            self.enqueue(hop, job);
+        }
+    }
+
+    /// Applies one job's results (called exactly once per job).
+    pub(super) fn apply_results(&mut self, id: u64, results: Vec<(u16, Outcome)>) {
+        self.jobs_out = self.jobs_out.saturating_sub(1);
+        let Some(msg) = self.messages.get_mut(&id) else {
+            return;
+        };
+        let env = msg.envelope.clone();
+        let mut delivered = Vec::new();
+        for (r, outcome) in results {
+            let Some(state) = msg.rcpts.get_mut(r as usize) else {
+                continue;
+            };
+            log!(
+                self.logger,
+                "smtp",
+                "{}: to=<{}>, relay={}, delay={}, dsn={}, status={} ({})",
+                qid(id),
+                env.recipients[r as usize],
+                outcome.relay(),
+                delay(&env),
+                outcome.dsn(),
+                outcome.status_word(),
+                outcome.text()
+            );
+            match outcome {
+                Outcome::Delivered { .. } => {
+                    *state = RcptState::Delivered;
+                    delivered.push(r);
+                }
+                Outcome::Deferred { relay, reason } => {
+                    *state = RcptState::Deferred { relay, reason }
+                }
+                Outcome::Bounced { relay, reason } => {
+                    *state = RcptState::Bounced;
+                    msg.failed.push((r, Failure::from_bounce(&relay, &reason)));
+                }
+            }
+        }
+        msg.in_flight = msg.in_flight.saturating_sub(1);
+        let round_over = msg.in_flight == 0;
+        if !delivered.is_empty() {
+            let complete = round_over && msg.failed.is_empty() && msg.all_final();
+            self.spool
+                .record_outcome(id, msg.body_ref, delivered, complete);
+            if complete {
+                self.remove(id);
+                return;
+            }
+        }
+        if round_over {
+            self.finish_round(id);
+        }
+    }
+
+    /// All jobs of a delivery round are back: bounce, retry or remove.
+    fn finish_round(&mut self, id: u64) {
+        let Some(msg) = self.messages.get_mut(&id) else {
+            return;
+        };
+        expire(msg, self.config.queue.maximal_lifetime_secs, &self.logger);
+        if !msg.failed.is_empty() && !msg.bounce_pending {
+            let failed = std::mem::take(&mut msg.failed);
+            self.bounce(id, failed);
+            return;
+        }
+        if msg.bounce_pending {
+            return;
+        }
+        if msg.all_final() {
+            self.spool
+                .record_outcome(id, msg.body_ref, Vec::new(), true);
+            self.remove(id);
+            return;
+        }
+        msg.attempts += 1;
+        // Waiting mail does not hold memory for its body (read back later).
+        if let Some(body) = msg.body.take() {
+            self.body_cache_bytes -= body.len();
+        }
+        let q = &self.config.queue;
+        let wait = backoff(
+            msg.attempts,
+            q.minimal_backoff_secs,
+            q.maximal_backoff_secs,
+            id,
+        );
+        self.retry.push(Instant::now() + wait, id);
+    }
+
+    /// Returns failed recipients to the sender (or logs why not).
+    fn bounce(&mut self, id: u64, failed: Vec<(u16, Failure)>) {
+        let Some(msg) = self.messages.get_mut(&id) else {
+            return;
+        };
+        let indices: Vec<u16> = failed.iter().map(|(i, _)| *i).collect();
+        if msg.envelope.sender.is_empty() {
+            for (i, f) in &failed {
+                log!(
+                    self.logger,
+                    "bounce",
+                    "{}: to=<{}>: undeliverable mail from the null sender discarded, no bounce sent ({} {})",
+                    qid(id),
+                    msg.envelope.recipients[*i as usize],
+                    f.status,
+                    f.diagnostic
+                );
+            }
+            self.bounce_stored(id, indices);
+            return;
+        }
+        msg.bounce_pending = true;
+        self.bounces_out += 1;
+        let (env, body, body_ref) = (msg.envelope.clone(), msg.body.clone(), msg.body_ref);
+        let (spool, logger, events) =
+            (self.spool.clone(), self.logger.clone(), self.events.clone());
+        let hostname = self.config.hostname.clone();
+        tokio::spawn(async move {
+            let stored =
+                bounce::store(&hostname, &env, body, body_ref, &failed, &spool, &logger).await;
+            let recipients = indices;
+            let _ = events
+                .send(Event::BounceStored {
+                    msg: id,
+                    recipients,
+                })
+                .await;
+            let done = vec![false; stored.envelope.recipients.len()];
+            let queued = QueuedMessage {
+                envelope: stored.envelope,
+                body_ref: stored.body_ref,
+                body: Some(stored.body),
+                done,
+            };
+            let _ = events.send(Event::Queued(queued)).await;
+        });
+    }
+
+    fn bounce_stored(&mut self, id: u64, recipients: Vec<u16>) {
+        let Some(msg) = self.messages.get_mut(&id) else {
+            return;
+        };
+        msg.bounce_pending = false;
+        let complete = msg.all_final() && msg.in_flight == 0 && msg.failed.is_empty();
+        self.spool
+            .record_outcome(id, msg.body_ref, recipients, complete);
+        if complete {
+            self.remove(id);
+        } else if msg.in_flight == 0 {
+            self.finish_round(id);
+        }
+    }
+
+    fn remove(&mut self, id: u64) {
+        if let Some(msg) = self.messages.remove(&id) {
+            if let Some(body) = msg.body {
+                self.body_cache_bytes -= body.len();
+            }
+            log!(self.logger, "qmgr", "{}: removed", qid(id));
+        }
+    }
+
+    fn run_due_retries(&mut self) {
+        if self.draining.is_some() {
+            return;
+        }
+        let now = Instant::now();
+        while let Some(id) = self.retry.pop_due(now) {
+            let ready = self
+                .messages
+                .get(&id)
+                .is_some_and(|m| m.in_flight == 0 && !m.bounce_pending);
+            if ready {
+                self.dispatch(id);
+            }
+        }
+    }
+
+    /// Messages in memory, and body bytes cached for them (for tests and stats).
+    pub fn counts(&self) -> (usize, usize) {
+        (self.messages.len(), self.body_cache_bytes)
+    }
+}
+
+/// Past the queue lifetime, deferred recipients become failures.
+fn expire(msg: &mut Message, max_life: u64, logger: &Logger) {
+    let age_secs = timefmt::now_millis().saturating_sub(msg.envelope.arrival) / 1000;
+    if age_secs < max_life {
+        return;
+    }
+    for (i, state) in msg.rcpts.iter_mut().enumerate() {
+        if let RcptState::Deferred { relay, reason } = state {
+            let failure = Failure::expired(age_secs, relay, reason);
+            log!(
+                logger,
+                "qmgr",
+                "{}: to=<{}>, relay=none, delay={}, dsn=4.4.7, status=expired ({})",
+                qid(msg.envelope.id),
+                msg.envelope.recipients[i],
+                delay(&msg.envelope),
+                failure.diagnostic
+            );
+            msg.failed.push((i as u16, failure));
+            *state = RcptState::Bounced;
+        }
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Seconds since arrival, for log lines.
+fn delay(env: &Envelope) -> String {
+    let ms = timefmt::now_millis().saturating_sub(env.arrival);
+    format!("{}.{:02}", ms / 1000, (ms % 1000) / 10)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,425 @@
+//! The scheduler without sockets: a fake delivery agent hands each worker
+//! to the test, which plays the worker's part; the clock is paused, so
+//! backoff and deadlines are checked exactly, without sleeping.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use sluice_spool::SpoolConfig;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use super::*;
+use crate::queue::agent::WorkerStart;
+use crate::routing::domains::LocalDomains;
+
+struct FakeAgent(mpsc::UnboundedSender<WorkerStart>);
+
+impl DeliveryAgent for FakeAgent {
+    fn spawn(&self, start: WorkerStart) {
+        let _ = self.0.send(start);
+    }
+}
+
+struct Harness {
+    queue: QueueHandle,
+    workers: mpsc::UnboundedReceiver<WorkerStart>,
+    spool: Spool,
+    task: JoinHandle<()>,
+    _dir: TempDir,
+}
+
+/// A directory removed at the end of the test.
+struct TempDir(std::path::PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn harness(name: &str, tweak: impl FnOnce(&mut Config)) -> Harness {
+    let dir = std::env::temp_dir().join(format!("sluice-sched-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (spool, _, _) = Spool::open(SpoolConfig {
+        dir: dir.clone(),
+        sync: false,
+        segment_bytes: 1 << 20,
+    })
+    .unwrap();
+    let mut config = Config::default();
+    let mut transport = BTreeMap::new();
+    transport.insert("*".to_string(), "smtp:[127.0.0.1]:1".to_string());
+    transport.insert("slow.test".to_string(), "smtp:[127.0.0.2]:1".to_string());
+    config.transport = transport;
+    tweak(&mut config);
+    let router = Router::new(&config.transport, None, LocalDomains::none()).unwrap();
+    let (tx, workers) = mpsc::unbounded_channel();
+    let (queue, rx) = QueueHandle::channel();
+    let scheduler = Scheduler::new(
+        Arc::new(config),
+        router,
+        spool.clone(),
+        Logger::disabled(),
+        Arc::new(FakeAgent(tx)),
+        &queue,
+    );
+    let task = tokio::spawn(scheduler.run(rx));
+    Harness {
+        queue,
+        workers,
+        spool,
+        task,
+        _dir: TempDir(dir),
+    }
+}
+
+impl Harness {
+    /// Stores a message for real (so outcome records have something to
+    /// refer to) and queues it. Call before pausing the clock.
+    async fn message(&self, sender: &str, rcpts: &[&str], body: Option<usize>) -> u64 {
+        let envelope = Envelope {
+            id: self.spool.new_id(),
+            arrival: timefmt::now_millis(),
+            sender: sender.into(),
+            recipients: rcpts.iter().map(|r| r.to_string()).collect(),
+            flags: 0,
+        };
+        let text = Arc::new(vec![b'x'; body.unwrap_or(10)]);
+        let body_ref = self
+            .spool
+            .store(envelope.clone(), text.clone())
+            .await
+            .unwrap();
+        let id = envelope.id;
+        let done = vec![false; rcpts.len()];
+        self.queue
+            .enqueue(QueuedMessage {
+                envelope,
+                body_ref,
+                body: body.map(|_| text),
+                done,
+            })
+            .await;
+        id
+    }
+}
+
+fn deferred(job: &Job) -> Vec<(u16, Outcome)> {
+    job.rcpts
+        .iter()
+        .map(|&r| {
+            (
+                r,
+                Outcome::Deferred {
+                    relay: "mx[127.0.0.1]:1".into(),
+                    reason: "451 4.3.0 try later".into(),
+                },
+            )
+        })
+        .collect()
+}
+
+fn delivered(job: &Job) -> Vec<(u16, Outcome)> {
+    job.rcpts
+        .iter()
+        .map(|&r| {
+            (
+                r,
+                Outcome::Delivered {
+                    relay: "mx[127.0.0.1]:1".into(),
+                    reply: "250 ok".into(),
+                },
+            )
+        })
+        .collect()
+}
+
+/// Plays a worker that does one job with `results`, then ends.
+async fn finish_once(w: WorkerStart, results: Vec<(u16, Outcome)>, connect_failed: bool) {
+    let WorkerStart {
+        id,
+        dest,
+        first,
+        reports,
+        ..
+    } = w;
+    reports
+        .send(JobReport::Done {
+            dest: dest.clone(),
+            worker: id,
+            msg: first.msg,
+            results,
+            connect_failed,
+            wants_more: false,
+        })
+        .await;
+    reports
+        .send(JobReport::Exit {
+            dest,
+            worker: id,
+            returned: Vec::new(),
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn deferred_mail_is_retried_on_the_backoff_schedule() {
+    let mut h = harness("backoff", |c| {
+        c.queue.minimal_backoff_secs = 300;
+        c.queue.maximal_backoff_secs = 4000;
+    });
+    let id = h.message("a@b.test", &["r@c.test"], Some(10)).await;
+    tokio::time::pause();
+    let mut last = Instant::now();
+    let mut waits = Vec::new();
+    for attempt in 0..6 {
+        let w = h.workers.recv().await.unwrap();
+        if attempt > 0 {
+            waits.push(Instant::now() - last);
+        }
+        last = Instant::now();
+        let results = deferred(&w.first);
+        finish_once(w, results, false).await;
+    }
+    let want: Vec<Duration> = (1..=5).map(|a| backoff(a, 300, 4000, id)).collect();
+    for (got, want) in waits.iter().zip(&want) {
+        // The timer wheel rounds up to the next millisecond.
+        assert!(
+            *got >= *want && *got - *want < Duration::from_millis(2),
+            "{waits:?} vs {want:?}"
+        );
+    }
+    for (got, base) in waits.iter().zip([300, 600, 1200, 2400, 4000]) {
+        let base = Duration::from_secs(base);
+        assert!(*got >= base && *got < base + base / 10, "{waits:?}");
+    }
+    h.task.abort();
+}
+
+#[tokio::test]
+async fn the_window_opens_one_connection_per_success_up_to_the_limit() {
+    let mut h = harness("window", |c| {
+        c.delivery.initial_concurrency = 1;
+        c.delivery.default_concurrency = 3;
+    });
+    for i in 0..10 {
+        h.message("a@b.test", &[&format!("r{i}@c.test")], Some(10))
+            .await;
+    }
+    // One worker at first; each delivery lets one more start.
+    let mut live = vec![h.workers.recv().await.unwrap()];
+    assert!(h.workers.try_recv().is_err(), "window starts at 1");
+    let mut most = 1;
+    let mut done = 0;
+    while done < 10 {
+        let mut w = live.remove(0);
+        let results = delivered(&w.first);
+        w.reports
+            .send(JobReport::Done {
+                dest: w.dest.clone(),
+                worker: w.id,
+                msg: w.first.msg,
+                results,
+                connect_failed: false,
+                wants_more: true,
+            })
+            .await;
+        done += 1;
+        // Take either the next job on this worker or new workers.
+        tokio::task::yield_now().await;
+        while let Ok(nw) = h.workers.try_recv() {
+            live.push(nw);
+        }
+        if let Ok(next) = w.jobs.try_recv() {
+            w.first = next;
+            live.push(w);
+        } else {
+            drop(w);
+        }
+        most = most.max(live.len());
+        assert!(live.len() <= 3, "never more than the limit");
+        if live.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(most, 3, "the window grew to the limit");
+    h.task.abort();
+}
+
+#[tokio::test]
+async fn a_dead_destination_defers_its_queue_at_once() {
+    let mut h = harness("dead", |c| {
+        c.delivery.initial_concurrency = 1;
+        c.queue.minimal_backoff_secs = 60;
+    });
+    for i in 0..5 {
+        h.message("a@b.test", &[&format!("r{i}@slow.test")], Some(10))
+            .await;
+    }
+    h.message("a@b.test", &["r@c.test"], Some(10)).await;
+    tokio::time::pause();
+    let mut slow = None;
+    let mut other = None;
+    for _ in 0..2 {
+        let w = h.workers.recv().await.unwrap();
+        if w.dest.contains("127.0.0.2") {
+            slow = Some(w);
+        } else {
+            other = Some(w);
+        }
+    }
+    let (slow, other) = (slow.unwrap(), other.unwrap());
+    let results = deferred(&slow.first);
+    finish_once(slow, results, true).await;
+    // The four queued messages are deferred without a worker each.
+    tokio::task::yield_now().await;
+    assert!(
+        h.workers.try_recv().is_err(),
+        "no new connection to a dead destination"
+    );
+    // The other destination is not held up.
+    let results = delivered(&other.first);
+    finish_once(other, results, false).await;
+    // After the dead time, retries go out again (all five, one worker).
+    let w = h.workers.recv().await.unwrap();
+    assert!(w.dest.contains("127.0.0.2"));
+    h.task.abort();
+}
+
+#[tokio::test]
+async fn retries_are_not_starved_by_a_burst_of_new_mail() {
+    let mut h = harness("starve", |c| {
+        c.queue.minimal_backoff_secs = 1;
+        c.delivery.default_concurrency = 5000;
+        c.delivery.initial_concurrency = 5000;
+    });
+    h.message("a@b.test", &["first@slow.test"], Some(10)).await;
+    let w = h.workers.recv().await.unwrap();
+    let results = deferred(&w.first);
+    finish_once(w, results, false).await;
+    tokio::time::pause();
+    tokio::task::yield_now().await;
+    // A burst of new mail waits in the channel when the retry falls due.
+    let body_ref = h
+        .spool
+        .store(envelope(0), Arc::new(b"x".to_vec()))
+        .await
+        .unwrap();
+    let tx = h.queue.sender();
+    let permit = tx.reserve_many(2000).await.unwrap();
+    for (i, p) in permit.enumerate() {
+        p.send(Event::Queued(QueuedMessage {
+            done: vec![false],
+            envelope: envelope(1_000_000 + i as u64),
+            body_ref,
+            body: None,
+        }));
+    }
+    tokio::time::advance(Duration::from_millis(1200)).await;
+    // Each new message starts a worker at once (wide window); count those
+    // that started before the retry did.
+    let mut before = 0;
+    let mut keep = Vec::new();
+    loop {
+        let w = h.workers.recv().await.unwrap();
+        if w.dest.contains("127.0.0.2") {
+            break;
+        }
+        before += 1;
+        keep.push(w);
+    }
+    assert!(
+        before <= MAX_BURST + 1,
+        "{before} new messages went before a due retry"
+    );
+    h.task.abort();
+}
+
+fn envelope(id: u64) -> Envelope {
+    Envelope {
+        id,
+        arrival: timefmt::now_millis(),
+        sender: "a@b.test".into(),
+        recipients: vec![format!("n{id}@c.test")],
+        flags: 0,
+    }
+}
+
+#[tokio::test]
+async fn a_drain_waits_for_deliveries_in_flight_and_records_them() {
+    let mut h = harness("drain", |_| {});
+    h.message("a@b.test", &["r@c.test"], Some(10)).await;
+    h.message("a@b.test", &["r@slow.test"], Some(10)).await;
+    let w1 = h.workers.recv().await.unwrap();
+    let w2 = h.workers.recv().await.unwrap();
+    tokio::time::pause();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let queue = h.queue.clone();
+    let drain = tokio::spawn(async move { queue.drain(deadline).await });
+    tokio::task::yield_now().await;
+    assert!(!drain.is_finished(), "the drain waits for the two jobs");
+    let results = delivered(&w1.first);
+    finish_once(w1, results, false).await;
+    // The second never answers: abandoned at the deadline, not before.
+    let report = drain.await.unwrap();
+    assert_eq!(report.finished_jobs, 1);
+    assert_eq!(report.abandoned_jobs, 1);
+    assert!(Instant::now() >= deadline);
+    drop(w2);
+    h.task.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_deferred_message_does_not_keep_its_body_in_memory() {
+    let (tx, mut workers) = mpsc::unbounded_channel();
+    let dir = std::env::temp_dir().join(format!("sluice-sched-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let _guard = TempDir(dir.clone());
+    let (spool, _, _) = Spool::open(SpoolConfig {
+        dir,
+        sync: false,
+        segment_bytes: 1 << 20,
+    })
+    .unwrap();
+    let mut config = Config::default();
+    config
+        .transport
+        .insert("*".into(), "smtp:[127.0.0.1]:1".into());
+    let router = Router::new(&config.transport, None, LocalDomains::none()).unwrap();
+    let (queue, _rx) = QueueHandle::channel();
+    let mut s = Scheduler::new(
+        Arc::new(config),
+        router,
+        spool.clone(),
+        Logger::disabled(),
+        Arc::new(FakeAgent(tx)),
+        &queue,
+    );
+    let env = Envelope {
+        id: spool.new_id(),
+        arrival: timefmt::now_millis(),
+        sender: "a@b.test".into(),
+        recipients: vec!["r@c.test".into()],
+        flags: 0,
+    };
+    let body = Arc::new(vec![b'y'; 5000]);
+    let body_ref = spool.store(env.clone(), body.clone()).await.unwrap();
+    s.handle(Event::Queued(QueuedMessage {
+        envelope: env,
+        body_ref,
+        body: Some(body),
+        done: vec![false],
+    }));
+    assert_eq!(s.counts(), (1, 5000));
+    let w = workers.recv().await.unwrap();
+    s.handle(Event::Report(JobReport::Done {
+        dest: w.dest.clone(),
+        worker: w.id,
+        msg: w.first.msg,
+        results: deferred(&w.first),
+        connect_failed: false,
+        wants_more: false,
+    }));
+    assert_eq!(s.counts(), (1, 0), "queued for retry, body released");
+}

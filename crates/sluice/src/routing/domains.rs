@@ -1,0 +1,76 @@
+//! Which domains are ours (virtual mailbox domains) and the static
+//! per-domain routes: what routing needs to know without any I/O.
+//!
+//! Invariant: both tables here are static (in memory), so
+//! [`LocalDomains::is_local_domain`] and [`LocalDomains::transport_for`]
+//! never wait; the scheduler calls them on its own task.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use crate::config::hop::NextHop;
+use crate::tables::Table;
+
+pub struct LocalDomains {
+    domains: HashSet<String>,
+    domain_table: Option<Arc<Table>>,
+    transport_table: Option<Arc<Table>>,
+}
+
+impl LocalDomains {
+    pub fn new(
+        domains: &[String],
+        domain_table: Option<Arc<Table>>,
+        transport_table: Option<Arc<Table>>,
+    ) -> Result<LocalDomains, String> {
+        for (t, what) in [
+            (&domain_table, "domain_table"),
+            (&transport_table, "transport_table"),
+        ] {
+            if t.as_ref().is_some_and(|t| !t.is_static()) {
+                return Err(format!(
+                    "local.{what}: must be a static table (it is consulted without I/O)"
+                ));
+            }
+        }
+        Ok(LocalDomains {
+            domains: domains.iter().map(|d| d.to_ascii_lowercase()).collect(),
+            domain_table,
+            transport_table,
+        })
+    }
+
+    /// No local domains and no routes (relay-only configurations, tests).
+    pub fn none() -> Arc<LocalDomains> {
+        Arc::new(LocalDomains {
+            domains: HashSet::new(),
+            domain_table: None,
+            transport_table: None,
+        })
+    }
+
+    pub fn is_local_domain(&self, domain: &str) -> bool {
+        if self.domains.is_empty() && self.domain_table.is_none() {
+            return false;
+        }
+        let domain = domain.to_ascii_lowercase();
+        self.domains.contains(&domain)
+            || self
+                .domain_table
+                .as_ref()
+                .and_then(|t| t.lookup_now(&domain))
+                .is_some_and(|hit| hit.is_some())
+    }
+
+    /// The route for `domain` in the static transport table, if any.
+    pub fn transport_for(&self, domain: &str) -> Option<Arc<NextHop>> {
+        let values = self.transport_table.as_ref()?.lookup_now(domain)??;
+        values.first().and_then(|h| NextHop::parse(h)).map(Arc::new)
+    }
+
+    pub(crate) fn tables(&self) -> impl Iterator<Item = &Arc<Table>> {
+        [&self.domain_table, &self.transport_table]
+            .into_iter()
+            .flatten()
+    }
+}

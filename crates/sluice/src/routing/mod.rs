@@ -1,0 +1,110 @@
+//! Routing: which next hop a recipient goes to.
+//!
+//! Lookup order for a recipient domain, like Postfix's transport(5): a
+//! local (virtual mailbox) domain goes to the Maildir agent; then the
+//! static transport table; then `[transport]`: exact domain, `.parent`
+//! entries for each parent domain, `*`; then `delivery.relayhost`. No match
+//! means no route: the recipient is deferred with that reason (MX routing
+//! is a later feature).
+//!
+//! Routing does no I/O: the tables it consults are static and in memory.
+
+pub mod domains;
+pub mod mailboxes;
+pub mod policy;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::config::hop::NextHop;
+use crate::message::address::domain_of;
+use domains::LocalDomains;
+
+/// The routing table, built once from the configuration.
+#[derive(Clone)]
+pub struct Router {
+    /// Local (virtual mailbox) domains, and the static transport table.
+    local: Arc<LocalDomains>,
+    /// Shared by every local recipient, so routing allocates nothing.
+    maildir: Arc<NextHop>,
+    table: BTreeMap<String, Arc<NextHop>>,
+    wildcard: Option<Arc<NextHop>>,
+    relayhost: Option<Arc<NextHop>>,
+}
+
+impl Router {
+    /// Builds the router; `transport` and `relayhost` were validated with
+    /// the configuration, so an entry that does not parse is an error here.
+    pub fn new(
+        transport: &BTreeMap<String, String>,
+        relayhost: Option<&str>,
+        local: Arc<LocalDomains>,
+    ) -> Result<Router, String> {
+        let mut table = BTreeMap::new();
+        let mut wildcard = None;
+        for (domain, hop) in transport {
+            let hop = NextHop::parse(hop)
+                .ok_or_else(|| format!("transport.{domain:?}: bad next hop {hop:?}"))?;
+            if domain == "*" {
+                wildcard = Some(Arc::new(hop));
+            } else {
+                table.insert(domain.to_ascii_lowercase(), Arc::new(hop));
+            }
+        }
+        let relayhost = match relayhost {
+            Some(h) => {
+                Some(Arc::new(NextHop::parse(h).ok_or_else(|| {
+                    format!("delivery.relayhost: bad next hop {h:?}")
+                })?))
+            }
+            None => None,
+        };
+        Ok(Router {
+            local,
+            maildir: Arc::new(NextHop::Maildir),
+            table,
+            wildcard,
+            relayhost,
+        })
+    }
+
+    /// The next hop for a recipient address, or `None` if unroutable.
+    pub fn route(&self, address: &str) -> Option<Arc<NextHop>> {
+        let domain = domain_of(address).to_ascii_lowercase();
+        if self.local.is_local_domain(&domain) {
+            return Some(self.maildir.clone());
+        }
+        if let Some(hop) = self.local.transport_for(&domain) {
+            return Some(hop);
+        }
+        if let Some(hop) = self.table.get(&domain) {
+            return Some(hop.clone());
+        }
+        let mut rest = domain.as_str();
+        while let Some(dot) = rest.find('.') {
+            if let Some(hop) = self.table.get(&rest[dot..]) {
+                return Some(hop.clone());
+            }
+            rest = &rest[dot + 1..];
+        }
+        self.wildcard.clone().or_else(|| self.relayhost.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routing_order() {
+        let mut t = BTreeMap::new();
+        t.insert("a.example".to_string(), "smtp:[10.0.0.1]:25".to_string());
+        t.insert(".b.example".to_string(), "discard".to_string());
+        let r = Router::new(&t, Some("smtp:[10.0.0.9]:25"), LocalDomains::none()).unwrap();
+        assert_eq!(r.route("x@A.example").unwrap().key(), "smtp:[10.0.0.1]:25");
+        assert_eq!(r.route("x@deep.sub.b.example").unwrap().key(), "discard");
+        assert_eq!(r.route("x@c.example").unwrap().key(), "smtp:[10.0.0.9]:25");
+        let none = Router::new(&BTreeMap::new(), None, LocalDomains::none()).unwrap();
+        assert!(none.route("x@c.example").is_none());
+    }
+}

@@ -1,0 +1,62 @@
+//! Relay policy: who may send mail to which domains.
+//!
+//! Clients in `mynetworks` may relay anywhere; everyone else only to
+//! `relay_domains` (and to local domains, which are decided before this).
+//! Trust: the client address is the TCP peer (no PROXY protocol yet).
+
+use std::net::IpAddr;
+
+use crate::config::hop::Cidr;
+use crate::message::address::domain_of;
+
+/// Relay policy: mynetworks may send anywhere; others only to relay_domains.
+#[derive(Debug, Clone)]
+pub struct RelayPolicy {
+    mynetworks: Vec<Cidr>,
+    relay_domains: Vec<String>,
+}
+
+impl RelayPolicy {
+    pub fn new(mynetworks: Vec<Cidr>, relay_domains: &[String]) -> RelayPolicy {
+        RelayPolicy {
+            mynetworks,
+            relay_domains: relay_domains
+                .iter()
+                .map(|d| d.to_ascii_lowercase())
+                .collect(),
+        }
+    }
+
+    pub fn is_trusted(&self, client: IpAddr) -> bool {
+        self.mynetworks.iter().any(|n| n.contains(client))
+    }
+
+    /// True if `client` may send mail to `recipient`.
+    pub fn allows(&self, trusted_client: bool, recipient: &str) -> bool {
+        if trusted_client {
+            return true;
+        }
+        let domain = domain_of(recipient).to_ascii_lowercase();
+        self.relay_domains
+            .iter()
+            .any(|d| match d.strip_prefix('.') {
+                Some(parent) => domain.ends_with(d.as_str()) || domain == parent,
+                None => *d == domain,
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relay_policy() {
+        let lo = Cidr::parse("127.0.0.0/8").unwrap();
+        let policy = RelayPolicy::new(vec![lo], &["ours.example".into()]);
+        assert!(policy.is_trusted("127.0.0.2".parse().unwrap()));
+        assert!(policy.allows(true, "x@anywhere.example"));
+        assert!(policy.allows(false, "x@OURS.example"));
+        assert!(!policy.allows(false, "x@anywhere.example"));
+    }
+}

@@ -1,0 +1,120 @@
+//! The SMTP delivery agent: one worker per outbound connection.
+//!
+//! Each worker keeps its connection between jobs (the queue's worker loop
+//! feeds it jobs for the same next hop), so busy destinations reuse
+//! connections: no new TCP and EHLO handshake per message. A cached
+//! connection the peer has closed is detected on first use and replaced
+//! once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_spool::Spool;
+
+use super::conn::{SmtpConn, TxError};
+use crate::config::hop::NextHop;
+use crate::config::Config;
+use crate::log::Logger;
+use crate::message::body;
+use crate::queue::{
+    defer_all, run_worker, Attempt, DeliveryAgent, Job, WorkerSession, WorkerStart,
+};
+
+pub struct SmtpAgent {
+    pub config: Arc<Config>,
+    pub spool: Spool,
+    pub logger: Logger,
+}
+
+impl DeliveryAgent for SmtpAgent {
+    fn spawn(&self, start: WorkerStart) {
+        let d = &self.config.delivery;
+        let idle = Duration::from_secs(d.connection_idle_secs.max(1));
+        let limit = d.messages_per_connection;
+        let worker = SmtpWorker {
+            hop: start.hop.clone(),
+            config: self.config.clone(),
+            spool: self.spool.clone(),
+            logger: self.logger.clone(),
+            conn: None,
+        };
+        tokio::spawn(run_worker(worker, start, idle, limit));
+    }
+}
+
+struct SmtpWorker {
+    hop: Arc<NextHop>,
+    config: Arc<Config>,
+    spool: Spool,
+    logger: Logger,
+    conn: Option<SmtpConn>,
+}
+
+impl WorkerSession for SmtpWorker {
+    async fn attempt(&mut self, job: &Job) -> Attempt {
+        let (results, connect_failed) = self.deliver(job).await;
+        Attempt {
+            results,
+            connect_failed,
+        }
+    }
+
+    async fn close(mut self) {
+        if let Some(conn) = self.conn.take() {
+            conn.quit().await;
+        }
+    }
+}
+
+impl SmtpWorker {
+    /// One delivery attempt; outcomes, and whether connecting failed.
+    async fn deliver(&mut self, job: &Job) -> (Vec<(u16, crate::message::status::Outcome)>, bool) {
+        let body = match body::load(&self.spool, &job.body, job.body_ref).await {
+            Ok(b) => b,
+            Err(e) => {
+                let why = format!("4.3.0 cannot read queue file: {e}");
+                return (defer_all(job, "none", &why), false);
+            }
+        };
+        let hop = self.hop.clone();
+        let NextHop::Smtp { host, port, .. } = &*hop else {
+            let why = "4.3.5 no SMTP delivery for this next hop";
+            return (defer_all(job, "none", why), false);
+        };
+        // A cached connection may have been closed by the peer: one retry on a fresh one.
+        for _ in 0..2 {
+            let reused = self.conn.is_some();
+            if self.conn.is_none() {
+                match SmtpConn::connect(host, *port, &self.config).await {
+                    Ok(conn) => self.conn = Some(conn),
+                    Err(why) => {
+                        let relay = format!("{host}[{host}]:{port}");
+                        crate::log!(self.logger, "smtp", "connect to {relay}: {why}");
+                        return (defer_all(job, &relay, &why), true);
+                    }
+                }
+            }
+            let conn = self.conn.as_mut().expect("connected above");
+            match conn.transaction(job, &body).await {
+                Ok(results) => return (results, false),
+                Err(TxError::Stale) if reused => {
+                    self.conn = None;
+                    continue;
+                }
+                Err(TxError::Stale) => {
+                    let relay = conn.relay.clone();
+                    self.conn = None;
+                    let why = "4.4.2 lost connection before any reply";
+                    return (defer_all(job, &relay, why), false);
+                }
+                Err(TxError::Broken(why)) => {
+                    let relay = conn.relay.clone();
+                    self.conn = None;
+                    return (defer_all(job, &relay, &why), false);
+                }
+            }
+        }
+        let why = "4.4.2 connection failed twice";
+        (defer_all(job, "none", why), false)
+    }
+}

@@ -1,0 +1,209 @@
+//! An outbound SMTP connection: connect, greeting, EHLO (falling back to
+//! HELO), commands, replies, RSET and QUIT.
+//!
+//! Trust: the peer's replies are parsed defensively (at most 64 KiB per
+//! reply); anything unexpected is an error, which callers turn into a
+//! temporary failure, never a silent success.
+
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::config::Config;
+
+/// An SMTP reply: code and text (multi-line replies joined by spaces).
+pub(super) struct Reply {
+    pub code: u16,
+    pub text: String,
+}
+
+impl Reply {
+    pub fn class(&self) -> u16 {
+        self.code / 100
+    }
+}
+
+pub(super) enum TxError {
+    /// The connection died before the first reply of this transaction.
+    Stale,
+    /// The connection died or misbehaved mid-transaction.
+    Broken(String),
+}
+
+pub(super) struct SmtpConn {
+    pub stream: TcpStream,
+    pub rbuf: Vec<u8>,
+    /// `host[ip]:port`, for the log.
+    pub relay: String,
+    pub pipelining: bool,
+    pub size: bool,
+    pub eightbit: bool,
+    pub smtputf8: bool,
+    pub timeout: Duration,
+}
+
+impl SmtpConn {
+    pub async fn connect(host: &str, port: u16, config: &Config) -> Result<SmtpConn, String> {
+        let connect_timeout = Duration::from_secs(config.delivery.connect_timeout_secs.max(1));
+        let target = format!("{host}:{port}");
+        let stream = match tokio::time::timeout(connect_timeout, TcpStream::connect(&target)).await
+        {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return Err(format!("4.4.1 connect to {target}: {e}")),
+            Err(_) => return Err(format!("4.4.1 connect to {target}: timed out")),
+        };
+        let _ = stream.set_nodelay(true);
+        let ip = stream
+            .peer_addr()
+            .map(|a| a.ip().to_string())
+            .unwrap_or_default();
+        let mut conn = SmtpConn {
+            stream,
+            rbuf: Vec::with_capacity(1024),
+            relay: format!("{host}[{ip}]:{port}"),
+            pipelining: false,
+            size: false,
+            eightbit: false,
+            smtputf8: false,
+            timeout: Duration::from_secs(config.delivery.command_timeout_secs.max(1)),
+        };
+        let greeting = conn
+            .read_reply()
+            .await
+            .map_err(|e| format!("4.4.2 {}: no greeting: {e}", conn.relay))?;
+        if greeting.class() != 2 {
+            return Err(format!(
+                "4.4.0 {} refused to talk to me: {} {}",
+                conn.relay, greeting.code, greeting.text
+            ));
+        }
+        conn.send(format!("EHLO {}\r\n", config.hostname).as_bytes())
+            .await
+            .map_err(|e| format!("4.4.2 {}: {e}", conn.relay))?;
+        let (ehlo, lines) = conn
+            .read_reply_lines()
+            .await
+            .map_err(|e| format!("4.4.2 {}: {e}", conn.relay))?;
+        if ehlo.class() == 2 {
+            for line in lines.iter().skip(1) {
+                let keyword = line
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or("")
+                    .to_ascii_uppercase();
+                match keyword.as_str() {
+                    "PIPELINING" => conn.pipelining = true,
+                    "SIZE" => conn.size = true,
+                    "8BITMIME" => conn.eightbit = true,
+                    "SMTPUTF8" => conn.smtputf8 = true,
+                    _ => {}
+                }
+            }
+        } else {
+            conn.send(format!("HELO {}\r\n", config.hostname).as_bytes())
+                .await
+                .map_err(|e| format!("4.4.2 {}: {e}", conn.relay))?;
+            let helo = conn
+                .read_reply()
+                .await
+                .map_err(|e| format!("4.4.2 {}: {e}", conn.relay))?;
+            if helo.class() != 2 {
+                return Err(format!(
+                    "4.4.0 {} rejected HELO: {} {}",
+                    conn.relay, helo.code, helo.text
+                ));
+            }
+        }
+        Ok(conn)
+    }
+
+    pub async fn send(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        match tokio::time::timeout(self.timeout, self.stream.write_all(bytes)).await {
+            Ok(r) => r,
+            Err(_) => Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "write timed out",
+            )),
+        }
+    }
+
+    pub async fn read_reply(&mut self) -> std::io::Result<Reply> {
+        self.read_reply_lines().await.map(|(r, _)| r)
+    }
+
+    /// Reads one (possibly multi-line) reply; also returns each line's text.
+    async fn read_reply_lines(&mut self) -> std::io::Result<(Reply, Vec<String>)> {
+        let mut lines = Vec::new();
+        let mut pos = 0;
+        loop {
+            while let Some(off) = memchr::memchr(b'\n', &self.rbuf[pos..]) {
+                let end = pos + off;
+                let line = &self.rbuf[pos..end];
+                let line = line.strip_suffix(b"\r").unwrap_or(line);
+                if line.len() < 3 || !line[..3].iter().all(u8::is_ascii_digit) {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!("malformed reply {:?}", String::from_utf8_lossy(line)),
+                    ));
+                }
+                let code: u16 = std::str::from_utf8(&line[..3])
+                    .unwrap_or("0")
+                    .parse()
+                    .unwrap_or(0);
+                let more = line.get(3) == Some(&b'-');
+                lines.push(String::from_utf8_lossy(line.get(4..).unwrap_or_default()).into_owned());
+                pos = end + 1;
+                if !more {
+                    self.rbuf.drain(..pos);
+                    let text = format!("{code} {}", lines.join(" "));
+                    return Ok((Reply { code, text }, lines));
+                }
+            }
+            if self.rbuf.len() > 64 << 10 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "reply too long",
+                ));
+            }
+            self.rbuf.reserve(4096);
+            let n = match tokio::time::timeout(self.timeout, self.stream.read_buf(&mut self.rbuf))
+                .await
+            {
+                Ok(r) => r?,
+                Err(_) => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "reply timed out",
+                    ))
+                }
+            };
+            if n == 0 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "connection closed",
+                ));
+            }
+        }
+    }
+
+    pub async fn reset(&mut self) -> std::io::Result<()> {
+        self.send(b"RSET\r\n").await?;
+        let reply = self.read_reply().await?;
+        if reply.class() != 2 {
+            return Err(std::io::Error::other(format!(
+                "RSET refused: {}",
+                reply.text
+            )));
+        }
+        Ok(())
+    }
+
+    pub async fn quit(mut self) {
+        let _ = tokio::time::timeout(Duration::from_secs(2), async {
+            self.send(b"QUIT\r\n").await?;
+            self.read_reply().await
+        })
+        .await;
+    }
+}

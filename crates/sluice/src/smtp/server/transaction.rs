@@ -1,0 +1,285 @@
+//! The mail transaction between MAIL and the end of the body, and the one
+//! way it ends: [`Session::finish`], shared by DATA and BDAT.
+//!
+//! Invariant: a transaction is answered `250 … queued as` only after the
+//! spool has synced the whole body; anything that made the body incomplete
+//! (over the size limit, over the memory budget, malformed) is recorded in
+//! `reject` while the rest of the body is read and dropped, and
+//! `finish` refuses it — there is no path where a dropped body is queued.
+
+use std::sync::Arc;
+
+use sluice_proto::data::{self, BareLinePolicy, DataFlaws};
+use sluice_spool::{Envelope, SpoolError};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::session::Session;
+use crate::log;
+use crate::log::qid;
+use crate::message::{body, flags};
+use crate::queue::QueuedMessage;
+use crate::timefmt;
+
+const MEMORY_EXHAUSTED: &str =
+    "452 4.3.1 Error: insufficient system resources for this message now; try again later";
+const TOO_BIG: &str = "552 5.3.4 Error: message file too big";
+const BARE_LINE_END: &str =
+    "554 5.6.0 Error: bare <CR> or <LF> in message; lines must end with <CR><LF>";
+const LINE_TOO_LONG: &str = "554 5.6.0 Error: message line longer than 1000 octets (RFC 5321)";
+
+/// Bytes reserved from the body-memory budget at a time.
+const MEMORY_STEP_KIB: u32 = 64;
+
+/// Why the body being received will be refused at its end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Reject {
+    TooBig,
+    OverBudget,
+}
+
+pub(super) struct Transaction {
+    pub id: u64,
+    pub sender: String,
+    pub flags: u32,
+    pub recipients: Vec<String>,
+    pub body: Vec<u8>,
+    /// BDAT has been used in this transaction (DATA is then refused).
+    pub bdat: bool,
+    /// Some recipient resolved to "discard": accept even with none left.
+    pub has_discarded: bool,
+    /// Set when the body can no longer be kept; the rest is read and dropped.
+    pub reject: Option<Reject>,
+    /// Share of the global body-memory budget held for `body`.
+    memory: Option<OwnedSemaphorePermit>,
+}
+
+impl Transaction {
+    pub fn new(id: u64, sender: String, flags: u32) -> Transaction {
+        Transaction {
+            id,
+            sender,
+            flags,
+            recipients: Vec::new(),
+            body: Vec::new(),
+            bdat: false,
+            has_discarded: false,
+            reject: None,
+            memory: None,
+        }
+    }
+
+    /// Adds recipients not already present; false (and nothing added) if
+    /// that would make more than `max`.
+    pub fn add_recipients(&mut self, new: impl Iterator<Item = String>, max: usize) -> bool {
+        let mut fresh: Vec<String> = Vec::new();
+        for r in new {
+            if !self.recipients.contains(&r) && !fresh.contains(&r) {
+                fresh.push(r);
+            }
+        }
+        if self.recipients.len() + fresh.len() > max {
+            return false;
+        }
+        self.recipients.extend(fresh);
+        true
+    }
+
+    /// Drops the body: it will be refused with `why`.
+    fn drop_body(&mut self, why: Reject) {
+        self.reject.get_or_insert(why);
+        self.body = Vec::new();
+        self.memory = None;
+    }
+
+    /// Reserves budget for a grown body; on exhaustion drops the body.
+    pub fn account_memory(&mut self, budget: &Arc<Semaphore>) {
+        if self.reject.is_some() {
+            self.body.clear();
+            return;
+        }
+        let held = |t: &Transaction| t.memory.as_ref().map_or(0, |p| p.num_permits()) << 10;
+        while self.body.len() > held(self) {
+            match budget.clone().try_acquire_many_owned(MEMORY_STEP_KIB) {
+                Ok(more) => match self.memory.as_mut() {
+                    Some(permit) => permit.merge(more),
+                    None => self.memory = Some(more),
+                },
+                Err(_) => return self.drop_body(Reject::OverBudget),
+            }
+        }
+    }
+
+    /// Appends one BDAT chunk (or drops it when the body is already lost).
+    pub fn append_chunk(&mut self, chunk: &[u8], size_limit: usize, budget: &Arc<Semaphore>) {
+        if self.reject.is_some() {
+            return;
+        }
+        if self.body.len() + chunk.len() > size_limit {
+            return self.drop_body(Reject::TooBig);
+        }
+        self.body.extend_from_slice(chunk);
+        self.account_memory(budget);
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
+    pub(super) fn bare_line_policy(&self) -> BareLinePolicy {
+        if self.ctx.config.smtpd.bare_line_ends == "normalize" {
+            BareLinePolicy::Normalize
+        } else {
+            BareLinePolicy::Reject
+        }
+    }
+
+    /// Starts the body with our Received: header (RFC 5321 §4.4).
+    pub(super) fn start_body(&mut self) {
+        let hostname = &self.ctx.config.hostname;
+        let Some(txn) = self.txn.as_mut() else { return };
+        let helo = self.helo.as_deref().unwrap_or("unknown");
+        let with = match (self.esmtp, txn.flags & flags::SMTPUTF8 != 0) {
+            (true, true) => "UTF8SMTP",
+            (true, false) => "ESMTP",
+            _ => "SMTP",
+        };
+        let for_clause = match txn.recipients.as_slice() {
+            [only] => format!("\r\n\tfor <{only}>"),
+            _ => String::new(),
+        };
+        let header = format!(
+            "Received: from {helo} ([{ip}])\r\n\tby {hostname} (Sluice) with {with} id {id}{for_clause};\r\n\t{date}\r\n",
+            ip = self.peer.ip(),
+            id = qid(txn.id),
+            date = timefmt::rfc5322(timefmt::now_millis()),
+        );
+        txn.body.reserve(header.len() + 1024);
+        txn.body.extend_from_slice(header.as_bytes());
+    }
+
+    /// The final dot of DATA.
+    pub(super) async fn end_of_data(&mut self, flaws: DataFlaws) {
+        if let Some(txn) = self.txn.take() {
+            self.finish(txn, flaws).await;
+        }
+    }
+
+    /// The end of a BDAT chunk; only `LAST` ends the transaction.
+    pub(super) async fn end_of_chunk(&mut self, last: bool) {
+        let Some(txn) = self.txn.as_ref() else { return };
+        if !last {
+            if txn.reject.is_some() {
+                // Keep reading, but do not pretend the octets were kept.
+                self.reply("250 2.0.0 Ok: chunk read (message will be refused)");
+            } else {
+                let len = txn.body.len();
+                self.reply_fmt(format_args!("250 2.0.0 Ok: {len} octets received"));
+            }
+            return;
+        }
+        let Some(mut txn) = self.txn.take() else {
+            return;
+        };
+        let mut flaws = DataFlaws::default();
+        if txn.reject.is_none() && data::has_bare_cr_or_lf(&txn.body) {
+            match self.bare_line_policy() {
+                BareLinePolicy::Reject => flaws.bare_cr_or_lf = true,
+                BareLinePolicy::Normalize => txn.body = data::normalize_line_ends(&txn.body),
+            }
+        }
+        self.finish(txn, flaws).await;
+    }
+
+    /// The one end of every transaction, DATA or BDAT: refuse, or spool
+    /// and say 250.
+    async fn finish(&mut self, txn: Transaction, flaws: DataFlaws) {
+        let refusal = match txn.reject {
+            Some(Reject::OverBudget) => Some(MEMORY_EXHAUSTED),
+            Some(Reject::TooBig) => Some(TOO_BIG),
+            None if flaws.too_big => Some(TOO_BIG),
+            None if flaws.bare_cr_or_lf => Some(BARE_LINE_END),
+            None if flaws.line_too_long => Some(LINE_TOO_LONG),
+            None if body::received_headers(&txn.body) > self.ctx.config.smtpd.hop_count_limit => {
+                Some("554 5.4.6 Error: too many hops (mail loop?)")
+            }
+            None => None,
+        };
+        match refusal {
+            Some(reply) => self.reject(&txn, reply),
+            None => self.queue(txn).await,
+        }
+    }
+
+    fn reject(&mut self, txn: &Transaction, reply: &str) {
+        log!(
+            self.ctx.logger,
+            "smtpd",
+            "{}: reject: end of data from [{}]: {reply}; from=<{}>",
+            qid(txn.id),
+            self.peer.ip(),
+            txn.sender
+        );
+        self.reply(reply);
+        self.errors += 1;
+    }
+
+    /// Spools the message and, once it is synced, says 250.
+    async fn queue(&mut self, txn: Transaction) {
+        if txn.recipients.is_empty() {
+            // Every recipient was an alias to "discard": nothing to keep.
+            let id = qid(txn.id);
+            log!(
+                self.ctx.logger,
+                "smtpd",
+                "{id}: discarded (no recipients left)"
+            );
+            self.reply_fmt(format_args!("250 2.0.0 Ok: discarded as {id}"));
+            return;
+        }
+        let envelope = Envelope {
+            id: txn.id,
+            arrival: timefmt::now_millis(),
+            sender: txn.sender,
+            recipients: txn.recipients,
+            flags: txn.flags,
+        };
+        let body = Arc::new(txn.body);
+        match self.ctx.spool.store(envelope.clone(), body.clone()).await {
+            Ok(body_ref) => {
+                self.messages += 1;
+                log!(
+                    self.ctx.logger,
+                    "smtpd",
+                    "{}: client=[{}]:{}, from=<{}>, size={}, nrcpt={} (queue active)",
+                    qid(envelope.id),
+                    self.peer.ip(),
+                    self.peer.port(),
+                    envelope.sender,
+                    body.len(),
+                    envelope.recipients.len()
+                );
+                self.reply_fmt(format_args!("250 2.0.0 Ok: queued as {}", qid(envelope.id)));
+                let done = vec![false; envelope.recipients.len()];
+                let msg = QueuedMessage {
+                    envelope,
+                    body_ref,
+                    body: Some(body),
+                    done,
+                };
+                self.ctx.queue.enqueue(msg).await;
+            }
+            Err(err) => {
+                log!(
+                    self.ctx.logger,
+                    "smtpd",
+                    "{}: reject: spool: {err}; from=<{}>",
+                    qid(envelope.id),
+                    envelope.sender
+                );
+                match err {
+                    SpoolError::Full => self.reply("452 4.3.1 Error: insufficient system storage"),
+                    _ => self.reply("451 4.3.0 Error: queue file write error"),
+                }
+            }
+        }
+    }
+}

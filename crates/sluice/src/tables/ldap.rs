@@ -1,0 +1,261 @@
+//! LDAP lookup tables: a pool of multiplexed connections with failover,
+//! timeouts, and a hit/miss cache.
+//!
+//! Trust: the directory's answers are data, never code; the key is the
+//! client's address and is escaped before it goes into a filter.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ldap3::{Ldap, LdapConnAsync, LdapConnSettings, Scope, SearchEntry};
+
+use super::{LookupError, Values};
+use crate::config::tables::TableConfig;
+use crate::log;
+use crate::log::Logger;
+
+/// Counters for the log and for tests.
+#[derive(Debug, Default)]
+pub struct LdapStats {
+    pub queries: AtomicU64,
+    pub cache_hits: AtomicU64,
+    pub found: AtomicU64,
+    pub not_found: AtomicU64,
+    pub failures: AtomicU64,
+}
+
+struct CacheEntry {
+    expires: Instant,
+    value: Option<Values>,
+}
+
+pub struct LdapTable {
+    pub(super) name: String,
+    config: TableConfig,
+    pool: Vec<tokio::sync::Mutex<Option<Ldap>>>,
+    next: AtomicUsize,
+    cache: Mutex<HashMap<String, CacheEntry>>,
+    pub stats: LdapStats,
+    logger: Logger,
+}
+
+impl LdapTable {
+    pub fn new(name: &str, config: TableConfig, logger: Logger) -> LdapTable {
+        let pool = (0..config.pool_size.max(1))
+            .map(|_| tokio::sync::Mutex::new(None))
+            .collect();
+        LdapTable {
+            name: name.to_string(),
+            config,
+            pool,
+            next: AtomicUsize::new(0),
+            cache: Mutex::new(HashMap::new()),
+            stats: LdapStats::default(),
+            logger,
+        }
+    }
+
+    pub fn clear_cache(&self) {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
+    pub async fn lookup(&self, key: &str) -> Result<Option<Values>, LookupError> {
+        let key = key.to_ascii_lowercase();
+        if let Some(hit) = self.cached(&key) {
+            self.stats.cache_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(hit);
+        }
+        // One retry on a fresh connection (which may fail over to another URI).
+        let mut last_err = String::new();
+        for attempt in 0..2 {
+            match self.query(&key, attempt > 0).await {
+                Ok(value) => {
+                    let ttl = if value.is_some() {
+                        self.stats.found.fetch_add(1, Ordering::Relaxed);
+                        self.config.cache_hit_ttl_secs
+                    } else {
+                        self.stats.not_found.fetch_add(1, Ordering::Relaxed);
+                        self.config.cache_miss_ttl_secs
+                    };
+                    self.store(&key, value.clone(), ttl);
+                    return Ok(value);
+                }
+                Err(err) => last_err = err,
+            }
+        }
+        self.stats.failures.fetch_add(1, Ordering::Relaxed);
+        log!(
+            self.logger,
+            "lookup",
+            "table {}: lookup of {key} failed: {last_err}",
+            self.name
+        );
+        Err(LookupError::Unavailable(format!(
+            "table {}: {last_err}",
+            self.name
+        )))
+    }
+
+    fn cached(&self, key: &str) -> Option<Option<Values>> {
+        let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        cache
+            .get(key)
+            .filter(|e| e.expires > Instant::now())
+            .map(|e| e.value.clone())
+    }
+
+    fn store(&self, key: &str, value: Option<Values>, ttl: u64) {
+        if ttl == 0 {
+            return;
+        }
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.len() >= self.config.cache_max_entries {
+            let now = Instant::now();
+            cache.retain(|_, e| e.expires > now);
+            if cache.len() >= self.config.cache_max_entries {
+                cache.clear();
+            }
+        }
+        cache.insert(
+            key.to_string(),
+            CacheEntry {
+                expires: Instant::now() + Duration::from_secs(ttl),
+                value,
+            },
+        );
+    }
+
+    /// A connection handle from the pool, connecting (with failover) if needed.
+    async fn handle(&self, fresh: bool) -> Result<Ldap, String> {
+        let slot = &self.pool[self.next.fetch_add(1, Ordering::Relaxed) % self.pool.len()];
+        let mut guard = slot.lock().await;
+        if let Some(ldap) = guard.as_mut() {
+            if !fresh && !ldap.is_closed() {
+                return Ok(ldap.clone());
+            }
+        }
+        *guard = None;
+        let ldap = self.connect().await?;
+        *guard = Some(ldap.clone());
+        Ok(ldap)
+    }
+
+    async fn connect(&self) -> Result<Ldap, String> {
+        let timeout = Duration::from_millis(self.config.connect_timeout_ms.max(1));
+        let mut errors = Vec::new();
+        for uri in &self.config.uris {
+            let settings = LdapConnSettings::new().set_conn_timeout(timeout);
+            let attempt = async {
+                let (conn, mut ldap) = LdapConnAsync::with_settings(settings, uri)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                ldap3::drive!(conn);
+                if !self.config.bind_dn.is_empty() {
+                    ldap.with_timeout(timeout)
+                        .simple_bind(&self.config.bind_dn, &self.config.bind_password)
+                        .await
+                        .and_then(|r| r.success())
+                        .map_err(|e| format!("bind: {e}"))?;
+                }
+                Ok::<Ldap, String>(ldap)
+            };
+            match tokio::time::timeout(timeout, attempt).await {
+                Ok(Ok(ldap)) => return Ok(ldap),
+                Ok(Err(e)) => errors.push(format!("{uri}: {e}")),
+                Err(_) => errors.push(format!("{uri}: connect timed out")),
+            }
+        }
+        Err(errors.join("; "))
+    }
+
+    async fn query(&self, key: &str, fresh: bool) -> Result<Option<Values>, String> {
+        let mut ldap = self.handle(fresh).await?;
+        self.stats.queries.fetch_add(1, Ordering::Relaxed);
+        let filter = expand_filter(&self.config.filter, key);
+        let attrs: Vec<&str> = if self.config.attributes.is_empty() {
+            vec!["1.1"]
+        } else {
+            self.config.attributes.iter().map(String::as_str).collect()
+        };
+        let timeout = Duration::from_millis(self.config.query_timeout_ms.max(1));
+        let result = tokio::time::timeout(
+            timeout,
+            ldap.with_timeout(timeout)
+                .search(&self.config.base, Scope::Subtree, &filter, attrs),
+        )
+        .await
+        .map_err(|_| "query timed out".to_string())?
+        .and_then(|r| r.success())
+        .map_err(|e| e.to_string())?;
+        let entries = result.0;
+        if entries.is_empty() {
+            return Ok(None);
+        }
+        if self.config.attributes.is_empty() {
+            return Ok(Some(Arc::new(vec![key.to_string()])));
+        }
+        let mut values = Vec::new();
+        for entry in entries {
+            let entry = SearchEntry::construct(entry);
+            for attr in &self.config.attributes {
+                // Attribute names are case-insensitive; the server picks the case.
+                if let Some((_, vals)) = entry
+                    .attrs
+                    .iter()
+                    .find(|(k, _)| k.eq_ignore_ascii_case(attr))
+                {
+                    values.extend(vals.iter().cloned());
+                }
+            }
+        }
+        if values.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(Arc::new(values)))
+    }
+}
+
+/// Fills `%s`, `%u`, `%d` in an LDAP filter with the escaped key parts.
+pub fn expand_filter(template: &str, key: &str) -> String {
+    let (local, domain) = key.rsplit_once('@').unwrap_or((key, ""));
+    let mut out = String::with_capacity(template.len() + key.len());
+    let mut chars = template.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('s') => out.push_str(&ldap3::ldap_escape(key)),
+            Some('u') => out.push_str(&ldap3::ldap_escape(local)),
+            Some('d') => out.push_str(&ldap3::ldap_escape(domain)),
+            Some('%') => out.push('%'),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filters_are_escaped() {
+        assert_eq!(expand_filter("(mail=%s)", "a@b.test"), "(mail=a@b.test)");
+        assert_eq!(
+            expand_filter("(&(uid=%u)(dc=%d))", "a@b.test"),
+            "(&(uid=a)(dc=b.test))"
+        );
+        assert_eq!(
+            expand_filter("(mail=%s)", "*)(uid=*"),
+            "(mail=\\2a\\29\\28uid=\\2a)"
+        );
+    }
+}

@@ -1,0 +1,112 @@
+//! Lookup tables behind one small interface: a static text file or an LDAP
+//! directory. Used for recipient validation (virtual mailboxes), aliases
+//! and mailbox paths.
+//!
+//! A lookup answers found (one or more values), not found, or
+//! [`LookupError::Unavailable`]. The last must never be mistaken for "not
+//! found": the SMTP layer turns it into `451 4.3.0`, never `550`.
+//!
+//! LDAP tables keep a small pool of multiplexed connections (ldap3 runs
+//! many searches over one connection), fail over across their URIs, time
+//! out connects and queries, and cache hits and misses with separate TTLs
+//! so a busy server asks the directory once per address per TTL, not once
+//! per message (the 451 storms of published Postfix + LDAP runs came from
+//! a directory overloaded with per-lookup connections).
+
+mod ldap;
+mod static_file;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+pub use ldap::{expand_filter, LdapStats, LdapTable};
+pub use static_file::{parse_static, StaticTable};
+
+use crate::config::tables::TableConfig;
+use crate::log::Logger;
+
+/// Values found for a key.
+pub type Values = Arc<Vec<String>>;
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LookupError {
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// A lookup table of either kind.
+pub enum Table {
+    Static(StaticTable),
+    Ldap(Box<LdapTable>),
+}
+
+impl Table {
+    pub fn build(name: &str, config: &TableConfig, logger: &Logger) -> Result<Table, String> {
+        match config.kind.as_str() {
+            "static" => {
+                let path = config
+                    .path
+                    .clone()
+                    .ok_or_else(|| format!("tables.{name}: a static table needs `path`"))?;
+                Ok(Table::Static(StaticTable::load(
+                    name,
+                    &path,
+                    logger.clone(),
+                )?))
+            }
+            "ldap" => {
+                if config.uris.is_empty() {
+                    return Err(format!("tables.{name}: an ldap table needs `uris`"));
+                }
+                let table = LdapTable::new(name, config.clone(), logger.clone());
+                Ok(Table::Ldap(Box::new(table)))
+            }
+            other => Err(format!(
+                "tables.{name}: unknown kind {other:?} (want \"static\" or \"ldap\")"
+            )),
+        }
+    }
+
+    pub async fn lookup(&self, key: &str) -> Result<Option<Values>, LookupError> {
+        match self {
+            Table::Static(t) => Ok(t.lookup(key)),
+            Table::Ldap(t) => t.lookup(key).await,
+        }
+    }
+
+    /// A lookup that needs no I/O: static tables only (None for LDAP).
+    pub fn lookup_now(&self, key: &str) -> Option<Option<Values>> {
+        match self {
+            Table::Static(t) => Some(t.lookup(key)),
+            Table::Ldap(_) => None,
+        }
+    }
+
+    pub fn is_static(&self) -> bool {
+        matches!(self, Table::Static(_))
+    }
+
+    /// A log line with an LDAP table's counters.
+    pub fn stats_line(&self) -> Option<String> {
+        let Table::Ldap(t) = self else { return None };
+        let s = &t.stats;
+        let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Some(format!(
+            "table {}: queries={} cache_hits={} found={} not_found={} failures={}",
+            t.name,
+            n(&s.queries),
+            n(&s.cache_hits),
+            n(&s.found),
+            n(&s.not_found),
+            n(&s.failures)
+        ))
+    }
+
+    /// Re-reads a static table's file (SIGHUP); LDAP tables drop their cache.
+    pub fn reload(&self) {
+        match self {
+            Table::Static(t) => t.reload(),
+            Table::Ldap(t) => t.clear_cache(),
+        }
+    }
+}
