@@ -19,6 +19,7 @@ use crate::config::hop::NextHop;
 use crate::config::Config;
 use crate::log;
 use crate::log::Logger;
+use crate::maildir::dirs::MaildirPolicy;
 use crate::maildir::MaildirAgent;
 use crate::queue::{DeliveryAgent, QueueHandle, QueuedMessage, Scheduler, WorkerStart};
 use crate::routing::mailboxes::VirtualMailboxes;
@@ -98,6 +99,10 @@ impl Server {
                 config: config.clone(),
                 mailboxes: mailboxes.clone(),
                 spool: spool.clone(),
+                policy: Arc::new(MaildirPolicy::new(
+                    mailboxes.base().to_path_buf(),
+                    config.local.maildir_allow_absolute,
+                )),
             },
         });
         let (queue, rx) = QueueHandle::channel();

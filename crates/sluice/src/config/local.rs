@@ -25,6 +25,9 @@ pub struct LocalConfig {
     pub maildir_base: Option<PathBuf>,
     /// Path of a mailbox when the table gives none.
     pub maildir_template: String,
+    /// Allow mailbox paths outside `maildir_base` (absolute table values).
+    /// Off by default: a path that leaves the base is refused (`4.3.5`).
+    pub maildir_allow_absolute: bool,
 }
 
 impl Default for LocalConfig {
@@ -37,6 +40,7 @@ impl Default for LocalConfig {
             transport_table: None,
             maildir_base: None,
             maildir_template: "{base}/{domain}/{localpart}/Maildir".into(),
+            maildir_allow_absolute: false,
         }
     }
 }

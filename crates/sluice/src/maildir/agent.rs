@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use sluice_spool::Spool;
 
+use super::dirs::MaildirPolicy;
 use super::write::deliver_maildir;
 use crate::config::Config;
 use crate::message::body;
@@ -23,6 +24,7 @@ pub struct MaildirAgent {
     pub config: Arc<Config>,
     pub mailboxes: Arc<VirtualMailboxes>,
     pub spool: Spool,
+    pub policy: Arc<MaildirPolicy>,
 }
 
 impl DeliveryAgent for MaildirAgent {
@@ -33,6 +35,7 @@ impl DeliveryAgent for MaildirAgent {
             config: self.config.clone(),
             mailboxes: self.mailboxes.clone(),
             spool: self.spool.clone(),
+            policy: self.policy.clone(),
         };
         tokio::spawn(run_worker(worker, start, idle, d.messages_per_connection));
     }
@@ -42,6 +45,7 @@ struct MaildirWorker {
     config: Arc<Config>,
     mailboxes: Arc<VirtualMailboxes>,
     spool: Spool,
+    policy: Arc<MaildirPolicy>,
 }
 
 impl WorkerSession for MaildirWorker {
@@ -94,8 +98,9 @@ impl MaildirWorker {
         let hostname = self.config.hostname.clone();
         let sender = job.envelope.sender.clone();
         let shown = dir.display().to_string();
+        let policy = self.policy.clone();
         let written = tokio::task::spawn_blocking(move || {
-            deliver_maildir(&dir, &hostname, &sender, &rcpt, &body)
+            deliver_maildir(&policy, &dir, &hostname, &sender, &rcpt, &body)
         })
         .await;
         match written {

@@ -7,30 +7,27 @@
 //! [`MaildirError::Io`]; both are temporary (the message stays queued).
 
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Why a Maildir delivery failed (both are temporary).
+use super::dirs::MaildirPolicy;
+
+/// Why a Maildir delivery failed (all are temporary: the message stays
+/// queued and is retried).
 #[derive(Debug, thiserror::Error)]
 pub enum MaildirError {
     #[error("4.2.2 mailbox full or no space left: {0}")]
     Full(std::io::Error),
     #[error("4.3.0 cannot write to maildir {0}: {1}")]
     Io(String, std::io::Error),
+    /// The path breaks the mailbox policy (a configuration or directory error).
+    #[error("4.3.5 maildir {0} refused: {1}")]
+    Refused(String, String),
 }
 
-static SEQUENCE: AtomicU64 = AtomicU64::new(0);
-
-/// Delivers one message into `maildir` (blocking: call from a blocking task).
-pub fn deliver_maildir(
-    maildir: &Path,
-    hostname: &str,
-    sender: &str,
-    recipient: &str,
-    body: &[u8],
-) -> Result<String, MaildirError> {
-    let fail = |e: std::io::Error| {
+impl MaildirError {
+    pub fn from_io(maildir: &Path, e: std::io::Error) -> MaildirError {
         if matches!(
             e.raw_os_error(),
             Some(libc::ENOSPC | libc::EDQUOT | libc::EFBIG)
@@ -39,12 +36,23 @@ pub fn deliver_maildir(
         } else {
             MaildirError::Io(maildir.display().to_string(), e)
         }
-    };
-    let mut builder = std::fs::DirBuilder::new();
-    builder.recursive(true).mode(0o700);
-    for sub in ["tmp", "new", "cur"] {
-        builder.create(maildir.join(sub)).map_err(fail)?;
     }
+}
+
+static SEQUENCE: AtomicU64 = AtomicU64::new(0);
+
+/// Delivers one message into `maildir`, which `policy` checks and
+/// creates if needed (blocking: call from a blocking task).
+pub fn deliver_maildir(
+    policy: &MaildirPolicy,
+    maildir: &Path,
+    hostname: &str,
+    sender: &str,
+    recipient: &str,
+    body: &[u8],
+) -> Result<String, MaildirError> {
+    let fail = |e: std::io::Error| MaildirError::from_io(maildir, e);
+    policy.prepare(maildir)?;
     let header = format!("Return-Path: <{sender}>\r\nDelivered-To: {recipient}\r\n");
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -73,6 +81,7 @@ pub fn deliver_maildir(
     })();
     if let Err(e) = result {
         let _ = std::fs::remove_file(&tmp);
+        policy.forget(maildir);
         return Err(fail(e));
     }
     Ok(name)
@@ -87,7 +96,16 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("sluice-maildir-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let md = dir.join("a/Maildir");
-        let name = deliver_maildir(&md, "mx", "s@x", "a@y", b"Subject: t\r\n\r\nhi\r\n").unwrap();
+        let policy = MaildirPolicy::new(dir.clone(), false);
+        let name = deliver_maildir(
+            &policy,
+            &md,
+            "mx",
+            "s@x",
+            "a@y",
+            b"Subject: t\r\n\r\nhi\r\n",
+        )
+        .unwrap();
         let text = std::fs::read_to_string(md.join("new").join(&name)).unwrap();
         assert_eq!(
             text,
@@ -105,6 +123,7 @@ mod tests {
         );
         // An unwritable place is an error, not a panic or a lost message.
         std::fs::write(dir.join("file"), b"x").unwrap();
-        assert!(deliver_maildir(&dir.join("file/Maildir"), "mx", "s@x", "a@y", b"x").is_err());
+        let err = deliver_maildir(&policy, &dir.join("file/Maildir"), "mx", "s@x", "a@y", b"x");
+        assert!(matches!(err, Err(MaildirError::Io(..))), "{err:?}");
     }
 }

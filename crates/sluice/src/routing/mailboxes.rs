@@ -79,6 +79,11 @@ impl VirtualMailboxes {
         })
     }
 
+    /// Where Maildirs live (relative table values and the template's `{base}`).
+    pub fn base(&self) -> &Path {
+        &self.base
+    }
+
     /// The local domains and static routes, for the router.
     pub fn domains(&self) -> Arc<LocalDomains> {
         self.domains.clone()

@@ -1,0 +1,214 @@
+//! Making sure a Maildir exists, safely: confined to the mailbox base, no
+//! symlinks followed below it, and every directory created on the way
+//! synced to disk before the first message is reported delivered.
+//!
+//! Trust: mailbox paths come from tables (the operator's, or an LDAP
+//! directory's) and the template, which embeds the client's address; none
+//! of it is trusted to stay under the base. Invariant: a path is used only
+//! if it has no `..` component and lies under the base (or absolute paths
+//! are allowed by `local.maildir_allow_absolute`), and no directory below
+//! the base on the way to it is a symlink.
+//!
+//! Known mailboxes are cached, so a delivery to an existing Maildir costs
+//! no `mkdir` or `stat` calls.
+
+use std::collections::HashSet;
+use std::io;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Mutex;
+
+use super::write::MaildirError;
+
+/// Mailboxes remembered at most (the set is emptied when full).
+const KNOWN_MAX: usize = 100_000;
+
+/// Where Maildirs may be, and the ones known to exist already.
+pub struct MaildirPolicy {
+    pub base: PathBuf,
+    pub allow_absolute: bool,
+    known: Mutex<HashSet<PathBuf>>,
+}
+
+impl MaildirPolicy {
+    pub fn new(base: PathBuf, allow_absolute: bool) -> MaildirPolicy {
+        MaildirPolicy {
+            base,
+            allow_absolute,
+            known: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Checks `maildir` and creates it with `tmp/`, `new/` and `cur/` if
+    /// needed; returns the directories it synced (empty when the mailbox
+    /// was known). Blocking: call from a blocking task.
+    pub fn prepare(&self, maildir: &Path) -> Result<Vec<PathBuf>, MaildirError> {
+        if self.known().contains(maildir) {
+            return Ok(Vec::new());
+        }
+        let refuse = |why: &str| MaildirError::Refused(maildir.display().to_string(), why.into());
+        if maildir.components().any(|c| c == Component::ParentDir) {
+            return Err(refuse("path contains \"..\""));
+        }
+        let inside = maildir.starts_with(&self.base);
+        if !inside && !self.allow_absolute {
+            return Err(refuse(
+                "outside maildir_base (set local.maildir_allow_absolute)",
+            ));
+        }
+        let from = if inside {
+            self.base.as_path()
+        } else {
+            Path::new("/")
+        };
+        let io = |e: io::Error| MaildirError::from_io(maildir, e);
+        let mut created = Vec::new();
+        make_dir(&self.base, &mut created).map_err(io)?;
+        let mut at = from.to_path_buf();
+        let rest = maildir.strip_prefix(from).unwrap_or(maildir);
+        for part in rest.components() {
+            at.push(part);
+            no_symlink(&at).map_err(|_| refuse("a directory on the way is a symlink"))?;
+            make_dir(&at, &mut created).map_err(io)?;
+        }
+        for sub in ["tmp", "new", "cur"] {
+            let dir = maildir.join(sub);
+            no_symlink(&dir).map_err(|_| refuse("tmp, new or cur is a symlink"))?;
+            make_dir(&dir, &mut created).map_err(io)?;
+        }
+        // Each new entry lives in its parent: sync those parents, so a
+        // crash cannot lose the directories after "delivered" is recorded.
+        let mut synced: Vec<PathBuf> = Vec::new();
+        for dir in &created {
+            if let Some(parent) = dir.parent() {
+                if !synced.iter().any(|s| s == parent) {
+                    std::fs::File::open(parent)
+                        .and_then(|f| f.sync_all())
+                        .map_err(io)?;
+                    synced.push(parent.to_path_buf());
+                }
+            }
+        }
+        let mut known = self.known();
+        if known.len() >= KNOWN_MAX {
+            known.clear();
+        }
+        known.insert(maildir.to_path_buf());
+        Ok(synced)
+    }
+
+    /// Forgets a mailbox (after a failed delivery: it may have gone).
+    pub fn forget(&self, maildir: &Path) {
+        self.known().remove(maildir);
+    }
+
+    fn known(&self) -> std::sync::MutexGuard<'_, HashSet<PathBuf>> {
+        self.known.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Creates one directory (mode 0700) unless it exists; notes it if new.
+fn make_dir(dir: &Path, created: &mut Vec<PathBuf>) -> io::Result<()> {
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {
+            created.push(dir.to_path_buf());
+            Ok(())
+        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            // A missing parent (the base's own parents): create them too.
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)?;
+            created.push(dir.to_path_buf());
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Fails if `path` exists and is a symlink.
+fn no_symlink(path: &Path) -> io::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => Err(io::Error::other("symlink")),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("sluice-dirs-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn a_new_mailbox_has_its_directories_synced_once() {
+        let root = temp("sync");
+        let base = root.join("mail");
+        let p = MaildirPolicy::new(base.clone(), false);
+        let md = base.join("ex.test/u/Maildir");
+        let synced = p.prepare(&md).unwrap();
+        // root (entry "mail"), base, ex.test, u, Maildir: every parent of a new entry.
+        for dir in [
+            &root,
+            &base,
+            &base.join("ex.test"),
+            &base.join("ex.test/u"),
+            &md,
+        ] {
+            assert!(
+                synced.contains(dir),
+                "{} not synced: {synced:?}",
+                dir.display()
+            );
+        }
+        assert!(md.join("new").is_dir() && md.join("tmp").is_dir() && md.join("cur").is_dir());
+        assert!(
+            p.prepare(&md).unwrap().is_empty(),
+            "known: no work the second time"
+        );
+        // Another mailbox in the same domain syncs only what is new.
+        let md2 = base.join("ex.test/v/Maildir");
+        let synced = p.prepare(&md2).unwrap();
+        assert!(!synced.contains(&base), "{synced:?}");
+        assert!(synced.contains(&base.join("ex.test")));
+    }
+
+    #[test]
+    fn paths_are_confined_to_the_base() {
+        let root = temp("confine");
+        let base = root.join("mail");
+        let p = MaildirPolicy::new(base.clone(), false);
+        let escape = base.join("ex.test/../../outside/Maildir");
+        assert!(matches!(p.prepare(&escape), Err(MaildirError::Refused(..))));
+        assert!(!root.join("outside").exists());
+        let abs = root.join("elsewhere/Maildir");
+        assert!(matches!(p.prepare(&abs), Err(MaildirError::Refused(..))));
+        assert!(!abs.exists());
+        let allowed = MaildirPolicy::new(base.clone(), true);
+        allowed.prepare(&abs).unwrap();
+        assert!(abs.join("new").is_dir());
+    }
+
+    #[test]
+    fn symlinks_below_the_base_are_not_followed() {
+        let root = temp("symlink");
+        let base = root.join("mail");
+        std::fs::create_dir_all(base.join("ex.test")).unwrap();
+        std::fs::create_dir_all(root.join("target")).unwrap();
+        std::os::unix::fs::symlink(root.join("target"), base.join("ex.test/u")).unwrap();
+        let p = MaildirPolicy::new(base.clone(), false);
+        let err = p.prepare(&base.join("ex.test/u/Maildir")).unwrap_err();
+        assert!(matches!(err, MaildirError::Refused(..)), "{err}");
+        assert!(
+            !root.join("target/Maildir").exists(),
+            "nothing made through the link"
+        );
+    }
+}
