@@ -119,7 +119,10 @@ pub struct DeliveryConfig {
     /// Recipients per SMTP transaction.
     pub recipients_per_transaction: usize,
     pub connect_timeout_secs: u64,
+    /// Limit for each reply and for each 64 KiB written.
     pub command_timeout_secs: u64,
+    /// Limit for the reply to the final dot (RFC 5321: at least 10 minutes).
+    pub data_done_timeout_secs: u64,
     /// Keep an idle outbound connection this long for reuse.
     pub connection_idle_secs: u64,
     /// Messages sent over one connection before it is closed.
@@ -196,6 +199,7 @@ impl Default for DeliveryConfig {
             recipients_per_transaction: 50,
             connect_timeout_secs: 30,
             command_timeout_secs: 300,
+            data_done_timeout_secs: 600,
             connection_idle_secs: 5,
             messages_per_connection: 10_000,
         }

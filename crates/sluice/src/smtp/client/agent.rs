@@ -96,7 +96,12 @@ impl SmtpWorker {
             }
             let conn = self.conn.as_mut().expect("connected above");
             match conn.transaction(job, &body).await {
-                Ok(results) => return (results, false),
+                Ok(results) => {
+                    if !conn.usable {
+                        self.conn = None;
+                    }
+                    return (results, false);
+                }
                 Err(TxError::Stale) if reused => {
                     self.conn = None;
                     continue;

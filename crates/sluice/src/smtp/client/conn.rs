@@ -12,6 +12,9 @@ use tokio::net::TcpStream;
 
 use crate::config::Config;
 
+/// Bytes of a body written under one write timeout.
+const BODY_PIECE: usize = 64 << 10;
+
 /// An SMTP reply: code and text (multi-line replies joined by spaces).
 pub(super) struct Reply {
     pub code: u16,
@@ -40,7 +43,13 @@ pub(super) struct SmtpConn {
     pub size: bool,
     pub eightbit: bool,
     pub smtputf8: bool,
+    /// Limit for each command reply and each write.
     pub timeout: Duration,
+    /// Limit for the reply to the final dot (RFC 5321 §4.5.3.2.6: 10 minutes).
+    pub data_done_timeout: Duration,
+    /// False once the session is in an unknown state (a failed RSET): the
+    /// results already known stand, but the connection is not reused.
+    pub usable: bool,
 }
 
 impl SmtpConn {
@@ -67,6 +76,8 @@ impl SmtpConn {
             eightbit: false,
             smtputf8: false,
             timeout: Duration::from_secs(config.delivery.command_timeout_secs.max(1)),
+            data_done_timeout: Duration::from_secs(config.delivery.data_done_timeout_secs.max(1)),
+            usable: true,
         };
         let greeting = conn
             .read_reply()
@@ -82,7 +93,7 @@ impl SmtpConn {
             .await
             .map_err(|e| format!("4.4.2 {}: {e}", conn.relay))?;
         let (ehlo, lines) = conn
-            .read_reply_lines()
+            .read_reply_lines(conn.timeout)
             .await
             .map_err(|e| format!("4.4.2 {}: {e}", conn.relay))?;
         if ehlo.class() == 2 {
@@ -129,11 +140,25 @@ impl SmtpConn {
     }
 
     pub async fn read_reply(&mut self) -> std::io::Result<Reply> {
-        self.read_reply_lines().await.map(|(r, _)| r)
+        self.read_reply_within(self.timeout).await
+    }
+
+    /// Reads one reply, waiting at most `limit` for each read.
+    pub async fn read_reply_within(&mut self, limit: Duration) -> std::io::Result<Reply> {
+        self.read_reply_lines(limit).await.map(|(r, _)| r)
+    }
+
+    /// Writes a message body in pieces, each within the write timeout, so
+    /// a big message to a slow but live peer is not cut off.
+    pub async fn send_body(&mut self, wire: &[u8]) -> std::io::Result<()> {
+        for piece in wire.chunks(BODY_PIECE) {
+            self.send(piece).await?;
+        }
+        Ok(())
     }
 
     /// Reads one (possibly multi-line) reply; also returns each line's text.
-    async fn read_reply_lines(&mut self) -> std::io::Result<(Reply, Vec<String>)> {
+    async fn read_reply_lines(&mut self, limit: Duration) -> std::io::Result<(Reply, Vec<String>)> {
         let mut lines = Vec::new();
         let mut pos = 0;
         loop {
@@ -167,9 +192,7 @@ impl SmtpConn {
                 ));
             }
             self.rbuf.reserve(4096);
-            let n = match tokio::time::timeout(self.timeout, self.stream.read_buf(&mut self.rbuf))
-                .await
-            {
+            let n = match tokio::time::timeout(limit, self.stream.read_buf(&mut self.rbuf)).await {
                 Ok(r) => r?,
                 Err(_) => {
                     return Err(std::io::Error::new(

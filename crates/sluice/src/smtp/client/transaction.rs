@@ -10,6 +10,14 @@ use crate::message::status::Outcome;
 use crate::queue::Job;
 
 impl SmtpConn {
+    /// RSET after a transaction whose results are already known: if it
+    /// fails, those results stand and only the connection is given up.
+    async fn reset_known(&mut self) {
+        if self.reset().await.is_err() {
+            self.usable = false;
+        }
+    }
+
     /// Sends one message to the job's recipients; per-recipient outcomes.
     pub async fn transaction(
         &mut self,
@@ -102,7 +110,7 @@ impl SmtpConn {
             for &r in &job.rcpts {
                 results.push((r, outcome(&mail, &self.relay)));
             }
-            self.reset().await.map_err(&broken)?;
+            self.reset_known().await;
             return Ok(results);
         }
         for (i, reply) in rcpt_replies.iter().enumerate() {
@@ -115,9 +123,12 @@ impl SmtpConn {
             if data_ok {
                 // The peer wants data it will not deliver: end it empty.
                 self.send(b".\r\n").await.map_err(&broken)?;
-                let _ = self.read_reply().await.map_err(&broken)?;
+                if self.read_reply().await.is_err() {
+                    self.usable = false;
+                    return Ok(results);
+                }
             }
-            self.reset().await.map_err(&broken)?;
+            self.reset_known().await;
             return Ok(results);
         }
         if !data_ok {
@@ -128,18 +139,21 @@ impl SmtpConn {
             for &i in &accepted {
                 results.push((job.rcpts[i], outcome(&reply, &self.relay)));
             }
-            self.reset().await.map_err(&broken)?;
+            self.reset_known().await;
             return Ok(results);
         }
         let mut wire = Vec::with_capacity(body.len() + body.len() / 64 + 8);
         dotstuff::stuff_into(body, &mut wire);
-        self.send(&wire).await.map_err(&broken)?;
-        let end = self.read_reply().await.map_err(&broken)?;
+        self.send_body(&wire).await.map_err(&broken)?;
+        let end = self
+            .read_reply_within(self.data_done_timeout)
+            .await
+            .map_err(&broken)?;
         for &i in &accepted {
             results.push((job.rcpts[i], outcome(&end, &self.relay)));
         }
         if end.class() != 2 {
-            self.reset().await.map_err(&broken)?;
+            self.reset_known().await;
         }
         Ok(results)
     }

@@ -1,0 +1,195 @@
+//! Outbound delivery against next hops that misbehave in precise ways:
+//! results already known are kept when the session breaks afterwards, a
+//! big body to a slow reader is not cut off, and the reply to the final
+//! dot gets its own, longer wait.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+
+/// How the fake next hop behaves.
+#[derive(Clone, Copy, Default)]
+struct Hop {
+    /// Refuse every RCPT with 550, then drop the connection at RSET.
+    refuse_then_drop: bool,
+    /// Read the body at most this many bytes per 50 ms (0: as fast as it comes).
+    slow_read: usize,
+    /// Wait this long before answering the final dot.
+    dot_delay: Duration,
+}
+
+async fn fake_hop(hop: Hop) -> std::net::SocketAddr {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(256 << 10).unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(16).unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((s, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(serve(s, hop));
+        }
+    });
+    addr
+}
+
+async fn serve(mut s: TcpStream, hop: Hop) {
+    let _ = s.write_all(b"220 hop.test ESMTP\r\n").await;
+    let mut buf = Vec::new();
+    let mut in_data = false;
+    loop {
+        let mut chunk = vec![
+            0u8;
+            if hop.slow_read > 0 {
+                hop.slow_read
+            } else {
+                65536
+            }
+        ];
+        if in_data && hop.slow_read > 0 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let n = s.read(&mut chunk).await.unwrap_or(0);
+        if n == 0 {
+            return;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        loop {
+            let pat: &[u8] = if in_data { b"\r\n.\r\n" } else { b"\r\n" };
+            let Some(end) = buf.windows(pat.len()).position(|w| w == pat) else {
+                break;
+            };
+            let line: Vec<u8> = buf.drain(..end + pat.len()).collect();
+            let reply: &[u8] = if in_data {
+                in_data = false;
+                tokio::time::sleep(hop.dot_delay).await;
+                b"250 2.0.0 taken\r\n"
+            } else if line.starts_with(b"EHLO") {
+                b"250-hop.test\r\n250 PIPELINING\r\n"
+            } else if line.starts_with(b"RCPT") && hop.refuse_then_drop {
+                b"550 5.1.1 no such user here\r\n"
+            } else if line.starts_with(b"RSET") && hop.refuse_then_drop {
+                return;
+            } else if line.starts_with(b"DATA") {
+                if hop.refuse_then_drop {
+                    b"554 5.5.1 no valid recipients\r\n"
+                } else {
+                    in_data = true;
+                    b"354 go\r\n"
+                }
+            } else if line.starts_with(b"QUIT") {
+                let _ = s.write_all(b"221 bye\r\n").await;
+                return;
+            } else {
+                b"250 ok\r\n"
+            };
+            if s.write_all(reply).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_stands_when_the_rset_after_it_fails() {
+    let dir = temp_dir("out-rset");
+    let hop = fake_hop(Hop {
+        refuse_then_drop: true,
+        ..Default::default()
+    })
+    .await;
+    let sink = recording_sink().await;
+    let mut cfg = config(&dir, None);
+    cfg.transport.insert(
+        "dest.test".into(),
+        format!("smtp:[127.0.0.1]:{}", hop.port()),
+    );
+    cfg.transport.insert(
+        "sender.test".into(),
+        format!("smtp:[127.0.0.1]:{}", sink.addr.port()),
+    );
+    let (server, addr) = start(cfg).await;
+    let mut c = Client::ready(addr).await;
+    let r = c
+        .message("a@sender.test", &["gone@dest.test"], &body("gone"))
+        .await;
+    let qid = qid_of(&r);
+    assert!(
+        wait_until(10, || sink.count() == 1).await,
+        "{}",
+        read_log(&dir)
+    );
+    let log = read_log(&dir);
+    assert!(
+        log.contains(&format!(
+            "{qid}: to=<gone@dest.test>, relay=127.0.0.1[127.0.0.1]:{}",
+            hop.port()
+        )) && log.contains("dsn=5.1.1, status=bounced (550 5.1.1 no such user here)"),
+        "{log}"
+    );
+    assert!(String::from_utf8_lossy(&sink.messages()[0].body).contains("Status: 5.1.1"));
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_big_body_to_a_slow_reader_is_not_cut_off() {
+    let dir = temp_dir("out-slow-body");
+    // Read through a 256 KiB window every 50 ms: a 20 MB body takes about
+    // five seconds in all, while the sender's socket becomes writable again
+    // (half its buffer free) every fraction of a second.
+    let hop = fake_hop(Hop {
+        slow_read: 1 << 20,
+        ..Default::default()
+    })
+    .await;
+    let mut cfg = config(&dir, Some(hop));
+    cfg.delivery.command_timeout_secs = 3;
+    cfg.smtpd.message_size_limit = 25 << 20;
+    let (server, addr) = start(cfg).await;
+    let mut c = Client::ready(addr).await;
+    let line = format!("{}\r\n", "z".repeat(78));
+    let big = format!("Subject: big\r\n\r\n{}", line.repeat(20_000_000 / 80));
+    let r = c.message("a@sender.test", &["x@dest.test"], &big).await;
+    let qid = qid_of(&r);
+    assert!(
+        wait_until(30, || read_log(&dir).contains(&format!("{qid}: removed"))).await,
+        "{}",
+        read_log(&dir)
+    );
+    assert!(read_log(&dir).contains("status=sent (250 2.0.0 taken)"));
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_final_dot_gets_its_own_longer_wait() {
+    let dir = temp_dir("out-dot-wait");
+    let hop = fake_hop(Hop {
+        dot_delay: Duration::from_secs(2),
+        ..Default::default()
+    })
+    .await;
+    let mut cfg = config(&dir, Some(hop));
+    cfg.delivery.command_timeout_secs = 1;
+    cfg.delivery.data_done_timeout_secs = 6;
+    let (server, addr) = start(cfg).await;
+    let mut c = Client::ready(addr).await;
+    let r = c
+        .message("a@sender.test", &["x@dest.test"], &body("dot"))
+        .await;
+    let qid = qid_of(&r);
+    assert!(
+        wait_until(20, || read_log(&dir).contains(&format!("{qid}: removed"))).await,
+        "{}",
+        read_log(&dir)
+    );
+    let log = read_log(&dir);
+    assert!(log.contains("status=sent (250 2.0.0 taken)"), "{log}");
+    assert!(!log.contains("status=deferred"), "{log}");
+    server.shutdown().await;
+}
