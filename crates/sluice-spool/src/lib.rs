@@ -239,16 +239,15 @@ pub(crate) fn segment_path(dir: &Path, segment: u32) -> PathBuf {
     dir.join(format!("{segment:08}.seg"))
 }
 
-/// Takes an exclusive `flock` so two servers never share one spool.
+/// Takes an exclusive lock (`flock` on Linux) so two servers never share
+/// one spool. The lock lives as long as the returned file.
 fn lock_dir(dir: &Path) -> Result<File, SpoolError> {
-    use std::os::fd::AsRawFd;
     let file = File::create(dir.join("spool.lock"))?;
-    // SAFETY: flock on a valid, owned descriptor has no memory effects.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc != 0 {
-        return Err(SpoolError::Locked(dir.to_path_buf()));
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(SpoolError::Locked(dir.to_path_buf())),
+        Err(std::fs::TryLockError::Error(err)) => Err(SpoolError::Io(err)),
     }
-    Ok(file)
 }
 
 #[cfg(test)]
