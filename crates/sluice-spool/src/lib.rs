@@ -12,9 +12,15 @@
 //! Each is a sequence of records: `magic u32 | kind u8 | len u32 | crc32 u32 |
 //! payload[len]` (little-endian). Kinds: a *message* (queue ID, arrival,
 //! sender, recipients, body) and an *outcome* (queue ID, indices of
-//! recipients that reached a final state). A record whose length or CRC
-//! does not check out ends the segment: it is a torn write from a crash,
-//! never delivered, and the tail is cut off at start-up.
+//! recipients that reached a final state).
+//!
+//! # Damage
+//! A record whose length or CRC does not check out does not end its
+//! segment: recovery copies the damaged bytes to
+//! `corrupt/<segment>-<offset>.bin` and resumes at the next valid record.
+//! Only a torn tail of the newest segment (a write cut short by a crash,
+//! never acknowledged) is cut off, after being saved. A segment whose
+//! damaged bytes could not be saved is pinned: never reclaimed.
 //!
 //! # Reclaiming space
 //! A segment is deleted when every message in it is complete and every
@@ -26,6 +32,7 @@
 //! crash or a full disk; nothing read from them is trusted without its CRC.
 
 mod record;
+mod recover;
 mod writer;
 
 use std::collections::HashMap;
@@ -90,6 +97,12 @@ pub struct RecoveryReport {
     pub messages_complete: usize,
     /// Human-readable notes about torn or corrupt records that were skipped.
     pub damage: Vec<String>,
+    /// Damaged ranges found again that an earlier start-up already
+    /// quarantined; they are not repeated in `damage`.
+    pub known_damage: usize,
+    /// Segments kept on disk because damaged bytes in them could not be
+    /// quarantined; they and every newer segment are not reclaimed.
+    pub pinned: Vec<u32>,
 }
 
 #[derive(Debug, Clone)]
@@ -130,7 +143,7 @@ impl Spool {
     ) -> Result<(Spool, Vec<Recovered>, RecoveryReport), SpoolError> {
         std::fs::create_dir_all(&config.dir)?;
         let lock = lock_dir(&config.dir)?;
-        let (recovered, report, state) = writer::recover(&config.dir)?;
+        let (recovered, report, state) = recover::recover(&config.dir)?;
         let max_id = state.max_id;
         let reader = Arc::new(SegmentReader {
             dir: config.dir.clone(),
@@ -237,6 +250,11 @@ impl SegmentReader {
 
 pub(crate) fn segment_path(dir: &Path, segment: u32) -> PathBuf {
     dir.join(format!("{segment:08}.seg"))
+}
+
+/// Makes a directory's entries (files created, renamed or removed) durable.
+pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    File::open(dir)?.sync_all()
 }
 
 /// Takes an exclusive lock (`flock` on Linux) so two servers never share

@@ -1,17 +1,25 @@
-//! The writer thread (group commit) and start-up recovery.
+//! The writer thread: group commit, segment rotation and reclaiming.
+//!
+//! Trusts: recovery's account of which segments hold live messages and
+//! which are pinned.
+//!
+//! Invariants:
+//! - A store is acknowledged only after its record is written and synced.
+//! - Records are only ever appended to the current segment, which is never
+//!   one that existed before start-up.
+//! - A segment is deleted only when it is not the current one, is not
+//!   pinned, holds no live message and every older segment is gone.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 
-use crate::record::{self, Damage, Envelope, Record};
-use crate::{
-    segment_path, BodyRef, Recovered, RecoveryReport, SegmentReader, SpoolConfig, SpoolError,
-    SpoolStats,
-};
+use crate::record::{self, Envelope};
+use crate::recover::RecoveredState;
+use crate::{segment_path, BodyRef, SegmentReader, SpoolConfig, SpoolError, SpoolStats};
 
 /// Stop gathering a batch past this many bytes, so one commit stays short.
 const MAX_BATCH_BYTES: usize = 32 << 20;
@@ -33,112 +41,13 @@ pub(crate) enum Command {
     },
 }
 
-/// What recovery hands to the writer.
-pub(crate) struct RecoveredState {
-    pub max_id: u64,
-    /// Live (incomplete) message count per existing segment.
-    live: BTreeMap<u32, usize>,
-}
-
-pub(crate) fn recover(
-    dir: &Path,
-) -> Result<(Vec<Recovered>, RecoveryReport, RecoveredState), SpoolError> {
-    let mut numbers: Vec<u32> = std::fs::read_dir(dir)?
-        .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            let name = e.file_name().into_string().ok()?;
-            name.strip_suffix(".seg")?.parse().ok()
-        })
-        .collect();
-    numbers.sort_unstable();
-    let mut report = RecoveryReport {
-        segments: numbers.len(),
-        ..Default::default()
-    };
-    let mut messages: HashMap<u64, Recovered> = HashMap::new();
-    let mut max_id = 0;
-    for (i, &segment) in numbers.iter().enumerate() {
-        let path = segment_path(dir, segment);
-        let data = std::fs::read(&path)?;
-        let mut pos = 0;
-        while pos < data.len() {
-            match record::decode(&data[pos..]) {
-                Ok((
-                    Record::Message {
-                        envelope,
-                        body_at,
-                        body_len,
-                    },
-                    len,
-                )) => {
-                    max_id = max_id.max(envelope.id);
-                    let done = vec![false; envelope.recipients.len()];
-                    let body = BodyRef {
-                        segment,
-                        offset: (pos + body_at) as u64,
-                        len: body_len,
-                    };
-                    messages.insert(
-                        envelope.id,
-                        Recovered {
-                            envelope,
-                            body,
-                            done,
-                        },
-                    );
-                    pos += len;
-                }
-                Ok((Record::Outcome { id, recipients }, len)) => {
-                    if let Some(msg) = messages.get_mut(&id) {
-                        for r in recipients {
-                            if let Some(slot) = msg.done.get_mut(r as usize) {
-                                *slot = true;
-                            }
-                        }
-                    }
-                    pos += len;
-                }
-                Err(damage) => {
-                    let what = match damage {
-                        Damage::Torn => "torn record".to_string(),
-                        Damage::Corrupt(why) => format!("corrupt record ({why})"),
-                    };
-                    report.damage.push(format!(
-                        "{}: {what} at offset {pos}; {} bytes after it ignored",
-                        path.display(),
-                        data.len() - pos
-                    ));
-                    if i + 1 == numbers.len() {
-                        // The newest segment's tail is a write cut short by a crash.
-                        let file = OpenOptions::new().write(true).open(&path)?;
-                        file.set_len(pos as u64)?;
-                        file.sync_all()?;
-                    }
-                    break;
-                }
-            }
-        }
-    }
-    let mut live: BTreeMap<u32, usize> = numbers.iter().map(|&n| (n, 0)).collect();
-    let mut pending: Vec<Recovered> = Vec::new();
-    for msg in messages.into_values() {
-        if msg.done.iter().all(|d| *d) {
-            report.messages_complete += 1;
-        } else {
-            *live.entry(msg.body.segment).or_default() += 1;
-            pending.push(msg);
-        }
-    }
-    pending.sort_by_key(|m| m.envelope.id);
-    report.messages_pending = pending.len();
-    Ok((pending, report, RecoveredState { max_id, live }))
-}
-
 struct Writer {
     dir: PathBuf,
     sync: bool,
     segment_bytes: u64,
     live: BTreeMap<u32, usize>,
+    /// Segments recovery could not fully save; never reclaimed.
+    pinned: BTreeSet<u32>,
     current: u32,
     file: File,
     len: u64,
@@ -165,6 +74,7 @@ pub(crate) fn start(
         sync: config.sync,
         segment_bytes: config.segment_bytes.max(1 << 16),
         live,
+        pinned: state.pinned,
         current,
         file,
         len: 0,
@@ -193,7 +103,7 @@ fn create_segment(dir: &Path, number: u32) -> Result<File, SpoolError> {
 }
 
 fn sync_dir(dir: &Path) -> Result<(), SpoolError> {
-    File::open(dir)?.sync_all().map_err(SpoolError::from_io)
+    crate::sync_dir(dir).map_err(SpoolError::from_io)
 }
 
 impl Writer {
@@ -349,7 +259,7 @@ impl Writer {
     fn reclaim(&mut self) {
         let mut removed = false;
         while let Some((&oldest, &live)) = self.live.iter().next() {
-            if oldest == self.current || live > 0 {
+            if oldest == self.current || live > 0 || self.pinned.contains(&oldest) {
                 break;
             }
             if std::fs::remove_file(segment_path(&self.dir, oldest)).is_err() {
