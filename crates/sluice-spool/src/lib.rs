@@ -43,7 +43,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-pub use record::Envelope;
+pub use record::{Envelope, MAX_RECIPIENTS};
 
 /// Errors the spool reports; the SMTP layer maps them to 4xx replies.
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +56,10 @@ pub enum SpoolError {
     Stopped,
     #[error("spool directory {0} is locked by another process")]
     Locked(PathBuf),
+    /// The message cannot be represented in the spool's format (too many
+    /// recipients, an address over 65,535 bytes, …). Nothing was written.
+    #[error("message refused by the spool: {0}")]
+    Invalid(String),
 }
 
 impl SpoolError {

@@ -151,7 +151,13 @@ impl Writer {
                     reply,
                 } => {
                     let record_at = buf.len();
-                    let body_at = record::encode_message(&envelope, &body, buf);
+                    let body_at = match record::encode_message(&envelope, &body, buf) {
+                        Ok(body_at) => body_at,
+                        Err(why) => {
+                            let _ = reply.send(Err(SpoolError::Invalid(why)));
+                            continue;
+                        }
+                    };
                     let body_ref = BodyRef {
                         segment: self.current,
                         offset: base + (record_at + body_at) as u64,
@@ -288,5 +294,6 @@ fn clone_error(err: &SpoolError) -> SpoolError {
         SpoolError::Io(e) => SpoolError::Io(std::io::Error::new(e.kind(), e.to_string())),
         SpoolError::Stopped => SpoolError::Stopped,
         SpoolError::Locked(p) => SpoolError::Locked(p.clone()),
+        SpoolError::Invalid(why) => SpoolError::Invalid(why.clone()),
     }
 }

@@ -4,6 +4,7 @@
 
 use super::*;
 
+mod limits;
 mod recovery;
 
 fn config(dir: &Path) -> SpoolConfig {
