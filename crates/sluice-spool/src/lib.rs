@@ -31,6 +31,7 @@
 //! Trust: the files are our own but may be truncated or corrupted by a
 //! crash or a full disk; nothing read from them is trusted without its CRC.
 
+mod index;
 mod record;
 mod recover;
 mod writer;
@@ -196,14 +197,16 @@ impl Spool {
 
     /// Records that these recipients reached a final state (delivered or
     /// bounced). `complete` says the whole message is done, so its space
-    /// may be reclaimed. Written with the next group commit; no waiting.
-    pub fn record_outcome(&self, id: u64, body: BodyRef, recipients: Vec<u16>, complete: bool) {
-        let _ = self.tx.send(writer::Command::Outcome {
+    /// may be reclaimed; a message whose every recipient is done is
+    /// complete too. Completing twice is harmless. Written with the next
+    /// group commit; no waiting. The message is found by `id`; the body
+    /// reference is not needed (kept for compatibility).
+    pub fn record_outcome(&self, id: u64, _body: BodyRef, recipients: Vec<u16>, complete: bool) {
+        let _ = self.tx.send(writer::Command::Outcome(writer::Outcome {
             id,
-            segment: body.segment,
             recipients,
             complete,
-        });
+        }));
     }
 
     /// Reads a stored body back (blocking; call from a blocking context).

@@ -19,19 +19,20 @@
 //! - Recovery is idempotent: a range already quarantined with the same
 //!   bytes is counted in `known_damage`, not reported again.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use crate::index::{LiveIndex, LiveMsg};
 use crate::record::{self, Damage, Record, HEADER_LEN};
 use crate::{segment_path, sync_dir, BodyRef, Recovered, RecoveryReport, SpoolError};
 
 /// What recovery hands to the writer.
 pub(crate) struct RecoveredState {
     pub max_id: u64,
-    /// Live (incomplete) message count per existing segment.
-    pub live: BTreeMap<u32, usize>,
+    /// Every existing segment and the live messages in it.
+    pub index: LiveIndex,
     /// Segments holding damaged bytes that could not be quarantined.
     pub pinned: BTreeSet<u32>,
 }
@@ -39,8 +40,16 @@ pub(crate) struct RecoveredState {
 /// Messages found so far, by queue ID.
 #[derive(Default)]
 struct Found {
-    messages: HashMap<u64, Recovered>,
+    messages: HashMap<u64, Located>,
     max_id: u64,
+}
+
+/// A message and where its record is.
+struct Located {
+    msg: Recovered,
+    record: u64,
+    record_len: u64,
+    body_at: u64,
 }
 
 pub(crate) fn recover(
@@ -52,29 +61,39 @@ pub(crate) fn recover(
         ..Default::default()
     };
     let mut found = Found::default();
+    let mut index = LiveIndex::default();
     let mut pinned = BTreeSet::new();
     for (i, &segment) in numbers.iter().enumerate() {
         let newest = i + 1 == numbers.len();
-        if scan_segment(dir, segment, newest, &mut found, &mut report)? {
+        let scanned = scan_segment(dir, segment, newest, &mut found, &mut report)?;
+        index.add_segment(segment, scanned.size);
+        if scanned.pinned {
             pinned.insert(segment);
         }
     }
     report.pinned = pinned.iter().copied().collect();
-    let mut live: BTreeMap<u32, usize> = numbers.iter().map(|&n| (n, 0)).collect();
     let mut pending: Vec<Recovered> = Vec::new();
-    for msg in found.messages.into_values() {
-        if msg.done.iter().all(|d| *d) {
+    for (id, found) in found.messages {
+        if found.msg.done.iter().all(|d| *d) {
             report.messages_complete += 1;
-        } else {
-            *live.entry(msg.body.segment).or_default() += 1;
-            pending.push(msg);
+            continue;
         }
+        let live = LiveMsg {
+            segment: found.msg.body.segment,
+            record: found.record,
+            record_len: found.record_len,
+            body_at: found.body_at,
+            body_len: found.msg.body.len,
+            done: found.msg.done.clone(),
+        };
+        index.insert(id, live);
+        pending.push(found.msg);
     }
     pending.sort_by_key(|m| m.envelope.id);
     report.messages_pending = pending.len();
     let state = RecoveredState {
         max_id: found.max_id,
-        live,
+        index,
         pinned,
     };
     Ok((pending, report, state))
@@ -93,21 +112,32 @@ fn list_segments(dir: &Path) -> Result<Vec<u32>, SpoolError> {
     Ok(numbers)
 }
 
-/// Reads one segment into `found`; returns whether it must be pinned.
+/// What scanning one segment found out about it.
+struct Scanned {
+    /// Its size once any torn tail is cut.
+    size: u64,
+    /// Damaged bytes in it could not be quarantined.
+    pinned: bool,
+}
+
+/// Reads one segment into `found`.
 fn scan_segment(
     dir: &Path,
     segment: u32,
     newest: bool,
     found: &mut Found,
     report: &mut RecoveryReport,
-) -> Result<bool, SpoolError> {
+) -> Result<Scanned, SpoolError> {
     let data = std::fs::read(segment_path(dir, segment))?;
-    let mut pinned = false;
+    let mut scanned = Scanned {
+        size: data.len() as u64,
+        pinned: false,
+    };
     let mut pos = 0;
     while pos < data.len() {
         match record::decode(&data[pos..]) {
             Ok((record, len)) => {
-                found.apply(segment, pos as u64, record);
+                found.apply(segment, pos as u64, len as u64, record);
                 pos += len;
             }
             Err(damage) => {
@@ -126,7 +156,11 @@ fn scan_segment(
                     what,
                     cut: newest && next.is_none(),
                 };
-                pinned |= bad.handle(dir, report);
+                match bad.handle(dir, report) {
+                    Handled::Pinned => scanned.pinned = true,
+                    Handled::Cut => scanned.size = pos as u64,
+                    Handled::Kept => {}
+                }
                 match next {
                     Some(next) => pos = next,
                     None => break,
@@ -134,7 +168,7 @@ fn scan_segment(
             }
         }
     }
-    Ok(pinned)
+    Ok(scanned)
 }
 
 /// The first offset at or after `from` where a whole, valid record starts.
@@ -145,7 +179,7 @@ fn resync(data: &[u8], from: usize) -> Option<usize> {
 }
 
 impl Found {
-    fn apply(&mut self, segment: u32, at: u64, record: Record) {
+    fn apply(&mut self, segment: u32, at: u64, record_len: u64, record: Record) {
         match record {
             Record::Message {
                 envelope,
@@ -159,17 +193,21 @@ impl Found {
                     offset: at + body_at as u64,
                     len: body_len,
                 };
-                self.messages.insert(
-                    envelope.id,
-                    Recovered {
-                        envelope,
-                        body,
-                        done,
-                    },
-                );
+                let msg = Recovered {
+                    envelope,
+                    body,
+                    done,
+                };
+                let located = Located {
+                    msg,
+                    record: at,
+                    record_len,
+                    body_at: body_at as u64,
+                };
+                self.messages.insert(located.msg.envelope.id, located);
             }
             Record::Outcome { id, recipients } => {
-                if let Some(msg) = self.messages.get_mut(&id) {
+                if let Some(Located { msg, .. }) = self.messages.get_mut(&id) {
                     for r in recipients {
                         if let Some(slot) = msg.done.get_mut(r as usize) {
                             *slot = true;
@@ -191,10 +229,19 @@ struct Bad<'a> {
     cut: bool,
 }
 
+/// What became of a damaged range.
+enum Handled {
+    /// Saved (or known) and left in place.
+    Kept,
+    /// Saved (or too short to be worth saving) and cut off.
+    Cut,
+    /// Not saved: the segment must be kept.
+    Pinned,
+}
+
 impl Bad<'_> {
-    /// Quarantines the range, cuts it if due, and reports it; returns
-    /// whether the segment must be pinned.
-    fn handle(&self, dir: &Path, report: &mut RecoveryReport) -> bool {
+    /// Quarantines the range, cuts it if due, and reports it.
+    fn handle(&self, dir: &Path, report: &mut RecoveryReport) -> Handled {
         let place = format!(
             "segment {:08} offset {}: {} bytes, {}",
             self.segment,
@@ -213,26 +260,26 @@ impl Bad<'_> {
                     "{place}; could not be quarantined ({err}): segment pinned, \
                      it and every newer segment are kept"
                 ));
-                return true;
+                return Handled::Pinned;
             }
             Ok(Some(Saved::Known(_))) if !self.cut => {
                 report.known_damage += 1;
-                return false;
+                return Handled::Kept;
             }
             Ok(Some(Saved::Known(path))) => format!("already quarantined in {}", path.display()),
             Ok(Some(Saved::New(path))) => format!("quarantined in {}", path.display()),
             Ok(None) => "a torn header, nothing to keep".to_string(),
         };
-        let action = if self.cut {
-            match cut(&segment_path(dir, self.segment), self.offset as u64) {
-                Ok(()) => "; cut off".to_string(),
-                Err(err) => format!("; could not be cut off ({err})"),
-            }
+        let (handled, action) = if !self.cut {
+            (Handled::Kept, String::new())
         } else {
-            String::new()
+            match cut(&segment_path(dir, self.segment), self.offset as u64) {
+                Ok(()) => (Handled::Cut, "; cut off".to_string()),
+                Err(err) => (Handled::Kept, format!("; could not be cut off ({err})")),
+            }
         };
         report.damage.push(format!("{place}; {note}{action}"));
-        false
+        handled
     }
 }
 

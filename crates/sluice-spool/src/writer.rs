@@ -10,13 +10,14 @@
 //! - A segment is deleted only when it is not the current one, is not
 //!   pinned, holds no live message and every older segment is gone.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 
+use crate::index::{LiveIndex, LiveMsg};
 use crate::record::{self, Envelope};
 use crate::recover::RecoveredState;
 use crate::{segment_path, BodyRef, SegmentReader, SpoolConfig, SpoolError, SpoolStats};
@@ -24,28 +25,47 @@ use crate::{segment_path, BodyRef, SegmentReader, SpoolConfig, SpoolError, Spool
 /// Stop gathering a batch past this many bytes, so one commit stays short.
 const MAX_BATCH_BYTES: usize = 32 << 20;
 
+type StoreReply = tokio::sync::oneshot::Sender<Result<BodyRef, SpoolError>>;
+
 pub(crate) enum Command {
     Store {
         envelope: Envelope,
         body: Arc<Vec<u8>>,
-        reply: tokio::sync::oneshot::Sender<Result<BodyRef, SpoolError>>,
+        reply: StoreReply,
     },
-    Outcome {
-        id: u64,
-        segment: u32,
-        recipients: Vec<u16>,
-        complete: bool,
-    },
+    Outcome(Outcome),
     Shutdown {
         reply: mpsc::Sender<()>,
     },
+}
+
+/// Recipients of one message that reached a final state.
+pub(crate) struct Outcome {
+    pub id: u64,
+    pub recipients: Vec<u16>,
+    /// The whole message is done.
+    pub complete: bool,
+}
+
+/// A store encoded into the batch buffer, awaiting the write.
+struct Encoded {
+    id: u64,
+    msg: LiveMsg,
+    reply: StoreReply,
+}
+
+/// An outcome encoded into the batch buffer, awaiting the write.
+struct Recorded {
+    id: u64,
+    recipients: Vec<u16>,
+    complete: bool,
 }
 
 struct Writer {
     dir: PathBuf,
     sync: bool,
     segment_bytes: u64,
-    live: BTreeMap<u32, usize>,
+    index: LiveIndex,
     /// Segments recovery could not fully save; never reclaimed.
     pinned: BTreeSet<u32>,
     current: u32,
@@ -53,8 +73,8 @@ struct Writer {
     len: u64,
     reader: Arc<SegmentReader>,
     stats: Arc<SpoolStats>,
-    /// Outcome records whose write failed; retried with the next batch.
-    unwritten: Vec<Command>,
+    /// Outcomes whose write failed; retried with the next batch.
+    unwritten: Vec<Outcome>,
     _lock: File,
 }
 
@@ -65,15 +85,15 @@ pub(crate) fn start(
     lock: File,
     stats: Arc<SpoolStats>,
 ) -> Result<mpsc::Sender<Command>, SpoolError> {
-    let current = state.live.keys().next_back().copied().unwrap_or(0) + 1;
+    let mut index = state.index;
+    let current = index.newest_segment().unwrap_or(0) + 1;
     let file = create_segment(&config.dir, current)?;
-    let mut live = state.live;
-    live.insert(current, 0);
+    index.add_segment(current, 0);
     let mut writer = Writer {
         dir: config.dir,
         sync: config.sync,
         segment_bytes: config.segment_bytes.max(1 << 16),
-        live,
+        index,
         pinned: state.pinned,
         current,
         file,
@@ -133,85 +153,41 @@ impl Writer {
 
     /// Writes and syncs one batch; returns the reply channel of a shutdown request.
     fn commit(&mut self, batch: &mut Vec<Command>, buf: &mut Vec<u8>) -> Option<mpsc::Sender<()>> {
-        if self.len >= self.segment_bytes {
-            if let Err(err) = self.rotate() {
-                return self.fail_batch(batch, &err);
-            }
-        }
-        buf.clear();
-        let base = self.len;
-        let mut stored = Vec::new();
-        let mut shutdown = None;
+        let mut stores = Vec::new();
         let mut outcomes = std::mem::take(&mut self.unwritten);
+        let mut shutdown = None;
         for cmd in batch.drain(..) {
             match cmd {
                 Command::Store {
                     envelope,
                     body,
                     reply,
-                } => {
-                    let record_at = buf.len();
-                    let body_at = match record::encode_message(&envelope, &body, buf) {
-                        Ok(body_at) => body_at,
-                        Err(why) => {
-                            let _ = reply.send(Err(SpoolError::Invalid(why)));
-                            continue;
-                        }
-                    };
-                    let body_ref = BodyRef {
-                        segment: self.current,
-                        offset: base + (record_at + body_at) as u64,
-                        len: body.len() as u64,
-                    };
-                    stored.push((reply, body_ref));
-                }
-                Command::Outcome { .. } => outcomes.push(cmd),
+                } => stores.push((envelope, body, reply)),
+                Command::Outcome(outcome) => outcomes.push(outcome),
                 Command::Shutdown { reply } => shutdown = Some(reply),
             }
         }
-        for cmd in &outcomes {
-            if let Command::Outcome { id, recipients, .. } = cmd {
-                record::encode_outcome(*id, recipients, buf);
+        if self.len >= self.segment_bytes {
+            if let Err(err) = self.rotate() {
+                for (_, _, reply) in stores.drain(..) {
+                    let _ = reply.send(Err(clone_error(&err)));
+                }
+                self.unwritten = outcomes;
+                return shutdown;
             }
         }
-        let result = self.write(base, buf);
-        match result {
-            Ok(()) => {
-                self.len += buf.len() as u64;
-                self.stats
-                    .messages
-                    .fetch_add(stored.len() as u64, Ordering::Relaxed);
-                self.stats
-                    .bytes
-                    .fetch_add(buf.len() as u64, Ordering::Relaxed);
-                if self.sync && !buf.is_empty() {
-                    self.stats.syncs.fetch_add(1, Ordering::Relaxed);
-                }
-                *self.live.entry(self.current).or_default() += stored.len();
-                for (reply, body_ref) in stored {
-                    let _ = reply.send(Ok(body_ref));
-                }
-                for cmd in outcomes {
-                    if let Command::Outcome {
-                        segment,
-                        complete: true,
-                        ..
-                    } = cmd
-                    {
-                        if let Some(n) = self.live.get_mut(&segment) {
-                            *n = n.saturating_sub(1);
-                        }
-                    }
-                }
-                self.reclaim();
-            }
+        buf.clear();
+        let encoded = self.encode_stores(stores, buf);
+        let recorded = self.encode_outcomes(&outcomes, buf);
+        match self.write(self.len, buf) {
+            Ok(()) => self.apply(buf.len() as u64, encoded, recorded),
             Err(err) => {
                 // Cut the partial write off so later records stay readable.
-                if self.file.set_len(base).is_err() {
+                if self.file.set_len(self.len).is_err() {
                     let _ = self.rotate();
                 }
-                for (reply, _) in stored {
-                    let _ = reply.send(Err(clone_error(&err)));
+                for store in encoded {
+                    let _ = store.reply.send(Err(clone_error(&err)));
                 }
                 self.unwritten = outcomes;
             }
@@ -219,24 +195,87 @@ impl Writer {
         shutdown
     }
 
-    /// Refuses every store of a batch that could not be written; outcome
-    /// records wait for the next batch. Returns a pending shutdown's reply.
-    fn fail_batch(
-        &mut self,
-        batch: &mut Vec<Command>,
-        err: &SpoolError,
-    ) -> Option<mpsc::Sender<()>> {
-        let mut shutdown = None;
-        for cmd in batch.drain(..) {
-            match cmd {
-                Command::Store { reply, .. } => {
-                    let _ = reply.send(Err(clone_error(err)));
+    /// Encodes message records into `buf` (which will be written at
+    /// `self.len`); refuses those the format cannot hold.
+    fn encode_stores(
+        &self,
+        stores: Vec<(Envelope, Arc<Vec<u8>>, StoreReply)>,
+        buf: &mut Vec<u8>,
+    ) -> Vec<Encoded> {
+        let mut encoded = Vec::with_capacity(stores.len());
+        for (envelope, body, reply) in stores {
+            let record_at = buf.len();
+            match record::encode_message(&envelope, &body, buf) {
+                Ok(body_at) => encoded.push(Encoded {
+                    id: envelope.id,
+                    msg: LiveMsg {
+                        segment: self.current,
+                        record: self.len + record_at as u64,
+                        record_len: (buf.len() - record_at) as u64,
+                        body_at: body_at as u64,
+                        body_len: body.len() as u64,
+                        done: vec![false; envelope.recipients.len()],
+                    },
+                    reply,
+                }),
+                Err(why) => {
+                    let _ = reply.send(Err(SpoolError::Invalid(why)));
                 }
-                Command::Outcome { .. } => self.unwritten.push(cmd),
-                Command::Shutdown { reply } => shutdown = Some(reply),
             }
         }
-        shutdown
+        encoded
+    }
+
+    /// Encodes outcome records for live messages into `buf`. A complete
+    /// message's record also names every recipient not yet done, so that
+    /// recovery agrees it is complete. Outcomes for messages that are not
+    /// live (already complete) are dropped: completing is idempotent.
+    fn encode_outcomes(&self, outcomes: &[Outcome], buf: &mut Vec<u8>) -> Vec<Recorded> {
+        let mut recorded = Vec::with_capacity(outcomes.len());
+        for outcome in outcomes {
+            let Some(msg) = self.index.get(outcome.id) else {
+                continue;
+            };
+            let mut recipients = outcome.recipients.clone();
+            if outcome.complete {
+                recipients.extend(msg.open_indices());
+                recipients.sort_unstable();
+                recipients.dedup();
+            }
+            if !recipients.is_empty() {
+                record::encode_outcome(outcome.id, &recipients, buf);
+            }
+            recorded.push(Recorded {
+                id: outcome.id,
+                recipients,
+                complete: outcome.complete,
+            });
+        }
+        recorded
+    }
+
+    /// Brings the index up to date with a batch that is now on disk.
+    fn apply(&mut self, written: u64, encoded: Vec<Encoded>, recorded: Vec<Recorded>) {
+        self.len += written;
+        self.index.grow(self.current, written);
+        self.stats
+            .messages
+            .fetch_add(encoded.len() as u64, Ordering::Relaxed);
+        self.stats.bytes.fetch_add(written, Ordering::Relaxed);
+        if self.sync && written > 0 {
+            self.stats.syncs.fetch_add(1, Ordering::Relaxed);
+        }
+        for store in encoded {
+            let _ = store.reply.send(Ok(store.msg.body_ref()));
+            self.index.insert(store.id, store.msg);
+        }
+        for outcome in recorded {
+            let all_done = self.index.record_done(outcome.id, &outcome.recipients);
+            if outcome.complete || all_done {
+                self.index.remove(outcome.id);
+            }
+        }
+        self.reclaim();
     }
 
     fn write(&mut self, at: u64, buf: &[u8]) -> Result<(), SpoolError> {
@@ -257,22 +296,22 @@ impl Writer {
         self.file = create_segment(&self.dir, next)?;
         self.current = next;
         self.len = 0;
-        self.live.insert(next, 0);
+        self.index.add_segment(next, 0);
         Ok(())
     }
 
     /// Deletes the oldest segments while they hold no live message.
     fn reclaim(&mut self) {
         let mut removed = false;
-        while let Some((&oldest, &live)) = self.live.iter().next() {
-            if oldest == self.current || live > 0 || self.pinned.contains(&oldest) {
+        while let Some((oldest, seg)) = self.index.oldest() {
+            if oldest == self.current || !seg.ids.is_empty() || self.pinned.contains(&oldest) {
                 break;
             }
             if std::fs::remove_file(segment_path(&self.dir, oldest)).is_err() {
                 break;
             }
             self.reader.forget(oldest);
-            self.live.remove(&oldest);
+            self.index.drop_segment(oldest);
             removed = true;
         }
         if removed {

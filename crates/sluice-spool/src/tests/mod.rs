@@ -5,6 +5,7 @@
 use super::*;
 
 mod limits;
+mod outcomes;
 mod recovery;
 
 fn config(dir: &Path) -> SpoolConfig {
