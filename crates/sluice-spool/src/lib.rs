@@ -34,6 +34,7 @@
 mod index;
 mod record;
 mod recover;
+mod space;
 mod writer;
 
 use std::collections::HashMap;
@@ -51,7 +52,7 @@ pub use record::{Envelope, MAX_RECIPIENTS};
 pub enum SpoolError {
     #[error("spool I/O error: {0}")]
     Io(#[from] std::io::Error),
-    #[error("spool is full (no space left on device)")]
+    #[error("spool is full (free space below the reserve, or none left)")]
     Full,
     #[error("spool writer has stopped")]
     Stopped,
@@ -118,6 +119,19 @@ pub struct SpoolConfig {
     pub sync: bool,
     /// Start a new segment once the current one is this large.
     pub segment_bytes: u64,
+    /// Free space kept for outcome records: a store is refused with
+    /// [`SpoolError::Full`] when writing it would leave less than this many
+    /// bytes free on the spool's file system. Outcome records (and so
+    /// completion and reclaiming) may use the reserve, so a spool that
+    /// filled up can always drain. See [`SpoolConfig::default_reserve`].
+    pub reserve_bytes: u64,
+}
+
+impl SpoolConfig {
+    /// The reserve the daemon should use: two segments, at least 4 MiB.
+    pub fn default_reserve(segment_bytes: u64) -> u64 {
+        segment_bytes.saturating_mul(2).max(4 << 20)
+    }
 }
 
 /// Handle to the spool; cheap to clone, shared by every session.
@@ -138,6 +152,8 @@ pub struct SpoolStats {
     pub syncs: AtomicU64,
     /// Bytes written.
     pub bytes: AtomicU64,
+    /// Outcome records written.
+    pub outcomes: AtomicU64,
 }
 
 impl Spool {
@@ -145,6 +161,15 @@ impl Spool {
     /// starts the writer thread.
     pub fn open(
         config: SpoolConfig,
+    ) -> Result<(Spool, Vec<Recovered>, RecoveryReport), SpoolError> {
+        Spool::open_with(config, space::Disk::real())
+    }
+
+    /// [`Spool::open`] with a given view of the disk (tests simulate a
+    /// full one).
+    pub(crate) fn open_with(
+        config: SpoolConfig,
+        disk: space::Disk,
     ) -> Result<(Spool, Vec<Recovered>, RecoveryReport), SpoolError> {
         std::fs::create_dir_all(&config.dir)?;
         let lock = lock_dir(&config.dir)?;
@@ -155,7 +180,7 @@ impl Spool {
             open: Mutex::new(HashMap::new()),
         });
         let stats = Arc::new(SpoolStats::default());
-        let tx = writer::start(config, state, reader.clone(), lock, stats.clone())?;
+        let tx = writer::start(config, disk, state, reader.clone(), lock, stats.clone())?;
         let now_micros = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_micros() as u64)

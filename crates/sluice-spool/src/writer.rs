@@ -16,14 +16,20 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
+use std::time::Duration;
 
 use crate::index::{LiveIndex, LiveMsg};
 use crate::record::{self, Envelope};
 use crate::recover::RecoveredState;
+use crate::space::Disk;
 use crate::{segment_path, BodyRef, SegmentReader, SpoolConfig, SpoolError, SpoolStats};
 
 /// Stop gathering a batch past this many bytes, so one commit stays short.
 const MAX_BATCH_BYTES: usize = 32 << 20;
+
+/// How long unwritten outcome records wait for new traffic before the
+/// writer retries them on its own.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 type StoreReply = tokio::sync::oneshot::Sender<Result<BodyRef, SpoolError>>;
 
@@ -65,6 +71,9 @@ struct Writer {
     dir: PathBuf,
     sync: bool,
     segment_bytes: u64,
+    /// Free bytes stores must leave for outcome records.
+    reserve: u64,
+    disk: Disk,
     index: LiveIndex,
     /// Segments recovery could not fully save; never reclaimed.
     pinned: BTreeSet<u32>,
@@ -80,6 +89,7 @@ struct Writer {
 
 pub(crate) fn start(
     config: SpoolConfig,
+    disk: Disk,
     state: RecoveredState,
     reader: Arc<SegmentReader>,
     lock: File,
@@ -93,6 +103,8 @@ pub(crate) fn start(
         dir: config.dir,
         sync: config.sync,
         segment_bytes: config.segment_bytes.max(1 << 16),
+        reserve: config.reserve_bytes,
+        disk,
         index,
         pinned: state.pinned,
         current,
@@ -130,17 +142,21 @@ impl Writer {
     fn run(mut self, rx: mpsc::Receiver<Command>) {
         let mut batch = Vec::new();
         let mut buf = Vec::with_capacity(1 << 20);
-        while let Ok(first) = rx.recv() {
-            let mut bytes = command_bytes(&first);
-            batch.push(first);
-            while bytes < MAX_BATCH_BYTES {
-                match rx.try_recv() {
-                    Ok(cmd) => {
-                        bytes += command_bytes(&cmd);
-                        batch.push(cmd);
-                    }
-                    Err(_) => break,
+        loop {
+            let first = if self.unwritten.is_empty() {
+                rx.recv().ok()
+            } else {
+                match rx.recv_timeout(RETRY_AFTER) {
+                    Ok(cmd) => Some(cmd),
+                    // Retry the unwritten outcomes with an empty batch.
+                    Err(mpsc::RecvTimeoutError::Timeout) => None,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
                 }
+            };
+            match first {
+                Some(first) => gather(&rx, first, &mut batch),
+                None if self.unwritten.is_empty() => break,
+                None => {}
             }
             if let Some(reply) = self.commit(&mut batch, &mut buf) {
                 // Release the files and the spool lock before saying we stopped.
@@ -148,6 +164,10 @@ impl Writer {
                 let _ = reply.send(());
                 return;
             }
+        }
+        // Every handle is gone: one last try for what is unwritten.
+        if !self.unwritten.is_empty() {
+            self.commit(&mut batch, &mut buf);
         }
     }
 
@@ -167,27 +187,32 @@ impl Writer {
                 Command::Shutdown { reply } => shutdown = Some(reply),
             }
         }
-        if self.len >= self.segment_bytes {
-            if let Err(err) = self.rotate() {
-                for (_, _, reply) in stores.drain(..) {
+        buf.clear();
+        let encoded = match self.room_for_stores(stores.is_empty()) {
+            Ok(room) => self.encode_stores(stores, room, buf),
+            Err(err) => {
+                for (_, _, reply) in stores {
                     let _ = reply.send(Err(clone_error(&err)));
                 }
-                self.unwritten = outcomes;
-                return shutdown;
+                Vec::new()
             }
-        }
-        buf.clear();
-        let encoded = self.encode_stores(stores, buf);
+        };
         let recorded = self.encode_outcomes(&outcomes, buf);
-        match self.write(self.len, buf) {
+        match self.write(buf) {
             Ok(()) => self.apply(buf.len() as u64, encoded, recorded),
             Err(err) => {
-                // Cut the partial write off so later records stay readable.
-                if self.file.set_len(self.len).is_err() {
-                    let _ = self.rotate();
-                }
+                let had_stores = !encoded.is_empty();
                 for store in encoded {
                     let _ = store.reply.send(Err(clone_error(&err)));
+                }
+                if had_stores {
+                    // Outcome records are small: try them again alone.
+                    buf.clear();
+                    let recorded = self.encode_outcomes(&outcomes, buf);
+                    if self.write(buf).is_ok() {
+                        self.apply(buf.len() as u64, Vec::new(), recorded);
+                        return shutdown;
+                    }
                 }
                 self.unwritten = outcomes;
             }
@@ -195,33 +220,57 @@ impl Writer {
         shutdown
     }
 
+    /// Rotates to a new segment if the current one is full, and says how
+    /// many bytes of stores this batch may write without eating into the
+    /// reserve. Outcome records need neither: if rotating fails they go to
+    /// the current segment, and they may use the reserve.
+    fn room_for_stores(&mut self, no_stores: bool) -> Result<u64, SpoolError> {
+        if self.len >= self.segment_bytes {
+            self.rotate()?;
+        }
+        if no_stores {
+            return Ok(0);
+        }
+        let free = (self.disk.free_bytes)(&self.dir).map_err(SpoolError::Io)?;
+        Ok(free.saturating_sub(self.reserve))
+    }
+
     /// Encodes message records into `buf` (which will be written at
-    /// `self.len`); refuses those the format cannot hold.
+    /// `self.len`), at most `room` bytes of them; refuses the rest with
+    /// [`SpoolError::Full`] and those the format cannot hold as invalid.
     fn encode_stores(
         &self,
         stores: Vec<(Envelope, Arc<Vec<u8>>, StoreReply)>,
+        room: u64,
         buf: &mut Vec<u8>,
     ) -> Vec<Encoded> {
         let mut encoded = Vec::with_capacity(stores.len());
         for (envelope, body, reply) in stores {
             let record_at = buf.len();
-            match record::encode_message(&envelope, &body, buf) {
-                Ok(body_at) => encoded.push(Encoded {
-                    id: envelope.id,
-                    msg: LiveMsg {
-                        segment: self.current,
-                        record: self.len + record_at as u64,
-                        record_len: (buf.len() - record_at) as u64,
-                        body_at: body_at as u64,
-                        body_len: body.len() as u64,
-                        done: vec![false; envelope.recipients.len()],
-                    },
-                    reply,
-                }),
+            let body_at = match record::encode_message(&envelope, &body, buf) {
+                Ok(_) if buf.len() as u64 > room => {
+                    buf.truncate(record_at);
+                    let _ = reply.send(Err(SpoolError::Full));
+                    continue;
+                }
+                Ok(body_at) => body_at,
                 Err(why) => {
                     let _ = reply.send(Err(SpoolError::Invalid(why)));
+                    continue;
                 }
-            }
+            };
+            encoded.push(Encoded {
+                id: envelope.id,
+                msg: LiveMsg {
+                    segment: self.current,
+                    record: self.len + record_at as u64,
+                    record_len: (buf.len() - record_at) as u64,
+                    body_at: body_at as u64,
+                    body_len: body.len() as u64,
+                    done: vec![false; envelope.recipients.len()],
+                },
+                reply,
+            });
         }
         encoded
     }
@@ -258,12 +307,17 @@ impl Writer {
     fn apply(&mut self, written: u64, encoded: Vec<Encoded>, recorded: Vec<Recorded>) {
         self.len += written;
         self.index.grow(self.current, written);
-        self.stats
+        let stats = &self.stats;
+        stats
             .messages
             .fetch_add(encoded.len() as u64, Ordering::Relaxed);
-        self.stats.bytes.fetch_add(written, Ordering::Relaxed);
+        let outcome_records = recorded.iter().filter(|r| !r.recipients.is_empty());
+        stats
+            .outcomes
+            .fetch_add(outcome_records.count() as u64, Ordering::Relaxed);
+        stats.bytes.fetch_add(written, Ordering::Relaxed);
         if self.sync && written > 0 {
-            self.stats.syncs.fetch_add(1, Ordering::Relaxed);
+            stats.syncs.fetch_add(1, Ordering::Relaxed);
         }
         for store in encoded {
             let _ = store.reply.send(Ok(store.msg.body_ref()));
@@ -278,12 +332,28 @@ impl Writer {
         self.reclaim();
     }
 
-    fn write(&mut self, at: u64, buf: &[u8]) -> Result<(), SpoolError> {
+    /// Appends `buf` to the current segment and syncs it. On failure the
+    /// segment is cut back so that later records follow whole ones.
+    fn write(&mut self, buf: &[u8]) -> Result<(), SpoolError> {
         if buf.is_empty() {
             return Ok(());
         }
+        let result = self.write_at_end(buf);
+        if result.is_err() && self.file.set_len(self.len).is_err() {
+            let _ = self.rotate();
+        }
+        result
+    }
+
+    fn write_at_end(&mut self, buf: &[u8]) -> Result<(), SpoolError> {
+        #[cfg(test)]
+        if self.disk.take_failure() {
+            let half = &buf[..buf.len() / 2];
+            self.file.write_all_at(half, self.len)?;
+            return Err(SpoolError::Full);
+        }
         self.file
-            .write_all_at(buf, at)
+            .write_all_at(buf, self.len)
             .map_err(SpoolError::from_io)?;
         if self.sync {
             self.file.sync_data().map_err(SpoolError::from_io)?;
@@ -316,6 +386,22 @@ impl Writer {
         }
         if removed {
             let _ = sync_dir(&self.dir);
+        }
+    }
+}
+
+/// Adds to `batch` the first command and whatever else is already queued,
+/// up to [`MAX_BATCH_BYTES`].
+fn gather(rx: &mpsc::Receiver<Command>, first: Command, batch: &mut Vec<Command>) {
+    let mut bytes = command_bytes(&first);
+    batch.push(first);
+    while bytes < MAX_BATCH_BYTES {
+        match rx.try_recv() {
+            Ok(cmd) => {
+                bytes += command_bytes(&cmd);
+                batch.push(cmd);
+            }
+            Err(_) => break,
         }
     }
 }

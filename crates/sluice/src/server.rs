@@ -64,10 +64,12 @@ impl Server {
     pub async fn start(config: Config) -> Result<Server, StartError> {
         let logger = Logger::start(config.log_file.as_deref()).map_err(StartError::Log)?;
         let config = Arc::new(config);
+        let segment_bytes = config.spool.segment_mib.max(1) << 20;
         let spool_config = SpoolConfig {
             dir: config.data_dir.join("spool"),
             sync: !config.spool.unsafe_ack_before_fsync,
-            segment_bytes: config.spool.segment_mib.max(1) << 20,
+            segment_bytes,
+            reserve_bytes: SpoolConfig::default_reserve(segment_bytes),
         };
         let (spool, recovered, report) = tokio::task::block_in_place(|| Spool::open(spool_config))?;
         log!(

@@ -4,6 +4,7 @@
 
 use super::*;
 
+mod full;
 mod limits;
 mod outcomes;
 mod recovery;
@@ -13,6 +14,7 @@ fn config(dir: &Path) -> SpoolConfig {
         dir: dir.to_path_buf(),
         sync: true,
         segment_bytes: 1 << 16,
+        reserve_bytes: 0,
     }
 }
 
