@@ -32,12 +32,18 @@ pub(crate) struct LiveMsg {
 }
 
 impl LiveMsg {
-    pub fn body_ref(&self) -> BodyRef {
+    pub fn body_ref(&self, id: u64) -> BodyRef {
         BodyRef {
+            id,
             segment: self.segment,
             offset: self.record + self.body_at,
             len: self.body_len,
         }
+    }
+
+    /// Indices of the recipients already done.
+    pub fn done_indices(&self) -> Vec<u16> {
+        indices(&self.done, true)
     }
 
     /// Indices of the recipients not yet done.
@@ -129,6 +135,10 @@ impl LiveIndex {
     /// The oldest existing segment.
     pub fn oldest(&self) -> Option<(u32, &SegInfo)> {
         self.segs.iter().next().map(|(n, s)| (*n, s))
+    }
+
+    pub fn segment(&self, segment: u32) -> Option<&SegInfo> {
+        self.segs.get(&segment)
     }
 
     pub fn newest_segment(&self) -> Option<u32> {

@@ -28,23 +28,33 @@
 //! long as the messages they refer to. New records always go to a fresh
 //! segment after start-up, so a torn tail is never appended to.
 //!
+//! # Compaction
+//! So that one deferred message does not pin its segment and every newer
+//! one, the writer copies the live messages of the oldest segment forward
+//! (record verbatim, then an outcome record with its done recipients) once
+//! they take at most half of it; the segment then holds nothing live and
+//! is reclaimed. A message may therefore appear more than once in the log:
+//! recovery takes the last copy and unites every outcome recorded for it.
+//! [`BodyRef`]s handed out before a move keep working: the spool looks up
+//! the message's new place by its ID.
+//!
 //! Trust: the files are our own but may be truncated or corrupted by a
 //! crash or a full disk; nothing read from them is trusted without its CRC.
 
 mod index;
+mod reader;
 mod record;
 mod recover;
 mod space;
 mod writer;
 
-use std::collections::HashMap;
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use reader::SegmentReader;
 pub use record::{Envelope, MAX_RECIPIENTS};
 
 /// Errors the spool reports; the SMTP layer maps them to 4xx replies.
@@ -78,9 +88,13 @@ impl SpoolError {
     }
 }
 
-/// Where a stored body lives, to read it back for delivery.
+/// Where a stored body lives, to read it back for delivery. Set by the
+/// spool; stays valid while the message is live even if compaction moves
+/// the message (the spool looks up its new place by `id`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BodyRef {
+    /// The message's queue ID.
+    pub id: u64,
     pub segment: u32,
     pub offset: u64,
     pub len: u64,
@@ -154,6 +168,8 @@ pub struct SpoolStats {
     pub bytes: AtomicU64,
     /// Outcome records written.
     pub outcomes: AtomicU64,
+    /// Live messages copied forward by compaction.
+    pub compacted: AtomicU64,
 }
 
 impl Spool {
@@ -175,10 +191,7 @@ impl Spool {
         let lock = lock_dir(&config.dir)?;
         let (recovered, report, state) = recover::recover(&config.dir)?;
         let max_id = state.max_id;
-        let reader = Arc::new(SegmentReader {
-            dir: config.dir.clone(),
-            open: Mutex::new(HashMap::new()),
-        });
+        let reader = Arc::new(SegmentReader::new(config.dir.clone()));
         let stats = Arc::new(SpoolStats::default());
         let tx = writer::start(config, disk, state, reader.clone(), lock, stats.clone())?;
         let now_micros = SystemTime::now()
@@ -245,38 +258,6 @@ impl Spool {
         if self.tx.send(writer::Command::Shutdown { reply }).is_ok() {
             let _ = wait.recv();
         }
-    }
-}
-
-/// Holds open read handles to segments so delivery can `pread` bodies.
-pub(crate) struct SegmentReader {
-    dir: PathBuf,
-    open: Mutex<HashMap<u32, Arc<File>>>,
-}
-
-impl SegmentReader {
-    fn read(&self, body: BodyRef) -> std::io::Result<Vec<u8>> {
-        let file = {
-            let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-            match open.get(&body.segment) {
-                Some(file) => file.clone(),
-                None => {
-                    let file = Arc::new(File::open(segment_path(&self.dir, body.segment))?);
-                    open.insert(body.segment, file.clone());
-                    file
-                }
-            }
-        };
-        let mut buf = vec![0u8; body.len as usize];
-        file.read_exact_at(&mut buf, body.offset)?;
-        Ok(buf)
-    }
-
-    fn forget(&self, segment: u32) {
-        self.open
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&segment);
     }
 }
 

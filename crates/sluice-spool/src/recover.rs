@@ -41,6 +41,9 @@ pub(crate) struct RecoveredState {
 #[derive(Default)]
 struct Found {
     messages: HashMap<u64, Located>,
+    /// Outcomes seen before any record of their message; most belong to
+    /// messages completed and reclaimed long ago and are dropped at the end.
+    early: HashMap<u64, Vec<u16>>,
     max_id: u64,
 }
 
@@ -179,6 +182,10 @@ fn resync(data: &[u8], from: usize) -> Option<usize> {
 }
 
 impl Found {
+    /// Adds one record. A message may appear more than once (compaction
+    /// copies it forward): the later copy's place wins and the done sets
+    /// are united. An outcome may come before its message's record (whose
+    /// older copy was reclaimed): it is kept and applied when it appears.
     fn apply(&mut self, segment: u32, at: u64, record_len: u64, record: Record) {
         match record {
             Record::Message {
@@ -186,13 +193,30 @@ impl Found {
                 body_at,
                 body_len,
             } => {
-                self.max_id = self.max_id.max(envelope.id);
-                let done = vec![false; envelope.recipients.len()];
+                let id = envelope.id;
+                self.max_id = self.max_id.max(id);
                 let body = BodyRef {
+                    id,
                     segment,
                     offset: at + body_at as u64,
                     len: body_len,
                 };
+                let mut done = vec![false; envelope.recipients.len()];
+                if let Some(earlier) = self.messages.remove(&id) {
+                    unite(
+                        &mut done,
+                        earlier
+                            .msg
+                            .done
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, d)| **d)
+                            .map(|(i, _)| i as u16),
+                    );
+                }
+                if let Some(early) = self.early.remove(&id) {
+                    unite(&mut done, early);
+                }
                 let msg = Recovered {
                     envelope,
                     body,
@@ -204,17 +228,21 @@ impl Found {
                     record_len,
                     body_at: body_at as u64,
                 };
-                self.messages.insert(located.msg.envelope.id, located);
+                self.messages.insert(id, located);
             }
-            Record::Outcome { id, recipients } => {
-                if let Some(Located { msg, .. }) = self.messages.get_mut(&id) {
-                    for r in recipients {
-                        if let Some(slot) = msg.done.get_mut(r as usize) {
-                            *slot = true;
-                        }
-                    }
-                }
-            }
+            Record::Outcome { id, recipients } => match self.messages.get_mut(&id) {
+                Some(found) => unite(&mut found.msg.done, recipients),
+                None => self.early.entry(id).or_default().extend(recipients),
+            },
+        }
+    }
+}
+
+/// Marks these recipients done; indices out of range are ignored.
+fn unite(done: &mut [bool], recipients: impl IntoIterator<Item = u16>) {
+    for r in recipients {
+        if let Some(slot) = done.get_mut(r as usize) {
+            *slot = true;
         }
     }
 }

@@ -22,6 +22,8 @@ use crate::index::{LiveIndex, LiveMsg};
 use crate::record::{self, Envelope};
 use crate::recover::RecoveredState;
 use crate::space::Disk;
+
+mod compact;
 use crate::{segment_path, BodyRef, SegmentReader, SpoolConfig, SpoolError, SpoolStats};
 
 /// Stop gathering a batch past this many bytes, so one commit stays short.
@@ -77,6 +79,9 @@ struct Writer {
     index: LiveIndex,
     /// Segments recovery could not fully save; never reclaimed.
     pinned: BTreeSet<u32>,
+    /// Segments holding a live record that no longer checks out; never
+    /// compacted.
+    uncopyable: BTreeSet<u32>,
     current: u32,
     file: File,
     len: u64,
@@ -107,6 +112,7 @@ pub(crate) fn start(
         disk,
         index,
         pinned: state.pinned,
+        uncopyable: BTreeSet::new(),
         current,
         file,
         len: 0,
@@ -142,21 +148,29 @@ impl Writer {
     fn run(mut self, rx: mpsc::Receiver<Command>) {
         let mut batch = Vec::new();
         let mut buf = Vec::with_capacity(1 << 20);
+        let mut compacting = self.compaction_due().is_some();
         loop {
-            let first = if self.unwritten.is_empty() {
-                rx.recv().ok()
-            } else {
+            // None: nothing arrived, but there is work of our own to do.
+            let first = if compacting {
+                match rx.try_recv() {
+                    Ok(cmd) => Some(cmd),
+                    Err(mpsc::TryRecvError::Empty) => None,
+                    Err(mpsc::TryRecvError::Disconnected) => break,
+                }
+            } else if !self.unwritten.is_empty() {
                 match rx.recv_timeout(RETRY_AFTER) {
                     Ok(cmd) => Some(cmd),
-                    // Retry the unwritten outcomes with an empty batch.
                     Err(mpsc::RecvTimeoutError::Timeout) => None,
                     Err(mpsc::RecvTimeoutError::Disconnected) => break,
                 }
+            } else {
+                match rx.recv() {
+                    Ok(cmd) => Some(cmd),
+                    Err(_) => break,
+                }
             };
-            match first {
-                Some(first) => gather(&rx, first, &mut batch),
-                None if self.unwritten.is_empty() => break,
-                None => {}
+            if let Some(first) = first {
+                gather(&rx, first, &mut batch);
             }
             if let Some(reply) = self.commit(&mut batch, &mut buf) {
                 // Release the files and the spool lock before saying we stopped.
@@ -164,6 +178,7 @@ impl Writer {
                 let _ = reply.send(());
                 return;
             }
+            compacting = self.compact_step(&mut buf) && self.compaction_due().is_some();
         }
         // Every handle is gone: one last try for what is unwritten.
         if !self.unwritten.is_empty() {
@@ -320,13 +335,13 @@ impl Writer {
             stats.syncs.fetch_add(1, Ordering::Relaxed);
         }
         for store in encoded {
-            let _ = store.reply.send(Ok(store.msg.body_ref()));
+            let _ = store.reply.send(Ok(store.msg.body_ref(store.id)));
             self.index.insert(store.id, store.msg);
         }
         for outcome in recorded {
             let all_done = self.index.record_done(outcome.id, &outcome.recipients);
-            if outcome.complete || all_done {
-                self.index.remove(outcome.id);
+            if (outcome.complete || all_done) && self.index.remove(outcome.id).is_some() {
+                self.reader.settle(outcome.id);
             }
         }
         self.reclaim();

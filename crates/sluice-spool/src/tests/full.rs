@@ -3,7 +3,6 @@
 //! retried without waiting for new traffic.
 
 use std::sync::atomic::{AtomicU32, AtomicU64};
-use std::time::{Duration, Instant};
 
 use super::*;
 use crate::space::Disk;
@@ -16,15 +15,6 @@ fn fake_disk(free: &Arc<AtomicU64>) -> Disk {
     Disk {
         free_bytes: Arc::new(move |_| Ok(free.load(Ordering::SeqCst))),
         fail_writes: Arc::new(AtomicU32::new(0)),
-    }
-}
-
-/// Polls `done` until it holds or five seconds pass.
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(10));
     }
 }
 

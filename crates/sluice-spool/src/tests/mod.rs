@@ -4,6 +4,7 @@
 
 use super::*;
 
+mod compaction;
 mod full;
 mod limits;
 mod outcomes;
@@ -91,6 +92,18 @@ fn flip_byte(path: &Path, at: usize) {
 
 fn ids(recovered: &[Recovered]) -> Vec<u64> {
     recovered.iter().map(|r| r.envelope.id).collect()
+}
+
+/// Polls `done` until it holds or five seconds pass.
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting until {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }
 
 /// Names of the files in `<spool>/corrupt/`, sorted.

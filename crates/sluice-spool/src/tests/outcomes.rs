@@ -8,9 +8,10 @@ fn a_second_complete_does_not_free_a_segment_with_live_mail() {
     let dir = temp_dir("double-complete");
     let rt = runtime();
     let (spool, _, _) = Spool::open(config(&dir)).unwrap();
-    // 2 × 40,000 bytes fill the 64 KiB segment: the third goes to the next.
-    let first = store(&rt, &spool, 1, vec![b'a'; 40_000]);
-    let second = store(&rt, &spool, 1, vec![b'b'; 40_000]);
+    // Together they fill the 64 KiB segment: the third goes to the next.
+    // The second is most of the segment, so compaction leaves it there.
+    let first = store(&rt, &spool, 1, vec![b'a'; 20_000]);
+    let second = store(&rt, &spool, 1, vec![b'b'; 46_000]);
     let third = store(&rt, &spool, 1, vec![b'c'; 10]);
     assert_eq!((first.1.segment, second.1.segment), (1, 1));
     assert_eq!(third.1.segment, 2);
@@ -26,7 +27,7 @@ fn a_second_complete_does_not_free_a_segment_with_live_mail() {
     assert_eq!(recovered[0].envelope, second.0);
     assert_eq!(
         spool.read_body(recovered[0].body).unwrap(),
-        vec![b'b'; 40_000]
+        vec![b'b'; 46_000]
     );
     spool.shutdown();
 }
