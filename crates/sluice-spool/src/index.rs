@@ -36,6 +36,7 @@ impl LiveMsg {
         BodyRef {
             id,
             segment: self.segment,
+            record: self.record,
             offset: self.record + self.body_at,
             len: self.body_len,
         }

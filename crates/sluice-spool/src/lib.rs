@@ -96,6 +96,8 @@ pub struct BodyRef {
     /// The message's queue ID.
     pub id: u64,
     pub segment: u32,
+    /// Offset of the message's record in the segment (its envelope).
+    pub record: u64,
     pub offset: u64,
     pub len: u64,
 }
@@ -250,6 +252,13 @@ impl Spool {
     /// Reads a stored body back (blocking; call from a blocking context).
     pub fn read_body(&self, body: BodyRef) -> std::io::Result<Vec<u8>> {
         self.reader.read(body)
+    }
+
+    /// Reads back the envelope of the message `body` belongs to, checking
+    /// the whole record's CRC (blocking; call from a blocking context).
+    /// Follows the message if compaction moved it.
+    pub fn read_envelope(&self, body: BodyRef) -> std::io::Result<Envelope> {
+        self.reader.read_envelope(body)
     }
 
     /// Flushes outstanding records and stops the writer thread.

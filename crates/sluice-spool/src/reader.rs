@@ -17,7 +17,8 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::{segment_path, BodyRef};
+use crate::record::{self, Damage, Record};
+use crate::{segment_path, BodyRef, Envelope};
 
 /// Holds open read handles to segments so delivery can `pread` bodies.
 pub(crate) struct SegmentReader {
@@ -61,6 +62,29 @@ impl SegmentReader {
         let mut buf = vec![0u8; body.len as usize];
         file.read_exact_at(&mut buf, body.offset)?;
         Ok(buf)
+    }
+
+    /// Reads and checks the whole message record `body` belongs to (the
+    /// body is the last field of its record) and returns its envelope.
+    pub fn read_envelope(&self, body: BodyRef) -> std::io::Result<Envelope> {
+        let (body, file) = self.locate(body)?;
+        let invalid =
+            |why: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_string());
+        let Some(body_at) = body.offset.checked_sub(body.record) else {
+            return Err(invalid("body reference before its record"));
+        };
+        let mut buf = vec![0u8; (body_at + body.len) as usize];
+        file.read_exact_at(&mut buf, body.record)?;
+        match record::decode(&buf) {
+            Ok((Record::Message { envelope, .. }, len))
+                if len == buf.len() && envelope.id == body.id =>
+            {
+                Ok(envelope)
+            }
+            Ok(_) => Err(invalid("not the message record of this body")),
+            Err(Damage::Torn) => Err(invalid("message record cut short")),
+            Err(Damage::Corrupt(why)) => Err(invalid(why)),
+        }
     }
 
     /// Publishes a live message's new place after compaction copied it.

@@ -198,6 +198,7 @@ impl Found {
                 let body = BodyRef {
                     id,
                     segment,
+                    record: at,
                     offset: at + body_at as u64,
                     len: body_len,
                 };

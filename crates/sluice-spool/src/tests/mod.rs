@@ -5,6 +5,7 @@
 use super::*;
 
 mod compaction;
+mod envelope;
 mod full;
 mod limits;
 mod outcomes;
