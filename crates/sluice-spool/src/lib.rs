@@ -6,40 +6,57 @@
 //! session say `250`. One writer thread owns the log and commits every
 //! request that queued up while the previous sync ran with a single sync,
 //! so under load one disk flush covers many messages (group commit).
+//! [`Spool::record_outcome`] is fire-and-forget: its record goes out with
+//! the next commit, and is retried on its own (every second) if the write
+//! fails. Completing a message twice is harmless.
 //!
 //! # Format
 //! The spool directory holds segment files `00000001.seg`, `00000002.seg`, …
 //! Each is a sequence of records: `magic u32 | kind u8 | len u32 | crc32 u32 |
 //! payload[len]` (little-endian). Kinds: a *message* (queue ID, arrival,
-//! sender, recipients, body) and an *outcome* (queue ID, indices of
-//! recipients that reached a final state).
-//!
-//! # Damage
-//! A record whose length or CRC does not check out does not end its
-//! segment: recovery copies the damaged bytes to
-//! `corrupt/<segment>-<offset>.bin` and resumes at the next valid record.
-//! Only a torn tail of the newest segment (a write cut short by a crash,
-//! never acknowledged) is cut off, after being saved. A segment whose
-//! damaged bytes could not be saved is pinned: never reclaimed.
+//! flags, sender, recipients, body, the body last) and an *outcome* (queue
+//! ID, `u16` indices of recipients that reached a final state). Hence at
+//! most [`MAX_RECIPIENTS`] recipients and 65,535-byte addresses; anything
+//! larger is refused with [`SpoolError::Invalid`], never cut or wrapped.
+//! A message is complete once every recipient has an outcome; a complete
+//! message's last outcome record names every recipient not yet named.
 //!
 //! # Reclaiming space
-//! A segment is deleted when every message in it is complete and every
-//! older segment is gone; the second rule keeps outcome records alive as
-//! long as the messages they refer to. New records always go to a fresh
+//! A segment is deleted when no live message has its newest copy in it and
+//! every older segment is gone; the second rule keeps outcome records alive
+//! as long as the messages they refer to. New records always go to a fresh
 //! segment after start-up, so a torn tail is never appended to.
 //!
 //! # Compaction
 //! So that one deferred message does not pin its segment and every newer
 //! one, the writer copies the live messages of the oldest segment forward
 //! (record verbatim, then an outcome record with its done recipients) once
-//! they take at most half of it; the segment then holds nothing live and
-//! is reclaimed. A message may therefore appear more than once in the log:
-//! recovery takes the last copy and unites every outcome recorded for it.
+//! they take at most half of it, a bounded amount per commit or while idle;
+//! the segment then holds nothing live and is reclaimed. A message may
+//! therefore appear more than once in the log: recovery takes the last
+//! copy and unites every outcome recorded for it, wherever it lies.
 //! [`BodyRef`]s handed out before a move keep working: the spool looks up
 //! the message's new place by its ID.
 //!
+//! # Damage and quarantine
+//! A record whose length or CRC does not check out does not end its
+//! segment: recovery copies the damaged bytes to
+//! `corrupt/<segment>-<offset>.bin` (synced) and resumes at the next offset
+//! where a whole record checks out. Only a torn tail of the newest segment
+//! (a write cut short by a crash, never acknowledged) is cut off, after
+//! being saved unless it is no longer than a header. A segment whose
+//! damaged bytes could not be saved is pinned: never reclaimed. Starting
+//! again finds the saved ranges and does not report them twice.
+//!
+//! # Free-space reserve
+//! Stores are refused with [`SpoolError::Full`] when writing them would
+//! leave less than [`SpoolConfig::reserve_bytes`] free; outcome records
+//! may use the reserve (compaction up to half of it), so a spool that
+//! filled up can still record deliveries, reclaim segments and drain.
+//!
 //! Trust: the files are our own but may be truncated or corrupted by a
-//! crash or a full disk; nothing read from them is trusted without its CRC.
+//! crash, a full disk or bit rot; nothing read from them is trusted without
+//! its CRC. A record whose CRC checks out is trusted.
 
 mod index;
 mod reader;
@@ -57,7 +74,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use reader::SegmentReader;
 pub use record::{Envelope, MAX_RECIPIENTS};
 
-/// Errors the spool reports; the SMTP layer maps them to 4xx replies.
+/// Errors the spool reports; the SMTP layer maps them to replies
+/// (`Invalid` is permanent for that message, the others are temporary).
 #[derive(Debug, thiserror::Error)]
 pub enum SpoolError {
     #[error("spool I/O error: {0}")]
@@ -117,7 +135,9 @@ pub struct RecoveryReport {
     pub segments: usize,
     pub messages_pending: usize,
     pub messages_complete: usize,
-    /// Human-readable notes about torn or corrupt records that were skipped.
+    /// One line per damaged range found this time: segment, offset,
+    /// length, torn or corrupt, and what became of it (quarantined in
+    /// `corrupt/`, cut off, or not saved and its segment pinned).
     pub damage: Vec<String>,
     /// Damaged ranges found again that an earlier start-up already
     /// quarantined; they are not repeated in `damage`.
@@ -164,7 +184,7 @@ pub struct Spool {
 pub struct SpoolStats {
     /// Messages stored.
     pub messages: AtomicU64,
-    /// Disk syncs (one per batch).
+    /// Disk syncs (one per batch or compaction step).
     pub syncs: AtomicU64,
     /// Bytes written.
     pub bytes: AtomicU64,

@@ -1,12 +1,17 @@
-//! The writer thread: group commit, segment rotation and reclaiming.
+//! The writer thread: group commit, the free-space reserve, segment
+//! rotation, reclaiming and (in `compact`) compaction.
 //!
-//! Trusts: recovery's account of which segments hold live messages and
-//! which are pinned.
+//! Trusts: recovery's index of live messages and its list of pinned
+//! segments; the free-space figure the disk probe reports.
 //!
 //! Invariants:
-//! - A store is acknowledged only after its record is written and synced.
+//! - A store is acknowledged only after its record is written and synced;
+//!   the index learns of records and outcomes only once they are synced.
+//! - Stores are refused rather than written into the reserve; outcome
+//!   records are always attempted (in the current segment if rotating
+//!   fails) and kept for retry until written.
 //! - Records are only ever appended to the current segment, which is never
-//!   one that existed before start-up.
+//!   one that existed before start-up; a failed write is cut back off.
 //! - A segment is deleted only when it is not the current one, is not
 //!   pinned, holds no live message and every older segment is gone.
 

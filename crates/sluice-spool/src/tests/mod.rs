@@ -151,33 +151,28 @@ fn stored_messages_survive_reopen_until_complete() {
 }
 
 #[test]
-fn completed_segments_are_reclaimed_oldest_first() {
-    let dir = temp_dir("reclaim");
+fn concurrent_stores_share_syncs() {
+    let dir = temp_dir("group-commit");
     let rt = runtime();
     let (spool, _, _) = Spool::open(config(&dir)).unwrap();
-    let mut stored = Vec::new();
-    for _ in 0..40 {
-        let env = envelope(&spool, 1);
-        let id = env.id;
-        let b = rt
-            .block_on(spool.store(env, Arc::new(vec![b'z'; 8 << 10])))
-            .unwrap();
-        stored.push((id, b));
-    }
-    let segments_before = count_segments(&dir);
-    assert!(segments_before >= 4, "{segments_before}");
-    for (id, b) in &stored {
-        spool.record_outcome(*id, *b, vec![0], true);
-    }
-    // One more store forces a commit after the outcomes.
-    let env = envelope(&spool, 1);
-    rt.block_on(spool.store(env, Arc::new(vec![b'z'; 10])))
-        .unwrap();
-    spool.shutdown();
-    assert!(count_segments(&dir) <= 2, "{}", count_segments(&dir));
-    drop(spool);
-    let (spool, recovered, _) = Spool::open(config(&dir)).unwrap();
-    assert_eq!(recovered.len(), 1);
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..64)
+            .map(|_| {
+                let spool = spool.clone();
+                tokio::spawn(async move {
+                    let env = envelope(&spool, 1);
+                    spool.store(env, Arc::new(vec![b'g'; 512])).await
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap().unwrap();
+        }
+    });
+    let messages = spool.stats().messages.load(Ordering::SeqCst);
+    let syncs = spool.stats().syncs.load(Ordering::SeqCst);
+    assert_eq!(messages, 64);
+    assert!(syncs < messages, "{syncs} syncs for {messages} messages");
     spool.shutdown();
 }
 
