@@ -129,7 +129,7 @@ impl LiveIndex {
         };
         if let Some(seg) = self.segs.get_mut(&old.segment) {
             seg.ids.remove(&id);
-            seg.live_bytes -= old.record_len;
+            seg.live_bytes = seg.live_bytes.saturating_sub(old.record_len);
         }
     }
 

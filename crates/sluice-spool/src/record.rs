@@ -90,6 +90,11 @@ fn too_long(addr: &str) -> String {
     format!("an address of {} bytes, over 65,535", addr.len())
 }
 
+/// The most bytes an outcome record naming up to `recipients` takes.
+pub(crate) fn outcome_len(recipients: usize) -> u64 {
+    (HEADER_LEN + 8 + 4 + 2 * recipients) as u64
+}
+
 pub(crate) fn encode_outcome(id: u64, recipients: &[u16], out: &mut Vec<u8>) {
     let start = out.len();
     out.extend_from_slice(&[0u8; HEADER_LEN]);

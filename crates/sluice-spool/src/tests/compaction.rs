@@ -107,3 +107,31 @@ fn recovery_takes_the_newest_copy_and_unites_every_outcome() {
     assert_eq!(spool.read_body(recovered[0].body).unwrap(), b"new copy");
     spool.shutdown();
 }
+
+#[test]
+fn compaction_goes_on_in_bounded_steps_while_idle() {
+    let dir = temp_dir("steps");
+    let rt = runtime();
+    let (spool, _, _) = Spool::open(config(&dir)).unwrap();
+    let deferred: Vec<_> = (0..10)
+        .map(|i| store(&rt, &spool, 1, vec![b'0' + i; 1000]))
+        .collect();
+    let filler: Vec<_> = (0..7)
+        .map(|_| store(&rt, &spool, 1, vec![b'f'; 8 << 10]))
+        .collect();
+    assert!(filler.iter().all(|(_, b)| b.segment == 1));
+    store(&rt, &spool, 1, b"in segment 2".to_vec());
+    // Only these outcomes arrive; each step copies at most 4 records, so
+    // the other steps must run without further commands.
+    for (env, body) in &filler {
+        spool.record_outcome(env.id, *body, vec![0], true);
+    }
+    wait_until("segment 1 is emptied and reclaimed", || {
+        !segment_path(&dir, 1).exists()
+    });
+    assert_eq!(spool.stats().compacted.load(Ordering::SeqCst), 10);
+    for (i, (_, body)) in deferred.iter().enumerate() {
+        assert_eq!(spool.read_body(*body).unwrap(), vec![b'0' + i as u8; 1000]);
+    }
+    spool.shutdown();
+}

@@ -31,8 +31,12 @@ use crate::segment_path;
 
 /// Most bytes one compaction step copies.
 const STEP_BYTES: u64 = 8 << 20;
-/// Most records one compaction step copies.
+/// Most records one compaction step copies (tests use a small step so
+/// that compaction takes several).
+#[cfg(not(test))]
 const STEP_RECORDS: usize = 1024;
+#[cfg(test)]
+const STEP_RECORDS: usize = 4;
 
 impl Writer {
     /// The oldest segment, if it should be compacted now.
@@ -55,7 +59,10 @@ impl Writer {
             return false;
         }
         let picked = self.pick(oldest);
-        let bytes: u64 = picked.iter().map(|(_, msg)| msg.record_len + 64).sum();
+        let bytes: u64 = picked
+            .iter()
+            .map(|(_, msg)| msg.record_len + record::outcome_len(msg.done.len()))
+            .sum();
         let free = (self.disk.free_bytes)(&self.dir).unwrap_or(0);
         if free < bytes.saturating_add(self.reserve / 2) {
             return false;
