@@ -6,49 +6,90 @@
 //! session say `250`. One writer thread owns the log and commits every
 //! request that queued up while the previous sync ran with a single sync,
 //! so under load one disk flush covers many messages (group commit).
+//! [`Spool::record_outcome`] is fire-and-forget: its record goes out with
+//! the next commit, and is retried on its own (every second) if the write
+//! fails. Completing a message twice is harmless.
 //!
 //! # Format
 //! The spool directory holds segment files `00000001.seg`, `00000002.seg`, …
 //! Each is a sequence of records: `magic u32 | kind u8 | len u32 | crc32 u32 |
 //! payload[len]` (little-endian). Kinds: a *message* (queue ID, arrival,
-//! sender, recipients, body) and an *outcome* (queue ID, indices of
-//! recipients that reached a final state). A record whose length or CRC
-//! does not check out ends the segment: it is a torn write from a crash,
-//! never delivered, and the tail is cut off at start-up.
+//! flags, sender, recipients, body, the body last) and an *outcome* (queue
+//! ID, `u16` indices of recipients that reached a final state). Hence at
+//! most [`MAX_RECIPIENTS`] recipients and 65,535-byte addresses; anything
+//! larger is refused with [`SpoolError::Invalid`], never cut or wrapped.
+//! A message is complete once every recipient has an outcome; a complete
+//! message's last outcome record names every recipient not yet named.
 //!
 //! # Reclaiming space
-//! A segment is deleted when every message in it is complete and every
-//! older segment is gone; the second rule keeps outcome records alive as
-//! long as the messages they refer to. New records always go to a fresh
+//! A segment is deleted when no live message has its newest copy in it and
+//! every older segment is gone; the second rule keeps outcome records alive
+//! as long as the messages they refer to. New records always go to a fresh
 //! segment after start-up, so a torn tail is never appended to.
 //!
+//! # Compaction
+//! So that one deferred message does not pin its segment and every newer
+//! one, the writer copies the live messages of the oldest segment forward
+//! (record verbatim, then an outcome record with its done recipients) once
+//! they take at most half of it, a bounded amount per commit or while idle;
+//! the segment then holds nothing live and is reclaimed. A message may
+//! therefore appear more than once in the log: recovery takes the last
+//! copy and unites every outcome recorded for it, wherever it lies.
+//! [`BodyRef`]s handed out before a move keep working: the spool looks up
+//! the message's new place by its ID.
+//!
+//! # Damage and quarantine
+//! A record whose length or CRC does not check out does not end its
+//! segment: recovery copies the damaged bytes to
+//! `corrupt/<segment>-<offset>.bin` (synced) and resumes at the next offset
+//! where a whole record checks out. Only a torn tail of the newest segment
+//! (a write cut short by a crash, never acknowledged) is cut off, after
+//! being saved unless it is no longer than a header. A segment whose
+//! damaged bytes could not be saved is pinned: never reclaimed. Starting
+//! again finds the saved ranges and does not report them twice.
+//!
+//! # Free-space reserve
+//! Stores are refused with [`SpoolError::Full`] when writing them would
+//! leave less than [`SpoolConfig::reserve_bytes`] free; outcome records
+//! may use the reserve (compaction up to half of it), so a spool that
+//! filled up can still record deliveries, reclaim segments and drain.
+//!
 //! Trust: the files are our own but may be truncated or corrupted by a
-//! crash or a full disk; nothing read from them is trusted without its CRC.
+//! crash, a full disk or bit rot; nothing read from them is trusted without
+//! its CRC. A record whose CRC checks out is trusted.
 
+mod index;
+mod reader;
 mod record;
+mod recover;
+mod space;
 mod writer;
 
-use std::collections::HashMap;
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-pub use record::Envelope;
+use reader::SegmentReader;
+pub use record::{Envelope, MAX_RECIPIENTS};
 
-/// Errors the spool reports; the SMTP layer maps them to 4xx replies.
+/// Errors the spool reports; the SMTP layer maps them to replies
+/// (`Invalid` is permanent for that message, the others are temporary).
 #[derive(Debug, thiserror::Error)]
 pub enum SpoolError {
     #[error("spool I/O error: {0}")]
     Io(#[from] std::io::Error),
-    #[error("spool is full (no space left on device)")]
+    #[error("spool is full (free space below the reserve, or none left)")]
     Full,
     #[error("spool writer has stopped")]
     Stopped,
     #[error("spool directory {0} is locked by another process")]
     Locked(PathBuf),
+    /// The message cannot be represented in the spool's format (too many
+    /// recipients, an address over 65,535 bytes, …). Nothing was written.
+    #[error("message refused by the spool: {0}")]
+    Invalid(String),
 }
 
 impl SpoolError {
@@ -65,10 +106,16 @@ impl SpoolError {
     }
 }
 
-/// Where a stored body lives, to read it back for delivery.
+/// Where a stored body lives, to read it back for delivery. Set by the
+/// spool; stays valid while the message is live even if compaction moves
+/// the message (the spool looks up its new place by `id`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BodyRef {
+    /// The message's queue ID.
+    pub id: u64,
     pub segment: u32,
+    /// Offset of the message's record in the segment (its envelope).
+    pub record: u64,
     pub offset: u64,
     pub len: u64,
 }
@@ -88,8 +135,16 @@ pub struct RecoveryReport {
     pub segments: usize,
     pub messages_pending: usize,
     pub messages_complete: usize,
-    /// Human-readable notes about torn or corrupt records that were skipped.
+    /// One line per damaged range found this time: segment, offset,
+    /// length, torn or corrupt, and what became of it (quarantined in
+    /// `corrupt/`, cut off, or not saved and its segment pinned).
     pub damage: Vec<String>,
+    /// Damaged ranges found again that an earlier start-up already
+    /// quarantined; they are not repeated in `damage`.
+    pub known_damage: usize,
+    /// Segments kept on disk because damaged bytes in them could not be
+    /// quarantined; they and every newer segment are not reclaimed.
+    pub pinned: Vec<u32>,
 }
 
 #[derive(Debug, Clone)]
@@ -100,6 +155,19 @@ pub struct SpoolConfig {
     pub sync: bool,
     /// Start a new segment once the current one is this large.
     pub segment_bytes: u64,
+    /// Free space kept for outcome records: a store is refused with
+    /// [`SpoolError::Full`] when writing it would leave less than this many
+    /// bytes free on the spool's file system. Outcome records (and so
+    /// completion and reclaiming) may use the reserve, so a spool that
+    /// filled up can always drain. See [`SpoolConfig::default_reserve`].
+    pub reserve_bytes: u64,
+}
+
+impl SpoolConfig {
+    /// The reserve the daemon should use: two segments, at least 4 MiB.
+    pub fn default_reserve(segment_bytes: u64) -> u64 {
+        segment_bytes.saturating_mul(2).max(4 << 20)
+    }
 }
 
 /// Handle to the spool; cheap to clone, shared by every session.
@@ -116,10 +184,14 @@ pub struct Spool {
 pub struct SpoolStats {
     /// Messages stored.
     pub messages: AtomicU64,
-    /// Disk syncs (one per batch).
+    /// Disk syncs (one per batch or compaction step).
     pub syncs: AtomicU64,
     /// Bytes written.
     pub bytes: AtomicU64,
+    /// Outcome records written.
+    pub outcomes: AtomicU64,
+    /// Live messages copied forward by compaction.
+    pub compacted: AtomicU64,
 }
 
 impl Spool {
@@ -128,16 +200,22 @@ impl Spool {
     pub fn open(
         config: SpoolConfig,
     ) -> Result<(Spool, Vec<Recovered>, RecoveryReport), SpoolError> {
+        Spool::open_with(config, space::Disk::real())
+    }
+
+    /// [`Spool::open`] with a given view of the disk (tests simulate a
+    /// full one).
+    pub(crate) fn open_with(
+        config: SpoolConfig,
+        disk: space::Disk,
+    ) -> Result<(Spool, Vec<Recovered>, RecoveryReport), SpoolError> {
         std::fs::create_dir_all(&config.dir)?;
         let lock = lock_dir(&config.dir)?;
-        let (recovered, report, state) = writer::recover(&config.dir)?;
+        let (recovered, report, state) = recover::recover(&config.dir)?;
         let max_id = state.max_id;
-        let reader = Arc::new(SegmentReader {
-            dir: config.dir.clone(),
-            open: Mutex::new(HashMap::new()),
-        });
+        let reader = Arc::new(SegmentReader::new(config.dir.clone()));
         let stats = Arc::new(SpoolStats::default());
-        let tx = writer::start(config, state, reader.clone(), lock, stats.clone())?;
+        let tx = writer::start(config, disk, state, reader.clone(), lock, stats.clone())?;
         let now_micros = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_micros() as u64)
@@ -179,19 +257,28 @@ impl Spool {
 
     /// Records that these recipients reached a final state (delivered or
     /// bounced). `complete` says the whole message is done, so its space
-    /// may be reclaimed. Written with the next group commit; no waiting.
-    pub fn record_outcome(&self, id: u64, body: BodyRef, recipients: Vec<u16>, complete: bool) {
-        let _ = self.tx.send(writer::Command::Outcome {
+    /// may be reclaimed; a message whose every recipient is done is
+    /// complete too. Completing twice is harmless. Written with the next
+    /// group commit; no waiting. The message is found by `id`; the body
+    /// reference is not needed (kept for compatibility).
+    pub fn record_outcome(&self, id: u64, _body: BodyRef, recipients: Vec<u16>, complete: bool) {
+        let _ = self.tx.send(writer::Command::Outcome(writer::Outcome {
             id,
-            segment: body.segment,
             recipients,
             complete,
-        });
+        }));
     }
 
     /// Reads a stored body back (blocking; call from a blocking context).
     pub fn read_body(&self, body: BodyRef) -> std::io::Result<Vec<u8>> {
         self.reader.read(body)
+    }
+
+    /// Reads back the envelope of the message `body` belongs to, checking
+    /// the whole record's CRC (blocking; call from a blocking context).
+    /// Follows the message if compaction moved it.
+    pub fn read_envelope(&self, body: BodyRef) -> std::io::Result<Envelope> {
+        self.reader.read_envelope(body)
     }
 
     /// Flushes outstanding records and stops the writer thread.
@@ -203,52 +290,24 @@ impl Spool {
     }
 }
 
-/// Holds open read handles to segments so delivery can `pread` bodies.
-pub(crate) struct SegmentReader {
-    dir: PathBuf,
-    open: Mutex<HashMap<u32, Arc<File>>>,
-}
-
-impl SegmentReader {
-    fn read(&self, body: BodyRef) -> std::io::Result<Vec<u8>> {
-        let file = {
-            let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-            match open.get(&body.segment) {
-                Some(file) => file.clone(),
-                None => {
-                    let file = Arc::new(File::open(segment_path(&self.dir, body.segment))?);
-                    open.insert(body.segment, file.clone());
-                    file
-                }
-            }
-        };
-        let mut buf = vec![0u8; body.len as usize];
-        file.read_exact_at(&mut buf, body.offset)?;
-        Ok(buf)
-    }
-
-    fn forget(&self, segment: u32) {
-        self.open
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&segment);
-    }
-}
-
 pub(crate) fn segment_path(dir: &Path, segment: u32) -> PathBuf {
     dir.join(format!("{segment:08}.seg"))
 }
 
-/// Takes an exclusive `flock` so two servers never share one spool.
+/// Makes a directory's entries (files created, renamed or removed) durable.
+pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Takes an exclusive lock (`flock` on Linux) so two servers never share
+/// one spool. The lock lives as long as the returned file.
 fn lock_dir(dir: &Path) -> Result<File, SpoolError> {
-    use std::os::fd::AsRawFd;
     let file = File::create(dir.join("spool.lock"))?;
-    // SAFETY: flock on a valid, owned descriptor has no memory effects.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc != 0 {
-        return Err(SpoolError::Locked(dir.to_path_buf()));
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(SpoolError::Locked(dir.to_path_buf())),
+        Err(std::fs::TryLockError::Error(err)) => Err(SpoolError::Io(err)),
     }
-    Ok(file)
 }
 
 #[cfg(test)]

@@ -1,10 +1,22 @@
 //! Record encoding. Every record is self-checking (length + CRC32), so a
 //! torn or corrupt record is recognised and never mistaken for mail.
+//!
+//! Trusts: nothing it decodes; every field is bounds-checked and the CRC
+//! covers the whole payload.
+//!
+//! Invariants: encoding never truncates or wraps. A message with more than
+//! [`MAX_RECIPIENTS`] recipients, an address over 65,535 bytes or a payload
+//! over 4 GiB is refused (and `out` left as it was), so what is decoded is
+//! always exactly what was encoded.
 
 pub(crate) const MAGIC: u32 = 0x5343_4C53; // "SLCS"
 pub(crate) const HEADER_LEN: usize = 13;
 pub(crate) const KIND_MESSAGE: u8 = 1;
 pub(crate) const KIND_OUTCOME: u8 = 2;
+
+/// Most recipients one message may have: outcome records name recipients
+/// by a `u16` index.
+pub const MAX_RECIPIENTS: usize = 65_535;
 
 /// The envelope of a spooled message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,22 +34,65 @@ pub struct Envelope {
 
 /// Appends a message record to `out`; returns the body's offset within the
 /// record, so the caller can compute where the body lands in the segment.
-pub(crate) fn encode_message(env: &Envelope, body: &[u8], out: &mut Vec<u8>) -> usize {
+/// A message the format cannot hold (see [`check`]) leaves `out` as it was
+/// and returns the reason.
+pub(crate) fn encode_message(
+    env: &Envelope,
+    body: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<usize, String> {
+    check(env, body.len())?;
     let start = out.len();
     out.extend_from_slice(&[0u8; HEADER_LEN]);
     out.extend_from_slice(&env.id.to_le_bytes());
     out.extend_from_slice(&env.arrival.to_le_bytes());
     out.extend_from_slice(&env.flags.to_le_bytes());
-    put_str(out, &env.sender);
+    let mut fields = put_str(out, &env.sender);
     out.extend_from_slice(&(env.recipients.len() as u32).to_le_bytes());
     for rcpt in &env.recipients {
-        put_str(out, rcpt);
+        fields = fields.and_then(|()| put_str(out, rcpt));
+    }
+    if let Err(why) = fields {
+        out.truncate(start);
+        return Err(why);
     }
     out.extend_from_slice(&(body.len() as u64).to_le_bytes());
     let body_at = out.len() - start;
     out.extend_from_slice(body);
     finish(out, start, KIND_MESSAGE);
-    body_at
+    Ok(body_at)
+}
+
+/// Checks that a message fits the format: at most [`MAX_RECIPIENTS`]
+/// recipients (outcomes name them by `u16` index), addresses of at most
+/// 65,535 bytes, and a record payload of at most 4 GiB (`u32` length).
+pub(crate) fn check(env: &Envelope, body_len: usize) -> Result<(), String> {
+    if env.recipients.len() > MAX_RECIPIENTS {
+        return Err(format!(
+            "{} recipients, more than the {MAX_RECIPIENTS} the spool can track",
+            env.recipients.len()
+        ));
+    }
+    let mut payload = 8 + 8 + 4 + 4 + 8 + body_len as u64;
+    for addr in std::iter::once(&env.sender).chain(&env.recipients) {
+        if addr.len() > u16::MAX as usize {
+            return Err(too_long(addr));
+        }
+        payload += 2 + addr.len() as u64;
+    }
+    if payload > u32::MAX as u64 {
+        return Err(format!("a message record of {payload} bytes, over 4 GiB"));
+    }
+    Ok(())
+}
+
+fn too_long(addr: &str) -> String {
+    format!("an address of {} bytes, over 65,535", addr.len())
+}
+
+/// The most bytes an outcome record naming up to `recipients` takes.
+pub(crate) fn outcome_len(recipients: usize) -> u64 {
+    (HEADER_LEN + 8 + 4 + 2 * recipients) as u64
 }
 
 pub(crate) fn encode_outcome(id: u64, recipients: &[u16], out: &mut Vec<u8>) {
@@ -51,11 +106,13 @@ pub(crate) fn encode_outcome(id: u64, recipients: &[u16], out: &mut Vec<u8>) {
     finish(out, start, KIND_OUTCOME);
 }
 
-fn put_str(out: &mut Vec<u8>, s: &str) {
-    // Addresses are limited far below 64 KiB by the SMTP layer.
-    let bytes = &s.as_bytes()[..s.len().min(u16::MAX as usize)];
-    out.extend_from_slice(&(bytes.len() as u16).to_le_bytes());
-    out.extend_from_slice(bytes);
+/// Appends a length-prefixed string; refuses one over 65,535 bytes rather
+/// than cutting it (possibly inside a UTF-8 character).
+fn put_str(out: &mut Vec<u8>, s: &str) -> Result<(), String> {
+    let len = u16::try_from(s.len()).map_err(|_| too_long(s))?;
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(s.as_bytes());
+    Ok(())
 }
 
 fn finish(out: &mut [u8], start: usize, kind: u8) {

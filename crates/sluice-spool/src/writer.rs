@@ -1,170 +1,123 @@
-//! The writer thread (group commit) and start-up recovery.
+//! The writer thread: group commit, the free-space reserve, segment
+//! rotation, reclaiming and (in `compact`) compaction.
+//!
+//! Trusts: recovery's index of live messages and its list of pinned
+//! segments; the free-space figure the disk probe reports.
+//!
+//! Invariants:
+//! - A store is acknowledged only after its record is written and synced;
+//!   the index learns of records and outcomes only once they are synced.
+//! - Stores are refused rather than written into the reserve; outcome
+//!   records are always attempted (in the current segment if rotating
+//!   fails) and kept for retry until written.
+//! - Records are only ever appended to the current segment, which is never
+//!   one that existed before start-up; a failed write is cut back off.
+//! - A segment is deleted only when it is not the current one, is not
+//!   pinned, holds no live message and every older segment is gone.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
+use std::time::Duration;
 
-use crate::record::{self, Damage, Envelope, Record};
-use crate::{
-    segment_path, BodyRef, Recovered, RecoveryReport, SegmentReader, SpoolConfig, SpoolError,
-    SpoolStats,
-};
+use crate::index::{LiveIndex, LiveMsg};
+use crate::record::{self, Envelope};
+use crate::recover::RecoveredState;
+use crate::space::Disk;
+
+mod compact;
+use crate::{segment_path, BodyRef, SegmentReader, SpoolConfig, SpoolError, SpoolStats};
 
 /// Stop gathering a batch past this many bytes, so one commit stays short.
 const MAX_BATCH_BYTES: usize = 32 << 20;
+
+/// How long unwritten outcome records wait for new traffic before the
+/// writer retries them on its own.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+type StoreReply = tokio::sync::oneshot::Sender<Result<BodyRef, SpoolError>>;
 
 pub(crate) enum Command {
     Store {
         envelope: Envelope,
         body: Arc<Vec<u8>>,
-        reply: tokio::sync::oneshot::Sender<Result<BodyRef, SpoolError>>,
+        reply: StoreReply,
     },
-    Outcome {
-        id: u64,
-        segment: u32,
-        recipients: Vec<u16>,
-        complete: bool,
-    },
+    Outcome(Outcome),
     Shutdown {
         reply: mpsc::Sender<()>,
     },
 }
 
-/// What recovery hands to the writer.
-pub(crate) struct RecoveredState {
-    pub max_id: u64,
-    /// Live (incomplete) message count per existing segment.
-    live: BTreeMap<u32, usize>,
+/// Recipients of one message that reached a final state.
+pub(crate) struct Outcome {
+    pub id: u64,
+    pub recipients: Vec<u16>,
+    /// The whole message is done.
+    pub complete: bool,
 }
 
-pub(crate) fn recover(
-    dir: &Path,
-) -> Result<(Vec<Recovered>, RecoveryReport, RecoveredState), SpoolError> {
-    let mut numbers: Vec<u32> = std::fs::read_dir(dir)?
-        .filter_map(|e| e.ok())
-        .filter_map(|e| {
-            let name = e.file_name().into_string().ok()?;
-            name.strip_suffix(".seg")?.parse().ok()
-        })
-        .collect();
-    numbers.sort_unstable();
-    let mut report = RecoveryReport {
-        segments: numbers.len(),
-        ..Default::default()
-    };
-    let mut messages: HashMap<u64, Recovered> = HashMap::new();
-    let mut max_id = 0;
-    for (i, &segment) in numbers.iter().enumerate() {
-        let path = segment_path(dir, segment);
-        let data = std::fs::read(&path)?;
-        let mut pos = 0;
-        while pos < data.len() {
-            match record::decode(&data[pos..]) {
-                Ok((
-                    Record::Message {
-                        envelope,
-                        body_at,
-                        body_len,
-                    },
-                    len,
-                )) => {
-                    max_id = max_id.max(envelope.id);
-                    let done = vec![false; envelope.recipients.len()];
-                    let body = BodyRef {
-                        segment,
-                        offset: (pos + body_at) as u64,
-                        len: body_len,
-                    };
-                    messages.insert(
-                        envelope.id,
-                        Recovered {
-                            envelope,
-                            body,
-                            done,
-                        },
-                    );
-                    pos += len;
-                }
-                Ok((Record::Outcome { id, recipients }, len)) => {
-                    if let Some(msg) = messages.get_mut(&id) {
-                        for r in recipients {
-                            if let Some(slot) = msg.done.get_mut(r as usize) {
-                                *slot = true;
-                            }
-                        }
-                    }
-                    pos += len;
-                }
-                Err(damage) => {
-                    let what = match damage {
-                        Damage::Torn => "torn record".to_string(),
-                        Damage::Corrupt(why) => format!("corrupt record ({why})"),
-                    };
-                    report.damage.push(format!(
-                        "{}: {what} at offset {pos}; {} bytes after it ignored",
-                        path.display(),
-                        data.len() - pos
-                    ));
-                    if i + 1 == numbers.len() {
-                        // The newest segment's tail is a write cut short by a crash.
-                        let file = OpenOptions::new().write(true).open(&path)?;
-                        file.set_len(pos as u64)?;
-                        file.sync_all()?;
-                    }
-                    break;
-                }
-            }
-        }
-    }
-    let mut live: BTreeMap<u32, usize> = numbers.iter().map(|&n| (n, 0)).collect();
-    let mut pending: Vec<Recovered> = Vec::new();
-    for msg in messages.into_values() {
-        if msg.done.iter().all(|d| *d) {
-            report.messages_complete += 1;
-        } else {
-            *live.entry(msg.body.segment).or_default() += 1;
-            pending.push(msg);
-        }
-    }
-    pending.sort_by_key(|m| m.envelope.id);
-    report.messages_pending = pending.len();
-    Ok((pending, report, RecoveredState { max_id, live }))
+/// A store encoded into the batch buffer, awaiting the write.
+struct Encoded {
+    id: u64,
+    msg: LiveMsg,
+    reply: StoreReply,
+}
+
+/// An outcome encoded into the batch buffer, awaiting the write.
+struct Recorded {
+    id: u64,
+    recipients: Vec<u16>,
+    complete: bool,
 }
 
 struct Writer {
     dir: PathBuf,
     sync: bool,
     segment_bytes: u64,
-    live: BTreeMap<u32, usize>,
+    /// Free bytes stores must leave for outcome records.
+    reserve: u64,
+    disk: Disk,
+    index: LiveIndex,
+    /// Segments recovery could not fully save; never reclaimed.
+    pinned: BTreeSet<u32>,
+    /// Segments holding a live record that no longer checks out; never
+    /// compacted.
+    uncopyable: BTreeSet<u32>,
     current: u32,
     file: File,
     len: u64,
     reader: Arc<SegmentReader>,
     stats: Arc<SpoolStats>,
-    /// Outcome records whose write failed; retried with the next batch.
-    unwritten: Vec<Command>,
+    /// Outcomes whose write failed; retried with the next batch.
+    unwritten: Vec<Outcome>,
     _lock: File,
 }
 
 pub(crate) fn start(
     config: SpoolConfig,
+    disk: Disk,
     state: RecoveredState,
     reader: Arc<SegmentReader>,
     lock: File,
     stats: Arc<SpoolStats>,
 ) -> Result<mpsc::Sender<Command>, SpoolError> {
-    let current = state.live.keys().next_back().copied().unwrap_or(0) + 1;
+    let mut index = state.index;
+    let current = index.newest_segment().unwrap_or(0) + 1;
     let file = create_segment(&config.dir, current)?;
-    let mut live = state.live;
-    live.insert(current, 0);
+    index.add_segment(current, 0);
     let mut writer = Writer {
         dir: config.dir,
         sync: config.sync,
         segment_bytes: config.segment_bytes.max(1 << 16),
-        live,
+        reserve: config.reserve_bytes,
+        disk,
+        index,
+        pinned: state.pinned,
+        uncopyable: BTreeSet::new(),
         current,
         file,
         len: 0,
@@ -193,24 +146,36 @@ fn create_segment(dir: &Path, number: u32) -> Result<File, SpoolError> {
 }
 
 fn sync_dir(dir: &Path) -> Result<(), SpoolError> {
-    File::open(dir)?.sync_all().map_err(SpoolError::from_io)
+    crate::sync_dir(dir).map_err(SpoolError::from_io)
 }
 
 impl Writer {
     fn run(mut self, rx: mpsc::Receiver<Command>) {
         let mut batch = Vec::new();
         let mut buf = Vec::with_capacity(1 << 20);
-        while let Ok(first) = rx.recv() {
-            let mut bytes = command_bytes(&first);
-            batch.push(first);
-            while bytes < MAX_BATCH_BYTES {
+        let mut compacting = self.compaction_due().is_some();
+        loop {
+            // None: nothing arrived, but there is work of our own to do.
+            let first = if compacting {
                 match rx.try_recv() {
-                    Ok(cmd) => {
-                        bytes += command_bytes(&cmd);
-                        batch.push(cmd);
-                    }
+                    Ok(cmd) => Some(cmd),
+                    Err(mpsc::TryRecvError::Empty) => None,
+                    Err(mpsc::TryRecvError::Disconnected) => break,
+                }
+            } else if !self.unwritten.is_empty() {
+                match rx.recv_timeout(RETRY_AFTER) {
+                    Ok(cmd) => Some(cmd),
+                    Err(mpsc::RecvTimeoutError::Timeout) => None,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                }
+            } else {
+                match rx.recv() {
+                    Ok(cmd) => Some(cmd),
                     Err(_) => break,
                 }
+            };
+            if let Some(first) = first {
+                gather(&rx, first, &mut batch);
             }
             if let Some(reply) = self.commit(&mut batch, &mut buf) {
                 // Release the files and the spool lock before saying we stopped.
@@ -218,84 +183,56 @@ impl Writer {
                 let _ = reply.send(());
                 return;
             }
+            compacting = self.compact_step(&mut buf) && self.compaction_due().is_some();
+        }
+        // Every handle is gone: one last try for what is unwritten.
+        if !self.unwritten.is_empty() {
+            self.commit(&mut batch, &mut buf);
         }
     }
 
     /// Writes and syncs one batch; returns the reply channel of a shutdown request.
     fn commit(&mut self, batch: &mut Vec<Command>, buf: &mut Vec<u8>) -> Option<mpsc::Sender<()>> {
-        if self.len >= self.segment_bytes {
-            if let Err(err) = self.rotate() {
-                return self.fail_batch(batch, &err);
-            }
-        }
-        buf.clear();
-        let base = self.len;
-        let mut stored = Vec::new();
-        let mut shutdown = None;
+        let mut stores = Vec::new();
         let mut outcomes = std::mem::take(&mut self.unwritten);
+        let mut shutdown = None;
         for cmd in batch.drain(..) {
             match cmd {
                 Command::Store {
                     envelope,
                     body,
                     reply,
-                } => {
-                    let record_at = buf.len();
-                    let body_at = record::encode_message(&envelope, &body, buf);
-                    let body_ref = BodyRef {
-                        segment: self.current,
-                        offset: base + (record_at + body_at) as u64,
-                        len: body.len() as u64,
-                    };
-                    stored.push((reply, body_ref));
-                }
-                Command::Outcome { .. } => outcomes.push(cmd),
+                } => stores.push((envelope, body, reply)),
+                Command::Outcome(outcome) => outcomes.push(outcome),
                 Command::Shutdown { reply } => shutdown = Some(reply),
             }
         }
-        for cmd in &outcomes {
-            if let Command::Outcome { id, recipients, .. } = cmd {
-                record::encode_outcome(*id, recipients, buf);
-            }
-        }
-        let result = self.write(base, buf);
-        match result {
-            Ok(()) => {
-                self.len += buf.len() as u64;
-                self.stats
-                    .messages
-                    .fetch_add(stored.len() as u64, Ordering::Relaxed);
-                self.stats
-                    .bytes
-                    .fetch_add(buf.len() as u64, Ordering::Relaxed);
-                if self.sync && !buf.is_empty() {
-                    self.stats.syncs.fetch_add(1, Ordering::Relaxed);
-                }
-                *self.live.entry(self.current).or_default() += stored.len();
-                for (reply, body_ref) in stored {
-                    let _ = reply.send(Ok(body_ref));
-                }
-                for cmd in outcomes {
-                    if let Command::Outcome {
-                        segment,
-                        complete: true,
-                        ..
-                    } = cmd
-                    {
-                        if let Some(n) = self.live.get_mut(&segment) {
-                            *n = n.saturating_sub(1);
-                        }
-                    }
-                }
-                self.reclaim();
-            }
+        buf.clear();
+        let encoded = match self.room_for_stores(stores.is_empty()) {
+            Ok(room) => self.encode_stores(stores, room, buf),
             Err(err) => {
-                // Cut the partial write off so later records stay readable.
-                if self.file.set_len(base).is_err() {
-                    let _ = self.rotate();
-                }
-                for (reply, _) in stored {
+                for (_, _, reply) in stores {
                     let _ = reply.send(Err(clone_error(&err)));
+                }
+                Vec::new()
+            }
+        };
+        let recorded = self.encode_outcomes(&outcomes, buf);
+        match self.write(buf) {
+            Ok(()) => self.apply(buf.len() as u64, encoded, recorded),
+            Err(err) => {
+                let had_stores = !encoded.is_empty();
+                for store in encoded {
+                    let _ = store.reply.send(Err(clone_error(&err)));
+                }
+                if had_stores {
+                    // Outcome records are small: try them again alone.
+                    buf.clear();
+                    let recorded = self.encode_outcomes(&outcomes, buf);
+                    if self.write(buf).is_ok() {
+                        self.apply(buf.len() as u64, Vec::new(), recorded);
+                        return shutdown;
+                    }
                 }
                 self.unwritten = outcomes;
             }
@@ -303,32 +240,140 @@ impl Writer {
         shutdown
     }
 
-    /// Refuses every store of a batch that could not be written; outcome
-    /// records wait for the next batch. Returns a pending shutdown's reply.
-    fn fail_batch(
-        &mut self,
-        batch: &mut Vec<Command>,
-        err: &SpoolError,
-    ) -> Option<mpsc::Sender<()>> {
-        let mut shutdown = None;
-        for cmd in batch.drain(..) {
-            match cmd {
-                Command::Store { reply, .. } => {
-                    let _ = reply.send(Err(clone_error(err)));
-                }
-                Command::Outcome { .. } => self.unwritten.push(cmd),
-                Command::Shutdown { reply } => shutdown = Some(reply),
-            }
+    /// Rotates to a new segment if the current one is full, and says how
+    /// many bytes of stores this batch may write without eating into the
+    /// reserve. Outcome records need neither: if rotating fails they go to
+    /// the current segment, and they may use the reserve.
+    fn room_for_stores(&mut self, no_stores: bool) -> Result<u64, SpoolError> {
+        if self.len >= self.segment_bytes {
+            self.rotate()?;
         }
-        shutdown
+        if no_stores {
+            return Ok(0);
+        }
+        let free = (self.disk.free_bytes)(&self.dir).map_err(SpoolError::Io)?;
+        Ok(free.saturating_sub(self.reserve))
     }
 
-    fn write(&mut self, at: u64, buf: &[u8]) -> Result<(), SpoolError> {
+    /// Encodes message records into `buf` (which will be written at
+    /// `self.len`), at most `room` bytes of them; refuses the rest with
+    /// [`SpoolError::Full`] and those the format cannot hold as invalid.
+    fn encode_stores(
+        &self,
+        stores: Vec<(Envelope, Arc<Vec<u8>>, StoreReply)>,
+        room: u64,
+        buf: &mut Vec<u8>,
+    ) -> Vec<Encoded> {
+        let mut encoded = Vec::with_capacity(stores.len());
+        for (envelope, body, reply) in stores {
+            let record_at = buf.len();
+            let body_at = match record::encode_message(&envelope, &body, buf) {
+                Ok(_) if buf.len() as u64 > room => {
+                    buf.truncate(record_at);
+                    let _ = reply.send(Err(SpoolError::Full));
+                    continue;
+                }
+                Ok(body_at) => body_at,
+                Err(why) => {
+                    let _ = reply.send(Err(SpoolError::Invalid(why)));
+                    continue;
+                }
+            };
+            encoded.push(Encoded {
+                id: envelope.id,
+                msg: LiveMsg {
+                    segment: self.current,
+                    record: self.len + record_at as u64,
+                    record_len: (buf.len() - record_at) as u64,
+                    body_at: body_at as u64,
+                    body_len: body.len() as u64,
+                    done: vec![false; envelope.recipients.len()],
+                },
+                reply,
+            });
+        }
+        encoded
+    }
+
+    /// Encodes outcome records for live messages into `buf`. A complete
+    /// message's record also names every recipient not yet done, so that
+    /// recovery agrees it is complete. Outcomes for messages that are not
+    /// live (already complete) are dropped: completing is idempotent.
+    fn encode_outcomes(&self, outcomes: &[Outcome], buf: &mut Vec<u8>) -> Vec<Recorded> {
+        let mut recorded = Vec::with_capacity(outcomes.len());
+        for outcome in outcomes {
+            let Some(msg) = self.index.get(outcome.id) else {
+                continue;
+            };
+            let mut recipients = outcome.recipients.clone();
+            if outcome.complete {
+                recipients.extend(msg.open_indices());
+                recipients.sort_unstable();
+                recipients.dedup();
+            }
+            if !recipients.is_empty() {
+                record::encode_outcome(outcome.id, &recipients, buf);
+            }
+            recorded.push(Recorded {
+                id: outcome.id,
+                recipients,
+                complete: outcome.complete,
+            });
+        }
+        recorded
+    }
+
+    /// Brings the index up to date with a batch that is now on disk.
+    fn apply(&mut self, written: u64, encoded: Vec<Encoded>, recorded: Vec<Recorded>) {
+        self.len += written;
+        self.index.grow(self.current, written);
+        let stats = &self.stats;
+        stats
+            .messages
+            .fetch_add(encoded.len() as u64, Ordering::Relaxed);
+        let outcome_records = recorded.iter().filter(|r| !r.recipients.is_empty());
+        stats
+            .outcomes
+            .fetch_add(outcome_records.count() as u64, Ordering::Relaxed);
+        stats.bytes.fetch_add(written, Ordering::Relaxed);
+        if self.sync && written > 0 {
+            stats.syncs.fetch_add(1, Ordering::Relaxed);
+        }
+        for store in encoded {
+            let _ = store.reply.send(Ok(store.msg.body_ref(store.id)));
+            self.index.insert(store.id, store.msg);
+        }
+        for outcome in recorded {
+            let all_done = self.index.record_done(outcome.id, &outcome.recipients);
+            if (outcome.complete || all_done) && self.index.remove(outcome.id).is_some() {
+                self.reader.settle(outcome.id);
+            }
+        }
+        self.reclaim();
+    }
+
+    /// Appends `buf` to the current segment and syncs it. On failure the
+    /// segment is cut back so that later records follow whole ones.
+    fn write(&mut self, buf: &[u8]) -> Result<(), SpoolError> {
         if buf.is_empty() {
             return Ok(());
         }
+        let result = self.write_at_end(buf);
+        if result.is_err() && self.file.set_len(self.len).is_err() {
+            let _ = self.rotate();
+        }
+        result
+    }
+
+    fn write_at_end(&mut self, buf: &[u8]) -> Result<(), SpoolError> {
+        #[cfg(test)]
+        if self.disk.take_failure() {
+            let half = &buf[..buf.len() / 2];
+            self.file.write_all_at(half, self.len)?;
+            return Err(SpoolError::Full);
+        }
         self.file
-            .write_all_at(buf, at)
+            .write_all_at(buf, self.len)
             .map_err(SpoolError::from_io)?;
         if self.sync {
             self.file.sync_data().map_err(SpoolError::from_io)?;
@@ -341,26 +386,42 @@ impl Writer {
         self.file = create_segment(&self.dir, next)?;
         self.current = next;
         self.len = 0;
-        self.live.insert(next, 0);
+        self.index.add_segment(next, 0);
         Ok(())
     }
 
     /// Deletes the oldest segments while they hold no live message.
     fn reclaim(&mut self) {
         let mut removed = false;
-        while let Some((&oldest, &live)) = self.live.iter().next() {
-            if oldest == self.current || live > 0 {
+        while let Some((oldest, seg)) = self.index.oldest() {
+            if oldest == self.current || !seg.ids.is_empty() || self.pinned.contains(&oldest) {
                 break;
             }
             if std::fs::remove_file(segment_path(&self.dir, oldest)).is_err() {
                 break;
             }
             self.reader.forget(oldest);
-            self.live.remove(&oldest);
+            self.index.drop_segment(oldest);
             removed = true;
         }
         if removed {
             let _ = sync_dir(&self.dir);
+        }
+    }
+}
+
+/// Adds to `batch` the first command and whatever else is already queued,
+/// up to [`MAX_BATCH_BYTES`].
+fn gather(rx: &mpsc::Receiver<Command>, first: Command, batch: &mut Vec<Command>) {
+    let mut bytes = command_bytes(&first);
+    batch.push(first);
+    while bytes < MAX_BATCH_BYTES {
+        match rx.try_recv() {
+            Ok(cmd) => {
+                bytes += command_bytes(&cmd);
+                batch.push(cmd);
+            }
+            Err(_) => break,
         }
     }
 }
@@ -378,5 +439,6 @@ fn clone_error(err: &SpoolError) -> SpoolError {
         SpoolError::Io(e) => SpoolError::Io(std::io::Error::new(e.kind(), e.to_string())),
         SpoolError::Stopped => SpoolError::Stopped,
         SpoolError::Locked(p) => SpoolError::Locked(p.clone()),
+        SpoolError::Invalid(why) => SpoolError::Invalid(why.clone()),
     }
 }

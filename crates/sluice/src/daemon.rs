@@ -217,10 +217,16 @@ async fn open_spool(
     config: &Config,
     logger: &Logger,
 ) -> Result<(Spool, Vec<sluice_spool::Recovered>), StartError> {
+    let segment_bytes = config.spool.segment_mib.max(1) << 20;
+    let reserve_bytes = match config.spool.reserve_mib {
+        Some(mib) => mib << 20,
+        None => SpoolConfig::default_reserve(segment_bytes),
+    };
     let spool_config = SpoolConfig {
         dir: config.data_dir.join("spool"),
         sync: !config.spool.unsafe_ack_before_fsync,
-        segment_bytes: config.spool.segment_mib.max(1) << 20,
+        segment_bytes,
+        reserve_bytes,
     };
     let (spool, recovered, report) = tokio::task::spawn_blocking(move || Spool::open(spool_config))
         .await

@@ -58,6 +58,7 @@ async fn run(name: &str, chunks: &[&[u8]]) -> (Vec<String>, Vec<Event>) {
         dir: dir.clone(),
         sync: true,
         segment_bytes: 1 << 20,
+        reserve_bytes: 0,
     })
     .unwrap();
     let (queue, mut rx) = QueueHandle::channel();

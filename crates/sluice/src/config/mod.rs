@@ -19,7 +19,7 @@ use hop::{Cidr, NextHop};
 
 /// Recipients one spooled message can have (outcome records index them
 /// with 16 bits).
-pub const MAX_RECIPIENTS: usize = 65_535;
+pub use sluice_spool::MAX_RECIPIENTS;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -90,6 +90,11 @@ pub struct SpoolSettings {
     /// Message bodies kept in memory for delivery (MiB); the rest is read
     /// back from the spool.
     pub body_cache_mib: usize,
+    /// Free space (MiB) kept on the spool's filesystem for outcome records:
+    /// new mail gets `452 4.3.1` before the disk is full, so delivered mail
+    /// can always be recorded and its space freed. Default: two segments,
+    /// at least 4 MiB.
+    pub reserve_mib: Option<u64>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -174,6 +179,7 @@ impl Default for SpoolSettings {
             unsafe_ack_before_fsync: false,
             segment_mib: 64,
             body_cache_mib: 256,
+            reserve_mib: None,
         }
     }
 }

@@ -45,6 +45,7 @@ fn harness(name: &str, tweak: impl FnOnce(&mut Config)) -> Harness {
         dir: dir.clone(),
         sync: false,
         segment_bytes: 1 << 20,
+        reserve_bytes: 0,
     })
     .unwrap();
     let mut config = Config::default();
@@ -380,6 +381,7 @@ async fn a_deferred_message_does_not_keep_its_body_in_memory() {
         dir,
         sync: false,
         segment_bytes: 1 << 20,
+        reserve_bytes: 0,
     })
     .unwrap();
     let mut config = Config::default();

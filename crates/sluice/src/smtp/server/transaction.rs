@@ -277,6 +277,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 );
                 match err {
                     SpoolError::Full => self.reply("452 4.3.1 Error: insufficient system storage"),
+                    SpoolError::Invalid(_) => {
+                        self.reply("554 5.3.4 Error: message envelope too large to store")
+                    }
                     _ => self.reply("451 4.3.0 Error: queue file write error"),
                 }
             }

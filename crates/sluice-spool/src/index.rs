@@ -1,0 +1,153 @@
+//! The writer's index of live messages: where each one's record is, which
+//! recipients are done, and per segment which live messages it holds.
+//!
+//! Trusts: its callers to insert only records that are durably written and
+//! to record outcomes only once they are durably written.
+//!
+//! Invariants:
+//! - A message is live (in the index) from its store until the outcome
+//!   that completes it; completing is idempotent (a second complete finds
+//!   nothing and changes nothing).
+//! - Every live message is listed in exactly one segment's `ids`, the
+//!   segment holding its newest copy, and that segment's `live_bytes` counts
+//!   its record length once.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use crate::BodyRef;
+
+/// One live message.
+#[derive(Debug, Clone)]
+pub(crate) struct LiveMsg {
+    pub segment: u32,
+    /// Offset of the message record in its segment.
+    pub record: u64,
+    /// Length of the whole record, header included.
+    pub record_len: u64,
+    /// Offset of the body within the record.
+    pub body_at: u64,
+    pub body_len: u64,
+    /// Per recipient: a final outcome is recorded.
+    pub done: Vec<bool>,
+}
+
+impl LiveMsg {
+    pub fn body_ref(&self, id: u64) -> BodyRef {
+        BodyRef {
+            id,
+            segment: self.segment,
+            record: self.record,
+            offset: self.record + self.body_at,
+            len: self.body_len,
+        }
+    }
+
+    /// Indices of the recipients already done.
+    pub fn done_indices(&self) -> Vec<u16> {
+        indices(&self.done, true)
+    }
+
+    /// Indices of the recipients not yet done.
+    pub fn open_indices(&self) -> Vec<u16> {
+        indices(&self.done, false)
+    }
+}
+
+fn indices(done: &[bool], want: bool) -> Vec<u16> {
+    done.iter()
+        .enumerate()
+        .filter(|(_, d)| **d == want)
+        .map(|(i, _)| i as u16)
+        .collect()
+}
+
+/// What the writer knows about one existing segment.
+#[derive(Debug, Default)]
+pub(crate) struct SegInfo {
+    /// Live messages whose newest copy is in this segment.
+    pub ids: HashSet<u64>,
+    /// Sum of their record lengths.
+    pub live_bytes: u64,
+    /// File size.
+    pub size: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct LiveIndex {
+    msgs: HashMap<u64, LiveMsg>,
+    segs: BTreeMap<u32, SegInfo>,
+}
+
+impl LiveIndex {
+    /// Registers an existing segment (no-op if known) and sets its size.
+    pub fn add_segment(&mut self, segment: u32, size: u64) {
+        self.segs.entry(segment).or_default().size = size;
+    }
+
+    pub fn grow(&mut self, segment: u32, by: u64) {
+        if let Some(seg) = self.segs.get_mut(&segment) {
+            seg.size += by;
+        }
+    }
+
+    /// Adds a live message, or moves it if it is already live elsewhere.
+    pub fn insert(&mut self, id: u64, msg: LiveMsg) {
+        self.detach(id);
+        let seg = self.segs.entry(msg.segment).or_default();
+        seg.ids.insert(id);
+        seg.live_bytes += msg.record_len;
+        self.msgs.insert(id, msg);
+    }
+
+    pub fn get(&self, id: u64) -> Option<&LiveMsg> {
+        self.msgs.get(&id)
+    }
+
+    /// Marks recipients done; returns whether the message is now done for
+    /// every recipient (false for a message that is not live).
+    pub fn record_done(&mut self, id: u64, recipients: &[u16]) -> bool {
+        let Some(msg) = self.msgs.get_mut(&id) else {
+            return false;
+        };
+        for &r in recipients {
+            if let Some(slot) = msg.done.get_mut(r as usize) {
+                *slot = true;
+            }
+        }
+        msg.done.iter().all(|d| *d)
+    }
+
+    /// Forgets a message that is complete; `None` if it was not live.
+    pub fn remove(&mut self, id: u64) -> Option<LiveMsg> {
+        self.detach(id);
+        self.msgs.remove(&id)
+    }
+
+    fn detach(&mut self, id: u64) {
+        let Some(old) = self.msgs.get(&id) else {
+            return;
+        };
+        if let Some(seg) = self.segs.get_mut(&old.segment) {
+            seg.ids.remove(&id);
+            seg.live_bytes = seg.live_bytes.saturating_sub(old.record_len);
+        }
+    }
+
+    /// The oldest existing segment.
+    pub fn oldest(&self) -> Option<(u32, &SegInfo)> {
+        self.segs.iter().next().map(|(n, s)| (*n, s))
+    }
+
+    pub fn segment(&self, segment: u32) -> Option<&SegInfo> {
+        self.segs.get(&segment)
+    }
+
+    pub fn newest_segment(&self) -> Option<u32> {
+        self.segs.keys().next_back().copied()
+    }
+
+    /// Forgets a deleted segment (which must hold no live message).
+    pub fn drop_segment(&mut self, segment: u32) {
+        self.segs.remove(&segment);
+    }
+}

@@ -1,0 +1,370 @@
+//! Start-up recovery: rebuilds the set of messages that still have work to
+//! do from the segment files, without ever throwing acknowledged mail away
+//! because of one bad record.
+//!
+//! Trusts: nothing read from a segment without its CRC; the directory
+//! listing for which segments exist.
+//!
+//! Invariants:
+//! - A record that fails to decode never ends the scan of its segment. The
+//!   scan resynchronises at the next offset where a whole record (magic,
+//!   length and CRC) decodes, so every valid record after the damage counts.
+//! - Damaged bytes are copied to `<spool>/corrupt/<segment>-<offset>.bin`
+//!   (file and directory fsynced) before anything else happens to them.
+//! - Only the newest segment is ever cut, only at a torn tail (no valid
+//!   record after the damage), and only after the tail is quarantined,
+//!   unless it is no longer than a record header.
+//! - A segment whose damaged bytes could not be quarantined is pinned: the
+//!   writer never reclaims it (nor, by the reclaim rule, anything newer).
+//! - Recovery is idempotent: a range already quarantined with the same
+//!   bytes is counted in `known_damage`, not reported again.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::index::{LiveIndex, LiveMsg};
+use crate::record::{self, Damage, Record, HEADER_LEN};
+use crate::{segment_path, sync_dir, BodyRef, Recovered, RecoveryReport, SpoolError};
+
+/// What recovery hands to the writer.
+pub(crate) struct RecoveredState {
+    pub max_id: u64,
+    /// Every existing segment and the live messages in it.
+    pub index: LiveIndex,
+    /// Segments holding damaged bytes that could not be quarantined.
+    pub pinned: BTreeSet<u32>,
+}
+
+/// Messages found so far, by queue ID.
+#[derive(Default)]
+struct Found {
+    messages: HashMap<u64, Located>,
+    /// Outcomes seen before any record of their message; most belong to
+    /// messages completed and reclaimed long ago and are dropped at the end.
+    early: HashMap<u64, Vec<u16>>,
+    max_id: u64,
+}
+
+/// A message and where its record is.
+struct Located {
+    msg: Recovered,
+    record: u64,
+    record_len: u64,
+    body_at: u64,
+}
+
+pub(crate) fn recover(
+    dir: &Path,
+) -> Result<(Vec<Recovered>, RecoveryReport, RecoveredState), SpoolError> {
+    let numbers = list_segments(dir)?;
+    let mut report = RecoveryReport {
+        segments: numbers.len(),
+        ..Default::default()
+    };
+    let mut found = Found::default();
+    let mut index = LiveIndex::default();
+    let mut pinned = BTreeSet::new();
+    for (i, &segment) in numbers.iter().enumerate() {
+        let newest = i + 1 == numbers.len();
+        let scanned = scan_segment(dir, segment, newest, &mut found, &mut report)?;
+        index.add_segment(segment, scanned.size);
+        if scanned.pinned {
+            pinned.insert(segment);
+        }
+    }
+    report.pinned = pinned.iter().copied().collect();
+    let mut pending: Vec<Recovered> = Vec::new();
+    for (id, found) in found.messages {
+        if found.msg.done.iter().all(|d| *d) {
+            report.messages_complete += 1;
+            continue;
+        }
+        let live = LiveMsg {
+            segment: found.msg.body.segment,
+            record: found.record,
+            record_len: found.record_len,
+            body_at: found.body_at,
+            body_len: found.msg.body.len,
+            done: found.msg.done.clone(),
+        };
+        index.insert(id, live);
+        pending.push(found.msg);
+    }
+    pending.sort_by_key(|m| m.envelope.id);
+    report.messages_pending = pending.len();
+    let state = RecoveredState {
+        max_id: found.max_id,
+        index,
+        pinned,
+    };
+    Ok((pending, report, state))
+}
+
+/// Segment numbers present in the spool directory, oldest first.
+fn list_segments(dir: &Path) -> Result<Vec<u32>, SpoolError> {
+    let mut numbers: Vec<u32> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            name.strip_suffix(".seg")?.parse().ok()
+        })
+        .collect();
+    numbers.sort_unstable();
+    Ok(numbers)
+}
+
+/// What scanning one segment found out about it.
+struct Scanned {
+    /// Its size once any torn tail is cut.
+    size: u64,
+    /// Damaged bytes in it could not be quarantined.
+    pinned: bool,
+}
+
+/// Reads one segment into `found`.
+fn scan_segment(
+    dir: &Path,
+    segment: u32,
+    newest: bool,
+    found: &mut Found,
+    report: &mut RecoveryReport,
+) -> Result<Scanned, SpoolError> {
+    let data = std::fs::read(segment_path(dir, segment))?;
+    let mut scanned = Scanned {
+        size: data.len() as u64,
+        pinned: false,
+    };
+    let mut pos = 0;
+    while pos < data.len() {
+        match record::decode(&data[pos..]) {
+            Ok((record, len)) => {
+                found.apply(segment, pos as u64, len as u64, record);
+                pos += len;
+            }
+            Err(damage) => {
+                let next = resync(&data, pos + 1);
+                let what = match (&damage, next) {
+                    (Damage::Torn, None) => "torn tail".to_string(),
+                    (Damage::Torn, Some(_)) => {
+                        "corrupt record (length runs into the records after it)".to_string()
+                    }
+                    (Damage::Corrupt(why), _) => format!("corrupt record ({why})"),
+                };
+                let bad = Bad {
+                    segment,
+                    offset: pos,
+                    bytes: &data[pos..next.unwrap_or(data.len())],
+                    what,
+                    cut: newest && next.is_none(),
+                };
+                match bad.handle(dir, report) {
+                    Handled::Pinned => scanned.pinned = true,
+                    Handled::Cut => scanned.size = pos as u64,
+                    Handled::Kept => {}
+                }
+                match next {
+                    Some(next) => pos = next,
+                    None => break,
+                }
+            }
+        }
+    }
+    Ok(scanned)
+}
+
+/// The first offset at or after `from` where a whole, valid record starts.
+fn resync(data: &[u8], from: usize) -> Option<usize> {
+    let magic = record::MAGIC.to_le_bytes();
+    let last = data.len().checked_sub(HEADER_LEN)?;
+    (from..=last).find(|&at| data[at..at + 4] == magic && record::decode(&data[at..]).is_ok())
+}
+
+impl Found {
+    /// Adds one record. A message may appear more than once (compaction
+    /// copies it forward): the later copy's place wins and the done sets
+    /// are united. An outcome may come before its message's record (whose
+    /// older copy was reclaimed): it is kept and applied when it appears.
+    fn apply(&mut self, segment: u32, at: u64, record_len: u64, record: Record) {
+        match record {
+            Record::Message {
+                envelope,
+                body_at,
+                body_len,
+            } => {
+                let id = envelope.id;
+                self.max_id = self.max_id.max(id);
+                let body = BodyRef {
+                    id,
+                    segment,
+                    record: at,
+                    offset: at + body_at as u64,
+                    len: body_len,
+                };
+                let mut done = vec![false; envelope.recipients.len()];
+                if let Some(earlier) = self.messages.remove(&id) {
+                    unite(
+                        &mut done,
+                        earlier
+                            .msg
+                            .done
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, d)| **d)
+                            .map(|(i, _)| i as u16),
+                    );
+                }
+                if let Some(early) = self.early.remove(&id) {
+                    unite(&mut done, early);
+                }
+                let msg = Recovered {
+                    envelope,
+                    body,
+                    done,
+                };
+                let located = Located {
+                    msg,
+                    record: at,
+                    record_len,
+                    body_at: body_at as u64,
+                };
+                self.messages.insert(id, located);
+            }
+            Record::Outcome { id, recipients } => match self.messages.get_mut(&id) {
+                Some(found) => unite(&mut found.msg.done, recipients),
+                None => self.early.entry(id).or_default().extend(recipients),
+            },
+        }
+    }
+}
+
+/// Marks these recipients done; indices out of range are ignored.
+fn unite(done: &mut [bool], recipients: impl IntoIterator<Item = u16>) {
+    for r in recipients {
+        if let Some(slot) = done.get_mut(r as usize) {
+            *slot = true;
+        }
+    }
+}
+
+/// A damaged byte range found in a segment.
+struct Bad<'a> {
+    segment: u32,
+    offset: usize,
+    bytes: &'a [u8],
+    what: String,
+    /// The range is the torn tail of the newest segment: cut it off.
+    cut: bool,
+}
+
+/// What became of a damaged range.
+enum Handled {
+    /// Saved (or known) and left in place.
+    Kept,
+    /// Saved (or too short to be worth saving) and cut off.
+    Cut,
+    /// Not saved: the segment must be kept.
+    Pinned,
+}
+
+impl Bad<'_> {
+    /// Quarantines the range, cuts it if due, and reports it.
+    fn handle(&self, dir: &Path, report: &mut RecoveryReport) -> Handled {
+        let place = format!(
+            "segment {:08} offset {}: {} bytes, {}",
+            self.segment,
+            self.offset,
+            self.bytes.len(),
+            self.what
+        );
+        let saved = if self.cut && self.bytes.len() <= HEADER_LEN {
+            Ok(None)
+        } else {
+            quarantine(dir, self.segment, self.offset, self.bytes).map(Some)
+        };
+        let note = match saved {
+            Err(err) => {
+                report.damage.push(format!(
+                    "{place}; could not be quarantined ({err}): segment pinned, \
+                     it and every newer segment are kept"
+                ));
+                return Handled::Pinned;
+            }
+            Ok(Some(Saved::Known(_))) if !self.cut => {
+                report.known_damage += 1;
+                return Handled::Kept;
+            }
+            Ok(Some(Saved::Known(path))) => format!("already quarantined in {}", path.display()),
+            Ok(Some(Saved::New(path))) => format!("quarantined in {}", path.display()),
+            Ok(None) => "a torn header, nothing to keep".to_string(),
+        };
+        let (handled, action) = if !self.cut {
+            (Handled::Kept, String::new())
+        } else {
+            match cut(&segment_path(dir, self.segment), self.offset as u64) {
+                Ok(()) => (Handled::Cut, "; cut off".to_string()),
+                Err(err) => (Handled::Kept, format!("; could not be cut off ({err})")),
+            }
+        };
+        report.damage.push(format!("{place}; {note}{action}"));
+        handled
+    }
+}
+
+fn cut(path: &Path, len: u64) -> std::io::Result<()> {
+    let file = OpenOptions::new().write(true).open(path)?;
+    file.set_len(len)?;
+    file.sync_all()
+}
+
+/// Where quarantined bytes went.
+enum Saved {
+    /// Written now.
+    New(PathBuf),
+    /// An earlier start-up already saved exactly these bytes here.
+    Known(PathBuf),
+}
+
+/// Copies damaged bytes to `<dir>/corrupt/<segment>-<offset>.bin`, durably.
+/// A file of that name with other contents (a segment number reused after
+/// the spool emptied) gets a `.1`, `.2`, … suffix instead.
+fn quarantine(dir: &Path, segment: u32, offset: usize, bytes: &[u8]) -> std::io::Result<Saved> {
+    let corrupt = dir.join("corrupt");
+    if !corrupt.is_dir() {
+        std::fs::create_dir(&corrupt)?;
+        sync_dir(dir)?;
+    }
+    for n in 0..100 {
+        let name = match n {
+            0 => format!("{segment:08}-{offset}.bin"),
+            n => format!("{segment:08}-{offset}.{n}.bin"),
+        };
+        let path = corrupt.join(name);
+        match OpenOptions::new().write(true).create_new(true).open(&path) {
+            Ok(file) => {
+                return match write_synced(file, bytes).and_then(|()| sync_dir(&corrupt)) {
+                    Ok(()) => Ok(Saved::New(path)),
+                    Err(err) => {
+                        let _ = std::fs::remove_file(&path);
+                        Err(err)
+                    }
+                };
+            }
+            Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {
+                if std::fs::read(&path)? == bytes {
+                    return Ok(Saved::Known(path));
+                }
+            }
+            Err(err) => return Err(err),
+        }
+    }
+    Err(std::io::Error::other(
+        "too many quarantine files for one offset",
+    ))
+}
+
+fn write_synced(mut file: File, bytes: &[u8]) -> std::io::Result<()> {
+    file.write_all(bytes)?;
+    file.sync_all()
+}

@@ -1,0 +1,137 @@
+//! Compaction: live messages in an oldest segment that is mostly dead are
+//! copied forward, so one deferred message no longer pins its segment and
+//! every newer one; their old body references keep working and recovery
+//! takes the newest copy with every outcome recorded for it.
+
+use super::*;
+
+/// Stores and completes `n` messages of 8 KiB each; returns the most
+/// segment files seen along the way.
+fn churn(rt: &tokio::runtime::Runtime, spool: &Spool, dir: &Path, n: usize) -> usize {
+    let mut most = 0;
+    for _ in 0..n {
+        let (env, body) = store(rt, spool, 1, vec![b'z'; 8 << 10]);
+        spool.record_outcome(env.id, body, vec![0], true);
+        most = most.max(count_segments(dir));
+    }
+    most
+}
+
+#[test]
+fn one_deferred_message_does_not_pin_every_newer_segment() {
+    let dir = temp_dir("pin-one");
+    let rt = runtime();
+    let (spool, _, _) = Spool::open(config(&dir)).unwrap();
+    let text = b"deferred for days\r\n".repeat(50);
+    let (deferred, old_ref) = store(&rt, &spool, 3, text.clone());
+    spool.record_outcome(deferred.id, old_ref, vec![0], false);
+    let most = churn(&rt, &spool, &dir, 200);
+    assert!(most <= 4, "{most} segments at once (200 x 8 KiB stored)");
+    assert!(spool.stats().compacted.load(Ordering::SeqCst) >= 1);
+    assert!(!segment_path(&dir, old_ref.segment).exists(), "moved away");
+    assert_eq!(spool.read_body(old_ref).unwrap(), text, "old reference");
+    spool.record_outcome(deferred.id, old_ref, vec![2], false);
+    churn(&rt, &spool, &dir, 1);
+    spool.shutdown();
+    drop(spool);
+    assert!(
+        count_segments(&dir) <= 3,
+        "{} segments",
+        count_segments(&dir)
+    );
+
+    let (spool, recovered, report) = Spool::open(config(&dir)).unwrap();
+    assert!(report.damage.is_empty(), "{:?}", report.damage);
+    assert_eq!(ids(&recovered), vec![deferred.id], "exactly once");
+    assert_eq!(recovered[0].envelope, deferred);
+    assert_eq!(recovered[0].done, vec![true, false, true]);
+    assert_eq!(spool.read_body(recovered[0].body).unwrap(), text);
+    spool.shutdown();
+}
+
+#[test]
+fn a_mostly_live_segment_is_copied_only_once_most_of_it_is_done() {
+    let dir = temp_dir("mostly-live");
+    let rt = runtime();
+    let (spool, _, _) = Spool::open(config(&dir)).unwrap();
+    let live: Vec<_> = (0..3)
+        .map(|i| store(&rt, &spool, 1, vec![b'a' + i; 30_000]))
+        .collect();
+    assert!(live.iter().all(|(_, b)| b.segment == 1));
+    churn(&rt, &spool, &dir, 20);
+    assert_eq!(spool.stats().compacted.load(Ordering::SeqCst), 0);
+    assert!(segment_path(&dir, 1).exists());
+
+    for (env, body) in &live[..2] {
+        spool.record_outcome(env.id, *body, vec![0], true);
+    }
+    wait_until("the last live message is copied forward", || {
+        !segment_path(&dir, 1).exists()
+    });
+    assert_eq!(spool.stats().compacted.load(Ordering::SeqCst), 1);
+    assert_eq!(spool.read_body(live[2].1).unwrap(), vec![b'c'; 30_000]);
+    spool.shutdown();
+}
+
+#[test]
+fn recovery_takes_the_newest_copy_and_unites_every_outcome() {
+    let dir = temp_dir("copies");
+    std::fs::create_dir_all(&*dir).unwrap();
+    let env = Envelope {
+        id: 42,
+        arrival: 1,
+        sender: "a@b.example".into(),
+        recipients: (0..4).map(|i| format!("r{i}@c.example")).collect(),
+        flags: 0,
+    };
+    // Segment 1: an outcome whose message record is further on (its
+    // original segment was reclaimed after a copy).
+    let mut one = Vec::new();
+    record::encode_outcome(42, &[2], &mut one);
+    // Segment 2: a copy and an outcome; segment 3: a newer copy and another.
+    let mut two = Vec::new();
+    record::encode_message(&env, b"old copy", &mut two).unwrap();
+    record::encode_outcome(42, &[0], &mut two);
+    let mut three = Vec::new();
+    record::encode_message(&env, b"new copy", &mut three).unwrap();
+    record::encode_outcome(42, &[1], &mut three);
+    for (n, bytes) in [(1, one), (2, two), (3, three)] {
+        std::fs::write(segment_path(&dir, n), bytes).unwrap();
+    }
+
+    let (spool, recovered, report) = Spool::open(config(&dir)).unwrap();
+    assert!(report.damage.is_empty(), "{:?}", report.damage);
+    assert_eq!(ids(&recovered), vec![42], "exactly once");
+    assert_eq!(recovered[0].done, vec![true, true, true, false]);
+    assert_eq!(recovered[0].body.segment, 3);
+    assert_eq!(spool.read_body(recovered[0].body).unwrap(), b"new copy");
+    spool.shutdown();
+}
+
+#[test]
+fn compaction_goes_on_in_bounded_steps_while_idle() {
+    let dir = temp_dir("steps");
+    let rt = runtime();
+    let (spool, _, _) = Spool::open(config(&dir)).unwrap();
+    let deferred: Vec<_> = (0..10)
+        .map(|i| store(&rt, &spool, 1, vec![b'0' + i; 1000]))
+        .collect();
+    let filler: Vec<_> = (0..7)
+        .map(|_| store(&rt, &spool, 1, vec![b'f'; 8 << 10]))
+        .collect();
+    assert!(filler.iter().all(|(_, b)| b.segment == 1));
+    store(&rt, &spool, 1, b"in segment 2".to_vec());
+    // Only these outcomes arrive; each step copies at most 4 records, so
+    // the other steps must run without further commands.
+    for (env, body) in &filler {
+        spool.record_outcome(env.id, *body, vec![0], true);
+    }
+    wait_until("segment 1 is emptied and reclaimed", || {
+        !segment_path(&dir, 1).exists()
+    });
+    assert_eq!(spool.stats().compacted.load(Ordering::SeqCst), 10);
+    for (i, (_, body)) in deferred.iter().enumerate() {
+        assert_eq!(spool.read_body(*body).unwrap(), vec![b'0' + i as u8; 1000]);
+    }
+    spool.shutdown();
+}

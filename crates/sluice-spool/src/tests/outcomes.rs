@@ -1,0 +1,97 @@
+//! Outcome records and reclaiming: completion is idempotent, segments go
+//! oldest first and never while they hold live mail, and outcome records
+//! that outlive their message are harmless.
+
+use super::*;
+
+#[test]
+fn a_second_complete_does_not_free_a_segment_with_live_mail() {
+    let dir = temp_dir("double-complete");
+    let rt = runtime();
+    let (spool, _, _) = Spool::open(config(&dir)).unwrap();
+    // Together they fill the 64 KiB segment: the third goes to the next.
+    // The second is most of the segment, so compaction leaves it there.
+    let first = store(&rt, &spool, 1, vec![b'a'; 20_000]);
+    let second = store(&rt, &spool, 1, vec![b'b'; 46_000]);
+    let third = store(&rt, &spool, 1, vec![b'c'; 10]);
+    assert_eq!((first.1.segment, second.1.segment), (1, 1));
+    assert_eq!(third.1.segment, 2);
+    spool.record_outcome(first.0.id, first.1, vec![0], true);
+    spool.record_outcome(first.0.id, first.1, vec![0], true);
+    store(&rt, &spool, 1, vec![b'd'; 10]);
+    spool.shutdown();
+    drop(spool);
+
+    assert!(segment_path(&dir, 1).exists(), "the second message pins it");
+    let (spool, recovered, _) = Spool::open(config(&dir)).unwrap();
+    assert_eq!(recovered.len(), 3);
+    assert_eq!(recovered[0].envelope, second.0);
+    assert_eq!(
+        spool.read_body(recovered[0].body).unwrap(),
+        vec![b'b'; 46_000]
+    );
+    spool.shutdown();
+}
+
+#[test]
+fn completed_segments_are_reclaimed_oldest_first() {
+    let dir = temp_dir("reclaim");
+    let rt = runtime();
+    let (spool, _, _) = Spool::open(config(&dir)).unwrap();
+    let stored: Vec<_> = (0..40)
+        .map(|_| store(&rt, &spool, 1, vec![b'z'; 8 << 10]))
+        .collect();
+    let newest = stored.last().unwrap().1.segment;
+    assert!(newest >= 4, "{newest}");
+    // Everything but segment 1, which stays all live (too live to compact).
+    let (oldest, newer): (Vec<_>, Vec<_>) = stored.iter().partition(|(_, b)| b.segment == 1);
+    for (env, body) in &newer {
+        spool.record_outcome(env.id, *body, vec![0], true);
+    }
+    store(&rt, &spool, 1, vec![b'z'; 10]);
+    spool.shutdown();
+    drop(spool);
+    for n in 1..=newest {
+        assert!(segment_path(&dir, n).exists(), "segment {n} kept behind 1");
+    }
+
+    let (spool, recovered, _) = Spool::open(config(&dir)).unwrap();
+    assert_eq!(recovered.len(), oldest.len() + 1);
+    for (env, body) in &oldest {
+        spool.record_outcome(env.id, *body, vec![0], true);
+    }
+    store(&rt, &spool, 1, vec![b'z'; 10]);
+    spool.shutdown();
+    drop(spool);
+    assert!(count_segments(&dir) <= 2, "{}", count_segments(&dir));
+    let (spool, recovered, _) = Spool::open(config(&dir)).unwrap();
+    assert_eq!(recovered.len(), 2);
+    spool.shutdown();
+}
+
+#[test]
+fn outcome_records_outliving_their_message_are_harmless() {
+    let dir = temp_dir("orphans");
+    let rt = runtime();
+    let (spool, _, _) = Spool::open(config(&dir)).unwrap();
+    // Segment 1 holds only a message that completes; segment 2 holds its
+    // outcome records and messages that stay live.
+    let (gone, gone_ref) = store(&rt, &spool, 2, vec![b'g'; 66_000]);
+    let (live, _) = store(&rt, &spool, 1, vec![b'l'; 100]);
+    assert_eq!((gone_ref.segment, live.id > gone.id), (1, true));
+    spool.record_outcome(gone.id, gone_ref, vec![0], false);
+    store(&rt, &spool, 1, vec![b'x'; 10]);
+    spool.record_outcome(gone.id, gone_ref, vec![1], true);
+    store(&rt, &spool, 1, vec![b'x'; 10]);
+    spool.shutdown();
+    drop(spool);
+    assert!(!segment_path(&dir, 1).exists(), "its message is reclaimed");
+    assert!(records(&segment_path(&dir, 2)).len() >= 4);
+
+    let (spool, recovered, report) = Spool::open(config(&dir)).unwrap();
+    assert!(report.damage.is_empty(), "{:?}", report.damage);
+    assert_eq!(recovered.len(), 3);
+    assert!(!ids(&recovered).contains(&gone.id));
+    assert_eq!(report.messages_complete, 0, "no record of it is left");
+    spool.shutdown();
+}

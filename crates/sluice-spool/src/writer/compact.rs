@@ -1,0 +1,157 @@
+//! Compaction: copies the live messages of the oldest segment forward, so
+//! that one deferred message does not pin its segment (and, by the reclaim
+//! rule, every newer one) until it expires.
+//!
+//! Trusts: the live index for where each live record is and which of its
+//! recipients are done; re-reads every record and checks its CRC before
+//! copying it.
+//!
+//! Invariants:
+//! - Only the oldest segment is compacted, only when it is not the current
+//!   one, not pinned, and its live records take at most half its size (so a
+//!   large backlog that is all live is never copied).
+//! - A record is copied verbatim, followed by an outcome record with the
+//!   message's done recipients, and synced before the index and the reader
+//!   are told of its new place; the old copy is deleted only afterwards, by
+//!   the ordinary reclaim. A crash in between leaves two copies, which
+//!   recovery resolves (the later one wins, done sets are united).
+//! - One step copies at most [`STEP_BYTES`] and [`STEP_RECORDS`] (but at
+//!   least one record), so stores queued behind it wait for one bounded
+//!   write and sync.
+//! - Copies may not eat into more than half of the free-space reserve.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::Ordering;
+
+use super::Writer;
+use crate::index::LiveMsg;
+use crate::record::{self, Record};
+use crate::segment_path;
+
+/// Most bytes one compaction step copies.
+const STEP_BYTES: u64 = 8 << 20;
+/// Most records one compaction step copies (tests use a small step so
+/// that compaction takes several).
+#[cfg(not(test))]
+const STEP_RECORDS: usize = 1024;
+#[cfg(test)]
+const STEP_RECORDS: usize = 4;
+
+impl Writer {
+    /// The oldest segment, if it should be compacted now.
+    pub(super) fn compaction_due(&self) -> Option<u32> {
+        let (oldest, seg) = self.index.oldest()?;
+        let worth_it = !seg.ids.is_empty() && seg.live_bytes.saturating_mul(2) <= seg.size;
+        let allowed = oldest != self.current
+            && !self.pinned.contains(&oldest)
+            && !self.uncopyable.contains(&oldest);
+        (worth_it && allowed).then_some(oldest)
+    }
+
+    /// Copies one step's worth of the oldest segment's live messages to the
+    /// current segment; returns whether it copied anything.
+    pub(super) fn compact_step(&mut self, buf: &mut Vec<u8>) -> bool {
+        let Some(oldest) = self.compaction_due() else {
+            return false;
+        };
+        if self.len >= self.segment_bytes && self.rotate().is_err() {
+            return false;
+        }
+        let picked = self.pick(oldest);
+        let bytes: u64 = picked
+            .iter()
+            .map(|(_, msg)| msg.record_len + record::outcome_len(msg.done.len()))
+            .sum();
+        let free = (self.disk.free_bytes)(&self.dir).unwrap_or(0);
+        if free < bytes.saturating_add(self.reserve / 2) {
+            return false;
+        }
+        buf.clear();
+        let copies = match self.copy_out(oldest, &picked, buf) {
+            Ok(copies) => copies,
+            Err(_) => {
+                // A live record no longer checks out: leave the segment be.
+                self.uncopyable.insert(oldest);
+                return false;
+            }
+        };
+        if self.write(buf).is_err() {
+            return false;
+        }
+        let written = buf.len() as u64;
+        self.len += written;
+        self.index.grow(self.current, written);
+        self.stats.bytes.fetch_add(written, Ordering::Relaxed);
+        self.stats
+            .compacted
+            .fetch_add(copies.len() as u64, Ordering::Relaxed);
+        if self.sync {
+            self.stats.syncs.fetch_add(1, Ordering::Relaxed);
+        }
+        for (id, msg) in copies {
+            self.reader.relocate(msg.body_ref(id));
+            self.index.insert(id, msg);
+        }
+        self.reclaim();
+        true
+    }
+
+    /// The live messages of `segment` one step copies, in file order.
+    fn pick(&self, segment: u32) -> Vec<(u64, LiveMsg)> {
+        let Some(seg) = self.index.segment(segment) else {
+            return Vec::new();
+        };
+        let mut all: Vec<(u64, LiveMsg)> = seg
+            .ids
+            .iter()
+            .filter_map(|&id| Some((id, self.index.get(id)?.clone())))
+            .collect();
+        all.sort_by_key(|(_, msg)| msg.record);
+        let mut bytes = 0;
+        let mut picked = Vec::new();
+        for (id, msg) in all {
+            let full = picked.len() >= STEP_RECORDS || bytes + msg.record_len > STEP_BYTES;
+            if full && !picked.is_empty() {
+                break;
+            }
+            bytes += msg.record_len;
+            picked.push((id, msg));
+        }
+        picked
+    }
+
+    /// Appends verified copies of the picked records, each followed by its
+    /// done set, to `buf`; returns each message's place once `buf` is
+    /// written at the end of the current segment.
+    fn copy_out(
+        &self,
+        segment: u32,
+        picked: &[(u64, LiveMsg)],
+        buf: &mut Vec<u8>,
+    ) -> std::io::Result<Vec<(u64, LiveMsg)>> {
+        let file = File::open(segment_path(&self.dir, segment))?;
+        let mut copies = Vec::with_capacity(picked.len());
+        for (id, msg) in picked {
+            let at = buf.len();
+            buf.resize(at + msg.record_len as usize, 0);
+            file.read_exact_at(&mut buf[at..], msg.record)?;
+            match record::decode(&buf[at..]) {
+                Ok((Record::Message { envelope, .. }, len))
+                    if envelope.id == *id && len as u64 == msg.record_len => {}
+                _ => return Err(std::io::Error::other("live record fails its check")),
+            }
+            let done = msg.done_indices();
+            if !done.is_empty() {
+                record::encode_outcome(*id, &done, buf);
+            }
+            let copy = LiveMsg {
+                segment: self.current,
+                record: self.len + at as u64,
+                ..msg.clone()
+            };
+            copies.push((*id, copy));
+        }
+        Ok(copies)
+    }
+}
