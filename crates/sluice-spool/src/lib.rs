@@ -123,7 +123,9 @@ pub struct BodyRef {
 /// A message found in the spool at start-up that still has work to do.
 #[derive(Debug)]
 pub struct Recovered {
-    pub envelope: Envelope,
+    /// Queue ID. The envelope is not kept (a big spool would fill memory
+    /// with them): read it back with [`Spool::read_envelope`] when needed.
+    pub id: u64,
     pub body: BodyRef,
     /// Per recipient: true if a final outcome was already recorded.
     pub done: Vec<bool>,

@@ -92,7 +92,7 @@ pub(crate) fn recover(
         index.insert(id, live);
         pending.push(found.msg);
     }
-    pending.sort_by_key(|m| m.envelope.id);
+    pending.sort_by_key(|m| m.id);
     report.messages_pending = pending.len();
     let state = RecoveredState {
         max_id: found.max_id,
@@ -218,11 +218,7 @@ impl Found {
                 if let Some(early) = self.early.remove(&id) {
                     unite(&mut done, early);
                 }
-                let msg = Recovered {
-                    envelope,
-                    body,
-                    done,
-                };
+                let msg = Recovered { id, body, done };
                 let located = Located {
                     msg,
                     record: at,

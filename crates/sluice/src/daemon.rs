@@ -21,7 +21,7 @@ use crate::log;
 use crate::log::Logger;
 use crate::maildir::dirs::MaildirPolicy;
 use crate::maildir::MaildirAgent;
-use crate::queue::{DeliveryAgent, QueueHandle, QueuedMessage, Scheduler, WorkerStart};
+use crate::queue::{DeliveryAgent, QueueHandle, Scheduler, WorkerStart};
 use crate::routing::mailboxes::VirtualMailboxes;
 use crate::routing::policy::RelayPolicy;
 use crate::routing::Router;
@@ -118,14 +118,10 @@ impl Server {
         {
             let queue = queue.clone();
             tokio::spawn(async move {
-                for msg in recovered {
+                let mut recovered = recovered.into_iter().peekable();
+                while recovered.peek().is_some() {
                     queue
-                        .enqueue(QueuedMessage {
-                            envelope: msg.envelope,
-                            body_ref: msg.body,
-                            body: None,
-                            done: msg.done,
-                        })
+                        .recovered(recovered.by_ref().take(4096).collect())
                         .await;
                 }
             });

@@ -105,6 +105,9 @@ pub struct QueueConfig {
     pub maximal_backoff_secs: u64,
     /// Give up and bounce after this long in the queue (default 5 days).
     pub maximal_lifetime_secs: u64,
+    /// Messages held in memory at most (Postfix: qmgr_message_active_limit);
+    /// the rest wait on disk and are brought in as room frees up.
+    pub active_limit: usize,
     /// On shutdown, how long deliveries in flight may take to finish (their
     /// outcomes are recorded; what is still out then is sent again later).
     pub shutdown_drain_secs: u64,
@@ -191,6 +194,7 @@ impl Default for QueueConfig {
             maximal_backoff_secs: 4000,
             maximal_lifetime_secs: 5 * 24 * 3600,
             shutdown_drain_secs: 30,
+            active_limit: 20_000,
         }
     }
 }

@@ -16,6 +16,7 @@
 //! Invariants: see [`scheduler`]. Channels are bounded: a full queue
 //! channel makes senders wait (back-pressure), it never grows.
 
+mod admission;
 pub mod agent;
 mod destination;
 pub mod job;
@@ -48,6 +49,10 @@ pub struct QueuedMessage {
 /// What the scheduler reacts to.
 pub enum Event {
     Queued(QueuedMessage),
+    /// Messages found in the spool at start-up (envelopes still on disk).
+    Recovered(Vec<sluice_spool::Recovered>),
+    /// Envelopes read back for parked messages (see `admission.rs`).
+    Loaded(Vec<(u64, Result<Envelope, String>)>),
     Report(JobReport),
     /// The bounce for these recipients of `msg` is safely spooled.
     BounceStored {
@@ -87,6 +92,11 @@ impl QueueHandle {
     /// Queues a spooled message; waits while the queue is saturated.
     pub async fn enqueue(&self, msg: QueuedMessage) {
         let _ = self.tx.send(Event::Queued(msg)).await;
+    }
+
+    /// Hands the messages recovered at start-up to the queue.
+    pub async fn recovered(&self, batch: Vec<sluice_spool::Recovered>) {
+        let _ = self.tx.send(Event::Recovered(batch)).await;
     }
 
     /// Asks the scheduler to drain and waits for its report.

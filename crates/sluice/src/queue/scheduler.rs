@@ -16,7 +16,8 @@
 //!   it is removed from `messages`;
 //! - `Message::in_flight` is the number of its jobs not yet reported;
 //! - `bounce_pending` implies the message is not in the retry queue;
-//! - a message waiting for a retry holds no cached body.
+//! - a message waiting for a retry is parked on disk (`admission.rs`): no
+//!   envelope or body of it is held in memory.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -25,6 +26,7 @@ use sluice_spool::{BodyRef, Envelope, Spool};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use super::admission::Parked;
 use super::agent::DeliveryAgent;
 use super::destination::Destination;
 use super::job::{Job, JobReport, WorkerId};
@@ -87,13 +89,20 @@ pub(super) struct Drain {
 pub struct Scheduler {
     pub(super) config: Arc<Config>,
     router: Router,
-    spool: Spool,
-    logger: Logger,
+    pub(super) spool: Spool,
+    pub(super) logger: Logger,
     pub(super) agent: Arc<dyn DeliveryAgent>,
     pub(super) events: mpsc::Sender<Event>,
     messages: HashMap<u64, Message>,
+    /// Messages waiting on disk (see `admission.rs`).
+    pub(super) parked: HashMap<u64, Parked>,
+    /// Parked messages waiting for room in the active queue, oldest first.
+    pub(super) ready: std::collections::VecDeque<u64>,
+    /// Envelopes being read back (they count against the limit).
+    pub(super) loading: usize,
+    pub(super) active_limit: usize,
     pub(super) dests: HashMap<Arc<str>, Destination>,
-    retry: RetryQueue,
+    pub(super) retry: RetryQueue,
     pub(super) next_worker: WorkerId,
     body_cache_bytes: usize,
     body_cache_limit: usize,
@@ -114,6 +123,7 @@ impl Scheduler {
         queue: &QueueHandle,
     ) -> Scheduler {
         let body_cache_limit = config.spool.body_cache_mib << 20;
+        let active_limit = config.queue.active_limit.max(1);
         Scheduler {
             config,
             router,
@@ -122,6 +132,10 @@ impl Scheduler {
             agent,
             events: queue.sender(),
             messages: HashMap::new(),
+            parked: HashMap::new(),
+            ready: std::collections::VecDeque::new(),
+            loading: 0,
+            active_limit,
             dests: HashMap::new(),
             retry: RetryQueue::default(),
             next_worker: 1,
@@ -152,6 +166,7 @@ impl Scheduler {
                 }
             }
             self.run_due_retries();
+            self.admit();
             if self.drain_over() {
                 return;
             }
@@ -168,6 +183,8 @@ impl Scheduler {
     fn handle(&mut self, event: Event) {
         match event {
             Event::Queued(msg) => self.queued(msg),
+            Event::Recovered(batch) => self.recovered(batch),
+            Event::Loaded(loaded) => self.loaded(loaded),
             Event::Report(JobReport::Done {
                 dest,
                 worker,
@@ -229,6 +246,20 @@ impl Scheduler {
     }
 
     fn queued(&mut self, inc: QueuedMessage) {
+        if self.has_room() {
+            self.activate(inc, 0);
+            return;
+        }
+        let parked = Parked {
+            body_ref: inc.body_ref,
+            done: inc.done,
+            attempts: 0,
+        };
+        self.park(inc.envelope.id, parked, None);
+    }
+
+    /// Puts a message into the active queue and dispatches it.
+    pub(super) fn activate(&mut self, inc: QueuedMessage, attempts: u32) {
         let id = inc.envelope.id;
         let rcpts = inc
             .done
@@ -256,7 +287,7 @@ impl Scheduler {
                 body,
                 rcpts,
                 in_flight: 0,
-                attempts: 0,
+                attempts,
                 failed: Vec::new(),
                 bounce_pending: false,
             },
@@ -264,6 +295,16 @@ impl Scheduler {
         if self.draining.is_none() {
             self.dispatch(id);
         }
+    }
+
+    pub(super) fn messages_len(&self) -> usize {
+        self.messages.len()
+    }
+
+    /// How long a message waits before attempt `attempts + 1`.
+    pub(super) fn retry_wait(&self, attempts: u32, id: u64) -> std::time::Duration {
+        let q = &self.config.queue;
+        backoff(attempts, q.minimal_backoff_secs, q.maximal_backoff_secs, id)
     }
 
     /// Turns a message's open recipients into jobs, one per next hop.
@@ -422,19 +463,26 @@ impl Scheduler {
             self.remove(id);
             return;
         }
-        msg.attempts += 1;
-        // Waiting mail does not hold memory for its body (read back later).
-        if let Some(body) = msg.body.take() {
+        // Deferred mail waits on disk: no envelope or body in memory.
+        let attempts = msg.attempts + 1;
+        let at = Instant::now() + self.retry_wait(attempts, id);
+        let Some(msg) = self.messages.remove(&id) else {
+            return;
+        };
+        if let Some(body) = &msg.body {
             self.body_cache_bytes -= body.len();
         }
-        let q = &self.config.queue;
-        let wait = backoff(
-            msg.attempts,
-            q.minimal_backoff_secs,
-            q.maximal_backoff_secs,
-            id,
-        );
-        self.retry.push(Instant::now() + wait, id);
+        let done = msg
+            .rcpts
+            .iter()
+            .map(|s| matches!(s, RcptState::Delivered | RcptState::Bounced))
+            .collect();
+        let parked = Parked {
+            body_ref: msg.body_ref,
+            done,
+            attempts,
+        };
+        self.park(id, parked, Some(at));
     }
 
     /// Returns failed recipients to the sender (or logs why not).
@@ -515,19 +563,20 @@ impl Scheduler {
         }
         let now = Instant::now();
         while let Some(id) = self.retry.pop_due(now) {
-            let ready = self
-                .messages
-                .get(&id)
-                .is_some_and(|m| m.in_flight == 0 && !m.bounce_pending);
-            if ready {
-                self.dispatch(id);
+            if self.parked.contains_key(&id) {
+                self.ready.push_back(id);
             }
         }
     }
 
-    /// Messages in memory, and body bytes cached for them (for tests and stats).
-    pub fn counts(&self) -> (usize, usize) {
-        (self.messages.len(), self.body_cache_bytes)
+    /// Messages in memory, messages waiting on disk, and body bytes
+    /// cached (for tests and stats).
+    pub fn counts(&self) -> (usize, usize, usize) {
+        (
+            self.messages.len(),
+            self.parked.len(),
+            self.body_cache_bytes,
+        )
     }
 }
 

@@ -413,7 +413,7 @@ async fn a_deferred_message_does_not_keep_its_body_in_memory() {
         body: Some(body),
         done: vec![false],
     }));
-    assert_eq!(s.counts(), (1, 5000));
+    assert_eq!(s.counts(), (1, 0, 5000));
     let w = workers.recv().await.unwrap();
     s.handle(Event::Report(JobReport::Done {
         dest: w.dest.clone(),
@@ -423,5 +423,47 @@ async fn a_deferred_message_does_not_keep_its_body_in_memory() {
         connect_failed: false,
         wants_more: false,
     }));
-    assert_eq!(s.counts(), (1, 0), "queued for retry, body released");
+    assert_eq!(
+        s.counts(),
+        (0, 1, 0),
+        "parked on disk for its retry, body released"
+    );
+}
+
+#[tokio::test]
+async fn no_more_than_the_active_limit_is_held_in_memory() {
+    let mut h = harness("active", |c| {
+        c.queue.active_limit = 2;
+        c.delivery.default_concurrency = 100;
+        c.delivery.initial_concurrency = 100;
+    });
+    let mut ids = Vec::new();
+    for i in 0..6 {
+        ids.push(
+            h.message("a@b.test", &[&format!("r{i}@c.test")], Some(10))
+                .await,
+        );
+    }
+    // Two are active (each has a worker); the other four wait on disk.
+    let mut live = vec![
+        h.workers.recv().await.unwrap(),
+        h.workers.recv().await.unwrap(),
+    ];
+    tokio::task::yield_now().await;
+    assert!(h.workers.try_recv().is_err(), "only two messages in memory");
+    let mut order = Vec::new();
+    while let Some(w) = live.pop() {
+        order.push(w.first.msg);
+        let results = delivered(&w.first);
+        finish_once(w, results, false).await;
+        // Each completed message lets one waiting message in (its envelope
+        // read back from the spool), in arrival order.
+        if order.len() + live.len() < 6 {
+            live.push(h.workers.recv().await.unwrap());
+        }
+        assert!(live.len() <= 2);
+    }
+    order.sort();
+    assert_eq!(order, ids, "every message was delivered once");
+    h.task.abort();
 }

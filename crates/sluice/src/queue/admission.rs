@@ -1,0 +1,129 @@
+//! The bounded active queue, like Postfix's `qmgr_message_active_limit`:
+//! at most `queue.active_limit` messages are in memory with their
+//! envelopes. The others wait on disk ("parked"): new mail that finds the
+//! active queue full, mail recovered at start-up, and deferred mail until
+//! its retry time. A parked message costs its queue ID, where its record
+//! is, and which recipients are done; its envelope is read back from the
+//! spool (on the blocking pool, in batches) when room frees up.
+//!
+//! Invariants: a message is in exactly one of `messages` (active),
+//! `parked`, or an envelope load in flight (`loading` counts those, and
+//! they count against the limit); `ready` and the retry queue hold only
+//! parked IDs; arrivals are admitted first come, first served.
+
+use sluice_spool::{BodyRef, Envelope};
+
+use super::scheduler::Scheduler;
+use super::{Event, QueuedMessage};
+use crate::log;
+use crate::log::qid;
+
+/// Envelopes read back per blocking task.
+const LOAD_BATCH: usize = 256;
+
+/// A message waiting on disk.
+pub(super) struct Parked {
+    pub body_ref: BodyRef,
+    pub done: Vec<bool>,
+    pub attempts: u32,
+}
+
+impl Scheduler {
+    /// Parks a message; it waits for room (`ready`) unless `retry_at` is
+    /// given, in which case it waits for that time first.
+    pub(super) fn park(&mut self, id: u64, parked: Parked, retry_at: Option<tokio::time::Instant>) {
+        self.parked.insert(id, parked);
+        match retry_at {
+            Some(at) => self.retry.push(at, id),
+            None => self.ready.push_back(id),
+        }
+    }
+
+    /// Messages found in the spool at start-up: all wait on disk first.
+    pub(super) fn recovered(&mut self, batch: Vec<sluice_spool::Recovered>) {
+        for r in batch {
+            let parked = Parked {
+                body_ref: r.body,
+                done: r.done,
+                attempts: 0,
+            };
+            self.park(r.id, parked, None);
+        }
+    }
+
+    /// True if a new arrival can go straight into the active queue: there
+    /// is room and nobody is waiting or being brought in ahead of it.
+    pub(super) fn has_room(&self) -> bool {
+        self.ready.is_empty() && self.loading == 0 && self.messages_len() < self.active_limit
+    }
+
+    /// Starts reading envelopes for waiting messages while there is room.
+    pub(super) fn admit(&mut self) {
+        if self.draining.is_some() {
+            return;
+        }
+        loop {
+            let room = self
+                .active_limit
+                .saturating_sub(self.messages_len() + self.loading);
+            let n = room.min(self.ready.len()).min(LOAD_BATCH);
+            if n == 0 {
+                return;
+            }
+            let batch: Vec<(u64, BodyRef)> = self
+                .ready
+                .drain(..n)
+                .filter_map(|id| self.parked.get(&id).map(|p| (id, p.body_ref)))
+                .collect();
+            self.loading += batch.len();
+            let (spool, events) = (self.spool.clone(), self.events.clone());
+            tokio::task::spawn_blocking(move || {
+                let loaded = batch
+                    .into_iter()
+                    .map(|(id, body)| (id, spool.read_envelope(body).map_err(|e| e.to_string())))
+                    .collect();
+                let _ = events.blocking_send(Event::Loaded(loaded));
+            });
+        }
+    }
+
+    /// Envelopes read back: the messages become active and are dispatched.
+    pub(super) fn loaded(&mut self, loaded: Vec<(u64, Result<Envelope, String>)>) {
+        for (id, result) in loaded {
+            self.loading = self.loading.saturating_sub(1);
+            let Some(parked) = self.parked.remove(&id) else {
+                continue;
+            };
+            match result {
+                Ok(envelope) if envelope.recipients.len() == parked.done.len() => {
+                    let msg = QueuedMessage {
+                        envelope,
+                        body_ref: parked.body_ref,
+                        body: None,
+                        done: parked.done,
+                    };
+                    self.activate(msg, parked.attempts);
+                }
+                other => {
+                    let why = match other {
+                        Err(e) => e,
+                        Ok(_) => "recipient count does not match the spool index".into(),
+                    };
+                    log!(
+                        self.logger,
+                        "qmgr",
+                        "{}: cannot read queue file: {why}; left in the spool, retried later",
+                        qid(id)
+                    );
+                    let at = tokio::time::Instant::now() + self.retry_wait(parked.attempts + 1, id);
+                    let parked = Parked {
+                        attempts: parked.attempts + 1,
+                        ..parked
+                    };
+                    self.park(id, parked, Some(at));
+                }
+            }
+        }
+        self.admit();
+    }
+}
