@@ -1,22 +1,30 @@
 //! The mail log: one line per event, queue ID first, greppable like
 //! Postfix's maillog (`grep 1A2B3C4D var/log` shows a message's life).
 //!
-//! Callers only format their message and hand it to a channel; a dedicated
-//! thread adds the timestamp and writes through a large buffer, flushing
-//! when the channel runs dry and then pausing 20 ms so that lines arrive in
-//! batches rather than one wake-up each. Nothing is ever synced: a log line is not
-//! worth a disk flush in the hot path.
+//! Callers only format their message and hand it to a bounded channel; a
+//! dedicated thread adds the timestamp and writes through a large buffer,
+//! flushing when the channel runs dry. Nothing is ever synced: a log line
+//! is not worth a disk flush in the hot path.
+//!
+//! Invariant: logging never blocks a caller and never grows without bound.
+//! If the writer falls behind by more than `CAPACITY` lines, new lines are
+//! counted and dropped, and the next line written says how many were lost.
 
 use std::io::Write;
 use std::path::Path;
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+
+/// Lines waiting for the writer at most.
+const CAPACITY: usize = 65_536;
 
 use crate::timefmt;
 
 /// Handle to the log writer; cheap to clone.
 #[derive(Clone)]
 pub struct Logger {
-    tx: Option<mpsc::Sender<(u64, String)>>,
+    tx: Option<mpsc::SyncSender<(u64, String)>>,
+    dropped: Arc<AtomicU64>,
     program: &'static str,
 }
 
@@ -37,7 +45,9 @@ impl Logger {
             }
             None => Box::new(std::io::stderr()),
         };
-        let (tx, rx) = mpsc::channel::<(u64, String)>();
+        let (tx, rx) = mpsc::sync_channel::<(u64, String)>(CAPACITY);
+        let dropped = Arc::new(AtomicU64::new(0));
+        let lost = dropped.clone();
         std::thread::Builder::new()
             .name("log-writer".into())
             .spawn(move || {
@@ -47,11 +57,17 @@ impl Logger {
                     while let Ok(next) = rx.try_recv() {
                         write_line(&mut out, next);
                     }
+                    let n = lost.swap(0, Ordering::Relaxed);
+                    if n > 0 {
+                        let text = format!("sluice/log: {n} lines dropped (log writer behind)");
+                        write_line(&mut out, (timefmt::now_millis(), text));
+                    }
                     let _ = out.flush();
                 }
             })?;
         Ok(Logger {
             tx: Some(tx),
+            dropped,
             program: "sluice",
         })
     }
@@ -60,6 +76,7 @@ impl Logger {
     pub fn disabled() -> Logger {
         Logger {
             tx: None,
+            dropped: Arc::new(AtomicU64::new(0)),
             program: "sluice",
         }
     }
@@ -67,10 +84,13 @@ impl Logger {
     /// Logs `component: text`, e.g. `smtpd: 1A2B: client=...`.
     pub fn log(&self, component: &str, text: std::fmt::Arguments<'_>) {
         if let Some(tx) = &self.tx {
-            let _ = tx.send((
+            let line = (
                 timefmt::now_millis(),
                 format!("{}/{component}: {text}", self.program),
-            ));
+            );
+            if let Err(mpsc::TrySendError::Full(_)) = tx.try_send(line) {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 }
@@ -90,4 +110,26 @@ macro_rules! log {
 /// Queue IDs are shown in upper-case hex, like Postfix's short IDs.
 pub fn qid(id: u64) -> String {
     format!("{id:X}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_writer_that_falls_behind_costs_dropped_lines_not_memory() {
+        let (tx, rx) = mpsc::sync_channel(4);
+        let logger = Logger {
+            tx: Some(tx),
+            dropped: Arc::new(AtomicU64::new(0)),
+            program: "sluice",
+        };
+        for i in 0..10 {
+            crate::log!(logger, "test", "line {i}");
+        }
+        assert_eq!(logger.dropped.load(Ordering::Relaxed), 6);
+        let kept: Vec<String> = rx.try_iter().map(|(_, l)| l).collect();
+        assert_eq!(kept.len(), 4);
+        assert_eq!(kept[0], "sluice/test: line 0");
+    }
 }
