@@ -138,7 +138,13 @@ async fn a_clean_stop_waits_for_deliveries_and_records_them() {
     // The next hop has the body and is thinking about it: stop now.
     got_body.notified().await;
     let stopping = tokio::spawn(server.shutdown());
-    tokio::task::yield_now().await;
+    assert!(
+        wait_until(10, || read_log(&dir)
+            .contains("draining: 1 deliveries in flight"))
+        .await,
+        "{}",
+        read_log(&dir)
+    );
     let _ = release.send(());
     stopping.await.unwrap();
     let log = read_log(&dir);

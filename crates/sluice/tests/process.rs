@@ -77,10 +77,26 @@ async fn connect_when_up(addr: std::net::SocketAddr) -> Client {
 }
 
 fn kill9(child: &mut Child) {
-    unsafe {
-        libc::kill(child.id() as i32, libc::SIGKILL);
-    }
+    let _ = child.kill(); // SIGKILL on Unix
     let _ = child.wait();
+}
+
+/// A clean stop (SIGTERM): the daemon drains its deliveries and exits.
+fn stop(child: &mut Child) {
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
+    let _ = child.wait();
+}
+
+/// The last "daemon started" line of the log.
+fn last_start(dir: &std::path::Path) -> String {
+    read_log(dir)
+        .lines()
+        .rfind(|l| l.contains("daemon started"))
+        .unwrap_or("")
+        .to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -119,7 +135,13 @@ async fn killed_with_mail_queued_restarts_and_delivers_exactly_once() {
         "{}",
         read_log(&dir)
     );
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Once the five are recorded as removed, a clean stop makes the count final.
+    assert!(
+        wait_until(10, || read_log(&dir).matches(": removed").count() == 5).await,
+        "{}",
+        read_log(&dir)
+    );
+    stop(&mut server);
     assert_eq!(sink.count(), 5, "no duplicates");
     let mut got: Vec<String> = sink
         .messages()
@@ -129,20 +151,20 @@ async fn killed_with_mail_queued_restarts_and_delivers_exactly_once() {
     got.sort();
     ids.sort();
     assert_eq!(got, ids);
-    // A clean stop and start again delivers nothing more.
-    unsafe {
-        libc::kill(server.id() as i32, libc::SIGTERM);
-    }
-    let _ = server.wait();
+    // Started again, it finds nothing left to deliver.
     let mut server = spawn(&config, None);
     let _ = connect_when_up(listen).await;
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(
+        last_start(&dir).contains(", 0 messages to deliver"),
+        "{}",
+        last_start(&dir)
+    );
+    stop(&mut server);
     assert_eq!(
         sink.count(),
         5,
         "nothing delivered twice after a second restart"
     );
-    kill9(&mut server);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

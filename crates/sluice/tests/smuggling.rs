@@ -40,9 +40,10 @@ async fn every_vector_is_rejected_by_default_and_nothing_is_smuggled() {
         // The session is still in sync: the next command is a command.
         assert!(c.cmd("NOOP").await.starts_with("250"), "{name}");
     }
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    assert_eq!(sink.count(), 0, "nothing was relayed");
+    // The drain on shutdown waits for any delivery still in flight.
     server.shutdown().await;
+    assert_eq!(sink.count(), 0, "nothing was relayed");
+    assert!(!read_log(&dir).contains("queued as"), "nothing was queued");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -61,7 +62,9 @@ async fn normalize_mode_accepts_one_message_never_two() {
         assert!(c.cmd("NOOP").await.starts_with("250"), "{name}");
     }
     assert!(wait_until(10, || sink.count() == VECTORS.len() as u64).await);
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // Everything accepted was delivered; nothing more can arrive after the
+    // drained shutdown, so this count is final.
+    server.shutdown().await;
     assert_eq!(
         sink.count(),
         VECTORS.len() as u64,
@@ -74,13 +77,11 @@ async fn normalize_mode_accepts_one_message_never_two() {
             body.contains("MAIL FROM:<evil@smuggler.test>"),
             "smuggled text stays content"
         );
-        assert!(!body.contains("\n\n") || body.contains("\r\n\r\n"));
         assert!(
             !sluice_proto::data::has_bare_cr_or_lf(&m.body),
             "relayed with CRLF only"
         );
     }
-    server.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -221,6 +221,13 @@ impl Scheduler {
                 dest.workers.remove(&worker);
             }
         }
+        log!(
+            self.logger,
+            "qmgr",
+            "draining: {} deliveries in flight, {} bounces being stored",
+            self.jobs_out,
+            self.bounces_out
+        );
         self.draining = Some(Drain {
             deadline,
             done,

@@ -150,4 +150,29 @@ mod tests {
         );
         assert!(t.lookup("b@x").is_none());
     }
+
+    #[test]
+    fn a_changed_file_is_picked_up_by_itself() {
+        let dir = std::env::temp_dir().join(format!("sluice-static-auto-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t");
+        std::fs::write(&path, "a@x old\n").unwrap();
+        let t = StaticTable::load("t", &path, Logger::disabled()).unwrap();
+        assert_eq!(t.lookup("a@x").unwrap().as_slice(), ["old"]);
+        std::fs::write(&path, "a@x new\n").unwrap();
+        // A different modification time, whatever the file system's resolution.
+        let later = std::time::SystemTime::now() + Duration::from_secs(5);
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(later)
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while t.lookup("a@x").unwrap().as_slice() != ["new"] {
+            assert!(Instant::now() < deadline, "not reloaded within 5 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
