@@ -20,6 +20,9 @@ struct Hop {
     slow_read: usize,
     /// Wait this long before answering the final dot.
     dot_delay: Duration,
+    /// Offer no extensions (no PIPELINING): a client that sends a command
+    /// before the previous reply gets `554` for everything after it.
+    lockstep: bool,
 }
 
 async fn fake_hop(hop: Hop) -> std::net::SocketAddr {
@@ -43,6 +46,7 @@ async fn serve(mut s: TcpStream, hop: Hop) {
     let _ = s.write_all(b"220 hop.test ESMTP\r\n").await;
     let mut buf = Vec::new();
     let mut in_data = false;
+    let mut out_of_turn = false;
     loop {
         let mut chunk = vec![
             0u8;
@@ -66,13 +70,22 @@ async fn serve(mut s: TcpStream, hop: Hop) {
                 break;
             };
             let line: Vec<u8> = buf.drain(..end + pat.len()).collect();
-            let reply: &[u8] = if in_data {
+            if hop.lockstep && !in_data && buf.windows(2).any(|w| w == b"\r\n") {
+                out_of_turn = true;
+            }
+            let reply: &[u8] = if out_of_turn {
+                b"554 5.5.0 command sent before the reply to the last one\r\n"
+            } else if in_data {
                 in_data = false;
                 tokio::time::sleep(hop.dot_delay).await;
                 b"250 2.0.0 taken\r\n"
+            } else if line.starts_with(b"EHLO") && hop.lockstep {
+                b"250 hop.test\r\n"
             } else if line.starts_with(b"EHLO") {
                 b"250-hop.test\r\n250 PIPELINING\r\n"
-            } else if line.starts_with(b"RCPT") && hop.refuse_then_drop {
+            } else if line.starts_with(b"RCPT TO:<gone@")
+                || (line.starts_with(b"RCPT") && hop.refuse_then_drop)
+            {
                 b"550 5.1.1 no such user here\r\n"
             } else if line.starts_with(b"RSET") && hop.refuse_then_drop {
                 return;
@@ -191,5 +204,53 @@ async fn the_final_dot_gets_its_own_longer_wait() {
     let log = read_log(&dir);
     assert!(log.contains("status=sent (250 2.0.0 taken)"), "{log}");
     assert!(!log.contains("status=deferred"), "{log}");
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_without_pipelining_is_spoken_to_in_lock_step() {
+    let dir = temp_dir("out-lockstep");
+    let hop = fake_hop(Hop {
+        lockstep: true,
+        ..Default::default()
+    })
+    .await;
+    let sink = recording_sink().await;
+    let mut cfg = config(&dir, None);
+    cfg.transport.insert(
+        "dest.test".into(),
+        format!("smtp:[127.0.0.1]:{}", hop.port()),
+    );
+    cfg.transport.insert(
+        "sender.test".into(),
+        format!("smtp:[127.0.0.1]:{}", sink.addr.port()),
+    );
+    let (server, addr) = start(cfg).await;
+    let mut c = Client::ready(addr).await;
+    let r = c
+        .message(
+            "a@sender.test",
+            &["ok@dest.test", "gone@dest.test"],
+            &body("lockstep"),
+        )
+        .await;
+    let qid = qid_of(&r);
+    assert!(
+        wait_until(10, || sink.count() == 1).await,
+        "{}",
+        read_log(&dir)
+    );
+    let log = read_log(&dir);
+    assert!(
+        log.contains(&format!("{qid}: to=<ok@dest.test>"))
+            && log.contains("status=sent (250 2.0.0 taken)"),
+        "{log}"
+    );
+    assert!(
+        log.contains("to=<gone@dest.test>")
+            && log.contains("status=bounced (550 5.1.1 no such user here)"),
+        "{log}"
+    );
+    assert!(!log.contains("before the reply"), "{log}");
     server.shutdown().await;
 }

@@ -1,12 +1,15 @@
 //! An outbound SMTP connection: connect, greeting, EHLO (falling back to
 //! HELO), commands, replies, RSET and QUIT.
 //!
-//! Trust: the peer's replies are parsed defensively (at most 64 KiB per
-//! reply); anything unexpected is an error, which callers turn into a
-//! temporary failure, never a silent success.
+//! Trust: the peer's replies are parsed by smtp-proto's reply and EHLO
+//! parsers (at most 4 KiB of text per reply); anything unexpected is an
+//! error, which callers turn into a temporary failure, never a silent
+//! success.
 
 use std::time::Duration;
 
+use smtp_proto::response::parser::ResponseReceiver;
+use smtp_proto::EhloResponse;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -15,13 +18,23 @@ use crate::config::Config;
 /// Bytes of a body written under one write timeout.
 const BODY_PIECE: usize = 64 << 10;
 
-/// An SMTP reply: code and text (multi-line replies joined by spaces).
+/// An SMTP reply: code and text (`550 5.1.1 User unknown`; the lines of a
+/// multi-line reply joined by spaces).
 pub(super) struct Reply {
     pub code: u16,
     pub text: String,
 }
 
 impl Reply {
+    fn from_response(r: smtp_proto::Response<String>) -> Reply {
+        let message = r.message.replace(['\r', '\n'], " ");
+        let text = match r.esc {
+            [0, 0, 0] => format!("{} {}", r.code, message.trim()),
+            [c, s, d] => format!("{} {c}.{s}.{d} {}", r.code, message.trim()),
+        };
+        Reply { code: r.code, text }
+    }
+
     pub fn class(&self) -> u16 {
         self.code / 100
     }
@@ -92,25 +105,17 @@ impl SmtpConn {
         conn.send(format!("EHLO {}\r\n", config.hostname).as_bytes())
             .await
             .map_err(|e| format!("4.4.2 {}: {e}", conn.relay))?;
-        let (ehlo, lines) = conn
-            .read_reply_lines(conn.timeout)
+        let (ehlo, raw) = conn
+            .read_reply_raw(conn.timeout)
             .await
             .map_err(|e| format!("4.4.2 {}: {e}", conn.relay))?;
         if ehlo.class() == 2 {
-            for line in lines.iter().skip(1) {
-                let keyword = line
-                    .split_whitespace()
-                    .next()
-                    .unwrap_or("")
-                    .to_ascii_uppercase();
-                match keyword.as_str() {
-                    "PIPELINING" => conn.pipelining = true,
-                    "SIZE" => conn.size = true,
-                    "8BITMIME" => conn.eightbit = true,
-                    "SMTPUTF8" => conn.smtputf8 = true,
-                    _ => {}
-                }
-            }
+            // Capabilities we do not understand are ignored, not fatal.
+            let caps = EhloResponse::parse(&mut raw.iter()).map_or(0, |e| e.capabilities);
+            conn.pipelining = caps & smtp_proto::EXT_PIPELINING != 0;
+            conn.size = caps & smtp_proto::EXT_SIZE != 0;
+            conn.eightbit = caps & smtp_proto::EXT_8BIT_MIME != 0;
+            conn.smtputf8 = caps & smtp_proto::EXT_SMTP_UTF8 != 0;
         } else {
             conn.send(format!("HELO {}\r\n", config.hostname).as_bytes())
                 .await
@@ -145,7 +150,7 @@ impl SmtpConn {
 
     /// Reads one reply, waiting at most `limit` for each read.
     pub async fn read_reply_within(&mut self, limit: Duration) -> std::io::Result<Reply> {
-        self.read_reply_lines(limit).await.map(|(r, _)| r)
+        self.read_reply_raw(limit).await.map(|(r, _)| r)
     }
 
     /// Writes a message body in pieces, each within the write timeout, so
@@ -157,39 +162,26 @@ impl SmtpConn {
         Ok(())
     }
 
-    /// Reads one (possibly multi-line) reply; also returns each line's text.
-    async fn read_reply_lines(&mut self, limit: Duration) -> std::io::Result<(Reply, Vec<String>)> {
-        let mut lines = Vec::new();
-        let mut pos = 0;
+    /// Reads one (possibly multi-line) reply with smtp-proto's parser
+    /// (at most 4 KiB of text); also returns the reply's raw octets, which
+    /// EHLO capability parsing needs.
+    async fn read_reply_raw(&mut self, limit: Duration) -> std::io::Result<(Reply, Vec<u8>)> {
+        let mut parser = ResponseReceiver::default();
+        let mut raw = Vec::new();
         loop {
-            while let Some(off) = memchr::memchr(b'\n', &self.rbuf[pos..]) {
-                let end = pos + off;
-                let line = &self.rbuf[pos..end];
-                let line = line.strip_suffix(b"\r").unwrap_or(line);
-                if line.len() < 3 || !line[..3].iter().all(u8::is_ascii_digit) {
+            let mut bytes = self.rbuf.iter();
+            let parsed = parser.parse(&mut bytes);
+            let used = self.rbuf.len() - bytes.len();
+            raw.extend(self.rbuf.drain(..used));
+            match parsed {
+                Ok(r) => return Ok((Reply::from_response(r), raw)),
+                Err(smtp_proto::Error::NeedsMoreData { .. }) => {}
+                Err(e) => {
                     return Err(std::io::Error::new(
                         std::io::ErrorKind::InvalidData,
-                        format!("malformed reply {:?}", String::from_utf8_lossy(line)),
-                    ));
+                        format!("malformed reply: {e}"),
+                    ))
                 }
-                let code: u16 = std::str::from_utf8(&line[..3])
-                    .unwrap_or("0")
-                    .parse()
-                    .unwrap_or(0);
-                let more = line.get(3) == Some(&b'-');
-                lines.push(String::from_utf8_lossy(line.get(4..).unwrap_or_default()).into_owned());
-                pos = end + 1;
-                if !more {
-                    self.rbuf.drain(..pos);
-                    let text = format!("{code} {}", lines.join(" "));
-                    return Ok((Reply { code, text }, lines));
-                }
-            }
-            if self.rbuf.len() > 64 << 10 {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    "reply too long",
-                ));
             }
             self.rbuf.reserve(4096);
             let n = match tokio::time::timeout(limit, self.stream.read_buf(&mut self.rbuf)).await {
