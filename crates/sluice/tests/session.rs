@@ -52,8 +52,11 @@ impl AsyncWrite for Scripted {
 }
 
 async fn run(name: &str, chunks: &[&[u8]]) -> (Vec<String>, Vec<Event>) {
-    let dir = std::env::temp_dir().join(format!("sluice-session-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!("sluice-session-{name}-"))
+        .tempdir()
+        .unwrap();
+    let dir = tmp.path().to_path_buf();
     let (spool, _, _) = Spool::open(SpoolConfig {
         dir: dir.clone(),
         sync: true,

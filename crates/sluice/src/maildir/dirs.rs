@@ -140,16 +140,16 @@ fn no_symlink(path: &Path) -> io::Result<()> {
 mod tests {
     use super::*;
 
-    fn temp(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("sluice-dirs-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
+    /// A scratch directory (kept alive by the returned guard).
+    fn temp(_name: &str) -> (tempfile::TempDir, PathBuf) {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().to_path_buf();
+        (d, p)
     }
 
     #[test]
     fn a_new_mailbox_has_its_directories_synced_once() {
-        let root = temp("sync");
+        let (_guard, root) = temp("sync");
         let base = root.join("mail");
         let p = MaildirPolicy::new(base.clone(), false);
         let md = base.join("ex.test/u/Maildir");
@@ -182,7 +182,7 @@ mod tests {
 
     #[test]
     fn paths_are_confined_to_the_base() {
-        let root = temp("confine");
+        let (_guard, root) = temp("confine");
         let base = root.join("mail");
         let p = MaildirPolicy::new(base.clone(), false);
         let escape = base.join("ex.test/../../outside/Maildir");
@@ -198,7 +198,7 @@ mod tests {
 
     #[test]
     fn symlinks_below_the_base_are_not_followed() {
-        let root = temp("symlink");
+        let (_guard, root) = temp("symlink");
         let base = root.join("mail");
         std::fs::create_dir_all(base.join("ex.test")).unwrap();
         std::fs::create_dir_all(root.join("target")).unwrap();

@@ -93,8 +93,8 @@ mod tests {
 
     #[test]
     fn maildir_delivery_writes_new_with_headers() {
-        let dir = std::env::temp_dir().join(format!("sluice-maildir-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
         let md = dir.join("a/Maildir");
         let policy = MaildirPolicy::new(dir.clone(), false);
         let name = deliver_maildir(

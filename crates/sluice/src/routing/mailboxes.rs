@@ -234,8 +234,8 @@ mod tests {
 
     #[tokio::test]
     async fn resolution_with_static_tables() {
-        let dir = std::env::temp_dir().join(format!("sluice-local-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
         std::fs::write(
             dir.join("mailboxes"),
             "a@ex.test ex.test/a/\nb@ex.test /abs/b\n",
@@ -261,7 +261,7 @@ mod tests {
             maildir_base: Some("/base".into()),
             ..Default::default()
         };
-        let local = VirtualMailboxes::build(&config, &tables, &dir, &Logger::disabled()).unwrap();
+        let local = VirtualMailboxes::build(&config, &tables, dir, &Logger::disabled()).unwrap();
         assert_eq!(
             local.resolve("x@else.test").await.unwrap(),
             Resolution::NotLocal

@@ -132,9 +132,8 @@ mod tests {
 
     #[test]
     fn static_table_reloads_and_keeps_old_contents_on_error() {
-        let dir = std::env::temp_dir().join(format!("sluice-static-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("t");
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("t");
         std::fs::write(&path, "a@x v1\n").unwrap();
         let t = StaticTable::load("t", &path, Logger::disabled()).unwrap();
         assert_eq!(t.lookup("A@x").unwrap().as_slice(), ["v1"]);
@@ -153,9 +152,8 @@ mod tests {
 
     #[test]
     fn a_changed_file_is_picked_up_by_itself() {
-        let dir = std::env::temp_dir().join(format!("sluice-static-auto-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("t");
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("t");
         std::fs::write(&path, "a@x old\n").unwrap();
         let t = StaticTable::load("t", &path, Logger::disabled()).unwrap();
         assert_eq!(t.lookup("a@x").unwrap().as_slice(), ["old"]);
@@ -173,6 +171,5 @@ mod tests {
             assert!(Instant::now() < deadline, "not reloaded within 5 s");
             std::thread::sleep(Duration::from_millis(50));
         }
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

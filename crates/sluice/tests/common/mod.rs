@@ -5,7 +5,6 @@
 pub mod slapd;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use sluice::config::Config;
@@ -14,11 +13,33 @@ use sluice::tools::sink::{Sink, SinkOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-pub fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("sluice-test-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A test's own directory, removed when the test ends (kept if
+/// `SLUICE_KEEP_TEST_DIRS` is set, for a look at logs and spools).
+pub struct TestDir(Option<tempfile::TempDir>);
+
+impl std::ops::Deref for TestDir {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        self.0.as_ref().expect("present until drop").path()
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        if std::env::var_os("SLUICE_KEEP_TEST_DIRS").is_some() {
+            if let Some(dir) = self.0.take() {
+                let _ = dir.keep();
+            }
+        }
+    }
+}
+
+pub fn temp_dir(name: &str) -> TestDir {
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("sluice-test-{name}-"))
+        .tempdir()
+        .unwrap();
+    TestDir(Some(dir))
 }
 
 /// A config for tests: port 0 on loopback, relayhost = `next_hop`, fast retries.

@@ -26,23 +26,16 @@ struct Harness {
     workers: mpsc::UnboundedReceiver<WorkerStart>,
     spool: Spool,
     task: JoinHandle<()>,
-    _dir: TempDir,
-}
-
-/// A directory removed at the end of the test.
-struct TempDir(std::path::PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+    _dir: tempfile::TempDir,
 }
 
 fn harness(name: &str, tweak: impl FnOnce(&mut Config)) -> Harness {
-    let dir = std::env::temp_dir().join(format!("sluice-sched-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!("sluice-sched-{name}-"))
+        .tempdir()
+        .unwrap();
     let (spool, _, _) = Spool::open(SpoolConfig {
-        dir: dir.clone(),
+        dir: tmp.path().join("spool"),
         sync: false,
         segment_bytes: 1 << 20,
         reserve_bytes: 0,
@@ -71,7 +64,7 @@ fn harness(name: &str, tweak: impl FnOnce(&mut Config)) -> Harness {
         workers,
         spool,
         task,
-        _dir: TempDir(dir),
+        _dir: tmp,
     }
 }
 
@@ -374,11 +367,9 @@ async fn a_drain_waits_for_deliveries_in_flight_and_records_them() {
 #[tokio::test]
 async fn a_deferred_message_does_not_keep_its_body_in_memory() {
     let (tx, mut workers) = mpsc::unbounded_channel();
-    let dir = std::env::temp_dir().join(format!("sluice-sched-cache-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let _guard = TempDir(dir.clone());
+    let tmp = tempfile::tempdir().unwrap();
     let (spool, _, _) = Spool::open(SpoolConfig {
-        dir,
+        dir: tmp.path().join("spool"),
         sync: false,
         segment_bytes: 1 << 20,
         reserve_bytes: 0,
