@@ -139,6 +139,7 @@ impl Server {
         });
         let (shutdown, _) = watch::channel(false);
         spawn_lookup_stats(&mailboxes, &logger, shutdown.subscribe());
+        spawn_table_watcher(&mailboxes, shutdown.subscribe());
         let sessions = Arc::new(Semaphore::new(config.smtpd.max_sessions.max(1)));
         let mut addrs = Vec::new();
         let mut listeners = Vec::new();
@@ -243,6 +244,23 @@ async fn open_spool(
         log!(logger, "master", "spool recovery: {damage}");
     }
     Ok((spool, recovered))
+}
+
+/// Static tables whose files changed are reloaded within a second, off
+/// the lookup path (a lookup never touches the file system).
+fn spawn_table_watcher(mailboxes: &Arc<VirtualMailboxes>, mut stop: watch::Receiver<bool>) {
+    let mailboxes = mailboxes.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                _ = stop.changed() => return,
+                _ = tick.tick() => {}
+            }
+            let m = mailboxes.clone();
+            let _ = tokio::task::spawn_blocking(move || m.reload_changed()).await;
+        }
+    });
 }
 
 /// Directory counters once a minute, for operators watching lookups.

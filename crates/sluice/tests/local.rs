@@ -82,5 +82,27 @@ async fn unwritable_maildir_defers_then_delivers() {
         read_log(&dir)
     );
     assert!(read_log(&dir).contains("status=sent (discarded)"));
+    // A mailbox added to the table's file is known a moment later, with no
+    // reload command (the watcher notices the new modification time).
+    std::fs::write(
+        dir.join("mailboxes"),
+        "a@local.test a/Maildir/\nnew@local.test n/Maildir/\n",
+    )
+    .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let mut c = Client::ready(addr).await;
+        assert!(c.cmd("MAIL FROM:<s@remote.test>").await.starts_with("250"));
+        let r = c.cmd("RCPT TO:<new@local.test>").await;
+        if r.starts_with("250") {
+            break;
+        }
+        assert!(r.starts_with("550 5.1.1"), "{r}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "table change not picked up"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
     server.shutdown().await;
 }

@@ -208,6 +208,13 @@ impl VirtualMailboxes {
         )
     }
 
+    /// Reloads the static tables whose files changed (blocking).
+    pub fn reload_changed(&self) {
+        for t in self.tables() {
+            t.reload_if_changed();
+        }
+    }
+
     /// Reloads static tables and clears LDAP caches (SIGHUP).
     pub fn reload(&self) {
         for t in self.tables() {

@@ -102,6 +102,14 @@ impl Table {
         ))
     }
 
+    /// Reloads a static table whose file changed (blocking; the daemon's
+    /// watcher calls it); nothing for LDAP.
+    pub fn reload_if_changed(&self) {
+        if let Table::Static(t) = self {
+            t.reload_if_changed();
+        }
+    }
+
     /// Re-reads a static table's file (SIGHUP); LDAP tables drop their cache.
     pub fn reload(&self) {
         match self {

@@ -1,22 +1,33 @@
 //! Static lookup tables: a `key value[, value…]` text file in memory.
+//!
+//! Lookups never do I/O and take no lock: the contents are swapped in
+//! whole ([`arc_swap::ArcSwap`]) when the file is reloaded. Reloading is
+//! someone else's job — the daemon's watcher calls
+//! [`StaticTable::reload_if_changed`] once a second on the blocking pool,
+//! and SIGHUP calls [`StaticTable::reload`] — so a lookup on the scheduler
+//! or in an SMTP session never stats or reads a file.
+//!
+//! Trust: the file is the operator's; a bad line refuses the whole file
+//! (with its line number) and the old contents stay in force.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant, SystemTime};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use arc_swap::ArcSwap;
 
 use super::Values;
 use crate::log;
 use crate::log::Logger;
 
-/// A text file loaded into memory; reloaded when its modification time
-/// changes (checked at most once a second) or on SIGHUP. A file with a bad
-/// line is refused with the line number and the old contents stay in force.
+/// A text file loaded into memory.
 pub struct StaticTable {
     name: String,
     path: PathBuf,
-    map: RwLock<Arc<HashMap<String, Values>>>,
-    mtime: Mutex<(Option<SystemTime>, Instant)>,
+    map: ArcSwap<HashMap<String, Values>>,
+    /// Modification time of the contents in force (for the watcher).
+    mtime: Mutex<Option<SystemTime>>,
     logger: Logger,
 }
 
@@ -26,39 +37,36 @@ impl StaticTable {
         Ok(StaticTable {
             name: name.to_string(),
             path: path.to_path_buf(),
-            map: RwLock::new(Arc::new(map)),
-            mtime: Mutex::new((mtime, Instant::now())),
+            map: ArcSwap::from_pointee(map),
+            mtime: Mutex::new(mtime),
             logger,
         })
     }
 
+    /// The values for `key` (case-insensitive); no I/O, no lock.
     pub fn lookup(&self, key: &str) -> Option<Values> {
-        self.reload_if_changed();
-        let map = self.map.read().unwrap_or_else(|p| p.into_inner()).clone();
-        map.get(&key.to_ascii_lowercase()).cloned()
+        self.map.load().get(&key.to_ascii_lowercase()).cloned()
     }
 
-    fn reload_if_changed(&self) {
-        let mut state = self.mtime.lock().unwrap_or_else(|p| p.into_inner());
-        if state.1.elapsed() < Duration::from_secs(1) {
-            return;
-        }
-        state.1 = Instant::now();
+    /// Reloads if the file's modification time changed (blocking).
+    pub fn reload_if_changed(&self) {
         let now = std::fs::metadata(&self.path)
             .and_then(|m| m.modified())
             .ok();
-        if now != state.0 {
-            state.0 = now;
-            drop(state);
+        let mut seen = self.mtime.lock().unwrap_or_else(|p| p.into_inner());
+        if now != *seen {
+            *seen = now;
+            drop(seen);
             self.reload();
         }
     }
 
+    /// Re-reads the file (blocking); a bad file is refused and logged.
     pub fn reload(&self) {
         match read_static(&self.path) {
             Ok((map, _)) => {
                 let n = map.len();
-                *self.map.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(map);
+                self.map.store(Arc::new(map));
                 log!(
                     self.logger,
                     "lookup",
@@ -79,12 +87,15 @@ impl StaticTable {
     }
 }
 
-/// Parses a static table: `key value[, value…]`, `#` comments, blank lines.
+/// Parses a static table: `key value[, value…]`, blank lines, and
+/// comment lines whose first non-blank character is `#` (as in Postfix: a
+/// `#` inside a key or value is data, since local parts may contain it).
+/// A key given twice is an error, not a silent overwrite.
 pub fn parse_static(text: &str, origin: &str) -> Result<HashMap<String, Values>, String> {
     let mut map = HashMap::new();
     for (n, raw) in text.lines().enumerate() {
-        let line = raw.split('#').next().unwrap_or("").trim();
-        if line.is_empty() {
+        let line = raw.trim();
+        if line.is_empty() || line.starts_with('#') {
             continue;
         }
         let mut parts = line.splitn(2, char::is_whitespace);
@@ -102,7 +113,12 @@ pub fn parse_static(text: &str, origin: &str) -> Result<HashMap<String, Values>,
                 n + 1
             ));
         }
-        map.insert(key, Arc::new(values));
+        if map.insert(key.clone(), Arc::new(values)).is_some() {
+            return Err(format!(
+                "{origin}: line {}: key {key:?} appears twice",
+                n + 1
+            ));
+        }
     }
     Ok(map)
 }
@@ -151,7 +167,15 @@ mod tests {
     }
 
     #[test]
-    fn a_changed_file_is_picked_up_by_itself() {
+    fn comments_start_lines_and_duplicates_are_refused() {
+        let map = parse_static("  # note\nfoo#bar@x.test v#1\n", "t").unwrap();
+        assert_eq!(map["foo#bar@x.test"].as_slice(), ["v#1"]);
+        let err = parse_static("a@x v1\nA@x v2\n", "t").unwrap_err();
+        assert_eq!(err, "t: line 2: key \"a@x\" appears twice");
+    }
+
+    #[test]
+    fn a_changed_file_is_picked_up_by_the_watcher() {
         let tmp = tempfile::tempdir().unwrap();
         let path = tmp.path().join("t");
         std::fs::write(&path, "a@x old\n").unwrap();
@@ -159,17 +183,19 @@ mod tests {
         assert_eq!(t.lookup("a@x").unwrap().as_slice(), ["old"]);
         std::fs::write(&path, "a@x new\n").unwrap();
         // A different modification time, whatever the file system's resolution.
-        let later = std::time::SystemTime::now() + Duration::from_secs(5);
+        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
         std::fs::File::options()
             .write(true)
             .open(&path)
             .unwrap()
             .set_modified(later)
             .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while t.lookup("a@x").unwrap().as_slice() != ["new"] {
-            assert!(Instant::now() < deadline, "not reloaded within 5 s");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        assert_eq!(
+            t.lookup("a@x").unwrap().as_slice(),
+            ["old"],
+            "no I/O in lookups"
+        );
+        t.reload_if_changed();
+        assert_eq!(t.lookup("a@x").unwrap().as_slice(), ["new"]);
     }
 }
