@@ -175,7 +175,7 @@ impl SpoolConfig {
 /// Handle to the spool; cheap to clone, shared by every session.
 #[derive(Clone)]
 pub struct Spool {
-    tx: mpsc::Sender<writer::Command>,
+    tx: mpsc::SyncSender<writer::Command>,
     reader: Arc<SegmentReader>,
     next_id: Arc<AtomicU64>,
     stats: Arc<SpoolStats>,
@@ -247,13 +247,23 @@ impl Spool {
         body: Arc<Vec<u8>>,
     ) -> Result<BodyRef, SpoolError> {
         let (reply, wait) = tokio::sync::oneshot::channel();
-        self.tx
-            .send(writer::Command::Store {
-                envelope,
-                body,
-                reply,
-            })
-            .map_err(|_| SpoolError::Stopped)?;
+        let mut cmd = writer::Command::Store {
+            envelope,
+            body,
+            reply,
+        };
+        // The writer's queue is bounded: when it is full, wait (without
+        // blocking the async thread) instead of queueing without limit.
+        loop {
+            match self.tx.try_send(cmd) {
+                Ok(()) => break,
+                Err(mpsc::TrySendError::Full(back)) => {
+                    cmd = back;
+                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                }
+                Err(mpsc::TrySendError::Disconnected(_)) => return Err(SpoolError::Stopped),
+            }
+        }
         wait.await.map_err(|_| SpoolError::Stopped)?
     }
 
@@ -261,8 +271,9 @@ impl Spool {
     /// bounced). `complete` says the whole message is done, so its space
     /// may be reclaimed; a message whose every recipient is done is
     /// complete too. Completing twice is harmless. Written with the next
-    /// group commit; no waiting. The message is found by `id`; the body
-    /// reference is not needed (kept for compatibility).
+    /// group commit; waits only if the writer's bounded queue is full
+    /// (back-pressure on the caller). The message is found by `id`; the
+    /// body reference is not needed (kept for compatibility).
     pub fn record_outcome(&self, id: u64, _body: BodyRef, recipients: Vec<u16>, complete: bool) {
         let _ = self.tx.send(writer::Command::Outcome(writer::Outcome {
             id,

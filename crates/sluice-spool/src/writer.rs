@@ -40,6 +40,9 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 type StoreReply = tokio::sync::oneshot::Sender<Result<BodyRef, SpoolError>>;
 
+/// Commands waiting for the writer at most; senders wait beyond it.
+const QUEUE_CAPACITY: usize = 16_384;
+
 pub(crate) enum Command {
     Store {
         envelope: Envelope,
@@ -104,7 +107,7 @@ pub(crate) fn start(
     reader: Arc<SegmentReader>,
     lock: File,
     stats: Arc<SpoolStats>,
-) -> Result<mpsc::Sender<Command>, SpoolError> {
+) -> Result<mpsc::SyncSender<Command>, SpoolError> {
     let mut index = state.index;
     let current = index.newest_segment().unwrap_or(0) + 1;
     let file = create_segment(&config.dir, current)?;
@@ -127,7 +130,7 @@ pub(crate) fn start(
         _lock: lock,
     };
     writer.reclaim();
-    let (tx, rx) = mpsc::channel();
+    let (tx, rx) = mpsc::sync_channel(QUEUE_CAPACITY);
     std::thread::Builder::new()
         .name("spool-writer".into())
         .spawn(move || writer.run(rx))?;
