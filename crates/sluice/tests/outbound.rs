@@ -109,6 +109,23 @@ async fn serve(mut s: TcpStream, hop: Hop) {
     }
 }
 
+/// A server that routes dest.test to `hop` and sender.test (where bounces
+/// go) to a recording sink; and a client ready to send.
+async fn relay_to(
+    dir: &std::path::Path,
+    hop: std::net::SocketAddr,
+) -> (sluice::daemon::Server, sluice::tools::sink::Sink, Client) {
+    let sink = recording_sink().await;
+    let mut cfg = config(dir, None);
+    for (domain, port) in [("dest.test", hop.port()), ("sender.test", sink.addr.port())] {
+        cfg.transport
+            .insert(domain.into(), format!("smtp:[127.0.0.1]:{port}"));
+    }
+    let (server, addr) = start(cfg).await;
+    let c = Client::ready(addr).await;
+    (server, sink, c)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refusal_stands_when_the_rset_after_it_fails() {
     let dir = temp_dir("out-rset");
@@ -117,18 +134,7 @@ async fn a_refusal_stands_when_the_rset_after_it_fails() {
         ..Default::default()
     })
     .await;
-    let sink = recording_sink().await;
-    let mut cfg = config(&dir, None);
-    cfg.transport.insert(
-        "dest.test".into(),
-        format!("smtp:[127.0.0.1]:{}", hop.port()),
-    );
-    cfg.transport.insert(
-        "sender.test".into(),
-        format!("smtp:[127.0.0.1]:{}", sink.addr.port()),
-    );
-    let (server, addr) = start(cfg).await;
-    let mut c = Client::ready(addr).await;
+    let (server, sink, mut c) = relay_to(&dir, hop).await;
     let r = c
         .message("a@sender.test", &["gone@dest.test"], &body("gone"))
         .await;
@@ -215,18 +221,7 @@ async fn a_peer_without_pipelining_is_spoken_to_in_lock_step() {
         ..Default::default()
     })
     .await;
-    let sink = recording_sink().await;
-    let mut cfg = config(&dir, None);
-    cfg.transport.insert(
-        "dest.test".into(),
-        format!("smtp:[127.0.0.1]:{}", hop.port()),
-    );
-    cfg.transport.insert(
-        "sender.test".into(),
-        format!("smtp:[127.0.0.1]:{}", sink.addr.port()),
-    );
-    let (server, addr) = start(cfg).await;
-    let mut c = Client::ready(addr).await;
+    let (server, sink, mut c) = relay_to(&dir, hop).await;
     let r = c
         .message(
             "a@sender.test",
