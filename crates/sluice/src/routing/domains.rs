@@ -33,6 +33,17 @@ impl LocalDomains {
                 ));
             }
         }
+        // A typo in a route must not send mail to the default route instead.
+        if let Some(entries) = transport_table.as_ref().and_then(|t| t.static_entries()) {
+            for (domain, hops) in entries.iter() {
+                let hop = hops.first().map(String::as_str).unwrap_or("");
+                if NextHop::parse(hop).is_none() {
+                    return Err(format!(
+                        "local.transport_table: {domain:?}: bad next hop {hop:?}"
+                    ));
+                }
+            }
+        }
         Ok(LocalDomains {
             domains: domains.iter().map(|d| d.to_ascii_lowercase()).collect(),
             domain_table,
@@ -72,5 +83,34 @@ impl LocalDomains {
         [&self.domain_table, &self.transport_table]
             .into_iter()
             .flatten()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::tables::TableConfig;
+    use crate::log::Logger;
+
+    fn routes(text: &str) -> (tempfile::TempDir, Arc<Table>) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("routes"), text).unwrap();
+        let mut cfg: TableConfig = toml::from_str("kind = \"static\"").unwrap();
+        cfg.path = Some(dir.path().join("routes"));
+        let table = Table::build("routes", &cfg, &Logger::disabled()).unwrap();
+        (dir, Arc::new(table))
+    }
+
+    #[test]
+    fn a_bad_route_is_refused_not_ignored() {
+        let (_d, t) = routes("a.test smtp:[10.0.0.1]:25\nb.test carrier-pigeon:x\n");
+        let err = LocalDomains::new(&[], None, Some(t)).err().unwrap();
+        assert!(err.contains("\"b.test\": bad next hop"), "{err}");
+        let (_d, t) = routes("a.test smtp:[10.0.0.1]:25\n");
+        let ok = LocalDomains::new(&[], None, Some(t)).unwrap();
+        assert_eq!(
+            ok.transport_for("a.test").unwrap().key(),
+            "smtp:[10.0.0.1]:25"
+        );
     }
 }

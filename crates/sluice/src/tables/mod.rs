@@ -82,6 +82,14 @@ impl Table {
         }
     }
 
+    /// A static table's entries (None for LDAP), e.g. to validate them.
+    pub fn static_entries(&self) -> Option<Arc<std::collections::HashMap<String, Values>>> {
+        match self {
+            Table::Static(t) => Some(t.entries()),
+            Table::Ldap(_) => None,
+        }
+    }
+
     pub fn is_static(&self) -> bool {
         matches!(self, Table::Static(_))
     }

@@ -48,6 +48,11 @@ impl StaticTable {
         self.map.load().get(&key.to_ascii_lowercase()).cloned()
     }
 
+    /// Every key and its values, as now in force.
+    pub fn entries(&self) -> Arc<HashMap<String, Values>> {
+        self.map.load_full()
+    }
+
     /// Reloads if the file's modification time changed (blocking).
     pub fn reload_if_changed(&self) {
         let now = std::fs::metadata(&self.path)
