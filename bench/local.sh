@@ -31,7 +31,6 @@
 # postfix-ldap if missing):
 #   bash bench/local.sh                               # the real thing, ~25 min
 #   USERS=20000 DURATION=60 bash bench/local.sh        # a quick run
-#   SYSTEMS=postfix GENERATOR=python USERS=20000 DURATION=60 bash bench/local.sh
 #
 # Environment
 #   DURATION=600       seconds each system receives mail
@@ -45,9 +44,8 @@
 #   SPOT_CHECKS=5      delivered files checked against their Maildir
 #   SLUICE=target/release/sluice      binary for `serve` and `bench`
 #   SLUICE_BUILD=1     run `cargo build --release` first (0: use the binary as is)
-#   GENERATOR=sluice   sluice (`sluice bench`) | python (bench/lib/smtpgen.py,
-#                      same flags and output; RESULT lines then say
-#                      generator=python)
+#   (the generator is always `sluice bench`: one generator, one meaning of
+#   every figure; the Python generator with different semantics is gone)
 #   LDAP_PORT=55389    slapd's port on 127.0.0.1
 #   POSTFIX_MAILLOG=1  Postfix logs to a file in its temp dir (0: no logging)
 #   KEEP=0             1: keep the temp dir (slapd db, configs, logs, Maildirs)
@@ -103,7 +101,8 @@ DRAIN_TIMEOUT=${DRAIN_TIMEOUT:-300}
 SPOT_CHECKS=${SPOT_CHECKS:-5}
 SLUICE=${SLUICE:-$REPO/target/release/sluice}
 SLUICE_BUILD=${SLUICE_BUILD:-1}
-GENERATOR=${GENERATOR:-sluice}
+[ "${GENERATOR:-sluice}" = sluice ] || { echo "GENERATOR is always sluice (sluice bench)" >&2; exit 2; }
+GENERATOR=sluice
 LDAP_PORT=${LDAP_PORT:-55389}
 POSTFIX_MAILLOG=${POSTFIX_MAILLOG:-1}
 KEEP=${KEEP:-0}
@@ -120,7 +119,6 @@ PEOPLE="ou=people,$SUFFIX"
 for s in $SYSTEMS; do
     case $s in sluice|postfix) ;; *) die "unknown system '$s' in SYSTEMS" ;; esac
 done
-case $GENERATOR in sluice|python) ;; *) die "GENERATOR must be sluice or python" ;; esac
 for v in DURATION USERS SESSIONS INTERVAL SIZE DRAIN_TIMEOUT SPOT_CHECKS LDAP_PORT; do
     [[ ${!v} =~ ^[0-9]+$ ]] && [ "${!v}" -gt 0 ] || die "$v must be a positive integer (is '${!v}')"
 done
@@ -166,7 +164,7 @@ ensure_sluice_generator() {
     local usage
     usage=$("$SLUICE" bench --help 2>&1 || true)
     if [[ $usage != *--recipient-template* ]]; then
-        die "$SLUICE bench does not know --recipient-template yet (use GENERATOR=python)"
+        die "$SLUICE bench does not know --recipient-template"
     fi
 }
 
@@ -505,11 +503,7 @@ run_generator() {
         --recipients 1 --recipient-template "user{n}@$DOMAIN"
         --recipient-count "$USERS" --unknown-percent "$UNKNOWN_PERCENT"
         --duration "$DURATION" --interval "$INTERVAL")
-    local cmd
-    case $GENERATOR in
-    sluice) cmd=("$SLUICE" bench "${args[@]}") ;;
-    python) cmd=(python3 "$REPO/bench/lib/smtpgen.py" "${args[@]}") ;;
-    esac
+    local cmd=("$SLUICE" bench "${args[@]}")
     # The generator shares the 2 cores with the system under test: note its
     # CPU time (/usr/bin/time, when installed).
     rm -f "$W/gen.time"
