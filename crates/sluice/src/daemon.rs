@@ -243,6 +243,22 @@ async fn open_spool(
     for damage in &report.damage {
         log!(logger, "master", "spool recovery: {damage}");
     }
+    if report.known_damage > 0 {
+        log!(
+            logger,
+            "master",
+            "spool recovery: {} damaged ranges already quarantined in spool/corrupt/",
+            report.known_damage
+        );
+    }
+    if !report.pinned.is_empty() {
+        log!(
+            logger,
+            "master",
+            "spool recovery: WARNING: segments {:?} hold damaged bytes that could not be quarantined; they are kept (no space is reclaimed behind them) until a start-up can copy them to spool/corrupt/",
+            report.pinned
+        );
+    }
     Ok((spool, recovered))
 }
 
