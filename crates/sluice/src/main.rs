@@ -17,7 +17,8 @@ const USAGE: &str = "usage:
               [--size BYTES] [--recipients R] [--domains D] [--rate MSG_PER_S]
               [--interval SECS] [--max-seconds S] [--duration S] [--from ADDR]
               [--messages-per-session-max M2] [--recipient-template 'user{n}@example.com'
-              --recipient-count U] [--unknown-percent P]";
+              --recipient-count U] [--unknown-percent P] [--ack-log FILE]
+              [--retry-pause-ms MS]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -243,6 +244,8 @@ async fn run_bench(flags: &Flags) -> Result<(), String> {
         "--recipient-template",
         "--recipient-count",
         "--unknown-percent",
+        "--ack-log",
+        "--retry-pause-ms",
     ])?;
     let d = bench::BenchOptions::default();
     let target = flags.get("--target").unwrap_or("127.0.0.1:2525");
@@ -274,6 +277,10 @@ async fn run_bench(flags: &Flags) -> Result<(), String> {
         recipient_template: flags.get("--recipient-template").map(str::to_string),
         recipient_count: flags.num("--recipient-count", d.recipient_count)?,
         unknown_percent: flags.num("--unknown-percent", 0.0)?,
+        ack_log: flags.get("--ack-log").map(PathBuf::from),
+        retry_pause: Duration::from_millis(
+            flags.num("--retry-pause-ms", d.retry_pause.as_millis() as u64)?,
+        ),
     };
     // --duration: run for that long, however many messages that is.
     let mut opts = opts;
@@ -284,7 +291,9 @@ async fn run_bench(flags: &Flags) -> Result<(), String> {
             opts.count = u64::MAX / 2;
         }
     }
-    let report = bench::run(opts, std::io::stdout()).await;
+    let report = bench::run(opts, std::io::stdout())
+        .await
+        .map_err(|e| format!("--ack-log: {e}"))?;
     println!(
         "BENCH messages={} errors={} seconds={:.3} msgs_per_s={:.1} rejected_5xx={} temp_4xx={}",
         report.messages,
