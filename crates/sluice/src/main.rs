@@ -281,6 +281,7 @@ async fn run_bench(flags: &Flags) -> Result<(), String> {
         retry_pause: Duration::from_millis(
             flags.num("--retry-pause-ms", d.retry_pause.as_millis() as u64)?,
         ),
+        stop: None,
     };
     // --duration: run for that long, however many messages that is.
     let mut opts = opts;
@@ -290,6 +291,23 @@ async fn run_bench(flags: &Flags) -> Result<(), String> {
         if flags.get("--count").is_none() {
             opts.count = u64::MAX / 2;
         }
+    }
+    // SIGTERM / SIGINT: stop gracefully (messages in flight finish, the ack
+    // log is complete, the BENCH line is printed).
+    let stop = std::sync::Arc::new(tokio::sync::Notify::new());
+    opts.stop = Some(stop.clone());
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+        let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            eprintln!("bench: stopping (signal): no new messages, waiting for those in flight");
+            stop.notify_one();
+        });
     }
     let report = bench::run(opts, std::io::stdout())
         .await

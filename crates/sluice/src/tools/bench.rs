@@ -54,6 +54,10 @@ pub struct BenchOptions {
     pub ack_log: Option<PathBuf>,
     /// Pause of a session after a failed connection, before the next one.
     pub retry_pause: Duration,
+    /// Once notified, stop as at `max_seconds`: no new messages, those in
+    /// flight finish (at most 30 s), the ack log is flushed (`sluice bench`
+    /// notifies it on SIGTERM and SIGINT).
+    pub stop: Option<Arc<tokio::sync::Notify>>,
 }
 
 impl Default for BenchOptions {
@@ -76,6 +80,7 @@ impl Default for BenchOptions {
             unknown_percent: 0.0,
             ack_log: None,
             retry_pause: Duration::from_millis(100),
+            stop: None,
         }
     }
 }
@@ -90,6 +95,14 @@ struct Counters {
     reported: AtomicU64,
     rejected_5xx: AtomicU64,
     temp_4xx: AtomicU64,
+    /// Set by `BenchOptions::stop`: sessions start no new message.
+    stopping: std::sync::atomic::AtomicBool,
+}
+
+impl Counters {
+    fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::Relaxed)
+    }
 }
 
 /// The run's totals.
@@ -188,6 +201,14 @@ pub async fn run(opts: BenchOptions, mut csv: impl std::io::Write) -> std::io::R
     let mut ticker = tokio::time::interval(opts.interval);
     ticker.tick().await;
     let mut draining = false;
+    let stop = opts.stop.clone();
+    let stop_requested = async move {
+        match stop {
+            Some(n) => n.notified().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(stop_requested);
     loop {
         let finished = if draining {
             // Past the deadline sessions stop starting messages; let the ones
@@ -198,6 +219,10 @@ pub async fn run(opts: BenchOptions, mut csv: impl std::io::Write) -> std::io::R
             tokio::select! {
                 _ = &mut all => true,
                 _ = ticker.tick() => false,
+                _ = &mut stop_requested, if !counters.stopping() => {
+                    counters.stopping.store(true, Ordering::Relaxed);
+                    false
+                }
             }
         };
         let now = (
@@ -233,7 +258,8 @@ pub async fn run(opts: BenchOptions, mut csv: impl std::io::Write) -> std::io::R
         if finished {
             break;
         }
-        draining = deadline.is_some_and(|d| tokio::time::Instant::now() >= d);
+        draining =
+            counters.stopping() || deadline.is_some_and(|d| tokio::time::Instant::now() >= d);
     }
     if tty {
         eprintln!();
@@ -305,6 +331,9 @@ async fn session_loop(
             return;
         }
         let last = (first + batch).min(opts.count);
+        if c.stopping() {
+            return;
+        }
         if let Some(max) = opts.max_seconds {
             if started.elapsed().as_secs() >= max {
                 return;
@@ -353,6 +382,9 @@ async fn one_connection(
             if let Some(rate) = opts.rate {
                 let due = started + Duration::from_secs_f64(next as f64 / rate);
                 tokio::time::sleep_until(due.into()).await;
+            }
+            if c.stopping() {
+                break;
             }
             if let Some(max) = opts.max_seconds {
                 if started.elapsed().as_secs() >= max {
@@ -588,6 +620,33 @@ mod tests {
         // 2 sessions x 4-5 attempts, not all 40 messages.
         assert!(report.errors > 0 && report.errors < 20, "{report:?}");
         assert_eq!(report.messages + report.errors, 40);
+        assert_eq!(report.messages, sink.count());
+        assert_eq!(lines(&dir.join("acks")).len() as u64, report.messages);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn stop_ends_the_run_with_a_complete_ack_log() {
+        let dir = temp("stop");
+        let sink = Sink::start(SinkOptions::default()).await.unwrap();
+        let stop = Arc::new(tokio::sync::Notify::new());
+        let opts = BenchOptions {
+            target: sink.addr,
+            sessions: 3,
+            count: u64::MAX / 2,
+            ack_log: Some(dir.join("acks")),
+            stop: Some(stop.clone()),
+            ..BenchOptions::default()
+        };
+        let bench = tokio::spawn(run(opts, std::io::sink()));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        stop.notify_one();
+        let report = tokio::time::timeout(Duration::from_secs(10), bench)
+            .await
+            .expect("stops")
+            .unwrap()
+            .unwrap();
+        assert!(report.messages > 0);
         assert_eq!(report.messages, sink.count());
         assert_eq!(lines(&dir.join("acks")).len() as u64, report.messages);
         let _ = std::fs::remove_dir_all(&dir);
