@@ -149,7 +149,6 @@ ticker() {
 ticker &
 TICKER_PID=$!
 
-GEN_T0=$(now)
 timeout -k 10 $((RUN_TIMEOUT + 60)) \
     "$SLUICE" bench --target "$HOST:$SMTP_PORT" --sessions "$SESSIONS" \
     --messages-per-session 1 --count "$N" --size "$SIZE" --recipients 1 \

@@ -11,7 +11,6 @@
 #
 # Functions
 #   now                      unix time with nanoseconds (date +%s.%N)
-#   ms_since T0              integer milliseconds from T0 (a `now`) to now
 #   serve_start CONF PORT [SECS]   starts `sluice serve --config CONF` in the
 #                            background (stderr appended to $W/serve.err);
 #                            sets SERVE_PID, SERVE_EXEC_T (just before exec)
@@ -29,16 +28,19 @@
 #   uniq_lines FILE          number of distinct lines in FILE
 #   missing_count ACKS IDS   lines of ACKS (deduplicated) not in IDS
 #   spool_kb DIR             du -sk of DIR (0 if missing)
-#   seg_count DIR            number of DIR/*.seg
 #   sampler_start CSV SPOOL IDS  every second append
 #                            "secs,spool_kb,segments,delivered,rss_kb"
 #                            to CSV (header first); rss of the pid in
 #                            $W/serve.pid; sets SAMPLER_PID
 #   sampler_stop             stops it
 #   free_port_or_die PORT... dies if something listens on one of them
+#   seg_count DIR            number of DIR/*.seg
+#   count_files DIR...       regular files below the DIRs (0 if missing)
+#   log_offset FILE          size of FILE in bytes (0 if missing)
+#   log_first_after FILE OFFSET ERE   unix time (s.ms) of the first mail log
+#                            line after byte OFFSET matching ERE, or empty
 
 now() { date +%s.%N; }
-ms_since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%d", (b - a) * 1000 }'; }
 
 SERVE_PID=""
 SINK_PID=""
