@@ -61,7 +61,7 @@ def nice_step(span, target=6):
 def fmt_num(v):
     if v == int(v):
         return "{:,}".format(int(v))
-    return "{:,.1f}".format(v)
+    return "{:,.2f}".format(v).rstrip("0").rstrip(".")
 
 
 def main():
