@@ -8,10 +8,18 @@ per minute (messages of the row scaled by 60/interval).
 
 Usage:
   python3 bench/chart.py --out chart.svg [--title T] [--interval 60]
-      [--rows N] LABEL=FILE.csv [LABEL=FILE.csv ...]
+      [--rows N] [--column C --raw --ylabel TEXT --unit TEXT]
+      LABEL=FILE.csv [LABEL=FILE.csv ...]
 
 --rows N keeps only the first N rows of every file (the full intervals;
 a generator's last row may cover a partial interval).
+
+Other series (e.g. spool disk use sampled every second, bench/pinning.sh):
+--column C takes the values from column C (0-based; default 1, messages),
+--raw plots them as they are (no per-minute scaling; the legend then shows
+the peak instead of the average), --ylabel names the y axis and --unit is
+appended to the legend's figure. Rows whose first field is `time` or
+`secs` (headers) are skipped.
 """
 
 import argparse
@@ -23,14 +31,14 @@ import sys
 COLORS = ["#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"]
 
 
-def read_series(path, rows):
+def read_series(path, rows, column=1):
     ys = []
     with open(path, newline="") as f:
         for rec in csv.reader(f):
-            if not rec or not rec[0] or rec[0] == "time" or rec[0].startswith("BENCH"):
+            if not rec or not rec[0] or rec[0] in ("time", "secs") or rec[0].startswith("BENCH"):
                 continue
             try:
-                ys.append(int(rec[1]))
+                ys.append(float(rec[column]))
             except (IndexError, ValueError):
                 continue
     if rows is not None:
@@ -53,7 +61,7 @@ def nice_step(span, target=6):
 def fmt_num(v):
     if v == int(v):
         return "{:,}".format(int(v))
-    return "{:,.1f}".format(v)
+    return "{:,.2f}".format(v).rstrip("0").rstrip(".")
 
 
 def main():
@@ -62,16 +70,20 @@ def main():
     ap.add_argument("--title", default="Messages per minute")
     ap.add_argument("--interval", type=float, default=60.0, help="seconds per CSV row")
     ap.add_argument("--rows", type=int, default=None)
+    ap.add_argument("--column", type=int, default=1, help="0-based CSV column of the values")
+    ap.add_argument("--raw", action="store_true", help="plot values as they are, not per minute")
+    ap.add_argument("--ylabel", default="messages per minute (accepted)")
+    ap.add_argument("--unit", default="/min", help="after the legend's figure")
     ap.add_argument("series", nargs="+", help="LABEL=FILE.csv")
     a = ap.parse_args()
 
-    scale = 60.0 / a.interval
+    scale = 1.0 if a.raw else 60.0 / a.interval
     series = []
     for s in a.series:
         label, _, path = s.partition("=")
         if not path:
             sys.exit("chart.py: series must be LABEL=FILE, got %r" % s)
-        ys = [y * scale for y in read_series(path, a.rows)]
+        ys = [y * scale for y in read_series(path, a.rows, a.column)]
         series.append((label, ys))
 
     W, H = 900, 520
@@ -119,7 +131,7 @@ def main():
     out.append('<text x="%d" y="%d" text-anchor="middle">minutes since start</text>'
                % (ml + pw // 2, mt + ph + 42))
     out.append('<text x="22" y="%d" text-anchor="middle" transform="rotate(-90 22 %d)">'
-               'messages per minute (accepted)</text>' % (mt + ph // 2, mt + ph // 2))
+               '%s</text>' % (mt + ph // 2, mt + ph // 2, html.escape(a.ylabel)))
     # series
     for i, (label, ys) in enumerate(series):
         color = COLORS[i % len(COLORS)]
@@ -129,18 +141,21 @@ def main():
             out.append('<circle cx="%.1f" cy="%.1f" r="4" fill="%s"/>' % (x, y, color))
         elif ys:
             out.append('<polyline fill="none" stroke="%s" stroke-width="2.5" points="%s"/>' % (color, pts))
-            for k, y in enumerate(ys):
+            for k, y in enumerate(ys if len(ys) <= 120 else []):
                 out.append('<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>'
                            % (X((k + 1) * a.interval / 60.0), Y(y), color))
     # legend: one row below the x-axis label, outside the plot area
     lx, ly = ml, H - 18
     for i, (label, ys) in enumerate(series):
         color = COLORS[i % len(COLORS)]
-        avg = sum(ys) / len(ys) if ys else 0
+        if a.raw:
+            what, fig = "peak", max(ys) if ys else 0
+        else:
+            what, fig = "avg", sum(ys) / len(ys) if ys else 0
         out.append('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="3"/>'
                    % (lx, ly, lx + 25, ly, color))
-        out.append('<text x="%d" y="%d" dominant-baseline="middle">%s (avg %s/min)</text>'
-                   % (lx + 32, ly, html.escape(label), fmt_num(round(avg))))
+        out.append('<text x="%d" y="%d" dominant-baseline="middle">%s (%s %s%s)</text>'
+                   % (lx + 32, ly, html.escape(label), what, fmt_num(round(fig)), html.escape(a.unit)))
         lx += 260
     out.append("</svg>")
     with open(a.out, "w") as f:

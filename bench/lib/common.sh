@@ -1,4 +1,4 @@
-# bench/lib/common.sh — helpers shared by bench/relay.sh and bench/local.sh.
+# bench/lib/common.sh — helpers shared by the bench/*.sh scripts.
 #
 # Sourced, never run: each script does, right after `set -euo pipefail`,
 #   source "$(dirname "$0")/lib/common.sh"

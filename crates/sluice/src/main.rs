@@ -17,7 +17,8 @@ const USAGE: &str = "usage:
               [--size BYTES] [--recipients R] [--domains D] [--rate MSG_PER_S]
               [--interval SECS] [--max-seconds S] [--duration S] [--from ADDR]
               [--messages-per-session-max M2] [--recipient-template 'user{n}@example.com'
-              --recipient-count U] [--unknown-percent P]";
+              --recipient-count U] [--unknown-percent P] [--ack-log FILE]
+              [--retry-pause-ms MS]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -243,6 +244,8 @@ async fn run_bench(flags: &Flags) -> Result<(), String> {
         "--recipient-template",
         "--recipient-count",
         "--unknown-percent",
+        "--ack-log",
+        "--retry-pause-ms",
     ])?;
     let d = bench::BenchOptions::default();
     let target = flags.get("--target").unwrap_or("127.0.0.1:2525");
@@ -274,6 +277,11 @@ async fn run_bench(flags: &Flags) -> Result<(), String> {
         recipient_template: flags.get("--recipient-template").map(str::to_string),
         recipient_count: flags.num("--recipient-count", d.recipient_count)?,
         unknown_percent: flags.num("--unknown-percent", 0.0)?,
+        ack_log: flags.get("--ack-log").map(PathBuf::from),
+        retry_pause: Duration::from_millis(
+            flags.num("--retry-pause-ms", d.retry_pause.as_millis() as u64)?,
+        ),
+        stop: None,
     };
     // --duration: run for that long, however many messages that is.
     let mut opts = opts;
@@ -284,7 +292,26 @@ async fn run_bench(flags: &Flags) -> Result<(), String> {
             opts.count = u64::MAX / 2;
         }
     }
-    let report = bench::run(opts, std::io::stdout()).await;
+    // SIGTERM / SIGINT: stop gracefully (messages in flight finish, the ack
+    // log is complete, the BENCH line is printed).
+    let stop = std::sync::Arc::new(tokio::sync::Notify::new());
+    opts.stop = Some(stop.clone());
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+        let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            eprintln!("bench: stopping (signal): no new messages, waiting for those in flight");
+            stop.notify_one();
+        });
+    }
+    let report = bench::run(opts, std::io::stdout())
+        .await
+        .map_err(|e| format!("--ack-log: {e}"))?;
     println!(
         "BENCH messages={} errors={} seconds={:.3} msgs_per_s={:.1} rejected_5xx={} temp_4xx={}",
         report.messages,

@@ -5,10 +5,20 @@
 //! Every `interval` a postal-style CSV line is printed
 //! (`time,messages,data(K),errors,connections,SSL connections`), and a
 //! progress bar is drawn on stderr when it is a terminal.
+//!
+//! A connection that fails (refused, reset, closed, a greeting other than
+//! 2xx) counts its unconfirmed messages as errors; the session then pauses
+//! `retry_pause` before it connects again, so a server that dies and comes
+//! back (the crash benchmark) does not make the generator burn through
+//! `count` in a few milliseconds. With `ack_log`, the Message-ID of every
+//! message the server acknowledged (2xx to the final dot) is appended to a
+//! file, one per line, written at least once a second and at the end.
 
+use std::io::Write as _;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -40,6 +50,14 @@ pub struct BenchOptions {
     pub recipient_count: u64,
     /// Share of recipients (percent) made unknown on purpose.
     pub unknown_percent: f64,
+    /// Append the Message-ID of every acknowledged message to this file.
+    pub ack_log: Option<PathBuf>,
+    /// Pause of a session after a failed connection, before the next one.
+    pub retry_pause: Duration,
+    /// Once notified, stop as at `max_seconds`: no new messages, those in
+    /// flight finish (at most 30 s), the ack log is flushed (`sluice bench`
+    /// notifies it on SIGTERM and SIGINT).
+    pub stop: Option<Arc<tokio::sync::Notify>>,
 }
 
 impl Default for BenchOptions {
@@ -60,6 +78,9 @@ impl Default for BenchOptions {
             recipient_template: None,
             recipient_count: 1000,
             unknown_percent: 0.0,
+            ack_log: None,
+            retry_pause: Duration::from_millis(100),
+            stop: None,
         }
     }
 }
@@ -74,6 +95,14 @@ struct Counters {
     reported: AtomicU64,
     rejected_5xx: AtomicU64,
     temp_4xx: AtomicU64,
+    /// Set by `BenchOptions::stop`: sessions start no new message.
+    stopping: std::sync::atomic::AtomicBool,
+}
+
+impl Counters {
+    fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::Relaxed)
+    }
 }
 
 /// The run's totals.
@@ -88,17 +117,70 @@ pub struct BenchReport {
     pub temp_4xx: u64,
 }
 
-pub async fn run(opts: BenchOptions, mut csv: impl std::io::Write) -> BenchReport {
+/// The acknowledged Message-IDs: sessions append to a buffer in memory;
+/// only the flusher (once a second) and the end of the run write the file,
+/// so no session ever waits for the disk.
+struct AckLog {
+    buf: Mutex<Vec<u8>>,
+    file: Mutex<std::fs::File>,
+}
+
+impl AckLog {
+    fn open(path: &std::path::Path) -> std::io::Result<AckLog> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        Ok(AckLog {
+            buf: Mutex::new(Vec::with_capacity(64 << 10)),
+            file: Mutex::new(file),
+        })
+    }
+
+    fn record(&self, id: &str) {
+        let mut buf = self.buf.lock().unwrap_or_else(|p| p.into_inner());
+        buf.extend_from_slice(id.as_bytes());
+        buf.push(b'\n');
+    }
+
+    fn flush(&self) {
+        // The file lock first: two flushes never reorder their batches.
+        let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        let batch = std::mem::take(&mut *self.buf.lock().unwrap_or_else(|p| p.into_inner()));
+        if !batch.is_empty() {
+            if let Err(e) = file.write_all(&batch) {
+                eprintln!("bench: cannot write the ack log: {e}");
+            }
+        }
+    }
+}
+
+/// Runs the generator. Fails only when the ack log cannot be opened.
+pub async fn run(opts: BenchOptions, mut csv: impl std::io::Write) -> std::io::Result<BenchReport> {
     let counters = Arc::new(Counters::default());
     let started = Instant::now();
     let run_id = timefmt::now_millis();
     let filler = Arc::new(filler(opts.size));
+    let acks = match &opts.ack_log {
+        Some(path) => Some(Arc::new(AckLog::open(path)?)),
+        None => None,
+    };
+    let flusher = acks.clone().map(|acks| {
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                acks.flush();
+            }
+        })
+    });
     let opts = Arc::new(opts);
     let mut tasks = Vec::new();
     for _ in 0..opts.sessions.max(1) {
-        let (opts, counters, filler) = (opts.clone(), counters.clone(), filler.clone());
+        let (opts, counters, filler, acks) =
+            (opts.clone(), counters.clone(), filler.clone(), acks.clone());
         tasks.push(tokio::spawn(async move {
-            session_loop(&opts, &counters, &filler, run_id, started).await;
+            session_loop(&opts, &counters, &filler, acks.as_deref(), run_id, started).await;
         }));
     }
     let all = async {
@@ -119,6 +201,14 @@ pub async fn run(opts: BenchOptions, mut csv: impl std::io::Write) -> BenchRepor
     let mut ticker = tokio::time::interval(opts.interval);
     ticker.tick().await;
     let mut draining = false;
+    let stop = opts.stop.clone();
+    let stop_requested = async move {
+        match stop {
+            Some(n) => n.notified().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(stop_requested);
     loop {
         let finished = if draining {
             // Past the deadline sessions stop starting messages; let the ones
@@ -129,6 +219,10 @@ pub async fn run(opts: BenchOptions, mut csv: impl std::io::Write) -> BenchRepor
             tokio::select! {
                 _ = &mut all => true,
                 _ = ticker.tick() => false,
+                _ = &mut stop_requested, if !counters.stopping() => {
+                    counters.stopping.store(true, Ordering::Relaxed);
+                    false
+                }
             }
         };
         let now = (
@@ -164,18 +258,25 @@ pub async fn run(opts: BenchOptions, mut csv: impl std::io::Write) -> BenchRepor
         if finished {
             break;
         }
-        draining = deadline.is_some_and(|d| tokio::time::Instant::now() >= d);
+        draining =
+            counters.stopping() || deadline.is_some_and(|d| tokio::time::Instant::now() >= d);
     }
     if tty {
         eprintln!();
     }
-    BenchReport {
+    if let Some(f) = flusher {
+        f.abort();
+    }
+    if let Some(acks) = &acks {
+        acks.flush();
+    }
+    Ok(BenchReport {
         messages: counters.messages.load(Ordering::Relaxed),
         errors: counters.errors.load(Ordering::Relaxed),
         seconds: started.elapsed().as_secs_f64(),
         rejected_5xx: counters.rejected_5xx.load(Ordering::Relaxed),
         temp_4xx: counters.temp_4xx.load(Ordering::Relaxed),
-    }
+    })
 }
 
 /// Body text after the headers: 76-character lines up to about `size`.
@@ -214,6 +315,7 @@ async fn session_loop(
     opts: &BenchOptions,
     c: &Counters,
     filler: &[u8],
+    acks: Option<&AckLog>,
     run_id: u64,
     started: Instant,
 ) {
@@ -229,15 +331,23 @@ async fn session_loop(
             return;
         }
         let last = (first + batch).min(opts.count);
+        if c.stopping() {
+            return;
+        }
         if let Some(max) = opts.max_seconds {
             if started.elapsed().as_secs() >= max {
                 return;
             }
         }
-        if let Err(unsent) =
-            one_connection(opts, c, filler, run_id, started, first, last, &mut rng).await
+        if let Err(unsent) = one_connection(
+            opts, c, filler, acks, run_id, started, first, last, &mut rng,
+        )
+        .await
         {
             c.errors.fetch_add(unsent, Ordering::Relaxed);
+            // The server may be down (restarting): do not hammer it, and do
+            // not use up the remaining messages in a few milliseconds.
+            tokio::time::sleep(opts.retry_pause).await;
         }
     }
 }
@@ -249,6 +359,7 @@ async fn one_connection(
     opts: &BenchOptions,
     c: &Counters,
     filler: &[u8],
+    acks: Option<&AckLog>,
     run_id: u64,
     started: Instant,
     first: u64,
@@ -271,6 +382,9 @@ async fn one_connection(
             if let Some(rate) = opts.rate {
                 let due = started + Duration::from_secs_f64(next as f64 / rate);
                 tokio::time::sleep_until(due.into()).await;
+            }
+            if c.stopping() {
+                break;
             }
             if let Some(max) = opts.max_seconds {
                 if started.elapsed().as_secs() >= max {
@@ -334,6 +448,9 @@ async fn one_connection(
                 let (code, _) = rd.read(&mut stream).await?;
                 count_reply(c, code);
                 if code / 100 == 2 {
+                    if let Some(acks) = acks {
+                        acks.record(&format!("<{next}.{run_id}@sluice.bench>"));
+                    }
                     c.messages.fetch_add(1, Ordering::Relaxed);
                     c.bytes.fetch_add(msg.len() as u64, Ordering::Relaxed);
                 } else {
@@ -420,5 +537,118 @@ impl Replies {
                 ));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::sink::{Sink, SinkOptions};
+
+    fn temp(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("sluice-bench-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn lines(path: &std::path::Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[tokio::test]
+    async fn ack_log_lists_exactly_what_the_sink_received() {
+        let dir = temp("acks");
+        let sink = Sink::start(SinkOptions {
+            message_ids: Some(dir.join("sink.ids")),
+            ..SinkOptions::default()
+        })
+        .await
+        .unwrap();
+        let opts = BenchOptions {
+            target: sink.addr,
+            sessions: 4,
+            messages_per_session: 3,
+            count: 50,
+            ack_log: Some(dir.join("acks")),
+            ..BenchOptions::default()
+        };
+        let report = run(opts, std::io::sink()).await.unwrap();
+        assert_eq!((report.messages, report.errors), (50, 0));
+        let acks = lines(&dir.join("acks"));
+        assert_eq!(acks.len(), 50);
+        assert!(acks[0].starts_with('<') && acks[0].ends_with("@sluice.bench>"));
+        assert_eq!(acks, lines(&dir.join("sink.ids")));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn keeps_going_while_the_server_is_down() {
+        let dir = temp("down");
+        // A port nobody listens on, for now.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let opts = BenchOptions {
+            target: addr,
+            sessions: 2,
+            count: 40,
+            max_seconds: Some(20),
+            retry_pause: Duration::from_millis(100),
+            ack_log: Some(dir.join("acks")),
+            ..BenchOptions::default()
+        };
+        let bench = tokio::spawn(run(opts, std::io::sink()));
+        tokio::time::sleep(Duration::from_millis(450)).await;
+        let sink = Sink::start(SinkOptions {
+            listen: Some(addr),
+            ..SinkOptions::default()
+        })
+        .await
+        .unwrap();
+        let report = bench.await.unwrap().unwrap();
+        // Refused connections count as errors, with a pause each: about
+        // 2 sessions x 4-5 attempts, not all 40 messages.
+        assert!(report.errors > 0 && report.errors < 20, "{report:?}");
+        assert_eq!(report.messages + report.errors, 40);
+        assert_eq!(report.messages, sink.count());
+        assert_eq!(lines(&dir.join("acks")).len() as u64, report.messages);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn stop_ends_the_run_with_a_complete_ack_log() {
+        let dir = temp("stop");
+        let sink = Sink::start(SinkOptions::default()).await.unwrap();
+        let stop = Arc::new(tokio::sync::Notify::new());
+        let opts = BenchOptions {
+            target: sink.addr,
+            sessions: 3,
+            count: u64::MAX / 2,
+            ack_log: Some(dir.join("acks")),
+            stop: Some(stop.clone()),
+            ..BenchOptions::default()
+        };
+        let bench = tokio::spawn(run(opts, std::io::sink()));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        stop.notify_one();
+        let report = tokio::time::timeout(Duration::from_secs(10), bench)
+            .await
+            .expect("stops")
+            .unwrap()
+            .unwrap();
+        assert!(report.messages > 0);
+        assert_eq!(report.messages, sink.count());
+        assert_eq!(lines(&dir.join("acks")).len() as u64, report.messages);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
