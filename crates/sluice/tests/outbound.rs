@@ -20,6 +20,8 @@ struct Hop {
     slow_read: usize,
     /// Wait this long before answering the final dot.
     dot_delay: Duration,
+    /// Close the connection instead of answering DATA.
+    drop_at_data: bool,
     /// Offer no extensions (no PIPELINING): a client that sends a command
     /// before the previous reply gets `554` for everything after it.
     lockstep: bool,
@@ -87,7 +89,9 @@ async fn serve(mut s: TcpStream, hop: Hop) {
                 || (line.starts_with(b"RCPT") && hop.refuse_then_drop)
             {
                 b"550 5.1.1 no such user here\r\n"
-            } else if line.starts_with(b"RSET") && hop.refuse_then_drop {
+            } else if (line.starts_with(b"RSET") && hop.refuse_then_drop)
+                || (line.starts_with(b"DATA") && hop.drop_at_data)
+            {
                 return;
             } else if line.starts_with(b"DATA") {
                 if hop.refuse_then_drop {
@@ -247,5 +251,42 @@ async fn a_peer_without_pipelining_is_spoken_to_in_lock_step() {
         "{log}"
     );
     assert!(!log.contains("before the reply"), "{log}");
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_stands_when_the_connection_dies_at_data() {
+    let dir = temp_dir("out-drop-data");
+    let hop = fake_hop(Hop {
+        drop_at_data: true,
+        ..Default::default()
+    })
+    .await;
+    let (server, sink, mut c) = relay_to(&dir, hop).await;
+    let r = c
+        .message(
+            "a@sender.test",
+            &["ok@dest.test", "gone@dest.test"],
+            &body("cut"),
+        )
+        .await;
+    let qid = qid_of(&r);
+    // The refused recipient bounces at once; the other waits for a retry.
+    assert!(
+        wait_until(10, || sink.count() == 1).await,
+        "{}",
+        read_log(&dir)
+    );
+    let log = read_log(&dir);
+    assert!(
+        log.contains(&format!("{qid}: to=<gone@dest.test>"))
+            && log.contains("status=bounced (550 5.1.1"),
+        "{log}"
+    );
+    assert!(
+        log.contains("to=<ok@dest.test>")
+            && log.contains("status=deferred (451 4.4.2 lost connection"),
+        "{log}"
+    );
     server.shutdown().await;
 }

@@ -73,14 +73,13 @@ pub fn build(
         cs = if utf8 { "utf-8" } else { "us-ascii" },
     );
     for (i, f) in failed {
-        let said = match &f.relay {
-            Some(relay) => format!("host {} said: ", clean(relay, 300, false)),
-            None => String::new(),
-        };
+        let _ = write!(m, "<{}>:\r\n", addr(rcpt(original, *i)));
+        if let Some(relay) = &f.relay {
+            let _ = write!(m, "    host {} said:\r\n", clean(relay, 300, false));
+        }
         let _ = write!(
             m,
-            "<{}>:\r\n    {said}{}\r\n\r\n",
-            addr(rcpt(original, *i)),
+            "    {}\r\n\r\n",
             clean(&f.diagnostic, MAX_DIAGNOSTIC, utf8)
         );
     }
@@ -191,17 +190,26 @@ pub fn clean(text: &str, max: usize, utf8: bool) -> String {
     out.trim_end().to_string()
 }
 
-/// Copies a header section, CRLF-terminated, each line cut to 998 octets
-/// and stray CR or LF octets turned into line ends.
+/// Copies a header section, CRLF-terminated: stray CR or LF octets become
+/// line ends, control characters but TAB become spaces, and each line is
+/// cut to 998 octets (at a UTF-8 character boundary).
 fn quote_headers(headers: &[u8], out: &mut Vec<u8>) {
     for line in headers.split(|&b| b == b'\n') {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if line.is_empty() {
-            continue;
-        }
         for piece in line.split(|&b| b == b'\r') {
-            let piece = &piece[..piece.len().min(MAX_LINE)];
-            out.extend(piece.iter().map(|&b| if b == 0 { b' ' } else { b }));
+            if piece.is_empty() {
+                continue;
+            }
+            let mut cut = piece.len().min(MAX_LINE);
+            while cut < piece.len() && cut > 0 && piece[cut] & 0xC0 == 0x80 {
+                cut -= 1;
+            }
+            let control = |b: u8| (b < 0x20 && b != b'\t') || b == 0x7f;
+            out.extend(
+                piece[..cut]
+                    .iter()
+                    .map(|&b| if control(b) { b' ' } else { b }),
+            );
             out.extend_from_slice(b"\r\n");
         }
     }

@@ -76,17 +76,28 @@ impl MaildirPolicy {
             no_symlink(&dir).map_err(|_| refuse("tmp, new or cur is a symlink"))?;
             make_dir(&dir, &mut created).map_err(io)?;
         }
-        // Each new entry lives in its parent: sync those parents, so a
-        // crash cannot lose the directories after "delivered" is recorded.
+        // Each entry on the way lives in its parent: sync every directory
+        // from the base down (whoever made the entries: an earlier failed
+        // attempt or a concurrent worker may have), and the parent of
+        // anything we made above the base, so a crash cannot lose the
+        // directories after "delivered" is recorded.
+        let mut to_sync: Vec<PathBuf> = created
+            .iter()
+            .filter_map(|d| d.parent().map(Path::to_path_buf))
+            .collect();
+        let mut at = from.to_path_buf();
+        to_sync.push(at.clone());
+        for part in rest.components() {
+            at.push(part);
+            to_sync.push(at.clone());
+        }
         let mut synced: Vec<PathBuf> = Vec::new();
-        for dir in &created {
-            if let Some(parent) = dir.parent() {
-                if !synced.iter().any(|s| s == parent) {
-                    std::fs::File::open(parent)
-                        .and_then(|f| f.sync_all())
-                        .map_err(io)?;
-                    synced.push(parent.to_path_buf());
-                }
+        for dir in to_sync {
+            if !synced.contains(&dir) {
+                std::fs::File::open(&dir)
+                    .and_then(|f| f.sync_all())
+                    .map_err(io)?;
+                synced.push(dir);
             }
         }
         let mut known = self.known();
@@ -173,11 +184,27 @@ mod tests {
             p.prepare(&md).unwrap().is_empty(),
             "known: no work the second time"
         );
-        // Another mailbox in the same domain syncs only what is new.
-        let md2 = base.join("ex.test/v/Maildir");
-        let synced = p.prepare(&md2).unwrap();
-        assert!(!synced.contains(&base), "{synced:?}");
-        assert!(synced.contains(&base.join("ex.test")));
+    }
+
+    #[test]
+    fn a_chain_made_by_someone_else_is_synced_too() {
+        // An earlier attempt (or another worker) made the directories and
+        // failed before syncing them: the next delivery must sync them.
+        let (_guard, root) = temp("others");
+        let base = root.join("mail");
+        let md = base.join("ex.test/w/Maildir");
+        for sub in ["tmp", "new", "cur"] {
+            std::fs::create_dir_all(md.join(sub)).unwrap();
+        }
+        let p = MaildirPolicy::new(base.clone(), false);
+        let synced = p.prepare(&md).unwrap();
+        for dir in [&base, &base.join("ex.test"), &base.join("ex.test/w"), &md] {
+            assert!(
+                synced.contains(dir),
+                "{} not synced: {synced:?}",
+                dir.display()
+            );
+        }
     }
 
     #[test]

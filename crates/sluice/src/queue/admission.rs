@@ -78,10 +78,22 @@ impl Scheduler {
             self.loading += batch.len();
             let (spool, events) = (self.spool.clone(), self.events.clone());
             tokio::task::spawn_blocking(move || {
-                let loaded = batch
-                    .into_iter()
-                    .map(|(id, body)| (id, spool.read_envelope(body).map_err(|e| e.to_string())))
-                    .collect();
+                let ids: Vec<u64> = batch.iter().map(|(id, _)| *id).collect();
+                let read = || {
+                    batch
+                        .into_iter()
+                        .map(|(id, body)| {
+                            (id, spool.read_envelope(body).map_err(|e| e.to_string()))
+                        })
+                        .collect()
+                };
+                // Whatever happens, every ID comes back, so `loading` is
+                // always paid back and admission never stalls.
+                let loaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(read))
+                    .unwrap_or_else(|_| {
+                        let why = || Err("reading the queue file failed unexpectedly".to_string());
+                        ids.into_iter().map(|id| (id, why())).collect()
+                    });
                 let _ = events.blocking_send(Event::Loaded(loaded));
             });
         }

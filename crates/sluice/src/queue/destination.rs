@@ -193,12 +193,18 @@ impl Scheduler {
     }
 
     pub(super) fn worker_exit(&mut self, key: Arc<str>, worker: WorkerId, returned: Vec<Job>) {
-        if let Some(dest) = self.dests.get_mut(&key) {
-            dest.workers.remove(&worker);
-            dest.idle.retain(|w| *w != worker);
+        if self.draining.is_some() {
+            // Not started and not to be started now: they stay open in
+            // the spool, and the drain does not wait for them.
+            self.jobs_out = self.jobs_out.saturating_sub(returned.len());
+        } else if let Some(dest) = self.dests.get_mut(&key) {
             for job in returned.into_iter().rev() {
                 dest.queue.push_front(job);
             }
+        }
+        if let Some(dest) = self.dests.get_mut(&key) {
+            dest.workers.remove(&worker);
+            dest.idle.retain(|w| *w != worker);
         }
         self.pump(&key);
     }

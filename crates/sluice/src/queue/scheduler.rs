@@ -107,7 +107,7 @@ pub struct Scheduler {
     body_cache_bytes: usize,
     body_cache_limit: usize,
     /// Jobs handed to workers and not yet reported, over all messages.
-    jobs_out: usize,
+    pub(super) jobs_out: usize,
     /// Bounces being stored.
     bounces_out: usize,
     pub(super) draining: Option<Drain>,
@@ -215,7 +215,7 @@ impl Scheduler {
     fn start_drain(&mut self, deadline: Instant, done: oneshot::Sender<DrainReport>) {
         for dest in self.dests.values_mut() {
             // Not started: these recipients stay open in the spool.
-            self.jobs_out -= dest.queue.len();
+            self.jobs_out = self.jobs_out.saturating_sub(dest.queue.len());
             dest.queue.clear();
             for worker in dest.idle.drain(..) {
                 dest.workers.remove(&worker);

@@ -33,16 +33,11 @@ impl LocalDomains {
                 ));
             }
         }
-        // A typo in a route must not send mail to the default route instead.
-        if let Some(entries) = transport_table.as_ref().and_then(|t| t.static_entries()) {
-            for (domain, hops) in entries.iter() {
-                let hop = hops.first().map(String::as_str).unwrap_or("");
-                if NextHop::parse(hop).is_none() {
-                    return Err(format!(
-                        "local.transport_table: {domain:?}: bad next hop {hop:?}"
-                    ));
-                }
-            }
+        // A typo in a route must not send mail to the default route
+        // instead: checked now, and at every reload of the file.
+        if let Some(t) = &transport_table {
+            t.set_check(check_route)
+                .map_err(|e| format!("local.transport_table: {e}"))?;
         }
         Ok(LocalDomains {
             domains: domains.iter().map(|d| d.to_ascii_lowercase()).collect(),
@@ -83,6 +78,15 @@ impl LocalDomains {
         [&self.domain_table, &self.transport_table]
             .into_iter()
             .flatten()
+    }
+}
+
+/// A transport table entry must name a next hop Sluice understands.
+fn check_route(domain: &str, hops: &[String]) -> Result<(), String> {
+    let hop = hops.first().map(String::as_str).unwrap_or("");
+    match NextHop::parse(hop) {
+        Some(_) => Ok(()),
+        None => Err(format!("{domain:?}: bad next hop {hop:?}")),
     }
 }
 

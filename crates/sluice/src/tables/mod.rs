@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 pub use ldap::{expand_filter, LdapStats, LdapTable};
-pub use static_file::{parse_static, StaticTable};
+pub use static_file::{parse_static, EntryCheck, StaticTable};
 
 use crate::config::tables::TableConfig;
 use crate::log::Logger;
@@ -82,11 +82,12 @@ impl Table {
         }
     }
 
-    /// A static table's entries (None for LDAP), e.g. to validate them.
-    pub fn static_entries(&self) -> Option<Arc<std::collections::HashMap<String, Values>>> {
+    /// Requires every entry of a static table to pass `check`, now and at
+    /// every reload (nothing for LDAP tables).
+    pub fn set_check(&self, check: EntryCheck) -> Result<(), String> {
         match self {
-            Table::Static(t) => Some(t.entries()),
-            Table::Ldap(_) => None,
+            Table::Static(t) => t.set_check(check),
+            Table::Ldap(_) => Ok(()),
         }
     }
 

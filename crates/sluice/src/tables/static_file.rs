@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
@@ -21,11 +21,16 @@ use super::Values;
 use crate::log;
 use crate::log::Logger;
 
+/// Checks one entry (key, values) of a table; an error refuses the file.
+pub type EntryCheck = fn(&str, &[String]) -> Result<(), String>;
+
 /// A text file loaded into memory.
 pub struct StaticTable {
     name: String,
     path: PathBuf,
     map: ArcSwap<HashMap<String, Values>>,
+    /// What the table's user requires of each entry (e.g. a valid route).
+    check: OnceLock<EntryCheck>,
     /// Modification time of the contents in force (for the watcher).
     mtime: Mutex<Option<SystemTime>>,
     logger: Logger,
@@ -38,6 +43,7 @@ impl StaticTable {
             name: name.to_string(),
             path: path.to_path_buf(),
             map: ArcSwap::from_pointee(map),
+            check: OnceLock::new(),
             mtime: Mutex::new(mtime),
             logger,
         })
@@ -48,9 +54,12 @@ impl StaticTable {
         self.map.load().get(&key.to_ascii_lowercase()).cloned()
     }
 
-    /// Every key and its values, as now in force.
-    pub fn entries(&self) -> Arc<HashMap<String, Values>> {
-        self.map.load_full()
+    /// Checks the contents in force with `check`, and every reload from
+    /// now on (a file that fails is refused and the old contents kept).
+    pub fn set_check(&self, check: EntryCheck) -> Result<(), String> {
+        validate(&self.map.load(), check)?;
+        let _ = self.check.set(check);
+        Ok(())
     }
 
     /// Reloads if the file's modification time changed (blocking).
@@ -68,7 +77,11 @@ impl StaticTable {
 
     /// Re-reads the file (blocking); a bad file is refused and logged.
     pub fn reload(&self) {
-        match read_static(&self.path) {
+        let read = read_static(&self.path).and_then(|(map, mtime)| match self.check.get() {
+            Some(check) => validate(&map, *check).map(|_| (map, mtime)),
+            None => Ok((map, mtime)),
+        });
+        match read {
             Ok((map, _)) => {
                 let n = map.len();
                 self.map.store(Arc::new(map));
@@ -126,6 +139,10 @@ pub fn parse_static(text: &str, origin: &str) -> Result<HashMap<String, Values>,
         }
     }
     Ok(map)
+}
+
+fn validate(map: &HashMap<String, Values>, check: EntryCheck) -> Result<(), String> {
+    map.iter().try_for_each(|(k, v)| check(k, v))
 }
 
 fn read_static(path: &Path) -> Result<(HashMap<String, Values>, Option<SystemTime>), String> {

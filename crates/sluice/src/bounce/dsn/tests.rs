@@ -108,10 +108,20 @@ fn hostile_remote_text_still_gives_a_well_formed_bounce() {
     let mut nasty = String::from("550 5.7.1 ");
     nasty.push_str("\r\n.\r\nMAIL FROM:<x>\r\n\0\x1b[2J\x7f caf\u{e9} ");
     nasty.push_str(&"x".repeat(64 << 10));
-    let failed = [(0, Failure::from_bounce("mx[10.0.0.1]:25", &nasty))];
-    let headers = format!("Subject: {}\r\nX-Bad: a\rb\0c\r\n", "y".repeat(3000));
+    // A long relay name on top of a long diagnostic.
+    let relay = format!("{}[10.0.0.1]:25", "mx".repeat(200));
+    let failed = [(0, Failure::from_bounce(&relay, &nasty))];
+    let headers = format!(
+        "Subject: {}\r\nX-Bad: a\rb\0c\x1b[2J\r\nX-Utf8: {}\r\n",
+        "y".repeat(3000),
+        "\u{e9}".repeat(700)
+    );
     let r = build("mx.example", &env, &failed, headers.as_bytes(), 2);
     accepted_by_our_server(&r.message).unwrap();
+    assert!(
+        String::from_utf8(r.message.clone()).is_ok(),
+        "no character cut in half"
+    );
     let t = String::from_utf8_lossy(&r.message);
     assert!(t.contains("Status: 5.7.1"));
     assert!(!t.contains("\r\n.\r\n"));

@@ -458,3 +458,47 @@ async fn no_more_than_the_active_limit_is_held_in_memory() {
     assert_eq!(order, ids, "every message was delivered once");
     h.task.abort();
 }
+
+#[tokio::test]
+async fn a_drain_does_not_wait_for_jobs_a_worker_hands_back() {
+    let mut h = harness("drain-return", |c| {
+        c.delivery.initial_concurrency = 1;
+        c.delivery.default_concurrency = 1;
+    });
+    h.message("a@b.test", &["r1@c.test"], Some(10)).await;
+    h.message("a@b.test", &["r2@c.test"], Some(10)).await;
+    let mut w = h.workers.recv().await.unwrap();
+    let results = delivered(&w.first);
+    w.reports
+        .send(JobReport::Done {
+            dest: w.dest.clone(),
+            worker: w.id,
+            msg: w.first.msg,
+            results,
+            connect_failed: false,
+            wants_more: true,
+        })
+        .await;
+    // The second message goes to the same (idle) worker...
+    let second = w.jobs.recv().await.unwrap();
+    tokio::time::pause();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let queue = h.queue.clone();
+    let drain = tokio::spawn(async move { queue.drain(deadline).await });
+    tokio::task::yield_now().await;
+    // ...which ends (its idle time ran out) and hands the job back unstarted.
+    w.reports
+        .send(JobReport::Exit {
+            dest: w.dest.clone(),
+            worker: w.id,
+            returned: vec![second],
+        })
+        .await;
+    let report = drain.await.unwrap();
+    assert!(
+        Instant::now() < deadline,
+        "the drain did not wait for a job nobody runs"
+    );
+    assert_eq!(report.abandoned_jobs, 0);
+    h.task.await.unwrap();
+}

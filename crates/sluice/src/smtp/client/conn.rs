@@ -26,6 +26,14 @@ pub(super) struct Reply {
 }
 
 impl Reply {
+    /// A reply we make up ourselves (e.g. for a lost connection).
+    pub fn new(code: u16, text: String) -> Reply {
+        Reply {
+            text: format!("{code} {text}"),
+            code,
+        }
+    }
+
     fn from_response(r: smtp_proto::Response<String>) -> Reply {
         let message = r.message.replace(['\r', '\n'], " ");
         let text = match r.esc {

@@ -1,6 +1,11 @@
-//! One outbound mail transaction over an open connection: MAIL, RCPT and
-//! DATA (pipelined when the peer offers PIPELINING, else in lock step),
-//! the body, and one outcome per recipient.
+//! One outbound mail transaction over an open connection: the envelope
+//! (MAIL, RCPT, DATA — pipelined when the peer offers PIPELINING, else in
+//! lock step), the body, and one outcome per recipient.
+//!
+//! Invariant: once a reply for a recipient is known it stands. A failure
+//! later in the transaction (the DATA reply, the body, the final dot, RSET)
+//! defers only the recipients still open and retires the connection; it
+//! never turns a known refusal into a deferral.
 
 use sluice_proto::dotstuff;
 
@@ -8,6 +13,17 @@ use super::conn::{Reply, SmtpConn, TxError};
 use crate::message::flags;
 use crate::message::status::Outcome;
 use crate::queue::Job;
+
+/// The replies to the envelope of one transaction.
+struct EnvelopeReplies {
+    mail: Reply,
+    /// One per job recipient, in order (fewer if MAIL was refused).
+    rcpts: Vec<Reply>,
+    /// Indices (into the job's recipients) the peer accepted.
+    accepted: Vec<usize>,
+    /// The DATA reply, if DATA was sent; an error if it never came.
+    data: Option<std::io::Result<Reply>>,
+}
 
 impl SmtpConn {
     /// RSET after a transaction whose results are already known: if it
@@ -24,13 +40,126 @@ impl SmtpConn {
         job: &Job,
         body: &[u8],
     ) -> Result<Vec<(u16, Outcome)>, TxError> {
+        let env = self.envelope(job, body.len()).await?;
+        let relay = self.relay.clone();
+        let lost = format!("4.4.2 lost connection with {relay}");
+        let mut results: Vec<(u16, Outcome)> = Vec::with_capacity(job.rcpts.len());
+        if env.mail.class() != 2 {
+            for &r in &job.rcpts {
+                results.push((r, outcome(&env.mail, &relay)));
+            }
+            self.reset_known().await;
+            return Ok(results);
+        }
+        for (i, reply) in env.rcpts.iter().enumerate() {
+            if reply.class() != 2 {
+                results.push((job.rcpts[i], outcome(reply, &relay)));
+            }
+        }
+        let open = |results: &mut Vec<(u16, Outcome)>, reply: &Reply| {
+            for &i in &env.accepted {
+                results.push((job.rcpts[i], outcome(reply, &relay)));
+            }
+        };
+        let data = match env.data {
+            Some(Ok(reply)) => reply,
+            Some(Err(e)) => {
+                self.usable = false;
+                open(&mut results, &Reply::new(451, format!("{lost}: {e}")));
+                return Ok(results);
+            }
+            None => {
+                self.reset_known().await;
+                return Ok(results);
+            }
+        };
+        if env.accepted.is_empty() {
+            // Pipelined DATA to no recipient: end it empty if it was taken.
+            let ended = data.code != 354 || self.send_then_read(b".\r\n").await.is_ok();
+            if ended {
+                self.reset_known().await;
+            } else {
+                self.usable = false;
+            }
+            return Ok(results);
+        }
+        if data.code != 354 {
+            open(&mut results, &data);
+            self.reset_known().await;
+            return Ok(results);
+        }
+        match self.body(body).await {
+            Ok(end) => {
+                open(&mut results, &end);
+                if end.class() != 2 {
+                    self.reset_known().await;
+                }
+            }
+            Err(e) => {
+                // The message may or may not have arrived: retry (at worst
+                // a duplicate, never a loss).
+                self.usable = false;
+                open(&mut results, &Reply::new(451, format!("{lost}: {e}")));
+            }
+        }
+        Ok(results)
+    }
+
+    /// MAIL, RCPTs and DATA, with their replies.
+    async fn envelope(&mut self, job: &Job, size: usize) -> Result<EnvelopeReplies, TxError> {
+        let (cmds, mail_len) = self.envelope_commands(job, size);
+        let relay = self.relay.clone();
+        let broken =
+            |e: std::io::Error| TxError::Broken(format!("4.4.2 lost connection with {relay}: {e}"));
+        // MAIL (and, pipelined, RCPTs and DATA) in one write.
+        let first = if self.pipelining {
+            &cmds[..]
+        } else {
+            &cmds[..mail_len]
+        };
+        self.send(first).await.map_err(|_| TxError::Stale)?;
+        let mail = self.read_reply().await.map_err(|_| TxError::Stale)?;
+        let mut rcpts = Vec::with_capacity(job.rcpts.len());
+        let mut offset = mail_len;
+        for _ in &job.rcpts {
+            if !self.pipelining {
+                if mail.class() != 2 {
+                    break;
+                }
+                let end = offset + memchr::memchr(b'\n', &cmds[offset..]).map_or(0, |i| i + 1);
+                self.send(&cmds[offset..end]).await.map_err(&broken)?;
+                offset = end;
+            }
+            rcpts.push(self.read_reply().await.map_err(&broken)?);
+        }
+        let accepted: Vec<usize> = (0..rcpts.len())
+            .filter(|&i| rcpts[i].class() == 2)
+            .collect();
+        let data = if self.pipelining {
+            Some(self.read_reply().await)
+        } else if mail.class() == 2 && !accepted.is_empty() {
+            Some(self.send_then_read(b"DATA\r\n").await)
+        } else {
+            None
+        };
+        Ok(EnvelopeReplies {
+            mail,
+            rcpts,
+            accepted,
+            data,
+        })
+    }
+
+    /// `MAIL FROM` with its parameters and every `RCPT TO` (and, when
+    /// pipelining, `DATA`); returns the bytes and where MAIL ends.
+    fn envelope_commands(&self, job: &Job, size: usize) -> (Vec<u8>, usize) {
         let env = &job.envelope;
         let mut cmds = Vec::with_capacity(64 + 64 * job.rcpts.len());
         cmds.extend_from_slice(b"MAIL FROM:<");
         cmds.extend_from_slice(env.sender.as_bytes());
         cmds.push(b'>');
         if self.size {
-            cmds.extend_from_slice(format!(" SIZE={}", body.len()).as_bytes());
+            cmds.extend_from_slice(format!(" SIZE={size}").as_bytes());
         }
         if env.flags & flags::EIGHTBITMIME != 0 && self.eightbit {
             cmds.extend_from_slice(b" BODY=8BITMIME");
@@ -45,116 +174,38 @@ impl SmtpConn {
             cmds.extend_from_slice(env.recipients[r as usize].as_bytes());
             cmds.extend_from_slice(b">\r\n");
         }
-        let relay = self.relay.clone();
-        let broken =
-            |e: std::io::Error| TxError::Broken(format!("4.4.2 lost connection with {relay}: {e}"));
-
-        // MAIL (and, pipelined, RCPTs and DATA) in one write.
-        let mail = if self.pipelining {
+        if self.pipelining {
             cmds.extend_from_slice(b"DATA\r\n");
-            self.send(&cmds).await.map_err(|_| TxError::Stale)?;
-            self.read_reply().await.map_err(|_| TxError::Stale)?
-        } else {
-            self.send(&cmds[..mail_len])
-                .await
-                .map_err(|_| TxError::Stale)?;
-            self.read_reply().await.map_err(|_| TxError::Stale)?
-        };
-        let mut rcpt_replies = Vec::with_capacity(job.rcpts.len());
-        let mut offset = mail_len;
-        for _ in &job.rcpts {
-            if !self.pipelining {
-                if mail.class() != 2 {
-                    break;
-                }
-                let end = offset
-                    + memchr::memchr(b'\n', &cmds[offset..])
-                        .map(|i| i + 1)
-                        .unwrap_or(0);
-                self.send(&cmds[offset..end]).await.map_err(&broken)?;
-                offset = end;
-            }
-            rcpt_replies.push(self.read_reply().await.map_err(&broken)?);
         }
-        let accepted: Vec<usize> = rcpt_replies
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| r.class() == 2)
-            .map(|(i, _)| i)
-            .collect();
-        let data_reply = if self.pipelining {
-            Some(self.read_reply().await.map_err(&broken)?)
-        } else if mail.class() == 2 && !accepted.is_empty() {
-            self.send(b"DATA\r\n").await.map_err(&broken)?;
-            Some(self.read_reply().await.map_err(&broken)?)
-        } else {
-            None
-        };
+        (cmds, mail_len)
+    }
 
-        let mut results: Vec<(u16, Outcome)> = Vec::with_capacity(job.rcpts.len());
-        let outcome = |reply: &Reply, relay: &str| match reply.class() {
-            2 => Outcome::Delivered {
-                relay: relay.to_string(),
-                reply: reply.text.clone(),
-            },
-            5 => Outcome::Bounced {
-                relay: relay.to_string(),
-                reason: reply.text.clone(),
-            },
-            _ => Outcome::Deferred {
-                relay: relay.to_string(),
-                reason: reply.text.clone(),
-            },
-        };
-        if mail.class() != 2 {
-            for &r in &job.rcpts {
-                results.push((r, outcome(&mail, &self.relay)));
-            }
-            self.reset_known().await;
-            return Ok(results);
-        }
-        for (i, reply) in rcpt_replies.iter().enumerate() {
-            if reply.class() != 2 {
-                results.push((job.rcpts[i], outcome(reply, &self.relay)));
-            }
-        }
-        let data_ok = data_reply.as_ref().is_some_and(|r| r.code == 354);
-        if accepted.is_empty() {
-            if data_ok {
-                // The peer wants data it will not deliver: end it empty.
-                self.send(b".\r\n").await.map_err(&broken)?;
-                if self.read_reply().await.is_err() {
-                    self.usable = false;
-                    return Ok(results);
-                }
-            }
-            self.reset_known().await;
-            return Ok(results);
-        }
-        if !data_ok {
-            let reply = data_reply.unwrap_or(Reply {
-                code: 451,
-                text: "451 4.3.0 no reply to DATA".into(),
-            });
-            for &i in &accepted {
-                results.push((job.rcpts[i], outcome(&reply, &self.relay)));
-            }
-            self.reset_known().await;
-            return Ok(results);
-        }
+    /// The dot-stuffed body and the final dot; the reply to it.
+    async fn body(&mut self, body: &[u8]) -> std::io::Result<Reply> {
         let mut wire = Vec::with_capacity(body.len() + body.len() / 64 + 8);
         dotstuff::stuff_into(body, &mut wire);
-        self.send_body(&wire).await.map_err(&broken)?;
-        let end = self
-            .read_reply_within(self.data_done_timeout)
-            .await
-            .map_err(&broken)?;
-        for &i in &accepted {
-            results.push((job.rcpts[i], outcome(&end, &self.relay)));
-        }
-        if end.class() != 2 {
-            self.reset_known().await;
-        }
-        Ok(results)
+        self.send_body(&wire).await?;
+        self.read_reply_within(self.data_done_timeout).await
+    }
+
+    async fn send_then_read(&mut self, line: &[u8]) -> std::io::Result<Reply> {
+        self.send(line).await?;
+        self.read_reply().await
+    }
+}
+
+/// A recipient's outcome from the reply that settled it.
+fn outcome(reply: &Reply, relay: &str) -> Outcome {
+    let (relay, text) = (relay.to_string(), reply.text.clone());
+    match reply.class() {
+        2 => Outcome::Delivered { relay, reply: text },
+        5 => Outcome::Bounced {
+            relay,
+            reason: text,
+        },
+        _ => Outcome::Deferred {
+            relay,
+            reason: text,
+        },
     }
 }
