@@ -1,38 +1,114 @@
-//! The `sluice` command: `serve`, plus the `bench` and `sink` tools.
+//! The `sluice` command: `serve` and `check-config`, plus the `bench` and
+//! `sink` tools. Arguments are parsed by clap (generated help, typed values,
+//! unknown options refused).
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use clap::{Args, Parser, Subcommand};
 use sluice::config::Config;
 use sluice::daemon::Server;
 use sluice::tools::{bench, sink};
 
-const USAGE: &str = "usage:
-  sluice serve [--config FILE]       run the MTA (embedded defaults without --config)
-  sluice check-config [--config FILE]
-  sluice sink --listen ADDR [--exit-after N] [--max-seconds S] [--save-dir DIR]
-              [--message-ids FILE] [--test-replies]
-  sluice bench --target ADDR [--sessions S] [--messages-per-session M] [--count N]
-              [--size BYTES] [--recipients R] [--domains D] [--rate MSG_PER_S]
-              [--interval SECS] [--max-seconds S] [--duration S] [--from ADDR]
-              [--messages-per-session-max M2] [--recipient-template 'user{n}@example.com'
-              --recipient-count U] [--unknown-percent P] [--ack-log FILE]
-              [--retry-pause-ms MS]";
+#[derive(Parser)]
+#[command(name = "sluice", version, about = "Sluice mail transfer agent")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the MTA (the embedded default configuration without --config).
+    Serve(ConfigArg),
+    /// Check a configuration: parse it and build its tables and routes.
+    CheckConfig(ConfigArg),
+    /// An SMTP sink that accepts and discards (or records) mail.
+    Sink(SinkArgs),
+    /// An SMTP load generator.
+    Bench(BenchArgs),
+}
+
+#[derive(Args)]
+struct ConfigArg {
+    /// The TOML configuration file.
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct SinkArgs {
+    #[arg(long, default_value = "127.0.0.1:2526")]
+    listen: SocketAddr,
+    /// Exit after this many messages.
+    #[arg(long)]
+    exit_after: Option<u64>,
+    #[arg(long)]
+    max_seconds: Option<u64>,
+    /// Save every message as a file here.
+    #[arg(long)]
+    save_dir: Option<PathBuf>,
+    /// Append every received Message-ID to this file.
+    #[arg(long)]
+    message_ids: Option<PathBuf>,
+    /// Answer test addresses (reject-this@, defer-me@, ...) with errors.
+    #[arg(long)]
+    test_replies: bool,
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    #[arg(long, default_value = "127.0.0.1:2525")]
+    target: SocketAddr,
+    #[arg(long, default_value_t = 10)]
+    sessions: usize,
+    #[arg(long, default_value_t = 1)]
+    messages_per_session: u64,
+    /// Messages per session drawn from messages-per-session..=this.
+    #[arg(long, default_value_t = 0)]
+    messages_per_session_max: u64,
+    #[arg(long)]
+    count: Option<u64>,
+    /// Message size in octets, headers included.
+    #[arg(long, default_value_t = 400)]
+    size: usize,
+    #[arg(long, default_value_t = 1)]
+    recipients: usize,
+    #[arg(long, default_value_t = 5)]
+    domains: usize,
+    /// Messages per second over all sessions (default: as fast as possible).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Seconds per progress line.
+    #[arg(long, default_value_t = 1.0)]
+    interval: f64,
+    #[arg(long, conflicts_with = "duration")]
+    max_seconds: Option<u64>,
+    /// Run this long, however many messages that is (unless --count).
+    #[arg(long)]
+    duration: Option<u64>,
+    #[arg(long)]
+    from: Option<String>,
+    /// Recipients from a template, `{n}` in 1..=recipient-count.
+    #[arg(long)]
+    recipient_template: Option<String>,
+    #[arg(long)]
+    recipient_count: Option<u64>,
+    /// Share of recipients (percent) made unknown on purpose.
+    #[arg(long, default_value_t = 0.0)]
+    unknown_percent: f64,
+    /// Append the Message-ID of every acknowledged message to this file.
+    #[arg(long)]
+    ack_log: Option<PathBuf>,
+    /// Pause of a session after a failed connection (ms).
+    #[arg(long)]
+    retry_pause_ms: Option<u64>,
+}
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let Some(cmd) = args.first() else {
-        eprintln!("{USAGE}");
-        return ExitCode::from(2);
-    };
-    let flags = match Flags::parse(&args[1..]) {
-        Ok(f) => f,
-        Err(e) => {
-            eprintln!("sluice: {e}\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
+    let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -43,20 +119,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = match cmd.as_str() {
-        "serve" => runtime.block_on(serve(&flags)),
-        "check-config" => check_config(&flags),
-        "sink" => runtime.block_on(run_sink(&flags)),
-        "bench" => runtime.block_on(run_bench(&flags)),
-        "--version" | "version" => {
-            println!("sluice {}", env!("CARGO_PKG_VERSION"));
-            Ok(())
-        }
-        "--help" | "help" => {
-            println!("{USAGE}");
-            Ok(())
-        }
-        other => Err(format!("unknown command {other:?}")),
+    let result = match cli.command {
+        Command::Serve(c) => runtime.block_on(serve(c)),
+        Command::CheckConfig(c) => check_config(c),
+        Command::Sink(a) => runtime.block_on(run_sink(a)),
+        Command::Bench(a) => runtime.block_on(run_bench(a)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -67,69 +134,17 @@ fn main() -> ExitCode {
     }
 }
 
-/// `--name value` pairs and bare `--switch`es.
-struct Flags(Vec<(String, Option<String>)>);
-
-impl Flags {
-    fn parse(args: &[String]) -> Result<Flags, String> {
-        const SWITCHES: &[&str] = &["--test-replies"];
-        let mut out = Vec::new();
-        let mut it = args.iter();
-        while let Some(a) = it.next() {
-            if !a.starts_with("--") {
-                return Err(format!("unexpected argument {a:?}"));
-            }
-            if SWITCHES.contains(&a.as_str()) {
-                out.push((a.clone(), None));
-            } else {
-                let v = it.next().ok_or_else(|| format!("{a} needs a value"))?;
-                out.push((a.clone(), Some(v.clone())));
-            }
-        }
-        Ok(Flags(out))
-    }
-
-    fn get(&self, name: &str) -> Option<&str> {
-        self.0
-            .iter()
-            .rev()
-            .find(|(n, _)| n == name)
-            .and_then(|(_, v)| v.as_deref())
-    }
-
-    fn has(&self, name: &str) -> bool {
-        self.0.iter().any(|(n, _)| n == name)
-    }
-
-    fn num<T: std::str::FromStr>(&self, name: &str, default: T) -> Result<T, String> {
-        match self.get(name) {
-            None => Ok(default),
-            Some(v) => v.parse().map_err(|_| format!("{name}: bad number {v:?}")),
-        }
-    }
-
-    fn allow_only(&self, names: &[&str]) -> Result<(), String> {
-        for (n, _) in &self.0 {
-            if !names.contains(&n.as_str()) {
-                return Err(format!("unknown option {n}"));
-            }
-        }
-        Ok(())
-    }
-}
-
-fn load_config(flags: &Flags) -> Result<Config, String> {
-    flags.allow_only(&["--config"])?;
-    match flags.get("--config") {
-        Some(path) => Config::load(&PathBuf::from(path)).map_err(|e| e.to_string()),
+fn load_config(arg: &ConfigArg) -> Result<Config, String> {
+    match &arg.config {
+        Some(path) => Config::load(path).map_err(|e| e.to_string()),
         None => Ok(Config::default()),
     }
 }
 
 /// Loads the config and builds what `serve` would build from it (tables,
 /// routes), so a config that passes here does not fail at start.
-fn check_config(flags: &Flags) -> Result<(), String> {
-    let config = load_config(flags)?;
+fn check_config(arg: ConfigArg) -> Result<(), String> {
+    let config = load_config(&arg)?;
     let logger = sluice::log::Logger::disabled();
     let mailboxes = sluice::routing::mailboxes::VirtualMailboxes::build(
         &config.local,
@@ -146,15 +161,17 @@ fn check_config(flags: &Flags) -> Result<(), String> {
     Ok(())
 }
 
-async fn serve(flags: &Flags) -> Result<(), String> {
-    let config = load_config(flags)?;
+async fn serve(arg: ConfigArg) -> Result<(), String> {
+    let config = load_config(&arg)?;
     // Past a file size limit, writes must fail with EFBIG (a full spool,
     // answered 452) instead of the default SIGXFSZ killing the server.
     // SAFETY: setting a signal to SIG_IGN has no memory effects.
     unsafe {
         libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
     }
-    raise_fd_limit();
+    // Thousands of sessions need thousands of descriptors: lift the soft
+    // limit to the hard limit (the default soft limit is often 1024).
+    let _ = rlimit::increase_nofile_limit(u64::MAX);
     let server = Server::start(config).await.map_err(|e| e.to_string())?;
     for addr in &server.addrs {
         eprintln!("sluice: listening on {addr}");
@@ -174,121 +191,48 @@ async fn serve(flags: &Flags) -> Result<(), String> {
     Ok(())
 }
 
-/// Thousands of sessions need thousands of descriptors: lift the soft
-/// limit to the hard limit (the default soft limit is often 1024).
-fn raise_fd_limit() {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-        }
-    }
-}
-
-async fn run_sink(flags: &Flags) -> Result<(), String> {
-    flags.allow_only(&[
-        "--listen",
-        "--exit-after",
-        "--max-seconds",
-        "--save-dir",
-        "--message-ids",
-        "--test-replies",
-    ])?;
-    let listen = flags.get("--listen").unwrap_or("127.0.0.1:2526");
+async fn run_sink(a: SinkArgs) -> Result<(), String> {
     let opts = sink::SinkOptions {
-        listen: Some(
-            listen
-                .parse()
-                .map_err(|_| format!("--listen: bad address {listen:?}"))?,
-        ),
-        exit_after: flags
-            .get("--exit-after")
-            .map(|v| v.parse())
-            .transpose()
-            .map_err(|_| "--exit-after: bad number")?,
+        listen: Some(a.listen),
+        exit_after: a.exit_after,
         record: false,
-        save_dir: flags.get("--save-dir").map(PathBuf::from),
-        message_ids: flags.get("--message-ids").map(PathBuf::from),
-        test_replies: flags.has("--test-replies"),
+        save_dir: a.save_dir,
+        message_ids: a.message_ids,
+        test_replies: a.test_replies,
     };
-    let max_seconds = flags
-        .get("--max-seconds")
-        .map(|v| v.parse())
-        .transpose()
-        .map_err(|_| "--max-seconds: bad number")?;
-    sink::run_cli(opts, max_seconds)
+    sink::run_cli(opts, a.max_seconds)
         .await
         .map_err(|e| e.to_string())
 }
 
-async fn run_bench(flags: &Flags) -> Result<(), String> {
-    flags.allow_only(&[
-        "--target",
-        "--sessions",
-        "--messages-per-session",
-        "--count",
-        "--size",
-        "--recipients",
-        "--domains",
-        "--rate",
-        "--interval",
-        "--max-seconds",
-        "--duration",
-        "--from",
-        "--messages-per-session-max",
-        "--recipient-template",
-        "--recipient-count",
-        "--unknown-percent",
-        "--ack-log",
-        "--retry-pause-ms",
-    ])?;
+async fn run_bench(a: BenchArgs) -> Result<(), String> {
     let d = bench::BenchOptions::default();
-    let target = flags.get("--target").unwrap_or("127.0.0.1:2525");
-    let opts = bench::BenchOptions {
-        target: target
-            .parse()
-            .map_err(|_| format!("--target: bad address {target:?}"))?,
-        sessions: flags.num("--sessions", d.sessions)?,
-        messages_per_session: flags
-            .num("--messages-per-session", d.messages_per_session)?
-            .max(1),
-        count: flags.num("--count", d.count)?,
-        size: flags.num("--size", d.size)?,
-        recipients: flags.num("--recipients", d.recipients)?,
-        domains: flags.num("--domains", d.domains)?,
-        rate: flags
-            .get("--rate")
-            .map(|v| v.parse())
-            .transpose()
-            .map_err(|_| "--rate: bad number")?,
-        interval: Duration::from_secs_f64(flags.num("--interval", 1.0f64)?.max(0.1)),
-        max_seconds: flags
-            .get("--max-seconds")
-            .map(|v| v.parse())
-            .transpose()
-            .map_err(|_| "--max-seconds: bad number")?,
-        from: flags.get("--from").unwrap_or(&d.from).to_string(),
-        messages_per_session_max: flags.num("--messages-per-session-max", 0)?,
-        recipient_template: flags.get("--recipient-template").map(str::to_string),
-        recipient_count: flags.num("--recipient-count", d.recipient_count)?,
-        unknown_percent: flags.num("--unknown-percent", 0.0)?,
-        ack_log: flags.get("--ack-log").map(PathBuf::from),
-        retry_pause: Duration::from_millis(
-            flags.num("--retry-pause-ms", d.retry_pause.as_millis() as u64)?,
-        ),
+    let mut opts = bench::BenchOptions {
+        target: a.target,
+        sessions: a.sessions,
+        messages_per_session: a.messages_per_session.max(1),
+        count: a.count.unwrap_or(d.count),
+        size: a.size,
+        recipients: a.recipients,
+        domains: a.domains,
+        rate: a.rate,
+        interval: Duration::from_secs_f64(a.interval.max(0.1)),
+        max_seconds: a.max_seconds,
+        from: a.from.unwrap_or(d.from),
+        messages_per_session_max: a.messages_per_session_max,
+        recipient_template: a.recipient_template,
+        recipient_count: a.recipient_count.unwrap_or(d.recipient_count),
+        unknown_percent: a.unknown_percent,
+        ack_log: a.ack_log,
+        retry_pause: a
+            .retry_pause_ms
+            .map_or(d.retry_pause, Duration::from_millis),
         stop: None,
     };
     // --duration: run for that long, however many messages that is.
-    let mut opts = opts;
-    if let Some(secs) = flags.get("--duration") {
-        let secs: u64 = secs.parse().map_err(|_| "--duration: bad number")?;
+    if let Some(secs) = a.duration {
         opts.max_seconds = Some(secs);
-        if flags.get("--count").is_none() {
+        if a.count.is_none() {
             opts.count = u64::MAX / 2;
         }
     }
