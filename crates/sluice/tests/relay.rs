@@ -175,3 +175,32 @@ async fn discard_transport_and_unroutable_domain() {
     assert!(read_log(&dir).contains("status=deferred (4.4.0 no route to destination"));
     server.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relays_to_an_ipv6_next_hop() {
+    if std::net::TcpListener::bind("[::1]:0").is_err() {
+        eprintln!("no IPv6 loopback here; skipped");
+        return;
+    }
+    let dir = temp_dir("relay-ipv6");
+    let sink = sink_on("[::1]:0".parse().unwrap()).await;
+    let mut cfg = config(&dir, None);
+    cfg.delivery.relayhost = Some(format!("smtp:[::1]:{}", sink.addr.port()));
+    let (server, addr) = start(cfg).await;
+    let mut c = Client::ready(addr).await;
+    let r = c
+        .message("a@sender.test", &["b@dest.test"], &body("v6"))
+        .await;
+    assert!(r.starts_with("250"), "{r}");
+    assert!(
+        wait_until(10, || sink.count() == 1).await,
+        "{}",
+        read_log(&dir)
+    );
+    assert!(
+        read_log(&dir).contains("relay=::1[::1]:"),
+        "{}",
+        read_log(&dir)
+    );
+    server.shutdown().await;
+}

@@ -76,9 +76,10 @@ pub(super) struct SmtpConn {
 impl SmtpConn {
     pub async fn connect(host: &str, port: u16, config: &Config) -> Result<SmtpConn, String> {
         let connect_timeout = Duration::from_secs(config.delivery.connect_timeout_secs.max(1));
-        let target = format!("{host}:{port}");
-        let stream = match tokio::time::timeout(connect_timeout, TcpStream::connect(&target)).await
-        {
+        // (host, port), not "host:port": an IPv6 literal has colons of its own.
+        let target = format!("[{host}]:{port}");
+        let connect = TcpStream::connect((host, port));
+        let stream = match tokio::time::timeout(connect_timeout, connect).await {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => return Err(format!("4.4.1 connect to {target}: {e}")),
             Err(_) => return Err(format!("4.4.1 connect to {target}: timed out")),
