@@ -19,6 +19,7 @@
 mod admission;
 pub mod agent;
 mod destination;
+mod failures;
 pub mod job;
 pub mod retry;
 pub mod scheduler;

@@ -29,10 +29,10 @@ use tokio::time::Instant;
 use super::admission::Parked;
 use super::agent::DeliveryAgent;
 use super::destination::Destination;
+use super::failures::expire;
 use super::job::{Job, JobReport, WorkerId};
 use super::retry::{backoff, RetryQueue};
 use super::{DrainReport, Event, QueueHandle, QueuedMessage};
-use crate::bounce;
 use crate::config::hop::NextHop;
 use crate::config::Config;
 use crate::log::{qid, Logger};
@@ -48,7 +48,7 @@ const NO_ROUTE: &str =
 const MAX_BURST: usize = 256;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum RcptState {
+pub(super) enum RcptState {
     Pending,
     InFlight,
     Deferred { relay: String, reason: String },
@@ -56,23 +56,23 @@ enum RcptState {
     Bounced,
 }
 
-struct Message {
-    envelope: Arc<Envelope>,
-    body_ref: BodyRef,
-    body: Option<Arc<Vec<u8>>>,
-    rcpts: Vec<RcptState>,
+pub(super) struct Message {
+    pub envelope: Arc<Envelope>,
+    pub body_ref: BodyRef,
+    pub body: Option<Arc<Vec<u8>>>,
+    pub rcpts: Vec<RcptState>,
     /// Jobs out with workers.
-    in_flight: usize,
-    attempts: u32,
+    pub in_flight: usize,
+    pub attempts: u32,
     /// Permanently failed recipients waiting for their bounce.
-    failed: Vec<(u16, Failure)>,
+    pub failed: Vec<(u16, Failure)>,
     /// A bounce is being stored; the message stays until it is.
-    bounce_pending: bool,
+    pub bounce_pending: bool,
 }
 
 impl Message {
     /// Every recipient delivered or bounced.
-    fn all_final(&self) -> bool {
+    pub fn all_final(&self) -> bool {
         self.rcpts
             .iter()
             .all(|s| matches!(s, RcptState::Delivered | RcptState::Bounced))
@@ -93,7 +93,7 @@ pub struct Scheduler {
     pub(super) logger: Logger,
     pub(super) agent: Arc<dyn DeliveryAgent>,
     pub(super) events: mpsc::Sender<Event>,
-    messages: HashMap<u64, Message>,
+    pub(super) messages: HashMap<u64, Message>,
     /// Messages waiting on disk (see `admission.rs`).
     pub(super) parked: HashMap<u64, Parked>,
     /// Parked messages waiting for room in the active queue, oldest first.
@@ -109,7 +109,7 @@ pub struct Scheduler {
     /// Jobs handed to workers and not yet reported, over all messages.
     pub(super) jobs_out: usize,
     /// Bounces being stored.
-    bounces_out: usize,
+    pub(super) bounces_out: usize,
     pub(super) draining: Option<Drain>,
 }
 
@@ -451,7 +451,7 @@ impl Scheduler {
     }
 
     /// All jobs of a delivery round are back: bounce, retry or remove.
-    fn finish_round(&mut self, id: u64) {
+    pub(super) fn finish_round(&mut self, id: u64) {
         let Some(msg) = self.messages.get_mut(&id) else {
             return;
         };
@@ -492,70 +492,7 @@ impl Scheduler {
         self.park(id, parked, Some(at));
     }
 
-    /// Returns failed recipients to the sender (or logs why not).
-    fn bounce(&mut self, id: u64, failed: Vec<(u16, Failure)>) {
-        let Some(msg) = self.messages.get_mut(&id) else {
-            return;
-        };
-        let indices: Vec<u16> = failed.iter().map(|(i, _)| *i).collect();
-        if msg.envelope.sender.is_empty() {
-            for (i, f) in &failed {
-                log!(
-                    self.logger,
-                    "bounce",
-                    "{}: to=<{}>: undeliverable mail from the null sender discarded, no bounce sent ({} {})",
-                    qid(id),
-                    msg.envelope.recipients[*i as usize],
-                    f.status,
-                    f.diagnostic
-                );
-            }
-            self.bounce_stored(id, indices);
-            return;
-        }
-        msg.bounce_pending = true;
-        self.bounces_out += 1;
-        let (env, body, body_ref) = (msg.envelope.clone(), msg.body.clone(), msg.body_ref);
-        let (spool, logger, events) =
-            (self.spool.clone(), self.logger.clone(), self.events.clone());
-        let hostname = self.config.hostname.clone();
-        tokio::spawn(async move {
-            let stored =
-                bounce::store(&hostname, &env, body, body_ref, &failed, &spool, &logger).await;
-            let recipients = indices;
-            let _ = events
-                .send(Event::BounceStored {
-                    msg: id,
-                    recipients,
-                })
-                .await;
-            let done = vec![false; stored.envelope.recipients.len()];
-            let queued = QueuedMessage {
-                envelope: stored.envelope,
-                body_ref: stored.body_ref,
-                body: Some(stored.body),
-                done,
-            };
-            let _ = events.send(Event::Queued(queued)).await;
-        });
-    }
-
-    fn bounce_stored(&mut self, id: u64, recipients: Vec<u16>) {
-        let Some(msg) = self.messages.get_mut(&id) else {
-            return;
-        };
-        msg.bounce_pending = false;
-        let complete = msg.all_final() && msg.in_flight == 0 && msg.failed.is_empty();
-        self.spool
-            .record_outcome(id, msg.body_ref, recipients, complete);
-        if complete {
-            self.remove(id);
-        } else if msg.in_flight == 0 {
-            self.finish_round(id);
-        }
-    }
-
-    fn remove(&mut self, id: u64) {
+    pub(super) fn remove(&mut self, id: u64) {
         if let Some(msg) = self.messages.remove(&id) {
             if let Some(body) = msg.body {
                 self.body_cache_bytes -= body.len();
@@ -587,30 +524,6 @@ impl Scheduler {
     }
 }
 
-/// Past the queue lifetime, deferred recipients become failures.
-fn expire(msg: &mut Message, max_life: u64, logger: &Logger) {
-    let age_secs = timefmt::now_millis().saturating_sub(msg.envelope.arrival) / 1000;
-    if age_secs < max_life {
-        return;
-    }
-    for (i, state) in msg.rcpts.iter_mut().enumerate() {
-        if let RcptState::Deferred { relay, reason } = state {
-            let failure = Failure::expired(age_secs, relay, reason);
-            log!(
-                logger,
-                "qmgr",
-                "{}: to=<{}>, relay=none, delay={}, dsn=4.4.7, status=expired ({})",
-                qid(msg.envelope.id),
-                msg.envelope.recipients[i],
-                delay(&msg.envelope),
-                failure.diagnostic
-            );
-            msg.failed.push((i as u16, failure));
-            *state = RcptState::Bounced;
-        }
-    }
-}
-
 async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
@@ -619,7 +532,7 @@ async fn sleep_until(at: Option<Instant>) {
 }
 
 /// Seconds since arrival, for log lines.
-fn delay(env: &Envelope) -> String {
+pub(super) fn delay(env: &Envelope) -> String {
     let ms = timefmt::now_millis().saturating_sub(env.arrival);
     format!("{}.{:02}", ms / 1000, (ms % 1000) / 10)
 }
