@@ -57,6 +57,33 @@ impl DeliveryAgent for Agents {
     }
 }
 
+impl Agents {
+    fn new(
+        config: &Arc<Config>,
+        spool: &Spool,
+        logger: &Logger,
+        mailboxes: &Arc<VirtualMailboxes>,
+    ) -> Agents {
+        let policy = MaildirPolicy::new(
+            mailboxes.base().to_path_buf(),
+            config.local.maildir_allow_absolute,
+        );
+        Agents {
+            smtp: SmtpAgent {
+                config: config.clone(),
+                spool: spool.clone(),
+                logger: logger.clone(),
+            },
+            maildir: MaildirAgent {
+                config: config.clone(),
+                mailboxes: mailboxes.clone(),
+                spool: spool.clone(),
+                policy: Arc::new(policy),
+            },
+        }
+    }
+}
+
 /// A running server.
 pub struct Server {
     /// The bound addresses (useful when the config said port 0).
@@ -89,22 +116,7 @@ impl Server {
             mailboxes.domains(),
         )
         .map_err(StartError::Config)?;
-        let agents = Arc::new(Agents {
-            smtp: SmtpAgent {
-                config: config.clone(),
-                spool: spool.clone(),
-                logger: logger.clone(),
-            },
-            maildir: MaildirAgent {
-                config: config.clone(),
-                mailboxes: mailboxes.clone(),
-                spool: spool.clone(),
-                policy: Arc::new(MaildirPolicy::new(
-                    mailboxes.base().to_path_buf(),
-                    config.local.maildir_allow_absolute,
-                )),
-            },
-        });
+        let agents = Arc::new(Agents::new(&config, &spool, &logger, &mailboxes));
         let (queue, rx) = QueueHandle::channel();
         let scheduler = Scheduler::new(
             config.clone(),
@@ -115,17 +127,7 @@ impl Server {
             &queue,
         );
         let scheduler_task = tokio::spawn(scheduler.run(rx));
-        {
-            let queue = queue.clone();
-            tokio::spawn(async move {
-                let mut recovered = recovered.into_iter().peekable();
-                while recovered.peek().is_some() {
-                    queue
-                        .recovered(recovered.by_ref().take(4096).collect())
-                        .await;
-                }
-            });
-        }
+        spawn_recovered(&queue, recovered);
         let ctx = Arc::new(SessionContext {
             policy: RelayPolicy::new(config.mynetworks(), &config.smtpd.relay_domains),
             config: config.clone(),
@@ -140,23 +142,7 @@ impl Server {
         let (shutdown, _) = watch::channel(false);
         spawn_lookup_stats(&mailboxes, &logger, shutdown.subscribe());
         spawn_table_watcher(&mailboxes, shutdown.subscribe());
-        let sessions = Arc::new(Semaphore::new(config.smtpd.max_sessions.max(1)));
-        let mut addrs = Vec::new();
-        let mut listeners = Vec::new();
-        for listen in &config.smtpd.listen {
-            let listener = bind(listen).map_err(|e| StartError::Listen(listen.clone(), e))?;
-            let addr = listener
-                .local_addr()
-                .map_err(|e| StartError::Listen(listen.clone(), e))?;
-            log!(logger, "master", "listening on {addr}");
-            addrs.push(addr);
-            listeners.push(tokio::spawn(accept_loop(
-                listener,
-                ctx.clone(),
-                sessions.clone(),
-                shutdown.subscribe(),
-            )));
-        }
+        let (addrs, listeners) = listen(&config, &ctx, &shutdown, &logger)?;
         Ok(Server {
             addrs,
             shutdown,
@@ -207,6 +193,48 @@ impl Server {
             messages as f64 / syncs.max(1) as f64
         );
     }
+}
+
+/// Hands the mail found in the spool to the queue, in batches (the queue
+/// parks it on disk and brings it in as room frees up).
+fn spawn_recovered(queue: &QueueHandle, recovered: Vec<sluice_spool::Recovered>) {
+    let queue = queue.clone();
+    tokio::spawn(async move {
+        let mut recovered = recovered.into_iter().peekable();
+        while recovered.peek().is_some() {
+            let batch = recovered.by_ref().take(4096).collect();
+            queue.recovered(batch).await;
+        }
+    });
+}
+
+type Listening = (Vec<SocketAddr>, Vec<JoinHandle<()>>);
+
+/// Binds every listener and starts its accept loop.
+fn listen(
+    config: &Config,
+    ctx: &Arc<SessionContext>,
+    shutdown: &watch::Sender<bool>,
+    logger: &Logger,
+) -> Result<Listening, StartError> {
+    let sessions = Arc::new(Semaphore::new(config.smtpd.max_sessions.max(1)));
+    let mut addrs = Vec::new();
+    let mut listeners = Vec::new();
+    for listen in &config.smtpd.listen {
+        let listener = bind(listen).map_err(|e| StartError::Listen(listen.clone(), e))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| StartError::Listen(listen.clone(), e))?;
+        log!(logger, "master", "listening on {addr}");
+        addrs.push(addr);
+        listeners.push(tokio::spawn(accept_loop(
+            listener,
+            ctx.clone(),
+            sessions.clone(),
+            shutdown.subscribe(),
+        )));
+    }
+    Ok((addrs, listeners))
 }
 
 /// Opens the spool (blocking recovery on the blocking pool) and logs it.

@@ -72,37 +72,8 @@ pub fn build(
         },
         cs = if utf8 { "utf-8" } else { "us-ascii" },
     );
-    for (i, f) in failed {
-        let _ = write!(m, "<{}>:\r\n", addr(rcpt(original, *i)));
-        if let Some(relay) = &f.relay {
-            let _ = write!(m, "    host {} said:\r\n", clean(relay, 300, false));
-        }
-        let _ = write!(
-            m,
-            "    {}\r\n\r\n",
-            clean(&f.diagnostic, MAX_DIAGNOSTIC, utf8)
-        );
-    }
-    let _ = write!(
-        m,
-        "--{boundary}\r\nContent-Description: Delivery report\r\n\
-         Content-Type: message/{rt}\r\n\r\n\
-         Reporting-MTA: dns; {hostname}\r\n\
-         X-Sluice-Queue-ID: {qid}\r\n\
-         X-Sluice-Sender: rfc822; {sender}\r\n\
-         Arrival-Date: {arrival}\r\n",
-        rt = if utf8 {
-            "global-delivery-status"
-        } else {
-            "delivery-status"
-        },
-        qid = qid(original.id),
-        sender = addr(&original.sender),
-        arrival = timefmt::rfc5322(original.arrival),
-    );
-    for (i, f) in failed {
-        recipient_fields(&mut m, rcpt(original, *i), f, utf8);
-    }
+    human_part(&mut m, original, failed, utf8);
+    status_part(&mut m, hostname, &boundary, original, failed, utf8);
     let _ = write!(
         m,
         "\r\n--{boundary}\r\nContent-Description: Undelivered Message Headers\r\n\
@@ -121,6 +92,54 @@ pub fn build(
         message: out,
         eight_bit,
         utf8,
+    }
+}
+
+/// One paragraph per failed recipient, for people.
+fn human_part(m: &mut String, original: &Envelope, failed: &[(u16, Failure)], utf8: bool) {
+    let addr = |a: &str| clean(a, 256, utf8);
+    for (i, f) in failed {
+        let _ = write!(m, "<{}>:\r\n", addr(rcpt(original, *i)));
+        if let Some(relay) = &f.relay {
+            let _ = write!(m, "    host {} said:\r\n", clean(relay, 300, false));
+        }
+        let _ = write!(
+            m,
+            "    {}\r\n\r\n",
+            clean(&f.diagnostic, MAX_DIAGNOSTIC, utf8)
+        );
+    }
+}
+
+/// The machine-readable delivery-status part (RFC 3464 / RFC 6533).
+fn status_part(
+    m: &mut String,
+    hostname: &str,
+    boundary: &str,
+    original: &Envelope,
+    failed: &[(u16, Failure)],
+    utf8: bool,
+) {
+    let addr = |a: &str| clean(a, 256, utf8);
+    let _ = write!(
+        m,
+        "--{boundary}\r\nContent-Description: Delivery report\r\n\
+         Content-Type: message/{rt}\r\n\r\n\
+         Reporting-MTA: dns; {hostname}\r\n\
+         X-Sluice-Queue-ID: {qid}\r\n\
+         X-Sluice-Sender: rfc822; {sender}\r\n\
+         Arrival-Date: {arrival}\r\n",
+        rt = if utf8 {
+            "global-delivery-status"
+        } else {
+            "delivery-status"
+        },
+        qid = qid(original.id),
+        sender = addr(&original.sender),
+        arrival = timefmt::rfc5322(original.arrival),
+    );
+    for (i, f) in failed {
+        recipient_fields(m, rcpt(original, *i), f, utf8);
     }
 }
 
