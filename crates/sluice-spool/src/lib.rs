@@ -13,7 +13,13 @@
 //! # Format
 //! The spool directory holds segment files `00000001.seg`, `00000002.seg`, …
 //! Each is a sequence of records: `magic u32 | kind u8 | len u32 | crc32 u32 |
-//! payload[len]` (little-endian). Kinds: a *message* (queue ID, arrival,
+//! payload[len]` (little-endian). The checksum is `crc32(salt ‖ payload)`,
+//! keyed with 16 secret random bytes kept in the file `salt` (created with
+//! the spool, mode 0600), so that bytes a client put in a message body can
+//! never pass for a record when recovery resynchronises after damage. A
+//! spool written before salts existed (segments but no `salt` file) is read
+//! and written with an empty salt, the old plain CRC32; a `salt` file of
+//! the wrong size stops the spool from opening. Kinds: a *message* (queue ID, arrival,
 //! flags, sender, recipients, body, the body last) and an *outcome* (queue
 //! ID, `u16` indices of recipients that reached a final state). Hence at
 //! most [`MAX_RECIPIENTS`] recipients and 65,535-byte addresses; anything
@@ -56,12 +62,14 @@
 //!
 //! Trust: the files are our own but may be truncated or corrupted by a
 //! crash, a full disk or bit rot; nothing read from them is trusted without
-//! its CRC. A record whose CRC checks out is trusted.
+//! its CRC. A record whose keyed CRC checks out is trusted: message bodies
+//! come from SMTP clients, who do not know the salt.
 
 mod index;
 mod reader;
 mod record;
 mod recover;
+mod salt;
 mod space;
 mod writer;
 
@@ -213,9 +221,11 @@ impl Spool {
     ) -> Result<(Spool, Vec<Recovered>, RecoveryReport), SpoolError> {
         std::fs::create_dir_all(&config.dir)?;
         let lock = lock_dir(&config.dir)?;
-        let (recovered, report, state) = recover::recover(&config.dir)?;
+        let has_segments = !recover::list_segments(&config.dir)?.is_empty();
+        let salt = salt::load_or_create(&config.dir, has_segments)?;
+        let (recovered, report, state) = recover::recover(&config.dir, salt.clone())?;
         let max_id = state.max_id;
-        let reader = Arc::new(SegmentReader::new(config.dir.clone()));
+        let reader = Arc::new(SegmentReader::new(config.dir.clone(), salt));
         let stats = Arc::new(SpoolStats::default());
         let tx = writer::start(config, disk, state, reader.clone(), lock, stats.clone())?;
         let now_micros = SystemTime::now()

@@ -8,7 +8,9 @@
 //! Invariants:
 //! - A record that fails to decode never ends the scan of its segment. The
 //!   scan resynchronises at the next offset where a whole record (magic,
-//!   length and CRC) decodes, so every valid record after the damage counts.
+//!   length and CRC keyed with the spool's salt) decodes, so every valid
+//!   record after the damage counts, and bytes from a client's message body
+//!   (which cannot carry a keyed CRC) never do.
 //! - Damaged bytes are copied to `<spool>/corrupt/<segment>-<offset>.bin`
 //!   (file and directory fsynced) before anything else happens to them.
 //! - Only the newest segment is ever cut, only at a torn tail (no valid
@@ -26,6 +28,7 @@ use std::path::{Path, PathBuf};
 
 use crate::index::{LiveIndex, LiveMsg};
 use crate::record::{self, Damage, Record, HEADER_LEN};
+use crate::salt::Salt;
 use crate::{segment_path, sync_dir, BodyRef, Recovered, RecoveryReport, SpoolError};
 
 /// What recovery hands to the writer.
@@ -35,6 +38,8 @@ pub(crate) struct RecoveredState {
     pub index: LiveIndex,
     /// Segments holding damaged bytes that could not be quarantined.
     pub pinned: BTreeSet<u32>,
+    /// The salt every record was checked with, and new ones are keyed with.
+    pub salt: Salt,
 }
 
 /// Messages found so far, by queue ID.
@@ -57,6 +62,7 @@ struct Located {
 
 pub(crate) fn recover(
     dir: &Path,
+    salt: Salt,
 ) -> Result<(Vec<Recovered>, RecoveryReport, RecoveredState), SpoolError> {
     let numbers = list_segments(dir)?;
     let mut report = RecoveryReport {
@@ -68,7 +74,7 @@ pub(crate) fn recover(
     let mut pinned = BTreeSet::new();
     for (i, &segment) in numbers.iter().enumerate() {
         let newest = i + 1 == numbers.len();
-        let scanned = scan_segment(dir, segment, newest, &mut found, &mut report)?;
+        let scanned = scan_segment(dir, &salt, segment, newest, &mut found, &mut report)?;
         index.add_segment(segment, scanned.size);
         if scanned.pinned {
             pinned.insert(segment);
@@ -98,12 +104,13 @@ pub(crate) fn recover(
         max_id: found.max_id,
         index,
         pinned,
+        salt,
     };
     Ok((pending, report, state))
 }
 
 /// Segment numbers present in the spool directory, oldest first.
-fn list_segments(dir: &Path) -> Result<Vec<u32>, SpoolError> {
+pub(crate) fn list_segments(dir: &Path) -> Result<Vec<u32>, SpoolError> {
     let mut numbers: Vec<u32> = std::fs::read_dir(dir)?
         .filter_map(|e| e.ok())
         .filter_map(|e| {
@@ -126,6 +133,7 @@ struct Scanned {
 /// Reads one segment into `found`.
 fn scan_segment(
     dir: &Path,
+    salt: &Salt,
     segment: u32,
     newest: bool,
     found: &mut Found,
@@ -138,13 +146,13 @@ fn scan_segment(
     };
     let mut pos = 0;
     while pos < data.len() {
-        match record::decode(&data[pos..]) {
+        match record::decode(salt, &data[pos..]) {
             Ok((record, len)) => {
                 found.apply(segment, pos as u64, len as u64, record);
                 pos += len;
             }
             Err(damage) => {
-                let next = resync(&data, pos + 1);
+                let next = resync(salt, &data, pos + 1);
                 let what = match (&damage, next) {
                     (Damage::Torn, None) => "torn tail".to_string(),
                     (Damage::Torn, Some(_)) => {
@@ -175,10 +183,12 @@ fn scan_segment(
 }
 
 /// The first offset at or after `from` where a whole, valid record starts.
-fn resync(data: &[u8], from: usize) -> Option<usize> {
+/// "Valid" includes the checksum keyed with the spool's salt: bytes a
+/// client put in a body (the damaged record's own, say) never qualify.
+fn resync(salt: &Salt, data: &[u8], from: usize) -> Option<usize> {
     let magic = record::MAGIC.to_le_bytes();
     let last = data.len().checked_sub(HEADER_LEN)?;
-    (from..=last).find(|&at| data[at..at + 4] == magic && record::decode(&data[at..]).is_ok())
+    (from..=last).find(|&at| data[at..at + 4] == magic && record::decode(salt, &data[at..]).is_ok())
 }
 
 impl Found {

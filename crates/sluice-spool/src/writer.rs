@@ -26,6 +26,7 @@ use std::time::Duration;
 use crate::index::{LiveIndex, LiveMsg};
 use crate::record::{self, Envelope};
 use crate::recover::RecoveredState;
+use crate::salt::Salt;
 use crate::space::Disk;
 
 mod compact;
@@ -84,6 +85,8 @@ struct Writer {
     /// Free bytes stores must leave for outcome records.
     reserve: u64,
     disk: Disk,
+    /// Keys every record's checksum.
+    salt: Salt,
     index: LiveIndex,
     /// Segments recovery could not fully save; never reclaimed.
     pinned: BTreeSet<u32>,
@@ -118,6 +121,7 @@ pub(crate) fn start(
         segment_bytes: config.segment_bytes.max(1 << 16),
         reserve: config.reserve_bytes,
         disk,
+        salt: state.salt,
         index,
         pinned: state.pinned,
         uncopyable: BTreeSet::new(),
@@ -270,7 +274,7 @@ impl Writer {
         let mut encoded = Vec::with_capacity(stores.len());
         for (envelope, body, reply) in stores {
             let record_at = buf.len();
-            let body_at = match record::encode_message(&envelope, &body, buf) {
+            let body_at = match record::encode_message(&self.salt, &envelope, &body, buf) {
                 Ok(_) if buf.len() as u64 > room => {
                     buf.truncate(record_at);
                     let _ = reply.send(Err(SpoolError::Full));
@@ -315,7 +319,7 @@ impl Writer {
                 recipients.dedup();
             }
             if !recipients.is_empty() {
-                record::encode_outcome(outcome.id, &recipients, buf);
+                record::encode_outcome(&self.salt, outcome.id, &recipients, buf);
             }
             recorded.push(Recorded {
                 id: outcome.id,

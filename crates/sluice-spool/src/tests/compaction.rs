@@ -87,14 +87,15 @@ fn recovery_takes_the_newest_copy_and_unites_every_outcome() {
     // Segment 1: an outcome whose message record is further on (its
     // original segment was reclaimed after a copy).
     let mut one = Vec::new();
-    record::encode_outcome(42, &[2], &mut one);
+    let legacy = Salt::legacy();
+    record::encode_outcome(&legacy, 42, &[2], &mut one);
     // Segment 2: a copy and an outcome; segment 3: a newer copy and another.
     let mut two = Vec::new();
-    record::encode_message(&env, b"old copy", &mut two).unwrap();
-    record::encode_outcome(42, &[0], &mut two);
+    record::encode_message(&legacy, &env, b"old copy", &mut two).unwrap();
+    record::encode_outcome(&legacy, 42, &[0], &mut two);
     let mut three = Vec::new();
-    record::encode_message(&env, b"new copy", &mut three).unwrap();
-    record::encode_outcome(42, &[1], &mut three);
+    record::encode_message(&legacy, &env, b"new copy", &mut three).unwrap();
+    record::encode_outcome(&legacy, 42, &[1], &mut three);
     for (n, bytes) in [(1, one), (2, two), (3, three)] {
         std::fs::write(segment_path(&dir, n), bytes).unwrap();
     }

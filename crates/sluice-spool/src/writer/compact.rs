@@ -136,14 +136,14 @@ impl Writer {
             let at = buf.len();
             buf.resize(at + msg.record_len as usize, 0);
             file.read_exact_at(&mut buf[at..], msg.record)?;
-            match record::decode(&buf[at..]) {
+            match record::decode(&self.salt, &buf[at..]) {
                 Ok((Record::Message { envelope, .. }, len))
                     if envelope.id == *id && len as u64 == msg.record_len => {}
                 _ => return Err(std::io::Error::other("live record fails its check")),
             }
             let done = msg.done_indices();
             if !done.is_empty() {
-                record::encode_outcome(*id, &done, buf);
+                record::encode_outcome(&self.salt, *id, &done, buf);
             }
             let copy = LiveMsg {
                 segment: self.current,

@@ -1,0 +1,112 @@
+//! The spool's secret salt, which keys every record's checksum:
+//! `crc32(salt ‖ payload)`.
+//!
+//! Why: message bodies are chosen by SMTP clients (BDAT takes binary), so a
+//! body can hold bytes that form a whole record with a valid *unkeyed*
+//! CRC32. Recovery resynchronises after damage by looking for the next
+//! offset where a record checks out, and would take such a record for mail.
+//! A client cannot compute a checksum keyed with 16 bytes it never sees.
+//! CRC32 is not a MAC: it guards against forged records in bodies, not
+//! against anyone who can read the spool directory.
+//!
+//! Trusts: the kernel's `/dev/urandom`; the salt file is ours (mode 0600).
+//!
+//! Invariants:
+//! - A spool directory with no segment files gets a fresh salt, written to
+//!   `salt.tmp`, synced, renamed to [`SALT_FILE`] and the directory synced,
+//!   before any segment exists; so no segment is ever written with a salt
+//!   that is not durably on disk, and a crash leaves no half-written salt.
+//! - A directory that has segments but no salt file is a *legacy* spool
+//!   (written before salts existed): its salt is empty, which is the old
+//!   unkeyed format, so an upgraded server keeps reading its old mail.
+//! - A salt file of any other length than [`SALT_LEN`] is refused (the
+//!   spool does not open): guessing would make every record look damaged.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+use crate::sync_dir;
+
+/// The salt's file name in the spool directory.
+pub(crate) const SALT_FILE: &str = "salt";
+/// Bytes of salt.
+pub(crate) const SALT_LEN: usize = 16;
+
+/// The key of a spool's record checksums; empty for a legacy spool.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Salt(Vec<u8>);
+
+impl Salt {
+    /// The salt of a legacy spool: checksums are plain CRC32.
+    pub fn legacy() -> Salt {
+        Salt(Vec::new())
+    }
+
+    /// `crc32(salt ‖ payload)`.
+    pub fn checksum(&self, payload: &[u8]) -> u32 {
+        let mut hasher = crc32fast::Hasher::new();
+        hasher.update(&self.0);
+        hasher.update(payload);
+        hasher.finalize()
+    }
+}
+
+/// The salt of the spool in `dir`: read from its salt file, empty for a
+/// legacy spool (`has_segments` and no file), or created for a new one.
+pub(crate) fn load_or_create(dir: &Path, has_segments: bool) -> io::Result<Salt> {
+    let path = dir.join(SALT_FILE);
+    match std::fs::read(&path) {
+        Ok(bytes) if bytes.len() == SALT_LEN => Ok(Salt(bytes)),
+        Ok(bytes) => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{} holds {} bytes, not {SALT_LEN}: without the right salt no \
+                 record checks out, so the spool is not opened",
+                path.display(),
+                bytes.len()
+            ),
+        )),
+        Err(err) if err.kind() == io::ErrorKind::NotFound && has_segments => Ok(Salt::legacy()),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => create(dir),
+        Err(err) => Err(err),
+    }
+}
+
+/// Writes a fresh random salt durably and returns it.
+fn create(dir: &Path) -> io::Result<Salt> {
+    let mut bytes = vec![0u8; SALT_LEN];
+    File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    let tmp = dir.join("salt.tmp");
+    match std::fs::remove_file(&tmp) {
+        Err(err) if err.kind() != io::ErrorKind::NotFound => return Err(err),
+        _ => {}
+    }
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    file.write_all(&bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, dir.join(SALT_FILE))?;
+    sync_dir(dir)?;
+    Ok(Salt(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_checksum_is_keyed() {
+        let payload = b"a record payload";
+        assert_eq!(Salt::legacy().checksum(payload), crc32fast::hash(payload));
+        let salt = Salt(vec![7; SALT_LEN]);
+        assert_ne!(salt.checksum(payload), crc32fast::hash(payload));
+        let mut joined = vec![7; SALT_LEN];
+        joined.extend_from_slice(payload);
+        assert_eq!(salt.checksum(payload), crc32fast::hash(&joined));
+    }
+}
