@@ -10,11 +10,14 @@
 //!   scan resynchronises at the next offset where a whole record (magic,
 //!   length and CRC keyed with the spool's salt) decodes, so every valid
 //!   record after the damage counts, and bytes from a client's message body
-//!   (which cannot carry a keyed CRC) never do.
+//!   (which cannot carry a keyed CRC) never do. The search's checksum work
+//!   is bounded per segment (see `resync`); if it gives up, the rest of the
+//!   segment is one damaged range, quarantined and kept in place.
 //! - Damaged bytes are copied to `<spool>/corrupt/<segment>-<offset>.bin`
 //!   (file and directory fsynced) before anything else happens to them.
 //! - Only the newest segment is ever cut, only at a torn tail (no valid
-//!   record after the damage), and only after the tail is quarantined,
+//!   record after the damage, the search having run to the end without
+//!   giving up), and only after the tail is quarantined,
 //!   unless it is no longer than a record header.
 //! - A segment whose damaged bytes could not be quarantined is pinned: the
 //!   writer never reclaims it (nor, by the reclaim rule, anything newer).
@@ -29,7 +32,12 @@ use std::path::{Path, PathBuf};
 use crate::index::{LiveIndex, LiveMsg};
 use crate::record::{self, Damage, Record, HEADER_LEN};
 use crate::salt::Salt;
+
+mod resync;
 use crate::{segment_path, sync_dir, BodyRef, Recovered, RecoveryReport, SpoolError};
+#[cfg(test)]
+pub(crate) use resync::CHECKSUMMED;
+use resync::{Next, Resync};
 
 /// What recovery hands to the writer.
 pub(crate) struct RecoveredState {
@@ -144,6 +152,7 @@ fn scan_segment(
         size: data.len() as u64,
         pinned: false,
     };
+    let mut resync = Resync::new(salt, &data);
     let mut pos = 0;
     while pos < data.len() {
         match record::decode(salt, &data[pos..]) {
@@ -152,20 +161,18 @@ fn scan_segment(
                 pos += len;
             }
             Err(damage) => {
-                let next = resync(salt, &data, pos + 1);
-                let what = match (&damage, next) {
-                    (Damage::Torn, None) => "torn tail".to_string(),
-                    (Damage::Torn, Some(_)) => {
-                        "corrupt record (length runs into the records after it)".to_string()
-                    }
-                    (Damage::Corrupt(why), _) => format!("corrupt record ({why})"),
+                let next = resync.next(pos + 1);
+                let end = match next {
+                    Next::At(at) => at,
+                    Next::None | Next::GaveUp => data.len(),
                 };
                 let bad = Bad {
                     segment,
                     offset: pos,
-                    bytes: &data[pos..next.unwrap_or(data.len())],
-                    what,
-                    cut: newest && next.is_none(),
+                    bytes: &data[pos..end],
+                    what: describe(&damage, &next),
+                    // Past a give-up there may be good records: keep them.
+                    cut: newest && next == Next::None,
                 };
                 match bad.handle(dir, report) {
                     Handled::Pinned => scanned.pinned = true,
@@ -173,8 +180,8 @@ fn scan_segment(
                     Handled::Kept => {}
                 }
                 match next {
-                    Some(next) => pos = next,
-                    None => break,
+                    Next::At(at) => pos = at,
+                    Next::None | Next::GaveUp => break,
                 }
             }
         }
@@ -182,13 +189,21 @@ fn scan_segment(
     Ok(scanned)
 }
 
-/// The first offset at or after `from` where a whole, valid record starts.
-/// "Valid" includes the checksum keyed with the spool's salt: bytes a
-/// client put in a body (the damaged record's own, say) never qualify.
-fn resync(salt: &Salt, data: &[u8], from: usize) -> Option<usize> {
-    let magic = record::MAGIC.to_le_bytes();
-    let last = data.len().checked_sub(HEADER_LEN)?;
-    (from..=last).find(|&at| data[at..at + 4] == magic && record::decode(salt, &data[at..]).is_ok())
+/// What the damaged range is, for the report.
+fn describe(damage: &Damage, next: &Next) -> String {
+    let what = match (damage, next) {
+        (Damage::Torn, Next::None) => "torn tail".to_string(),
+        (Damage::Torn, _) => "corrupt record (length runs into the records after it)".to_string(),
+        (Damage::Corrupt(why), _) => format!("corrupt record ({why})"),
+    };
+    if *next != Next::GaveUp {
+        return what;
+    }
+    format!(
+        "{what}; resynchronisation gave up after checksumming {}x the segment's size \
+         in candidates, so the rest of the segment is treated as damaged",
+        resync::BUDGET_PER_BYTE
+    )
 }
 
 impl Found {
