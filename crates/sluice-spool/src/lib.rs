@@ -18,8 +18,9 @@
 //! the spool, mode 0600), so that bytes a client put in a message body can
 //! never pass for a record when recovery resynchronises after damage. A
 //! spool written before salts existed (segments but no `salt` file) is read
-//! and written with an empty salt, the old plain CRC32; a `salt` file of
-//! the wrong size stops the spool from opening. Kinds: a *message* (queue ID, arrival,
+//! and written with an empty salt, the old plain CRC32, until a start-up
+//! finds it holding no mail: its segments are then deleted and a salt
+//! created. A `salt` file of the wrong size stops the spool from opening. Kinds: a *message* (queue ID, arrival,
 //! flags, sender, recipients, body, the body last) and an *outcome* (queue
 //! ID, `u16` indices of recipients that reached a final state). Hence at
 //! most [`MAX_RECIPIENTS`] recipients and 65,535-byte addresses; anything
@@ -223,9 +224,10 @@ impl Spool {
         let lock = lock_dir(&config.dir)?;
         let has_segments = !recover::list_segments(&config.dir)?.is_empty();
         let salt = salt::load_or_create(&config.dir, has_segments)?;
-        let (recovered, report, state) = recover::recover(&config.dir, salt.clone())?;
+        let (recovered, report, mut state) = recover::recover(&config.dir, salt)?;
+        salt::upgrade_when_empty(&config.dir, &mut state, recovered.len())?;
         let max_id = state.max_id;
-        let reader = Arc::new(SegmentReader::new(config.dir.clone(), salt));
+        let reader = Arc::new(SegmentReader::new(config.dir.clone(), state.salt.clone()));
         let stats = Arc::new(SpoolStats::default());
         let tx = writer::start(config, disk, state, reader.clone(), lock, stats.clone())?;
         let now_micros = SystemTime::now()

@@ -19,6 +19,10 @@
 //! - A directory that has segments but no salt file is a *legacy* spool
 //!   (written before salts existed): its salt is empty, which is the old
 //!   unkeyed format, so an upgraded server keeps reading its old mail.
+//! - A legacy spool switches to a fresh salt at a start-up that finds no
+//!   message with work left and no unsaved damage: its segments, holding
+//!   nothing needed, are deleted first, so no segment is ever read with a
+//!   salt it was not written with.
 //! - A salt file of any other length than [`SALT_LEN`] is refused (the
 //!   spool does not open): guessing would make every record look damaged.
 
@@ -27,7 +31,8 @@ use std::io::{self, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-use crate::sync_dir;
+use crate::recover::RecoveredState;
+use crate::{segment_path, sync_dir};
 
 /// The salt's file name in the spool directory.
 pub(crate) const SALT_FILE: &str = "salt";
@@ -42,6 +47,10 @@ impl Salt {
     /// The salt of a legacy spool: checksums are plain CRC32.
     pub fn legacy() -> Salt {
         Salt(Vec::new())
+    }
+
+    pub fn is_legacy(&self) -> bool {
+        self.0.is_empty()
     }
 
     /// `crc32(salt ‖ payload)`.
@@ -72,6 +81,29 @@ pub(crate) fn load_or_create(dir: &Path, has_segments: bool) -> io::Result<Salt>
         Err(err) if err.kind() == io::ErrorKind::NotFound => create(dir),
         Err(err) => Err(err),
     }
+}
+
+/// Switches a legacy spool that holds no mail (nothing pending, nothing
+/// pinned) to a fresh salt: deletes its segments oldest first, then
+/// creates the salt. If a segment cannot be deleted the spool stays legacy
+/// (with the segments already deleted gone from `state`).
+pub(crate) fn upgrade_when_empty(
+    dir: &Path,
+    state: &mut RecoveredState,
+    pending: usize,
+) -> io::Result<()> {
+    if !state.salt.is_legacy() || pending > 0 || !state.pinned.is_empty() {
+        return Ok(());
+    }
+    while let Some((segment, _)) = state.index.oldest() {
+        match std::fs::remove_file(segment_path(dir, segment)) {
+            Err(err) if err.kind() != io::ErrorKind::NotFound => return Ok(()),
+            _ => state.index.drop_segment(segment),
+        }
+    }
+    sync_dir(dir)?;
+    state.salt = create(dir)?;
+    Ok(())
 }
 
 /// Writes a fresh random salt durably and returns it.

@@ -171,3 +171,39 @@ fn a_salt_file_of_the_wrong_size_is_refused() {
     assert_eq!(std::fs::read(segment_path(&dir, 1)).unwrap(), before);
     assert!(quarantined(&dir).is_empty());
 }
+
+#[test]
+fn a_legacy_spool_switches_to_a_salt_once_it_holds_no_mail() {
+    let dir = temp_dir("salt-upgrade");
+    std::fs::create_dir_all(&*dir).unwrap();
+    let env = forged_envelope(42);
+    let mut old = Vec::new();
+    record::encode_message(&Salt::legacy(), &env, b"old mail\r\n", &mut old).unwrap();
+    std::fs::write(segment_path(&dir, 1), old).unwrap();
+    let rt = runtime();
+    let (spool, recovered, _) = Spool::open(config(&dir)).unwrap();
+    spool.record_outcome(42, recovered[0].body, vec![0], true);
+    spool.shutdown();
+    drop(spool);
+    assert!(!dir.join("salt").exists(), "not while it held mail");
+
+    let (spool, recovered, report) = Spool::open(config(&dir)).unwrap();
+    assert!(recovered.is_empty());
+    assert!(report.damage.is_empty(), "{:?}", report.damage);
+    assert_eq!(std::fs::read(dir.join("salt")).unwrap().len(), 16);
+    assert!(spool.new_id() > 42, "IDs stay unique");
+    let (newer, body) = store(&rt, &spool, 1, b"new mail\r\n".to_vec());
+    spool.shutdown();
+    drop(spool);
+    let data = std::fs::read(segment_path(&dir, body.segment)).unwrap();
+    let at = body.record as usize;
+    assert!(
+        record::decode(&Salt::legacy(), &data[at..]).is_err(),
+        "keyed"
+    );
+
+    let (spool, recovered, report) = Spool::open(config(&dir)).unwrap();
+    assert!(report.damage.is_empty(), "{:?}", report.damage);
+    assert_eq!(ids(&recovered), vec![newer.id]);
+    spool.shutdown();
+}
