@@ -35,11 +35,14 @@
 //! segment after start-up, so a torn tail is never appended to.
 //!
 //! # Compaction
-//! So that one deferred message does not pin its segment and every newer
-//! one, the writer copies the live messages of the oldest segment forward
-//! (record verbatim, then an outcome record with its done recipients) once
-//! they take at most half of it, a bounded amount per commit or while idle;
-//! the segment then holds nothing live and is reclaimed. A message may
+//! So that one deferred message (or a burst for a next hop that is down)
+//! does not pin its segment and every newer one, the writer copies the live
+//! messages of the oldest segment forward (record verbatim, then an outcome
+//! record with its done recipients) once emptying it would free at least
+//! twice the bytes copied: its own size plus that of the dead segments
+//! directly behind it. A bounded amount is copied per commit or while idle;
+//! the segment then holds nothing live and is reclaimed, with the dead ones
+//! behind it. A backlog that is all live is never copied. A message may
 //! therefore appear more than once in the log: recovery takes the last
 //! copy and unites every outcome recorded for it, wherever it lies.
 //! [`BodyRef`]s handed out before a move keep working: the spool looks up
