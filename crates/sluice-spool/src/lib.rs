@@ -250,7 +250,9 @@ impl Spool {
         &self.stats
     }
 
-    /// A new queue ID, unique across restarts of this spool.
+    /// A new queue ID, unique across restarts of this spool: above every
+    /// ID any record (message or outcome) held at start-up, even if the
+    /// clock stepped back, and otherwise the clock in microseconds.
     pub fn new_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }

@@ -23,6 +23,10 @@
 //!   writer never reclaims it (nor, by the reclaim rule, anything newer).
 //! - Recovery is idempotent: a range already quarantined with the same
 //!   bytes is counted in `known_damage`, not reported again.
+//! - `max_id` is at least every queue ID a valid record carries, outcome
+//!   records included, so a new message never gets the ID of an outcome
+//!   still on disk (which recovery would apply to it). IDs in damaged
+//!   bytes are not trusted and not counted.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs::{File, OpenOptions};
@@ -57,6 +61,8 @@ struct Found {
     /// Outcomes seen before any record of their message; most belong to
     /// messages completed and reclaimed long ago and are dropped at the end.
     early: HashMap<u64, Vec<u16>>,
+    /// The highest queue ID any valid record carries (message or outcome):
+    /// new IDs start above it.
     max_id: u64,
 }
 
@@ -252,10 +258,16 @@ impl Found {
                 };
                 self.messages.insert(id, located);
             }
-            Record::Outcome { id, recipients } => match self.messages.get_mut(&id) {
-                Some(found) => unite(&mut found.msg.done, recipients),
-                None => self.early.entry(id).or_default().extend(recipients),
-            },
+            Record::Outcome { id, recipients } => {
+                // Its message may be long gone, but while this record is
+                // on disk its ID must not be issued again: a new message
+                // with it would take this outcome as its own.
+                self.max_id = self.max_id.max(id);
+                match self.messages.get_mut(&id) {
+                    Some(found) => unite(&mut found.msg.done, recipients),
+                    None => self.early.entry(id).or_default().extend(recipients),
+                }
+            }
         }
     }
 }
