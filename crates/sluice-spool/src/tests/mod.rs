@@ -11,6 +11,7 @@ mod forgery;
 mod full;
 mod limits;
 mod outcomes;
+mod pressure;
 mod recovery;
 
 fn config(dir: &Path) -> SpoolConfig {
