@@ -24,7 +24,9 @@
 //! spool written before salts existed (segments but no `salt` file) is read
 //! and written with an empty salt, the old plain CRC32, until a start-up
 //! finds it holding no mail: its segments are then deleted and a salt
-//! created. A `salt` file of the wrong size stops the spool from opening. Kinds: a *message* (queue ID, arrival,
+//! created. A `salt` file of the wrong size stops the spool from opening,
+//! and so does a missing one when the segments' records are keyed (the
+//! file was lost: restore it). Kinds: a *message* (queue ID, arrival,
 //! flags, sender, recipients, body, the body last) and an *outcome* (queue
 //! ID, `u16` indices of recipients that reached a final state). Hence at
 //! most [`MAX_RECIPIENTS`] recipients and 65,535-byte addresses; anything
@@ -229,8 +231,8 @@ impl Spool {
     ) -> Result<(Spool, Vec<Recovered>, RecoveryReport), SpoolError> {
         std::fs::create_dir_all(&config.dir)?;
         let lock = lock_dir(&config.dir)?;
-        let has_segments = !recover::list_segments(&config.dir)?.is_empty();
-        let salt = salt::load_or_create(&config.dir, has_segments)?;
+        let segments = recover::list_segments(&config.dir)?;
+        let salt = salt::load_or_create(&config.dir, &segments)?;
         let (recovered, report, mut state) = recover::recover(&config.dir, salt)?;
         salt::upgrade_when_empty(&config.dir, &mut state, recovered.len())?;
         let max_id = state.max_id;

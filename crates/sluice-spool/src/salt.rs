@@ -19,18 +19,25 @@
 //! - A directory that has segments but no salt file is a *legacy* spool
 //!   (written before salts existed): its salt is empty, which is the old
 //!   unkeyed format, so an upgraded server keeps reading its old mail.
+//!   Unless its records do not check out unkeyed: then the salt file was
+//!   lost, and the spool is refused rather than opened, since recovery
+//!   would take every record for damage and quarantine it. An empty salt
+//!   file says "legacy" explicitly (the way out should a legacy spool's
+//!   every segment start with a damaged record).
 //! - A legacy spool switches to a fresh salt at a start-up that finds no
 //!   message with work left and no unsaved damage: its segments, holding
 //!   nothing needed, are deleted first, so no segment is ever read with a
 //!   salt it was not written with.
-//! - A salt file of any other length than [`SALT_LEN`] is refused (the
-//!   spool does not open): guessing would make every record look damaged.
+//! - A salt file of any other length than [`SALT_LEN`] (or empty) is
+//!   refused (the spool does not open): guessing would make every record
+//!   look damaged.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
+use crate::record::{self, HEADER_LEN};
 use crate::recover::RecoveredState;
 use crate::{segment_path, sync_dir};
 
@@ -62,12 +69,13 @@ impl Salt {
     }
 }
 
-/// The salt of the spool in `dir`: read from its salt file, empty for a
-/// legacy spool (`has_segments` and no file), or created for a new one.
-pub(crate) fn load_or_create(dir: &Path, has_segments: bool) -> io::Result<Salt> {
+/// The salt of the spool in `dir`, whose segments are `segments`: read
+/// from its salt file, empty for a legacy spool (segments and no file), or
+/// created for a new one.
+pub(crate) fn load_or_create(dir: &Path, segments: &[u32]) -> io::Result<Salt> {
     let path = dir.join(SALT_FILE);
     match std::fs::read(&path) {
-        Ok(bytes) if bytes.len() == SALT_LEN => Ok(Salt(bytes)),
+        Ok(bytes) if bytes.len() == SALT_LEN || bytes.is_empty() => Ok(Salt(bytes)),
         Ok(bytes) => Err(io::Error::new(
             io::ErrorKind::InvalidData,
             format!(
@@ -77,10 +85,60 @@ pub(crate) fn load_or_create(dir: &Path, has_segments: bool) -> io::Result<Salt>
                 bytes.len()
             ),
         )),
-        Err(err) if err.kind() == io::ErrorKind::NotFound && has_segments => Ok(Salt::legacy()),
-        Err(err) if err.kind() == io::ErrorKind::NotFound => create(dir),
+        Err(err) if err.kind() == io::ErrorKind::NotFound && segments.is_empty() => create(dir),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => legacy_or_lost(dir, segments),
         Err(err) => Err(err),
     }
+}
+
+/// The salt of a spool with segments and no salt file: empty if it is a
+/// legacy spool, which is so if the first whole record of some segment
+/// checks out unkeyed, or if no segment starts with a whole record (there
+/// is nothing to tell by). Otherwise its salt file was lost: refused.
+fn legacy_or_lost(dir: &Path, segments: &[u32]) -> io::Result<Salt> {
+    let legacy = Salt::legacy();
+    let mut judged = false;
+    for &segment in segments {
+        let Some(first) = first_record(&segment_path(dir, segment))? else {
+            continue;
+        };
+        if record::decode(&legacy, &first).is_ok() {
+            return Ok(legacy);
+        }
+        judged = true;
+    }
+    if !judged {
+        return Ok(legacy);
+    }
+    Err(io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!(
+            "{} is missing but the spool's records are keyed: restore the \
+             salt file (opening without it would quarantine every record); \
+             if the spool predates salts and every segment starts with a \
+             damaged record, an empty salt file opens it unkeyed",
+            dir.join(SALT_FILE).display()
+        ),
+    ))
+}
+
+/// The bytes of the first record of a segment file, if it is whole.
+fn first_record(path: &Path) -> io::Result<Option<Vec<u8>>> {
+    let mut file = File::open(path)?;
+    let size = file.metadata()?.len();
+    let mut header = [0u8; HEADER_LEN];
+    if size < HEADER_LEN as u64 {
+        return Ok(None);
+    }
+    file.read_exact(&mut header)?;
+    let len = u32::from_le_bytes([header[5], header[6], header[7], header[8]]) as u64;
+    if HEADER_LEN as u64 + len > size {
+        return Ok(None);
+    }
+    let mut record = header.to_vec();
+    record.resize(HEADER_LEN + len as usize, 0);
+    file.read_exact(&mut record[HEADER_LEN..])?;
+    Ok(Some(record))
 }
 
 /// Switches a legacy spool that holds no mail (nothing pending, nothing

@@ -207,3 +207,58 @@ fn a_legacy_spool_switches_to_a_salt_once_it_holds_no_mail() {
     assert_eq!(ids(&recovered), vec![newer.id]);
     spool.shutdown();
 }
+
+#[test]
+fn a_lost_salt_file_is_refused_rather_than_every_record_quarantined() {
+    let dir = temp_dir("salt-lost");
+    let rt = runtime();
+    let (spool, _, _) = Spool::open(config(&dir)).unwrap();
+    let (kept, _) = store(&rt, &spool, 1, b"kept\r\n".to_vec());
+    spool.shutdown();
+    drop(spool);
+    let salt = std::fs::read(dir.join("salt")).unwrap();
+    std::fs::remove_file(dir.join("salt")).unwrap();
+    let before = std::fs::read(segment_path(&dir, 1)).unwrap();
+
+    let result = Spool::open(config(&dir));
+    assert!(
+        matches!(&result, Err(SpoolError::Io(e)) if e.kind() == std::io::ErrorKind::InvalidData),
+        "{:?}",
+        result.err()
+    );
+    assert_eq!(std::fs::read(segment_path(&dir, 1)).unwrap(), before);
+    assert!(quarantined(&dir).is_empty());
+    assert!(!dir.join("salt").exists(), "no new salt either");
+
+    std::fs::write(dir.join("salt"), salt).unwrap();
+    let (spool, recovered, _) = Spool::open(config(&dir)).unwrap();
+    assert_eq!(
+        ids(&recovered),
+        vec![kept.id],
+        "restoring the salt is enough"
+    );
+    spool.shutdown();
+}
+
+#[test]
+fn an_empty_salt_file_opens_a_legacy_spool_whose_first_record_is_damaged() {
+    let dir = temp_dir("salt-empty");
+    std::fs::create_dir_all(&*dir).unwrap();
+    let legacy = Salt::legacy();
+    let mut old = Vec::new();
+    record::encode_message(&legacy, &forged_envelope(41), b"damaged\r\n", &mut old).unwrap();
+    let second = old.len();
+    record::encode_message(&legacy, &forged_envelope(42), b"fine\r\n", &mut old).unwrap();
+    old[20] ^= 0xff;
+    std::fs::write(segment_path(&dir, 1), &old).unwrap();
+    // Indistinguishable from a keyed spool that lost its salt: refused.
+    assert!(Spool::open(config(&dir)).is_err());
+    assert!(quarantined(&dir).is_empty());
+
+    std::fs::write(dir.join("salt"), b"").unwrap();
+    let (spool, recovered, report) = Spool::open(config(&dir)).unwrap();
+    assert_eq!(ids(&recovered), vec![42]);
+    assert_eq!(report.damage.len(), 1, "{:?}", report.damage);
+    assert_eq!(recovered[0].body.record, second as u64);
+    spool.shutdown();
+}

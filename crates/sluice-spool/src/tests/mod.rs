@@ -78,8 +78,10 @@ fn store(
 /// The salt of the spool a segment file belongs to.
 fn salt_of(segment: &Path) -> Salt {
     let dir = segment.parent().unwrap();
-    let has_segments = true;
-    salt::load_or_create(dir, has_segments).unwrap()
+    match std::fs::read(dir.join("salt")) {
+        Ok(_) => salt::load_or_create(dir, &[1]).unwrap(),
+        Err(_) => Salt::legacy(),
+    }
 }
 
 /// Offset and length of every whole record at the front of a segment file.
