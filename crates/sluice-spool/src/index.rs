@@ -138,6 +138,11 @@ impl LiveIndex {
         self.segs.iter().next().map(|(n, s)| (*n, s))
     }
 
+    /// Existing segments from `first` on, oldest first.
+    pub fn segments_from(&self, first: u32) -> impl Iterator<Item = (u32, &SegInfo)> {
+        self.segs.range(first..).map(|(n, s)| (*n, s))
+    }
+
     pub fn segment(&self, segment: u32) -> Option<&SegInfo> {
         self.segs.get(&segment)
     }

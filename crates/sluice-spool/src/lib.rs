@@ -6,14 +6,27 @@
 //! session say `250`. One writer thread owns the log and commits every
 //! request that queued up while the previous sync ran with a single sync,
 //! so under load one disk flush covers many messages (group commit).
-//! [`Spool::record_outcome`] is fire-and-forget: its record goes out with
-//! the next commit, and is retried on its own (every second) if the write
-//! fails. Completing a message twice is harmless.
+//! At most 8,192 stores are queued or being written at once; further
+//! sessions await their turn (first come, first served, woken once, never
+//! polling). [`Spool::record_outcome`] is fire-and-forget: its record goes
+//! out with the next commit, and is retried on its own (every second) if
+//! the write fails; it blocks only while the writer is behind on outcomes
+//! (half the writer's queue is theirs alone). Completing a message twice
+//! is harmless.
 //!
 //! # Format
 //! The spool directory holds segment files `00000001.seg`, `00000002.seg`, …
 //! Each is a sequence of records: `magic u32 | kind u8 | len u32 | crc32 u32 |
-//! payload[len]` (little-endian). Kinds: a *message* (queue ID, arrival,
+//! payload[len]` (little-endian). The checksum is `crc32(salt ‖ payload)`,
+//! keyed with 16 secret random bytes kept in the file `salt` (created with
+//! the spool, mode 0600), so that bytes a client put in a message body can
+//! never pass for a record when recovery resynchronises after damage. A
+//! spool written before salts existed (segments but no `salt` file) is read
+//! and written with an empty salt, the old plain CRC32, until a start-up
+//! finds it holding no mail: its segments are then deleted and a salt
+//! created. A `salt` file of the wrong size stops the spool from opening,
+//! and so does a missing one when the segments' records are keyed (the
+//! file was lost: restore it). Kinds: a *message* (queue ID, arrival,
 //! flags, sender, recipients, body, the body last) and an *outcome* (queue
 //! ID, `u16` indices of recipients that reached a final state). Hence at
 //! most [`MAX_RECIPIENTS`] recipients and 65,535-byte addresses; anything
@@ -28,11 +41,14 @@
 //! segment after start-up, so a torn tail is never appended to.
 //!
 //! # Compaction
-//! So that one deferred message does not pin its segment and every newer
-//! one, the writer copies the live messages of the oldest segment forward
-//! (record verbatim, then an outcome record with its done recipients) once
-//! they take at most half of it, a bounded amount per commit or while idle;
-//! the segment then holds nothing live and is reclaimed. A message may
+//! So that one deferred message (or a burst for a next hop that is down)
+//! does not pin its segment and every newer one, the writer copies the live
+//! messages of the oldest segment forward (record verbatim, then an outcome
+//! record with its done recipients) once emptying it would free at least
+//! twice the bytes copied: its own size plus that of the dead segments
+//! directly behind it. A bounded amount is copied per commit or while idle;
+//! the segment then holds nothing live and is reclaimed, with the dead ones
+//! behind it. A backlog that is all live is never copied. A message may
 //! therefore appear more than once in the log: recovery takes the last
 //! copy and unites every outcome recorded for it, wherever it lies.
 //! [`BodyRef`]s handed out before a move keep working: the spool looks up
@@ -56,12 +72,14 @@
 //!
 //! Trust: the files are our own but may be truncated or corrupted by a
 //! crash, a full disk or bit rot; nothing read from them is trusted without
-//! its CRC. A record whose CRC checks out is trusted.
+//! its CRC. A record whose keyed CRC checks out is trusted: message bodies
+//! come from SMTP clients, who do not know the salt.
 
 mod index;
 mod reader;
 mod record;
 mod recover;
+mod salt;
 mod space;
 mod writer;
 
@@ -175,7 +193,7 @@ impl SpoolConfig {
 /// Handle to the spool; cheap to clone, shared by every session.
 #[derive(Clone)]
 pub struct Spool {
-    tx: mpsc::SyncSender<writer::Command>,
+    queue: writer::Queue,
     reader: Arc<SegmentReader>,
     next_id: Arc<AtomicU64>,
     stats: Arc<SpoolStats>,
@@ -213,17 +231,20 @@ impl Spool {
     ) -> Result<(Spool, Vec<Recovered>, RecoveryReport), SpoolError> {
         std::fs::create_dir_all(&config.dir)?;
         let lock = lock_dir(&config.dir)?;
-        let (recovered, report, state) = recover::recover(&config.dir)?;
+        let segments = recover::list_segments(&config.dir)?;
+        let salt = salt::load_or_create(&config.dir, &segments)?;
+        let (recovered, report, mut state) = recover::recover(&config.dir, salt)?;
+        salt::upgrade_when_empty(&config.dir, &mut state, recovered.len())?;
         let max_id = state.max_id;
-        let reader = Arc::new(SegmentReader::new(config.dir.clone()));
+        let reader = Arc::new(SegmentReader::new(config.dir.clone(), state.salt.clone()));
         let stats = Arc::new(SpoolStats::default());
-        let tx = writer::start(config, disk, state, reader.clone(), lock, stats.clone())?;
+        let queue = writer::start(config, disk, state, reader.clone(), lock, stats.clone())?;
         let now_micros = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_micros() as u64)
             .unwrap_or(0);
         let spool = Spool {
-            tx,
+            queue,
             reader,
             next_id: Arc::new(AtomicU64::new(now_micros.max(max_id + 1))),
             stats,
@@ -235,7 +256,9 @@ impl Spool {
         &self.stats
     }
 
-    /// A new queue ID, unique across restarts of this spool.
+    /// A new queue ID, unique across restarts of this spool: above every
+    /// ID any record (message or outcome) held at start-up, even if the
+    /// clock stepped back, and otherwise the clock in microseconds.
     pub fn new_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
@@ -246,40 +269,63 @@ impl Spool {
         envelope: Envelope,
         body: Arc<Vec<u8>>,
     ) -> Result<BodyRef, SpoolError> {
-        let (reply, wait) = tokio::sync::oneshot::channel();
-        let mut cmd = writer::Command::Store {
+        // At most `STORE_PERMITS` stores are queued or being written at
+        // once; a session beyond that awaits a permit, first come first
+        // served, and is woken once, when it gets one.
+        let permit = (self.queue.store_permits.clone())
+            .acquire_owned()
+            .await
+            .map_err(|_| SpoolError::Stopped)?;
+        let (tx, wait) = tokio::sync::oneshot::channel();
+        let cmd = writer::Command::Store {
             envelope,
             body,
-            reply,
+            reply: writer::StoreReply { tx, permit },
         };
-        // The writer's queue is bounded: when it is full, wait (without
-        // blocking the async thread) instead of queueing without limit.
+        self.send_store(cmd).await?;
+        wait.await.map_err(|_| SpoolError::Stopped)?
+    }
+
+    /// Queues a store command. Stores take at most half the queue, so there
+    /// is room unless outcome records fill the other half and more; then
+    /// it waits until the writer takes its next batch off the queue (the
+    /// writer wakes such waiters after every batch, and when it stops).
+    async fn send_store(&self, mut cmd: writer::Command) -> Result<(), SpoolError> {
         loop {
-            match self.tx.try_send(cmd) {
-                Ok(()) => break,
-                Err(mpsc::TrySendError::Full(back)) => {
-                    cmd = back;
-                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-                }
+            let mut room = std::pin::pin!(self.queue.room.notified());
+            // Registered before trying, so a wake-up in between is not lost.
+            room.as_mut().enable();
+            match self.queue.tx.try_send(cmd) {
+                Ok(()) => return Ok(()),
+                Err(mpsc::TrySendError::Full(back)) => cmd = back,
                 Err(mpsc::TrySendError::Disconnected(_)) => return Err(SpoolError::Stopped),
             }
+            room.await;
         }
-        wait.await.map_err(|_| SpoolError::Stopped)?
     }
 
     /// Records that these recipients reached a final state (delivered or
     /// bounced). `complete` says the whole message is done, so its space
     /// may be reclaimed; a message whose every recipient is done is
     /// complete too. Completing twice is harmless. Written with the next
-    /// group commit; waits only if the writer's bounded queue is full
-    /// (back-pressure on the caller). The message is found by `id`; the
-    /// body reference is not needed (kept for compatibility).
+    /// group commit. The message is found by `id`; the body reference is
+    /// not needed (kept for compatibility).
+    ///
+    /// Does not wait, except while the writer's bounded queue is full:
+    /// stores hold at most half of it, so that happens only while the
+    /// other half, thousands of outcome records, waits for the writer, that
+    /// is while the writer is behind on outcomes. The caller (the
+    /// scheduler) then blocks until the writer takes its next batch; that
+    /// is the back-pressure that keeps outcomes from growing memory.
     pub fn record_outcome(&self, id: u64, _body: BodyRef, recipients: Vec<u16>, complete: bool) {
-        let _ = self.tx.send(writer::Command::Outcome(writer::Outcome {
-            id,
-            recipients,
-            complete,
-        }));
+        let _ = self
+            .queue
+            .tx
+            .send(writer::Command::Outcome(writer::Outcome {
+                id,
+                recipients,
+                complete,
+            }));
     }
 
     /// Reads a stored body back (blocking; call from a blocking context).
@@ -297,7 +343,12 @@ impl Spool {
     /// Flushes outstanding records and stops the writer thread.
     pub fn shutdown(&self) {
         let (reply, wait) = mpsc::channel();
-        if self.tx.send(writer::Command::Shutdown { reply }).is_ok() {
+        if self
+            .queue
+            .tx
+            .send(writer::Command::Shutdown { reply })
+            .is_ok()
+        {
             let _ = wait.recv();
         }
     }

@@ -18,11 +18,13 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::record::{self, Damage, Record};
+use crate::salt::Salt;
 use crate::{segment_path, BodyRef, Envelope};
 
 /// Holds open read handles to segments so delivery can `pread` bodies.
 pub(crate) struct SegmentReader {
     dir: PathBuf,
+    salt: Salt,
     state: Mutex<State>,
 }
 
@@ -34,9 +36,10 @@ struct State {
 }
 
 impl SegmentReader {
-    pub fn new(dir: PathBuf) -> SegmentReader {
+    pub fn new(dir: PathBuf, salt: Salt) -> SegmentReader {
         SegmentReader {
             dir,
+            salt,
             state: Mutex::default(),
         }
     }
@@ -75,7 +78,7 @@ impl SegmentReader {
         };
         let mut buf = vec![0u8; (body_at + body.len) as usize];
         file.read_exact_at(&mut buf, body.record)?;
-        match record::decode(&buf) {
+        match record::decode(&self.salt, &buf) {
             Ok((Record::Message { envelope, .. }, len))
                 if len == buf.len() && envelope.id == body.id =>
             {

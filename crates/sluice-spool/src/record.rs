@@ -1,13 +1,17 @@
-//! Record encoding. Every record is self-checking (length + CRC32), so a
-//! torn or corrupt record is recognised and never mistaken for mail.
+//! Record encoding. Every record is self-checking (length + CRC32 keyed
+//! with the spool's [`Salt`]), so a torn or corrupt record is recognised
+//! and never mistaken for mail, and bytes a client put in a body cannot
+//! pass for a record.
 //!
-//! Trusts: nothing it decodes; every field is bounds-checked and the CRC
-//! covers the whole payload.
+//! Trusts: nothing it decodes; every field is bounds-checked and the
+//! checksum covers the salt and the whole payload.
 //!
 //! Invariants: encoding never truncates or wraps. A message with more than
 //! [`MAX_RECIPIENTS`] recipients, an address over 65,535 bytes or a payload
 //! over 4 GiB is refused (and `out` left as it was), so what is decoded is
 //! always exactly what was encoded.
+
+use crate::salt::Salt;
 
 pub(crate) const MAGIC: u32 = 0x5343_4C53; // "SLCS"
 pub(crate) const HEADER_LEN: usize = 13;
@@ -37,6 +41,7 @@ pub struct Envelope {
 /// A message the format cannot hold (see [`check`]) leaves `out` as it was
 /// and returns the reason.
 pub(crate) fn encode_message(
+    salt: &Salt,
     env: &Envelope,
     body: &[u8],
     out: &mut Vec<u8>,
@@ -59,7 +64,7 @@ pub(crate) fn encode_message(
     out.extend_from_slice(&(body.len() as u64).to_le_bytes());
     let body_at = out.len() - start;
     out.extend_from_slice(body);
-    finish(out, start, KIND_MESSAGE);
+    finish(salt, out, start, KIND_MESSAGE);
     Ok(body_at)
 }
 
@@ -95,7 +100,7 @@ pub(crate) fn outcome_len(recipients: usize) -> u64 {
     (HEADER_LEN + 8 + 4 + 2 * recipients) as u64
 }
 
-pub(crate) fn encode_outcome(id: u64, recipients: &[u16], out: &mut Vec<u8>) {
+pub(crate) fn encode_outcome(salt: &Salt, id: u64, recipients: &[u16], out: &mut Vec<u8>) {
     let start = out.len();
     out.extend_from_slice(&[0u8; HEADER_LEN]);
     out.extend_from_slice(&id.to_le_bytes());
@@ -103,7 +108,7 @@ pub(crate) fn encode_outcome(id: u64, recipients: &[u16], out: &mut Vec<u8>) {
     for r in recipients {
         out.extend_from_slice(&r.to_le_bytes());
     }
-    finish(out, start, KIND_OUTCOME);
+    finish(salt, out, start, KIND_OUTCOME);
 }
 
 /// Appends a length-prefixed string; refuses one over 65,535 bytes rather
@@ -115,9 +120,9 @@ fn put_str(out: &mut Vec<u8>, s: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn finish(out: &mut [u8], start: usize, kind: u8) {
+fn finish(salt: &Salt, out: &mut [u8], start: usize, kind: u8) {
     let payload_len = (out.len() - start - HEADER_LEN) as u32;
-    let crc = crc32fast::hash(&out[start + HEADER_LEN..]);
+    let crc = salt.checksum(&out[start + HEADER_LEN..]);
     let header = &mut out[start..start + HEADER_LEN];
     header[0..4].copy_from_slice(&MAGIC.to_le_bytes());
     header[4] = kind;
@@ -147,8 +152,9 @@ pub(crate) enum Damage {
     Corrupt(&'static str),
 }
 
-/// Decodes the record at the front of `buf`; returns it and its total length.
-pub(crate) fn decode(buf: &[u8]) -> Result<(Record, usize), Damage> {
+/// Decodes the record at the front of `buf`, checking its checksum with
+/// `salt`; returns it and its total length.
+pub(crate) fn decode(salt: &Salt, buf: &[u8]) -> Result<(Record, usize), Damage> {
     if buf.len() < HEADER_LEN {
         return Err(Damage::Torn);
     }
@@ -161,7 +167,7 @@ pub(crate) fn decode(buf: &[u8]) -> Result<(Record, usize), Damage> {
     let Some(payload) = buf.get(HEADER_LEN..HEADER_LEN + len) else {
         return Err(Damage::Torn);
     };
-    if crc32fast::hash(payload) != crc {
+    if salt.checksum(payload) != crc {
         return Err(Damage::Corrupt("bad checksum"));
     }
     let mut r = Reader {

@@ -8,16 +8,25 @@
 //! Invariants:
 //! - A record that fails to decode never ends the scan of its segment. The
 //!   scan resynchronises at the next offset where a whole record (magic,
-//!   length and CRC) decodes, so every valid record after the damage counts.
+//!   length and CRC keyed with the spool's salt) decodes, so every valid
+//!   record after the damage counts, and bytes from a client's message body
+//!   (which cannot carry a keyed CRC) never do. The search's checksum work
+//!   is bounded per segment (see `resync`); if it gives up, the rest of the
+//!   segment is one damaged range, quarantined and kept in place.
 //! - Damaged bytes are copied to `<spool>/corrupt/<segment>-<offset>.bin`
 //!   (file and directory fsynced) before anything else happens to them.
 //! - Only the newest segment is ever cut, only at a torn tail (no valid
-//!   record after the damage), and only after the tail is quarantined,
+//!   record after the damage, the search having run to the end without
+//!   giving up), and only after the tail is quarantined,
 //!   unless it is no longer than a record header.
 //! - A segment whose damaged bytes could not be quarantined is pinned: the
 //!   writer never reclaims it (nor, by the reclaim rule, anything newer).
 //! - Recovery is idempotent: a range already quarantined with the same
 //!   bytes is counted in `known_damage`, not reported again.
+//! - `max_id` is at least every queue ID a valid record carries, outcome
+//!   records included, so a new message never gets the ID of an outcome
+//!   still on disk (which recovery would apply to it). IDs in damaged
+//!   bytes are not trusted and not counted.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs::{File, OpenOptions};
@@ -26,7 +35,13 @@ use std::path::{Path, PathBuf};
 
 use crate::index::{LiveIndex, LiveMsg};
 use crate::record::{self, Damage, Record, HEADER_LEN};
+use crate::salt::Salt;
+
+mod resync;
 use crate::{segment_path, sync_dir, BodyRef, Recovered, RecoveryReport, SpoolError};
+#[cfg(test)]
+pub(crate) use resync::CHECKSUMMED;
+use resync::{Next, Resync};
 
 /// What recovery hands to the writer.
 pub(crate) struct RecoveredState {
@@ -35,6 +50,8 @@ pub(crate) struct RecoveredState {
     pub index: LiveIndex,
     /// Segments holding damaged bytes that could not be quarantined.
     pub pinned: BTreeSet<u32>,
+    /// The salt every record was checked with, and new ones are keyed with.
+    pub salt: Salt,
 }
 
 /// Messages found so far, by queue ID.
@@ -44,6 +61,8 @@ struct Found {
     /// Outcomes seen before any record of their message; most belong to
     /// messages completed and reclaimed long ago and are dropped at the end.
     early: HashMap<u64, Vec<u16>>,
+    /// The highest queue ID any valid record carries (message or outcome):
+    /// new IDs start above it.
     max_id: u64,
 }
 
@@ -57,6 +76,7 @@ struct Located {
 
 pub(crate) fn recover(
     dir: &Path,
+    salt: Salt,
 ) -> Result<(Vec<Recovered>, RecoveryReport, RecoveredState), SpoolError> {
     let numbers = list_segments(dir)?;
     let mut report = RecoveryReport {
@@ -68,7 +88,7 @@ pub(crate) fn recover(
     let mut pinned = BTreeSet::new();
     for (i, &segment) in numbers.iter().enumerate() {
         let newest = i + 1 == numbers.len();
-        let scanned = scan_segment(dir, segment, newest, &mut found, &mut report)?;
+        let scanned = scan_segment(dir, &salt, segment, newest, &mut found, &mut report)?;
         index.add_segment(segment, scanned.size);
         if scanned.pinned {
             pinned.insert(segment);
@@ -98,12 +118,13 @@ pub(crate) fn recover(
         max_id: found.max_id,
         index,
         pinned,
+        salt,
     };
     Ok((pending, report, state))
 }
 
 /// Segment numbers present in the spool directory, oldest first.
-fn list_segments(dir: &Path) -> Result<Vec<u32>, SpoolError> {
+pub(crate) fn list_segments(dir: &Path) -> Result<Vec<u32>, SpoolError> {
     let mut numbers: Vec<u32> = std::fs::read_dir(dir)?
         .filter_map(|e| e.ok())
         .filter_map(|e| {
@@ -126,6 +147,7 @@ struct Scanned {
 /// Reads one segment into `found`.
 fn scan_segment(
     dir: &Path,
+    salt: &Salt,
     segment: u32,
     newest: bool,
     found: &mut Found,
@@ -136,28 +158,27 @@ fn scan_segment(
         size: data.len() as u64,
         pinned: false,
     };
+    let mut resync = Resync::new(salt, &data);
     let mut pos = 0;
     while pos < data.len() {
-        match record::decode(&data[pos..]) {
+        match record::decode(salt, &data[pos..]) {
             Ok((record, len)) => {
                 found.apply(segment, pos as u64, len as u64, record);
                 pos += len;
             }
             Err(damage) => {
-                let next = resync(&data, pos + 1);
-                let what = match (&damage, next) {
-                    (Damage::Torn, None) => "torn tail".to_string(),
-                    (Damage::Torn, Some(_)) => {
-                        "corrupt record (length runs into the records after it)".to_string()
-                    }
-                    (Damage::Corrupt(why), _) => format!("corrupt record ({why})"),
+                let next = resync.next(pos + 1);
+                let end = match next {
+                    Next::At(at) => at,
+                    Next::None | Next::GaveUp => data.len(),
                 };
                 let bad = Bad {
                     segment,
                     offset: pos,
-                    bytes: &data[pos..next.unwrap_or(data.len())],
-                    what,
-                    cut: newest && next.is_none(),
+                    bytes: &data[pos..end],
+                    what: describe(&damage, &next),
+                    // Past a give-up there may be good records: keep them.
+                    cut: newest && next == Next::None,
                 };
                 match bad.handle(dir, report) {
                     Handled::Pinned => scanned.pinned = true,
@@ -165,8 +186,8 @@ fn scan_segment(
                     Handled::Kept => {}
                 }
                 match next {
-                    Some(next) => pos = next,
-                    None => break,
+                    Next::At(at) => pos = at,
+                    Next::None | Next::GaveUp => break,
                 }
             }
         }
@@ -174,11 +195,21 @@ fn scan_segment(
     Ok(scanned)
 }
 
-/// The first offset at or after `from` where a whole, valid record starts.
-fn resync(data: &[u8], from: usize) -> Option<usize> {
-    let magic = record::MAGIC.to_le_bytes();
-    let last = data.len().checked_sub(HEADER_LEN)?;
-    (from..=last).find(|&at| data[at..at + 4] == magic && record::decode(&data[at..]).is_ok())
+/// What the damaged range is, for the report.
+fn describe(damage: &Damage, next: &Next) -> String {
+    let what = match (damage, next) {
+        (Damage::Torn, Next::None) => "torn tail".to_string(),
+        (Damage::Torn, _) => "corrupt record (length runs into the records after it)".to_string(),
+        (Damage::Corrupt(why), _) => format!("corrupt record ({why})"),
+    };
+    if *next != Next::GaveUp {
+        return what;
+    }
+    format!(
+        "{what}; resynchronisation gave up after checksumming {}x the segment's size \
+         in candidates, so the rest of the segment is treated as damaged",
+        resync::BUDGET_PER_BYTE
+    )
 }
 
 impl Found {
@@ -227,10 +258,16 @@ impl Found {
                 };
                 self.messages.insert(id, located);
             }
-            Record::Outcome { id, recipients } => match self.messages.get_mut(&id) {
-                Some(found) => unite(&mut found.msg.done, recipients),
-                None => self.early.entry(id).or_default().extend(recipients),
-            },
+            Record::Outcome { id, recipients } => {
+                // Its message may be long gone, but while this record is
+                // on disk its ID must not be issued again: a new message
+                // with it would take this outcome as its own.
+                self.max_id = self.max_id.max(id);
+                match self.messages.get_mut(&id) {
+                    Some(found) => unite(&mut found.msg.done, recipients),
+                    None => self.early.entry(id).or_default().extend(recipients),
+                }
+            }
         }
     }
 }

@@ -14,6 +14,14 @@
 //!   one that existed before start-up; a failed write is cut back off.
 //! - A segment is deleted only when it is not the current one, is not
 //!   pinned, holds no live message and every older segment is gone.
+//! - Stores hold at most [`STORE_PERMITS`] places in the queue (a permit
+//!   travels with each store and is released once it is answered), so
+//!   outcome records always have the rest: a blocking outcome send waits
+//!   only while at least `QUEUE_CAPACITY - STORE_PERMITS` outcome records
+//!   are queued, that is while the writer is behind on outcomes.
+//! - After taking a batch off the queue the writer wakes the stores that
+//!   found it full; when it stops, it closes the permits and wakes them
+//!   again, so no store waits for a writer that is gone.
 
 use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions};
@@ -23,9 +31,12 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+
 use crate::index::{LiveIndex, LiveMsg};
 use crate::record::{self, Envelope};
 use crate::recover::RecoveredState;
+use crate::salt::Salt;
 use crate::space::Disk;
 
 mod compact;
@@ -38,10 +49,41 @@ const MAX_BATCH_BYTES: usize = 32 << 20;
 /// writer retries them on its own.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
-type StoreReply = tokio::sync::oneshot::Sender<Result<BodyRef, SpoolError>>;
-
 /// Commands waiting for the writer at most; senders wait beyond it.
+#[cfg(not(test))]
 const QUEUE_CAPACITY: usize = 16_384;
+#[cfg(test)]
+pub(crate) const QUEUE_CAPACITY: usize = 16;
+
+/// Stores queued or being written at most; half the queue, so that
+/// outcome records always have the other half.
+pub(crate) const STORE_PERMITS: usize = QUEUE_CAPACITY / 2;
+
+/// Where a store's answer goes, with the permit it holds until then.
+pub(crate) struct StoreReply {
+    pub tx: tokio::sync::oneshot::Sender<Result<BodyRef, SpoolError>>,
+    pub permit: OwnedSemaphorePermit,
+}
+
+impl StoreReply {
+    /// Answers the store and releases its permit.
+    fn send(self, result: Result<BodyRef, SpoolError>) -> Result<(), ()> {
+        let sent = self.tx.send(result).map_err(|_| ());
+        drop(self.permit);
+        sent
+    }
+}
+
+/// The sending side of the writer's queue, shared by every spool handle.
+#[derive(Clone)]
+pub(crate) struct Queue {
+    pub tx: mpsc::SyncSender<Command>,
+    /// [`STORE_PERMITS`] permits; closed when the writer stops.
+    pub store_permits: Arc<Semaphore>,
+    /// Woken when the writer has taken a batch off the queue, and when it
+    /// stops.
+    pub room: Arc<Notify>,
+}
 
 pub(crate) enum Command {
     Store {
@@ -84,6 +126,8 @@ struct Writer {
     /// Free bytes stores must leave for outcome records.
     reserve: u64,
     disk: Disk,
+    /// Keys every record's checksum.
+    salt: Salt,
     index: LiveIndex,
     /// Segments recovery could not fully save; never reclaimed.
     pinned: BTreeSet<u32>,
@@ -97,6 +141,8 @@ struct Writer {
     stats: Arc<SpoolStats>,
     /// Outcomes whose write failed; retried with the next batch.
     unwritten: Vec<Outcome>,
+    /// Stores that found the queue full wait on this.
+    room: Arc<Notify>,
     _lock: File,
 }
 
@@ -107,7 +153,7 @@ pub(crate) fn start(
     reader: Arc<SegmentReader>,
     lock: File,
     stats: Arc<SpoolStats>,
-) -> Result<mpsc::SyncSender<Command>, SpoolError> {
+) -> Result<Queue, SpoolError> {
     let mut index = state.index;
     let current = index.newest_segment().unwrap_or(0) + 1;
     let file = create_segment(&config.dir, current)?;
@@ -118,6 +164,7 @@ pub(crate) fn start(
         segment_bytes: config.segment_bytes.max(1 << 16),
         reserve: config.reserve_bytes,
         disk,
+        salt: state.salt,
         index,
         pinned: state.pinned,
         uncopyable: BTreeSet::new(),
@@ -127,14 +174,26 @@ pub(crate) fn start(
         reader,
         stats,
         unwritten: Vec::new(),
+        room: Arc::new(Notify::new()),
         _lock: lock,
     };
     writer.reclaim();
     let (tx, rx) = mpsc::sync_channel(QUEUE_CAPACITY);
+    let queue = Queue {
+        tx,
+        store_permits: Arc::new(Semaphore::new(STORE_PERMITS)),
+        room: writer.room.clone(),
+    };
+    let (permits, room) = (queue.store_permits.clone(), queue.room.clone());
     std::thread::Builder::new()
         .name("spool-writer".into())
-        .spawn(move || writer.run(rx))?;
-    Ok(tx)
+        .spawn(move || {
+            writer.run(rx);
+            // The queue's receiver is gone: waiting stores see "stopped".
+            permits.close();
+            room.notify_waiters();
+        })?;
+    Ok(queue)
 }
 
 fn create_segment(dir: &Path, number: u32) -> Result<File, SpoolError> {
@@ -179,6 +238,7 @@ impl Writer {
             };
             if let Some(first) = first {
                 gather(&rx, first, &mut batch);
+                self.room.notify_waiters();
             }
             if let Some(reply) = self.commit(&mut batch, &mut buf) {
                 // Release the files and the spool lock before saying we stopped.
@@ -270,7 +330,7 @@ impl Writer {
         let mut encoded = Vec::with_capacity(stores.len());
         for (envelope, body, reply) in stores {
             let record_at = buf.len();
-            let body_at = match record::encode_message(&envelope, &body, buf) {
+            let body_at = match record::encode_message(&self.salt, &envelope, &body, buf) {
                 Ok(_) if buf.len() as u64 > room => {
                     buf.truncate(record_at);
                     let _ = reply.send(Err(SpoolError::Full));
@@ -315,7 +375,7 @@ impl Writer {
                 recipients.dedup();
             }
             if !recipients.is_empty() {
-                record::encode_outcome(outcome.id, &recipients, buf);
+                record::encode_outcome(&self.salt, outcome.id, &recipients, buf);
             }
             recorded.push(Recorded {
                 id: outcome.id,

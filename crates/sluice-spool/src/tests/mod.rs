@@ -3,12 +3,15 @@
 //! and waits only on the spool's own replies or on polls with a deadline.
 
 use super::*;
+use crate::salt::Salt;
 
 mod compaction;
 mod envelope;
+mod forgery;
 mod full;
 mod limits;
 mod outcomes;
+mod pressure;
 mod recovery;
 
 fn config(dir: &Path) -> SpoolConfig {
@@ -72,12 +75,22 @@ fn store(
     (env, body_ref)
 }
 
+/// The salt of the spool a segment file belongs to.
+fn salt_of(segment: &Path) -> Salt {
+    let dir = segment.parent().unwrap();
+    match std::fs::read(dir.join("salt")) {
+        Ok(_) => salt::load_or_create(dir, &[1]).unwrap(),
+        Err(_) => Salt::legacy(),
+    }
+}
+
 /// Offset and length of every whole record at the front of a segment file.
 fn records(path: &Path) -> Vec<(usize, usize)> {
     let data = std::fs::read(path).unwrap();
+    let salt = salt_of(path);
     let mut pos = 0;
     let mut out = Vec::new();
-    while let Ok((_, len)) = record::decode(&data[pos..]) {
+    while let Ok((_, len)) = record::decode(&salt, &data[pos..]) {
         out.push((pos, len));
         pos += len;
     }

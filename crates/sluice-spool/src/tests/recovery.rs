@@ -220,3 +220,54 @@ fn a_segment_whose_damage_cannot_be_quarantined_is_never_reclaimed() {
         "saved and with no live mail, it is reclaimed"
     );
 }
+
+/// A segment of `len` bytes made only of record headers, each claiming a
+/// message that runs to the end of the file: every one is a candidate
+/// whose checksum covers the rest of the segment.
+fn fake_headers(len: usize) -> Vec<u8> {
+    let mut data = Vec::with_capacity(len);
+    while data.len() + record::HEADER_LEN <= len {
+        let claims = (len - data.len() - record::HEADER_LEN) as u32;
+        data.extend_from_slice(&record::MAGIC.to_le_bytes());
+        data.push(record::KIND_MESSAGE);
+        data.extend_from_slice(&claims.to_le_bytes());
+        data.extend_from_slice(&[0; 4]);
+    }
+    data.resize(len, 0);
+    data
+}
+
+#[test]
+fn resynchronising_through_fake_headers_is_bounded_and_quarantines_the_rest() {
+    let dir = temp_dir("fake-headers");
+    let rt = runtime();
+    // An empty segment 1 goes at the next start; the message is in 2.
+    let (spool, _, _) = Spool::open(config(&dir)).unwrap();
+    spool.shutdown();
+    drop(spool);
+    let (spool, _, _) = Spool::open(config(&dir)).unwrap();
+    let (kept, kept_ref) = store(&rt, &spool, 1, body_of(0));
+    spool.shutdown();
+    drop(spool);
+    assert_eq!(kept_ref.segment, 2);
+    let fake = fake_headers(256 << 10);
+    std::fs::write(segment_path(&dir, 1), &fake).unwrap();
+
+    recover::CHECKSUMMED.with(|c| c.set(0));
+    let (recovered, report) = reopen(&dir);
+    let checksummed = recover::CHECKSUMMED.with(|c| c.get());
+    assert!(
+        checksummed <= 4 * fake.len() as u64,
+        "{checksummed} bytes checksummed for a {}-byte segment",
+        fake.len()
+    );
+    assert_eq!(ids(&recovered), vec![kept.id], "the next segment counts");
+    assert_eq!(report.damage.len(), 1, "{:?}", report.damage);
+    assert!(report.damage[0].contains("gave up"), "{:?}", report.damage);
+    assert_eq!(quarantined(&dir), vec!["00000001-0.bin".to_string()]);
+    assert_eq!(
+        std::fs::read(dir.join("corrupt").join("00000001-0.bin")).unwrap(),
+        fake,
+        "everything after the damage is kept, not dropped"
+    );
+}

@@ -1,6 +1,7 @@
 //! Compaction: copies the live messages of the oldest segment forward, so
-//! that one deferred message does not pin its segment (and, by the reclaim
-//! rule, every newer one) until it expires.
+//! that one deferred message, or a burst of mail for a next hop that is
+//! down, does not pin its segment (and, by the reclaim rule, every newer
+//! one) until it is delivered or expires.
 //!
 //! Trusts: the live index for where each live record is and which of its
 //! recipients are done; re-reads every record and checks its CRC before
@@ -8,8 +9,16 @@
 //!
 //! Invariants:
 //! - Only the oldest segment is compacted, only when it is not the current
-//!   one, not pinned, and its live records take at most half its size (so a
-//!   large backlog that is all live is never copied).
+//!   one, not pinned, and emptying it frees at least [`FREED_PER_COPIED`]
+//!   times the bytes copied. What emptying it frees is its own size plus
+//!   that of the directly following segments that hold nothing live (and
+//!   are neither current nor pinned): the ordinary reclaim deletes them all
+//!   once it is empty. So a mostly dead oldest segment is copied (as
+//!   before), and so is a fully live one that holds back dead segments
+//!   behind it; a backlog that is all live is never copied (emptying the
+//!   oldest would free only what is copied). Every byte copied frees at
+//!   least one dead byte, so compaction writes at most as much as was
+//!   written and died.
 //! - A record is copied verbatim, followed by an outcome record with the
 //!   message's done recipients, and synced before the index and the reader
 //!   are told of its new place; the old copy is deleted only afterwards, by
@@ -29,6 +38,10 @@ use crate::index::LiveMsg;
 use crate::record::{self, Record};
 use crate::segment_path;
 
+/// Emptying the oldest segment must free at least this many times the
+/// bytes it copies.
+const FREED_PER_COPIED: u64 = 2;
+
 /// Most bytes one compaction step copies.
 const STEP_BYTES: u64 = 8 << 20;
 /// Most records one compaction step copies (tests use a small step so
@@ -42,11 +55,34 @@ impl Writer {
     /// The oldest segment, if it should be compacted now.
     pub(super) fn compaction_due(&self) -> Option<u32> {
         let (oldest, seg) = self.index.oldest()?;
-        let worth_it = !seg.ids.is_empty() && seg.live_bytes.saturating_mul(2) <= seg.size;
         let allowed = oldest != self.current
             && !self.pinned.contains(&oldest)
             && !self.uncopyable.contains(&oldest);
-        (worth_it && allowed).then_some(oldest)
+        if !allowed || seg.ids.is_empty() {
+            return None;
+        }
+        let worth_it =
+            self.freed_by_emptying(oldest) >= seg.live_bytes.saturating_mul(FREED_PER_COPIED);
+        worth_it.then_some(oldest)
+    }
+
+    /// Bytes reclaimed once `oldest` holds nothing live: its size and that
+    /// of the directly following segments that the reclaim would delete
+    /// with it (no live message, not current, not pinned).
+    fn freed_by_emptying(&self, oldest: u32) -> u64 {
+        let reclaimable =
+            |n: u32, ids_empty: bool| ids_empty && n != self.current && !self.pinned.contains(&n);
+        let following: u64 = self
+            .index
+            .segments_from(oldest)
+            .skip(1)
+            .take_while(|(n, seg)| reclaimable(*n, seg.ids.is_empty()))
+            .map(|(_, seg)| seg.size)
+            .sum();
+        self.index
+            .segment(oldest)
+            .map_or(0, |seg| seg.size)
+            .saturating_add(following)
     }
 
     /// Copies one step's worth of the oldest segment's live messages to the
@@ -136,14 +172,14 @@ impl Writer {
             let at = buf.len();
             buf.resize(at + msg.record_len as usize, 0);
             file.read_exact_at(&mut buf[at..], msg.record)?;
-            match record::decode(&buf[at..]) {
+            match record::decode(&self.salt, &buf[at..]) {
                 Ok((Record::Message { envelope, .. }, len))
                     if envelope.id == *id && len as u64 == msg.record_len => {}
                 _ => return Err(std::io::Error::other("live record fails its check")),
             }
             let done = msg.done_indices();
             if !done.is_empty() {
-                record::encode_outcome(*id, &done, buf);
+                record::encode_outcome(&self.salt, *id, &done, buf);
             }
             let copy = LiveMsg {
                 segment: self.current,
