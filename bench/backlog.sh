@@ -211,7 +211,14 @@ restart_s=$(ts_ms "$t_exec" "${listened:-$SERVE_LISTEN_T}")
 log "listening after $restart_s s: $(tail -c +"$((off + 1))" "$MAILLOG" | grep -m1 'daemon started' | cut -d' ' -f2- || true)"
 deadline=$(( $(date +%s) + 300 ))
 while [ "$(lines "$IDS")" = 0 ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 0.1; done
-first=$(log_first_after "$MAILLOG" "$off" 'status=sent')
+# The mail log is written through a buffer: wait (a bounded while) for the
+# line of the delivery the sink has already seen.
+first=""
+deadline=$(( $(date +%s) + 30 ))
+while [ -z "$first" ] && [ "$(date +%s)" -lt "$deadline" ]; do
+    first=$(log_first_after "$MAILLOG" "$off" 'status=sent')
+    [ -n "$first" ] || sleep 0.2
+done
 first_delivery_s=n/a
 [ -n "$first" ] && first_delivery_s=$(ts_ms "$t_exec" "$first")
 log "first delivery $first_delivery_s s after the exec"
