@@ -502,7 +502,7 @@ impl Scheduler {
     }
 
     fn run_due_retries(&mut self) {
-        if self.draining.is_some() {
+        if self.draining.is_some() || self.retry.is_empty() {
             return;
         }
         let now = Instant::now();
