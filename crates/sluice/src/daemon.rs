@@ -192,6 +192,8 @@ impl Server {
             "daemon stopped: spool stored {messages} messages with {syncs} disk syncs ({:.1} messages per sync)",
             messages as f64 / syncs.max(1) as f64
         );
+        let logger = self.logger.clone();
+        let _ = tokio::task::spawn_blocking(move || logger.flush()).await;
     }
 }
 

@@ -18,12 +18,20 @@ use std::sync::{mpsc, Arc};
 /// Lines waiting for the writer at most.
 const CAPACITY: usize = 65_536;
 
+/// What the writer thread receives.
+enum Item {
+    /// A line: milliseconds since the epoch, and the text.
+    Line(u64, String),
+    /// Write out everything before this, then say so.
+    Flush(mpsc::SyncSender<()>),
+}
+
 use crate::timefmt;
 
 /// Handle to the log writer; cheap to clone.
 #[derive(Clone)]
 pub struct Logger {
-    tx: Option<mpsc::SyncSender<(u64, String)>>,
+    tx: Option<mpsc::SyncSender<Item>>,
     dropped: Arc<AtomicU64>,
     program: &'static str,
 }
@@ -45,7 +53,7 @@ impl Logger {
             }
             None => Box::new(std::io::stderr()),
         };
-        let (tx, rx) = mpsc::sync_channel::<(u64, String)>(CAPACITY);
+        let (tx, rx) = mpsc::sync_channel::<Item>(CAPACITY);
         let dropped = Arc::new(AtomicU64::new(0));
         let lost = dropped.clone();
         std::thread::Builder::new()
@@ -53,16 +61,22 @@ impl Logger {
             .spawn(move || {
                 let mut out = std::io::BufWriter::with_capacity(256 << 10, out);
                 while let Ok(first) = rx.recv() {
-                    write_line(&mut out, first);
-                    while let Ok(next) = rx.try_recv() {
-                        write_line(&mut out, next);
+                    let mut flushed = Vec::new();
+                    for item in std::iter::once(first).chain(rx.try_iter()) {
+                        match item {
+                            Item::Line(ms, text) => write_line(&mut out, ms, &text),
+                            Item::Flush(done) => flushed.push(done),
+                        }
                     }
                     let n = lost.swap(0, Ordering::Relaxed);
                     if n > 0 {
                         let text = format!("sluice/log: {n} lines dropped (log writer behind)");
-                        write_line(&mut out, (timefmt::now_millis(), text));
+                        write_line(&mut out, timefmt::now_millis(), &text);
                     }
                     let _ = out.flush();
+                    for done in flushed {
+                        let _ = done.send(());
+                    }
                 }
             })?;
         Ok(Logger {
@@ -84,7 +98,7 @@ impl Logger {
     /// Logs `component: text`, e.g. `smtpd: 1A2B: client=...`.
     pub fn log(&self, component: &str, text: std::fmt::Arguments<'_>) {
         if let Some(tx) = &self.tx {
-            let line = (
+            let line = Item::Line(
                 timefmt::now_millis(),
                 format!("{}/{component}: {text}", self.program),
             );
@@ -93,9 +107,20 @@ impl Logger {
             }
         }
     }
+
+    /// Waits (at most 5 s) until every line logged before is written out:
+    /// the last lines of a stopping daemon must reach the file.
+    pub fn flush(&self) {
+        if let Some(tx) = &self.tx {
+            let (done, wait) = mpsc::sync_channel(1);
+            if tx.send(Item::Flush(done)).is_ok() {
+                let _ = wait.recv_timeout(std::time::Duration::from_secs(5));
+            }
+        }
+    }
 }
 
-fn write_line(out: &mut impl Write, (millis, line): (u64, String)) {
+fn write_line(out: &mut impl Write, millis: u64, line: &str) {
     let _ = writeln!(out, "{} {line}", timefmt::iso8601(millis));
 }
 
@@ -128,8 +153,28 @@ mod tests {
             crate::log!(logger, "test", "line {i}");
         }
         assert_eq!(logger.dropped.load(Ordering::Relaxed), 6);
-        let kept: Vec<String> = rx.try_iter().map(|(_, l)| l).collect();
+        let kept: Vec<String> = rx
+            .try_iter()
+            .map(|i| match i {
+                Item::Line(_, l) => l,
+                Item::Flush(_) => String::new(),
+            })
+            .collect();
         assert_eq!(kept.len(), 4);
         assert_eq!(kept[0], "sluice/test: line 0");
+    }
+
+    #[test]
+    fn flush_returns_once_every_earlier_line_is_in_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("maillog");
+        let logger = Logger::start(Some(&path)).unwrap();
+        for i in 0..1000 {
+            crate::log!(logger, "test", "line {i}");
+        }
+        logger.flush();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 1000);
+        assert!(text.ends_with("sluice/test: line 999\n"), "{text}");
     }
 }

@@ -160,7 +160,14 @@ async fn a_clean_stop_waits_for_deliveries_and_records_them() {
     let sink = recording_sink().await;
     let mut cfg = cfg;
     cfg.delivery.relayhost = Some(format!("smtp:[{}]:{}", sink.addr.ip(), sink.addr.port()));
+    let starts = read_log(&dir).matches("daemon started").count();
     let (server, _) = start(cfg).await;
+    // This start's own line (the log is written asynchronously).
+    assert!(
+        wait_until(10, || read_log(&dir).matches("daemon started").count()
+            > starts)
+        .await
+    );
     let log = read_log(&dir);
     let started = log.lines().rfind(|l| l.contains("daemon started")).unwrap();
     assert!(started.contains(", 0 messages to deliver"), "{started}");

@@ -152,8 +152,15 @@ async fn killed_with_mail_queued_restarts_and_delivers_exactly_once() {
     ids.sort();
     assert_eq!(got, ids);
     // Started again, it finds nothing left to deliver.
+    let starts = read_log(&dir).matches("daemon started").count();
     let mut server = spawn(&config, None);
     let _ = connect_when_up(listen).await;
+    // This start's own line (the log is written asynchronously).
+    assert!(
+        wait_until(10, || read_log(&dir).matches("daemon started").count()
+            > starts)
+        .await
+    );
     assert!(
         last_start(&dir).contains(", 0 messages to deliver"),
         "{}",
