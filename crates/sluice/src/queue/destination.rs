@@ -104,6 +104,19 @@ impl Scheduler {
             self.defer_job(job, &reason);
             return;
         }
+        // One destination may hold at most half the active queue waiting:
+        // a slow destination must not fill it and stall everyone else.
+        let waiting = dest.queue.len();
+        if waiting >= (self.active_limit / 2).max(1) {
+            if let Some(msg) = self.messages.get_mut(&job.msg) {
+                msg.busy = true;
+            }
+            let reason = format!(
+                "4.4.5 {key} is busy ({waiting} deliveries waiting); message waits on disk"
+            );
+            self.defer_job(job, &reason);
+            return;
+        }
         dest.queue.push_back(job);
         self.pump(&key);
     }
