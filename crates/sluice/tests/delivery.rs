@@ -134,6 +134,8 @@ async fn temporary_failures_retry_then_expire_into_a_bounce() {
         "{}",
         read_log(&dir)
     );
+    // The drained stop also flushes the mail log.
+    server.shutdown().await;
     let log = read_log(&dir);
     let attempts = log
         .matches(&format!("{qid}: to=<defer-me@dest.test>, relay=127.0.0.1"))
@@ -156,7 +158,6 @@ async fn temporary_failures_retry_then_expire_into_a_bounce() {
         "{text}"
     );
     assert!(text.contains("last error: 451 "), "{text}");
-    server.shutdown().await;
 }
 
 /// A next hop that accepts connections and then never says a word.
@@ -202,11 +203,14 @@ async fn slow_and_dead_destinations_do_not_hold_up_others() {
         "{}",
         fast.count()
     );
-    let log = read_log(&dir);
+    let dead =
+        |log: &str| log.contains("destination marked dead") || log.contains("is not responding");
     assert!(
-        log.contains("destination marked dead") || log.contains("is not responding"),
-        "{log}"
+        wait_until(10, || dead(&read_log(&dir))).await,
+        "{}",
+        read_log(&dir)
     );
+    let log = read_log(&dir);
     assert!(
         !log.contains("to=<z@silent.test>"),
         "still waiting on the silent hop: {log}"

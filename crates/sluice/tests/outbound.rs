@@ -148,6 +148,8 @@ async fn a_refusal_stands_when_the_rset_after_it_fails() {
         "{}",
         read_log(&dir)
     );
+    // The drained stop also flushes the mail log.
+    server.shutdown().await;
     let log = read_log(&dir);
     assert!(
         log.contains(&format!(
@@ -157,7 +159,6 @@ async fn a_refusal_stands_when_the_rset_after_it_fails() {
         "{log}"
     );
     assert!(String::from_utf8_lossy(&sink.messages()[0].body).contains("Status: 5.1.1"));
-    server.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -239,6 +240,8 @@ async fn a_peer_without_pipelining_is_spoken_to_in_lock_step() {
         "{}",
         read_log(&dir)
     );
+    // The drained stop also flushes the mail log.
+    server.shutdown().await;
     let log = read_log(&dir);
     assert!(
         log.contains(&format!("{qid}: to=<ok@dest.test>"))
@@ -251,7 +254,6 @@ async fn a_peer_without_pipelining_is_spoken_to_in_lock_step() {
         "{log}"
     );
     assert!(!log.contains("before the reply"), "{log}");
-    server.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -277,6 +279,8 @@ async fn a_refusal_stands_when_the_connection_dies_at_data() {
         "{}",
         read_log(&dir)
     );
+    // The drained stop also flushes the mail log.
+    server.shutdown().await;
     let log = read_log(&dir);
     assert!(
         log.contains(&format!("{qid}: to=<gone@dest.test>"))
@@ -288,5 +292,4 @@ async fn a_refusal_stands_when_the_connection_dies_at_data() {
             && log.contains("status=deferred (451 4.4.2 lost connection"),
         "{log}"
     );
-    server.shutdown().await;
 }

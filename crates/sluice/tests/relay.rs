@@ -197,10 +197,10 @@ async fn relays_to_an_ipv6_next_hop() {
         "{}",
         read_log(&dir)
     );
+    server.shutdown().await;
     assert!(
         read_log(&dir).contains("relay=::1[::1]:"),
         "{}",
         read_log(&dir)
     );
-    server.shutdown().await;
 }
