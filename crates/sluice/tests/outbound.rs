@@ -130,6 +130,27 @@ async fn relay_to(
     (server, sink, c)
 }
 
+/// Sends one message from a@sender.test through `hop`, waits for the one
+/// bounce it must cause, stops the server (flushing the mail log); returns
+/// the queue ID, the log and what reached the bounce sink.
+async fn send_until_bounced(
+    dir: &std::path::Path,
+    hop: std::net::SocketAddr,
+    rcpts: &[&str],
+    subject: &str,
+) -> (String, String, Vec<sluice::tools::sink::ReceivedMessage>) {
+    let (server, sink, mut c) = relay_to(dir, hop).await;
+    let r = c.message("a@sender.test", rcpts, &body(subject)).await;
+    let qid = qid_of(&r);
+    assert!(
+        wait_until(10, || sink.count() == 1).await,
+        "{}",
+        read_log(dir)
+    );
+    server.shutdown().await;
+    (qid, read_log(dir), sink.messages())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refusal_stands_when_the_rset_after_it_fails() {
     let dir = temp_dir("out-rset");
@@ -138,19 +159,7 @@ async fn a_refusal_stands_when_the_rset_after_it_fails() {
         ..Default::default()
     })
     .await;
-    let (server, sink, mut c) = relay_to(&dir, hop).await;
-    let r = c
-        .message("a@sender.test", &["gone@dest.test"], &body("gone"))
-        .await;
-    let qid = qid_of(&r);
-    assert!(
-        wait_until(10, || sink.count() == 1).await,
-        "{}",
-        read_log(&dir)
-    );
-    // The drained stop also flushes the mail log.
-    server.shutdown().await;
-    let log = read_log(&dir);
+    let (qid, log, bounces) = send_until_bounced(&dir, hop, &["gone@dest.test"], "gone").await;
     assert!(
         log.contains(&format!(
             "{qid}: to=<gone@dest.test>, relay=127.0.0.1[127.0.0.1]:{}",
@@ -158,7 +167,7 @@ async fn a_refusal_stands_when_the_rset_after_it_fails() {
         )) && log.contains("dsn=5.1.1, status=bounced (550 5.1.1 no such user here)"),
         "{log}"
     );
-    assert!(String::from_utf8_lossy(&sink.messages()[0].body).contains("Status: 5.1.1"));
+    assert!(String::from_utf8_lossy(&bounces[0].body).contains("Status: 5.1.1"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -226,23 +235,8 @@ async fn a_peer_without_pipelining_is_spoken_to_in_lock_step() {
         ..Default::default()
     })
     .await;
-    let (server, sink, mut c) = relay_to(&dir, hop).await;
-    let r = c
-        .message(
-            "a@sender.test",
-            &["ok@dest.test", "gone@dest.test"],
-            &body("lockstep"),
-        )
-        .await;
-    let qid = qid_of(&r);
-    assert!(
-        wait_until(10, || sink.count() == 1).await,
-        "{}",
-        read_log(&dir)
-    );
-    // The drained stop also flushes the mail log.
-    server.shutdown().await;
-    let log = read_log(&dir);
+    let (qid, log, _) =
+        send_until_bounced(&dir, hop, &["ok@dest.test", "gone@dest.test"], "lockstep").await;
     assert!(
         log.contains(&format!("{qid}: to=<ok@dest.test>"))
             && log.contains("status=sent (250 2.0.0 taken)"),
@@ -264,24 +258,9 @@ async fn a_refusal_stands_when_the_connection_dies_at_data() {
         ..Default::default()
     })
     .await;
-    let (server, sink, mut c) = relay_to(&dir, hop).await;
-    let r = c
-        .message(
-            "a@sender.test",
-            &["ok@dest.test", "gone@dest.test"],
-            &body("cut"),
-        )
-        .await;
-    let qid = qid_of(&r);
     // The refused recipient bounces at once; the other waits for a retry.
-    assert!(
-        wait_until(10, || sink.count() == 1).await,
-        "{}",
-        read_log(&dir)
-    );
-    // The drained stop also flushes the mail log.
-    server.shutdown().await;
-    let log = read_log(&dir);
+    let (qid, log, _) =
+        send_until_bounced(&dir, hop, &["ok@dest.test", "gone@dest.test"], "cut").await;
     assert!(
         log.contains(&format!("{qid}: to=<gone@dest.test>"))
             && log.contains("status=bounced (550 5.1.1"),
