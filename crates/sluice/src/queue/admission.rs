@@ -62,10 +62,6 @@ impl Scheduler {
         if self.draining.is_some() {
             return;
         }
-        if !self.ready.is_empty() && self.messages_len() + self.loading >= self.active_limit {
-            // Full, with mail waiting: a slow destination must give room back.
-            self.spill_slow();
-        }
         loop {
             let room = self
                 .active_limit

@@ -32,20 +32,7 @@ pub(super) struct Destination {
     pub limit: usize,
     pub window: usize,
     pub dead_until: Option<Instant>,
-    /// When the destination was first used (its rate is unknown before
-    /// one full rate window has passed).
-    born: Instant,
-    /// Jobs completed in the previous and in the current rate window.
-    completed: [u64; 2],
-    window_start: Instant,
 }
-
-/// The window over which a destination's delivery rate is measured.
-const RATE_WINDOW: Duration = Duration::from_secs(10);
-
-/// A destination whose queue would take longer than this to empty at its
-/// recent rate is slow: it may not hog the active queue.
-const SLOW_BACKLOG_SECS: f64 = 60.0;
 
 impl Destination {
     pub fn new(hop: Arc<NextHop>, limit: usize, initial: usize) -> Destination {
@@ -58,39 +45,7 @@ impl Destination {
             limit,
             window: initial.clamp(1, limit),
             dead_until: None,
-            born: Instant::now(),
-            completed: [0, 0],
-            window_start: Instant::now(),
         }
-    }
-
-    /// A job came back (delivered or not, but not a failed connect).
-    pub fn note_completed(&mut self, now: Instant) {
-        self.roll(now);
-        self.completed[1] += 1;
-    }
-
-    fn roll(&mut self, now: Instant) {
-        let gap = now.saturating_duration_since(self.window_start);
-        if gap >= RATE_WINDOW * 2 {
-            self.completed = [0, 0];
-            self.window_start = now;
-        } else if gap >= RATE_WINDOW {
-            self.completed = [self.completed[1], 0];
-            self.window_start += RATE_WINDOW;
-        }
-    }
-
-    /// True if the queued work would take more than a minute at the
-    /// recent completion rate (never while the rate is still unknown).
-    pub fn is_slow(&mut self, now: Instant) -> bool {
-        self.roll(now);
-        if now.saturating_duration_since(self.born) < RATE_WINDOW {
-            return false;
-        }
-        let span = RATE_WINDOW + now.saturating_duration_since(self.window_start);
-        let rate = (self.completed[0] + self.completed[1]) as f64 / span.as_secs_f64();
-        rate == 0.0 || self.queue.len() as f64 / rate > SLOW_BACKLOG_SECS
     }
 
     /// A job came back from a connection that worked.
@@ -143,63 +98,14 @@ impl Scheduler {
 
     pub(super) fn enqueue(&mut self, hop: Arc<NextHop>, job: Job) {
         let key = self.destination(&hop);
-        let cap = self.busy_cap();
         let dest = self.dests.get_mut(&key).expect("destination just made");
         if dest.is_dead(Instant::now()) {
             let reason = format!("4.4.1 {key} is not responding; delivery deferred");
             self.defer_job(job, &reason);
             return;
         }
-        // A slow destination may hold at most half the active queue
-        // waiting: it must not fill it and stall everyone else.
-        if dest.queue.len() >= cap && dest.is_slow(Instant::now()) {
-            let waiting = dest.queue.len();
-            self.turn_away(job, &key, waiting);
-            return;
-        }
         dest.queue.push_back(job);
         self.pump(&key);
-    }
-
-    /// Jobs one slow destination may keep waiting (half the active queue).
-    fn busy_cap(&self) -> usize {
-        (self.active_limit / 2).max(1)
-    }
-
-    /// A job a busy destination cannot take now: its message waits on disk
-    /// for a short while (no attempt counted) and comes back.
-    fn turn_away(&mut self, job: Job, key: &str, waiting: usize) {
-        if let Some(msg) = self.messages.get_mut(&job.msg) {
-            msg.busy = true;
-        }
-        let reason =
-            format!("4.4.5 {key} is busy ({waiting} deliveries waiting); message waits on disk");
-        self.defer_job(job, &reason);
-    }
-
-    /// When mail waits for room in a full active queue, slow destinations
-    /// give back queued jobs beyond a quarter of the active queue.
-    pub(super) fn spill_slow(&mut self) {
-        let keep = self.busy_cap() / 2;
-        let now = Instant::now();
-        let slow: Vec<Arc<str>> = self
-            .dests
-            .iter_mut()
-            .filter(|(_, d)| d.queue.len() > keep)
-            .filter_map(|(k, d)| d.is_slow(now).then(|| k.clone()))
-            .collect();
-        for key in slow {
-            while let Some(dest) = self.dests.get_mut(&key) {
-                if dest.queue.len() <= keep {
-                    break;
-                }
-                let waiting = dest.queue.len();
-                let Some(job) = dest.queue.pop_back() else {
-                    break;
-                };
-                self.turn_away(job, &key, waiting);
-            }
-        }
     }
 
     /// Hands queued jobs to idle workers, or starts workers within the window.
@@ -258,7 +164,6 @@ impl Scheduler {
             if connect_failed {
                 dead = dest.on_connect_failure(Instant::now(), dead_for);
             } else {
-                dest.note_completed(Instant::now());
                 let delivered = results
                     .iter()
                     .any(|(_, o)| matches!(o, Outcome::Delivered { .. }));

@@ -21,7 +21,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use sluice_spool::{BodyRef, Envelope, Spool};
 use tokio::sync::{mpsc, oneshot};
@@ -43,9 +42,6 @@ use crate::{log, timefmt};
 
 const NO_ROUTE: &str =
     "4.4.0 no route to destination (no transport entry and no relayhost; MX routing is not supported yet)";
-
-/// How long mail turned away by a busy destination waits on disk.
-const BUSY_WAIT_SECS: u64 = 10;
 
 /// Events handled in one go before timers (retries, drain deadline) are
 /// looked at again: sustained input must not starve retries.
@@ -72,9 +68,6 @@ pub(super) struct Message {
     pub failed: Vec<(u16, Failure)>,
     /// A bounce is being stored; the message stays until it is.
     pub bounce_pending: bool,
-    /// A job of this round was turned away by a busy destination: the
-    /// message waits on disk briefly, and it does not count as an attempt.
-    pub busy: bool,
 }
 
 impl Message {
@@ -304,7 +297,6 @@ impl Scheduler {
                 attempts,
                 failed: Vec::new(),
                 bounce_pending: false,
-                busy: false,
             },
         );
         if self.draining.is_none() {
@@ -478,17 +470,9 @@ impl Scheduler {
             self.remove(id);
             return;
         }
-        // Deferred mail waits on disk: no envelope or body in memory. Mail
-        // turned away by a busy destination comes back soon, with no
-        // attempt counted (it was never tried).
-        let (busy, tried) = (msg.busy, msg.attempts);
-        let (attempts, wait) = if busy {
-            let min = self.config.queue.minimal_backoff_secs.max(1);
-            (tried, Duration::from_secs(min.min(BUSY_WAIT_SECS)))
-        } else {
-            (tried + 1, self.retry_wait(tried + 1, id))
-        };
-        let at = Instant::now() + wait;
+        // Deferred mail waits on disk: no envelope or body in memory.
+        let attempts = msg.attempts + 1;
+        let at = Instant::now() + self.retry_wait(attempts, id);
         let Some(msg) = self.messages.remove(&id) else {
             return;
         };

@@ -502,39 +502,3 @@ async fn a_drain_does_not_wait_for_jobs_a_worker_hands_back() {
     assert_eq!(report.abandoned_jobs, 0);
     h.task.await.unwrap();
 }
-
-#[tokio::test]
-async fn a_slow_destination_cannot_fill_the_active_queue() {
-    let mut h = harness("busy", |c| {
-        c.queue.active_limit = 10;
-        c.queue.minimal_backoff_secs = 300;
-        c.delivery.initial_concurrency = 1;
-        c.delivery.default_concurrency = 1;
-    });
-    // Twenty messages for a destination whose one connection never ends:
-    // ten fill the active queue, ten wait on disk.
-    for i in 0..20 {
-        h.message("a@b.test", &[&format!("r{i}@slow.test")], Some(10))
-            .await;
-    }
-    let stuck = h.workers.recv().await.unwrap();
-    assert!(stuck.dest.contains("127.0.0.2"));
-    // Once its rate is known (nothing done in a whole window), it is slow.
-    tokio::time::pause();
-    tokio::time::advance(Duration::from_secs(11)).await;
-    // Mail for another destination still gets in and goes out.
-    h.message("a@b.test", &["fast@c.test"], Some(10)).await;
-    let fast = tokio::time::timeout(Duration::from_secs(3600), async {
-        loop {
-            let w = h.workers.recv().await.unwrap();
-            if w.dest.contains("127.0.0.1") {
-                return w;
-            }
-        }
-    })
-    .await
-    .expect("mail for a fast destination waited behind the slow one");
-    assert_eq!(fast.first.envelope.recipients, ["fast@c.test"]);
-    drop(stuck);
-    h.task.abort();
-}
