@@ -62,7 +62,9 @@ impl Logger {
                 let mut out = std::io::BufWriter::with_capacity(256 << 10, out);
                 while let Ok(first) = rx.recv() {
                     let mut flushed = Vec::new();
-                    for item in std::iter::once(first).chain(rx.try_iter()) {
+                    // At most a channel's worth per round, so flushes and
+                    // the dropped-lines notice are never put off for long.
+                    for item in std::iter::once(first).chain(rx.try_iter().take(CAPACITY)) {
                         match item {
                             Item::Line(ms, text) => write_line(&mut out, ms, &text),
                             Item::Flush(done) => flushed.push(done),
@@ -111,12 +113,24 @@ impl Logger {
     /// Waits (at most 5 s) until every line logged before is written out:
     /// the last lines of a stopping daemon must reach the file.
     pub fn flush(&self) {
-        if let Some(tx) = &self.tx {
-            let (done, wait) = mpsc::sync_channel(1);
-            if tx.send(Item::Flush(done)).is_ok() {
-                let _ = wait.recv_timeout(std::time::Duration::from_secs(5));
+        let Some(tx) = &self.tx else { return };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let (done, wait) = mpsc::sync_channel(1);
+        let mut item = Item::Flush(done);
+        // Never wait past the deadline, even for room in a full channel
+        // (a writer stuck on a dead stderr must not hang the stop).
+        loop {
+            match tx.try_send(item) {
+                Ok(()) => break,
+                Err(mpsc::TrySendError::Full(back)) if std::time::Instant::now() < deadline => {
+                    item = back;
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                Err(_) => return,
             }
         }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let _ = wait.recv_timeout(left);
     }
 }
 

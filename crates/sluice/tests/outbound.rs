@@ -22,6 +22,8 @@ struct Hop {
     dot_delay: Duration,
     /// Close the connection instead of answering DATA.
     drop_at_data: bool,
+    /// Answer DATA with 250 (a broken peer), then close after the body.
+    ok_at_data: bool,
     /// Offer no extensions (no PIPELINING): a client that sends a command
     /// before the previous reply gets `554` for everything after it.
     lockstep: bool,
@@ -93,6 +95,8 @@ async fn serve(mut s: TcpStream, hop: Hop) {
                 || (line.starts_with(b"DATA") && hop.drop_at_data)
             {
                 return;
+            } else if line.starts_with(b"DATA") && hop.ok_at_data {
+                b"250 2.0.0 Ok\r\n"
             } else if line.starts_with(b"DATA") {
                 if hop.refuse_then_drop {
                     b"554 5.5.1 no valid recipients\r\n"
@@ -271,4 +275,38 @@ async fn a_refusal_stands_when_the_connection_dies_at_data() {
             && log.contains("status=deferred (451 4.4.2 lost connection"),
         "{log}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_success_reply_to_data_is_not_a_delivery() {
+    let dir = temp_dir("out-250-data");
+    let hop = fake_hop(Hop {
+        ok_at_data: true,
+        ..Default::default()
+    })
+    .await;
+    let mut cfg = config(&dir, Some(hop));
+    cfg.queue.minimal_backoff_secs = 60;
+    let (server, addr) = start(cfg).await;
+    let mut c = Client::ready(addr).await;
+    let r = c
+        .message("a@sender.test", &["x@dest.test"], &body("odd"))
+        .await;
+    let qid = qid_of(&r);
+    let deferred = format!("{qid}: to=<x@dest.test>");
+    assert!(
+        wait_until(10, || read_log(&dir)
+            .contains("status=deferred (451 4.5.0 unexpected reply to DATA"))
+        .await,
+        "{}",
+        read_log(&dir)
+    );
+    server.shutdown().await;
+    let log = read_log(&dir);
+    assert!(log.contains(&deferred), "{log}");
+    assert!(
+        !log.contains("status=sent"),
+        "never recorded as delivered: {log}"
+    );
+    assert!(!log.contains(&format!("{qid}: removed")), "{log}");
 }

@@ -91,13 +91,21 @@ impl MaildirPolicy {
             at.push(part);
             to_sync.push(at.clone());
         }
+        let must: Vec<PathBuf> = created
+            .iter()
+            .filter_map(|d| d.parent().map(Path::to_path_buf))
+            .collect();
         let mut synced: Vec<PathBuf> = Vec::new();
         for dir in to_sync {
-            if !synced.contains(&dir) {
-                std::fs::File::open(&dir)
-                    .and_then(|f| f.sync_all())
-                    .map_err(io)?;
-                synced.push(dir);
+            if synced.contains(&dir) {
+                continue;
+            }
+            match std::fs::File::open(&dir).and_then(|f| f.sync_all()) {
+                Ok(()) => synced.push(dir),
+                // A directory we may pass through but not read (e.g. a home
+                // directory at 0711) was not made by us: nothing to sync.
+                Err(e) if e.kind() == io::ErrorKind::PermissionDenied && !must.contains(&dir) => {}
+                Err(e) => return Err(io(e)),
             }
         }
         let mut known = self.known();

@@ -84,8 +84,16 @@ impl SmtpConn {
             return Ok(results);
         }
         if data.code != 354 {
-            open(&mut results, &data);
-            self.reset_known().await;
+            if data.class() == 4 || data.class() == 5 {
+                open(&mut results, &data);
+                self.reset_known().await;
+            } else {
+                // A success (or anything else) that is not "354 go ahead"
+                // delivered nothing: never record it as delivered.
+                self.usable = false;
+                let why = format!("4.5.0 unexpected reply to DATA from {relay}: {}", data.text);
+                open(&mut results, &Reply::new(451, why));
+            }
             return Ok(results);
         }
         match self.body(body).await {
