@@ -308,8 +308,7 @@ impl Spool {
     /// bounced). `complete` says the whole message is done, so its space
     /// may be reclaimed; a message whose every recipient is done is
     /// complete too. Completing twice is harmless. Written with the next
-    /// group commit. The message is found by `id`; the body reference is
-    /// not needed (kept for compatibility).
+    /// group commit. The writer finds the message by `id`.
     ///
     /// Does not wait, except while the writer's bounded queue is full:
     /// stores hold at most half of it, so that happens only while the
@@ -317,7 +316,7 @@ impl Spool {
     /// is while the writer is behind on outcomes. The caller (the
     /// scheduler) then blocks until the writer takes its next batch; that
     /// is the back-pressure that keeps outcomes from growing memory.
-    pub fn record_outcome(&self, id: u64, _body: BodyRef, recipients: Vec<u16>, complete: bool) {
+    pub fn record_outcome(&self, id: u64, recipients: Vec<u16>, complete: bool) {
         let _ = self
             .queue
             .tx

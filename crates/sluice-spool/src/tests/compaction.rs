@@ -11,8 +11,8 @@ use super::*;
 fn churn(rt: &tokio::runtime::Runtime, spool: &Spool, dir: &Path, n: usize) -> usize {
     let mut most = 0;
     for _ in 0..n {
-        let (env, body) = store(rt, spool, 1, vec![b'z'; 8 << 10]);
-        spool.record_outcome(env.id, body, vec![0], true);
+        let (env, _) = store(rt, spool, 1, vec![b'z'; 8 << 10]);
+        spool.record_outcome(env.id, vec![0], true);
         most = most.max(count_segments(dir));
     }
     most
@@ -25,13 +25,13 @@ fn one_deferred_message_does_not_pin_every_newer_segment() {
     let (spool, _, _) = Spool::open(config(&dir)).unwrap();
     let text = b"deferred for days\r\n".repeat(50);
     let (deferred, old_ref) = store(&rt, &spool, 3, text.clone());
-    spool.record_outcome(deferred.id, old_ref, vec![0], false);
+    spool.record_outcome(deferred.id, vec![0], false);
     let most = churn(&rt, &spool, &dir, 200);
     assert!(most <= 4, "{most} segments at once (200 x 8 KiB stored)");
     assert!(spool.stats().compacted.load(Ordering::SeqCst) >= 1);
     assert!(!segment_path(&dir, old_ref.segment).exists(), "moved away");
     assert_eq!(spool.read_body(old_ref).unwrap(), text, "old reference");
-    spool.record_outcome(deferred.id, old_ref, vec![2], false);
+    spool.record_outcome(deferred.id, vec![2], false);
     churn(&rt, &spool, &dir, 1);
     spool.shutdown();
     drop(spool);
@@ -66,8 +66,8 @@ fn a_mostly_live_segment_is_copied_only_once_most_of_it_is_done() {
     assert_eq!(spool.stats().compacted.load(Ordering::SeqCst), 0);
     assert!(segment_path(&dir, 1).exists());
 
-    for (env, body) in &live[..2] {
-        spool.record_outcome(env.id, *body, vec![0], true);
+    for (env, _) in &live[..2] {
+        spool.record_outcome(env.id, vec![0], true);
     }
     wait_until("the last live message is copied forward", || {
         !segment_path(&dir, 1).exists()
@@ -128,8 +128,8 @@ fn compaction_goes_on_in_bounded_steps_while_idle() {
     store(&rt, &spool, 1, b"in segment 2".to_vec());
     // Only these outcomes arrive; each step copies at most 4 records, so
     // the other steps must run without further commands.
-    for (env, body) in &filler {
-        spool.record_outcome(env.id, *body, vec![0], true);
+    for (env, _) in &filler {
+        spool.record_outcome(env.id, vec![0], true);
     }
     wait_until("segment 1 is emptied and reclaimed", || {
         !segment_path(&dir, 1).exists()
@@ -189,8 +189,8 @@ fn a_backlog_that_is_all_live_is_never_copied() {
     assert!(newest >= 4, "{newest}");
     // Dead segments that do not follow the oldest directly do not count:
     // segment 2 is live, so copying segment 1 would free only itself.
-    for (env, body) in stored.iter().filter(|(_, b)| b.segment >= 3) {
-        spool.record_outcome(env.id, *body, vec![0], true);
+    for (env, _) in stored.iter().filter(|(_, b)| b.segment >= 3) {
+        spool.record_outcome(env.id, vec![0], true);
     }
     store(&rt, &spool, 1, vec![b'q'; 10]);
     spool.shutdown();

@@ -36,8 +36,8 @@ fn stores_stop_at_the_reserve_but_outcomes_still_land_and_free_space() {
     let env = envelope(&spool, 1);
     let result = rt.block_on(spool.store(env, Arc::new(vec![b'x'; 30_000])));
     assert!(matches!(result, Err(SpoolError::Full)), "{result:?}");
-    for (env, body) in &stored {
-        spool.record_outcome(env.id, *body, vec![0], true);
+    for (env, _) in &stored {
+        spool.record_outcome(env.id, vec![0], true);
     }
     wait_until("both full segments are reclaimed", || {
         !segment_path(&dir, 1).exists() && !segment_path(&dir, 2).exists()
@@ -70,8 +70,8 @@ fn a_reserve_larger_than_the_disk_refuses_every_store_but_records_outcomes() {
     let env = envelope(&spool, 1);
     let result = rt.block_on(spool.store(env, Arc::new(b"three\r\n".to_vec())));
     assert!(matches!(result, Err(SpoolError::Full)), "{result:?}");
-    spool.record_outcome(first.id, recovered[0].body, vec![0, 1], true);
-    spool.record_outcome(second.id, recovered[1].body, vec![1], false);
+    spool.record_outcome(first.id, vec![0, 1], true);
+    spool.record_outcome(second.id, vec![1], false);
     spool.shutdown();
     drop(spool);
 
@@ -88,9 +88,9 @@ fn outcomes_that_failed_to_write_are_retried_on_their_own() {
     let free = Arc::new(AtomicU64::new(1 << 30));
     let disk = fake_disk(&free);
     let (spool, _, _) = Spool::open_with(config(&dir), disk.clone()).unwrap();
-    let (env, body) = store(&rt, &spool, 1, b"body\r\n".to_vec());
+    let (env, _) = store(&rt, &spool, 1, b"body\r\n".to_vec());
     disk.fail_writes.store(1, Ordering::SeqCst);
-    spool.record_outcome(env.id, body, vec![0], true);
+    spool.record_outcome(env.id, vec![0], true);
     // No further command arrives to carry the retry.
     wait_until("the outcome is written", || {
         spool.stats().outcomes.load(Ordering::SeqCst) == 1

@@ -18,11 +18,10 @@ fn more_recipients_than_an_outcome_index_can_name_are_refused() {
     assert_eq!(segment_len(&dir), 0, "nothing written");
 
     let most = envelope(&spool, MAX_RECIPIENTS);
-    let body = rt
-        .block_on(spool.store(most.clone(), Arc::new(b"x\r\n".to_vec())))
+    rt.block_on(spool.store(most.clone(), Arc::new(b"x\r\n".to_vec())))
         .unwrap();
     let last = (MAX_RECIPIENTS - 1) as u16;
-    spool.record_outcome(most.id, body, vec![last], false);
+    spool.record_outcome(most.id, vec![last], false);
     spool.shutdown();
     drop(spool);
 

@@ -143,12 +143,11 @@ fn stored_messages_survive_reopen_until_complete() {
     let b1 = rt
         .block_on(spool.store(e1.clone(), Arc::new(b"body one\r\n".to_vec())))
         .unwrap();
-    let b2 = rt
-        .block_on(spool.store(e2.clone(), Arc::new(b"body two\r\n".to_vec())))
+    rt.block_on(spool.store(e2.clone(), Arc::new(b"body two\r\n".to_vec())))
         .unwrap();
     assert_eq!(spool.read_body(b1).unwrap(), b"body one\r\n");
-    spool.record_outcome(e1.id, b1, vec![0], false);
-    spool.record_outcome(e2.id, b2, vec![0], true);
+    spool.record_outcome(e1.id, vec![0], false);
+    spool.record_outcome(e2.id, vec![0], true);
     spool.shutdown();
     drop(spool);
 

@@ -193,8 +193,8 @@ fn a_segment_whose_damage_cannot_be_quarantined_is_never_reclaimed() {
     let rt = runtime();
     let (spool, _, _) = Spool::open(config(&dir)).unwrap();
     let stored: Vec<_> = (0..7).map(|i| store(&rt, &spool, 1, body_of(i))).collect();
-    for (env, body) in [&stored[0], &stored[2]] {
-        spool.record_outcome(env.id, *body, vec![0], true);
+    for (env, _) in [&stored[0], &stored[2]] {
+        spool.record_outcome(env.id, vec![0], true);
     }
     spool.shutdown();
     drop(spool);

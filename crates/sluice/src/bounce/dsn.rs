@@ -14,7 +14,7 @@ use sluice_spool::Envelope;
 
 use crate::log::qid;
 use crate::message::flags;
-use crate::message::status::Failure;
+use crate::message::status::{is_status, Failure};
 use crate::timefmt;
 
 /// Longest diagnostic text kept, in octets (the rest is cut, marked `...`).
@@ -179,10 +179,6 @@ fn recipient_fields(m: &mut String, to: &str, f: &Failure, utf8: bool) {
         "Diagnostic-Code: {kind}; {}\r\n",
         clean(&f.diagnostic, MAX_DIAGNOSTIC, false)
     );
-}
-
-fn is_status(s: &str) -> bool {
-    crate::message::status::find_status(s, "") == s && !s.is_empty()
 }
 
 /// `text` made safe for one header or text line: control characters (CR,

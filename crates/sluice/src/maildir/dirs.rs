@@ -64,50 +64,21 @@ impl MaildirPolicy {
         let io = |e: io::Error| MaildirError::from_io(maildir, e);
         let mut created = Vec::new();
         make_dir(&self.base, &mut created).map_err(io)?;
-        let mut at = from.to_path_buf();
-        let rest = maildir.strip_prefix(from).unwrap_or(maildir);
-        for part in rest.components() {
-            at.push(part);
+        // The directories on the way, from the base down: each holds an
+        // entry of the chain, whoever made it.
+        let mut chain = vec![from.to_path_buf()];
+        for part in maildir.strip_prefix(from).unwrap_or(maildir).components() {
+            let at = chain[chain.len() - 1].join(part);
             no_symlink(&at).map_err(|_| refuse("a directory on the way is a symlink"))?;
             make_dir(&at, &mut created).map_err(io)?;
+            chain.push(at);
         }
         for sub in ["tmp", "new", "cur"] {
             let dir = maildir.join(sub);
             no_symlink(&dir).map_err(|_| refuse("tmp, new or cur is a symlink"))?;
             make_dir(&dir, &mut created).map_err(io)?;
         }
-        // Each entry on the way lives in its parent: sync every directory
-        // from the base down (whoever made the entries: an earlier failed
-        // attempt or a concurrent worker may have), and the parent of
-        // anything we made above the base, so a crash cannot lose the
-        // directories after "delivered" is recorded.
-        let mut to_sync: Vec<PathBuf> = created
-            .iter()
-            .filter_map(|d| d.parent().map(Path::to_path_buf))
-            .collect();
-        let mut at = from.to_path_buf();
-        to_sync.push(at.clone());
-        for part in rest.components() {
-            at.push(part);
-            to_sync.push(at.clone());
-        }
-        let must: Vec<PathBuf> = created
-            .iter()
-            .filter_map(|d| d.parent().map(Path::to_path_buf))
-            .collect();
-        let mut synced: Vec<PathBuf> = Vec::new();
-        for dir in to_sync {
-            if synced.contains(&dir) {
-                continue;
-            }
-            match std::fs::File::open(&dir).and_then(|f| f.sync_all()) {
-                Ok(()) => synced.push(dir),
-                // A directory we may pass through but not read (e.g. a home
-                // directory at 0711) was not made by us: nothing to sync.
-                Err(e) if e.kind() == io::ErrorKind::PermissionDenied && !must.contains(&dir) => {}
-                Err(e) => return Err(io(e)),
-            }
-        }
+        let synced = sync_chain(&created, chain).map_err(io)?;
         let mut known = self.known();
         if known.len() >= KNOWN_MAX {
             known.clear();
@@ -124,6 +95,30 @@ impl MaildirPolicy {
     fn known(&self) -> std::sync::MutexGuard<'_, HashSet<PathBuf>> {
         self.known.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// Syncs every directory in `chain`, and the parent of every directory in
+/// `created`, so a crash cannot lose the entries after "delivered" is
+/// recorded (an earlier failed attempt or a concurrent worker may have made
+/// part of the chain). A directory of the chain we may pass through but not
+/// read (e.g. a home directory at 0711) and did not write into is skipped.
+fn sync_chain(created: &[PathBuf], chain: Vec<PathBuf>) -> io::Result<Vec<PathBuf>> {
+    let must: Vec<PathBuf> = created
+        .iter()
+        .filter_map(|d| d.parent().map(Path::to_path_buf))
+        .collect();
+    let mut synced: Vec<PathBuf> = Vec::new();
+    for dir in must.iter().cloned().chain(chain) {
+        if synced.contains(&dir) {
+            continue;
+        }
+        match std::fs::File::open(&dir).and_then(|f| f.sync_all()) {
+            Ok(()) => synced.push(dir),
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied && !must.contains(&dir) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(synced)
 }
 
 /// Creates one directory (mode 0700) unless it exists; notes it if new.

@@ -9,7 +9,7 @@ pub const MAX_ADDRESS: usize = 256;
 
 /// The domain part of an address (empty if there is none).
 pub fn domain_of(address: &str) -> &str {
-    address.rsplit_once('@').map(|(_, d)| d).unwrap_or("")
+    split(address).1
 }
 
 /// (local part, domain); the domain is empty without an `@`.

@@ -105,7 +105,8 @@ pub fn find_status<'a>(text: &'a str, default: &'a str) -> &'a str {
         .unwrap_or(default)
 }
 
-fn is_status(word: &str) -> bool {
+/// True for a well-formed RFC 3463 status code such as `5.1.1`.
+pub fn is_status(word: &str) -> bool {
     let mut parts = word.split('.');
     let class = parts.next();
     let ok = |p: Option<&str>| {

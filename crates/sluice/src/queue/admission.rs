@@ -54,7 +54,7 @@ impl Scheduler {
     /// True if a new arrival can go straight into the active queue: there
     /// is room and nobody is waiting or being brought in ahead of it.
     pub(super) fn has_room(&self) -> bool {
-        self.ready.is_empty() && self.loading == 0 && self.messages_len() < self.active_limit
+        self.ready.is_empty() && self.loading == 0 && self.messages.len() < self.active_limit
     }
 
     /// Starts reading envelopes for waiting messages while there is room.
@@ -65,7 +65,7 @@ impl Scheduler {
         loop {
             let room = self
                 .active_limit
-                .saturating_sub(self.messages_len() + self.loading);
+                .saturating_sub(self.messages.len() + self.loading);
             let n = room.min(self.ready.len()).min(LOAD_BATCH);
             if n == 0 {
                 return;

@@ -69,8 +69,7 @@ impl Scheduler {
         };
         msg.bounce_pending = false;
         let complete = msg.all_final() && msg.in_flight == 0 && msg.failed.is_empty();
-        self.spool
-            .record_outcome(id, msg.body_ref, recipients, complete);
+        self.spool.record_outcome(id, recipients, complete);
         if complete {
             self.remove(id);
         } else if msg.in_flight == 0 {

@@ -304,10 +304,6 @@ impl Scheduler {
         }
     }
 
-    pub(super) fn messages_len(&self) -> usize {
-        self.messages.len()
-    }
-
     /// How long a message waits before attempt `attempts + 1`.
     pub(super) fn retry_wait(&self, attempts: u32, id: u64) -> std::time::Duration {
         let q = &self.config.queue;
@@ -374,8 +370,7 @@ impl Scheduler {
         }
         if !discarded.is_empty() {
             // The "complete" record, if due, is written by finish_round.
-            self.spool
-                .record_outcome(id, msg.body_ref, discarded, false);
+            self.spool.record_outcome(id, discarded, false);
         }
         let (body, body_ref) = (msg.body.clone(), msg.body_ref);
         msg.in_flight += groups.len();
@@ -438,8 +433,7 @@ impl Scheduler {
         let round_over = msg.in_flight == 0;
         if !delivered.is_empty() {
             let complete = round_over && msg.failed.is_empty() && msg.all_final();
-            self.spool
-                .record_outcome(id, msg.body_ref, delivered, complete);
+            self.spool.record_outcome(id, delivered, complete);
             if complete {
                 self.remove(id);
                 return;
@@ -465,8 +459,7 @@ impl Scheduler {
             return;
         }
         if msg.all_final() {
-            self.spool
-                .record_outcome(id, msg.body_ref, Vec::new(), true);
+            self.spool.record_outcome(id, Vec::new(), true);
             self.remove(id);
             return;
         }

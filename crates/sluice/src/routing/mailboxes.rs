@@ -197,7 +197,7 @@ impl VirtualMailboxes {
     }
 
     fn template_path(&self, address: &str) -> PathBuf {
-        let (local, domain) = address.rsplit_once('@').unwrap_or((address, ""));
+        let (local, domain) = crate::message::address::split(address);
         // Path separators in an address must not climb out of the base.
         let clean = |s: &str| s.replace(['/', '\0'], "_").replace("..", "_");
         PathBuf::from(

@@ -219,7 +219,7 @@ impl LdapTable {
 
 /// Fills `%s`, `%u`, `%d` in an LDAP filter with the escaped key parts.
 pub fn expand_filter(template: &str, key: &str) -> String {
-    let (local, domain) = key.rsplit_once('@').unwrap_or((key, ""));
+    let (local, domain) = crate::message::address::split(key);
     let mut out = String::with_capacity(template.len() + key.len());
     let mut chars = template.chars();
     while let Some(c) = chars.next() {

@@ -129,6 +129,18 @@ fn delivered(job: &Job) -> Vec<(u16, Outcome)> {
         .collect()
 }
 
+/// The report a worker sends for its current job.
+fn done_report(w: &WorkerStart, results: Vec<(u16, Outcome)>, wants_more: bool) -> JobReport {
+    JobReport::Done {
+        dest: w.dest.clone(),
+        worker: w.id,
+        msg: w.first.msg,
+        results,
+        connect_failed: false,
+        wants_more,
+    }
+}
+
 /// Plays a worker that does one job with `results`, then ends.
 async fn finish_once(w: WorkerStart, results: Vec<(u16, Outcome)>, connect_failed: bool) {
     let WorkerStart {
@@ -208,16 +220,8 @@ async fn the_window_opens_one_connection_per_success_up_to_the_limit() {
     let mut done = 0;
     while done < 10 {
         let mut w = live.remove(0);
-        let results = delivered(&w.first);
         w.reports
-            .send(JobReport::Done {
-                dest: w.dest.clone(),
-                worker: w.id,
-                msg: w.first.msg,
-                results,
-                connect_failed: false,
-                wants_more: true,
-            })
+            .send(done_report(&w, delivered(&w.first), true))
             .await;
         done += 1;
         // Take either the next job on this worker or new workers.
@@ -406,14 +410,7 @@ async fn a_deferred_message_does_not_keep_its_body_in_memory() {
     }));
     assert_eq!(s.counts(), (1, 0, 5000));
     let w = workers.recv().await.unwrap();
-    s.handle(Event::Report(JobReport::Done {
-        dest: w.dest.clone(),
-        worker: w.id,
-        msg: w.first.msg,
-        results: deferred(&w.first),
-        connect_failed: false,
-        wants_more: false,
-    }));
+    s.handle(Event::Report(done_report(&w, deferred(&w.first), false)));
     assert_eq!(
         s.counts(),
         (0, 1, 0),
@@ -468,16 +465,8 @@ async fn a_drain_does_not_wait_for_jobs_a_worker_hands_back() {
     h.message("a@b.test", &["r1@c.test"], Some(10)).await;
     h.message("a@b.test", &["r2@c.test"], Some(10)).await;
     let mut w = h.workers.recv().await.unwrap();
-    let results = delivered(&w.first);
     w.reports
-        .send(JobReport::Done {
-            dest: w.dest.clone(),
-            worker: w.id,
-            msg: w.first.msg,
-            results,
-            connect_failed: false,
-            wants_more: true,
-        })
+        .send(done_report(&w, delivered(&w.first), true))
         .await;
     // The second message goes to the same (idle) worker...
     let second = w.jobs.recv().await.unwrap();

@@ -72,16 +72,16 @@ impl Transaction {
     /// Adds recipients not already present; false (and nothing added) if
     /// that would make more than `max`.
     pub fn add_recipients(&mut self, new: impl Iterator<Item = String>, max: usize) -> bool {
-        let mut fresh: Vec<String> = Vec::new();
+        let before = self.recipients.len();
         for r in new {
-            if !self.recipients.contains(&r) && !fresh.contains(&r) {
-                fresh.push(r);
+            if !self.recipients.contains(&r) {
+                self.recipients.push(r);
             }
         }
-        if self.recipients.len() + fresh.len() > max {
+        if self.recipients.len() > max {
+            self.recipients.truncate(before);
             return false;
         }
-        self.recipients.extend(fresh);
         true
     }
 
