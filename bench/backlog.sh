@@ -258,21 +258,14 @@ log "drain: $sent_n sent in $drain_s s = $drain_rate msg/s (empty queue: $empty_
 
 mkdir -p "$RESULTS_DIR"
 cp "$W/samples.csv" "$RESULTS_DIR/backlog-$STAMP.csv"
-python3 "$REPO/bench/chart.py" --out "$RESULTS_DIR/backlog-$STAMP-spool.svg" --interval 1 \
-    --column 1 --raw --ylabel "spool disk use (KiB, du -sk)" --unit " KiB" \
-    --title "Workload Q: spool use, inject $N (hop down), restart, drain ($STAMP)" \
-    "sluice spool=$RESULTS_DIR/backlog-$STAMP.csv" \
-    && log "chart: $RESULTS_DIR/backlog-$STAMP-spool.svg" || log "chart.py failed"
-python3 "$REPO/bench/chart.py" --out "$RESULTS_DIR/backlog-$STAMP-rss.svg" --interval 1 \
-    --column 4 --raw --ylabel "sluice serve VmRSS (KiB)" --unit " KiB" \
-    --title "Workload Q: memory, inject $N (hop down), restart, drain ($STAMP)" \
-    "sluice RSS=$RESULTS_DIR/backlog-$STAMP.csv" \
-    && log "chart: $RESULTS_DIR/backlog-$STAMP-rss.svg" || log "chart.py failed"
+chart_column "$RESULTS_DIR/backlog-$STAMP.csv" 1 "spool disk use (KiB, du -sk)" \
+    "Workload Q: spool use, inject $N (hop down), restart, drain ($STAMP)" \
+    "sluice spool" "$RESULTS_DIR/backlog-$STAMP-spool.svg"
+chart_column "$RESULTS_DIR/backlog-$STAMP.csv" 4 "sluice serve VmRSS (KiB)" \
+    "Workload Q: memory, inject $N (hop down), restart, drain ($STAMP)" \
+    "sluice RSS" "$RESULTS_DIR/backlog-$STAMP-rss.svg"
 
-if [ "$KEEP" != 1 ] && [ -n "$fail" ]; then
-    log "failed run: the temp dir $W is kept for inspection"
-    KEEP=1
-fi
+keep_if_failed "$fail"
 l="RESULT system=sluice workload=Q n=$N size=$SIZE acked=$acked delivered=$delivered lost=$lost"
 l+=" duplicates=$dups inject_msgs_per_s=$inject_rate deferrals=$deferrals stop_s=$stop_s"
 l+=" restart_s=$restart_s first_delivery_s=$first_delivery_s drain_s=$drain_s"
@@ -280,6 +273,5 @@ l+=" drain_msgs_per_s=$drain_rate empty_queue_msgs_per_s=$empty_rate drain_vs_em
 l+=" peak_rss_kb=${peak_rss:-n/a} inject_hwm_kb=${inject_hwm:-n/a} drain_hwm_kb=${drain_hwm:-n/a}"
 l+=" rss_after_drain_kb=${rss_after:-n/a} peak_spool_kb=$peak_kb backoff=$BACKOFF/$MAX_BACKOFF"
 [ -n "$fail" ] && l+=" failed=$fail"
-append_results "$RESULTS_DIR/backlog-$STAMP.txt" "$l"
-echo "$l"
+report "$RESULTS_DIR/backlog-$STAMP.txt" "$l"
 [ -z "$fail" ]

@@ -268,10 +268,7 @@ if [ "$lost" != 0 ]; then
     fail=${fail:+$fail,}lost_$lost
 fi
 [ "$acked" -gt 0 ] || fail=${fail:+$fail,}nothing_acked
-if [ "$KEEP" != 1 ] && [ -n "$fail" ]; then
-    log "failed run: the temp dir $W is kept for inspection"
-    KEEP=1
-fi
+keep_if_failed "$fail"
 
 first_csv=$(IFS=,; echo "${first_list[*]:-none}")
 l="RESULT system=sluice workload=K n=$N size=$SIZE sessions=$SESSIONS acked=$acked delivered=$delivered"
@@ -280,6 +277,5 @@ l+=" gen_errors=$gen_errors kills=$kills kills_planned=$KILLS recovery_ms_max=$r
 l+=" restart_to_first_delivery_ms_max=$first_max restart_to_first_delivery_ms=$first_csv"
 l+=" recovery_damage=$damage corrupt_files=$corrupt drain_s=$drain_s seed=$SEED"
 [ -n "$fail" ] && l+=" failed=$fail"
-append_results "$RESULTS_FILE" "$l"
-echo "$l"
+report "$RESULTS_FILE" "$l"
 [ -z "$fail" ]

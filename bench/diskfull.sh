@@ -396,10 +396,6 @@ for p in $PHASES; do
     wait_free "$SMTP_PORT" 30 || die "port $SMTP_PORT still in use"
     "phase_$p"
 done
-if [ "$KEEP" != 1 ] && [ "$any_failed" = 1 ]; then
-    log "failed run: the temp dir $W is kept for inspection"
-    KEEP=1
-fi
-append_results "$RESULTS_FILE" "${LINES[@]}"
-printf '%s\n' "${LINES[@]}"
+keep_if_failed "$any_failed"
+report "$RESULTS_FILE" "${LINES[@]}"
 exit "$any_failed"

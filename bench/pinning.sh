@@ -238,22 +238,16 @@ fi
 
 mkdir -p "$RESULTS_DIR"
 cp "$CSV" "$RESULTS_DIR/pinning-$STAMP.csv"
-python3 "$REPO/bench/chart.py" --out "$RESULTS_DIR/pinning-$STAMP.svg" --interval 1 \
-    --column 1 --raw --ylabel "spool disk use (KiB, du -sk)" --unit " KiB" \
-    --title "Workload P: spool use, $N msgs to a good hop, $DEFERRED always deferred, segment_mib=$SEGMENT_MIB ($STAMP)" \
-    "sluice spool=$RESULTS_DIR/pinning-$STAMP.csv" \
-    && log "chart: $RESULTS_DIR/pinning-$STAMP.svg" || log "chart.py failed"
+chart_column "$RESULTS_DIR/pinning-$STAMP.csv" 1 "spool disk use (KiB, du -sk)" \
+    "Workload P: spool use, $N msgs to a good hop, $DEFERRED always deferred, segment_mib=$SEGMENT_MIB ($STAMP)" \
+    "sluice spool" "$RESULTS_DIR/pinning-$STAMP.svg"
 
-if [ "$KEEP" != 1 ] && [ -n "$fail" ]; then
-    log "failed run: the temp dir $W is kept for inspection"
-    KEEP=1
-fi
+keep_if_failed "$fail"
 l="RESULT system=sluice workload=P n=$N size=$SIZE segment_mib=$SEGMENT_MIB deferred=$DEFERRED"
 l+=" acked=$acked delivered=$delivered lost=$lost inject_msgs_per_s=$inject_rate"
 l+=" peak_spool_kb=$peak_kb peak_segments=$peak_segs delivered_spool_kb=$delivered_kb"
 l+=" final_spool_kb=$final_kb final_segments=$final_segs limit_kb=$limit_kb"
 l+=" deferred_still_queued=$still queued_after_restart=$queued tempfails=$tempfails peak_rss_kb=${peak_rss:-n/a}"
 [ -n "$fail" ] && l+=" failed=$fail"
-append_results "$RESULTS_DIR/pinning-$STAMP.txt" "$l"
-echo "$l"
+report "$RESULTS_DIR/pinning-$STAMP.txt" "$l"
 [ -z "$fail" ]

@@ -39,6 +39,11 @@
 #   log_offset FILE          size of FILE in bytes (0 if missing)
 #   log_first_after FILE OFFSET ERE   unix time (s.ms) of the first mail log
 #                            line after byte OFFSET matching ERE, or empty
+#   chart_column CSV COLUMN YLABEL TITLE LEGEND OUT   an SVG of one column of
+#                            a sampler CSV over time (bench/chart.py)
+#   keep_if_failed FAILED    keep $W for inspection when FAILED is non-empty
+#                            or 1 (and KEEP is not already 1)
+#   report FILE LINE...      append the RESULT lines to FILE and print them
 
 now() { date +%s.%N; }
 
@@ -142,4 +147,26 @@ log_first_after() {
     line=$(tail -c +"$(( $2 + 1 ))" "$1" 2>/dev/null | grep -m1 -E -- "$3" || true)
     [ -n "$line" ] || return 0
     date -d "${line%% *}" +%s.%3N
+}
+
+chart_column() {
+    local csv=$1 column=$2 ylabel=$3 title=$4 legend=$5 out=$6
+    python3 "$REPO/bench/chart.py" --out "$out" --interval 1 \
+        --column "$column" --raw --ylabel "$ylabel" --unit " KiB" \
+        --title "$title" "$legend=$csv" \
+        && log "chart: $out" || log "chart.py failed"
+}
+
+keep_if_failed() {
+    if [ "$KEEP" != 1 ] && [ -n "$1" ] && [ "$1" != 0 ]; then
+        log "failed run: the temp dir $W is kept for inspection"
+        KEEP=1
+    fi
+}
+
+report() {
+    local file=$1
+    shift
+    append_results "$file" "$@"
+    printf '%s\n' "$@"
 }
