@@ -52,11 +52,13 @@ pub struct DataFlaws {
     pub bare_cr_or_lf: bool,
     pub line_too_long: bool,
     pub too_big: bool,
+    /// A NUL octet (RFC 5322 §2.1: text excludes it).
+    pub nul: bool,
 }
 
 impl DataFlaws {
     pub fn any(&self) -> bool {
-        self.bare_cr_or_lf || self.line_too_long || self.too_big
+        self.bare_cr_or_lf || self.line_too_long || self.too_big || self.nul
     }
 }
 
@@ -92,14 +94,15 @@ impl DataDecoder {
             match self.state {
                 State::LineStart | State::Text => {
                     if self.state == State::LineStart && input[i] == b'.' {
+                        // The transparency dot does not count towards the
+                        // line limit (RFC 5321 §4.5.3.1.6).
                         self.state = State::Dot;
-                        self.line_len += 1;
                         i += 1;
                         continue;
                     }
-                    // Copy the run up to the next CR or LF in one go.
+                    // Copy the run up to the next CR, LF or NUL in one go.
                     let rest = &input[i..];
-                    let run = memchr::memchr2(b'\r', b'\n', rest).unwrap_or(rest.len());
+                    let run = memchr::memchr3(b'\r', b'\n', 0, rest).unwrap_or(rest.len());
                     self.emit(&rest[..run], out);
                     self.line_len += run;
                     i += run;
@@ -109,11 +112,18 @@ impl DataDecoder {
                         }
                         break;
                     }
-                    if input[i] == b'\r' {
-                        self.state = State::Cr;
-                    } else {
-                        self.bare(b'\n', out);
-                        self.state = State::Text;
+                    match input[i] {
+                        b'\r' => self.state = State::Cr,
+                        b'\n' => {
+                            self.bare(b'\n', out);
+                            self.state = State::Text;
+                        }
+                        _ => {
+                            self.flaws.nul = true;
+                            self.emit(&[0], out);
+                            self.line_len += 1;
+                            self.state = State::Text;
+                        }
                     }
                     i += 1;
                 }
@@ -186,6 +196,25 @@ impl DataDecoder {
             }
         }
     }
+}
+
+/// What is wrong with a whole BDAT body (raw octets, no stuffing): bare
+/// CR or LF, NUL, lines over `max_line` octets (CRLF included).
+pub fn scan_body(body: &[u8], max_line: usize) -> DataFlaws {
+    let mut flaws = DataFlaws {
+        bare_cr_or_lf: has_bare_cr_or_lf(body),
+        nul: memchr::memchr(0, body).is_some(),
+        ..DataFlaws::default()
+    };
+    let mut start = 0;
+    for end in memchr::memchr_iter(b'\n', body).chain(std::iter::once(body.len())) {
+        if end + 1 - start > max_line {
+            flaws.line_too_long = true;
+            break;
+        }
+        start = end + 1;
+    }
+    flaws
 }
 
 /// True if `body` contains a CR or LF that is not part of a CRLF pair.
@@ -333,6 +362,28 @@ mod tests {
         let flaws = dec.flaws();
         assert!(flaws.line_too_long && flaws.too_big && !flaws.bare_cr_or_lf);
         assert!(out.len() <= 10);
+    }
+
+    #[test]
+    fn the_stuffing_dot_is_not_counted_and_nul_is_flagged() {
+        // 998 octets of text starting with a dot: 999 on the wire + CRLF.
+        let line = format!(".{}", "x".repeat(997));
+        let wire = format!(".{line}\r\n.\r\n");
+        let (out, _, flaws) = decode(wire.as_bytes(), BareLinePolicy::Reject);
+        assert!(!flaws.any(), "{flaws:?}");
+        assert_eq!(out, format!("{line}\r\n").as_bytes());
+        let (_, _, flaws) = decode(b"a\0b\r\n.\r\n", BareLinePolicy::Reject);
+        assert!(flaws.nul && !flaws.bare_cr_or_lf);
+    }
+
+    #[test]
+    fn bdat_body_scan() {
+        let ok = format!("{}\r\nshort\r\n", "x".repeat(998));
+        assert!(!scan_body(ok.as_bytes(), 1000).any());
+        let long = format!("a\r\n{}\r\n", "x".repeat(999));
+        assert!(scan_body(long.as_bytes(), 1000).line_too_long);
+        assert!(scan_body(&[b'x'; 1001], 1000).line_too_long);
+        assert!(scan_body(b"a\0\r\n", 1000).nul);
     }
 
     #[test]

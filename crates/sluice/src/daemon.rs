@@ -107,7 +107,13 @@ impl Server {
         let config = Arc::new(config);
         let (spool, recovered) = open_spool(&config, &logger).await?;
         let mailboxes = Arc::new(
-            VirtualMailboxes::build(&config.local, &config.tables, &config.data_dir, &logger)
+            VirtualMailboxes::build(
+                &config.local,
+                &config.smtpd.relay_recipient_table,
+                &config.tables,
+                &config.data_dir,
+                &logger,
+            )
                 .map_err(StartError::Config)?,
         );
         let router = Router::new(

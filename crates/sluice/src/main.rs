@@ -148,6 +148,7 @@ fn check_config(arg: ConfigArg) -> Result<(), String> {
     let logger = sluice::log::Logger::disabled();
     let mailboxes = sluice::routing::mailboxes::VirtualMailboxes::build(
         &config.local,
+        &config.smtpd.relay_recipient_table,
         &config.tables,
         &config.data_dir,
         &logger,

@@ -69,7 +69,7 @@ async fn run(name: &str, chunks: &[&[u8]]) -> (Vec<String>, Vec<Event>) {
     let ctx = Arc::new(SessionContext {
         policy: RelayPolicy::new(config.mynetworks(), &config.smtpd.relay_domains),
         mailboxes: Arc::new(
-            VirtualMailboxes::build(&config.local, &config.tables, &dir, &Logger::disabled())
+            VirtualMailboxes::build(&config.local, &None, &config.tables, &dir, &Logger::disabled())
                 .unwrap(),
         ),
         config: Arc::new(config),
@@ -147,7 +147,8 @@ async fn reply_table() {
         ("MAIL FROM:<a@b.test> SIZE=999999999999", "552 5.3.4"),
         ("MAIL FROM:<a@b.test> FOO=BAR", "555 5.5.4"),
         ("MAIL FROM:<a@b.test>", "250 2.1.0"),
-        ("RCPT TO:<c@d.test> NOTIFY=NEVER", "250 2.1.5"),
+        ("RCPT TO:<c@d.test> NOTIFY=NEVER", "555 5.5.4"),
+        ("RCPT TO:<c@d.test>", "250 2.1.5"),
         ("RCPT TO:<c>", "501 5.1.3"),
         ("EXPN list", "502 5.5.1"),
         ("AUTH PLAIN", "502 5.5.1"),

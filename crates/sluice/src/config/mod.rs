@@ -30,6 +30,9 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Log file; stderr when unset.
     pub log_file: Option<PathBuf>,
+    /// Where `RCPT TO:<Postmaster>` (no domain, RFC 5321 §4.5.1) goes;
+    /// default `postmaster@<hostname>`. Accepted from any client.
+    pub postmaster: Option<String>,
     pub smtpd: SmtpdConfig,
     pub spool: SpoolSettings,
     pub queue: QueueConfig,
@@ -69,6 +72,17 @@ pub struct SmtpdConfig {
     pub mynetworks: Vec<String>,
     /// Domains anyone may send to (everyone else is denied relaying).
     pub relay_domains: Vec<String>,
+    /// Table (from `[tables]`) of the valid recipients in `relay_domains`:
+    /// an address or `@domain` key (Postfix: relay_recipient_maps). Others
+    /// get `550 5.1.1` at RCPT instead of a bounce later (backscatter).
+    pub relay_recipient_table: Option<String>,
+    /// Wait this long for the client to talk before the 220 greeting; a
+    /// client that does (RFC 5321 §4.3.1 violation, typical of spam bots)
+    /// gets `554 5.5.1` and is closed. 0 = greet at once (no check).
+    pub greet_pause_ms: u64,
+    /// NOOP, RSET, VRFY, HELP and EHLO/HELO a session may send before they
+    /// count as errors (Postfix: smtpd_junk_command_limit).
+    pub junk_command_limit: u32,
     /// Text after the hostname in the 220 greeting.
     pub banner: String,
     /// More `Received:` headers than this means a mail loop: `554 5.4.6`.
@@ -143,6 +157,7 @@ impl Default for Config {
             hostname: "localhost".into(),
             data_dir: PathBuf::from("./var"),
             log_file: None,
+            postmaster: None,
             smtpd: SmtpdConfig::default(),
             spool: SpoolSettings::default(),
             queue: QueueConfig::default(),
@@ -169,6 +184,9 @@ impl Default for SmtpdConfig {
             bare_line_ends: "reject".into(),
             mynetworks: vec!["127.0.0.0/8".into(), "::1/128".into()],
             relay_domains: Vec::new(),
+            relay_recipient_table: None,
+            greet_pause_ms: 0,
+            junk_command_limit: 100,
             banner: "ESMTP Sluice".into(),
             hop_count_limit: 50,
             message_memory_budget_kib: 1 << 20,
@@ -271,12 +289,25 @@ impl Config {
                 self.smtpd.max_recipients
             )));
         }
+        if let Some(pm) = &self.postmaster {
+            sluice_proto::address::parse_mailbox(pm).map_err(|why| {
+                ConfigError::Invalid(format!("postmaster: {pm:?}: {}", why.text()))
+            })?;
+        }
         for listen in &self.smtpd.listen {
             listen.parse::<std::net::SocketAddr>().map_err(|_| {
                 ConfigError::Invalid(format!("smtpd.listen: bad address {listen:?}"))
             })?;
         }
         Ok(())
+    }
+
+    /// The address `RCPT TO:<Postmaster>` is delivered to.
+    pub fn postmaster_address(&self) -> String {
+        match &self.postmaster {
+            Some(pm) => pm.clone(),
+            None => format!("postmaster@{}", self.hostname.trim_end_matches('.')),
+        }
     }
 
     pub fn mynetworks(&self) -> Vec<Cidr> {

@@ -39,6 +39,8 @@ pub struct VirtualMailboxes {
     domains: Arc<LocalDomains>,
     mailboxes: Option<Arc<Table>>,
     aliases: Option<Arc<Table>>,
+    /// Valid recipients in `relay_domains` (Postfix: relay_recipient_maps).
+    relay_recipients: Option<Arc<Table>>,
     base: PathBuf,
     template: String,
 }
@@ -47,6 +49,7 @@ impl VirtualMailboxes {
     /// Builds every table `[local]` names (each once, even if named twice).
     pub fn build(
         config: &LocalConfig,
+        relay_recipient_table: &Option<String>,
         tables: &BTreeMap<String, TableConfig>,
         data_dir: &Path,
         logger: &Logger,
@@ -71,6 +74,7 @@ impl VirtualMailboxes {
             domains: Arc::new(domains),
             mailboxes: get(&config.mailbox_table, "mailbox_table")?,
             aliases: get(&config.alias_table, "alias_table")?,
+            relay_recipients: get(relay_recipient_table, "relay_recipient_table")?,
             base: config
                 .maildir_base
                 .clone()
@@ -91,6 +95,21 @@ impl VirtualMailboxes {
 
     pub fn is_local_domain(&self, domain: &str) -> bool {
         self.domains.is_local_domain(domain)
+    }
+
+    /// Whether a recipient in `relay_domains` is known: its address or
+    /// its `@domain` is in the relay recipient table (any address is
+    /// known when there is no table).
+    pub async fn relay_recipient_known(&self, address: &str) -> Result<bool, LookupError> {
+        let Some(table) = &self.relay_recipients else {
+            return Ok(true);
+        };
+        let lower = address.to_ascii_lowercase();
+        if table.lookup(&lower).await?.is_some() {
+            return Ok(true);
+        }
+        let domain = format!("@{}", domain_of(&lower));
+        Ok(table.lookup(&domain).await?.is_some())
     }
 
     /// Resolves a recipient at RCPT time.
@@ -223,7 +242,7 @@ impl VirtualMailboxes {
     }
 
     fn tables(&self) -> impl Iterator<Item = &Arc<Table>> {
-        [&self.mailboxes, &self.aliases]
+        [&self.mailboxes, &self.aliases, &self.relay_recipients]
             .into_iter()
             .flatten()
             .chain(self.domains.tables())
@@ -268,7 +287,7 @@ mod tests {
             maildir_base: Some("/base".into()),
             ..Default::default()
         };
-        let local = VirtualMailboxes::build(&config, &tables, dir, &Logger::disabled()).unwrap();
+        let local = VirtualMailboxes::build(&config, &None, &tables, dir, &Logger::disabled()).unwrap();
         assert_eq!(
             local.resolve("x@else.test").await.unwrap(),
             Resolution::NotLocal

@@ -33,9 +33,11 @@ impl RelayPolicy {
 
     /// True if `client` may send mail to `recipient`.
     pub fn allows(&self, trusted_client: bool, recipient: &str) -> bool {
-        if trusted_client {
-            return true;
-        }
+        trusted_client || self.is_relay_domain(recipient)
+    }
+
+    /// True if `recipient` is in `relay_domains`.
+    pub fn is_relay_domain(&self, recipient: &str) -> bool {
         let domain = domain_of(recipient).to_ascii_lowercase();
         self.relay_domains
             .iter()

@@ -256,10 +256,23 @@ async fn session(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> 
     }
 }
 
-/// The address between `<` and `>` (lower-cased local part kept as is).
+/// The path between `<` and its closing `>` (a `>` inside a quoted local
+/// part does not close it), exactly as sent.
 fn angle(line: &[u8]) -> String {
     let start = memchr::memchr(b'<', line).map(|i| i + 1).unwrap_or(0);
-    let end = memchr::memchr(b'>', line).unwrap_or(line.len());
+    let (mut quoted, mut i, mut end) = (false, start, line.len());
+    while i < line.len() {
+        match line[i] {
+            b'\\' if quoted => i += 1,
+            b'"' => quoted = !quoted,
+            b'>' if !quoted => {
+                end = i;
+                break;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
     String::from_utf8_lossy(line.get(start..end.max(start)).unwrap_or_default()).into_owned()
 }
 

@@ -1,7 +1,8 @@
 //! The SMTP verbs, one function each: what each command checks, what it
 //! changes in the session, and its reply.
 
-use sluice_proto::command::{parse_command, ParseError, Request};
+use sluice_proto::address::Path;
+use sluice_proto::command::{parse_command, Body, Command, CommandError, MailParams};
 use sluice_proto::data::{DataDecoder, DataLimits};
 use tokio::io::{AsyncRead, AsyncWrite};
 
@@ -9,59 +10,63 @@ use super::session::{Mode, Next, Session};
 use super::transaction::Transaction;
 use crate::log;
 use crate::log::qid;
-use crate::message::address::MAX_ADDRESS;
 use crate::message::flags;
 use crate::routing::mailboxes::Resolution;
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     pub(super) async fn command(&mut self, line: &[u8]) -> Next {
-        let request = match parse_command(line) {
-            Ok(req) => req,
+        let command = match parse_command(line) {
+            Ok(c) => c,
             Err(err) => return self.parse_error(err),
         };
-        match request {
-            Request::Ehlo { host } => self.hello(host.into_owned(), true),
-            Request::Helo { host } => self.hello(host.into_owned(), false),
-            Request::Mail { from } => self.mail(from),
-            Request::Rcpt { to } => self.rcpt(to).await,
-            Request::Data => self.data(),
-            Request::Bdat {
-                chunk_size,
-                is_last,
-            } => self.bdat(chunk_size, is_last).await,
-            Request::Rset => {
+        if matches!(
+            command,
+            Command::Noop | Command::Rset | Command::Vrfy | Command::Help | Command::Ehlo(_) | Command::Helo(_)
+        ) {
+            self.junk += 1;
+            if self.junk > self.ctx.config.smtpd.junk_command_limit && self.error_counted() == Next::Close {
+                return Next::Close;
+            }
+        }
+        match command {
+            Command::Ehlo(host) => self.hello(host, true),
+            Command::Helo(host) => self.hello(host, false),
+            Command::Mail(path, params) => self.mail(path, params),
+            Command::Rcpt(path) => self.rcpt(path).await,
+            Command::Data => self.data(),
+            Command::Bdat { size, last } => self.bdat(size, last).await,
+            Command::Rset => {
                 self.txn = None;
                 self.reply("250 2.0.0 Ok");
                 Next::Continue
             }
-            Request::Noop { .. } => {
+            Command::Noop => {
                 self.reply("250 2.0.0 Ok");
                 Next::Continue
             }
-            Request::Quit => {
+            Command::Quit => {
                 self.reply("221 2.0.0 Bye");
                 Next::Close
             }
-            Request::Vrfy { .. } => {
+            Command::Vrfy => {
                 self.reply(
                     "252 2.0.0 Cannot VRFY user, but will accept message and attempt delivery",
                 );
                 Next::Continue
             }
-            Request::Help { .. } => {
+            Command::Help => {
                 self.reply(
                     "214 2.0.0 Commands: EHLO HELO MAIL RCPT DATA BDAT RSET NOOP QUIT VRFY HELP",
                 );
                 Next::Continue
             }
-            _ => self.error("502 5.5.1 Error: command not implemented"),
+            Command::Expn | Command::StartTls | Command::Auth(..) => {
+                self.error("502 5.5.1 Error: command not implemented")
+            }
         }
     }
 
     fn hello(&mut self, host: String, esmtp: bool) -> Next {
-        if host.is_empty() {
-            return self.error("501 5.5.4 Syntax: EHLO hostname");
-        }
         self.txn = None;
         self.helo = Some(host);
         self.esmtp = esmtp;
@@ -78,44 +83,70 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         Next::Continue
     }
 
-    fn mail(&mut self, from: smtp_proto::MailFrom<std::borrow::Cow<'_, str>>) -> Next {
+    fn mail(&mut self, path: Path, params: MailParams) -> Next {
         if self.helo.is_none() {
             return self.error("503 5.5.1 Error: send HELO/EHLO first");
         }
         if self.txn.is_some() {
             return self.error("503 5.5.1 Error: nested MAIL command");
         }
-        if from.address.len() > MAX_ADDRESS {
-            return self.error("501 5.1.7 Bad sender address syntax");
+        if let Some(refusal) = self.unoffered_parameter(&params) {
+            return self.error(&refusal);
         }
-        if from.size > self.ctx.config.smtpd.message_size_limit {
+        let sender = match path {
+            Path::Null => String::new(),
+            Path::Mailbox { mailbox, .. } => mailbox.address(),
+            Path::Postmaster => {
+                return self.error("501 5.1.7 Bad sender address syntax: address without a domain")
+            }
+        };
+        if params.size.unwrap_or(0) > self.ctx.config.smtpd.message_size_limit as u64 {
             return self.error("552 5.3.4 Message size exceeds fixed limit");
         }
         let mut bits = 0;
-        if from.flags & smtp_proto::MAIL_BODY_8BITMIME != 0 {
+        if params.body == Some(Body::EightBitMime) {
             bits |= flags::EIGHTBITMIME;
         }
-        if from.flags & smtp_proto::MAIL_SMTPUTF8 != 0 {
+        if params.smtputf8 {
             bits |= flags::SMTPUTF8;
         }
-        if !from.address.is_ascii() && bits & flags::SMTPUTF8 == 0 {
+        if !sender.is_ascii() && bits & flags::SMTPUTF8 == 0 {
             return self.error("553 5.6.7 Error: non-ASCII sender address needs SMTPUTF8");
         }
         let id = self.ctx.spool.new_id();
-        self.txn = Some(Transaction::new(id, from.address.into_owned(), bits));
+        self.txn = Some(Transaction::new(id, sender, bits));
         self.reply("250 2.1.0 Ok");
         Next::Continue
     }
 
-    async fn rcpt(&mut self, to: smtp_proto::RcptTo<std::borrow::Cow<'_, str>>) -> Next {
+    /// A `555` for MAIL parameters this session did not offer: none after
+    /// HELO, and AUTH= only where AUTH is offered (RFC 5321 §4.1.1.11).
+    fn unoffered_parameter(&self, params: &MailParams) -> Option<String> {
+        if !self.esmtp && params.any() {
+            return Some("555 5.5.4 Error: parameters need EHLO".into());
+        }
+        params
+            .auth
+            .as_ref()
+            .map(|a| CommandError::Parameter(format!("AUTH={a}")).reply())
+    }
+
+    async fn rcpt(&mut self, path: Path) -> Next {
         let max = self.ctx.config.smtpd.max_recipients;
         let Some(txn) = self.txn.as_mut() else {
             return self.error("503 5.5.1 Error: need MAIL command");
         };
-        let address = to.address.into_owned();
-        if address.is_empty() || address.len() > MAX_ADDRESS || !address.contains('@') {
-            return self.error("501 5.1.3 Bad recipient address syntax");
-        }
+        let (address, routed) = match path {
+            Path::Null => return self.error("501 5.1.3 Bad recipient address syntax"),
+            Path::Postmaster => (self.ctx.config.postmaster_address(), false),
+            Path::Mailbox {
+                mailbox,
+                source_route,
+            } => {
+                let routed = source_route || mailbox.has_routing();
+                (mailbox.address(), routed)
+            }
+        };
         if !address.is_ascii() && txn.flags & flags::SMTPUTF8 == 0 {
             return self.error("553 5.6.7 Error: non-ASCII recipient address needs SMTPUTF8");
         }
@@ -123,37 +154,61 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             self.reply("452 4.5.3 Error: too many recipients");
             return Next::Continue;
         }
-        self.recipient(address).await
+        if routed && !self.trusted {
+            // RFC 2505 §2: %-hacks, bang paths, quoted @ and source routes
+            // are relay attempts, whatever the domain (Postfix:
+            // allow_untrusted_routing = no).
+            return self.relay_denied(&address, "sender-specified routing");
+        }
+        let postmaster = address == self.ctx.config.postmaster_address();
+        self.recipient(address, postmaster).await
     }
 
-    /// Decides one recipient: local mailbox/alias, relay, or refusal.
-    async fn recipient(&mut self, address: String) -> Next {
+    /// `554 5.7.1 Relay access denied`, logged and counted as an error.
+    fn relay_denied(&mut self, address: &str, why: &str) -> Next {
+        let ip = self.peer.ip();
+        log!(
+            self.ctx.logger,
+            "smtpd",
+            "NOQUEUE: reject: RCPT from [{ip}]: 554 5.7.1 <{address}>: Relay access denied ({why})"
+        );
+        self.reply_fmt(format_args!("554 5.7.1 <{address}>: Relay access denied"));
+        self.error_counted()
+    }
+
+    /// Decides one recipient: local mailbox/alias, relay, or refusal. The
+    /// configured postmaster is accepted from anyone.
+    async fn recipient(&mut self, address: String, postmaster: bool) -> Next {
         let ctx = self.ctx.clone();
-        let resolution = ctx.mailboxes.resolve(&address).await;
+        let resolution = match ctx.mailboxes.resolve(&address).await {
+            Ok(r) => r,
+            Err(err) => return self.lookup_failed(&address, &err.to_string()),
+        };
+        if matches!(resolution, Resolution::NotLocal) && !postmaster {
+            if !ctx.policy.allows(self.trusted, &address) {
+                return self.relay_denied(&address, "not a relay domain");
+            }
+            if ctx.policy.is_relay_domain(&address) {
+                match ctx.mailboxes.relay_recipient_known(&address).await {
+                    Ok(true) => {}
+                    Ok(false) => return self.unknown_user(&address, "relay recipient table"),
+                    Err(err) => return self.lookup_failed(&address, &err.to_string()),
+                }
+            }
+        }
         let max = ctx.config.smtpd.max_recipients;
         let ip = self.peer.ip();
-        let trusted = self.trusted;
         let Some(txn) = self.txn.as_mut() else {
             return Next::Continue;
         };
         match resolution {
-            Ok(Resolution::NotLocal) => {
-                if !ctx.policy.allows(trusted, &address) {
-                    log!(
-                        ctx.logger,
-                        "smtpd",
-                        "NOQUEUE: reject: RCPT from [{ip}]: 554 5.7.1 <{address}>: Relay access denied"
-                    );
-                    self.reply_fmt(format_args!("554 5.7.1 <{address}>: Relay access denied"));
-                    self.errors += 1;
-                    return Next::Continue;
-                }
+            Resolution::NotLocal => {
                 if !txn.add_recipients(std::iter::once(address), max) {
                     self.reply("452 4.5.3 Error: too many recipients");
                     return Next::Continue;
                 }
             }
-            Ok(Resolution::Accept(targets)) => {
+            Resolution::Accept(targets) => {
                 // An alias may not take the message past the recipient limit.
                 if !txn.add_recipients(targets.into_iter(), max) {
                     log!(
@@ -166,7 +221,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     return Next::Continue;
                 }
             }
-            Ok(Resolution::Discard) => {
+            Resolution::Discard => {
                 txn.has_discarded = true;
                 log!(
                     ctx.logger,
@@ -175,55 +230,75 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     qid(txn.id)
                 );
             }
-            Ok(Resolution::Unknown) => {
-                log!(
-                    ctx.logger,
-                    "smtpd",
-                    "NOQUEUE: reject: RCPT from [{ip}]: 550 5.1.1 <{address}>: User unknown"
-                );
-                self.reply_fmt(format_args!(
-                    "550 5.1.1 <{address}>: Recipient address rejected: User unknown in virtual mailbox table"
-                ));
-                return self.error_counted();
-            }
-            Err(err) => {
-                log!(
-                    ctx.logger,
-                    "smtpd",
-                    "NOQUEUE: reject: RCPT from [{ip}]: 451 4.3.0 <{address}>: Temporary lookup failure: {err}"
-                );
-                self.reply_fmt(format_args!(
-                    "451 4.3.0 <{address}>: Temporary lookup failure"
-                ));
-                return Next::Continue;
-            }
+            Resolution::Unknown => return self.unknown_user(&address, "virtual mailbox table"),
         }
         self.reply("250 2.1.5 Ok");
         Next::Continue
     }
 
+    /// `550 5.1.1 User unknown`, logged and counted as an error.
+    fn unknown_user(&mut self, address: &str, table: &str) -> Next {
+        let ip = self.peer.ip();
+        log!(
+            self.ctx.logger,
+            "smtpd",
+            "NOQUEUE: reject: RCPT from [{ip}]: 550 5.1.1 <{address}>: User unknown in {table}"
+        );
+        self.reply_fmt(format_args!(
+            "550 5.1.1 <{address}>: Recipient address rejected: User unknown in {table}"
+        ));
+        self.error_counted()
+    }
+
+    /// `451 4.3.0`: a table could not answer; never a 5xx.
+    fn lookup_failed(&mut self, address: &str, err: &str) -> Next {
+        let ip = self.peer.ip();
+        log!(
+            self.ctx.logger,
+            "smtpd",
+            "NOQUEUE: reject: RCPT from [{ip}]: 451 4.3.0 <{address}>: Temporary lookup failure: {err}"
+        );
+        self.reply_fmt(format_args!("451 4.3.0 <{address}>: Temporary lookup failure"));
+        Next::Continue
+    }
+
     fn data(&mut self) -> Next {
         let Some(txn) = self.txn.as_mut() else {
-            return self.error("503 5.5.1 Error: need MAIL command");
+            return self.refuse_data("503 5.5.1 Error: need MAIL command");
         };
         if txn.bdat {
-            return self.error("503 5.5.1 Error: DATA after BDAT");
+            return self.refuse_data("503 5.5.1 Error: DATA after BDAT");
         }
         if txn.recipients.is_empty() && !txn.has_discarded {
-            return self.error("554 5.5.1 Error: no valid recipients");
+            return self.refuse_data("554 5.5.1 Error: no valid recipients");
         }
         self.start_body();
         let smtpd = &self.ctx.config.smtpd;
         self.mode = Mode::Data(DataDecoder::new(DataLimits {
             max_size: smtpd.message_size_limit,
-            max_line: if smtpd.text_line_limit == 0 {
-                usize::MAX
-            } else {
-                smtpd.text_line_limit
-            },
+            max_line: self.text_line_limit(),
             bare_line: self.bare_line_policy(),
         }));
         self.reply("354 End data with <CR><LF>.<CR><LF>");
+        Next::Continue
+    }
+
+    /// Refuses DATA. Whatever the client sent behind it without waiting
+    /// for the reply (RFC 2920 §3.1: DATA ends a pipelined group) is the
+    /// message, not commands: the session ends rather than run it.
+    fn refuse_data(&mut self, reply: &str) -> Next {
+        if self.error(reply) == Next::Close {
+            return Next::Close;
+        }
+        if self.pipelined_more {
+            log!(
+                self.ctx.logger,
+                "smtpd",
+                "improper command pipelining after DATA from [{}]; disconnecting",
+                self.peer.ip()
+            );
+            return Next::Close;
+        }
         Next::Continue
     }
 
@@ -257,26 +332,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         Next::Continue
     }
 
-    fn parse_error(&mut self, err: ParseError) -> Next {
-        match err {
-            ParseError::UnknownCommand => self.error("500 5.5.1 Error: command not recognized"),
-            ParseError::InvalidSenderAddress => self.error("501 5.1.7 Bad sender address syntax"),
-            ParseError::InvalidRecipientAddress => {
-                self.error("501 5.1.3 Bad recipient address syntax")
-            }
-            ParseError::SyntaxError { syntax } => {
-                self.reply_fmt(format_args!("501 5.5.4 Syntax: {syntax}"));
-                self.error_counted()
-            }
-            ParseError::InvalidParameter { param } => {
-                self.reply_fmt(format_args!("501 5.5.4 Invalid parameter {param:?}"));
-                self.error_counted()
-            }
-            ParseError::UnsupportedParameter { param } => {
-                self.reply_fmt(format_args!("555 5.5.4 Unsupported parameter {param:?}"));
-                self.error_counted()
-            }
-            _ => self.error("501 5.5.4 Syntax error"),
+    fn parse_error(&mut self, err: CommandError) -> Next {
+        self.reply(&err.reply());
+        if err == CommandError::BdatSyntax {
+            // The chunk that follows cannot be found: no way to stay in sync.
+            return Next::Close;
         }
+        self.error_counted()
     }
 }

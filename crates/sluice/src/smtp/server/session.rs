@@ -52,7 +52,11 @@ pub struct Session<S> {
     pub(super) esmtp: bool,
     pub(super) txn: Option<Transaction>,
     pub(super) errors: u32,
+    /// NOOP, RSET, VRFY, HELP, EHLO/HELO so far (junk_command_limit).
+    pub(super) junk: u32,
     pub(super) messages: u32,
+    /// More input was already buffered behind the command being run.
+    pub(super) pipelined_more: bool,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
@@ -72,7 +76,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             esmtp: false,
             txn: None,
             errors: 0,
+            junk: 0,
             messages: 0,
+            pipelined_more: false,
         }
     }
 
@@ -81,6 +87,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         let ctx = self.ctx.clone();
         let (ip, port) = (self.peer.ip(), self.peer.port());
         log!(ctx.logger, "smtpd", "connect from [{ip}]:{port}");
+        if self.talks_before_greeting().await {
+            log!(ctx.logger, "smtpd", "PREGREET from [{ip}]:{port}: client talked before the greeting; disconnecting");
+            self.reply_fmt(format_args!(
+                "554 5.5.1 {} Error: SMTP protocol synchronization (talked before the greeting)",
+                ctx.config.hostname
+            ));
+            let _ = self.flush(Duration::from_secs(5)).await;
+            return;
+        }
         self.reply_fmt(format_args!(
             "220 {} {}",
             ctx.config.hostname, ctx.config.smtpd.banner
@@ -95,6 +110,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             self.messages,
             self.errors
         );
+    }
+
+    /// Waits `greet_pause_ms` before the greeting; true if the client sent
+    /// anything meanwhile (RFC 5321 §4.3.1: the client waits for the 220).
+    async fn talks_before_greeting(&mut self) -> bool {
+        let pause = Duration::from_millis(self.ctx.config.smtpd.greet_pause_ms);
+        if pause.is_zero() {
+            return false;
+        }
+        match tokio::time::timeout(pause, self.io.read_buf(&mut self.inbuf)).await {
+            Ok(Ok(n)) => n > 0,
+            Ok(Err(_)) => true,
+            Err(_) => false,
+        }
     }
 
     async fn converse(&mut self) -> std::io::Result<()> {
@@ -168,6 +197,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     Frame::Line(n) => {
                         let line = &inbuf[pos..pos + n];
                         pos += n;
+                        self.pipelined_more = pos < inbuf.len();
                         next = self.command(line).await;
                     }
                 },

@@ -26,6 +26,7 @@ const MEMORY_EXHAUSTED: &str =
 const TOO_BIG: &str = "552 5.3.4 Error: message file too big";
 const BARE_LINE_END: &str =
     "554 5.6.0 Error: bare <CR> or <LF> in message; lines must end with <CR><LF>";
+const NUL_IN_MESSAGE: &str = "554 5.6.0 Error: NUL character in message";
 const LINE_TOO_LONG: &str = "554 5.6.0 Error: message line longer than 1000 octets (RFC 5321)";
 
 /// Bytes reserved from the body-memory budget at a time.
@@ -163,30 +164,37 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         }
     }
 
-    /// The end of a BDAT chunk; only `LAST` ends the transaction.
+    /// The end of a BDAT chunk; only `LAST` ends the transaction. A chunk
+    /// that makes the message too big (or over the memory budget) is
+    /// refused at once and ends the transaction (RFC 3030 §4.2), so the
+    /// client does not upload the rest for nothing.
     pub(super) async fn end_of_chunk(&mut self, last: bool) {
         let Some(txn) = self.txn.as_ref() else { return };
-        if !last {
-            if txn.reject.is_some() {
-                // Keep reading, but do not pretend the octets were kept.
-                self.reply("250 2.0.0 Ok: chunk read (message will be refused)");
-            } else {
-                let len = txn.body.len();
-                self.reply_fmt(format_args!("250 2.0.0 Ok: {len} octets received"));
-            }
+        if !last && txn.reject.is_none() {
+            let len = txn.body.len();
+            self.reply_fmt(format_args!("250 2.0.0 Ok: {len} octets received"));
             return;
         }
         let Some(mut txn) = self.txn.take() else {
             return;
         };
         let mut flaws = DataFlaws::default();
-        if txn.reject.is_none() && data::has_bare_cr_or_lf(&txn.body) {
-            match self.bare_line_policy() {
-                BareLinePolicy::Reject => flaws.bare_cr_or_lf = true,
-                BareLinePolicy::Normalize => txn.body = data::normalize_line_ends(&txn.body),
+        if txn.reject.is_none() {
+            flaws = data::scan_body(&txn.body, self.text_line_limit());
+            if flaws.bare_cr_or_lf && self.bare_line_policy() == BareLinePolicy::Normalize {
+                txn.body = data::normalize_line_ends(&txn.body);
+                flaws.bare_cr_or_lf = false;
             }
         }
         self.finish(txn, flaws).await;
+    }
+
+    /// `text_line_limit`, with 0 meaning none.
+    pub(super) fn text_line_limit(&self) -> usize {
+        match self.ctx.config.smtpd.text_line_limit {
+            0 => usize::MAX,
+            n => n,
+        }
     }
 
     /// The one end of every transaction, DATA or BDAT: refuse, or spool
@@ -197,6 +205,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             Some(Reject::TooBig) => Some(TOO_BIG),
             None if flaws.too_big => Some(TOO_BIG),
             None if flaws.bare_cr_or_lf => Some(BARE_LINE_END),
+            None if flaws.nul => Some(NUL_IN_MESSAGE),
             None if flaws.line_too_long => Some(LINE_TOO_LONG),
             None if body::received_headers(&txn.body) > self.ctx.config.smtpd.hop_count_limit => {
                 Some("554 5.4.6 Error: too many hops (mail loop?)")
