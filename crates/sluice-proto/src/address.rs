@@ -197,7 +197,9 @@ fn is_atext(c: char) -> bool {
 
 /// RFC 5321 Dot-string: atoms of atext joined by single dots.
 pub fn is_dot_string(s: &str) -> bool {
-    !s.is_empty() && s.split('.').all(|a| !a.is_empty() && a.chars().all(is_atext))
+    !s.is_empty()
+        && s.split('.')
+            .all(|a| !a.is_empty() && a.chars().all(is_atext))
 }
 
 /// The local part as it should be written: a dot-string as is, anything
@@ -360,11 +362,24 @@ mod tests {
     fn special_paths_and_routing() {
         assert_eq!(parse_path("<>").unwrap().0, Path::Null);
         assert_eq!(parse_path("<PostMaster>").unwrap().0, Path::Postmaster);
-        assert_eq!(parse_path("<@a.example:postmaster>"), Err(AddressError::NoDomain));
+        assert_eq!(
+            parse_path("<@a.example:postmaster>"),
+            Err(AddressError::NoDomain)
+        );
         let (path, rest) = parse_path("<a@b.example> SIZE=10").unwrap();
         assert_eq!(rest, " SIZE=10");
-        assert!(matches!(path, Path::Mailbox { source_route: false, .. }));
-        for routed in ["<v%evil@ours.example>", "<evil!v@ours.example>", "<\"v@evil\"@ours.example>"] {
+        assert!(matches!(
+            path,
+            Path::Mailbox {
+                source_route: false,
+                ..
+            }
+        ));
+        for routed in [
+            "<v%evil@ours.example>",
+            "<evil!v@ours.example>",
+            "<\"v@evil\"@ours.example>",
+        ] {
             match parse_path(routed).unwrap().0 {
                 Path::Mailbox { mailbox, .. } => assert!(mailbox.has_routing(), "{routed}"),
                 other => panic!("{other:?}"),

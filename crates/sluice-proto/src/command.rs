@@ -22,7 +22,10 @@ pub enum Command<'a> {
     Mail(Path, MailParams),
     Rcpt(Path),
     Data,
-    Bdat { size: usize, last: bool },
+    Bdat {
+        size: usize,
+        last: bool,
+    },
     Rset,
     Noop,
     Quit,
@@ -279,28 +282,72 @@ mod tests {
 
     #[test]
     fn verbs() {
-        assert_eq!(parse("ehlo  client.example\r\n"), Ok(Command::Ehlo("client.example".into())));
-        assert_eq!(parse("HELO [127.0.0.1]\r\n"), Ok(Command::Helo("[127.0.0.1]".into())));
-        assert_eq!(parse("HELO my_host\r\n"), Ok(Command::Helo("my_host".into())));
+        assert_eq!(
+            parse("ehlo  client.example\r\n"),
+            Ok(Command::Ehlo("client.example".into()))
+        );
+        assert_eq!(
+            parse("HELO [127.0.0.1]\r\n"),
+            Ok(Command::Helo("[127.0.0.1]".into()))
+        );
+        assert_eq!(
+            parse("HELO my_host\r\n"),
+            Ok(Command::Helo("my_host".into()))
+        );
         assert_eq!(parse("DATA\r\n"), Ok(Command::Data));
-        assert_eq!(parse("BDAT 10 LAST\r\n"), Ok(Command::Bdat { size: 10, last: true }));
+        assert_eq!(
+            parse("BDAT 10 LAST\r\n"),
+            Ok(Command::Bdat {
+                size: 10,
+                last: true
+            })
+        );
         assert_eq!(parse("NOOP anything\r\n"), Ok(Command::Noop));
-        assert_eq!(parse("AUTH PLAIN AGEAYg==\r\n"), Ok(Command::Auth("PLAIN", Some("AGEAYg=="))));
+        assert_eq!(
+            parse("AUTH PLAIN AGEAYg==\r\n"),
+            Ok(Command::Auth("PLAIN", Some("AGEAYg==")))
+        );
         assert_eq!(parse("FROB\r\n"), Err(CommandError::Unknown));
     }
 
     #[test]
     fn strict_refusals() {
-        for line in ["DATA foo\r\n", "RSET x\r\n", "QUIT now\r\n", "STARTTLS x\r\n"] {
-            assert!(matches!(parse(line), Err(CommandError::Syntax(_))), "{line}");
+        for line in [
+            "DATA foo\r\n",
+            "RSET x\r\n",
+            "QUIT now\r\n",
+            "STARTTLS x\r\n",
+        ] {
+            assert!(
+                matches!(parse(line), Err(CommandError::Syntax(_))),
+                "{line}"
+            );
         }
-        for line in ["EHLO a;b(\r\n", "EHLO a b\r\n", "HELO\r\n", "EHLO [1.2.3]\r\n"] {
-            assert!(matches!(parse(line), Err(CommandError::Syntax(_))), "{line}");
+        for line in [
+            "EHLO a;b(\r\n",
+            "EHLO a b\r\n",
+            "HELO\r\n",
+            "EHLO [1.2.3]\r\n",
+        ] {
+            assert!(
+                matches!(parse(line), Err(CommandError::Syntax(_))),
+                "{line}"
+            );
         }
-        for line in [&b"EHLO a\x1bb\r\n"[..], b"RCPT TO:<us\rer@x.example>\r\n", b"RCPT TO:<a\x7fb@x.example>\r\n", b"MAIL FROM:<\xff@x.example>\r\n"] {
+        for line in [
+            &b"EHLO a\x1bb\r\n"[..],
+            b"RCPT TO:<us\rer@x.example>\r\n",
+            b"RCPT TO:<a\x7fb@x.example>\r\n",
+            b"MAIL FROM:<\xff@x.example>\r\n",
+        ] {
             assert_eq!(parse_command(line), Err(CommandError::BadOctet), "{line:?}");
         }
-        for line in ["BDAT 99999999999999999999999 LAST\r\n", "BDAT x\r\n", "BDAT 1 FIRST\r\n", "BDAT\r\n"] {
+        for line in [
+            "BDAT 99999999999999999999999 LAST\r\n",
+            "BDAT x\r\n",
+            "BDAT 1 FIRST\r\n",
+            "BDAT\r\n",
+        ] {
             assert_eq!(parse(line), Err(CommandError::BdatSyntax), "{line}");
         }
     }
@@ -323,7 +370,10 @@ mod tests {
             "RCPT TO:<a@b.example> NOTIFY=NEVER\r\n",
             "RCPT TO:<a@b.example> ORCPT=rfc822;x@y\r\n",
         ] {
-            assert!(matches!(parse(line), Err(CommandError::Parameter(_))), "{line}");
+            assert!(
+                matches!(parse(line), Err(CommandError::Parameter(_))),
+                "{line}"
+            );
         }
         assert!(matches!(
             parse("RCPT TO:<a@b.example>junk\r\n"),

@@ -88,10 +88,17 @@ mod tests {
         }
         let text = String::from_utf8(wire).unwrap();
         assert!(text.starts_with("Subject: sss") && text.contains("\r\n sss"));
-        assert_eq!(text.matches('q').count(), 5000, "nothing lost from the body");
+        assert_eq!(
+            text.matches('q').count(),
+            5000,
+            "nothing lost from the body"
+        );
         assert!(text.contains("\r\n..ddd"), "a dot-led piece is stuffed");
         let plain = "a\r\n".repeat(3);
-        assert!(matches!(wrap_long_lines(plain.as_bytes()), Cow::Borrowed(_)));
+        assert!(matches!(
+            wrap_long_lines(plain.as_bytes()),
+            Cow::Borrowed(_)
+        ));
     }
 
     #[test]

@@ -17,4 +17,3 @@ pub mod command;
 pub mod data;
 pub mod dotstuff;
 pub mod line;
-

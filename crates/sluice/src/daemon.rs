@@ -114,7 +114,7 @@ impl Server {
                 &config.data_dir,
                 &logger,
             )
-                .map_err(StartError::Config)?,
+            .map_err(StartError::Config)?,
         );
         let router = Router::new(
             &config.transport,

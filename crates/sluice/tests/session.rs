@@ -69,8 +69,14 @@ async fn run(name: &str, chunks: &[&[u8]]) -> (Vec<String>, Vec<Event>) {
     let ctx = Arc::new(SessionContext {
         policy: RelayPolicy::new(config.mynetworks(), &config.smtpd.relay_domains),
         mailboxes: Arc::new(
-            VirtualMailboxes::build(&config.local, &None, &config.tables, &dir, &Logger::disabled())
-                .unwrap(),
+            VirtualMailboxes::build(
+                &config.local,
+                &None,
+                &config.tables,
+                &dir,
+                &Logger::disabled(),
+            )
+            .unwrap(),
         ),
         config: Arc::new(config),
         spool: spool.clone(),

@@ -92,7 +92,10 @@ async fn control_octets_bad_utf8_and_bad_names_get_501() {
         assert!(r.starts_with("501"), "{helo:?}: {r}");
     }
     assert!(c.cmd("EHLO client.test").await.starts_with("250"));
-    assert!(c.cmd("MAIL FROM:<a@sender.test> SMTPUTF8").await.starts_with("250"));
+    assert!(c
+        .cmd("MAIL FROM:<a@sender.test> SMTPUTF8")
+        .await
+        .starts_with("250"));
     let bad: [&[u8]; 5] = [
         b"RCPT TO:<\"\x1b[2J\"@dest.test>\r\n",
         b"RCPT TO:<a\x7fb@dest.test>\r\n",
@@ -123,7 +126,9 @@ async fn postmaster_and_address_literals() {
     cfg.postmaster = Some("admin@ours.test".into());
     let (server, addr) = start(cfg).await;
     let mut c = Client::ready(addr).await;
-    let r = c.message("a@sender.test", &["Postmaster"], &body("pm")).await;
+    let r = c
+        .message("a@sender.test", &["Postmaster"], &body("pm"))
+        .await;
     assert!(r.starts_with("250 2.0.0"), "{r}");
     assert!(wait_until(10, || sink.count() == 1).await);
     assert_eq!(sink.messages()[0].recipients, ["admin@ours.test"]);
@@ -228,7 +233,8 @@ async fn bdat_syntax_error_closes_the_session() {
     let dir = temp_dir("strict-bdat-syntax");
     let (server, addr) = start(config(&dir, None)).await;
     let mut c = Client::ready(addr).await;
-    c.send(b"BDAT 99999999999999999999999 LAST\r\nRSET\r\n").await;
+    c.send(b"BDAT 99999999999999999999999 LAST\r\nRSET\r\n")
+        .await;
     let mut replies = String::new();
     loop {
         let r = c.reply().await;
@@ -238,7 +244,10 @@ async fn bdat_syntax_error_closes_the_session() {
         replies.push_str(&r);
     }
     assert!(replies.starts_with("501"), "{replies}");
-    assert!(!replies.contains("250"), "the chunk is not read as commands: {replies}");
+    assert!(
+        !replies.contains("250"),
+        "the chunk is not read as commands: {replies}"
+    );
     server.shutdown().await;
 }
 
@@ -254,20 +263,27 @@ async fn text_lines_nul_and_bdat_limits() {
     let dotted = format!("Subject: d\r\n\r\n..{}\r\n", "x".repeat(997));
     let r = c.message("a@b.test", &["x@dest.test"], &dotted).await;
     assert!(r.starts_with("250 2.0.0"), "{r}");
-    let r = c.message("a@b.test", &["x@dest.test"], "Subject: n\r\n\r\na\0b\r\n").await;
+    let r = c
+        .message("a@b.test", &["x@dest.test"], "Subject: n\r\n\r\na\0b\r\n")
+        .await;
     assert!(r.starts_with("554 5.6.0"), "NUL in DATA: {r}");
     // BDAT: the same line limit and NUL rule as DATA.
-    for body in [format!("Subject: l\r\n\r\n{}\r\n", "y".repeat(5000)), "Subject: n\r\n\r\na\0b\r\n".into()] {
+    for body in [
+        format!("Subject: l\r\n\r\n{}\r\n", "y".repeat(5000)),
+        "Subject: n\r\n\r\na\0b\r\n".into(),
+    ] {
         assert!(c.cmd("MAIL FROM:<a@b.test>").await.starts_with("250"));
         assert!(c.cmd("RCPT TO:<x@dest.test>").await.starts_with("250"));
-        c.send(format!("BDAT {} LAST\r\n{body}", body.len()).as_bytes()).await;
+        c.send(format!("BDAT {} LAST\r\n{body}", body.len()).as_bytes())
+            .await;
         let r = c.reply().await;
         assert!(r.starts_with("554 5.6.0"), "{r}");
     }
     // BDAT over the size limit is refused on the chunk that overflows.
     assert!(c.cmd("MAIL FROM:<a@b.test>").await.starts_with("250"));
     assert!(c.cmd("RCPT TO:<x@dest.test>").await.starts_with("250"));
-    c.send(format!("BDAT 20000\r\n{}", "z".repeat(20000)).as_bytes()).await;
+    c.send(format!("BDAT 20000\r\n{}", "z".repeat(20000)).as_bytes())
+        .await;
     let r = c.reply().await;
     assert!(r.starts_with("552 5.3.4"), "{r}");
     assert!(wait_until(10, || sink.count() == 1).await);
@@ -289,7 +305,11 @@ async fn no_line_over_1000_octets_is_sent_on() {
     assert!(wait_until(10, || sink.count() == 1).await);
     let got = sink.messages()[0].body.clone();
     for line in got.split(|&b| b == b'\n') {
-        assert!(line.len() <= 1000, "a line of {} octets was sent", line.len());
+        assert!(
+            line.len() <= 1000,
+            "a line of {} octets was sent",
+            line.len()
+        );
     }
     assert_eq!(got.iter().filter(|&&b| b == b'#').count(), 5000);
     server.shutdown().await;
@@ -312,7 +332,11 @@ async fn unknown_users_in_relay_domains_are_refused_at_rcpt() {
     let mut c = Client::ready(addr).await;
     let replies = rcpts(
         &mut c,
-        &["<nosuch@ours.test>", "<known@ours.test>", "<any@open.ours.test>"],
+        &[
+            "<nosuch@ours.test>",
+            "<known@ours.test>",
+            "<any@open.ours.test>",
+        ],
     )
     .await;
     assert!(replies[0].starts_with("550 5.1.1"), "{}", replies[0]);

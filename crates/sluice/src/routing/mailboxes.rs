@@ -287,7 +287,8 @@ mod tests {
             maildir_base: Some("/base".into()),
             ..Default::default()
         };
-        let local = VirtualMailboxes::build(&config, &None, &tables, dir, &Logger::disabled()).unwrap();
+        let local =
+            VirtualMailboxes::build(&config, &None, &tables, dir, &Logger::disabled()).unwrap();
         assert_eq!(
             local.resolve("x@else.test").await.unwrap(),
             Resolution::NotLocal

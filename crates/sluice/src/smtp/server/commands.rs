@@ -21,10 +21,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         };
         if matches!(
             command,
-            Command::Noop | Command::Rset | Command::Vrfy | Command::Help | Command::Ehlo(_) | Command::Helo(_)
+            Command::Noop
+                | Command::Rset
+                | Command::Vrfy
+                | Command::Help
+                | Command::Ehlo(_)
+                | Command::Helo(_)
         ) {
             self.junk += 1;
-            if self.junk > self.ctx.config.smtpd.junk_command_limit && self.error_counted() == Next::Close {
+            if self.junk > self.ctx.config.smtpd.junk_command_limit
+                && self.error_counted() == Next::Close
+            {
                 return Next::Close;
             }
         }
@@ -258,7 +265,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             "smtpd",
             "NOQUEUE: reject: RCPT from [{ip}]: 451 4.3.0 <{address}>: Temporary lookup failure: {err}"
         );
-        self.reply_fmt(format_args!("451 4.3.0 <{address}>: Temporary lookup failure"));
+        self.reply_fmt(format_args!(
+            "451 4.3.0 <{address}>: Temporary lookup failure"
+        ));
         Next::Continue
     }
 

@@ -88,7 +88,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         let (ip, port) = (self.peer.ip(), self.peer.port());
         log!(ctx.logger, "smtpd", "connect from [{ip}]:{port}");
         if self.talks_before_greeting().await {
-            log!(ctx.logger, "smtpd", "PREGREET from [{ip}]:{port}: client talked before the greeting; disconnecting");
+            log!(
+                ctx.logger,
+                "smtpd",
+                "PREGREET from [{ip}]:{port}: client talked before the greeting; disconnecting"
+            );
             self.reply_fmt(format_args!(
                 "554 5.5.1 {} Error: SMTP protocol synchronization (talked before the greeting)",
                 ctx.config.hostname
