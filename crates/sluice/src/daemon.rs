@@ -26,6 +26,7 @@ use crate::routing::mailboxes::VirtualMailboxes;
 use crate::routing::policy::RelayPolicy;
 use crate::routing::Router;
 use crate::smtp::client::SmtpAgent;
+use crate::smtp::server::anvil::{self, Anvil};
 use crate::smtp::server::{accept_loop, bind, SessionContext};
 
 #[derive(Debug, thiserror::Error)]
@@ -144,6 +145,7 @@ impl Server {
             body_memory: Arc::new(Semaphore::new(
                 config.smtpd.message_memory_budget_kib as usize,
             )),
+            anvil: Anvil::new(anvil::Limits::from_config(&config.smtpd)),
         });
         let (shutdown, _) = watch::channel(false);
         spawn_lookup_stats(&mailboxes, &logger, shutdown.subscribe());

@@ -83,6 +83,7 @@ async fn run(name: &str, chunks: &[&[u8]]) -> (Vec<String>, Vec<Event>) {
         logger: Logger::disabled(),
         queue,
         body_memory: Arc::new(tokio::sync::Semaphore::new(1 << 20)),
+        anvil: sluice::smtp::server::anvil::Anvil::new(Default::default()),
     });
     let writes = Arc::new(Mutex::new(Vec::new()));
     let io = Scripted {

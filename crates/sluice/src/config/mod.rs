@@ -83,6 +83,24 @@ pub struct SmtpdConfig {
     /// NOOP, RSET, VRFY, HELP and EHLO/HELO a session may send before they
     /// count as errors (Postfix: smtpd_junk_command_limit).
     pub junk_command_limit: u32,
+    /// A session ends with `421 4.4.2` after this many seconds, busy or not.
+    pub max_session_secs: u64,
+    /// Inside DATA/BDAT a client must average at least this many octets a
+    /// second after the first `data_timeout_secs` (Postfix:
+    /// smtpd_min_data_rate); 0 = only the silence timeout applies.
+    pub min_data_rate: u64,
+    /// Per-client limits (0 = none); clients in `mynetworks` are exempt,
+    /// as in Postfix. Concurrent sessions per address (Postfix:
+    /// smtpd_client_connection_count_limit):
+    pub client_connection_limit: u32,
+    /// New sessions per address per minute (`421 4.7.0`).
+    pub client_connection_rate_limit: u32,
+    /// MAIL commands per address per minute (`450 4.7.1`).
+    pub client_message_rate_limit: u32,
+    /// RCPT commands per address per minute (`450 4.7.1`).
+    pub client_recipient_rate_limit: u32,
+    /// Failed AUTH attempts per address per minute before `421 4.7.0`.
+    pub client_auth_failure_limit: u32,
     /// Text after the hostname in the 220 greeting.
     pub banner: String,
     /// More `Received:` headers than this means a mail loop: `554 5.4.6`.
@@ -187,6 +205,13 @@ impl Default for SmtpdConfig {
             relay_recipient_table: None,
             greet_pause_ms: 0,
             junk_command_limit: 100,
+            max_session_secs: 3600,
+            min_data_rate: 500,
+            client_connection_limit: 50,
+            client_connection_rate_limit: 0,
+            client_message_rate_limit: 0,
+            client_recipient_rate_limit: 0,
+            client_auth_failure_limit: 10,
             banner: "ESMTP Sluice".into(),
             hop_count_limit: 50,
             message_memory_budget_kib: 1 << 20,

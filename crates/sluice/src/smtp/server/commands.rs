@@ -100,6 +100,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         if let Some(refusal) = self.unoffered_parameter(&params) {
             return self.error(&refusal);
         }
+        if !self.trusted && !self.ctx.anvil.message(self.peer.ip()) {
+            return self.over_rate("too much mail");
+        }
         let sender = match path {
             Path::Null => String::new(),
             Path::Mailbox { mailbox, .. } => mailbox.address(),
@@ -161,6 +164,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             self.reply("452 4.5.3 Error: too many recipients");
             return Next::Continue;
         }
+        if !self.trusted && !self.ctx.anvil.recipient(self.peer.ip()) {
+            return self.over_rate("too many recipients");
+        }
         if routed && !self.trusted {
             // RFC 2505 §2: %-hacks, bang paths, quoted @ and source routes
             // are relay attempts, whatever the domain (Postfix:
@@ -169,6 +175,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         }
         let postmaster = address == self.ctx.config.postmaster_address();
         self.recipient(address, postmaster).await
+    }
+
+    /// `450 4.7.1` for a client over a per-minute rate.
+    fn over_rate(&mut self, what: &str) -> Next {
+        let ip = self.peer.ip();
+        log!(
+            self.ctx.logger,
+            "smtpd",
+            "NOQUEUE: reject: from [{ip}]: 450 4.7.1 {what} from {ip} (rate limit)"
+        );
+        self.reply_fmt(format_args!("450 4.7.1 Error: {what} from {ip}"));
+        Next::Continue
     }
 
     /// `554 5.7.1 Relay access denied`, logged and counted as an error.

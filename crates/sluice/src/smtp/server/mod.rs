@@ -7,6 +7,7 @@
 //!
 //! Trust: peers are anonymous TCP clients; see `session.rs`.
 
+pub mod anvil;
 mod commands;
 mod session;
 mod transaction;
@@ -40,6 +41,8 @@ pub struct SessionContext {
     pub queue: QueueHandle,
     /// Permits of 1 KiB for bodies being received (see `message_memory_budget_kib`).
     pub body_memory: Arc<Semaphore>,
+    /// Per-client limits.
+    pub anvil: Arc<anvil::Anvil>,
 }
 
 pub fn bind(listen: &str) -> std::io::Result<TcpListener> {

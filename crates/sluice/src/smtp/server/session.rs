@@ -12,12 +12,13 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sluice_proto::data::DataDecoder;
 use sluice_proto::line::{Frame, LineError, LineFramer};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+use super::anvil::Refusal;
 use super::transaction::Transaction;
 use super::SessionContext;
 use crate::log;
@@ -87,6 +88,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         let ctx = self.ctx.clone();
         let (ip, port) = (self.peer.ip(), self.peer.port());
         log!(ctx.logger, "smtpd", "connect from [{ip}]:{port}");
+        let _slot = match self.trusted {
+            true => None,
+            false => match ctx.anvil.connect(ip) {
+                Ok(slot) => Some(slot),
+                Err(refusal) => return self.refuse_client(refusal).await,
+            },
+        };
         if self.talks_before_greeting().await {
             log!(
                 ctx.logger,
@@ -116,6 +124,23 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         );
     }
 
+    /// `421 4.7.0` for a client over its session or connection-rate limit.
+    async fn refuse_client(&mut self, refusal: Refusal) {
+        let ip = self.peer.ip();
+        let what = match refusal {
+            Refusal::TooManySessions => "too many connections",
+            Refusal::ConnectionRate => "too many connections per minute",
+        };
+        log!(
+            self.ctx.logger,
+            "smtpd",
+            "NOQUEUE: reject: connect from [{ip}]: 421 4.7.0 {what}"
+        );
+        let host = self.ctx.config.hostname.clone();
+        self.reply_fmt(format_args!("421 4.7.0 {host} Error: {what} from {ip}"));
+        let _ = self.flush(Duration::from_secs(5)).await;
+    }
+
     /// Waits `greet_pause_ms` before the greeting; true if the client sent
     /// anything meanwhile (RFC 5321 §4.3.1: the client waits for the 220).
     async fn talks_before_greeting(&mut self) -> bool {
@@ -130,37 +155,74 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         }
     }
 
+    /// The command loop. Deadlines, not per-read timers: a command line
+    /// must be complete within `idle_timeout_secs` of the previous one
+    /// (bytes trickled one at a time do not extend it); inside DATA/BDAT
+    /// the client has `data_timeout_secs` plus one second per
+    /// `min_data_rate` octets received; and the whole session ends after
+    /// `max_session_secs`. Each ends it with `421 4.4.2`.
     async fn converse(&mut self) -> std::io::Result<()> {
-        let idle = Duration::from_secs(self.ctx.config.smtpd.idle_timeout_secs.max(1));
-        let data_wait = Duration::from_secs(self.ctx.config.smtpd.data_timeout_secs.max(1));
+        let smtpd = &self.ctx.config.smtpd;
+        let idle = Duration::from_secs(smtpd.idle_timeout_secs.max(1));
+        let data_wait = Duration::from_secs(smtpd.data_timeout_secs.max(1));
+        let min_rate = smtpd.min_data_rate;
+        let session_end = Instant::now() + Duration::from_secs(smtpd.max_session_secs.max(1));
+        let mut command_deadline = Instant::now() + idle;
+        let mut data: Option<(Instant, u64)> = None;
         loop {
-            if self.process_input().await == Next::Close {
-                self.flush(idle).await?;
+            let before = self.inbuf.len();
+            let next = self.process_input().await;
+            self.flush(idle).await?;
+            if next == Next::Close {
                 return Ok(());
             }
-            self.flush(idle).await?;
-            let wait = match self.mode {
-                Mode::Command => idle,
-                _ => data_wait,
+            if self.inbuf.len() < before {
+                command_deadline = Instant::now() + idle;
+            }
+            let deadline = match self.mode {
+                Mode::Command => {
+                    data = None;
+                    command_deadline
+                }
+                _ => {
+                    let (start, got) = *data.get_or_insert((Instant::now(), 0));
+                    let earned = got.checked_div(min_rate).unwrap_or(u64::MAX / 4);
+                    start + data_wait + Duration::from_secs(earned.min(u32::MAX as u64))
+                }
             };
             if self.inbuf.capacity() - self.inbuf.len() < 2048 {
                 self.inbuf.reserve(16 << 10);
             }
-            match tokio::time::timeout(wait, self.io.read_buf(&mut self.inbuf)).await {
+            let until = deadline.min(session_end);
+            match tokio::time::timeout_at(until.into(), self.io.read_buf(&mut self.inbuf)).await {
                 Ok(Ok(0)) => return Ok(()),
-                Ok(Ok(_)) => {}
-                Ok(Err(err)) => return Err(err),
-                Err(_) => {
-                    let ctx = self.ctx.clone();
-                    self.reply_fmt(format_args!(
-                        "421 4.4.2 {} Error: timeout exceeded",
-                        ctx.config.hostname
-                    ));
-                    self.flush(idle).await?;
-                    return Ok(());
+                Ok(Ok(n)) => {
+                    if let Some((_, got)) = data.as_mut() {
+                        *got += n as u64;
+                    }
                 }
+                Ok(Err(err)) => return Err(err),
+                Err(_) => return self.timed_out(until == session_end, idle).await,
             }
         }
+    }
+
+    /// Ends the session on a deadline with `421 4.4.2`.
+    async fn timed_out(&mut self, session: bool, idle: Duration) -> std::io::Result<()> {
+        let what = if session {
+            "session time limit exceeded"
+        } else {
+            "timeout exceeded"
+        };
+        log!(
+            self.ctx.logger,
+            "smtpd",
+            "{what} from [{}] (421 4.4.2)",
+            self.peer.ip()
+        );
+        let host = self.ctx.config.hostname.clone();
+        self.reply_fmt(format_args!("421 4.4.2 {host} Error: {what}"));
+        self.flush(idle).await
     }
 
     /// Writes the collected replies; a client that does not read them
