@@ -27,6 +27,7 @@ use crate::routing::policy::RelayPolicy;
 use crate::routing::Router;
 use crate::smtp::client::SmtpAgent;
 use crate::smtp::server::anvil::{self, Anvil};
+use crate::smtp::server::tls::ServerTls;
 use crate::smtp::server::{accept_loop, bind, SessionContext};
 
 #[derive(Debug, thiserror::Error)]
@@ -96,6 +97,7 @@ pub struct Server {
     spool: Spool,
     logger: Logger,
     mailboxes: Arc<VirtualMailboxes>,
+    tls: Option<Arc<ServerTls>>,
     drain_deadline: Duration,
 }
 
@@ -111,6 +113,7 @@ impl Server {
             VirtualMailboxes::build(
                 &config.local,
                 &config.smtpd.relay_recipient_table,
+                &config.auth.table,
                 &config.tables,
                 &config.data_dir,
                 &logger,
@@ -123,6 +126,7 @@ impl Server {
             mailboxes.domains(),
         )
         .map_err(StartError::Config)?;
+        let tls = ServerTls::load(&config).map_err(StartError::Config)?;
         let agents = Arc::new(Agents::new(&config, &spool, &logger, &mailboxes));
         let (queue, rx) = QueueHandle::channel();
         let scheduler = Scheduler::new(
@@ -146,6 +150,8 @@ impl Server {
                 config.smtpd.message_memory_budget_kib as usize,
             )),
             anvil: Anvil::new(anvil::Limits::from_config(&config.smtpd)),
+            tls: tls.clone(),
+            credentials: mailboxes.credentials(),
         });
         let (shutdown, _) = watch::channel(false);
         spawn_lookup_stats(&mailboxes, &logger, shutdown.subscribe());
@@ -160,14 +166,30 @@ impl Server {
             spool,
             logger,
             mailboxes,
+            tls,
             drain_deadline: Duration::from_secs(config.queue.shutdown_drain_secs),
         })
     }
 
-    /// Reloads lookup tables (SIGHUP).
+    /// Reloads lookup tables and the TLS certificate (SIGHUP).
     pub fn reload(&self) {
         log!(self.logger, "master", "reload: lookup tables");
         self.mailboxes.reload();
+        if let Some(tls) = &self.tls {
+            match tls.reload() {
+                Ok(()) => log!(
+                    self.logger,
+                    "master",
+                    "reload: TLS certificate {}",
+                    tls.cert_path().display()
+                ),
+                Err(err) => log!(
+                    self.logger,
+                    "master",
+                    "reload: {err}; keeping the previous certificate"
+                ),
+            }
+        }
     }
 
     /// Stops accepting, ends sessions, drains deliveries in flight, then
@@ -230,16 +252,18 @@ fn listen(
     let sessions = Arc::new(Semaphore::new(config.smtpd.max_sessions.max(1)));
     let mut addrs = Vec::new();
     let mut listeners = Vec::new();
-    for listen in &config.smtpd.listen {
+    for lc in config.all_listeners() {
+        let listen = &lc.listen;
         let listener = bind(listen).map_err(|e| StartError::Listen(listen.clone(), e))?;
         let addr = listener
             .local_addr()
             .map_err(|e| StartError::Listen(listen.clone(), e))?;
-        log!(logger, "master", "listening on {addr}");
+        log!(logger, "master", "listening on {addr} ({:?})", lc.kind);
         addrs.push(addr);
         listeners.push(tokio::spawn(accept_loop(
             listener,
             ctx.clone(),
+            Arc::new(lc),
             sessions.clone(),
             shutdown.subscribe(),
         )));

@@ -1,5 +1,5 @@
-//! The `sluice` command: `serve` and `check-config`, plus the `bench` and
-//! `sink` tools. Arguments are parsed by clap (generated help, typed values,
+//! The `sluice` command: `serve`, `check-config` and `hash-password`, plus
+//! the `bench` and `sink` tools. Arguments are parsed by clap (generated help, typed values,
 //! unknown options refused).
 
 use std::net::SocketAddr;
@@ -29,6 +29,8 @@ enum Command {
     Sink(SinkArgs),
     /// An SMTP load generator.
     Bench(BenchArgs),
+    /// Read a password on stdin, print its argon2id hash for an `[auth]` table.
+    HashPassword,
 }
 
 #[derive(Args)]
@@ -124,6 +126,7 @@ fn main() -> ExitCode {
         Command::CheckConfig(c) => check_config(c),
         Command::Sink(a) => runtime.block_on(run_sink(a)),
         Command::Bench(a) => runtime.block_on(run_bench(a)),
+        Command::HashPassword => hash_password(),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -143,12 +146,27 @@ fn load_config(arg: &ConfigArg) -> Result<Config, String> {
 
 /// Loads the config and builds what `serve` would build from it (tables,
 /// routes), so a config that passes here does not fail at start.
+/// `sluice hash-password`: one line on stdin (without its newline).
+fn hash_password() -> Result<(), String> {
+    let mut line = String::new();
+    std::io::stdin()
+        .read_line(&mut line)
+        .map_err(|e| e.to_string())?;
+    let password = line.trim_end_matches(['\r', '\n']);
+    if password.is_empty() {
+        return Err("no password on stdin".into());
+    }
+    println!("{}", sluice::smtp::server::auth::hash_password(password)?);
+    Ok(())
+}
+
 fn check_config(arg: ConfigArg) -> Result<(), String> {
     let config = load_config(&arg)?;
     let logger = sluice::log::Logger::disabled();
     let mailboxes = sluice::routing::mailboxes::VirtualMailboxes::build(
         &config.local,
         &config.smtpd.relay_recipient_table,
+        &config.auth.table,
         &config.tables,
         &config.data_dir,
         &logger,
@@ -158,6 +176,9 @@ fn check_config(arg: ConfigArg) -> Result<(), String> {
         config.delivery.relayhost.as_deref(),
         mailboxes.domains(),
     )?;
+    if config.tls.cert_file.is_some() {
+        sluice::smtp::server::tls::ServerTls::load(&config)?;
+    }
     println!("configuration ok");
     Ok(())
 }

@@ -37,7 +37,11 @@ async fn command_errors_have_defined_replies() {
     );
     assert!(c.cmd("VRFY someone").await.starts_with("252 2.0.0"));
     assert!(c.cmd("HELP").await.starts_with("214 2.0.0"));
-    assert!(c.cmd("STARTTLS").await.starts_with("502 5.5.1"));
+    assert!(c.cmd("EXPN list").await.starts_with("502 5.5.1"));
+    assert!(
+        c.cmd("STARTTLS").await.starts_with("503 5.5.1"),
+        "not inside a transaction"
+    );
     assert!(c.cmd("RSET").await.starts_with("250 2.0.0"));
     assert!(c.cmd("NOOP").await.starts_with("250 2.0.0"));
     // NUL, bare LF, over-long line.

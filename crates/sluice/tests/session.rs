@@ -72,6 +72,7 @@ async fn run(name: &str, chunks: &[&[u8]]) -> (Vec<String>, Vec<Event>) {
             VirtualMailboxes::build(
                 &config.local,
                 &None,
+                &None,
                 &config.tables,
                 &dir,
                 &Logger::disabled(),
@@ -84,13 +85,16 @@ async fn run(name: &str, chunks: &[&[u8]]) -> (Vec<String>, Vec<Event>) {
         queue,
         body_memory: Arc::new(tokio::sync::Semaphore::new(1 << 20)),
         anvil: sluice::smtp::server::anvil::Anvil::new(Default::default()),
+        tls: None,
+        credentials: None,
     });
     let writes = Arc::new(Mutex::new(Vec::new()));
     let io = Scripted {
         input: chunks.iter().map(|c| c.to_vec()).collect(),
         writes: writes.clone(),
     };
-    Session::new(io, "127.0.0.1:40000".parse().unwrap(), ctx)
+    let listener = Arc::new(ctx.config.all_listeners().remove(0));
+    Session::new(io, "127.0.0.1:40000".parse().unwrap(), ctx, listener)
         .run()
         .await;
     let mut events = Vec::new();
@@ -158,7 +162,7 @@ async fn reply_table() {
         ("RCPT TO:<c@d.test>", "250 2.1.5"),
         ("RCPT TO:<c>", "501 5.1.3"),
         ("EXPN list", "502 5.5.1"),
-        ("AUTH PLAIN", "502 5.5.1"),
+        ("AUTH PLAIN", "503 5.5.1"),
         ("HELO", "501"),
     ];
     let mut input = b"EHLO a.test\r\n".to_vec();

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 pub mod hop;
+pub mod listener;
 pub mod local;
 pub mod tables;
 
@@ -34,6 +35,8 @@ pub struct Config {
     /// default `postmaster@<hostname>`. Accepted from any client.
     pub postmaster: Option<String>,
     pub smtpd: SmtpdConfig,
+    pub tls: listener::TlsConfig,
+    pub auth: listener::AuthConfig,
     pub spool: SpoolSettings,
     pub queue: QueueConfig,
     pub delivery: DeliveryConfig,
@@ -49,7 +52,11 @@ pub struct Config {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SmtpdConfig {
+    /// Plain SMTP listeners (port 25 style); see also `listeners`.
     pub listen: Vec<String>,
+    /// Listeners with a kind (`smtp`, `submission`, `submissions`) and
+    /// options (`proxy_protocol`, `auth_without_tls`).
+    pub listeners: Vec<listener::ListenerConfig>,
     /// Concurrent sessions; one more gets `421 4.3.2` and is closed.
     pub max_sessions: usize,
     /// Largest message accepted, octets (Postfix: message_size_limit).
@@ -177,6 +184,8 @@ impl Default for Config {
             log_file: None,
             postmaster: None,
             smtpd: SmtpdConfig::default(),
+            tls: listener::TlsConfig::default(),
+            auth: listener::AuthConfig::default(),
             spool: SpoolSettings::default(),
             queue: QueueConfig::default(),
             delivery: DeliveryConfig::default(),
@@ -191,6 +200,7 @@ impl Default for SmtpdConfig {
     fn default() -> Self {
         SmtpdConfig {
             listen: vec!["127.0.0.1:2525".into()],
+            listeners: Vec::new(),
             max_sessions: 10_000,
             message_size_limit: 10_240_000,
             max_recipients: 1000,
@@ -319,12 +329,29 @@ impl Config {
                 ConfigError::Invalid(format!("postmaster: {pm:?}: {}", why.text()))
             })?;
         }
-        for listen in &self.smtpd.listen {
-            listen.parse::<std::net::SocketAddr>().map_err(|_| {
-                ConfigError::Invalid(format!("smtpd.listen: bad address {listen:?}"))
+        for l in self.all_listeners() {
+            l.listen.parse::<std::net::SocketAddr>().map_err(|_| {
+                ConfigError::Invalid(format!("smtpd.listen: bad address {:?}", l.listen))
             })?;
+            if l.kind == listener::ListenerKind::Submissions && !self.tls.enabled {
+                return Err(ConfigError::Invalid(format!(
+                    "smtpd.listeners: {:?} is `submissions` (TLS) but [tls] is disabled",
+                    l.listen
+                )));
+            }
         }
         Ok(())
+    }
+
+    /// Every listener: `smtpd.listen` (kind smtp) then `smtpd.listeners`.
+    pub fn all_listeners(&self) -> Vec<listener::ListenerConfig> {
+        let plain = self.smtpd.listen.iter().map(|l| listener::ListenerConfig {
+            listen: l.clone(),
+            kind: listener::ListenerKind::Smtp,
+            proxy_protocol: false,
+            auth_without_tls: false,
+        });
+        plain.chain(self.smtpd.listeners.iter().cloned()).collect()
     }
 
     /// The address `RCPT TO:<Postmaster>` is delivered to.

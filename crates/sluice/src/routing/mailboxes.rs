@@ -41,6 +41,8 @@ pub struct VirtualMailboxes {
     aliases: Option<Arc<Table>>,
     /// Valid recipients in `relay_domains` (Postfix: relay_recipient_maps).
     relay_recipients: Option<Arc<Table>>,
+    /// SMTP AUTH users → password hashes (`[auth] table`).
+    credentials: Option<Arc<Table>>,
     base: PathBuf,
     template: String,
 }
@@ -50,6 +52,7 @@ impl VirtualMailboxes {
     pub fn build(
         config: &LocalConfig,
         relay_recipient_table: &Option<String>,
+        auth_table: &Option<String>,
         tables: &BTreeMap<String, TableConfig>,
         data_dir: &Path,
         logger: &Logger,
@@ -75,6 +78,7 @@ impl VirtualMailboxes {
             mailboxes: get(&config.mailbox_table, "mailbox_table")?,
             aliases: get(&config.alias_table, "alias_table")?,
             relay_recipients: get(relay_recipient_table, "relay_recipient_table")?,
+            credentials: get(auth_table, "auth.table")?,
             base: config
                 .maildir_base
                 .clone()
@@ -95,6 +99,11 @@ impl VirtualMailboxes {
 
     pub fn is_local_domain(&self, domain: &str) -> bool {
         self.domains.is_local_domain(domain)
+    }
+
+    /// The SMTP AUTH credentials table, if any.
+    pub fn credentials(&self) -> Option<Arc<Table>> {
+        self.credentials.clone()
     }
 
     /// Whether a recipient in `relay_domains` is known: its address or
@@ -242,10 +251,15 @@ impl VirtualMailboxes {
     }
 
     fn tables(&self) -> impl Iterator<Item = &Arc<Table>> {
-        [&self.mailboxes, &self.aliases, &self.relay_recipients]
-            .into_iter()
-            .flatten()
-            .chain(self.domains.tables())
+        [
+            &self.mailboxes,
+            &self.aliases,
+            &self.relay_recipients,
+            &self.credentials,
+        ]
+        .into_iter()
+        .flatten()
+        .chain(self.domains.tables())
     }
 
     /// Counter lines for LDAP tables (logged periodically).
@@ -288,7 +302,8 @@ mod tests {
             ..Default::default()
         };
         let local =
-            VirtualMailboxes::build(&config, &None, &tables, dir, &Logger::disabled()).unwrap();
+            VirtualMailboxes::build(&config, &None, &None, &tables, dir, &Logger::disabled())
+                .unwrap();
         assert_eq!(
             local.resolve("x@else.test").await.unwrap(),
             Resolution::NotLocal

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod slapd;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

@@ -67,9 +67,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 );
                 Next::Continue
             }
-            Command::Expn | Command::StartTls | Command::Auth(..) => {
-                self.error("502 5.5.1 Error: command not implemented")
-            }
+            Command::StartTls => self.starttls(),
+            Command::Auth(mechanism, initial) => self.auth(mechanism, initial).await,
+            Command::Expn => self.error("502 5.5.1 Error: command not implemented"),
         }
     }
 
@@ -81,13 +81,42 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         let name = &ctx.config.hostname;
         if esmtp {
             let size = ctx.config.smtpd.message_size_limit;
+            let starttls = if self.offers_starttls() {
+                "250-STARTTLS\r\n"
+            } else {
+                ""
+            };
+            let auth = if self.offers_auth() && self.auth.is_none() {
+                "250-AUTH PLAIN LOGIN\r\n"
+            } else {
+                ""
+            };
             self.reply_fmt(format_args!(
-                "250-{name}\r\n250-PIPELINING\r\n250-SIZE {size}\r\n250-8BITMIME\r\n250-ENHANCEDSTATUSCODES\r\n250-SMTPUTF8\r\n250 CHUNKING"
+                "250-{name}\r\n250-PIPELINING\r\n250-SIZE {size}\r\n{starttls}{auth}250-8BITMIME\r\n250-ENHANCEDSTATUSCODES\r\n250-SMTPUTF8\r\n250 CHUNKING"
             ));
         } else {
             self.reply_fmt(format_args!("250 {name}"));
         }
         Next::Continue
+    }
+
+    fn offers_starttls(&self) -> bool {
+        self.ctx.tls.is_some() && self.tls.is_none()
+    }
+
+    /// RFC 3207: `220`, then the handshake (see `Next::StartTls`).
+    fn starttls(&mut self) -> Next {
+        if self.tls.is_some() {
+            return self.error("503 5.5.1 Error: TLS already active");
+        }
+        if self.ctx.tls.is_none() {
+            return self.error("454 4.7.0 TLS not available");
+        }
+        if self.txn.is_some() {
+            return self.error("503 5.5.1 Error: MAIL transaction in progress");
+        }
+        self.reply("220 2.0.0 Ready to start TLS");
+        Next::StartTls
     }
 
     fn mail(&mut self, path: Path, params: MailParams) -> Next {
@@ -99,6 +128,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         }
         if let Some(refusal) = self.unoffered_parameter(&params) {
             return self.error(&refusal);
+        }
+        if self.listener.kind.requires_auth() && self.auth.is_none() {
+            if self.tls.is_none() && self.offers_starttls() {
+                return self.error("530 5.7.0 Must issue a STARTTLS command first");
+            }
+            return self.error("530 5.7.0 Authentication required");
         }
         if !self.trusted && !self.ctx.anvil.message(self.peer.ip()) {
             return self.over_rate("too much mail");
@@ -135,9 +170,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         if !self.esmtp && params.any() {
             return Some("555 5.5.4 Error: parameters need EHLO".into());
         }
+        // RFC 4954 §5: AUTH= is accepted (and not trusted) where AUTH is.
         params
             .auth
             .as_ref()
+            .filter(|_| !self.offers_auth() && self.auth.is_none())
             .map(|a| CommandError::Parameter(format!("AUTH={a}")).reply())
     }
 
@@ -167,7 +204,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         if !self.trusted && !self.ctx.anvil.recipient(self.peer.ip()) {
             return self.over_rate("too many recipients");
         }
-        if routed && !self.trusted {
+        if routed && !self.may_relay() {
             // RFC 2505 §2: %-hacks, bang paths, quoted @ and source routes
             // are relay attempts, whatever the domain (Postfix:
             // allow_untrusted_routing = no).
@@ -175,6 +212,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         }
         let postmaster = address == self.ctx.config.postmaster_address();
         self.recipient(address, postmaster).await
+    }
+
+    /// Clients in mynetworks and authenticated clients may relay.
+    pub(super) fn may_relay(&self) -> bool {
+        self.trusted || self.auth.is_some()
     }
 
     /// `450 4.7.1` for a client over a per-minute rate.
@@ -210,7 +252,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             Err(err) => return self.lookup_failed(&address, &err.to_string()),
         };
         if matches!(resolution, Resolution::NotLocal) && !postmaster {
-            if !ctx.policy.allows(self.trusted, &address) {
+            if !ctx.policy.allows(self.may_relay(), &address) {
                 return self.relay_denied(&address, "not a relay domain");
             }
             if ctx.policy.is_relay_domain(&address) {

@@ -8,8 +8,10 @@
 //! Trust: peers are anonymous TCP clients; see `session.rs`.
 
 pub mod anvil;
+pub mod auth;
 mod commands;
 mod session;
+pub mod tls;
 mod transaction;
 
 use std::net::SocketAddr;
@@ -23,6 +25,7 @@ use tokio::task::JoinSet;
 
 pub use session::Session;
 
+use crate::config::listener::ListenerConfig;
 use crate::config::Config;
 use crate::log;
 use crate::log::Logger;
@@ -43,6 +46,10 @@ pub struct SessionContext {
     pub body_memory: Arc<Semaphore>,
     /// Per-client limits.
     pub anvil: Arc<anvil::Anvil>,
+    /// STARTTLS and `submissions`; None when `[tls]` is disabled.
+    pub tls: Option<Arc<tls::ServerTls>>,
+    /// AUTH users and password hashes; None when AUTH is not offered.
+    pub credentials: Option<Arc<crate::tables::Table>>,
 }
 
 pub fn bind(listen: &str) -> std::io::Result<TcpListener> {
@@ -63,6 +70,7 @@ pub fn bind(listen: &str) -> std::io::Result<TcpListener> {
 pub async fn accept_loop(
     listener: TcpListener,
     ctx: Arc<SessionContext>,
+    listener_config: Arc<ListenerConfig>,
     permits: Arc<Semaphore>,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -86,8 +94,9 @@ pub async fn accept_loop(
         match permits.clone().try_acquire_owned() {
             Ok(permit) => {
                 let ctx = ctx.clone();
+                let lc = listener_config.clone();
                 sessions.spawn(async move {
-                    Session::new(stream, peer, ctx).run().await;
+                    Session::new(stream, peer, ctx, lc).run().await;
                     drop(permit);
                 });
             }

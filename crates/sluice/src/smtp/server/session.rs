@@ -19,12 +19,17 @@ use sluice_proto::line::{Frame, LineError, LineFramer};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::anvil::Refusal;
+use super::auth::AuthStep;
+use super::tls::Io;
 use super::transaction::Transaction;
 use super::SessionContext;
+use crate::config::listener::{ListenerConfig, ListenerKind};
 use crate::log;
 
 pub(super) enum Mode {
     Command,
+    /// Inside an AUTH exchange: the next line answers a `334`.
+    Auth(AuthStep),
     Data(DataDecoder),
     Bdat {
         remaining: usize,
@@ -38,10 +43,18 @@ pub(super) enum Mode {
 pub(super) enum Next {
     Continue,
     Close,
+    /// `220` to STARTTLS was queued: flush it, drop anything the client
+    /// pipelined behind it, and hand the stream to TLS.
+    StartTls,
 }
 
 pub struct Session<S> {
-    io: S,
+    io: Io<S>,
+    pub(super) listener: Arc<ListenerConfig>,
+    /// "TLSv1.3 with cipher …" once the session is encrypted.
+    pub(super) tls: Option<String>,
+    /// The AUTH user, once authenticated.
+    pub(super) auth: Option<String>,
     pub(super) ctx: Arc<SessionContext>,
     pub(super) peer: SocketAddr,
     pub(super) trusted: bool,
@@ -61,11 +74,19 @@ pub struct Session<S> {
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
-    pub fn new(io: S, peer: SocketAddr, ctx: Arc<SessionContext>) -> Self {
+    pub fn new(
+        io: S,
+        peer: SocketAddr,
+        ctx: Arc<SessionContext>,
+        listener: Arc<ListenerConfig>,
+    ) -> Self {
         let trusted = ctx.policy.is_trusted(peer.ip());
         let framer = LineFramer::new(ctx.config.smtpd.command_line_limit);
         Session {
-            io,
+            io: Io::Plain(io),
+            listener,
+            tls: None,
+            auth: None,
             ctx,
             peer,
             trusted,
@@ -95,6 +116,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 Err(refusal) => return self.refuse_client(refusal).await,
             },
         };
+        if self.listener.kind == ListenerKind::Submissions && !self.handshake().await {
+            return;
+        }
         if self.talks_before_greeting().await {
             log!(
                 ctx.logger,
@@ -173,14 +197,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             let before = self.inbuf.len();
             let next = self.process_input().await;
             self.flush(idle).await?;
-            if next == Next::Close {
-                return Ok(());
+            match next {
+                Next::Close => return Ok(()),
+                Next::StartTls if !self.handshake().await => return Ok(()),
+                _ => {}
             }
             if self.inbuf.len() < before {
                 command_deadline = Instant::now() + idle;
             }
             let deadline = match self.mode {
-                Mode::Command => {
+                Mode::Command | Mode::Auth(_) => {
                     data = None;
                     command_deadline
                 }
@@ -203,6 +229,48 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 }
                 Ok(Err(err)) => return Err(err),
                 Err(_) => return self.timed_out(until == session_end, idle).await,
+            }
+        }
+    }
+
+    /// The TLS handshake (STARTTLS or a `submissions` listener); false
+    /// when it failed and the session is over. RFC 3207 §4.2: the client
+    /// starts again from EHLO.
+    async fn handshake(&mut self) -> bool {
+        let Some(tls) = self.ctx.tls.clone() else {
+            return false;
+        };
+        let limit = Duration::from_secs(self.ctx.config.tls.handshake_timeout_secs.max(1));
+        let ip = self.peer.ip();
+        match tokio::time::timeout(limit, self.io.start_tls(tls.acceptor())).await {
+            Ok(Ok(())) => {
+                self.tls = self.io.tls_summary();
+                let summary = self.tls.as_deref().unwrap_or("TLS");
+                log!(
+                    self.ctx.logger,
+                    "smtpd",
+                    "TLS connection established from [{ip}]: {summary}"
+                );
+                self.helo = None;
+                self.esmtp = false;
+                self.txn = None;
+                true
+            }
+            Ok(Err(err)) => {
+                log!(
+                    self.ctx.logger,
+                    "smtpd",
+                    "TLS handshake failed from [{ip}]: {err}"
+                );
+                false
+            }
+            Err(_) => {
+                log!(
+                    self.ctx.logger,
+                    "smtpd",
+                    "TLS handshake timed out from [{ip}]"
+                );
+                false
             }
         }
     }
@@ -231,7 +299,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         if self.out.is_empty() {
             return Ok(());
         }
-        match tokio::time::timeout(limit, self.io.write_all(&self.out)).await {
+        let write = async {
+            self.io.write_all(&self.out).await?;
+            self.io.flush().await
+        };
+        match tokio::time::timeout(limit, write).await {
             Ok(result) => result?,
             Err(_) => {
                 return Err(std::io::Error::new(
@@ -253,7 +325,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         let mut next = Next::Continue;
         while pos < inbuf.len() && next == Next::Continue {
             match &mut self.mode {
-                Mode::Command => match self.framer.next_frame(&inbuf[pos..]) {
+                Mode::Command | Mode::Auth(_) => match self.framer.next_frame(&inbuf[pos..]) {
                     Frame::Incomplete => break,
                     Frame::Discard(n) => pos += n,
                     Frame::Bad(n, why) => {
@@ -264,7 +336,22 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                         let line = &inbuf[pos..pos + n];
                         pos += n;
                         self.pipelined_more = pos < inbuf.len();
-                        next = self.command(line).await;
+                        next = match std::mem::replace(&mut self.mode, Mode::Command) {
+                            Mode::Auth(step) => self.auth_line(step, line).await,
+                            _ => self.command(line).await,
+                        };
+                        if next == Next::StartTls && pos < inbuf.len() {
+                            // CVE-2011-0411: nothing sent in clear before the
+                            // handshake may count as a command after it.
+                            log!(
+                                self.ctx.logger,
+                                "smtpd",
+                                "discarded {} octets pipelined after STARTTLS from [{}]",
+                                inbuf.len() - pos,
+                                self.peer.ip()
+                            );
+                            pos = inbuf.len();
+                        }
                     }
                 },
                 Mode::Data(_) => pos += self.data_bytes(&inbuf[pos..]).await,

@@ -138,17 +138,27 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         let hostname = &self.ctx.config.hostname;
         let Some(txn) = self.txn.as_mut() else { return };
         let helo = self.helo.as_deref().unwrap_or("unknown");
-        let with = match (self.esmtp, txn.flags & flags::SMTPUTF8 != 0) {
-            (true, true) => "UTF8SMTP",
-            (true, false) => "ESMTP",
-            _ => "SMTP",
+        // RFC 3848 / RFC 6531 protocol names: S for TLS, A for AUTH.
+        let with = format!(
+            "{}SMTP{}{}",
+            match (self.esmtp, txn.flags & flags::SMTPUTF8 != 0) {
+                (true, true) => "UTF8",
+                (true, false) => "E",
+                _ => "",
+            },
+            if self.tls.is_some() { "S" } else { "" },
+            if self.auth.is_some() { "A" } else { "" },
+        );
+        let tls = match &self.tls {
+            Some(t) => format!("\r\n\t(using {t})"),
+            None => String::new(),
         };
         let for_clause = match txn.recipients.as_slice() {
             [only] => format!("\r\n\tfor <{only}>"),
             _ => String::new(),
         };
         let header = format!(
-            "Received: from {helo} ([{ip}])\r\n\tby {hostname} (Sluice) with {with} id {id}{for_clause};\r\n\t{date}\r\n",
+            "Received: from {helo} ([{ip}]){tls}\r\n\tby {hostname} (Sluice) with {with} id {id}{for_clause};\r\n\t{date}\r\n",
             ip = self.peer.ip(),
             id = qid(txn.id),
             date = timefmt::rfc5322(timefmt::now_millis()),

@@ -1,0 +1,90 @@
+//! `[[smtpd.listeners]]` and `[tls]`: what each listening socket speaks,
+//! and the certificate.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+/// What a listener is for, as Postfix's master.cf `smtp`, `submission`
+/// and `submissions` services.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ListenerKind {
+    /// Port 25: STARTTLS offered, AUTH offered once encrypted.
+    #[default]
+    Smtp,
+    /// Port 587: STARTTLS and AUTH required before MAIL.
+    Submission,
+    /// Port 465: TLS from the first byte (RFC 8314), AUTH required.
+    Submissions,
+}
+
+impl ListenerKind {
+    /// AUTH is required before MAIL.
+    pub fn requires_auth(self) -> bool {
+        self != ListenerKind::Smtp
+    }
+}
+
+/// One `[[smtpd.listeners]]` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerConfig {
+    pub listen: String,
+    #[serde(default)]
+    pub kind: ListenerKind,
+    /// Behind a load balancer: each connection starts with a PROXY
+    /// protocol v1 or v2 header giving the real client address.
+    #[serde(default)]
+    pub proxy_protocol: bool,
+    /// Offer AUTH before TLS (only for trusted networks; off by default).
+    #[serde(default)]
+    pub auth_without_tls: bool,
+}
+
+/// `[tls]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsConfig {
+    /// Offer STARTTLS (and serve `submissions` listeners). On by default.
+    pub enabled: bool,
+    /// PEM certificate chain and key; when both are unset a self-signed
+    /// certificate for `hostname` is generated under `<data_dir>/tls/`.
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
+    /// Seconds a TLS handshake may take.
+    pub handshake_timeout_secs: u64,
+}
+
+impl Default for TlsConfig {
+    fn default() -> Self {
+        TlsConfig {
+            enabled: true,
+            cert_file: None,
+            key_file: None,
+            handshake_timeout_secs: 30,
+        }
+    }
+}
+
+/// `[auth]`: SMTP AUTH (PLAIN, LOGIN).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// Table (from `[tables]`) of user → password hash: argon2
+    /// (`$argon2id$…`, see `sluice hash-password`) or SHA-512-crypt
+    /// (`$6$…`); an `{ARGON2}`/`{CRYPT}` prefix (LDAP userPassword) is
+    /// accepted. AUTH is offered only when set.
+    pub table: Option<String>,
+    /// Milliseconds before answering a failed attempt.
+    pub failure_delay_ms: u64,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig {
+            table: None,
+            failure_delay_ms: 1000,
+        }
+    }
+}

@@ -1,0 +1,260 @@
+//! SMTP AUTH (RFC 4954) with the PLAIN (RFC 4616) and LOGIN mechanisms,
+//! and password checks against argon2 or SHA-512-crypt hashes.
+//!
+//! AUTH is offered only on an encrypted session unless the listener says
+//! `auth_without_tls`. A failed attempt is answered `535 5.7.8` after
+//! `[auth] failure_delay_ms`, counted per client address, and past
+//! `client_auth_failure_limit` a minute the session ends with `421 4.7.0`.
+//! A table that cannot answer gives `454 4.7.0` (try later), never `535`.
+//!
+//! Trust: the client's base64 is hostile; hashes come from the
+//! administrator's table. Hashing runs on the blocking pool (argon2 takes
+//! tens of milliseconds). An unknown user costs the same hash as a known
+//! one, so timing does not tell which users exist.
+
+use std::time::Duration;
+
+use base64::Engine;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use super::session::{Mode, Next, Session};
+use crate::log;
+use crate::tables::{LookupError, Table};
+
+/// Where an AUTH exchange stands, waiting for the client's next line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum AuthStep {
+    Plain,
+    LoginUser,
+    LoginPassword(String),
+}
+
+/// Checks `password` against `user`'s hash in `table`.
+pub async fn verify(table: &Table, user: &str, password: &str) -> Result<bool, LookupError> {
+    // A static table splits values at commas, and a PHC string has
+    // some (`m=19456,t=2,p=1`): join them back.
+    let hash = table
+        .lookup(user)
+        .await?
+        .filter(|v| !v.is_empty())
+        .map(|v| strip_scheme(&v.join(",")).to_string());
+    let password = password.to_string();
+    let known = hash.is_some();
+    let hash = hash.unwrap_or_else(|| DUMMY_HASH.to_string());
+    let ok = tokio::task::spawn_blocking(move || check_hash(&hash, &password))
+        .await
+        .unwrap_or(false);
+    Ok(ok && known)
+}
+
+/// An argon2id hash of nothing in particular, checked for unknown users.
+const DUMMY_HASH: &str =
+    "$argon2id$v=19$m=19456,t=2,p=1$c2x1aWNlZHVtbXlzYWx0$7yFxvAYl7Ej9yWQnKk0WmqUZ0N0wYHxvU6K0fZJ5ZQk";
+
+/// `{CRYPT}$6$…` or `{ARGON2}$argon2id$…` as LDAP stores them.
+fn strip_scheme(hash: &str) -> &str {
+    match hash.strip_prefix('{').and_then(|h| h.split_once('}')) {
+        Some((_, rest)) => rest,
+        None => hash,
+    }
+}
+
+/// True if `password` matches the PHC/crypt string `hash`.
+pub fn check_hash(hash: &str, password: &str) -> bool {
+    use argon2::password_hash::{PasswordHash, PasswordVerifier};
+    if hash.starts_with("$argon2") {
+        return PasswordHash::new(hash).is_ok_and(|h| {
+            argon2::Argon2::default()
+                .verify_password(password.as_bytes(), &h)
+                .is_ok()
+        });
+    }
+    if hash.starts_with("$6$") {
+        return sha_crypt::sha512_check(password, hash).is_ok();
+    }
+    false
+}
+
+/// A new argon2id hash of `password` (for `sluice hash-password`).
+pub fn hash_password(password: &str) -> Result<String, String> {
+    use argon2::password_hash::rand_core::OsRng;
+    use argon2::password_hash::{PasswordHasher, SaltString};
+    let salt = SaltString::generate(&mut OsRng);
+    argon2::Argon2::default()
+        .hash_password(password.as_bytes(), &salt)
+        .map(|h| h.to_string())
+        .map_err(|e| e.to_string())
+}
+
+fn b64(s: &str) -> Option<Vec<u8>> {
+    if s == "=" {
+        return Some(Vec::new());
+    }
+    base64::engine::general_purpose::STANDARD.decode(s).ok()
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
+    /// AUTH is offered on this session now.
+    pub(super) fn offers_auth(&self) -> bool {
+        self.ctx.credentials.is_some() && (self.tls.is_some() || self.listener.auth_without_tls)
+    }
+
+    /// `AUTH mechanism [initial-response]`.
+    pub(super) async fn auth(&mut self, mechanism: &str, initial: Option<&str>) -> Next {
+        if !self.offers_auth() {
+            return self.error("503 5.5.1 Error: authentication not enabled");
+        }
+        if self.auth.is_some() {
+            return self.error("503 5.5.1 Error: already authenticated");
+        }
+        if self.txn.is_some() {
+            return self.error("503 5.5.1 Error: MAIL transaction in progress");
+        }
+        match (mechanism.to_ascii_uppercase().as_str(), initial) {
+            ("PLAIN", Some(resp)) => self.auth_plain(resp).await,
+            ("PLAIN", None) => self.challenge(AuthStep::Plain, ""),
+            ("LOGIN", Some(user)) => match b64(user) {
+                Some(u) => self.challenge(
+                    AuthStep::LoginPassword(String::from_utf8_lossy(&u).into_owned()),
+                    "UGFzc3dvcmQ6",
+                ),
+                None => self.error("501 5.5.2 Error: malformed base64"),
+            },
+            ("LOGIN", None) => self.challenge(AuthStep::LoginUser, "VXNlcm5hbWU6"),
+            _ => self.error("504 5.5.4 Error: unsupported authentication mechanism"),
+        }
+    }
+
+    fn challenge(&mut self, step: AuthStep, text: &str) -> Next {
+        self.reply_fmt(format_args!("334 {text}"));
+        self.mode = Mode::Auth(step);
+        Next::Continue
+    }
+
+    /// One client line inside an AUTH exchange.
+    pub(super) async fn auth_line(&mut self, step: AuthStep, line: &[u8]) -> Next {
+        self.mode = Mode::Command;
+        let line = String::from_utf8_lossy(line.strip_suffix(b"\r\n").unwrap_or(line)).into_owned();
+        if line == "*" {
+            return self.error("501 5.7.0 Error: authentication aborted");
+        }
+        match step {
+            AuthStep::Plain => self.auth_plain(&line).await,
+            AuthStep::LoginUser => match b64(&line) {
+                Some(u) => self.challenge(
+                    AuthStep::LoginPassword(String::from_utf8_lossy(&u).into_owned()),
+                    "UGFzc3dvcmQ6",
+                ),
+                None => self.error("501 5.5.2 Error: malformed base64"),
+            },
+            AuthStep::LoginPassword(user) => match b64(&line) {
+                Some(p) => {
+                    self.check(&user, &String::from_utf8_lossy(&p), "LOGIN")
+                        .await
+                }
+                None => self.error("501 5.5.2 Error: malformed base64"),
+            },
+        }
+    }
+
+    /// PLAIN: `authzid NUL authcid NUL password`.
+    async fn auth_plain(&mut self, response: &str) -> Next {
+        let Some(raw) = b64(response) else {
+            return self.error("501 5.5.2 Error: malformed base64");
+        };
+        let parts: Vec<&[u8]> = raw.split(|&b| b == 0).collect();
+        let [authz, user, password] = parts[..] else {
+            return self.error("501 5.5.2 Error: malformed PLAIN response");
+        };
+        if !authz.is_empty() && authz != user {
+            return self.error("535 5.7.8 Error: authorization identity not allowed");
+        }
+        let (user, password) = (
+            String::from_utf8_lossy(user).into_owned(),
+            String::from_utf8_lossy(password).into_owned(),
+        );
+        self.check(&user, &password, "PLAIN").await
+    }
+
+    async fn check(&mut self, user: &str, password: &str, method: &str) -> Next {
+        let ctx = self.ctx.clone();
+        let ip = self.peer.ip();
+        let Some(table) = ctx.credentials.as_ref() else {
+            return self.error("503 5.5.1 Error: authentication not enabled");
+        };
+        // Users are looked up as given, control characters never reach the log.
+        let shown: String = user.chars().filter(|c| !c.is_control()).take(256).collect();
+        match verify(table, &shown, password).await {
+            Ok(true) => {
+                log!(
+                    ctx.logger,
+                    "smtpd",
+                    "client=[{ip}], sasl_method={method}, sasl_username={shown}"
+                );
+                self.auth = Some(shown);
+                self.reply("235 2.7.0 Authentication successful");
+                Next::Continue
+            }
+            Ok(false) => {
+                log!(
+                    ctx.logger,
+                    "smtpd",
+                    "warning: [{ip}]: SASL {method} authentication failed for {shown:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(ctx.config.auth.failure_delay_ms)).await;
+                self.reply("535 5.7.8 Error: authentication failed");
+                if !ctx.anvil.auth_failure(ip) {
+                    log!(
+                        ctx.logger,
+                        "smtpd",
+                        "NOQUEUE: reject: [{ip}]: 421 4.7.0 too many failed authentications"
+                    );
+                    let host = ctx.config.hostname.clone();
+                    self.reply_fmt(format_args!(
+                        "421 4.7.0 {host} Error: too many failed authentications"
+                    ));
+                    return Next::Close;
+                }
+                self.error_counted()
+            }
+            Err(err) => {
+                log!(
+                    ctx.logger,
+                    "smtpd",
+                    "warning: [{ip}]: SASL {method}: credentials table unavailable: {err}"
+                );
+                self.reply("454 4.7.0 Temporary authentication failure");
+                Next::Continue
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hashes_of_both_kinds_are_checked() {
+        let argon = hash_password("s3cret").unwrap();
+        assert!(check_hash(&argon, "s3cret"));
+        assert!(!check_hash(&argon, "wrong"));
+        let params = sha_crypt::Sha512Params::new(5000).unwrap();
+        let sha = sha_crypt::sha512_simple("s3cret", &params).unwrap();
+        assert!(sha.starts_with("$6$"));
+        assert!(check_hash(
+            strip_scheme(&format!("{{CRYPT}}{sha}")),
+            "s3cret"
+        ));
+        assert!(!check_hash(&sha, "wrong"));
+        assert!(
+            !check_hash("plaintext", "plaintext"),
+            "unhashed values never match"
+        );
+        assert!(!check_hash(DUMMY_HASH, ""));
+        assert!(
+            argon2::password_hash::PasswordHash::new(DUMMY_HASH).is_ok(),
+            "the dummy costs a real argon2 check"
+        );
+    }
+}

@@ -1,0 +1,216 @@
+//! The server side of TLS (rustls): the certificate, reloadable, and the
+//! stream a session talks over before and after STARTTLS.
+//!
+//! With no `[tls] cert_file`, a self-signed certificate for `hostname` is
+//! generated on first start under `<data_dir>/tls/` and kept (Postfix's
+//! "snakeoil"), so STARTTLS works out of the box. SIGHUP re-reads the
+//! files; sessions already encrypted keep their keys.
+//!
+//! Trust: the certificate files are the administrator's; a file that does
+//! not load leaves the previous certificate in place (at start: an error).
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use arc_swap::ArcSwap;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::TlsAcceptor;
+
+use crate::config::Config;
+
+/// The certificate in use, swapped whole on reload.
+#[derive(Debug)]
+struct Resolver(ArcSwap<CertifiedKey>);
+
+impl ResolvesServerCert for Resolver {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.load_full())
+    }
+}
+
+/// TLS for every listener: one acceptor, one reloadable certificate.
+pub struct ServerTls {
+    acceptor: TlsAcceptor,
+    resolver: Arc<Resolver>,
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+impl ServerTls {
+    /// Loads (or first generates) the certificate; None when TLS is off.
+    pub fn load(config: &Config) -> Result<Option<Arc<ServerTls>>, String> {
+        if !config.tls.enabled {
+            return Ok(None);
+        }
+        let (cert, key) = match (&config.tls.cert_file, &config.tls.key_file) {
+            (Some(c), Some(k)) => (c.clone(), k.clone()),
+            (None, None) => snakeoil(&config.data_dir.join("tls"), &config.hostname)?,
+            _ => return Err("tls: set both cert_file and key_file, or neither".into()),
+        };
+        let resolver = Arc::new(Resolver(ArcSwap::from_pointee(certified_key(&cert, &key)?)));
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let server = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("tls: {e}"))?
+            .with_no_client_auth()
+            .with_cert_resolver(resolver.clone());
+        Ok(Some(Arc::new(ServerTls {
+            acceptor: TlsAcceptor::from(Arc::new(server)),
+            resolver,
+            cert,
+            key,
+        })))
+    }
+
+    pub fn acceptor(&self) -> &TlsAcceptor {
+        &self.acceptor
+    }
+
+    /// Re-reads the certificate files; on error the old one stays.
+    pub fn reload(&self) -> Result<(), String> {
+        let key = certified_key(&self.cert, &self.key)?;
+        self.resolver.0.store(Arc::new(key));
+        Ok(())
+    }
+
+    pub fn cert_path(&self) -> &Path {
+        &self.cert
+    }
+}
+
+/// Reads a PEM chain and its key.
+fn certified_key(cert: &Path, key: &Path) -> Result<CertifiedKey, String> {
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .and_then(|it| it.collect())
+        .map_err(|e| format!("tls: {}: {e}", cert.display()))?;
+    if chain.is_empty() {
+        return Err(format!("tls: {}: no certificate", cert.display()));
+    }
+    let der =
+        PrivateKeyDer::from_pem_file(key).map_err(|e| format!("tls: {}: {e}", key.display()))?;
+    let signer = rustls::crypto::ring::sign::any_supported_type(&der)
+        .map_err(|e| format!("tls: {}: {e}", key.display()))?;
+    Ok(CertifiedKey::new(chain, signer))
+}
+
+/// The self-signed certificate under `dir`, generated if missing.
+fn snakeoil(dir: &Path, hostname: &str) -> Result<(PathBuf, PathBuf), String> {
+    let (cert, key) = (dir.join("snakeoil-cert.pem"), dir.join("snakeoil-key.pem"));
+    if cert.exists() && key.exists() {
+        return Ok((cert, key));
+    }
+    let err = |e: &dyn std::fmt::Display| format!("tls: generating {}: {e}", cert.display());
+    std::fs::create_dir_all(dir).map_err(|e| err(&e))?;
+    let made =
+        rcgen::generate_simple_self_signed(vec![hostname.to_string()]).map_err(|e| err(&e))?;
+    write_private(&key, made.key_pair.serialize_pem().as_bytes()).map_err(|e| err(&e))?;
+    std::fs::write(&cert, made.cert.pem()).map_err(|e| err(&e))?;
+    Ok((cert, key))
+}
+
+fn write_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(bytes)?;
+    f.sync_all()
+}
+
+/// What a session talks over: plain until STARTTLS, then TLS.
+pub enum Io<S> {
+    Plain(S),
+    Tls(Box<TlsStream<S>>),
+    /// Only while a handshake holds the stream.
+    Gone,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Io<S> {
+    /// "TLSv1.3 with cipher TLS13_AES_256_GCM_SHA384", once encrypted.
+    pub fn tls_summary(&self) -> Option<String> {
+        let Io::Tls(t) = self else { return None };
+        let conn = t.get_ref().1;
+        let version = conn
+            .protocol_version()?
+            .as_str()?
+            .replace("TLSv1_", "TLSv1.");
+        let cipher = conn.negotiated_cipher_suite()?.suite();
+        Some(format!(
+            "{version} with cipher {}",
+            cipher.as_str().unwrap_or("unknown")
+        ))
+    }
+
+    /// Takes the plain stream and gives it back encrypted.
+    pub async fn start_tls(&mut self, acceptor: &TlsAcceptor) -> io::Result<()> {
+        let Io::Plain(plain) = std::mem::replace(self, Io::Gone) else {
+            return Err(io::Error::other("TLS already active"));
+        };
+        let tls = acceptor.accept(plain).await?;
+        *self = Io::Tls(Box::new(tls));
+        Ok(())
+    }
+}
+
+fn gone() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::NotConnected,
+        "stream lost in a failed handshake",
+    )
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Io<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Io::Tls(s) => Pin::new(s).poll_read(cx, buf),
+            Io::Gone => Poll::Ready(Err(gone())),
+        }
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Io<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_write(cx, data),
+            Io::Tls(s) => Pin::new(s).poll_write(cx, data),
+            Io::Gone => Poll::Ready(Err(gone())),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_flush(cx),
+            Io::Tls(s) => Pin::new(s).poll_flush(cx),
+            Io::Gone => Poll::Ready(Err(gone())),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Io::Tls(s) => Pin::new(s).poll_shutdown(cx),
+            Io::Gone => Poll::Ready(Err(gone())),
+        }
+    }
+}
