@@ -2,6 +2,7 @@
 //! client, polling with a deadline.
 #![allow(dead_code)]
 
+pub mod haproxy;
 pub mod slapd;
 pub mod tls;
 
@@ -117,6 +118,19 @@ pub struct Client {
 impl Client {
     pub async fn connect(addr: SocketAddr) -> (Client, String) {
         let stream = TcpStream::connect(addr).await.unwrap();
+        let mut c = Client {
+            stream,
+            buf: Vec::new(),
+        };
+        let greeting = c.reply().await;
+        (c, greeting)
+    }
+
+    /// Connects from a given loopback address (e.g. 127.0.0.9).
+    pub async fn connect_from(local: &str, addr: SocketAddr) -> (Client, String) {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(format!("{local}:0").parse().unwrap()).unwrap();
+        let stream = socket.connect(addr).await.unwrap();
         let mut c = Client {
             stream,
             buf: Vec::new(),

@@ -10,6 +10,7 @@
 pub mod anvil;
 pub mod auth;
 mod commands;
+pub mod proxy;
 mod session;
 pub mod tls;
 mod transaction;

@@ -20,6 +20,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::anvil::Refusal;
 use super::auth::AuthStep;
+use super::proxy::{self, Proxied};
 use super::tls::Io;
 use super::transaction::Transaction;
 use super::SessionContext;
@@ -107,6 +108,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     /// Runs the session to its end.
     pub async fn run(mut self) {
         let ctx = self.ctx.clone();
+        if self.listener.proxy_protocol && !self.read_proxy_header().await {
+            return;
+        }
         let (ip, port) = (self.peer.ip(), self.peer.port());
         log!(ctx.logger, "smtpd", "connect from [{ip}]:{port}");
         let _slot = match self.trusted {
@@ -146,6 +150,60 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             self.messages,
             self.errors
         );
+    }
+
+    /// Reads the PROXY header a load balancer sends first and takes the
+    /// real client address from it; false (session over) if there is none.
+    async fn read_proxy_header(&mut self) -> bool {
+        let lb = self.peer;
+        let limit = Duration::from_secs(self.ctx.config.smtpd.idle_timeout_secs.clamp(1, 10));
+        let deadline = Instant::now() + limit;
+        loop {
+            match proxy::parse(&self.inbuf) {
+                Ok(Some((who, len))) => {
+                    self.inbuf.drain(..len);
+                    if let Proxied::Client(real) = who {
+                        self.peer = real;
+                        self.trusted = self.ctx.policy.is_trusted(real.ip());
+                    }
+                    log!(
+                        self.ctx.logger,
+                        "smtpd",
+                        "proxied connection from [{}]:{} via [{}]:{}",
+                        self.peer.ip(),
+                        self.peer.port(),
+                        lb.ip(),
+                        lb.port()
+                    );
+                    return true;
+                }
+                Ok(None) => {}
+                Err(why) => {
+                    log!(
+                        self.ctx.logger,
+                        "smtpd",
+                        "warning: [{}]:{}: {why}; disconnecting",
+                        lb.ip(),
+                        lb.port()
+                    );
+                    return false;
+                }
+            }
+            let read = tokio::time::timeout_at(deadline.into(), self.io.read_buf(&mut self.inbuf));
+            match read.await {
+                Ok(Ok(n)) if n > 0 => {}
+                _ => {
+                    log!(
+                        self.ctx.logger,
+                        "smtpd",
+                        "warning: [{}]:{}: no PROXY header; disconnecting",
+                        lb.ip(),
+                        lb.port()
+                    );
+                    return false;
+                }
+            }
+        }
     }
 
     /// `421 4.7.0` for a client over its session or connection-rate limit.
