@@ -25,6 +25,7 @@ use crate::queue::{DeliveryAgent, QueueHandle, Scheduler, WorkerStart};
 use crate::routing::mailboxes::VirtualMailboxes;
 use crate::routing::policy::RelayPolicy;
 use crate::routing::Router;
+use crate::smtp::client::tls::ClientTls;
 use crate::smtp::client::SmtpAgent;
 use crate::smtp::server::anvil::{self, Anvil};
 use crate::smtp::server::tls::ServerTls;
@@ -65,6 +66,7 @@ impl Agents {
         spool: &Spool,
         logger: &Logger,
         mailboxes: &Arc<VirtualMailboxes>,
+        tls: Arc<ClientTls>,
     ) -> Agents {
         let policy = MaildirPolicy::new(
             mailboxes.base().to_path_buf(),
@@ -75,6 +77,7 @@ impl Agents {
                 config: config.clone(),
                 spool: spool.clone(),
                 logger: logger.clone(),
+                tls,
             },
             maildir: MaildirAgent {
                 config: config.clone(),
@@ -127,7 +130,10 @@ impl Server {
         )
         .map_err(StartError::Config)?;
         let tls = ServerTls::load(&config).map_err(StartError::Config)?;
-        let agents = Arc::new(Agents::new(&config, &spool, &logger, &mailboxes));
+        let client_tls = Arc::new(ClientTls::build(&config.delivery).map_err(StartError::Config)?);
+        let agents = Arc::new(Agents::new(
+            &config, &spool, &logger, &mailboxes, client_tls,
+        ));
         let (queue, rx) = QueueHandle::channel();
         let scheduler = Scheduler::new(
             config.clone(),

@@ -179,6 +179,7 @@ fn check_config(arg: ConfigArg) -> Result<(), String> {
     if config.tls.cert_file.is_some() {
         sluice::smtp::server::tls::ServerTls::load(&config)?;
     }
+    sluice::smtp::client::tls::ClientTls::build(&config.delivery)?;
     println!("configuration ok");
     Ok(())
 }

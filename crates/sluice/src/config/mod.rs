@@ -174,6 +174,13 @@ pub struct DeliveryConfig {
     pub connection_idle_secs: u64,
     /// Messages sent over one connection before it is closed.
     pub messages_per_connection: usize,
+    /// Outbound TLS: `none`, `may` (STARTTLS when offered; the default),
+    /// `encrypt` (required) or `verify` (required, certificate checked).
+    pub tls_security_level: String,
+    /// Per-next-hop levels, keyed like `destination_concurrency`.
+    pub tls_policy: BTreeMap<String, String>,
+    /// CA certificates (PEM) for `verify`; default: the system's.
+    pub tls_ca_file: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -265,6 +272,9 @@ impl Default for DeliveryConfig {
             data_done_timeout_secs: 600,
             connection_idle_secs: 5,
             messages_per_connection: 10_000,
+            tls_security_level: "may".into(),
+            tls_policy: BTreeMap::new(),
+            tls_ca_file: None,
         }
     }
 }

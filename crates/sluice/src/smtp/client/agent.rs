@@ -12,6 +12,7 @@ use std::time::Duration;
 use sluice_spool::Spool;
 
 use super::conn::{SmtpConn, TxError};
+use super::tls::{ClientTls, Level};
 use crate::config::hop::NextHop;
 use crate::config::Config;
 use crate::log::Logger;
@@ -24,6 +25,7 @@ pub struct SmtpAgent {
     pub config: Arc<Config>,
     pub spool: Spool,
     pub logger: Logger,
+    pub tls: Arc<ClientTls>,
 }
 
 impl DeliveryAgent for SmtpAgent {
@@ -36,6 +38,7 @@ impl DeliveryAgent for SmtpAgent {
             config: self.config.clone(),
             spool: self.spool.clone(),
             logger: self.logger.clone(),
+            tls: self.tls.clone(),
             conn: None,
         };
         tokio::spawn(run_worker(worker, start, idle, limit));
@@ -47,6 +50,7 @@ struct SmtpWorker {
     config: Arc<Config>,
     spool: Spool,
     logger: Logger,
+    tls: Arc<ClientTls>,
     conn: Option<SmtpConn>,
 }
 
@@ -67,6 +71,29 @@ impl WorkerSession for SmtpWorker {
 }
 
 impl SmtpWorker {
+    /// Connects at the hop's TLS level; with `may`, a failed handshake is
+    /// retried once in plain text (as Postfix does).
+    async fn connect(&self, host: &str, port: u16) -> Result<SmtpConn, String> {
+        let level = self.tls.level(&self.hop.key());
+        let conn = match SmtpConn::connect(host, port, &self.config, &self.tls, level).await {
+            Err(why) if level == Level::May && why.starts_with("4.7.5") => {
+                crate::log!(self.logger, "smtp", "{why}; trying again without TLS");
+                SmtpConn::connect(host, port, &self.config, &self.tls, Level::None).await?
+            }
+            other => other?,
+        };
+        if let Some((text, verified)) = &conn.tls {
+            let trust = if *verified { "Verified" } else { "Untrusted" };
+            crate::log!(
+                self.logger,
+                "smtp",
+                "{trust} TLS connection established to {}: {text}",
+                conn.relay
+            );
+        }
+        Ok(conn)
+    }
+
     /// One delivery attempt; outcomes, and whether connecting failed.
     async fn deliver(&mut self, job: &Job) -> (Vec<(u16, crate::message::status::Outcome)>, bool) {
         let body = match body::load(&self.spool, &job.body, job.body_ref).await {
@@ -85,7 +112,7 @@ impl SmtpWorker {
         for _ in 0..2 {
             let reused = self.conn.is_some();
             if self.conn.is_none() {
-                match SmtpConn::connect(host, *port, &self.config).await {
+                match self.connect(host, *port).await {
                     Ok(conn) => self.conn = Some(conn),
                     Err(why) => {
                         let relay = format!("{host}[{host}]:{port}");

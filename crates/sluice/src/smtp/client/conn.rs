@@ -1,5 +1,6 @@
 //! An outbound SMTP connection: connect, greeting, EHLO (falling back to
-//! HELO), commands, replies, RSET and QUIT.
+//! HELO), STARTTLS as the destination's TLS level says, commands,
+//! replies, RSET and QUIT.
 //!
 //! Trust: the peer's replies are parsed by smtp-proto's reply and EHLO
 //! parsers (at most 4 KiB of text per reply); anything unexpected is an
@@ -13,7 +14,9 @@ use smtp_proto::EhloResponse;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use super::tls::{server_name, ClientTls, Level, Stream};
 use crate::config::Config;
+use crate::smtp::io::{summary, MaybeTls};
 
 /// Bytes of a body written under one write timeout.
 const BODY_PIECE: usize = 64 << 10;
@@ -56,7 +59,10 @@ pub(super) enum TxError {
 }
 
 pub(super) struct SmtpConn {
-    pub stream: TcpStream,
+    pub stream: Stream,
+    /// "TLSv1.3 with cipher …" once encrypted, and whether the certificate
+    /// was verified.
+    pub tls: Option<(String, bool)>,
     pub rbuf: Vec<u8>,
     /// `host[ip]:port`, for the log.
     pub relay: String,
@@ -74,7 +80,15 @@ pub(super) struct SmtpConn {
 }
 
 impl SmtpConn {
-    pub async fn connect(host: &str, port: u16, config: &Config) -> Result<SmtpConn, String> {
+    /// Connects and says EHLO; with a TLS `level` other than `none` and
+    /// STARTTLS offered, encrypts and says EHLO again.
+    pub async fn connect(
+        host: &str,
+        port: u16,
+        config: &Config,
+        tls: &ClientTls,
+        level: Level,
+    ) -> Result<SmtpConn, String> {
         let connect_timeout = Duration::from_secs(config.delivery.connect_timeout_secs.max(1));
         // (host, port), not "host:port": an IPv6 literal has colons of its own.
         let target = format!("[{host}]:{port}");
@@ -90,7 +104,8 @@ impl SmtpConn {
             .map(|a| a.ip().to_string())
             .unwrap_or_default();
         let mut conn = SmtpConn {
-            stream,
+            stream: MaybeTls::Plain(stream),
+            tls: None,
             rbuf: Vec::with_capacity(1024),
             relay: format!("{host}[{ip}]:{port}"),
             pipelining: false,
@@ -111,40 +126,88 @@ impl SmtpConn {
                 conn.relay, greeting.code, greeting.text
             ));
         }
-        conn.send(format!("EHLO {}\r\n", config.hostname).as_bytes())
-            .await
-            .map_err(|e| format!("4.4.2 {}: {e}", conn.relay))?;
-        let (ehlo, raw) = conn
-            .read_reply_raw(conn.timeout)
-            .await
-            .map_err(|e| format!("4.4.2 {}: {e}", conn.relay))?;
-        if ehlo.class() == 2 {
-            // Capabilities we do not understand are ignored, not fatal.
-            let caps = EhloResponse::parse(&mut raw.iter()).map_or(0, |e| e.capabilities);
-            conn.pipelining = caps & smtp_proto::EXT_PIPELINING != 0;
-            conn.size = caps & smtp_proto::EXT_SIZE != 0;
-            conn.eightbit = caps & smtp_proto::EXT_8BIT_MIME != 0;
-            conn.smtputf8 = caps & smtp_proto::EXT_SMTP_UTF8 != 0;
-        } else {
-            conn.send(format!("HELO {}\r\n", config.hostname).as_bytes())
-                .await
-                .map_err(|e| format!("4.4.2 {}: {e}", conn.relay))?;
-            let helo = conn
-                .read_reply()
-                .await
-                .map_err(|e| format!("4.4.2 {}: {e}", conn.relay))?;
-            if helo.class() != 2 {
+        let caps = conn.hello(&config.hostname).await?;
+        let offered = caps & smtp_proto::EXT_START_TLS != 0;
+        match level {
+            Level::None => {}
+            _ if offered => {
+                conn.start_tls(host, tls, level).await?;
+                conn.hello(&config.hostname).await?;
+            }
+            Level::May => {}
+            _ => {
                 return Err(format!(
-                    "4.4.0 {} rejected HELO: {} {}",
-                    conn.relay, helo.code, helo.text
-                ));
+                    "4.7.4 TLS is required, but was not offered by {}",
+                    conn.relay
+                ))
             }
         }
         Ok(conn)
     }
 
+    /// EHLO (HELO if refused); notes the extensions and returns them.
+    async fn hello(&mut self, name: &str) -> Result<u32, String> {
+        let relay = self.relay.clone();
+        let err = |e: std::io::Error| format!("4.4.2 {relay}: {e}");
+        self.send(format!("EHLO {name}\r\n").as_bytes())
+            .await
+            .map_err(err)?;
+        let (ehlo, raw) = self.read_reply_raw(self.timeout).await.map_err(err)?;
+        if ehlo.class() == 2 {
+            // Capabilities we do not understand are ignored, not fatal.
+            let caps = EhloResponse::parse(&mut raw.iter()).map_or(0, |e| e.capabilities);
+            self.pipelining = caps & smtp_proto::EXT_PIPELINING != 0;
+            self.size = caps & smtp_proto::EXT_SIZE != 0;
+            self.eightbit = caps & smtp_proto::EXT_8BIT_MIME != 0;
+            self.smtputf8 = caps & smtp_proto::EXT_SMTP_UTF8 != 0;
+            return Ok(caps);
+        }
+        self.send(format!("HELO {name}\r\n").as_bytes())
+            .await
+            .map_err(err)?;
+        let helo = self.read_reply().await.map_err(err)?;
+        if helo.class() != 2 {
+            return Err(format!(
+                "4.4.0 {} rejected HELO: {} {}",
+                self.relay, helo.code, helo.text
+            ));
+        }
+        (self.pipelining, self.size, self.eightbit, self.smtputf8) = (false, false, false, false);
+        Ok(0)
+    }
+
+    /// STARTTLS and the handshake. Errors start with `4.7.5` (the caller
+    /// may fall back to plain text for `may`).
+    async fn start_tls(&mut self, host: &str, tls: &ClientTls, level: Level) -> Result<(), String> {
+        let relay = self.relay.clone();
+        let fail = |e: &dyn std::fmt::Display| format!("4.7.5 TLS with {relay} failed: {e}");
+        self.send(b"STARTTLS\r\n").await.map_err(|e| fail(&e))?;
+        let reply = self.read_reply().await.map_err(|e| fail(&e))?;
+        if reply.code != 220 {
+            return Err(fail(&format!("STARTTLS refused: {}", reply.text)));
+        }
+        // Anything the server sent after 220 came in clear: not trusted.
+        self.rbuf.clear();
+        let name = server_name(host).map_err(|e| fail(&e))?;
+        let plain = self.stream.take_plain().map_err(|e| fail(&e))?;
+        let handshake = tls.connector(level).connect(name, plain);
+        let stream = match tokio::time::timeout(self.timeout, handshake).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return Err(fail(&e)),
+            Err(_) => return Err(fail(&"handshake timed out")),
+        };
+        let text = summary(stream.get_ref().1).unwrap_or_else(|| "TLS".into());
+        self.tls = Some((text, level == Level::Verify));
+        self.stream = MaybeTls::Tls(Box::new(stream));
+        Ok(())
+    }
+
     pub async fn send(&mut self, bytes: &[u8]) -> std::io::Result<()> {
-        match tokio::time::timeout(self.timeout, self.stream.write_all(bytes)).await {
+        let write = async {
+            self.stream.write_all(bytes).await?;
+            self.stream.flush().await
+        };
+        match tokio::time::timeout(self.timeout, write).await {
             Ok(r) => r,
             Err(_) => Err(std::io::Error::new(
                 std::io::ErrorKind::TimedOut,

@@ -2,6 +2,7 @@
 
 mod agent;
 mod conn;
+pub mod tls;
 mod transaction;
 
 pub use agent::SmtpAgent;

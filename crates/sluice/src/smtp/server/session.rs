@@ -26,6 +26,7 @@ use super::transaction::Transaction;
 use super::SessionContext;
 use crate::config::listener::{ListenerConfig, ListenerKind};
 use crate::log;
+use crate::smtp::io::MaybeTls;
 
 pub(super) enum Mode {
     Command,
@@ -84,7 +85,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         let trusted = ctx.policy.is_trusted(peer.ip());
         let framer = LineFramer::new(ctx.config.smtpd.command_line_limit);
         Session {
-            io: Io::Plain(io),
+            io: MaybeTls::Plain(io),
             listener,
             tls: None,
             auth: None,

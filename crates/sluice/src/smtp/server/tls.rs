@@ -11,20 +11,19 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use arc_swap::ArcSwap;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
 use crate::config::Config;
+use crate::smtp::io::{summary, MaybeTls};
 
 /// The certificate in use, swapped whole on reload.
 #[derive(Debug)]
@@ -130,87 +129,20 @@ fn write_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
 }
 
 /// What a session talks over: plain until STARTTLS, then TLS.
-pub enum Io<S> {
-    Plain(S),
-    Tls(Box<TlsStream<S>>),
-    /// Only while a handshake holds the stream.
-    Gone,
-}
+pub type Io<S> = MaybeTls<S, TlsStream<S>>;
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Io<S> {
     /// "TLSv1.3 with cipher TLS13_AES_256_GCM_SHA384", once encrypted.
     pub fn tls_summary(&self) -> Option<String> {
-        let Io::Tls(t) = self else { return None };
-        let conn = t.get_ref().1;
-        let version = conn
-            .protocol_version()?
-            .as_str()?
-            .replace("TLSv1_", "TLSv1.");
-        let cipher = conn.negotiated_cipher_suite()?.suite();
-        Some(format!(
-            "{version} with cipher {}",
-            cipher.as_str().unwrap_or("unknown")
-        ))
+        let MaybeTls::Tls(t) = self else { return None };
+        summary(t.get_ref().1)
     }
 
     /// Takes the plain stream and gives it back encrypted.
     pub async fn start_tls(&mut self, acceptor: &TlsAcceptor) -> io::Result<()> {
-        let Io::Plain(plain) = std::mem::replace(self, Io::Gone) else {
-            return Err(io::Error::other("TLS already active"));
-        };
+        let plain = self.take_plain()?;
         let tls = acceptor.accept(plain).await?;
-        *self = Io::Tls(Box::new(tls));
+        *self = MaybeTls::Tls(Box::new(tls));
         Ok(())
-    }
-}
-
-fn gone() -> io::Error {
-    io::Error::new(
-        io::ErrorKind::NotConnected,
-        "stream lost in a failed handshake",
-    )
-}
-
-impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Io<S> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Io::Tls(s) => Pin::new(s).poll_read(cx, buf),
-            Io::Gone => Poll::Ready(Err(gone())),
-        }
-    }
-}
-
-impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Io<S> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        data: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Io::Plain(s) => Pin::new(s).poll_write(cx, data),
-            Io::Tls(s) => Pin::new(s).poll_write(cx, data),
-            Io::Gone => Poll::Ready(Err(gone())),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Io::Plain(s) => Pin::new(s).poll_flush(cx),
-            Io::Tls(s) => Pin::new(s).poll_flush(cx),
-            Io::Gone => Poll::Ready(Err(gone())),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Io::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            Io::Tls(s) => Pin::new(s).poll_shutdown(cx),
-            Io::Gone => Poll::Ready(Err(gone())),
-        }
     }
 }

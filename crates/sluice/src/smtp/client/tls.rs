@@ -1,0 +1,192 @@
+//! The client side of TLS: per-destination policy and the two connectors
+//! it needs.
+//!
+//! Levels, as Postfix's `smtp_tls_security_level`: `none` never uses TLS;
+//! `may` (the default) uses STARTTLS when offered, without checking the
+//! certificate, and falls back to plain text if the handshake fails;
+//! `encrypt` requires TLS (any certificate); `verify` requires TLS with a
+//! certificate valid for the next hop's name, against the system roots or
+//! `tls_ca_file`. A requirement not met defers (`4.7.4`/`4.7.5`), never
+//! sends in clear.
+//!
+//! Trust: with `may`/`encrypt` the peer's certificate is not checked (as
+//! in Postfix: opportunistic TLS stops passive eavesdropping only); the
+//! handshake signatures still are.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, SignatureScheme};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+
+use crate::config::DeliveryConfig;
+use crate::smtp::io::MaybeTls;
+
+/// What an outbound connection talks over.
+pub type Stream = MaybeTls<TcpStream, tokio_rustls::client::TlsStream<TcpStream>>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    None,
+    May,
+    Encrypt,
+    Verify,
+}
+
+impl Level {
+    pub fn parse(s: &str) -> Option<Level> {
+        Some(match s {
+            "none" => Level::None,
+            "may" => Level::May,
+            "encrypt" => Level::Encrypt,
+            "verify" => Level::Verify,
+            _ => return None,
+        })
+    }
+
+    pub fn required(self) -> bool {
+        self >= Level::Encrypt
+    }
+}
+
+/// Outbound TLS: levels per next hop and the connectors.
+pub struct ClientTls {
+    default: Level,
+    per_hop: BTreeMap<String, Level>,
+    any_cert: TlsConnector,
+    verifying: Option<TlsConnector>,
+}
+
+impl ClientTls {
+    pub fn build(d: &DeliveryConfig) -> Result<ClientTls, String> {
+        let level = |s: &str, what: &str| {
+            Level::parse(s).ok_or_else(|| {
+                format!("{what}: {s:?} (want \"none\", \"may\", \"encrypt\" or \"verify\")")
+            })
+        };
+        let default = level(&d.tls_security_level, "delivery.tls_security_level")?;
+        let mut per_hop = BTreeMap::new();
+        for (hop, l) in &d.tls_policy {
+            per_hop.insert(
+                hop.clone(),
+                level(l, &format!("delivery.tls_policy.{hop:?}"))?,
+            );
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let any = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider.clone())))
+            .with_no_client_auth();
+        let needs_roots = default == Level::Verify || per_hop.values().any(|l| *l == Level::Verify);
+        let verifying = match needs_roots {
+            true => Some(verifying_connector(provider, d)?),
+            false => None,
+        };
+        Ok(ClientTls {
+            default,
+            per_hop,
+            any_cert: TlsConnector::from(Arc::new(any)),
+            verifying,
+        })
+    }
+
+    /// The level for a next hop (its `smtp:[host]:port` key).
+    pub fn level(&self, hop: &str) -> Level {
+        self.per_hop.get(hop).copied().unwrap_or(self.default)
+    }
+
+    pub fn connector(&self, level: Level) -> &TlsConnector {
+        match (level, &self.verifying) {
+            (Level::Verify, Some(v)) => v,
+            _ => &self.any_cert,
+        }
+    }
+}
+
+/// The name a certificate must match: the host (a DNS name or an IP).
+pub fn server_name(host: &str) -> Result<ServerName<'static>, String> {
+    ServerName::try_from(host.to_string()).map_err(|e| format!("{host:?}: {e}"))
+}
+
+fn verifying_connector(
+    provider: Arc<CryptoProvider>,
+    d: &DeliveryConfig,
+) -> Result<TlsConnector, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    match &d.tls_ca_file {
+        Some(path) => {
+            let certs = CertificateDer::pem_file_iter(path)
+                .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| format!("delivery.tls_ca_file: {}: {e}", path.display()))?;
+            roots.add_parsable_certificates(certs);
+        }
+        None => {
+            roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+        }
+    }
+    if roots.is_empty() {
+        return Err("delivery: `verify` needs CA certificates (none found)".into());
+    }
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(TlsConnector::from(Arc::new(config)))
+}
+
+/// Accepts any certificate, checks handshake signatures (opportunistic TLS).
+#[derive(Debug)]
+struct AnyCertificate(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
