@@ -187,3 +187,110 @@ async fn fails_over_to_the_second_uri() {
         .starts_with("550 5.1.1"));
     server.shutdown().await;
 }
+
+fn table(t: &TableConfig) -> sluice::tables::Table {
+    sluice::tables::Table::build("t", t, &sluice::log::Logger::disabled()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ldaps_and_starttls_check_the_certificate() {
+    let slapd = Slapd::start("tls", 3);
+    let base = "ou=people,dc=example,dc=com";
+    let dir = temp_dir("ldap-tls");
+    let other = dir.join("other.pem");
+    let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()]).unwrap();
+    std::fs::write(&other, made.cert.pem()).unwrap();
+    let mut t = ldap_table(vec![slapd.ldaps_uri()], base, "(mail=%s)", "mail");
+    t.tls_ca_file = Some(slapd.ca());
+    let found = table(&t).lookup("user1@example.com").await;
+    assert!(matches!(found, Ok(Some(_))), "ldaps: {found:?}");
+    t.uris = vec![slapd.uri()];
+    t.starttls = true;
+    let found = table(&t).lookup("user2@example.com").await;
+    assert!(matches!(found, Ok(Some(_))), "StartTLS: {found:?}");
+    // The wrong CA, over either: unavailable (451 at RCPT), never "no such user".
+    t.tls_ca_file = Some(other);
+    assert!(
+        table(&t).lookup("user2@example.com").await.is_err(),
+        "StartTLS was used"
+    );
+    t.uris = vec![slapd.ldaps_uri()];
+    t.starttls = false;
+    assert!(table(&t).lookup("user1@example.com").await.is_err());
+}
+
+/// A TCP proxy to `to`. Once `stall` is set, the first connection it
+/// accepted becomes a black hole: what the client sends there is counted
+/// and dropped, and nothing comes back.
+async fn stalling_proxy(
+    to: std::net::SocketAddr,
+) -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stall = Arc::new(AtomicBool::new(false));
+    let swallowed = Arc::new(AtomicUsize::new(0));
+    let (s, w) = (stall.clone(), swallowed.clone());
+    tokio::spawn(async move {
+        for n in 0.. {
+            let (client, _) = listener.accept().await.unwrap();
+            let server = tokio::net::TcpStream::connect(to).await.unwrap();
+            let (mut cr, mut cw) = client.into_split();
+            let (mut sr, mut sw) = server.into_split();
+            let (s, w) = (s.clone(), w.clone());
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 16384];
+                while let Ok(k) = cr.read(&mut buf).await {
+                    if k == 0 {
+                        break;
+                    }
+                    if n == 0 && s.load(Ordering::SeqCst) {
+                        w.fetch_add(1, Ordering::SeqCst);
+                    } else if sw.write_all(&buf[..k]).await.is_err() {
+                        break;
+                    }
+                }
+            });
+            tokio::spawn(async move {
+                let _ = tokio::io::copy(&mut sr, &mut cw).await;
+            });
+        }
+    });
+    (addr, stall, swallowed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_pooled_connection_is_replaced_not_reused() {
+    let slapd = Slapd::start("hung", 20);
+    let target: std::net::SocketAddr = format!("127.0.0.1:{}", slapd.port).parse().unwrap();
+    let (proxy, stall, swallowed) = stalling_proxy(target).await;
+    let mut t = ldap_table(
+        vec![format!("ldap://{proxy}")],
+        "ou=people,dc=example,dc=com",
+        "(mail=%s)",
+        "mail",
+    );
+    t.query_timeout_ms = 300;
+    let table = table(&t);
+    // Both pool slots connected (the first through the connection to hang).
+    for u in 1..=2 {
+        let r = table.lookup(&format!("user{u}@example.com")).await;
+        assert!(matches!(r, Ok(Some(_))), "{r:?}");
+    }
+    stall.store(true, std::sync::atomic::Ordering::SeqCst);
+    for u in 3..=12 {
+        let r = table.lookup(&format!("user{u}@example.com")).await;
+        assert!(matches!(r, Ok(Some(_))), "user{u}: {r:?}");
+    }
+    let lost = swallowed.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        (1..=2).contains(&lost),
+        "the hung connection got {lost} requests; it should have been dropped after the first"
+    );
+}

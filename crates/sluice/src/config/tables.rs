@@ -15,6 +15,14 @@ pub struct TableConfig {
     /// ldap: server URIs, tried in order (failover).
     #[serde(default)]
     pub uris: Vec<String>,
+    /// ldap: upgrade `ldap://` connections with StartTLS (`ldaps://` URIs
+    /// are TLS from the start either way).
+    #[serde(default)]
+    pub starttls: bool,
+    /// ldap: CA certificates (PEM) the server's certificate must chain
+    /// to; default: the system's. The name checked is the URI's host.
+    #[serde(default)]
+    pub tls_ca_file: Option<PathBuf>,
     #[serde(default)]
     pub bind_dn: String,
     #[serde(default)]

@@ -1,5 +1,10 @@
 //! LDAP lookup tables: a pool of multiplexed connections with failover,
-//! timeouts, and a hit/miss cache.
+//! timeouts, TLS (`ldaps://` or StartTLS, rustls, certificate checked
+//! against the system roots or `tls_ca_file`), and a hit/miss cache.
+//!
+//! A connection whose query failed or timed out is dropped from its pool
+//! slot, so a hung connection is replaced on next use instead of costing
+//! a timeout to every lookup that lands on it (SMTP audit §J1).
 //!
 //! Trust: the directory's answers are data, never code; the key is the
 //! client's address and is escaped before it goes into a filter.
@@ -35,6 +40,7 @@ pub struct LdapTable {
     pub(super) name: String,
     config: TableConfig,
     pool: Vec<tokio::sync::Mutex<Option<Ldap>>>,
+    tls: Arc<rustls::ClientConfig>,
     next: AtomicUsize,
     cache: Mutex<HashMap<String, CacheEntry>>,
     pub stats: LdapStats,
@@ -42,19 +48,21 @@ pub struct LdapTable {
 }
 
 impl LdapTable {
-    pub fn new(name: &str, config: TableConfig, logger: Logger) -> LdapTable {
+    pub fn new(name: &str, config: TableConfig, logger: Logger) -> Result<LdapTable, String> {
         let pool = (0..config.pool_size.max(1))
             .map(|_| tokio::sync::Mutex::new(None))
             .collect();
-        LdapTable {
+        let tls = tls_config(&config).map_err(|e| format!("tables.{name}: {e}"))?;
+        Ok(LdapTable {
             name: name.to_string(),
             config,
             pool,
+            tls,
             next: AtomicUsize::new(0),
             cache: Mutex::new(HashMap::new()),
             stats: LdapStats::default(),
             logger,
-        }
+        })
     }
 
     pub fn clear_cache(&self) {
@@ -127,26 +135,36 @@ impl LdapTable {
         );
     }
 
-    /// A connection handle from the pool, connecting (with failover) if needed.
-    async fn handle(&self, fresh: bool) -> Result<Ldap, String> {
-        let slot = &self.pool[self.next.fetch_add(1, Ordering::Relaxed) % self.pool.len()];
-        let mut guard = slot.lock().await;
+    /// A connection handle from the pool and its slot, connecting (with
+    /// failover) if needed.
+    async fn handle(&self, fresh: bool) -> Result<(usize, Ldap), String> {
+        let index = self.next.fetch_add(1, Ordering::Relaxed) % self.pool.len();
+        let mut guard = self.pool[index].lock().await;
         if let Some(ldap) = guard.as_mut() {
             if !fresh && !ldap.is_closed() {
-                return Ok(ldap.clone());
+                return Ok((index, ldap.clone()));
             }
         }
         *guard = None;
         let ldap = self.connect().await?;
         *guard = Some(ldap.clone());
-        Ok(ldap)
+        Ok((index, ldap))
+    }
+
+    /// Forgets the connection in `index` (it failed or hung): the next
+    /// use of the slot connects afresh.
+    async fn discard(&self, index: usize) {
+        *self.pool[index].lock().await = None;
     }
 
     async fn connect(&self) -> Result<Ldap, String> {
         let timeout = Duration::from_millis(self.config.connect_timeout_ms.max(1));
         let mut errors = Vec::new();
         for uri in &self.config.uris {
-            let settings = LdapConnSettings::new().set_conn_timeout(timeout);
+            let settings = LdapConnSettings::new()
+                .set_conn_timeout(timeout)
+                .set_config(self.tls.clone())
+                .set_starttls(self.config.starttls && uri.starts_with("ldap://"));
             let attempt = async {
                 let (conn, mut ldap) = LdapConnAsync::with_settings(settings, uri)
                     .await
@@ -171,7 +189,15 @@ impl LdapTable {
     }
 
     async fn query(&self, key: &str, fresh: bool) -> Result<Option<Values>, String> {
-        let mut ldap = self.handle(fresh).await?;
+        let (index, ldap) = self.handle(fresh).await?;
+        let result = self.search(ldap, key).await;
+        if result.is_err() {
+            self.discard(index).await;
+        }
+        result
+    }
+
+    async fn search(&self, mut ldap: Ldap, key: &str) -> Result<Option<Values>, String> {
         self.stats.queries.fetch_add(1, Ordering::Relaxed);
         let filter = expand_filter(&self.config.filter, key);
         let attrs: Vec<&str> = if self.config.attributes.is_empty() {
@@ -215,6 +241,31 @@ impl LdapTable {
         }
         Ok(Some(Arc::new(values)))
     }
+}
+
+/// The TLS settings for `ldaps://` and StartTLS.
+fn tls_config(config: &TableConfig) -> Result<Arc<rustls::ClientConfig>, String> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    match &config.tls_ca_file {
+        Some(path) => {
+            let certs = rustls::pki_types::CertificateDer::pem_file_iter(path)
+                .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| format!("tls_ca_file {}: {e}", path.display()))?;
+            roots.add_parsable_certificates(certs);
+        }
+        None if config.starttls || config.uris.iter().any(|u| u.starts_with("ldaps://")) => {
+            roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+        }
+        None => {}
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(tls))
 }
 
 /// Fills `%s`, `%u`, `%d` in an LDAP filter with the escaped key parts.

@@ -58,7 +58,7 @@ impl Table {
                 if config.uris.is_empty() {
                     return Err(format!("tables.{name}: an ldap table needs `uris`"));
                 }
-                let table = LdapTable::new(name, config.clone(), logger.clone());
+                let table = LdapTable::new(name, config.clone(), logger.clone())?;
                 Ok(Table::Ldap(Box::new(table)))
             }
             other => Err(format!(

@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 pub struct Slapd {
     pub port: u16,
+    /// The `ldaps://` port (the certificate is `ca()`, for 127.0.0.1).
+    pub tls_port: u16,
     dir: PathBuf,
     child: Option<Child>,
 }
@@ -62,6 +64,10 @@ impl Slapd {
         let dir = std::env::temp_dir().join(format!("sluice-slapd-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("db")).unwrap();
+        let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into(), "localhost".into()])
+            .unwrap();
+        std::fs::write(dir.join("cert.pem"), made.cert.pem()).unwrap();
+        std::fs::write(dir.join("key.pem"), made.key_pair.serialize_pem()).unwrap();
         let conf = format!(
             "include /etc/ldap/schema/core.schema\n\
              include /etc/ldap/schema/cosine.schema\n\
@@ -70,6 +76,7 @@ impl Slapd {
              include /etc/ldap/schema/misc.schema\n\
              modulepath /usr/lib/ldap\nmoduleload back_mdb\n\
              pidfile {dir}/slapd.pid\n\
+             TLSCertificateFile {dir}/cert.pem\nTLSCertificateKeyFile {dir}/key.pem\n\
              database mdb\nmaxsize 268435456\nsuffix \"{BASE}\"\n\
              rootdn \"cn=admin,{BASE}\"\nrootpw secret\ndirectory {dir}/db\n\
              index mail eq\nindex cn eq\nindex objectClass eq\n",
@@ -90,13 +97,17 @@ impl Slapd {
             "slapadd failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let free = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port()
+        };
+        let (port, tls_port) = (free(), free());
         let mut slapd = Slapd {
             port,
+            tls_port,
             dir,
             child: None,
         };
@@ -108,6 +119,15 @@ impl Slapd {
         format!("ldap://127.0.0.1:{}", self.port)
     }
 
+    pub fn ldaps_uri(&self) -> String {
+        format!("ldaps://127.0.0.1:{}", self.tls_port)
+    }
+
+    /// The server certificate, to trust as a CA.
+    pub fn ca(&self) -> PathBuf {
+        self.dir.join("cert.pem")
+    }
+
     /// Starts (again) on the same port and waits until it answers.
     pub fn restart(&mut self) {
         self.stop();
@@ -116,7 +136,10 @@ impl Slapd {
             .arg("-f")
             .arg(self.dir.join("slapd.conf"))
             .arg("-h")
-            .arg(format!("ldap://127.0.0.1:{}/", self.port))
+            .arg(format!(
+                "ldap://127.0.0.1:{}/ ldaps://127.0.0.1:{}/",
+                self.port, self.tls_port
+            ))
             .arg("-d")
             .arg("0")
             .stdout(Stdio::null())
@@ -125,7 +148,9 @@ impl Slapd {
             .expect("start slapd");
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(15);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err()
+            || std::net::TcpStream::connect(("127.0.0.1", self.tls_port)).is_err()
+        {
             assert!(
                 Instant::now() < deadline,
                 "slapd did not start; see {}",
