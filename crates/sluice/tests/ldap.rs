@@ -294,3 +294,56 @@ async fn a_hung_pooled_connection_is_replaced_not_reused() {
         "the hung connection got {lost} requests; it should have been dropped after the first"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn smtp_auth_by_ldap_bind() {
+    use base64::Engine;
+    let mut slapd = Slapd::start("bind", 3);
+    let dir = temp_dir("ldap-bind");
+    let mut cfg = config(&dir, None);
+    cfg.smtpd.mynetworks = vec!["127.0.0.3/32".into()];
+    let users = ldap_table(
+        vec![slapd.uri()],
+        "ou=people,dc=example,dc=com",
+        "(mail=%s)",
+        "mail",
+    );
+    cfg.tables.insert("users".into(), users);
+    cfg.auth.table = Some("users".into());
+    cfg.auth.ldap_bind = true;
+    cfg.auth.failure_delay_ms = 0;
+    let (server, addr) = start(cfg).await;
+    let plain = |u: &str, p: &str| {
+        let raw = format!("\0{u}\0{p}");
+        format!(
+            "AUTH PLAIN {}",
+            base64::engine::general_purpose::STANDARD.encode(raw)
+        )
+    };
+    let ca = dir.join("var/tls/snakeoil-cert.pem");
+    let session = || async {
+        let mut c = Client::ready(addr).await;
+        assert!(c.cmd("STARTTLS").await.starts_with("220"));
+        let mut t = common::tls::TlsClient::handshake(c.stream, &ca, "mx.test").await;
+        assert!(t.cmd("EHLO client.test").await.contains("AUTH PLAIN LOGIN"));
+        t
+    };
+    let mut t = session().await;
+    let r = t.cmd(&plain("user2@example.com", "pw1")).await;
+    assert!(r.starts_with("535 5.7.8"), "another user's password: {r}");
+    let r = t.cmd(&plain("nobody@example.com", "pw1")).await;
+    assert!(r.starts_with("535 5.7.8"), "{r}");
+    let r = t.cmd(&plain("user2@example.com", "")).await;
+    assert!(
+        r.starts_with("535 5.7.8"),
+        "an empty password is not an anonymous bind: {r}"
+    );
+    let r = t.cmd(&plain("user2@example.com", "pw2")).await;
+    assert!(r.starts_with("235 2.7.0"), "{r}");
+    // Directory down: try later, not "wrong password".
+    slapd.stop();
+    let mut t = session().await;
+    let r = t.cmd(&plain("user1@example.com", "pw1")).await;
+    assert!(r.starts_with("454 4.7.0"), "{r}");
+    server.shutdown().await;
+}

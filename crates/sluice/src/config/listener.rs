@@ -76,6 +76,9 @@ pub struct AuthConfig {
     /// (`$6$…`); an `{ARGON2}`/`{CRYPT}` prefix (LDAP userPassword) is
     /// accepted. AUTH is offered only when set.
     pub table: Option<String>,
+    /// Check passwords by binding to the directory as the user's entry
+    /// (found with the LDAP `table`'s filter) instead of comparing hashes.
+    pub ldap_bind: bool,
     /// Milliseconds before answering a failed attempt.
     pub failure_delay_ms: u64,
 }
@@ -84,6 +87,7 @@ impl Default for AuthConfig {
     fn default() -> Self {
         AuthConfig {
             table: None,
+            ldap_bind: false,
             failure_delay_ms: 1000,
         }
     }

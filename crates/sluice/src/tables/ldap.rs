@@ -157,7 +157,67 @@ impl LdapTable {
         *self.pool[index].lock().await = None;
     }
 
+    /// SMTP AUTH by LDAP bind: finds `key`'s entry with the table's filter,
+    /// then binds as that entry with `password` on a connection of its own
+    /// (never a pooled one, whose identity must not change). Ok(false) for
+    /// no such entry, an empty password or invalid credentials (rc 49).
+    pub async fn bind_check(&self, key: &str, password: &str) -> Result<bool, String> {
+        if password.is_empty() {
+            // An empty password would be an unauthenticated bind (RFC 4513 §5.1.2).
+            return Ok(false);
+        }
+        let timeout = Duration::from_millis(self.config.query_timeout_ms.max(1));
+        let (index, mut ldap) = self.handle(false).await?;
+        self.stats.queries.fetch_add(1, Ordering::Relaxed);
+        let filter = expand_filter(&self.config.filter, &key.to_ascii_lowercase());
+        let search = ldap.with_timeout(timeout).search(
+            &self.config.base,
+            Scope::Subtree,
+            &filter,
+            vec!["1.1"],
+        );
+        let found = match tokio::time::timeout(timeout, search).await {
+            Ok(Ok(r)) => r.success().map_err(|e| e.to_string()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err("query timed out".to_string()),
+        };
+        let entries = match found {
+            Ok((entries, _)) => entries,
+            Err(e) => {
+                self.discard(index).await;
+                return Err(e);
+            }
+        };
+        let [entry] = &entries[..] else {
+            return Ok(false);
+        };
+        let dn = SearchEntry::construct(entry.clone()).dn;
+        let mut own = self.connect_as(None).await?;
+        let bound = tokio::time::timeout(
+            timeout,
+            own.with_timeout(timeout).simple_bind(&dn, password),
+        )
+        .await;
+        let _ = own.unbind().await;
+        match bound {
+            Ok(Ok(r)) if r.rc == 0 => Ok(true),
+            Ok(Ok(r)) if r.rc == 49 => Ok(false),
+            Ok(Ok(r)) => Err(format!("bind: rc={} {}", r.rc, r.text)),
+            Ok(Err(e)) => Err(format!("bind: {e}")),
+            Err(_) => Err("bind timed out".into()),
+        }
+    }
+
     async fn connect(&self) -> Result<Ldap, String> {
+        let service = (!self.config.bind_dn.is_empty()).then_some((
+            self.config.bind_dn.as_str(),
+            self.config.bind_password.as_str(),
+        ));
+        self.connect_as(service).await
+    }
+
+    /// Connects (with failover), bound as `service` or anonymous.
+    async fn connect_as(&self, service: Option<(&str, &str)>) -> Result<Ldap, String> {
         let timeout = Duration::from_millis(self.config.connect_timeout_ms.max(1));
         let mut errors = Vec::new();
         for uri in &self.config.uris {
@@ -170,9 +230,9 @@ impl LdapTable {
                     .await
                     .map_err(|e| e.to_string())?;
                 ldap3::drive!(conn);
-                if !self.config.bind_dn.is_empty() {
+                if let Some((dn, password)) = service {
                     ldap.with_timeout(timeout)
-                        .simple_bind(&self.config.bind_dn, &self.config.bind_password)
+                        .simple_bind(dn, password)
                         .await
                         .and_then(|r| r.success())
                         .map_err(|e| format!("bind: {e}"))?;

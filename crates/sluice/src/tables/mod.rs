@@ -74,6 +74,19 @@ impl Table {
         }
     }
 
+    /// SMTP AUTH by binding as the user's entry (LDAP tables only).
+    pub async fn bind_check(&self, key: &str, password: &str) -> Result<bool, LookupError> {
+        match self {
+            Table::Ldap(t) => t
+                .bind_check(key, password)
+                .await
+                .map_err(LookupError::Unavailable),
+            Table::Static(_) => Err(LookupError::Unavailable(
+                "bind authentication needs an ldap table".into(),
+            )),
+        }
+    }
+
     /// A lookup that needs no I/O: static tables only (None for LDAP).
     pub fn lookup_now(&self, key: &str) -> Option<Option<Values>> {
         match self {

@@ -45,7 +45,7 @@ pub fn ldif(users: usize) -> String {
         s.push_str(&format!(
             "dn: uid=user{i},ou=people,{BASE}\nobjectClass: inetOrgPerson\nobjectClass: posixAccount\n\
              cn: user{i}\nsn: user{i}\nuid: user{i}\nuidNumber: {}\ngidNumber: 10000\n\
-             homeDirectory: example.com/user{i}/Maildir/\nmail: user{i}@example.com\n\n",
+             homeDirectory: example.com/user{i}/Maildir/\nmail: user{i}@example.com\nuserPassword: pw{i}\n\n",
             10000 + i
         ));
     }

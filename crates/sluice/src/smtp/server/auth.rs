@@ -1,5 +1,6 @@
-//! SMTP AUTH (RFC 4954) with the PLAIN (RFC 4616) and LOGIN mechanisms,
-//! and password checks against argon2 or SHA-512-crypt hashes.
+//! SMTP AUTH (RFC 4954) with the PLAIN (RFC 4616) and LOGIN mechanisms;
+//! passwords are checked against argon2 or SHA-512-crypt hashes from a
+//! table, or by an LDAP bind as the user (`[auth] ldap_bind`).
 //!
 //! AUTH is offered only on an encrypted session unless the listener says
 //! `auth_without_tls`. A failed attempt is answered `535 5.7.8` after
@@ -184,7 +185,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         };
         // Users are looked up as given, control characters never reach the log.
         let shown: String = user.chars().filter(|c| !c.is_control()).take(256).collect();
-        match verify(table, &shown, password).await {
+        let checked = match ctx.config.auth.ldap_bind {
+            true => table.bind_check(&shown, password).await,
+            false => verify(table, &shown, password).await,
+        };
+        match checked {
             Ok(true) => {
                 log!(
                     ctx.logger,
