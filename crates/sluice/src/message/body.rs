@@ -27,11 +27,21 @@ pub async fn load(
 /// The header section of a body, CRLF of the last header included (up to
 /// the first empty line; at most 64 KiB when there is none).
 pub fn headers(body: &[u8]) -> &[u8] {
-    match memchr::memmem::find(body, b"\r\n\r\n") {
+    let section = match memchr::memmem::find(body, b"\r\n\r\n") {
         Some(end) => &body[..end + 2],
-        None => &body[..body.len().min(64 << 10)],
+        None => body,
+    };
+    if section.len() <= MAX_HEADERS_RETURNED {
+        return section;
     }
+    // Cut at the last line end inside the limit (Postfix: header_size_limit).
+    let cut = memchr::memrchr(b'\n', &section[..MAX_HEADERS_RETURNED]).map_or(0, |i| i + 1);
+    &section[..cut]
 }
+
+/// Header octets a bounce quotes at most (Postfix's header_size_limit), so
+/// a hostile message cannot make its DSN as big as itself (audit §D7).
+pub const MAX_HEADERS_RETURNED: usize = 100 << 10;
 
 /// Number of `Received:` headers in the header section of `body`.
 pub fn received_headers(body: &[u8]) -> usize {
@@ -40,4 +50,19 @@ pub fn received_headers(body: &[u8]) -> usize {
         .split(|&b| b == b'\n')
         .filter(|line| line.len() >= 9 && line[..9].eq_ignore_ascii_case(b"received:"))
         .count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn returned_headers_are_capped_at_a_line_end() {
+        let filler = "X-Filler: yyyyyyyyyyyyyyyyyyyy\r\n".repeat(20_000);
+        let huge = format!("{filler}\r\nbody\r\n");
+        let h = headers(huge.as_bytes());
+        assert!(h.len() <= MAX_HEADERS_RETURNED && h.len() > MAX_HEADERS_RETURNED - 100);
+        assert!(h.ends_with(b"\r\n"));
+        assert_eq!(headers(b"A: b\r\n\r\nbody"), b"A: b\r\n");
+    }
 }

@@ -122,8 +122,15 @@ impl LdapTable {
         if cache.len() >= self.config.cache_max_entries {
             let now = Instant::now();
             cache.retain(|_, e| e.expires > now);
+            // Still full: drop a tenth, not everything, so a flood of new
+            // addresses cannot flush every cached user at once (audit §J4).
+            let excess = cache.len() + 1 - self.config.cache_max_entries.min(cache.len() + 1);
+            let drop = excess.max(self.config.cache_max_entries / 10).max(1);
             if cache.len() >= self.config.cache_max_entries {
-                cache.clear();
+                let victims: Vec<String> = cache.keys().take(drop).cloned().collect();
+                for k in victims {
+                    cache.remove(&k);
+                }
             }
         }
         cache.insert(

@@ -32,7 +32,8 @@ pub struct StaticTable {
     /// What the table's user requires of each entry (e.g. a valid route).
     check: OnceLock<EntryCheck>,
     /// Modification time of the contents in force (for the watcher).
-    mtime: Mutex<Option<SystemTime>>,
+    /// (modification time loaded, a newer one seen once and waiting).
+    mtime: Mutex<(Option<SystemTime>, Option<Option<SystemTime>>)>,
     logger: Logger,
 }
 
@@ -44,7 +45,7 @@ impl StaticTable {
             path: path.to_path_buf(),
             map: ArcSwap::from_pointee(map),
             check: OnceLock::new(),
-            mtime: Mutex::new(mtime),
+            mtime: Mutex::new((mtime, None)),
             logger,
         })
     }
@@ -63,16 +64,29 @@ impl StaticTable {
     }
 
     /// Reloads if the file's modification time changed (blocking).
+    ///
+    /// A change is loaded only once the file has stopped changing: the
+    /// modification time must be the same at two calls in a row (the
+    /// watcher calls once a second), so a file being rewritten in place is
+    /// not loaded half-written (audit §J3). Replacing the file with a
+    /// rename, as `postmap` does, is still the safe way to update it.
     pub fn reload_if_changed(&self) {
         let now = std::fs::metadata(&self.path)
             .and_then(|m| m.modified())
             .ok();
-        let mut seen = self.mtime.lock().unwrap_or_else(|p| p.into_inner());
-        if now != *seen {
-            *seen = now;
-            drop(seen);
-            self.reload();
+        let mut state = self.mtime.lock().unwrap_or_else(|p| p.into_inner());
+        let (loaded, pending) = *state;
+        if now == loaded {
+            *state = (loaded, None);
+            return;
         }
+        if pending != Some(now) {
+            *state = (loaded, Some(now));
+            return;
+        }
+        *state = (now, None);
+        drop(state);
+        self.reload();
     }
 
     /// Re-reads the file (blocking); a bad file is refused and logged.
@@ -218,6 +232,56 @@ mod tests {
             "no I/O in lookups"
         );
         t.reload_if_changed();
+        assert_eq!(
+            t.lookup("a@x").unwrap().as_slice(),
+            ["old"],
+            "a file seen changing is not loaded yet: it may be half-written"
+        );
+        t.reload_if_changed();
         assert_eq!(t.lookup("a@x").unwrap().as_slice(), ["new"]);
+    }
+
+    #[test]
+    fn a_file_still_being_written_is_not_loaded() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("t");
+        std::fs::write(
+            &path,
+            "a@x 1
+b@x 1
+",
+        )
+        .unwrap();
+        let t = StaticTable::load("t", &path, Logger::disabled()).unwrap();
+        let touch = |secs: u64, text: &str| {
+            std::fs::write(&path, text).unwrap();
+            let at = std::time::SystemTime::now() + std::time::Duration::from_secs(secs);
+            let f = std::fs::File::options().write(true).open(&path).unwrap();
+            f.set_modified(at).unwrap();
+        };
+        // Each poll sees the writer still going: the first half only.
+        touch(
+            10, "a@x 2
+",
+        );
+        t.reload_if_changed();
+        touch(
+            20, "a@x 2
+",
+        );
+        t.reload_if_changed();
+        assert!(
+            t.lookup("b@x").is_some(),
+            "the half-written file was not loaded"
+        );
+        touch(
+            30,
+            "a@x 2
+b@x 2
+",
+        );
+        t.reload_if_changed();
+        t.reload_if_changed();
+        assert_eq!(t.lookup("b@x").unwrap().as_slice(), ["2"]);
     }
 }

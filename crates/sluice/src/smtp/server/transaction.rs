@@ -100,7 +100,8 @@ impl Transaction {
             return;
         }
         let held = |t: &Transaction| t.memory.as_ref().map_or(0, |p| p.num_permits()) << 10;
-        while self.body.len() > held(self) {
+        // Capacity, not length: that is what is resident (audit §D4).
+        while self.body.capacity() > held(self) {
             match budget.clone().try_acquire_many_owned(MEMORY_STEP_KIB) {
                 Ok(more) => match self.memory.as_mut() {
                     Some(permit) => permit.merge(more),
