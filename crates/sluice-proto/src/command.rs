@@ -103,10 +103,11 @@ impl CommandError {
 /// Parses a complete command line, CRLF included.
 pub fn parse_command(line: &[u8]) -> Result<Command<'_>, CommandError> {
     let line = line.strip_suffix(b"\r\n").unwrap_or(line);
-    if line.iter().any(|&b| b < 0x20 || b == 0x7f) {
+    let line = std::str::from_utf8(line).map_err(|_| CommandError::BadOctet)?;
+    // C0, DEL and the C1 controls (U+0080 to U+009F, e.g. NEL).
+    if line.contains(char::is_control) {
         return Err(CommandError::BadOctet);
     }
-    let line = std::str::from_utf8(line).map_err(|_| CommandError::BadOctet)?;
     let (verb, rest) = match line.find(' ') {
         Some(i) => (&line[..i], &line[i + 1..]),
         None => (line, ""),

@@ -41,7 +41,9 @@ pub fn wrap_long_lines(body: &[u8]) -> Cow<'_, [u8]> {
     let too_long = memchr::memchr_iter(b'\n', body)
         .chain(std::iter::once(body.len()))
         .any(|end| {
-            let long = end - start > MAX_TEXT + 1;
+            // An LF-ended line counts its CR; the last line, if it has no
+            // LF, gets a CRLF added by `stuff_into`.
+            let long = end - start > MAX_TEXT + usize::from(end < body.len());
             start = end + 1;
             long
         });

@@ -17,3 +17,6 @@ pub mod command;
 pub mod data;
 pub mod dotstuff;
 pub mod line;
+
+#[cfg(test)]
+mod fuzz;

@@ -374,4 +374,6 @@ fn lock_dir(dir: &Path) -> Result<File, SpoolError> {
 }
 
 #[cfg(test)]
+mod fuzz;
+#[cfg(test)]
 mod tests;

@@ -209,6 +209,9 @@ pub(crate) fn decode(salt: &Salt, buf: &[u8]) -> Result<(Record, usize), Damage>
             for _ in 0..n {
                 recipients.push(r.u16()?);
             }
+            if r.pos != r.buf.len() {
+                return Err(Damage::Corrupt("outcome length mismatch"));
+            }
             Record::Outcome { id, recipients }
         }
         _ => return Err(Damage::Corrupt("unknown record kind")),

@@ -56,6 +56,12 @@ impl Salt {
         Salt(Vec::new())
     }
 
+    /// A salt of the given bytes (tests only: a real one is random).
+    #[cfg(test)]
+    pub fn from_bytes(bytes: Vec<u8>) -> Salt {
+        Salt(bytes)
+    }
+
     pub fn is_legacy(&self) -> bool {
         self.0.is_empty()
     }

@@ -15,7 +15,9 @@ async fn bdat_over_the_memory_budget_is_refused_not_queued_empty() {
     let dir = temp_dir("dura-bdat-budget");
     let sink = recording_sink().await;
     let mut cfg = config(&dir, Some(sink.addr));
-    cfg.smtpd.message_memory_budget_kib = 128;
+    // 256 KiB: the first chunk fits (with the buffer's spare capacity,
+    // which counts), the second does not.
+    cfg.smtpd.message_memory_budget_kib = 256;
     let (server, addr) = start(cfg).await;
     let mut c = Client::ready(addr).await;
     assert!(c.cmd("MAIL FROM:<a@b.test>").await.starts_with("250"));
@@ -25,7 +27,8 @@ async fn bdat_over_the_memory_budget_is_refused_not_queued_empty() {
     c.send(&chunk).await;
     let r = c.reply().await;
     assert!(r.starts_with("250"), "{r}");
-    c.send(b"BDAT 100000 LAST\r\n").await;
+    let chunk = vec![b'x'; 200_000];
+    c.send(b"BDAT 200000 LAST\r\n").await;
     c.send(&chunk).await;
     let r = c.reply().await;
     assert!(r.starts_with("452 4.3.1"), "over the budget: {r}");

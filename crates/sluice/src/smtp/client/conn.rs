@@ -51,6 +51,33 @@ impl Reply {
     }
 }
 
+/// One step of reading a reply, with no I/O (so it can be fuzzed): feeds
+/// the buffered bytes `rbuf` to `parser` and moves the bytes it used to
+/// `raw`. Returns the reply once it is complete (the bytes after it stay
+/// in `rbuf`), `None` when more bytes are needed, or why the reply is
+/// malformed.
+pub(super) fn parse_reply(
+    parser: &mut ResponseReceiver,
+    rbuf: &mut Vec<u8>,
+    raw: &mut Vec<u8>,
+) -> Result<Option<Reply>, smtp_proto::Error> {
+    let mut bytes = rbuf.iter();
+    let parsed = parser.parse(&mut bytes);
+    let used = rbuf.len() - bytes.len();
+    raw.extend(rbuf.drain(..used));
+    match parsed {
+        Ok(r) => Ok(Some(Reply::from_response(r))),
+        Err(smtp_proto::Error::NeedsMoreData { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The capabilities a (raw) EHLO reply advertises; 0 if it cannot be
+/// parsed (capabilities we do not understand are ignored, not fatal).
+pub(super) fn ehlo_capabilities(raw: &[u8]) -> u32 {
+    EhloResponse::parse(&mut raw.iter()).map_or(0, |e| e.capabilities)
+}
+
 pub(super) enum TxError {
     /// The connection died before the first reply of this transaction.
     Stale,
@@ -155,7 +182,7 @@ impl SmtpConn {
         let (ehlo, raw) = self.read_reply_raw(self.timeout).await.map_err(err)?;
         if ehlo.class() == 2 {
             // Capabilities we do not understand are ignored, not fatal.
-            let caps = EhloResponse::parse(&mut raw.iter()).map_or(0, |e| e.capabilities);
+            let caps = ehlo_capabilities(&raw);
             self.pipelining = caps & smtp_proto::EXT_PIPELINING != 0;
             self.size = caps & smtp_proto::EXT_SIZE != 0;
             self.eightbit = caps & smtp_proto::EXT_8BIT_MIME != 0;
@@ -241,13 +268,9 @@ impl SmtpConn {
         let mut parser = ResponseReceiver::default();
         let mut raw = Vec::new();
         loop {
-            let mut bytes = self.rbuf.iter();
-            let parsed = parser.parse(&mut bytes);
-            let used = self.rbuf.len() - bytes.len();
-            raw.extend(self.rbuf.drain(..used));
-            match parsed {
-                Ok(r) => return Ok((Reply::from_response(r), raw)),
-                Err(smtp_proto::Error::NeedsMoreData { .. }) => {}
+            match parse_reply(&mut parser, &mut self.rbuf, &mut raw) {
+                Ok(Some(reply)) => return Ok((reply, raw)),
+                Ok(None) => {}
                 Err(e) => {
                     return Err(std::io::Error::new(
                         std::io::ErrorKind::InvalidData,

@@ -2,6 +2,8 @@
 
 mod agent;
 mod conn;
+#[cfg(test)]
+mod fuzz;
 pub mod tls;
 mod transaction;
 
