@@ -6,12 +6,20 @@ for a line on stdin, then measures how long a fresh session takes to get its
 greeting (`PROBE greeting_ms=<ms>`), closes everything and exits.
 """
 import asyncio
+import random
 import sys
 import time
 
 
-async def one(host, port, conns):
-    reader, writer = await asyncio.open_connection(host, port)
+# One loopback source address per this many sessions: a source address has
+# only ~28,000 ephemeral ports for bind(), and earlier runs may leave some
+# in TIME_WAIT, so each run picks its own block of addresses.
+PER_SOURCE = 5000
+BLOCK = random.randrange(1, 250)
+
+
+async def one(host, port, conns, source):
+    reader, writer = await asyncio.open_connection(host, port, local_addr=(source, 0))
     greeting = await reader.readline()
     if not greeting.startswith(b"220"):
         raise RuntimeError(f"greeting {greeting!r}")
@@ -29,7 +37,10 @@ async def main():
     conns = []
     batch = 500
     for start in range(0, n, batch):
-        await asyncio.gather(*(one(host, port, conns) for _ in range(min(batch, n - start))))
+        source = f"127.{BLOCK}.{start // PER_SOURCE}.1"
+        await asyncio.gather(
+            *(one(host, port, conns, source) for _ in range(min(batch, n - start)))
+        )
         print(f"idle: {len(conns)}/{n} sessions open", file=sys.stderr, flush=True)
     print(f"OPEN n={len(conns)}", flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)

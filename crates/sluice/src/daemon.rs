@@ -260,7 +260,8 @@ fn listen(
     let mut listeners = Vec::new();
     for lc in config.all_listeners() {
         let listen = &lc.listen;
-        let listener = bind(listen).map_err(|e| StartError::Listen(listen.clone(), e))?;
+        let listener = bind(listen, config.smtpd.reuse_port)
+            .map_err(|e| StartError::Listen(listen.clone(), e))?;
         let addr = listener
             .local_addr()
             .map_err(|e| StartError::Listen(listen.clone(), e))?;

@@ -59,6 +59,10 @@ pub struct SmtpdConfig {
     pub listeners: Vec<listener::ListenerConfig>,
     /// Concurrent sessions; one more gets `421 4.3.2` and is closed.
     pub max_sessions: usize,
+    /// Let several Sluice processes listen on the same ports (SO_REUSEPORT;
+    /// the kernel spreads connections), e.g. where one process may not
+    /// hold as many descriptors as there are sessions.
+    pub reuse_port: bool,
     /// Largest message accepted, octets (Postfix: message_size_limit).
     pub message_size_limit: usize,
     /// Recipients per message; more get `452 4.5.3`.
@@ -209,6 +213,7 @@ impl Default for SmtpdConfig {
             listen: vec!["127.0.0.1:2525".into()],
             listeners: Vec::new(),
             max_sessions: 10_000,
+            reuse_port: false,
             message_size_limit: 10_240_000,
             max_recipients: 1000,
             max_errors: 20,

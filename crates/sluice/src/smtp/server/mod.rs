@@ -53,7 +53,7 @@ pub struct SessionContext {
     pub credentials: Option<Arc<crate::tables::Table>>,
 }
 
-pub fn bind(listen: &str) -> std::io::Result<TcpListener> {
+pub fn bind(listen: &str, reuse_port: bool) -> std::io::Result<TcpListener> {
     let addr: SocketAddr = listen
         .parse()
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "bad address"))?;
@@ -63,6 +63,9 @@ pub fn bind(listen: &str) -> std::io::Result<TcpListener> {
         TcpSocket::new_v6()?
     };
     socket.set_reuseaddr(true)?;
+    if reuse_port {
+        socket.set_reuseport(true)?;
+    }
     socket.bind(addr)?;
     // A deep backlog: bursts of thousands of connects must not hit SYN retries.
     socket.listen(4096)
