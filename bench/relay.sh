@@ -27,6 +27,11 @@
 #   N64K=20000         messages in the 64 KiB run
 #   SYSTEMS="harness sluice postfix"   which systems to run, in that order
 #   SIZES="400 65536"  message sizes to run
+#   TLS_MODES="off on" off: no TLS anywhere; on: STARTTLS on both legs
+#                      (generator -> relay and relay -> sink), both MTAs with
+#                      the same certificate and opportunistic TLS outbound;
+#                      needs GENERATOR=sluice and SINK=sluice (Postfix's
+#                      smtp-source and smtp-sink speak no TLS)
 #   SESSIONS=250       concurrent generator sessions
 #   RUN_TIMEOUT=1800   seconds one run may take before it is FAILED
 #   SLUICE=target/release/sluice      binary used for serve/sink/bench
@@ -42,8 +47,10 @@
 # Output
 #   Progress on stderr. Last, one line per system and size:
 #     RESULT system=<harness|sluice|postfix> workload=R n=<N> size=<bytes>
-#       seconds=<s> msgs_per_s=<x> ratio_vs_postfix=<x/postfix|n/a>
-#       peak_rss_kb=<kb|n/a> peak_pss_kb=<kb|n/a>
+#       tls=<off|on> seconds=<s> msgs_per_s=<x> ratio_vs_postfix=<x/postfix|n/a>
+#       peak_rss_kb=<kb|n/a> peak_pss_kb=<kb|n/a> cpu_s=<s> cpu_ms_per_msg=<ms>
+#   cpu_s is the CPU time of the system under test, every process of it
+#   (it is started inside a cpuacct cgroup), from start to stop.
 #   (a failed run has seconds=FAILED msgs_per_s=FAILED and a failed=<reason>
 #   field). The same lines, prefixed with the ISO date and the git commit, are
 #   appended to bench/results/relay-YYYY-MM-DD.txt. Exit status 1 if any run
@@ -74,6 +81,8 @@ N400=${N400:-50000}
 N64K=${N64K:-20000}
 SYSTEMS=${SYSTEMS:-"harness sluice postfix"}
 SIZES=${SIZES:-"400 65536"}
+TLS_MODES=${TLS_MODES:-"off on"}
+TLS=off
 SESSIONS=${SESSIONS:-250}
 RUN_TIMEOUT=${RUN_TIMEOUT:-1800}
 SLUICE=${SLUICE:-$REPO/target/release/sluice}
@@ -96,6 +105,12 @@ for s in $SYSTEMS; do
 done
 case $GENERATOR in sluice|smtp-source) ;; *) die "GENERATOR must be sluice or smtp-source" ;; esac
 case $SINK in sluice|smtp-sink) ;; *) die "SINK must be sluice or smtp-sink" ;; esac
+for t in $TLS_MODES; do
+    case $t in off) ;; on)
+        [ "$GENERATOR" = sluice ] && [ "$SINK" = sluice ] \
+            || die "TLS_MODES=on needs GENERATOR=sluice and SINK=sluice" ;;
+    *) die "unknown TLS mode '$t'" ;; esac
+done
 require_root
 
 n_for_size() {
@@ -158,7 +173,9 @@ start_sink() {
     rm -f "$W/sink.out" "$W/sink.err" "$W/sink.counter"
     case $SINK in
     sluice)
-        "$SLUICE" sink --listen "$HOST:$SINK_PORT" --exit-after "$n" \
+        local starttls=()
+        [ "$TLS" = on ] && starttls=(--starttls)
+        "$SLUICE" sink --listen "$HOST:$SINK_PORT" --exit-after "$n" "${starttls[@]}" \
             --max-seconds "$RUN_TIMEOUT" >"$W/sink.out" 2>"$W/sink.err" &
         SINK_PID=$!
         ;;
@@ -218,8 +235,10 @@ run_generator() {
     GEN_RC=0
     case $GENERATOR in
     sluice)
+        local starttls=()
+        [ "$TLS" = on ] && starttls=(--starttls)
         timeout -k 10 $((RUN_TIMEOUT + 60)) \
-            "$SLUICE" bench --target "$HOST:$port" --sessions "$SESSIONS" \
+            "$SLUICE" bench --target "$HOST:$port" --sessions "$SESSIONS" "${starttls[@]}" \
             --messages-per-session 1 --count "$n" --size "$size" \
             --recipients 1 --domains 5 --max-seconds "$RUN_TIMEOUT" --interval 1 \
             2>"$W/gen.err" | tee "$W/gen.out" >&2 || GEN_RC=$?
@@ -279,8 +298,14 @@ max_sessions = 2000
 [delivery]
 relayhost = "smtp:[$HOST]:$SINK_PORT"
 default_concurrency = 250
+tls_security_level = "$([ "$TLS" = on ] && echo may || echo none)"
+
+[tls]
+enabled = $([ "$TLS" = on ] && echo true || echo false)
+cert_file = "$W/tls/cert.pem"
+key_file = "$W/tls/key.pem"
 EOF
-    /usr/bin/time -v -o "$W/sluice.time" \
+    cg_exec /usr/bin/time -v -o "$W/sluice.time" \
         "$SLUICE" serve --config "$W/sluice.toml" >"$W/sluice.log" 2>&1 &
     SLUICE_TIME_PID=$!
     wait_listen "$RELAY_PORT" 30 "$SLUICE_TIME_PID" || {
@@ -353,9 +378,22 @@ EOF
     write_postfix_master_cf "$RELAY_PORT"
 }
 
+# Postfix's TLS settings for the current mode: the same certificate as
+# Sluice's, STARTTLS offered inbound and used opportunistically outbound.
+postfix_tls() {
+    if [ "$TLS" = on ]; then
+        postconf -c "$PF_ETC" -e "smtpd_tls_security_level = may" \
+            "smtpd_tls_cert_file = $W/tls/cert.pem" "smtpd_tls_key_file = $W/tls/key.pem" \
+            "smtp_tls_security_level = may" "smtpd_tls_loglevel = 0" "smtp_tls_loglevel = 0"
+    else
+        postconf -c "$PF_ETC" -e "smtpd_tls_security_level = none" "smtp_tls_security_level = none"
+    fi
+}
+
 start_postfix() {
     rm -rf "$PF/spool" "$PF/maillog"
     mkdir -p "$PF/spool"
+    postfix_tls
     postfix_check_start || die "postfix -c $PF_ETC $POSTFIX_FAILED failed"
     wait_listen "$RELAY_PORT" 30 || die "postfix smtpd did not come up on $HOST:$RELAY_PORT"
     local master
@@ -422,7 +460,7 @@ stop_postfix() {
 }
 
 # ------------------------------------------------------------------ runs ----
-declare -A R_SECONDS R_RATE R_RSS R_PSS R_FAIL R_N
+declare -A R_SECONDS R_RATE R_RSS R_PSS R_FAIL R_N R_CPU
 
 ticker() {  # progress line every 5 s while a run goes on
     set +e
@@ -438,11 +476,12 @@ ticker() {  # progress line every 5 s while a run goes on
 run_one() {
     local sys=$1 size=$2 n key port rss="n/a" fail="" sinkline msgs last gen_start secs
     n=$(n_for_size "$size")
-    key="$sys:$size"
+    key="$sys:$size:$TLS"
     wait_free "$SINK_PORT" 30 && wait_free "$RELAY_PORT" 30 \
         || die "ports $SINK_PORT/$RELAY_PORT still in use after the previous run"
-    log "=== $sys, size $size B, N=$n: starting sink"
+    log "=== $sys, size $size B, TLS $TLS, N=$n: starting sink"
     start_sink "$n"
+    cg_reset
     case $sys in
     harness) port=$SINK_PORT ;;
     sluice)
@@ -498,6 +537,8 @@ run_one() {
     sluice) stop_sluice ;;
     postfix) stop_postfix ;;
     esac
+    # CPU of the system under test, all its processes, start to stop.
+    [ "$sys" = harness ] || R_CPU[$key]=$(cg_cpu_s)
     rss=$STOP_RSS
     R_PSS[$key]=$STOP_PSS
 
@@ -519,38 +560,53 @@ run_one() {
 # ------------------------------------------------------------------ main ----
 ensure_packages
 ensure_sluice
+cg_create
+[ -n "$CG" ] || log "no cpuacct cgroup here: CPU per message will be n/a"
 for p in $RELAY_PORT $SINK_PORT; do
     listening "$p" && die "port $p is already in use on this machine"
 done
 [[ " $SYSTEMS " == *" postfix "* ]] && setup_postfix
 
-log "workload R: systems=[$SYSTEMS] sizes=[$SIZES] N400=$N400 N64K=$N64K sessions=$SESSIONS generator=$GENERATOR sink=$SINK tmp=$W"
-for sys in $SYSTEMS; do
-    for size in $SIZES; do
-        run_one "$sys" "$size"
+# One certificate for both MTAs (ECDSA P-256, as Sluice's own).
+mkdir -p "$W/tls"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 30 \
+    -subj "/CN=relay.bench.example" -keyout "$W/tls/key.pem" -out "$W/tls/cert.pem" 2>/dev/null \
+    || die "openssl could not make the benchmark certificate"
+chmod 644 "$W/tls/key.pem"
+
+log "workload R: systems=[$SYSTEMS] sizes=[$SIZES] tls=[$TLS_MODES] N400=$N400 N64K=$N64K sessions=$SESSIONS generator=$GENERATOR sink=$SINK tmp=$W"
+for TLS in $TLS_MODES; do
+    for sys in $SYSTEMS; do
+        for size in $SIZES; do
+            run_one "$sys" "$size"
+        done
     done
 done
 
 # --------------------------------------------------------------- report ----
+cpu_per_msg() { if [ "$1" = n/a ]; then echo n/a; else fmt %.3f "$(calc "$1 * 1000 / $2")"; fi; }
+
 tools=""
 [ "$GENERATOR" = sluice ] && [ "$SINK" = sluice ] || tools=" tools=$GENERATOR/$SINK"
 lines=()
 any_failed=0
-for sys in $SYSTEMS; do
+for TLS in $TLS_MODES; do
+  for sys in $SYSTEMS; do
     for size in $SIZES; do
-        key="$sys:$size"
+        key="$sys:$size:$TLS"
         if [ -n "${R_FAIL[$key]:-}" ]; then
             any_failed=1
-            lines+=("RESULT system=$sys workload=R n=${R_N[$key]} size=$size seconds=FAILED msgs_per_s=FAILED ratio_vs_postfix=n/a peak_rss_kb=${R_RSS[$key]} peak_pss_kb=${R_PSS[$key]} failed=${R_FAIL[$key]}$tools")
+            lines+=("RESULT system=$sys workload=R n=${R_N[$key]} size=$size tls=$TLS seconds=FAILED msgs_per_s=FAILED ratio_vs_postfix=n/a peak_rss_kb=${R_RSS[$key]} peak_pss_kb=${R_PSS[$key]} failed=${R_FAIL[$key]}$tools")
             continue
         fi
         ratio="n/a"
-        pkey="postfix:$size"
+        pkey="postfix:$size:$TLS"
         if [ -n "${R_RATE[$pkey]:-}" ]; then
             ratio=$(fmt %.2f "$(calc "${R_RATE[$key]} / ${R_RATE[$pkey]}")")
         fi
-        lines+=("RESULT system=$sys workload=R n=${R_N[$key]} size=$size seconds=${R_SECONDS[$key]} msgs_per_s=${R_RATE[$key]} ratio_vs_postfix=$ratio peak_rss_kb=${R_RSS[$key]} peak_pss_kb=${R_PSS[$key]}$tools")
+        lines+=("RESULT system=$sys workload=R n=${R_N[$key]} size=$size tls=$TLS seconds=${R_SECONDS[$key]} msgs_per_s=${R_RATE[$key]} ratio_vs_postfix=$ratio peak_rss_kb=${R_RSS[$key]} peak_pss_kb=${R_PSS[$key]} cpu_s=${R_CPU[$key]:-n/a} cpu_ms_per_msg=$(cpu_per_msg "${R_CPU[$key]:-n/a}" "${R_N[$key]}")$tools")
     done
+  done
 done
 
 append_results "$RESULTS_FILE" "${lines[@]}"

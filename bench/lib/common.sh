@@ -38,6 +38,12 @@
 #   kill_wait PID [SIG] [SECS]   signal PID (default TERM), wait up to SECS
 #                          (default 10), then SIGKILL; reaps it; no-op for ""
 #   install_cleanup_traps  EXIT runs cleanup; INT exits 130, TERM exits 143
+#   cg_create              a cpuacct cgroup for the system under test (CG;
+#                          empty when the machine has none: CPU is then n/a)
+#   cg_run CMD...          runs CMD inside it, so every process CMD forks is
+#                          counted too (Postfix's daemons); cg_exec CMD & does
+#                          the same in the background with $! = CMD's PID
+#   cg_reset / cg_cpu_s    zero it / its CPU seconds since (or n/a)
 #   cleanup                the EXIT trap: runs the script's cleanup_processes
 #                          (stop whatever it started), then removes $W unless
 #                          KEEP=1; exits with the script's exit status
@@ -125,11 +131,38 @@ kill_wait() {  # kill_wait PID [SIGNAL] [seconds]: signal, wait, then SIGKILL
     wait "$pid" 2>/dev/null || true
 }
 
+CG=""
+cg_create() {
+    CG=/sys/fs/cgroup/cpuacct/sluice-bench-$$
+    mkdir -p "$CG" 2>/dev/null && [ -w "$CG/cpuacct.usage" ] || CG=""
+}
+cg_run() {
+    if [ -n "$CG" ]; then
+        sh -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' sh "$CG" "$@"
+    else
+        "$@"
+    fi
+}
+# cg_exec CMD...: as cg_run, but replaces the calling (sub)shell: for
+# `cg_exec CMD &`, so that $! is CMD's own PID.
+cg_exec() {
+    if [ -n "$CG" ]; then
+        exec sh -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' sh "$CG" "$@"
+    else
+        exec "$@"
+    fi
+}
+cg_reset() { if [ -n "$CG" ]; then echo 0 >"$CG/cpuacct.usage"; fi; }
+cg_cpu_s() {
+    if [ -n "$CG" ]; then awk '{ printf "%.2f", $1 / 1e9 }' "$CG/cpuacct.usage"; else echo n/a; fi
+}
+
 cleanup() {
     local rc=$?
     set +e
     trap - EXIT INT TERM
     cleanup_processes
+    if [ -n "$CG" ]; then rmdir "$CG" 2>/dev/null; fi
     if [ "$KEEP" = 1 ]; then
         log "kept temp dir $W"
     else
@@ -231,7 +264,8 @@ postfix_check_start() {
     # and modes (post-install create-missing) and reports config problems.
     # Output of each step in $W/postfix-<step>.log.
     for step in check start; do
-        postfix -c "$PF_ETC" "$step" >"$W/postfix-$step.log" 2>&1 || {
+        # Started inside the CPU cgroup, when there is one (cg_run).
+        cg_run postfix -c "$PF_ETC" "$step" >"$W/postfix-$step.log" 2>&1 || {
             # postfix writes its errors to stderr only when that is a tty;
             # otherwise to maillog_file (or to syslog, absent here).
             cat "$W/postfix-$step.log" >&2; tail -20 "$PF/maillog" >&2 2>/dev/null || true
@@ -275,6 +309,7 @@ virtual   unix  -       n       n       -       -       virtual
 lmtp      unix  -       -       n       -       -       lmtp
 anvil     unix  -       -       n       -       1       anvil
 scache    unix  -       -       n       -       1       scache
+tlsmgr    unix  -       -       n       1000?   1       tlsmgr
 postlog   unix-dgram n  -       n       -       1       postlogd
 EOF
 }

@@ -58,10 +58,16 @@ struct SinkArgs {
     /// Answer test addresses (reject-this@, defer-me@, ...) with errors.
     #[arg(long)]
     test_replies: bool,
+    /// Offer STARTTLS (self-signed certificate made at start).
+    #[arg(long)]
+    starttls: bool,
 }
 
 #[derive(Args)]
 struct BenchArgs {
+    /// Use STARTTLS on every connection (any certificate accepted).
+    #[arg(long)]
+    starttls: bool,
     #[arg(long, default_value = "127.0.0.1:2525")]
     target: SocketAddr,
     #[arg(long, default_value_t = 10)]
@@ -222,6 +228,7 @@ async fn run_sink(a: SinkArgs) -> Result<(), String> {
         save_dir: a.save_dir,
         message_ids: a.message_ids,
         test_replies: a.test_replies,
+        starttls: a.starttls,
     };
     sink::run_cli(opts, a.max_seconds)
         .await
@@ -251,6 +258,7 @@ async fn run_bench(a: BenchArgs) -> Result<(), String> {
             .retry_pause_ms
             .map_or(d.retry_pause, Duration::from_millis),
         stop: None,
+        starttls: a.starttls,
     };
     // --duration: run for that long, however many messages that is.
     if let Some(secs) = a.duration {

@@ -24,6 +24,8 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::smtp::client::tls::{any_certificate_connector, Stream};
+use crate::smtp::io::MaybeTls;
 use crate::timefmt;
 
 #[derive(Debug, Clone)]
@@ -58,6 +60,8 @@ pub struct BenchOptions {
     /// flight finish (at most 30 s), the ack log is flushed (`sluice bench`
     /// notifies it on SIGTERM and SIGINT).
     pub stop: Option<Arc<tokio::sync::Notify>>,
+    /// STARTTLS on every connection, after the first EHLO.
+    pub starttls: bool,
 }
 
 impl Default for BenchOptions {
@@ -78,6 +82,7 @@ impl Default for BenchOptions {
             recipient_template: None,
             recipient_count: 1000,
             unknown_percent: 0.0,
+            starttls: false,
             ack_log: None,
             retry_pause: Duration::from_millis(100),
             stop: None,
@@ -368,14 +373,18 @@ async fn one_connection(
 ) -> Result<(), u64> {
     let mut next = first;
     let result: std::io::Result<()> = async {
-        let mut stream = TcpStream::connect(opts.target).await?;
-        stream.set_nodelay(true)?;
+        let tcp = TcpStream::connect(opts.target).await?;
+        tcp.set_nodelay(true)?;
         c.connections.fetch_add(1, Ordering::Relaxed);
+        let mut stream: Stream = MaybeTls::Plain(tcp);
         let mut rd = Replies::default();
         expect(rd.read(&mut stream).await?.0, 2)?;
         stream.write_all(b"EHLO bench.sluice\r\n").await?;
-        let ehlo = rd.read(&mut stream).await?;
+        let mut ehlo = rd.read(&mut stream).await?;
         expect(ehlo.0, 2)?;
+        if opts.starttls {
+            ehlo = start_tls(&mut stream, &mut rd).await?;
+        }
         let pipelining = ehlo.1.contains("PIPELINING");
         let mut msg = Vec::with_capacity(filler.len() + 1024);
         while next < last {
@@ -484,6 +493,21 @@ async fn one_connection(
     }
 }
 
+/// STARTTLS, the handshake (any certificate), and EHLO again.
+async fn start_tls(stream: &mut Stream, rd: &mut Replies) -> std::io::Result<(u16, String)> {
+    stream.write_all(b"STARTTLS\r\n").await?;
+    expect(rd.read(stream).await?.0, 2)?;
+    let connector = any_certificate_connector().map_err(std::io::Error::other)?;
+    let name = rustls::pki_types::ServerName::try_from("sluice.bench").map_err(std::io::Error::other)?;
+    let tls = connector.connect(name, stream.take_plain()?).await?;
+    *stream = MaybeTls::Tls(Box::new(tls));
+    stream.write_all(b"EHLO bench.sluice\r\n").await?;
+    stream.flush().await?;
+    let ehlo = rd.read(stream).await?;
+    expect(ehlo.0, 2)?;
+    Ok(ehlo)
+}
+
 fn count_reply(c: &Counters, code: u16) {
     match code / 100 {
         5 => c.rejected_5xx.fetch_add(1, Ordering::Relaxed),
@@ -508,7 +532,10 @@ struct Replies {
 
 impl Replies {
     /// Reads one reply: its code and its full text.
-    async fn read(&mut self, stream: &mut TcpStream) -> std::io::Result<(u16, String)> {
+    async fn read(&mut self, stream: &mut Stream) -> std::io::Result<(u16, String)> {
+        // What was written must be out before waiting for its reply (TLS
+        // buffers records; plain TCP flushes at once).
+        stream.flush().await?;
         let mut pos = 0;
         loop {
             while let Some(off) = memchr::memchr(b'\n', &self.buf[pos..]) {

@@ -1,7 +1,8 @@
 //! `sluice sink`: an SMTP server that accepts everything as fast as it can
 //! and counts it (like Postfix's smtp-sink), for benchmarks and tests.
 //!
-//! It speaks just enough ESMTP (PIPELINING, 8BITMIME, SIZE), answers
+//! It speaks just enough ESMTP (PIPELINING, 8BITMIME, SIZE, and STARTTLS
+//! when asked to), answers
 //! pipelined commands in one write, and decodes DATA with the same strict
 //! decoder as the server, so a message counts only when `CRLF.CRLF` ends
 //! it. Optionally it keeps messages in memory (tests), saves them to a
@@ -22,7 +23,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 
+use crate::smtp::io::MaybeTls;
 use crate::timefmt;
+use tokio_rustls::TlsAcceptor;
 
 #[derive(Debug, Clone, Default)]
 pub struct SinkOptions {
@@ -37,6 +40,8 @@ pub struct SinkOptions {
     pub message_ids: Option<PathBuf>,
     /// Reply 550/451 to recipients named reject*/defer*.
     pub test_replies: bool,
+    /// Offer STARTTLS, with a self-signed certificate made at start.
+    pub starttls: bool,
 }
 
 /// Counters, shared with whoever watches the sink.
@@ -93,8 +98,16 @@ impl Sink {
             )))),
             None => None,
         };
+        let tls = match opts.starttls {
+            true => Some(
+                crate::smtp::server::tls::ephemeral_acceptor("sink.local")
+                    .map_err(std::io::Error::other)?,
+            ),
+            false => None,
+        };
         let shared = Arc::new(Shared {
             opts,
+            tls,
             stats: Arc::new(SinkStats::default()),
             received: Arc::new(Mutex::new(Vec::new())),
             done: Arc::new(Notify::new()),
@@ -148,13 +161,17 @@ impl Drop for Sink {
 
 struct Shared {
     opts: SinkOptions,
+    tls: Option<TlsAcceptor>,
     stats: Arc<SinkStats>,
     received: Arc<Mutex<Vec<ReceivedMessage>>>,
     done: Arc<Notify>,
     ids: Option<Arc<Mutex<std::io::BufWriter<std::fs::File>>>>,
 }
 
-async fn session(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
+type SinkStream = MaybeTls<TcpStream, tokio_rustls::server::TlsStream<TcpStream>>;
+
+async fn session(stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
+    let mut stream: SinkStream = MaybeTls::Plain(stream);
     stream
         .write_all(b"220 sink.local ESMTP sluice-sink\r\n")
         .await?;
@@ -173,6 +190,7 @@ async fn session(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> 
         }
         let mut pos = 0;
         let mut quit = false;
+        let mut starttls = false;
         while pos < buf.len() {
             if let Some(dec) = decoder.as_mut() {
                 match dec.feed(&buf[pos..], &mut body) {
@@ -198,9 +216,18 @@ async fn session(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> 
                 .map(|v| v.to_ascii_uppercase())
                 .unwrap_or_default();
             match verb.as_slice() {
-                b"EHLO" => out.extend_from_slice(
-                    b"250-sink.local\r\n250-PIPELINING\r\n250-SIZE 1073741824\r\n250-8BITMIME\r\n250 ENHANCEDSTATUSCODES\r\n",
-                ),
+                b"EHLO" => {
+                    out.extend_from_slice(b"250-sink.local\r\n250-PIPELINING\r\n250-SIZE 1073741824\r\n");
+                    if shared.tls.is_some() && !stream.is_tls() {
+                        out.extend_from_slice(b"250-STARTTLS\r\n");
+                    }
+                    out.extend_from_slice(b"250-8BITMIME\r\n250 ENHANCEDSTATUSCODES\r\n");
+                }
+                b"STAR" if shared.tls.is_some() && !stream.is_tls() => {
+                    out.extend_from_slice(b"220 2.0.0 Ready to start TLS\r\n");
+                    starttls = true;
+                    break;
+                }
                 b"HELO" => out.extend_from_slice(b"250 sink.local\r\n"),
                 b"MAIL" => {
                     sender = angle(line);
@@ -248,10 +275,17 @@ async fn session(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> 
         buf.drain(..pos);
         if !out.is_empty() {
             stream.write_all(&out).await?;
+            stream.flush().await?;
             out.clear();
         }
         if quit {
             return Ok(());
+        }
+        if let (true, Some(acceptor)) = (starttls, &shared.tls) {
+            // Nothing sent in clear after STARTTLS counts.
+            buf.clear();
+            let plain = stream.take_plain()?;
+            stream = MaybeTls::Tls(Box::new(acceptor.accept(plain).await?));
         }
     }
 }

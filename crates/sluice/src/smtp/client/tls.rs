@@ -78,12 +78,6 @@ impl ClientTls {
             );
         }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let any = rustls::ClientConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider.clone())))
-            .with_no_client_auth();
         let needs_roots = default == Level::Verify || per_hop.values().any(|l| *l == Level::Verify);
         let verifying = match needs_roots {
             true => Some(verifying_connector(provider, d)?),
@@ -92,7 +86,7 @@ impl ClientTls {
         Ok(ClientTls {
             default,
             per_hop,
-            any_cert: TlsConnector::from(Arc::new(any)),
+            any_cert: any_certificate_connector()?,
             verifying,
         })
     }
@@ -108,6 +102,19 @@ impl ClientTls {
             _ => &self.any_cert,
         }
     }
+}
+
+/// A connector that accepts any certificate (opportunistic TLS; also the
+/// `sluice bench` generator's).
+pub fn any_certificate_connector() -> Result<TlsConnector, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let any = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+        .with_no_client_auth();
+    Ok(TlsConnector::from(Arc::new(any)))
 }
 
 /// The name a certificate must match: the host (a DNS name or an IP).

@@ -85,6 +85,25 @@ impl ServerTls {
     }
 }
 
+/// An acceptor with a fresh self-signed certificate held in memory only
+/// (the `sluice sink --starttls` test peer).
+pub fn ephemeral_acceptor(hostname: &str) -> Result<TlsAcceptor, String> {
+    let made = rcgen::generate_simple_self_signed(vec![hostname.to_string()])
+        .map_err(|e| format!("tls: {e}"))?;
+    let der = PrivateKeyDer::try_from(made.key_pair.serialize_der()).map_err(|e| format!("tls: {e}"))?;
+    let signer =
+        rustls::crypto::ring::sign::any_supported_type(&der).map_err(|e| format!("tls: {e}"))?;
+    let key = CertifiedKey::new(vec![made.cert.der().clone()], signer);
+    let resolver = Arc::new(Resolver(ArcSwap::from_pointee(key)));
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let server = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("tls: {e}"))?
+        .with_no_client_auth()
+        .with_cert_resolver(resolver);
+    Ok(TlsAcceptor::from(Arc::new(server)))
+}
+
 /// Reads a PEM chain and its key.
 fn certified_key(cert: &Path, key: &Path) -> Result<CertifiedKey, String> {
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)

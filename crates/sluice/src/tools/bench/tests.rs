@@ -107,3 +107,38 @@ async fn stop_ends_the_run_with_a_complete_ack_log() {
     assert_eq!(lines(&dir.join("acks")).len() as u64, report.messages);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn starttls_from_generator_to_sink() {
+    let sink = Sink::start(SinkOptions {
+        starttls: true,
+        record: true,
+        ..SinkOptions::default()
+    })
+    .await
+    .unwrap();
+    let opts = BenchOptions {
+        target: sink.addr,
+        sessions: 3,
+        messages_per_session: 2,
+        count: 12,
+        starttls: true,
+        ..BenchOptions::default()
+    };
+    let report = run(opts, std::io::sink()).await.unwrap();
+    assert_eq!((report.messages, report.errors), (12, 0));
+    assert_eq!(sink.count(), 12);
+    // Without STARTTLS on the sink's side, a generator that wants it fails.
+    let plain = Sink::start(SinkOptions::default()).await.unwrap();
+    let opts = BenchOptions {
+        target: plain.addr,
+        sessions: 1,
+        count: 1,
+        starttls: true,
+        max_seconds: Some(5),
+        ..BenchOptions::default()
+    };
+    let report = run(opts, std::io::sink()).await.unwrap();
+    assert_eq!(report.messages, 0);
+    assert_eq!(plain.count(), 0);
+}
