@@ -35,6 +35,8 @@
 #   SESSIONS=250       concurrent generator sessions
 #   RUN_TIMEOUT=1800   seconds one run may take before it is FAILED
 #   SLUICE=target/release/sluice      binary used for serve/sink/bench
+#   SLUICE_SERVE=$SLUICE              binary for `serve` only (A/B against an
+#                      older build with the same generator and sink)
 #   SLUICE_BUILD=1     run `cargo build --release` first (0: use the binary as is)
 #   GENERATOR=sluice   sluice (`sluice bench`) | smtp-source (Postfix's tool,
 #                      5 processes x SESSIONS/5 sessions, like the original)
@@ -86,6 +88,7 @@ TLS=off
 SESSIONS=${SESSIONS:-250}
 RUN_TIMEOUT=${RUN_TIMEOUT:-1800}
 SLUICE=${SLUICE:-$REPO/target/release/sluice}
+SLUICE_SERVE=${SLUICE_SERVE:-$SLUICE}
 SLUICE_BUILD=${SLUICE_BUILD:-1}
 GENERATOR=${GENERATOR:-sluice}
 SINK=${SINK:-sluice}
@@ -298,15 +301,16 @@ max_sessions = 2000
 [delivery]
 relayhost = "smtp:[$HOST]:$SINK_PORT"
 default_concurrency = 250
-tls_security_level = "$([ "$TLS" = on ] && echo may || echo none)"
-
-[tls]
-enabled = $([ "$TLS" = on ] && echo true || echo false)
-cert_file = "$W/tls/cert.pem"
-key_file = "$W/tls/key.pem"
 EOF
+    # TLS on: the benchmark certificate (outbound STARTTLS is the default,
+    # "may"). Off: the defaults, with nobody asking for STARTTLS (and a
+    # config an older build can read, for A/B runs).
+    if [ "$TLS" = on ]; then
+        printf '\n[tls]\ncert_file = "%s"\nkey_file = "%s"\n' \
+            "$W/tls/cert.pem" "$W/tls/key.pem" >>"$W/sluice.toml"
+    fi
     cg_exec /usr/bin/time -v -o "$W/sluice.time" \
-        "$SLUICE" serve --config "$W/sluice.toml" >"$W/sluice.log" 2>&1 &
+        "$SLUICE_SERVE" serve --config "$W/sluice.toml" >"$W/sluice.log" 2>&1 &
     SLUICE_TIME_PID=$!
     wait_listen "$RELAY_PORT" 30 "$SLUICE_TIME_PID" || {
         tail -20 "$W/sluice.log" >&2 || true

@@ -112,7 +112,6 @@ pub fn parse_command(line: &[u8]) -> Result<Command<'_>, CommandError> {
         Some(i) => (&line[..i], &line[i + 1..]),
         None => (line, ""),
     };
-    let verb = verb.to_ascii_uppercase();
     let no_args = |c: Command<'static>, usage| {
         if rest.trim_end_matches(' ').is_empty() {
             Ok(c)
@@ -120,23 +119,41 @@ pub fn parse_command(line: &[u8]) -> Result<Command<'_>, CommandError> {
             Err(CommandError::Syntax(usage))
         }
     };
-    match verb.as_str() {
-        "EHLO" => hello(rest, "EHLO hostname").map(Command::Ehlo),
-        "HELO" => hello(rest, "HELO hostname").map(Command::Helo),
-        "MAIL" => mail(rest),
-        "RCPT" => rcpt(rest),
-        "DATA" => no_args(Command::Data, "DATA"),
-        "BDAT" => bdat(rest),
-        "RSET" => no_args(Command::Rset, "RSET"),
-        "QUIT" => no_args(Command::Quit, "QUIT"),
-        "STARTTLS" => no_args(Command::StartTls, "STARTTLS"),
-        "NOOP" => Ok(Command::Noop),
-        "HELP" => Ok(Command::Help),
-        "VRFY" if !rest.trim().is_empty() => Ok(Command::Vrfy),
-        "VRFY" => Err(CommandError::Syntax("VRFY address")),
-        "EXPN" => Ok(Command::Expn),
-        "AUTH" => auth(rest),
-        _ => Err(CommandError::Unknown),
+    // Verbs are ASCII and case-insensitive; compared without allocating.
+    let is = |name: &str| verb.eq_ignore_ascii_case(name);
+    if is("MAIL") {
+        mail(rest)
+    } else if is("RCPT") {
+        rcpt(rest)
+    } else if is("EHLO") {
+        hello(rest, "EHLO hostname").map(Command::Ehlo)
+    } else if is("HELO") {
+        hello(rest, "HELO hostname").map(Command::Helo)
+    } else if is("DATA") {
+        no_args(Command::Data, "DATA")
+    } else if is("BDAT") {
+        bdat(rest)
+    } else if is("RSET") {
+        no_args(Command::Rset, "RSET")
+    } else if is("QUIT") {
+        no_args(Command::Quit, "QUIT")
+    } else if is("STARTTLS") {
+        no_args(Command::StartTls, "STARTTLS")
+    } else if is("NOOP") {
+        Ok(Command::Noop)
+    } else if is("HELP") {
+        Ok(Command::Help)
+    } else if is("VRFY") {
+        match rest.trim().is_empty() {
+            true => Err(CommandError::Syntax("VRFY address")),
+            false => Ok(Command::Vrfy),
+        }
+    } else if is("EXPN") {
+        Ok(Command::Expn)
+    } else if is("AUTH") {
+        auth(rest)
+    } else {
+        Err(CommandError::Unknown)
     }
 }
 

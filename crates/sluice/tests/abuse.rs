@@ -167,3 +167,38 @@ async fn connection_message_and_recipient_rates_per_client() {
     assert!(gd.starts_with("421 4.7.0"), "{gd}");
     server.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_loses_its_session() {
+    let dir = temp_dir("abuse-no-read");
+    let mut cfg = config(&dir, None);
+    cfg.smtpd.max_sessions = 1;
+    cfg.smtpd.idle_timeout_secs = 2;
+    cfg.smtpd.junk_command_limit = 1_000_000;
+    cfg.smtpd.max_errors = 1_000_000;
+    let (server, addr) = start(cfg).await;
+    // A tiny receive window, then far more replies than fit: HELP × 50,000.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(1024).unwrap();
+    let mut hog = socket.connect(addr).await.unwrap();
+    let writer = tokio::spawn(async move {
+        let _ = hog.write_all(b"EHLO hog.test\r\n").await;
+        let _ = hog.write_all(&b"HELP\r\n".repeat(50_000)).await;
+        hog // never read from
+    });
+    // The only session slot comes back once the write deadline passes.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut greeting = String::new();
+    while std::time::Instant::now() < deadline {
+        let (_c, g) = Client::connect(addr).await;
+        greeting = g;
+        if greeting.starts_with("220") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(greeting.starts_with("220"), "{greeting}");
+    drop(writer);
+    server.shutdown().await;
+    assert!(read_log(&dir).contains("client stopped reading"));
+}

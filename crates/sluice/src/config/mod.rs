@@ -348,9 +348,15 @@ impl Config {
             l.listen.parse::<std::net::SocketAddr>().map_err(|_| {
                 ConfigError::Invalid(format!("smtpd.listen: bad address {:?}", l.listen))
             })?;
-            if l.kind == listener::ListenerKind::Submissions && !self.tls.enabled {
+            if l.kind.requires_auth() && !self.tls.enabled && !l.auth_without_tls {
                 return Err(ConfigError::Invalid(format!(
-                    "smtpd.listeners: {:?} is `submissions` (TLS) but [tls] is disabled",
+                    "smtpd.listeners: {:?} is `{:?}`, which needs TLS, but [tls] is disabled",
+                    l.listen, l.kind
+                )));
+            }
+            if l.kind.requires_auth() && self.auth.table.is_none() {
+                return Err(ConfigError::Invalid(format!(
+                    "smtpd.listeners: {:?} requires AUTH, but [auth] names no table",
                     l.listen
                 )));
             }

@@ -498,7 +498,8 @@ async fn start_tls(stream: &mut Stream, rd: &mut Replies) -> std::io::Result<(u1
     stream.write_all(b"STARTTLS\r\n").await?;
     expect(rd.read(stream).await?.0, 2)?;
     let connector = any_certificate_connector().map_err(std::io::Error::other)?;
-    let name = rustls::pki_types::ServerName::try_from("sluice.bench").map_err(std::io::Error::other)?;
+    let name =
+        rustls::pki_types::ServerName::try_from("sluice.bench").map_err(std::io::Error::other)?;
     let tls = connector.connect(name, stream.take_plain()?).await?;
     *stream = MaybeTls::Tls(Box::new(tls));
     stream.write_all(b"EHLO bench.sluice\r\n").await?;

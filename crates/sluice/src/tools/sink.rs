@@ -217,7 +217,9 @@ async fn session(stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
                 .unwrap_or_default();
             match verb.as_slice() {
                 b"EHLO" => {
-                    out.extend_from_slice(b"250-sink.local\r\n250-PIPELINING\r\n250-SIZE 1073741824\r\n");
+                    out.extend_from_slice(
+                        b"250-sink.local\r\n250-PIPELINING\r\n250-SIZE 1073741824\r\n",
+                    );
                     if shared.tls.is_some() && !stream.is_tls() {
                         out.extend_from_slice(b"250-STARTTLS\r\n");
                     }

@@ -39,9 +39,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             Command::Ehlo(host) => self.hello(host, true),
             Command::Helo(host) => self.hello(host, false),
             Command::Mail(path, params) => self.mail(path, params),
-            Command::Rcpt(path) => self.rcpt(path).await,
+            // Boxed (here and at the end of a message): the lookups and the
+            // spool store are big futures an idle session must not carry.
+            Command::Rcpt(path) => Box::pin(self.rcpt(path)).await,
             Command::Data => self.data(),
-            Command::Bdat { size, last } => self.bdat(size, last).await,
+            Command::Bdat { size, last } => Box::pin(self.bdat(size, last)).await,
             Command::Rset => {
                 self.txn = None;
                 self.reply("250 2.0.0 Ok");
@@ -68,7 +70,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 Next::Continue
             }
             Command::StartTls => self.starttls(),
-            Command::Auth(mechanism, initial) => self.auth(mechanism, initial).await,
+            Command::Auth(mechanism, initial) => Box::pin(self.auth(mechanism, initial)).await,
             Command::Expn => self.error("502 5.5.1 Error: command not implemented"),
         }
     }
@@ -183,6 +185,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         let Some(txn) = self.txn.as_mut() else {
             return self.error("503 5.5.1 Error: need MAIL command");
         };
+        let postmaster = path == Path::Postmaster;
         let (address, routed) = match path {
             Path::Null => return self.error("501 5.1.3 Bad recipient address syntax"),
             Path::Postmaster => (self.ctx.config.postmaster_address(), false),
@@ -210,7 +213,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             // allow_untrusted_routing = no).
             return self.relay_denied(&address, "sender-specified routing");
         }
-        let postmaster = address == self.ctx.config.postmaster_address();
         self.recipient(address, postmaster).await
     }
 
@@ -244,7 +246,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     }
 
     /// Decides one recipient: local mailbox/alias, relay, or refusal. The
-    /// configured postmaster is accepted from anyone.
+    /// postmaster (`RCPT TO:<Postmaster>`) is accepted from anyone.
     async fn recipient(&mut self, address: String, postmaster: bool) -> Next {
         let ctx = self.ctx.clone();
         let resolution = match ctx.mailboxes.resolve(&address).await {

@@ -109,8 +109,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     /// Runs the session to its end.
     pub async fn run(mut self) {
         let ctx = self.ctx.clone();
-        // Rare or heavy steps are boxed: an idle session's future then holds
-        // only what waiting for a read needs (bench/idle.sh, 100k sessions).
+        // Rare or heavy steps (here, and lookups, AUTH and the spool store in
+        // commands) are boxed: an idle session's future then holds little
+        // more than what waiting for a read needs (bench/idle.sh).
         if self.listener.proxy_protocol && !Box::pin(self.read_proxy_header()).await {
             return;
         }
@@ -256,7 +257,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         let mut data: Option<(Instant, u64)> = None;
         loop {
             let before = self.inbuf.len();
-            let next = Box::pin(self.process_input()).await;
+            let next = self.process_input().await;
             self.flush(idle).await?;
             match next {
                 Next::Close => return Ok(()),
@@ -406,7 +407,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                         pos += n;
                         self.pipelined_more = pos < inbuf.len();
                         next = match std::mem::replace(&mut self.mode, Mode::Command) {
-                            Mode::Auth(step) => self.auth_line(step, line).await,
+                            Mode::Auth(step) => Box::pin(self.auth_line(step, line)).await,
                             _ => self.command(line).await,
                         };
                         if next == Next::StartTls && pos < inbuf.len() {
@@ -444,7 +445,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             Some(used) => {
                 let flaws = decoder.flaws();
                 self.mode = Mode::Command;
-                self.end_of_data(flaws).await;
+                Box::pin(self.end_of_data(flaws)).await;
                 used
             }
             None => input.len(),
@@ -475,7 +476,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             txn.append_chunk(&input[..take], limit, &self.ctx.body_memory);
         }
         if done {
-            self.end_of_chunk(last).await;
+            Box::pin(self.end_of_chunk(last)).await;
         }
         take
     }

@@ -90,7 +90,8 @@ impl ServerTls {
 pub fn ephemeral_acceptor(hostname: &str) -> Result<TlsAcceptor, String> {
     let made = rcgen::generate_simple_self_signed(vec![hostname.to_string()])
         .map_err(|e| format!("tls: {e}"))?;
-    let der = PrivateKeyDer::try_from(made.key_pair.serialize_der()).map_err(|e| format!("tls: {e}"))?;
+    let der =
+        PrivateKeyDer::try_from(made.key_pair.serialize_der()).map_err(|e| format!("tls: {e}"))?;
     let signer =
         rustls::crypto::ring::sign::any_supported_type(&der).map_err(|e| format!("tls: {e}"))?;
     let key = CertifiedKey::new(vec![made.cert.der().clone()], signer);
