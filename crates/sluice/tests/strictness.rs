@@ -214,14 +214,7 @@ async fn pipelining_violations_are_not_executed() {
     assert!(c.cmd("MAIL FROM:<a@b.test>").await.starts_with("250"));
     c.send(b"DATA\r\nRSET\r\nMAIL FROM:<evil@x.test>\r\nRCPT TO:<v@dest.test>\r\nDATA\r\nevil\r\n.\r\n")
         .await;
-    let mut replies = String::new();
-    loop {
-        let r = c.reply().await;
-        if r.is_empty() {
-            break;
-        }
-        replies.push_str(&r);
-    }
+    let replies = c.replies_until_closed().await;
     assert!(replies.starts_with("554 5.5.1"), "{replies}");
     assert!(!replies.contains("250"), "{replies}");
     server.shutdown().await;
@@ -235,14 +228,7 @@ async fn bdat_syntax_error_closes_the_session() {
     let mut c = Client::ready(addr).await;
     c.send(b"BDAT 99999999999999999999999 LAST\r\nRSET\r\n")
         .await;
-    let mut replies = String::new();
-    loop {
-        let r = c.reply().await;
-        if r.is_empty() {
-            break;
-        }
-        replies.push_str(&r);
-    }
+    let replies = c.replies_until_closed().await;
     assert!(replies.starts_with("501"), "{replies}");
     assert!(
         !replies.contains("250"),

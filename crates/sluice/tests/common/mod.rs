@@ -161,16 +161,9 @@ impl Client {
     /// Reads one reply (all its lines); "" when the connection closed.
     pub async fn reply(&mut self) -> String {
         let deadline = Duration::from_secs(20);
-        let mut start = 0;
         loop {
-            while let Some(off) = self.buf[start..].iter().position(|&b| b == b'\n') {
-                let end = start + off + 1;
-                if self.buf.get(start + 3) != Some(&b'-') {
-                    let text = String::from_utf8_lossy(&self.buf[..end]).into_owned();
-                    self.buf.drain(..end);
-                    return text;
-                }
-                start = end;
+            if let Some(reply) = take_reply(&mut self.buf) {
+                return reply;
             }
             let mut chunk = [0u8; 8192];
             match tokio::time::timeout(deadline, self.stream.read(&mut chunk)).await {
@@ -181,6 +174,18 @@ impl Client {
                     String::from_utf8_lossy(&self.buf)
                 ),
             }
+        }
+    }
+
+    /// Every reply until the server closes the connection.
+    pub async fn replies_until_closed(&mut self) -> String {
+        let mut all = String::new();
+        loop {
+            let r = self.reply().await;
+            if r.is_empty() {
+                return all;
+            }
+            all.push_str(&r);
         }
     }
 
@@ -208,6 +213,21 @@ impl Client {
         self.send(b".\r\n").await;
         self.reply().await
     }
+}
+
+/// Takes one complete reply (all its lines) off the front of `buf`.
+pub fn take_reply(buf: &mut Vec<u8>) -> Option<String> {
+    let mut start = 0;
+    while let Some(off) = buf[start..].iter().position(|&b| b == b'\n') {
+        let end = start + off + 1;
+        if buf.get(start + 3) != Some(&b'-') {
+            let text = String::from_utf8_lossy(&buf[..end]).into_owned();
+            buf.drain(..end);
+            return Some(text);
+        }
+        start = end;
+    }
+    None
 }
 
 pub fn body(subject: &str) -> String {

@@ -53,16 +53,9 @@ impl TlsClient {
 
     /// One whole reply; "" when the connection closed.
     pub async fn reply(&mut self) -> String {
-        let mut start = 0;
         loop {
-            while let Some(off) = self.buf[start..].iter().position(|&b| b == b'\n') {
-                let end = start + off + 1;
-                if self.buf.get(start + 3) != Some(&b'-') {
-                    let text = String::from_utf8_lossy(&self.buf[..end]).into_owned();
-                    self.buf.drain(..end);
-                    return text;
-                }
-                start = end;
+            if let Some(reply) = super::take_reply(&mut self.buf) {
+                return reply;
             }
             let mut chunk = [0u8; 4096];
             let read = tokio::time::timeout(
