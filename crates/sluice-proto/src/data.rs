@@ -207,12 +207,16 @@ pub fn scan_body(body: &[u8], max_line: usize) -> DataFlaws {
         ..DataFlaws::default()
     };
     let mut start = 0;
-    for end in memchr::memchr_iter(b'\n', body).chain(std::iter::once(body.len())) {
+    for end in memchr::memchr_iter(b'\n', body) {
         if end + 1 - start > max_line {
             flaws.line_too_long = true;
-            break;
         }
         start = end + 1;
+    }
+    // An unterminated last line is sent with a CRLF added.
+    let tail = body.len() - start;
+    if tail > 0 && tail + 2 > max_line {
+        flaws.line_too_long = true;
     }
     flaws
 }
@@ -384,6 +388,11 @@ mod tests {
         assert!(scan_body(long.as_bytes(), 1000).line_too_long);
         assert!(scan_body(&[b'x'; 1001], 1000).line_too_long);
         assert!(scan_body(b"a\0\r\n", 1000).nul);
+        // Found by fuzz_data (scan_body): an empty body has no line at all,
+        // whatever the limit; an unterminated last line counts its CRLF.
+        assert!(!scan_body(b"", 0).line_too_long);
+        assert!(scan_body(&[b'x'; 999], 1000).line_too_long);
+        assert!(!scan_body(&[b'x'; 998], 1000).line_too_long);
     }
 
     #[test]

@@ -426,6 +426,26 @@ mod tests {
     }
 
     #[test]
+    fn a_submission_listener_needs_auth_and_tls() {
+        let submission: listener::ListenerConfig =
+            toml::from_str("listen = \"127.0.0.1:587\"\nkind = \"submission\"").unwrap();
+        let mut c = Config::default();
+        c.smtpd.listeners.push(submission);
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("requires AUTH"), "{err}");
+        c.auth.table = Some("users".into());
+        c.validate().unwrap();
+        c.tls.enabled = false;
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("needs TLS"), "{err}");
+        let bad_postmaster = Config {
+            postmaster: Some("not an address".into()),
+            ..Config::default()
+        };
+        assert!(bad_postmaster.validate().is_err());
+    }
+
+    #[test]
     fn bad_next_hop_is_rejected() {
         let mut c = Config::default();
         c.transport

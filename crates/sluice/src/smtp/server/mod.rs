@@ -5,6 +5,10 @@
 //! stopped by the shutdown signal; a session stopped before its `250` was
 //! written leaves at worst a message the client will send again.
 //!
+//! Listeners have a kind (`smtp`, `submission`, `submissions`) and may sit
+//! behind a load balancer (PROXY protocol, `proxy.rs`); per-client limits
+//! live in `anvil.rs`, TLS in `tls.rs`, AUTH in `auth.rs`.
+//!
 //! Trust: peers are anonymous TCP clients; see `session.rs`.
 
 pub mod anvil;

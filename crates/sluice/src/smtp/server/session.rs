@@ -2,13 +2,18 @@
 //! `sluice-proto`, one async task per connection.
 //!
 //! Replies to pipelined commands are collected and written in one go just
-//! before the session would block reading. Reads and writes are timed out
-//! (`idle_timeout_secs`, `data_timeout_secs`): a client that stops sending
-//! or stops reading is dropped with `421`, so it cannot hold a session slot.
+//! before the session would block reading. Deadlines bound everything (see
+//! [`Session::converse`]): a client that trickles, stops sending or stops
+//! reading is dropped with `421`, so it cannot hold a session slot. A
+//! session starts with the PROXY header on listeners behind a balancer, the
+//! per-client limits, and TLS on `submissions` listeners; STARTTLS swaps
+//! the stream in the middle.
 //!
-//! Trust: everything the client sends is hostile until parsed. Every error
-//! path has a defined reply; `max_errors` bounds how long a misbehaving
-//! client may keep trying.
+//! Trust: everything the client sends is hostile until parsed; the client
+//! address is the TCP peer's or, on a `proxy_protocol` listener, the
+//! balancer's header. Every error path has a defined reply; `max_errors`
+//! and `junk_command_limit` bound how long a misbehaving client may keep
+//! trying. Invariant: nothing read before a TLS handshake is used after it.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
