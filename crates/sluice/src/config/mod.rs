@@ -47,6 +47,28 @@ pub struct Config {
     pub local: local::LocalConfig,
     /// Named lookup tables (`[tables.NAME]`), used by `[local]`.
     pub tables: BTreeMap<String, tables::TableConfig>,
+    /// Resolver for MX lookups.
+    pub dns: DnsConfig,
+}
+
+/// `[dns]`: where MX and address lookups go.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DnsConfig {
+    /// `ip:port` of each server; empty = the system's resolv.conf.
+    pub nameservers: Vec<String>,
+    pub timeout_ms: u64,
+    pub attempts: usize,
+}
+
+impl Default for DnsConfig {
+    fn default() -> Self {
+        DnsConfig {
+            nameservers: Vec::new(),
+            timeout_ms: 5000,
+            attempts: 2,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -203,6 +225,7 @@ impl Default for Config {
             transport: BTreeMap::new(),
             local: local::LocalConfig::default(),
             tables: BTreeMap::new(),
+            dns: DnsConfig::default(),
         }
     }
 }

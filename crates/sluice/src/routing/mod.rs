@@ -9,6 +9,7 @@
 //!
 //! Routing does no I/O: the tables it consults are static and in memory.
 
+pub mod dns;
 pub mod domains;
 pub mod mailboxes;
 pub mod policy;

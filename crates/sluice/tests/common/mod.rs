@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod haproxy;
+pub mod nsd;
 pub mod slapd;
 pub mod tls;
 

@@ -1,0 +1,190 @@
+//! Mail hosts from DNS (RFC 5321 §5.1): MX records by preference, random
+//! among equal preferences, each host's IPv6 and IPv4 addresses; the
+//! domain itself when it has no MX (implicit MX); RFC 7505 null MX.
+//!
+//! Resolution is hickory-resolver's (asynchronous, cached per TTL; no
+//! blocking getaddrinfo on the delivery path), against `[dns]
+//! nameservers` or the system's resolver configuration.
+//!
+//! Trust: answers are data. Invariant: only a definite answer is
+//! permanent — NXDOMAIN (5.1.2), null MX (5.1.10), a domain with neither
+//! MX nor address (5.4.4); SERVFAIL, REFUSED and timeouts are temporary
+//! (4.4.3), never a bounce.
+
+use std::hash::{BuildHasher, Hasher};
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use hickory_resolver::config::{LookupIpStrategy, NameServerConfigGroup, ResolverConfig};
+use hickory_resolver::name_server::TokioConnectionProvider;
+use hickory_resolver::{ResolveError, TokioResolver};
+
+use crate::config::DnsConfig;
+
+/// One host to try, with its addresses in the order to try them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MailHost {
+    pub name: String,
+    pub preference: u16,
+    pub addrs: Vec<IpAddr>,
+}
+
+/// Why there are no hosts to try.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DnsError {
+    #[error("5.1.2 domain {0} does not exist")]
+    NoSuchDomain(String),
+    #[error("5.1.10 domain {0} accepts no mail (null MX)")]
+    NullMx(String),
+    #[error("5.4.4 domain {0} has no mail host (no MX, no address)")]
+    NoMailHost(String),
+    #[error("4.4.3 DNS lookup for {0} failed: {1}")]
+    Temporary(String, String),
+}
+
+impl DnsError {
+    pub fn is_permanent(&self) -> bool {
+        !matches!(self, DnsError::Temporary(..))
+    }
+}
+
+pub struct Dns {
+    resolver: TokioResolver,
+}
+
+impl Dns {
+    pub fn new(config: &DnsConfig) -> Result<Dns, String> {
+        let mut builder = if config.nameservers.is_empty() {
+            TokioResolver::builder_tokio().map_err(|e| format!("dns: system configuration: {e}"))?
+        } else {
+            let mut group = NameServerConfigGroup::new();
+            for ns in &config.nameservers {
+                let addr: SocketAddr = ns
+                    .parse()
+                    .map_err(|_| format!("dns.nameservers: bad address {ns:?} (want ip:port)"))?;
+                group.merge(NameServerConfigGroup::from_ips_clear(
+                    &[addr.ip()],
+                    addr.port(),
+                    true,
+                ));
+            }
+            let config = ResolverConfig::from_parts(None, vec![], group);
+            TokioResolver::builder_with_config(config, TokioConnectionProvider::default())
+        };
+        let opts = builder.options_mut();
+        opts.timeout = Duration::from_millis(config.timeout_ms.max(1));
+        opts.attempts = config.attempts.max(1);
+        opts.ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
+        opts.ndots = 0;
+        Ok(Dns {
+            resolver: builder.build(),
+        })
+    }
+
+    /// The hosts to try for `domain`, best first.
+    pub async fn mail_hosts(&self, domain: &str) -> Result<Vec<MailHost>, DnsError> {
+        let fqdn = format!("{}.", domain.trim_end_matches('.'));
+        let temporary = |e: &ResolveError| DnsError::Temporary(domain.to_string(), e.to_string());
+        let mut mx: Vec<(u16, String)> = match self.resolver.mx_lookup(fqdn.as_str()).await {
+            Ok(found) => found
+                .iter()
+                .map(|r| (r.preference(), r.exchange().to_ascii()))
+                .collect(),
+            Err(e) if e.is_nx_domain() => return Err(DnsError::NoSuchDomain(domain.into())),
+            Err(e) if no_data(&e) => Vec::new(),
+            Err(e) => return Err(temporary(&e)),
+        };
+        if let [(_, exchange)] = &mx[..] {
+            if exchange == "." {
+                return Err(DnsError::NullMx(domain.into()));
+            }
+        }
+        if mx.is_empty() {
+            // Implicit MX (RFC 5321 §5.1): the domain's own addresses.
+            return match self.addresses(&fqdn).await {
+                Ok(addrs) if !addrs.is_empty() => Ok(vec![MailHost {
+                    name: domain.to_string(),
+                    preference: 0,
+                    addrs,
+                }]),
+                Ok(_) => Err(DnsError::NoMailHost(domain.into())),
+                Err(e) if e.is_nx_domain() || no_data(&e) => {
+                    Err(DnsError::NoMailHost(domain.into()))
+                }
+                Err(e) => Err(temporary(&e)),
+            };
+        }
+        mx.retain(|(_, name)| name != ".");
+        order(&mut mx);
+        let mut hosts = Vec::with_capacity(mx.len());
+        let mut last_error = None;
+        for (preference, name) in mx {
+            match self.addresses(&name).await {
+                Ok(addrs) if !addrs.is_empty() => hosts.push(MailHost {
+                    name: name.trim_end_matches('.').to_string(),
+                    preference,
+                    addrs,
+                }),
+                Ok(_) => {}
+                Err(e) => last_error = Some(e),
+            }
+        }
+        match (hosts.is_empty(), last_error) {
+            (false, _) => Ok(hosts),
+            (true, Some(e)) => Err(temporary(&e)),
+            (true, None) => Err(DnsError::Temporary(
+                domain.into(),
+                "no MX host has an address".into(),
+            )),
+        }
+    }
+
+    /// IPv6 then IPv4 addresses of `name`.
+    async fn addresses(&self, name: &str) -> Result<Vec<IpAddr>, ResolveError> {
+        let found = self.resolver.lookup_ip(name).await?;
+        let mut addrs: Vec<IpAddr> = found.iter().collect();
+        addrs.sort_by_key(|a| a.is_ipv4());
+        Ok(addrs)
+    }
+}
+
+/// A definite "no records of this type" (NOERROR with an empty answer);
+/// hickory reports REFUSED and SERVFAIL as "no records" too, and those
+/// are temporary.
+fn no_data(e: &ResolveError) -> bool {
+    use hickory_resolver::proto::op::ResponseCode;
+    use hickory_resolver::proto::ProtoErrorKind;
+    matches!(
+        e.proto().map(|p| p.kind()),
+        Some(ProtoErrorKind::NoRecordsFound {
+            response_code: ResponseCode::NoError,
+            ..
+        })
+    )
+}
+
+/// Sorts by preference and shuffles hosts of equal preference (RFC 5321
+/// §5.1: spread the load among them).
+fn order(mx: &mut [(u16, String)]) {
+    mx.sort_by_key(|(p, _)| *p);
+    let mut start = 0;
+    while start < mx.len() {
+        let end = start
+            + mx[start..]
+                .iter()
+                .take_while(|(p, _)| *p == mx[start].0)
+                .count();
+        let group = &mut mx[start..end];
+        for i in (1..group.len()).rev() {
+            group.swap(i, (random() % (i as u64 + 1)) as usize);
+        }
+        start = end;
+    }
+}
+
+/// A random number from the standard library's per-process random keys.
+fn random() -> u64 {
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(0);
+    h.finish()
+}

@@ -1,0 +1,107 @@
+//! MX resolution against a real authoritative server (nsd) on loopback:
+//! preference order, random among equals, IPv6 and IPv4 addresses,
+//! implicit MX, CNAME, null MX, and which failures are permanent.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::nsd::Nsd;
+use common::*;
+use sluice::config::DnsConfig;
+use sluice::routing::dns::{Dns, DnsError};
+
+const ZONE: &str = "$ORIGIN mx.test.
+$TTL 300
+@        SOA ns.mx.test. admin.mx.test. 1 3600 600 86400 300
+@        NS  ns
+ns       A   127.0.0.1
+pref     MX  10 mx1.pref
+pref     MX  20 mx2.pref
+pref     MX  10 mx3.pref
+mx1.pref A   127.0.0.11
+mx2.pref A   127.0.0.12
+mx3.pref A   127.0.0.13
+mx3.pref AAAA ::1
+implicit A   127.0.0.14
+alias    CNAME implicit
+null     MX  0 .
+nodata   TXT \"no mail here\"
+";
+
+fn dns(nameserver: &str) -> Dns {
+    Dns::new(&DnsConfig {
+        nameservers: vec![nameserver.into()],
+        timeout_ms: 500,
+        attempts: 1,
+    })
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mail_hosts_from_a_real_authoritative_server() {
+    let dir = temp_dir("dns-mx");
+    let nsd = Nsd::start(&dir, &[("mx.test", ZONE)]);
+    let d = dns(&nsd.addr.to_string());
+    // nsd is up once it answers.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while d.mail_hosts("implicit.mx.test").await.is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "nsd did not answer; see {}",
+            nsd.dir.display()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Preference order; the two at 10 in both orders over many lookups.
+    let mut firsts = std::collections::HashSet::new();
+    for _ in 0..40 {
+        let hosts = d.mail_hosts("pref.mx.test").await.unwrap();
+        let names: Vec<&str> = hosts.iter().map(|h| h.name.as_str()).collect();
+        assert_eq!(names.len(), 3);
+        assert_eq!(names[2], "mx2.pref.mx.test");
+        firsts.insert(names[0].to_string());
+        let mx3 = hosts.iter().find(|h| h.name == "mx3.pref.mx.test").unwrap();
+        assert_eq!(
+            mx3.addrs,
+            vec![
+                "::1".parse::<std::net::IpAddr>().unwrap(),
+                "127.0.0.13".parse().unwrap()
+            ]
+        );
+    }
+    assert_eq!(
+        firsts.len(),
+        2,
+        "equal preferences are shuffled: {firsts:?}"
+    );
+    // No MX: the domain itself; through a CNAME too.
+    for name in ["implicit.mx.test", "alias.mx.test"] {
+        let hosts = d.mail_hosts(name).await.unwrap();
+        assert_eq!(hosts.len(), 1);
+        assert_eq!(
+            hosts[0].addrs,
+            vec!["127.0.0.14".parse::<std::net::IpAddr>().unwrap()]
+        );
+    }
+    // Definite answers are permanent.
+    assert!(matches!(
+        d.mail_hosts("null.mx.test").await,
+        Err(DnsError::NullMx(_))
+    ));
+    assert!(matches!(
+        d.mail_hosts("nosuch.mx.test").await,
+        Err(DnsError::NoSuchDomain(_))
+    ));
+    assert!(matches!(
+        d.mail_hosts("nodata.mx.test").await,
+        Err(DnsError::NoMailHost(_))
+    ));
+    // A server that refuses (not its zone) or does not answer: temporary.
+    let refused = d.mail_hosts("elsewhere.test").await.unwrap_err();
+    assert!(!refused.is_permanent(), "{refused:?}");
+    let dead = dns(&free_addr().to_string());
+    let err = dead.mail_hosts("pref.mx.test").await.unwrap_err();
+    assert!(!err.is_permanent(), "{err:?}");
+    assert!(err.to_string().starts_with("4.4.3"), "{err}");
+}
