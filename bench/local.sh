@@ -295,6 +295,14 @@ uris = ["ldap://$HOST:$LDAP_PORT"]
 base = "$PEOPLE"
 filter = "(mail=%s)"
 attributes = ["homeDirectory"]
+
+# Mail to domains with no route (bounces) looks up MX records: point
+# the resolver at a port where nothing answers, so no query leaves the
+# machine.
+[dns]
+nameservers = ["127.0.0.1:9"]
+timeout_ms = 300
+attempts = 1
 EOF
     "$SLUICE" serve --config "$W/sluice.toml" >"$W/sluice.out" 2>&1 &
     SLUICE_PID=$!

@@ -138,6 +138,14 @@ default_concurrency = 250
 [transport]
 "good.test" = "smtp:[$HOST]:$SINK_PORT"
 "bad.test" = "smtp:[$HOST]:$BAD_PORT"
+
+# Mail to domains with no route (bounces) looks up MX records: point
+# the resolver at a port where nothing answers, so no query leaves the
+# machine.
+[dns]
+nameservers = ["127.0.0.1:9"]
+timeout_ms = 300
+attempts = 1
 EOF
 
 log "workload P: N=$N size=$SIZE segment_mib=$SEGMENT_MIB deferred=$DEFERRED backoff=${BACKOFF}s tmp=$W"

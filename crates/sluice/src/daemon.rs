@@ -22,6 +22,7 @@ use crate::log::Logger;
 use crate::maildir::dirs::MaildirPolicy;
 use crate::maildir::MaildirAgent;
 use crate::queue::{DeliveryAgent, QueueHandle, Scheduler, WorkerStart};
+use crate::routing::dns::Dns;
 use crate::routing::mailboxes::VirtualMailboxes;
 use crate::routing::policy::RelayPolicy;
 use crate::routing::Router;
@@ -67,6 +68,7 @@ impl Agents {
         logger: &Logger,
         mailboxes: &Arc<VirtualMailboxes>,
         tls: Arc<ClientTls>,
+        dns: Arc<Dns>,
     ) -> Agents {
         let policy = MaildirPolicy::new(
             mailboxes.base().to_path_buf(),
@@ -78,6 +80,7 @@ impl Agents {
                 spool: spool.clone(),
                 logger: logger.clone(),
                 tls,
+                dns,
             },
             maildir: MaildirAgent {
                 config: config.clone(),
@@ -131,8 +134,9 @@ impl Server {
         .map_err(StartError::Config)?;
         let tls = ServerTls::load(&config).map_err(StartError::Config)?;
         let client_tls = Arc::new(ClientTls::build(&config.delivery).map_err(StartError::Config)?);
+        let dns = Arc::new(Dns::new(&config.dns).map_err(StartError::Config)?);
         let agents = Arc::new(Agents::new(
-            &config, &spool, &logger, &mailboxes, client_tls,
+            &config, &spool, &logger, &mailboxes, client_tls, dns,
         ));
         let (queue, rx) = QueueHandle::channel();
         let scheduler = Scheduler::new(

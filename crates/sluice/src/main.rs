@@ -186,6 +186,7 @@ fn check_config(arg: ConfigArg) -> Result<(), String> {
         sluice::smtp::server::tls::ServerTls::load(&config)?;
     }
     sluice::smtp::client::tls::ClientTls::build(&config.delivery)?;
+    sluice::routing::dns::Dns::new(&config.dns)?;
     println!("configuration ok");
     Ok(())
 }

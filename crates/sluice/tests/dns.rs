@@ -105,3 +105,59 @@ async fn mail_hosts_from_a_real_authoritative_server() {
     assert!(!err.is_permanent(), "{err:?}");
     assert!(err.to_string().starts_with("4.4.3"), "{err}");
 }
+
+const DEST_ZONE: &str = "$ORIGIN dest.test.
+$TTL 300
+@        SOA ns.dest.test. admin.dest.test. 1 3600 600 86400 300
+@        NS  ns
+ns       A   127.0.0.1
+@        MX  10 dead
+@        MX  20 live
+dead     A   127.0.0.2
+live     A   127.0.0.1
+null     MX  0 .
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delivery_follows_mx_fails_over_and_bounces_a_null_mx() {
+    let dir = temp_dir("dns-delivery");
+    let nsd = Nsd::start(&dir, &[("dest.test", DEST_ZONE)]);
+    let sink = recording_sink().await;
+    let mut cfg = config(&dir, None);
+    cfg.dns.nameservers = vec![nsd.addr.to_string()];
+    // MX lookup for dest.test (not bracketed), on the sink's port: the
+    // first MX (127.0.0.2) refuses, the second is the sink.
+    let port = sink.addr.port();
+    cfg.transport
+        .insert("dest.test".into(), format!("smtp:dest.test:{port}"));
+    let (server, addr) = start(cfg).await;
+    let d = dns(&nsd.addr.to_string());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while d.mail_hosts("dest.test").await.is_err() {
+        assert!(Instant::now() < deadline, "nsd did not answer");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut c = Client::ready(addr).await;
+    let r = c
+        .message("a@sender.test", &["x@dest.test"], &body("mx"))
+        .await;
+    assert!(r.starts_with("250"), "{r}");
+    assert!(wait_until(15, || sink.count() == 1).await);
+    // A null MX is a definite no: bounced at once, not retried.
+    let r = c
+        .message("a@sender.test", &["y@null.dest.test"], &body("null"))
+        .await;
+    assert!(r.starts_with("250"), "{r}");
+    assert!(
+        wait_until(10, || read_log(&dir).contains(
+            "status=bounced (5.1.10 domain null.dest.test accepts no mail"
+        ))
+        .await
+    );
+    server.shutdown().await;
+    let log = read_log(&dir);
+    assert!(
+        log.contains("connect to dead.dest.test[127.0.0.2]"),
+        "the first MX was tried"
+    );
+}

@@ -56,16 +56,33 @@ impl Reporter {
 
 /// Every recipient of `job` deferred with the same reason.
 pub fn defer_all(job: &Job, relay: &str, reason: &str) -> Vec<(u16, Outcome)> {
+    all(
+        job,
+        |relay, reason| Outcome::Deferred { relay, reason },
+        relay,
+        reason,
+    )
+}
+
+/// Every recipient of `job` bounced with the same reason (a definite
+/// answer such as a domain that does not exist).
+pub fn bounce_all(job: &Job, relay: &str, reason: &str) -> Vec<(u16, Outcome)> {
+    all(
+        job,
+        |relay, reason| Outcome::Bounced { relay, reason },
+        relay,
+        reason,
+    )
+}
+
+fn all(
+    job: &Job,
+    make: fn(String, String) -> Outcome,
+    relay: &str,
+    reason: &str,
+) -> Vec<(u16, Outcome)> {
     job.rcpts
         .iter()
-        .map(|&r| {
-            (
-                r,
-                Outcome::Deferred {
-                    relay: relay.to_string(),
-                    reason: reason.to_string(),
-                },
-            )
-        })
+        .map(|&r| (r, make(relay.to_string(), reason.to_string())))
         .collect()
 }

@@ -40,8 +40,7 @@ use crate::message::status::{Failure, Outcome};
 use crate::routing::Router;
 use crate::{log, timefmt};
 
-const NO_ROUTE: &str =
-    "4.4.0 no route to destination (no transport entry and no relayhost; MX routing is not supported yet)";
+const NO_ROUTE: &str = "4.4.0 no route to destination (an address without a domain)";
 
 /// Events handled in one go before timers (retries, drain deadline) are
 /// looked at again: sustained input must not starve retries.

@@ -55,7 +55,14 @@ pub struct Dns {
 impl Dns {
     pub fn new(config: &DnsConfig) -> Result<Dns, String> {
         let mut builder = if config.nameservers.is_empty() {
-            TokioResolver::builder_tokio().map_err(|e| format!("dns: system configuration: {e}"))?
+            // The system's resolv.conf; without one, a resolver on this
+            // host (never a public server picked for the administrator).
+            TokioResolver::builder_tokio().unwrap_or_else(|_| {
+                let local =
+                    NameServerConfigGroup::from_ips_clear(&[[127, 0, 0, 1].into()], 53, true);
+                let config = ResolverConfig::from_parts(None, vec![], local);
+                TokioResolver::builder_with_config(config, TokioConnectionProvider::default())
+            })
         } else {
             let mut group = NameServerConfigGroup::new();
             for ns in &config.nameservers {
@@ -136,6 +143,17 @@ impl Dns {
                 domain.into(),
                 "no MX host has an address".into(),
             )),
+        }
+    }
+
+    /// The addresses of a host named in the configuration (a relayhost):
+    /// any failure is temporary, since the name is the administrator's.
+    pub async fn host_addresses(&self, name: &str) -> Result<Vec<IpAddr>, DnsError> {
+        let fqdn = format!("{}.", name.trim_end_matches('.'));
+        match self.addresses(&fqdn).await {
+            Ok(a) if !a.is_empty() => Ok(a),
+            Ok(_) => Err(DnsError::Temporary(name.into(), "no address".into())),
+            Err(e) => Err(DnsError::Temporary(name.into(), e.to_string())),
         }
     }
 

@@ -3,9 +3,9 @@
 //! Lookup order for a recipient domain, like Postfix's transport(5): a
 //! local (virtual mailbox) domain goes to the Maildir agent; then the
 //! static transport table; then `[transport]`: exact domain, `.parent`
-//! entries for each parent domain, `*`; then `delivery.relayhost`. No match
-//! means no route: the recipient is deferred with that reason (MX routing
-//! is a later feature).
+//! entries for each parent domain, `*`; then `delivery.relayhost`; then
+//! the domain's own mail hosts from DNS (MX, `smtp:domain:25` not
+//! bracketed; an address literal goes to that address).
 //!
 //! Routing does no I/O: the tables it consults are static and in memory.
 
@@ -88,8 +88,31 @@ impl Router {
             }
             rest = &rest[dot + 1..];
         }
-        self.wildcard.clone().or_else(|| self.relayhost.clone())
+        self.wildcard
+            .clone()
+            .or_else(|| self.relayhost.clone())
+            .or_else(|| mail_exchanger(&domain))
     }
+}
+
+/// The DNS route: MX hosts of `domain`, or the address of a literal.
+fn mail_exchanger(domain: &str) -> Option<Arc<NextHop>> {
+    if domain.is_empty() {
+        return None;
+    }
+    let hop = match domain.strip_prefix('[').and_then(|d| d.strip_suffix(']')) {
+        Some(literal) => NextHop::Smtp {
+            host: literal.trim_start_matches("IPv6:").to_string(),
+            port: 25,
+            bracketed: true,
+        },
+        None => NextHop::Smtp {
+            host: domain.to_string(),
+            port: 25,
+            bracketed: false,
+        },
+    };
+    Some(Arc::new(hop))
 }
 
 #[cfg(test)]
@@ -105,7 +128,11 @@ mod tests {
         assert_eq!(r.route("x@A.example").unwrap().key(), "smtp:[10.0.0.1]:25");
         assert_eq!(r.route("x@deep.sub.b.example").unwrap().key(), "discard");
         assert_eq!(r.route("x@c.example").unwrap().key(), "smtp:[10.0.0.9]:25");
-        let none = Router::new(&BTreeMap::new(), None, LocalDomains::none()).unwrap();
-        assert!(none.route("x@c.example").is_none());
+        let dns = Router::new(&BTreeMap::new(), None, LocalDomains::none()).unwrap();
+        assert_eq!(dns.route("x@c.example").unwrap().key(), "smtp:c.example:25");
+        assert_eq!(
+            dns.route("x@[192.0.2.1]").unwrap().key(),
+            "smtp:[192.0.2.1]:25"
+        );
     }
 }

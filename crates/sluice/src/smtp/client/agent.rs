@@ -18,14 +18,17 @@ use crate::config::Config;
 use crate::log::Logger;
 use crate::message::body;
 use crate::queue::{
-    defer_all, run_worker, Attempt, DeliveryAgent, Job, WorkerSession, WorkerStart,
+    bounce_all, defer_all, run_worker, Attempt, DeliveryAgent, Job, WorkerSession, WorkerStart,
 };
+use crate::routing::dns::Dns;
+use std::net::{IpAddr, SocketAddr};
 
 pub struct SmtpAgent {
     pub config: Arc<Config>,
     pub spool: Spool,
     pub logger: Logger,
     pub tls: Arc<ClientTls>,
+    pub dns: Arc<Dns>,
 }
 
 impl DeliveryAgent for SmtpAgent {
@@ -39,6 +42,7 @@ impl DeliveryAgent for SmtpAgent {
             spool: self.spool.clone(),
             logger: self.logger.clone(),
             tls: self.tls.clone(),
+            dns: self.dns.clone(),
             conn: None,
         };
         tokio::spawn(run_worker(worker, start, idle, limit));
@@ -51,6 +55,7 @@ struct SmtpWorker {
     spool: Spool,
     logger: Logger,
     tls: Arc<ClientTls>,
+    dns: Arc<Dns>,
     conn: Option<SmtpConn>,
 }
 
@@ -70,15 +75,65 @@ impl WorkerSession for SmtpWorker {
     }
 }
 
+/// Why no connection could be made.
+enum Unreachable {
+    Temporary(String),
+    /// A definite DNS answer (no such domain, null MX): bounce.
+    Permanent(String),
+}
+
 impl SmtpWorker {
+    /// Connects to the first host that answers: a literal address; a
+    /// bracketed host's addresses; otherwise the domain's MX hosts, best
+    /// first, each address in turn (RFC 5321 §5.1), so a dead or refusing
+    /// host fails over to the next. Names are resolved by hickory, never
+    /// by a blocking getaddrinfo.
+    async fn connect_any(
+        &self,
+        host: &str,
+        port: u16,
+        bracketed: bool,
+    ) -> Result<SmtpConn, Unreachable> {
+        let targets: Vec<(String, IpAddr)> = if let Ok(ip) = host.parse::<IpAddr>() {
+            vec![(host.to_string(), ip)]
+        } else if bracketed {
+            let addrs = self
+                .dns
+                .host_addresses(host)
+                .await
+                .map_err(|e| Unreachable::Temporary(e.to_string()))?;
+            addrs.into_iter().map(|a| (host.to_string(), a)).collect()
+        } else {
+            match self.dns.mail_hosts(host).await {
+                Ok(hosts) => hosts
+                    .into_iter()
+                    .flat_map(|h| h.addrs.into_iter().map(move |a| (h.name.clone(), a)))
+                    .collect(),
+                Err(e) if e.is_permanent() => return Err(Unreachable::Permanent(e.to_string())),
+                Err(e) => return Err(Unreachable::Temporary(e.to_string())),
+            }
+        };
+        let mut why = String::from("4.4.1 no address to connect to");
+        for (name, ip) in targets {
+            match self.connect(&name, SocketAddr::new(ip, port)).await {
+                Ok(conn) => return Ok(conn),
+                Err(e) => {
+                    crate::log!(self.logger, "smtp", "connect to {name}[{ip}]:{port}: {e}");
+                    why = e;
+                }
+            }
+        }
+        Err(Unreachable::Temporary(why))
+    }
+
     /// Connects at the hop's TLS level; with `may`, a failed handshake is
     /// retried once in plain text (as Postfix does).
-    async fn connect(&self, host: &str, port: u16) -> Result<SmtpConn, String> {
+    async fn connect(&self, host: &str, addr: SocketAddr) -> Result<SmtpConn, String> {
         let level = self.tls.level(&self.hop.key());
-        let conn = match SmtpConn::connect(host, port, &self.config, &self.tls, level).await {
+        let conn = match SmtpConn::connect(host, addr, &self.config, &self.tls, level).await {
             Err(why) if level == Level::May && why.starts_with("4.7.5") => {
                 crate::log!(self.logger, "smtp", "{why}; trying again without TLS");
-                SmtpConn::connect(host, port, &self.config, &self.tls, Level::None).await?
+                SmtpConn::connect(host, addr, &self.config, &self.tls, Level::None).await?
             }
             other => other?,
         };
@@ -104,7 +159,12 @@ impl SmtpWorker {
             }
         };
         let hop = self.hop.clone();
-        let NextHop::Smtp { host, port, .. } = &*hop else {
+        let NextHop::Smtp {
+            host,
+            port,
+            bracketed,
+        } = &*hop
+        else {
             let why = "4.3.5 no SMTP delivery for this next hop";
             return (defer_all(job, "none", why), false);
         };
@@ -112,12 +172,15 @@ impl SmtpWorker {
         for _ in 0..2 {
             let reused = self.conn.is_some();
             if self.conn.is_none() {
-                match self.connect(host, *port).await {
+                match self.connect_any(host, *port, *bracketed).await {
                     Ok(conn) => self.conn = Some(conn),
-                    Err(why) => {
-                        let relay = format!("{host}[{host}]:{port}");
+                    Err(Unreachable::Temporary(why)) => {
+                        let relay = format!("{host}:{port}");
                         crate::log!(self.logger, "smtp", "connect to {relay}: {why}");
                         return (defer_all(job, &relay, &why), true);
+                    }
+                    Err(Unreachable::Permanent(why)) => {
+                        return (bounce_all(job, "none", &why), false);
                     }
                 }
             }

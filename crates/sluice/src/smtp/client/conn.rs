@@ -111,25 +111,20 @@ impl SmtpConn {
     /// STARTTLS offered, encrypts and says EHLO again.
     pub async fn connect(
         host: &str,
-        port: u16,
+        addr: std::net::SocketAddr,
         config: &Config,
         tls: &ClientTls,
         level: Level,
     ) -> Result<SmtpConn, String> {
         let connect_timeout = Duration::from_secs(config.delivery.connect_timeout_secs.max(1));
-        // (host, port), not "host:port": an IPv6 literal has colons of its own.
-        let target = format!("[{host}]:{port}");
-        let connect = TcpStream::connect((host, port));
-        let stream = match tokio::time::timeout(connect_timeout, connect).await {
+        let (ip, port) = (addr.ip(), addr.port());
+        let target = format!("{host}[{ip}]:{port}");
+        let stream = match tokio::time::timeout(connect_timeout, TcpStream::connect(addr)).await {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => return Err(format!("4.4.1 connect to {target}: {e}")),
             Err(_) => return Err(format!("4.4.1 connect to {target}: timed out")),
         };
         let _ = stream.set_nodelay(true);
-        let ip = stream
-            .peer_addr()
-            .map(|a| a.ip().to_string())
-            .unwrap_or_default();
         let mut conn = SmtpConn {
             stream: MaybeTls::Plain(stream),
             tls: None,
