@@ -26,6 +26,7 @@ use crate::routing::dns::Dns;
 use crate::routing::mailboxes::VirtualMailboxes;
 use crate::routing::policy::RelayPolicy;
 use crate::routing::Router;
+use crate::smtp::client::dead::DeadHosts;
 use crate::smtp::client::tls::ClientTls;
 use crate::smtp::client::SmtpAgent;
 use crate::smtp::server::anvil::{self, Anvil};
@@ -81,6 +82,9 @@ impl Agents {
                 logger: logger.clone(),
                 tls,
                 dns,
+                dead: Arc::new(DeadHosts::new(Duration::from_secs(
+                    config.delivery.dead_host_secs,
+                ))),
             },
             maildir: MaildirAgent {
                 config: config.clone(),

@@ -161,3 +161,60 @@ async fn delivery_follows_mx_fails_over_and_bounces_a_null_mx() {
         "the first MX was tried"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_mx_is_not_tried_for_every_message() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::AsyncWriteExt;
+    let dir = temp_dir("dns-dead-host");
+    let nsd = Nsd::start(&dir, &[("dest.test", DEST_ZONE)]);
+    let sink = recording_sink().await;
+    let port = sink.addr.port();
+    // The first MX (127.0.0.2) answers every connection with 421.
+    let busy = tokio::net::TcpListener::bind(("127.0.0.2", port))
+        .await
+        .unwrap();
+    let tries = std::sync::Arc::new(AtomicUsize::new(0));
+    let seen = tries.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = busy.accept().await {
+            seen.fetch_add(1, Ordering::SeqCst);
+            let _ = s.write_all(b"421 4.3.2 busy\r\n").await;
+        }
+    });
+    let mut cfg = config(&dir, None);
+    cfg.dns.nameservers = vec![nsd.addr.to_string()];
+    cfg.delivery.dead_host_secs = 60;
+    cfg.delivery.connection_idle_secs = 1;
+    cfg.delivery.messages_per_connection = 1;
+    cfg.transport
+        .insert("dest.test".into(), format!("smtp:dest.test:{port}"));
+    let (server, addr) = start(cfg).await;
+    let d = dns(&nsd.addr.to_string());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while d.mail_hosts("dest.test").await.is_err() {
+        assert!(Instant::now() < deadline, "nsd did not answer");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut c = Client::ready(addr).await;
+    for i in 1..=5u64 {
+        let r = c
+            .message(
+                "a@sender.test",
+                &["x@dest.test"],
+                &body(&format!("dead{i}")),
+            )
+            .await;
+        assert!(r.starts_with("250"), "{r}");
+        assert!(
+            wait_until(15, || sink.count() == i).await,
+            "message {i} delivered"
+        );
+    }
+    server.shutdown().await;
+    assert_eq!(
+        tries.load(Ordering::SeqCst),
+        1,
+        "the 421 host was tried once, then skipped"
+    );
+}

@@ -192,6 +192,9 @@ pub struct DeliveryConfig {
     /// Recipients per SMTP transaction.
     pub recipients_per_transaction: usize,
     pub connect_timeout_secs: u64,
+    /// An address that could not be connected to (or refused to talk) is
+    /// skipped for this long; 0 = always try.
+    pub dead_host_secs: u64,
     /// Limit for each reply and for each 64 KiB written.
     pub command_timeout_secs: u64,
     /// Limit for the reply to the final dot (RFC 5321: at least 10 minutes).
@@ -296,6 +299,7 @@ impl Default for DeliveryConfig {
             destination_concurrency: BTreeMap::new(),
             recipients_per_transaction: 50,
             connect_timeout_secs: 30,
+            dead_host_secs: 60,
             command_timeout_secs: 300,
             data_done_timeout_secs: 600,
             connection_idle_secs: 5,

@@ -63,6 +63,8 @@ pub fn config(dir: &std::path::Path, next_hop: Option<SocketAddr>) -> Config {
     c.dns.nameservers = vec!["127.0.0.1:9".into()];
     c.dns.timeout_ms = 300;
     c.dns.attempts = 1;
+    // Next hops that tests stop and start come back within a second.
+    c.delivery.dead_host_secs = 1;
     c
 }
 

@@ -12,6 +12,7 @@ use std::time::Duration;
 use sluice_spool::Spool;
 
 use super::conn::{SmtpConn, TxError};
+use super::dead::DeadHosts;
 use super::tls::{ClientTls, Level};
 use crate::config::hop::NextHop;
 use crate::config::Config;
@@ -29,6 +30,7 @@ pub struct SmtpAgent {
     pub logger: Logger,
     pub tls: Arc<ClientTls>,
     pub dns: Arc<Dns>,
+    pub dead: Arc<DeadHosts>,
 }
 
 impl DeliveryAgent for SmtpAgent {
@@ -43,6 +45,7 @@ impl DeliveryAgent for SmtpAgent {
             logger: self.logger.clone(),
             tls: self.tls.clone(),
             dns: self.dns.clone(),
+            dead: self.dead.clone(),
             conn: None,
         };
         tokio::spawn(run_worker(worker, start, idle, limit));
@@ -56,6 +59,7 @@ struct SmtpWorker {
     logger: Logger,
     tls: Arc<ClientTls>,
     dns: Arc<Dns>,
+    dead: Arc<DeadHosts>,
     conn: Option<SmtpConn>,
 }
 
@@ -114,14 +118,34 @@ impl SmtpWorker {
             }
         };
         let mut why = String::from("4.4.1 no address to connect to");
-        for (name, ip) in targets {
-            match self.connect(&name, SocketAddr::new(ip, port)).await {
-                Ok(conn) => return Ok(conn),
+        let mut tried = 0;
+        for (name, ip) in &targets {
+            let addr = SocketAddr::new(*ip, port);
+            if self.dead.is_dead(addr) {
+                continue;
+            }
+            tried += 1;
+            match self.connect(name, addr).await {
+                Ok(conn) => {
+                    self.dead.alive(addr);
+                    return Ok(conn);
+                }
                 Err(e) => {
                     crate::log!(self.logger, "smtp", "connect to {name}[{ip}]:{port}: {e}");
+                    // Could not connect, or no usable greeting: the host is down.
+                    if e.starts_with("4.4.1") || e.starts_with("4.4.0") || e.contains("no greeting")
+                    {
+                        self.dead.mark(addr);
+                    }
                     why = e;
                 }
             }
+        }
+        if tried == 0 && !targets.is_empty() {
+            why = format!(
+                "4.4.1 all addresses of {host} failed within the last {} s (dead-host cache)",
+                self.dead.ttl().as_secs()
+            );
         }
         Err(Unreachable::Temporary(why))
     }

@@ -2,6 +2,7 @@
 
 mod agent;
 mod conn;
+pub mod dead;
 #[cfg(test)]
 mod fuzz;
 pub mod tls;
