@@ -48,7 +48,9 @@ impl Mailbox {
     /// Sender-specified routing in the local part: `%`, `!` or `@`
     /// (RFC 2505 §2: the %-hack, bang paths and quoted `@`).
     pub fn has_routing(&self) -> bool {
-        self.local_text().contains(['%', '!', '@'])
+        // Quoting changes nothing for these three: look at the text as
+        // stored (no copy per recipient).
+        self.local.contains(['%', '!', '@'])
     }
 
     pub fn is_literal(&self) -> bool {
@@ -140,8 +142,9 @@ pub fn parse_mailbox(s: &str) -> Result<Mailbox, AddressError> {
     }
 }
 
-/// Index of the `>` that closes the path, outside any quoted string.
-fn closing_bracket(b: &[u8]) -> Option<usize> {
+/// Index of the `>` that closes the path starting at `b[0] == b'<'`,
+/// outside any quoted string.
+pub fn closing_bracket(b: &[u8]) -> Option<usize> {
     let (mut quoted, mut i) = (false, 1);
     while i < b.len() {
         match b[i] {

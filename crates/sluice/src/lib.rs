@@ -3,7 +3,8 @@
 //! The module tree follows a message, bottom to top (each layer imports
 //! only the layers below it; there are no import cycles):
 //!
-//! - [`message`], [`config`] (with [`log`], [`timefmt`]): shared types and settings;
+//! - [`message`], [`config`] (with [`log`], [`timefmt`], [`pki`]): shared types,
+//!   settings and TLS trust;
 //! - [`tables`]: lookup tables (static files, LDAP);
 //! - [`routing`]: local domains and mailboxes, next hops, relay policy;
 //! - [`bounce`]: building and storing DSNs;
@@ -21,6 +22,7 @@ pub mod daemon;
 pub mod log;
 pub mod maildir;
 pub mod message;
+pub mod pki;
 pub mod queue;
 pub mod routing;
 pub mod smtp;

@@ -10,18 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use sluice::config::Config;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-/// The test client (127.0.0.1) outside mynetworks.
-fn untrusted(dir: &std::path::Path) -> Config {
-    let mut cfg = config(dir, None);
-    cfg.smtpd.mynetworks = vec!["127.0.0.3/32".into()];
-    cfg.smtpd.relay_domains = vec!["ours.test".into()];
-    cfg.transport.insert("ours.test".into(), "discard".into());
-    cfg
-}
 
 /// Sends `prefix`, then trickles `trickle` one byte every 400 ms while a
 /// reader collects everything the server says. Returns what was said and
@@ -119,7 +109,7 @@ async fn connect_from(local: &str, addr: SocketAddr) -> (TcpStream, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_address_cannot_take_every_session() {
     let dir = temp_dir("abuse-per-client");
-    let mut cfg = untrusted(&dir);
+    let mut cfg = untrusted_config(&dir, None);
     cfg.smtpd.client_connection_limit = 2;
     let (server, addr) = start(cfg).await;
     let (_a, ga) = connect_from("127.0.0.1", addr).await;
@@ -141,7 +131,7 @@ async fn one_address_cannot_take_every_session() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connection_message_and_recipient_rates_per_client() {
     let dir = temp_dir("abuse-rates");
-    let mut cfg = untrusted(&dir);
+    let mut cfg = untrusted_config(&dir, None);
     cfg.smtpd.client_connection_rate_limit = 3;
     cfg.smtpd.client_message_rate_limit = 2;
     cfg.smtpd.client_recipient_rate_limit = 3;

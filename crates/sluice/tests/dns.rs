@@ -38,14 +38,11 @@ fn dns(nameserver: &str) -> Dns {
     .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mail_hosts_from_a_real_authoritative_server() {
-    let dir = temp_dir("dns-mx");
-    let nsd = Nsd::start(&dir, &[("mx.test", ZONE)]);
+/// A resolver for `nsd`, once nsd answers for `probe`.
+async fn answering(nsd: &Nsd, probe: &str) -> Dns {
     let d = dns(&nsd.addr.to_string());
-    // nsd is up once it answers.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while d.mail_hosts("implicit.mx.test").await.is_err() {
+    while d.mail_hosts(probe).await.is_err() {
         assert!(
             Instant::now() < deadline,
             "nsd did not answer; see {}",
@@ -53,6 +50,14 @@ async fn mail_hosts_from_a_real_authoritative_server() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    d
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mail_hosts_from_a_real_authoritative_server() {
+    let dir = temp_dir("dns-mx");
+    let nsd = Nsd::start(&dir, &[("mx.test", ZONE)]);
+    let d = answering(&nsd, "implicit.mx.test").await;
     // Preference order; the two at 10 in both orders over many lookups.
     let mut firsts = std::collections::HashSet::new();
     for _ in 0..40 {
@@ -131,12 +136,7 @@ async fn delivery_follows_mx_fails_over_and_bounces_a_null_mx() {
     cfg.transport
         .insert("dest.test".into(), format!("smtp:dest.test:{port}"));
     let (server, addr) = start(cfg).await;
-    let d = dns(&nsd.addr.to_string());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while d.mail_hosts("dest.test").await.is_err() {
-        assert!(Instant::now() < deadline, "nsd did not answer");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    answering(&nsd, "dest.test").await;
     let mut c = Client::ready(addr).await;
     let r = c
         .message("a@sender.test", &["x@dest.test"], &body("mx"))
@@ -190,12 +190,7 @@ async fn a_dead_mx_is_not_tried_for_every_message() {
     cfg.transport
         .insert("dest.test".into(), format!("smtp:dest.test:{port}"));
     let (server, addr) = start(cfg).await;
-    let d = dns(&nsd.addr.to_string());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while d.mail_hosts("dest.test").await.is_err() {
-        assert!(Instant::now() < deadline, "nsd did not answer");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    answering(&nsd, "dest.test").await;
     let mut c = Client::ready(addr).await;
     for i in 1..=5u64 {
         let r = c

@@ -5,19 +5,6 @@
 mod common;
 
 use common::*;
-use sluice::config::Config;
-
-/// 127.0.0.1 (the test client) is outside mynetworks: an Internet client.
-fn untrusted(dir: &std::path::Path, next_hop: Option<std::net::SocketAddr>) -> Config {
-    let mut cfg = config(dir, next_hop);
-    cfg.smtpd.mynetworks = vec!["127.0.0.3/32".into()];
-    cfg.smtpd.relay_domains = vec!["ours.test".into()];
-    if let Some(hop) = next_hop {
-        let hop = format!("smtp:[{}]:{}", hop.ip(), hop.port());
-        cfg.transport.insert("ours.test".into(), hop);
-    }
-    cfg
-}
 
 /// MAIL then each RCPT; returns the RCPT replies.
 async fn rcpts(c: &mut Client, to: &[&str]) -> Vec<String> {
@@ -55,7 +42,7 @@ async fn quoted_local_parts_are_forwarded_quoted_never_raw() {
 async fn untrusted_clients_may_not_use_sender_specified_routing() {
     let dir = temp_dir("strict-routing");
     let sink = recording_sink().await;
-    let (server, addr) = start(untrusted(&dir, Some(sink.addr))).await;
+    let (server, addr) = start(untrusted_config(&dir, Some(sink.addr))).await;
     let mut c = Client::ready(addr).await;
     let replies = rcpts(
         &mut c,
@@ -122,7 +109,7 @@ async fn control_octets_bad_utf8_and_bad_names_get_501() {
 async fn postmaster_and_address_literals() {
     let dir = temp_dir("strict-postmaster");
     let sink = recording_sink().await;
-    let mut cfg = untrusted(&dir, Some(sink.addr));
+    let mut cfg = untrusted_config(&dir, Some(sink.addr));
     cfg.postmaster = Some("admin@ours.test".into());
     let (server, addr) = start(cfg).await;
     let mut c = Client::ready(addr).await;
@@ -176,7 +163,7 @@ async fn commands_take_no_arguments_and_unadvertised_parameters_get_555() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relay_denials_count_as_errors() {
     let dir = temp_dir("strict-relay-errors");
-    let mut cfg = untrusted(&dir, None);
+    let mut cfg = untrusted_config(&dir, None);
     cfg.smtpd.max_errors = 3;
     let (server, addr) = start(cfg).await;
     let mut c = Client::ready(addr).await;
@@ -305,7 +292,7 @@ async fn no_line_over_1000_octets_is_sent_on() {
 async fn unknown_users_in_relay_domains_are_refused_at_rcpt() {
     let dir = temp_dir("strict-relay-rcpt");
     let sink = recording_sink().await;
-    let mut cfg = untrusted(&dir, Some(sink.addr));
+    let mut cfg = untrusted_config(&dir, Some(sink.addr));
     let table = dir.join("relay_recipients");
     std::fs::write(&table, "known@ours.test ok\n@open.ours.test ok\n").unwrap();
     cfg.tables.insert(

@@ -310,29 +310,15 @@ impl LdapTable {
     }
 }
 
-/// The TLS settings for `ldaps://` and StartTLS.
+/// The TLS settings for `ldaps://` and StartTLS (no trust anchors at all
+/// when neither is used).
 fn tls_config(config: &TableConfig) -> Result<Arc<rustls::ClientConfig>, String> {
-    use rustls::pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    match &config.tls_ca_file {
-        Some(path) => {
-            let certs = rustls::pki_types::CertificateDer::pem_file_iter(path)
-                .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-                .map_err(|e| format!("tls_ca_file {}: {e}", path.display()))?;
-            roots.add_parsable_certificates(certs);
-        }
-        None if config.starttls || config.uris.iter().any(|u| u.starts_with("ldaps://")) => {
-            roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
-        }
-        None => {}
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(Arc::new(tls))
+    let uses_tls = config.starttls || config.uris.iter().any(|u| u.starts_with("ldaps://"));
+    let roots = match (&config.tls_ca_file, uses_tls) {
+        (None, false) => rustls::RootCertStore::empty(),
+        (ca, _) => crate::pki::roots(ca.as_deref()).map_err(|e| format!("tls_ca_file {e}"))?,
+    };
+    Ok(Arc::new(crate::pki::verifying_client(roots)?))
 }
 
 /// Fills `%s`, `%u`, `%d` in an LDAP filter with the escaped key parts.

@@ -295,21 +295,10 @@ async fn session(stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
 /// The path between `<` and its closing `>` (a `>` inside a quoted local
 /// part does not close it), exactly as sent.
 fn angle(line: &[u8]) -> String {
-    let start = memchr::memchr(b'<', line).map(|i| i + 1).unwrap_or(0);
-    let (mut quoted, mut i, mut end) = (false, start, line.len());
-    while i < line.len() {
-        match line[i] {
-            b'\\' if quoted => i += 1,
-            b'"' => quoted = !quoted,
-            b'>' if !quoted => {
-                end = i;
-                break;
-            }
-            _ => {}
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(line.get(start..end.max(start)).unwrap_or_default()).into_owned()
+    let start = memchr::memchr(b'<', line).unwrap_or(0);
+    let path = &line[start..];
+    let end = sluice_proto::address::closing_bracket(path).unwrap_or(path.len());
+    String::from_utf8_lossy(path.get(1..end).unwrap_or_default()).into_owned()
 }
 
 fn finish_message(shared: &Shared, sender: &str, recipients: &[String], body: &[u8]) {

@@ -14,27 +14,9 @@ pub struct HaProxy {
 
 const BIN: &str = "/usr/sbin/haproxy";
 
-fn ensure_installed() {
-    if Path::new(BIN).exists() {
-        return;
-    }
-    let status = Command::new("sh")
-        .arg("-c")
-        .arg(
-            "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy && \
-             (systemctl stop haproxy || /etc/init.d/haproxy stop || true)",
-        )
-        .status()
-        .expect("run apt-get");
-    assert!(
-        status.success(),
-        "could not install haproxy (apt-get install -y haproxy)"
-    );
-}
-
 impl HaProxy {
     pub fn start(dir: &Path, backend: SocketAddr) -> HaProxy {
-        ensure_installed();
+        super::ensure_package(BIN, "haproxy");
         let (v1, v2) = (super::free_addr(), super::free_addr());
         let cfg = dir.join("haproxy.cfg");
         std::fs::write(

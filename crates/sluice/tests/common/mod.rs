@@ -45,6 +45,27 @@ pub fn temp_dir(name: &str) -> TestDir {
     TestDir(Some(dir))
 }
 
+/// Installs Debian package `pkg` when `bin` is missing (as scripts/test
+/// does), and stops the system service the package may have started: the
+/// tests run their own instance.
+pub fn ensure_package(bin: &str, pkg: &str) {
+    if std::path::Path::new(bin).exists() {
+        return;
+    }
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq {pkg} && \
+             (systemctl stop {pkg} || /etc/init.d/{pkg} stop || true)"
+        ))
+        .status()
+        .expect("run apt-get");
+    assert!(
+        status.success(),
+        "could not install {pkg} (apt-get install -y {pkg})"
+    );
+}
+
 /// A config for tests: port 0 on loopback, relayhost = `next_hop`, fast retries.
 pub fn config(dir: &std::path::Path, next_hop: Option<SocketAddr>) -> Config {
     let mut c = Config {
@@ -66,6 +87,21 @@ pub fn config(dir: &std::path::Path, next_hop: Option<SocketAddr>) -> Config {
     // Next hops that tests stop and start come back within a second.
     c.delivery.dead_host_secs = 1;
     c
+}
+
+/// As [`config`], for a client on the Internet: the test client
+/// (127.0.0.1) is outside mynetworks, `ours.test` is a relay domain routed
+/// to `next_hop` (or discarded).
+pub fn untrusted_config(dir: &std::path::Path, next_hop: Option<SocketAddr>) -> Config {
+    let mut cfg = config(dir, next_hop);
+    cfg.smtpd.mynetworks = vec!["127.0.0.3/32".into()];
+    cfg.smtpd.relay_domains = vec!["ours.test".into()];
+    let hop = match next_hop {
+        Some(hop) => format!("smtp:[{}]:{}", hop.ip(), hop.port()),
+        None => "discard".into(),
+    };
+    cfg.transport.insert("ours.test".into(), hop);
+    cfg
 }
 
 pub async fn recording_sink() -> Sink {

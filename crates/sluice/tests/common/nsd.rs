@@ -12,28 +12,10 @@ pub struct Nsd {
 
 const BIN: &str = "/usr/sbin/nsd";
 
-fn ensure_installed() {
-    if Path::new(BIN).exists() {
-        return;
-    }
-    let status = Command::new("sh")
-        .arg("-c")
-        .arg(
-            "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nsd && \
-             (systemctl stop nsd || /etc/init.d/nsd stop || true)",
-        )
-        .status()
-        .expect("run apt-get");
-    assert!(
-        status.success(),
-        "could not install nsd (apt-get install -y nsd)"
-    );
-}
-
 impl Nsd {
     /// Serves `zones` (name, zone file text) until dropped.
     pub fn start(dir: &Path, zones: &[(&str, &str)]) -> Nsd {
-        ensure_installed();
+        super::ensure_package(BIN, "nsd");
         let dir = dir.join("nsd");
         std::fs::create_dir_all(&dir).unwrap();
         let port = std::net::UdpSocket::bind("127.0.0.1:0")

@@ -14,6 +14,8 @@
 
 #[path = "../../../../sluice-proto/src/fuzz/harness.rs"]
 mod harness;
+#[path = "../../../../sluice-proto/src/fuzz/split.rs"]
+mod split;
 
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -22,6 +24,7 @@ use smtp_proto::response::parser::{ResponseReceiver, MAX_RESPONSE_LENGTH};
 
 use super::conn::{ehlo_capabilities, parse_reply};
 use harness::{prop, run_target, Bytes};
+use split::{cuts, split};
 
 #[test]
 fn fuzz_reply() {
@@ -99,28 +102,6 @@ fn reply_bytes() -> impl Strategy<Value = Bytes> {
         }),
     ];
     vec(token, 0..40).prop_map(|t| Bytes(t.concat()))
-}
-
-/// Where to cut a stream: up to 8 points (taken modulo its length), or
-/// everywhere (one byte at a time) when the list is empty.
-fn cuts() -> impl Strategy<Value = Vec<usize>> {
-    vec(any::<usize>(), 0..8)
-}
-
-/// Cuts `data` at `cuts`; an empty list means byte by byte.
-fn split<'a>(data: &'a [u8], cuts: &[usize]) -> Vec<&'a [u8]> {
-    if cuts.is_empty() {
-        return data.chunks(1).collect();
-    }
-    let mut at: Vec<usize> = cuts.iter().map(|c| c % (data.len() + 1)).collect();
-    at.sort_unstable();
-    let mut pieces = Vec::new();
-    let mut start = 0;
-    for end in at.into_iter().chain(std::iter::once(data.len())) {
-        pieces.push(&data[start..end]);
-        start = end;
-    }
-    pieces
 }
 
 // ---------------------------------------------------------------- checks

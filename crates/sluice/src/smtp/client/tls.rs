@@ -18,7 +18,6 @@ use std::sync::Arc;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
 use tokio::net::TcpStream;
@@ -77,10 +76,9 @@ impl ClientTls {
                 level(l, &format!("delivery.tls_policy.{hop:?}"))?,
             );
         }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
         let needs_roots = default == Level::Verify || per_hop.values().any(|l| *l == Level::Verify);
         let verifying = match needs_roots {
-            true => Some(verifying_connector(provider, d)?),
+            true => Some(verifying_connector(d)?),
             false => None,
         };
         Ok(ClientTls {
@@ -107,7 +105,7 @@ impl ClientTls {
 /// A connector that accepts any certificate (opportunistic TLS; also the
 /// `sluice bench` generator's).
 pub fn any_certificate_connector() -> Result<TlsConnector, String> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = crate::pki::provider();
     let any = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?
@@ -122,31 +120,15 @@ pub fn server_name(host: &str) -> Result<ServerName<'static>, String> {
     ServerName::try_from(host.to_string()).map_err(|e| format!("{host:?}: {e}"))
 }
 
-fn verifying_connector(
-    provider: Arc<CryptoProvider>,
-    d: &DeliveryConfig,
-) -> Result<TlsConnector, String> {
-    let mut roots = rustls::RootCertStore::empty();
-    match &d.tls_ca_file {
-        Some(path) => {
-            let certs = CertificateDer::pem_file_iter(path)
-                .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-                .map_err(|e| format!("delivery.tls_ca_file: {}: {e}", path.display()))?;
-            roots.add_parsable_certificates(certs);
-        }
-        None => {
-            roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
-        }
-    }
+fn verifying_connector(d: &DeliveryConfig) -> Result<TlsConnector, String> {
+    let roots = crate::pki::roots(d.tls_ca_file.as_deref())
+        .map_err(|e| format!("delivery.tls_ca_file: {e}"))?;
     if roots.is_empty() {
         return Err("delivery: `verify` needs CA certificates (none found)".into());
     }
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(TlsConnector::from(Arc::new(config)))
+    Ok(TlsConnector::from(Arc::new(crate::pki::verifying_client(
+        roots,
+    )?)))
 }
 
 /// Accepts any certificate, checks handshake signatures (opportunistic TLS).

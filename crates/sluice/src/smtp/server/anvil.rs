@@ -192,14 +192,6 @@ impl Anvil {
             &mut c.auth_failures
         })
     }
-
-    pub fn tracked(&self) -> usize {
-        self.table
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clients
-            .len()
-    }
 }
 
 #[cfg(test)]

@@ -55,14 +55,8 @@ impl ServerTls {
             _ => return Err("tls: set both cert_file and key_file, or neither".into()),
         };
         let resolver = Arc::new(Resolver(ArcSwap::from_pointee(certified_key(&cert, &key)?)));
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let server = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| format!("tls: {e}"))?
-            .with_no_client_auth()
-            .with_cert_resolver(resolver.clone());
         Ok(Some(Arc::new(ServerTls {
-            acceptor: TlsAcceptor::from(Arc::new(server)),
+            acceptor: acceptor(resolver.clone())?,
             resolver,
             cert,
             key,
@@ -95,9 +89,12 @@ pub fn ephemeral_acceptor(hostname: &str) -> Result<TlsAcceptor, String> {
     let signer =
         rustls::crypto::ring::sign::any_supported_type(&der).map_err(|e| format!("tls: {e}"))?;
     let key = CertifiedKey::new(vec![made.cert.der().clone()], signer);
-    let resolver = Arc::new(Resolver(ArcSwap::from_pointee(key)));
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let server = rustls::ServerConfig::builder_with_provider(provider)
+    acceptor(Arc::new(Resolver(ArcSwap::from_pointee(key))))
+}
+
+/// An acceptor serving whatever certificate `resolver` holds.
+fn acceptor(resolver: Arc<Resolver>) -> Result<TlsAcceptor, String> {
+    let server = rustls::ServerConfig::builder_with_provider(crate::pki::provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| format!("tls: {e}"))?
         .with_no_client_auth()
