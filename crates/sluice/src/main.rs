@@ -61,6 +61,17 @@ struct SinkArgs {
     /// Offer STARTTLS (self-signed certificate made at start).
     #[arg(long)]
     starttls: bool,
+    /// Listen here too (repeatable), counted with --listen.
+    #[arg(long)]
+    also_listen: Vec<SocketAddr>,
+    /// A tarpit here (repeatable): every reply comes after --tarpit-ms.
+    #[arg(long)]
+    tarpit: Vec<SocketAddr>,
+    #[arg(long, default_value_t = 5000)]
+    tarpit_ms: u64,
+    /// A dead host here (repeatable): listens, never accepts.
+    #[arg(long)]
+    blackhole: Vec<SocketAddr>,
 }
 
 #[derive(Args)]
@@ -230,8 +241,15 @@ async fn run_sink(a: SinkArgs) -> Result<(), String> {
         message_ids: a.message_ids,
         test_replies: a.test_replies,
         starttls: a.starttls,
+        ..Default::default()
     };
-    sink::run_cli(opts, a.max_seconds)
+    let extra = sink::Extra {
+        listen: a.also_listen,
+        tarpit: a.tarpit,
+        tarpit_delay: Duration::from_millis(a.tarpit_ms),
+        blackhole: a.blackhole,
+    };
+    sink::run_cli(opts, extra, a.max_seconds)
         .await
         .map_err(|e| e.to_string())
 }

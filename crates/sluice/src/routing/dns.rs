@@ -83,6 +83,9 @@ impl Dns {
         opts.attempts = config.attempts.max(1);
         opts.ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
         opts.ndots = 0;
+        // Answers are cached per their TTL; room for many destinations
+        // (hickory's default of 32 would be refilled constantly).
+        opts.cache_size = 16_384;
         Ok(Dns {
             resolver: builder.build(),
         })

@@ -47,6 +47,7 @@ pub struct BenchOptions {
     /// `messages_per_session..=messages_per_session_max`.
     pub messages_per_session_max: u64,
     /// Recipients `template` with `{n}` drawn from 1..=`recipient_count`
+    /// (or `{i}`: 1..=`recipient_count` in turn, message after message)
     /// (instead of `recipN@domainK.example`).
     pub recipient_template: Option<String>,
     pub recipient_count: u64,
@@ -403,6 +404,13 @@ async fn one_connection(
             let mut envelope = format!("MAIL FROM:<{}>\r\n", opts.from);
             for r in 0..opts.recipients.max(1) {
                 let rcpt = match &opts.recipient_template {
+                    Some(template) if template.contains("{i}") => {
+                        // In turn, not at random: each of the count gets
+                        // exactly its share (benchmark M counts per domain).
+                        let k = next * opts.recipients.max(1) as u64 + r as u64;
+                        let i = k % opts.recipient_count.max(1) + 1;
+                        template.replace("{i}", &i.to_string())
+                    }
                     Some(template) => {
                         let n = rng.below(opts.recipient_count) + 1;
                         if (rng.below(10_000) as f64) < opts.unknown_percent * 100.0 {

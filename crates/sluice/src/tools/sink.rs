@@ -42,6 +42,10 @@ pub struct SinkOptions {
     pub test_replies: bool,
     /// Offer STARTTLS, with a self-signed certificate made at start.
     pub starttls: bool,
+    /// A tarpit: the greeting and every reply wait this long each.
+    pub reply_delay: Option<Duration>,
+    /// Count into these stats (several listeners, one count).
+    pub stats: Option<Arc<SinkStats>>,
 }
 
 /// Counters, shared with whoever watches the sink.
@@ -105,10 +109,11 @@ impl Sink {
             ),
             false => None,
         };
+        let stats = opts.stats.clone().unwrap_or_default();
         let shared = Arc::new(Shared {
             opts,
             tls,
-            stats: Arc::new(SinkStats::default()),
+            stats,
             received: Arc::new(Mutex::new(Vec::new())),
             done: Arc::new(Notify::new()),
             ids,
@@ -172,6 +177,10 @@ type SinkStream = MaybeTls<TcpStream, tokio_rustls::server::TlsStream<TcpStream>
 
 async fn session(stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
     let mut stream: SinkStream = MaybeTls::Plain(stream);
+    let delay = shared.opts.reply_delay;
+    if let Some(d) = delay {
+        tokio::time::sleep(d).await;
+    }
     stream
         .write_all(b"220 sink.local ESMTP sluice-sink\r\n")
         .await?;
@@ -276,6 +285,14 @@ async fn session(stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
         }
         buf.drain(..pos);
         if !out.is_empty() {
+            if let Some(d) = delay {
+                // A tarpit: every reply (each line starting a reply) waits.
+                let replies = out
+                    .split(|&b| b == b'\n')
+                    .filter(|l| l.get(3) == Some(&b' '))
+                    .count();
+                tokio::time::sleep(d * replies as u32).await;
+            }
             stream.write_all(&out).await?;
             stream.flush().await?;
             out.clear();
@@ -350,10 +367,59 @@ pub fn header_value(body: &[u8], name: &[u8]) -> Option<String> {
         })
 }
 
+/// Where `sluice sink` listens besides its main address (benchmark M:
+/// many next hops in one process).
+#[derive(Debug, Clone, Default)]
+pub struct Extra {
+    /// More well-behaved listeners, counted with the main one.
+    pub listen: Vec<SocketAddr>,
+    /// Tarpits: accept, then answer everything after `tarpit_delay`.
+    pub tarpit: Vec<SocketAddr>,
+    pub tarpit_delay: Duration,
+    /// Dead hosts: listen with a backlog of one and never accept, so
+    /// connections hang (the queue fills, later SYNs go unanswered).
+    pub blackhole: Vec<SocketAddr>,
+}
+
 /// `sluice sink` on the command line.
-pub async fn run_cli(opts: SinkOptions, max_seconds: Option<u64>) -> std::io::Result<()> {
-    let sink = Sink::start(opts.clone()).await?;
+pub async fn run_cli(
+    opts: SinkOptions,
+    extra: Extra,
+    max_seconds: Option<u64>,
+) -> std::io::Result<()> {
+    let stats = Arc::new(SinkStats::default());
+    let main = SinkOptions {
+        stats: Some(stats.clone()),
+        ..opts.clone()
+    };
+    let sink = Sink::start(main.clone()).await?;
     eprintln!("sink: listening on {}", sink.addr);
+    let mut keep = Vec::new();
+    for addr in &extra.listen {
+        let more = Sink::start(SinkOptions {
+            listen: Some(*addr),
+            ..main.clone()
+        });
+        keep.push(more.await?);
+    }
+    let tarpit_stats = Arc::new(SinkStats::default());
+    for addr in &extra.tarpit {
+        let pit = Sink::start(SinkOptions {
+            listen: Some(*addr),
+            stats: Some(tarpit_stats.clone()),
+            reply_delay: Some(extra.tarpit_delay),
+            exit_after: None,
+            ..opts.clone()
+        });
+        keep.push(pit.await?);
+    }
+    let mut holes = Vec::new();
+    for addr in &extra.blackhole {
+        let socket = tokio::net::TcpSocket::new_v4()?;
+        socket.set_reuseaddr(true)?;
+        socket.bind(*addr)?;
+        holes.push(socket.listen(1)?);
+    }
     let started = Instant::now();
     let deadline = max_seconds.map(|s| started + Duration::from_secs(s));
     let mut last = 0u64;
@@ -363,11 +429,13 @@ pub async fn run_cli(opts: SinkOptions, max_seconds: Option<u64>) -> std::io::Re
             _ = sink.done.notified() => break,
             _ = tick => {}
         }
-        let n = sink.count();
+        let n = stats.messages.load(Ordering::Relaxed);
         eprintln!(
-            "sink: {n} messages, {:.1} MB, {} msg/s",
-            sink.stats.bytes.load(Ordering::Relaxed) as f64 / 1e6,
-            n - last
+            "sink: {n} messages, {:.1} MB, {} msg/s, {} connections, tarpit {} messages",
+            stats.bytes.load(Ordering::Relaxed) as f64 / 1e6,
+            n - last,
+            stats.connections.load(Ordering::Relaxed),
+            tarpit_stats.messages.load(Ordering::Relaxed),
         );
         last = n;
         if opts.exit_after.is_some_and(|want| n >= want)
@@ -376,13 +444,17 @@ pub async fn run_cli(opts: SinkOptions, max_seconds: Option<u64>) -> std::io::Re
             break;
         }
     }
-    let s = &sink.stats;
+    let s = &stats;
     println!(
-        "SINK messages={} bytes={} first={:.3} last={:.3}",
+        "SINK messages={} bytes={} first={:.3} last={:.3} connections={} tarpit_messages={} tarpit_connections={}",
         s.messages.load(Ordering::Relaxed),
         s.bytes.load(Ordering::Relaxed),
         s.first_ms.load(Ordering::Relaxed) as f64 / 1000.0,
-        s.last_ms.load(Ordering::Relaxed) as f64 / 1000.0
+        s.last_ms.load(Ordering::Relaxed) as f64 / 1000.0,
+        s.connections.load(Ordering::Relaxed),
+        tarpit_stats.messages.load(Ordering::Relaxed),
+        tarpit_stats.connections.load(Ordering::Relaxed),
     );
+    drop((keep, holes));
     Ok(())
 }
