@@ -213,3 +213,76 @@ async fn a_dead_mx_is_not_tried_for_every_message() {
         "the 421 host was tried once, then skipped"
     );
 }
+
+/// A scripted next hop on `ip:port`: greets, takes EHLO (no PIPELINING),
+/// answers MAIL with `mail_reply`, RSET and QUIT politely. Counts MAILs.
+async fn deferring_host(
+    ip: &str,
+    port: u16,
+    mail_reply: &'static str,
+) -> std::sync::Arc<std::sync::atomic::AtomicUsize> {
+    use std::sync::atomic::Ordering;
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let listener = tokio::net::TcpListener::bind((ip, port)).await.unwrap();
+    let mails = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = mails.clone();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = listener.accept().await {
+            let seen = seen.clone();
+            tokio::spawn(async move {
+                let (r, mut w) = s.into_split();
+                let mut lines = BufReader::new(r).lines();
+                let _ = w.write_all(b"220 busy.test ESMTP\r\n").await;
+                while let Ok(Some(line)) = lines.next_line().await {
+                    let verb = line.get(..4).unwrap_or("").to_ascii_uppercase();
+                    let reply = match verb.as_str() {
+                        "EHLO" => "250-busy.test\r\n250 8BITMIME\r\n",
+                        "MAIL" => {
+                            seen.fetch_add(1, Ordering::SeqCst);
+                            mail_reply
+                        }
+                        "QUIT" => "221 2.0.0 bye\r\n",
+                        _ => "250 2.0.0 ok\r\n",
+                    };
+                    if w.write_all(reply.as_bytes()).await.is_err() || verb == "QUIT" {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    mails
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_transaction_deferred_by_one_mx_goes_to_the_next() {
+    use std::sync::atomic::Ordering;
+    let dir = temp_dir("dns-4xx-failover");
+    let nsd = Nsd::start(&dir, &[("dest.test", DEST_ZONE)]);
+    let sink = recording_sink().await;
+    let port = sink.addr.port();
+    // The first MX talks, then defers every MAIL: the second must get it.
+    let mails = deferring_host("127.0.0.2", port, "421 4.7.0 too busy, try later\r\n").await;
+    let mut cfg = config(&dir, None);
+    cfg.dns.nameservers = vec![nsd.addr.to_string()];
+    cfg.transport
+        .insert("dest.test".into(), format!("smtp:dest.test:{port}"));
+    let (server, addr) = start(cfg).await;
+    answering(&nsd, "dest.test").await;
+    let mut c = Client::ready(addr).await;
+    let r = c
+        .message("a@sender.test", &["x@dest.test"], &body("failover"))
+        .await;
+    assert!(r.starts_with("250"), "{r}");
+    assert!(
+        wait_until(15, || sink.count() == 1).await,
+        "delivered by the second MX in the same attempt"
+    );
+    server.shutdown().await;
+    assert_eq!(
+        mails.load(Ordering::SeqCst),
+        1,
+        "the first MX was asked once"
+    );
+    assert!(read_log(&dir).contains("every recipient deferred by dead.dest.test[127.0.0.2]"));
+}

@@ -60,7 +60,7 @@ impl WorkerSession for MaildirWorker {
         };
         Attempt {
             results,
-            connect_failed: false,
+            feedback: crate::queue::Feedback::Ok,
         }
     }
 

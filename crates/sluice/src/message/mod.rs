@@ -10,4 +10,5 @@
 pub mod address;
 pub mod body;
 pub mod flags;
+pub mod mime;
 pub mod status;

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::job::{Job, JobReport, Reporter, WorkerId};
+use super::job::{Feedback, Job, JobReport, Reporter, WorkerId};
 use crate::config::hop::NextHop;
 use crate::message::status::Outcome;
 
@@ -37,8 +37,7 @@ pub trait DeliveryAgent: Send + Sync + 'static {
 /// One job's result.
 pub struct Attempt {
     pub results: Vec<(u16, Outcome)>,
-    /// No connection could be made at all.
-    pub connect_failed: bool,
+    pub feedback: Feedback,
 }
 
 /// What one worker does per job, and how it ends (e.g. SMTP QUIT).
@@ -67,14 +66,14 @@ pub async fn run_worker<S: WorkerSession>(
     loop {
         let attempt = session.attempt(&job).await;
         sent += 1;
-        let wants_more = !attempt.connect_failed && sent < messages_per_connection.max(1);
+        let wants_more = attempt.feedback == Feedback::Ok && sent < messages_per_connection.max(1);
         reports
             .send(JobReport::Done {
                 dest: dest.clone(),
                 worker: id,
                 msg: job.msg,
                 results: attempt.results,
-                connect_failed: attempt.connect_failed,
+                feedback: attempt.feedback,
                 wants_more,
             })
             .await;

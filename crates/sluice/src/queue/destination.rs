@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::agent::WorkerStart;
-use super::job::{defer_all, Job, Reporter, WorkerId};
+use super::job::{defer_all, Feedback, Job, Reporter, WorkerId};
 use super::scheduler::Scheduler;
 use crate::config::hop::NextHop;
 use crate::message::status::Outcome;
@@ -53,6 +53,12 @@ impl Destination {
         if delivered_any && self.window < self.limit {
             self.window += 1;
         }
+    }
+
+    /// The peer said it is too busy (421): one connection fewer, but the
+    /// destination is alive.
+    pub fn on_throttle(&mut self) {
+        self.window = self.window.saturating_sub(1).max(1);
     }
 
     /// A connection could not be made; returns true if the destination is
@@ -154,15 +160,17 @@ impl Scheduler {
         worker: WorkerId,
         id: u64,
         results: Vec<(u16, Outcome)>,
-        connect_failed: bool,
+        feedback: Feedback,
         wants_more: bool,
     ) {
         let dead_for = Duration::from_secs(self.config.queue.minimal_backoff_secs);
         let draining = self.draining.is_some();
         let mut dead = false;
         if let Some(dest) = self.dests.get_mut(&key) {
-            if connect_failed {
+            if feedback == Feedback::ConnectFailed {
                 dead = dest.on_connect_failure(Instant::now(), dead_for);
+            } else if feedback == Feedback::Throttled {
+                dest.on_throttle();
             } else {
                 let delivered = results
                     .iter()
@@ -240,6 +248,9 @@ mod tests {
         assert!(!d.on_connect_failure(now, Duration::from_secs(60)));
         assert_eq!(d.window, 3);
         assert!(!d.is_dead(now));
+        d.on_throttle();
+        assert_eq!(d.window, 2, "a 421 shrinks the window");
+        assert!(!d.is_dead(now), "but does not kill the destination");
         d.workers.remove(&2);
         assert!(d.on_connect_failure(now, Duration::from_secs(60)));
         assert!(d.is_dead(now + Duration::from_secs(59)));

@@ -12,6 +12,20 @@ use crate::message::status::Outcome;
 
 pub type WorkerId = u64;
 
+/// How the next hop took an attempt: feeds the destination's window
+/// (Postfix's positive and negative feedback).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Feedback {
+    /// A session worked, whatever the recipients' outcomes.
+    Ok,
+    /// The peer said 421 (too busy): the window shrinks, the destination
+    /// is not dead.
+    Throttled,
+    /// No connection could be made at all (feeds the dead-destination
+    /// logic).
+    ConnectFailed,
+}
+
 /// One message's recipients for one next hop.
 pub struct Job {
     pub msg: u64,
@@ -31,8 +45,7 @@ pub enum JobReport {
         worker: WorkerId,
         msg: u64,
         results: Vec<(u16, Outcome)>,
-        /// No connection could be made (feeds the dead-destination logic).
-        connect_failed: bool,
+        feedback: Feedback,
         /// The worker waits for another job on the same connection.
         wants_more: bool,
     },

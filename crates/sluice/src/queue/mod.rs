@@ -30,7 +30,7 @@ use sluice_spool::{BodyRef, Envelope};
 use tokio::sync::{mpsc, oneshot};
 
 pub use agent::{run_worker, Attempt, DeliveryAgent, WorkerSession, WorkerStart};
-pub use job::{bounce_all, defer_all, Job, JobReport, Reporter, WorkerId};
+pub use job::{bounce_all, defer_all, Feedback, Job, JobReport, Reporter, WorkerId};
 pub use scheduler::Scheduler;
 
 /// Events waiting for the scheduler at most (then senders wait).

@@ -189,13 +189,13 @@ impl Scheduler {
                 worker,
                 msg,
                 results,
-                connect_failed,
+                feedback,
                 wants_more,
             }) => {
                 if let Some(d) = self.draining.as_mut() {
                     d.finished_jobs += 1;
                 }
-                self.job_done(dest, worker, msg, results, connect_failed, wants_more)
+                self.job_done(dest, worker, msg, results, feedback, wants_more)
             }
             Event::Report(JobReport::Exit {
                 dest,

@@ -93,7 +93,7 @@ impl Dns {
 
     /// The hosts to try for `domain`, best first.
     pub async fn mail_hosts(&self, domain: &str) -> Result<Vec<MailHost>, DnsError> {
-        let fqdn = format!("{}.", domain.trim_end_matches('.'));
+        let fqdn = format!("{}.", ascii_name(domain)?);
         let temporary = |e: &ResolveError| DnsError::Temporary(domain.to_string(), e.to_string());
         let mut mx: Vec<(u16, String)> = match self.resolver.mx_lookup(fqdn.as_str()).await {
             Ok(found) => found
@@ -152,7 +152,9 @@ impl Dns {
     /// The addresses of a host named in the configuration (a relayhost):
     /// any failure is temporary, since the name is the administrator's.
     pub async fn host_addresses(&self, name: &str) -> Result<Vec<IpAddr>, DnsError> {
-        let fqdn = format!("{}.", name.trim_end_matches('.'));
+        let ascii =
+            ascii_name(name).map_err(|e| DnsError::Temporary(name.into(), e.to_string()))?;
+        let fqdn = format!("{ascii}.");
         match self.addresses(&fqdn).await {
             Ok(a) if !a.is_empty() => Ok(a),
             Ok(_) => Err(DnsError::Temporary(name.into(), "no address".into())),
@@ -167,6 +169,18 @@ impl Dns {
         addrs.sort_by_key(|a| a.is_ipv4());
         Ok(addrs)
     }
+}
+
+/// The name as DNS knows it: an internationalized domain (U-labels, as
+/// SMTPUTF8 clients may send them) in A-labels (IDNA 2008 / UTS 46), so
+/// `bücher.example` is looked up as `xn--bcher-kva.example`. A name that
+/// cannot be converted does not exist (5.1.2).
+pub fn ascii_name(domain: &str) -> Result<String, DnsError> {
+    let domain = domain.trim_end_matches('.');
+    if domain.is_ascii() {
+        return Ok(domain.to_string());
+    }
+    idna::domain_to_ascii(domain).map_err(|_| DnsError::NoSuchDomain(domain.into()))
 }
 
 /// A definite "no records of this type" (NOERROR with an empty answer);
@@ -208,4 +222,22 @@ fn random() -> u64 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(0);
     h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utf8_domains_are_looked_up_in_a_labels() {
+        assert_eq!(
+            ascii_name("bücher.example.").unwrap(),
+            "xn--bcher-kva.example"
+        );
+        assert_eq!(ascii_name("Example.COM").unwrap(), "Example.COM");
+        assert!(matches!(
+            ascii_name("bad\u{fffd}.example"),
+            Err(DnsError::NoSuchDomain(_))
+        ));
+    }
 }

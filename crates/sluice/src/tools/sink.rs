@@ -1,8 +1,8 @@
 //! `sluice sink`: an SMTP server that accepts everything as fast as it can
 //! and counts it (like Postfix's smtp-sink), for benchmarks and tests.
 //!
-//! It speaks just enough ESMTP (PIPELINING, 8BITMIME, SIZE, and STARTTLS
-//! when asked to), answers
+//! It speaks just enough ESMTP (PIPELINING, 8BITMIME unless told to be a
+//! 7-bit hop, SIZE, and STARTTLS when asked to), answers
 //! pipelined commands in one write, and decodes DATA with the same strict
 //! decoder as the server, so a message counts only when `CRLF.CRLF` ends
 //! it. Optionally it keeps messages in memory (tests), saves them to a
@@ -42,6 +42,8 @@ pub struct SinkOptions {
     pub test_replies: bool,
     /// Offer STARTTLS, with a self-signed certificate made at start.
     pub starttls: bool,
+    /// Offer no 8BITMIME (a 7-bit next hop, for downgrade tests).
+    pub seven_bit: bool,
     /// A tarpit: the greeting and every reply wait this long each.
     pub reply_delay: Option<Duration>,
     /// Count into these stats (several listeners, one count).
@@ -232,7 +234,10 @@ async fn session(stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
                     if shared.tls.is_some() && !stream.is_tls() {
                         out.extend_from_slice(b"250-STARTTLS\r\n");
                     }
-                    out.extend_from_slice(b"250-8BITMIME\r\n250 ENHANCEDSTATUSCODES\r\n");
+                    if !shared.opts.seven_bit {
+                        out.extend_from_slice(b"250-8BITMIME\r\n");
+                    }
+                    out.extend_from_slice(b"250 ENHANCEDSTATUSCODES\r\n");
                 }
                 b"STAR" if shared.tls.is_some() && !stream.is_tls() => {
                     out.extend_from_slice(b"220 2.0.0 Ready to start TLS\r\n");

@@ -11,6 +11,7 @@ use tokio::task::JoinHandle;
 
 use super::*;
 use crate::queue::agent::WorkerStart;
+use crate::queue::job::Feedback;
 use crate::routing::domains::LocalDomains;
 
 struct FakeAgent(mpsc::UnboundedSender<WorkerStart>);
@@ -136,7 +137,7 @@ fn done_report(w: &WorkerStart, results: Vec<(u16, Outcome)>, wants_more: bool) 
         worker: w.id,
         msg: w.first.msg,
         results,
-        connect_failed: false,
+        feedback: Feedback::Ok,
         wants_more,
     }
 }
@@ -156,7 +157,11 @@ async fn finish_once(w: WorkerStart, results: Vec<(u16, Outcome)>, connect_faile
             worker: id,
             msg: first.msg,
             results,
-            connect_failed,
+            feedback: if connect_failed {
+                Feedback::ConnectFailed
+            } else {
+                Feedback::Ok
+            },
             wants_more: false,
         })
         .await;

@@ -18,8 +18,10 @@ use crate::config::hop::NextHop;
 use crate::config::Config;
 use crate::log::Logger;
 use crate::message::body;
+use crate::message::status::Outcome;
 use crate::queue::{
-    bounce_all, defer_all, run_worker, Attempt, DeliveryAgent, Job, WorkerSession, WorkerStart,
+    bounce_all, defer_all, run_worker, Attempt, DeliveryAgent, Feedback, Job, WorkerSession,
+    WorkerStart,
 };
 use crate::routing::dns::Dns;
 use std::net::{IpAddr, SocketAddr};
@@ -65,11 +67,8 @@ struct SmtpWorker {
 
 impl WorkerSession for SmtpWorker {
     async fn attempt(&mut self, job: &Job) -> Attempt {
-        let (results, connect_failed) = self.deliver(job).await;
-        Attempt {
-            results,
-            connect_failed,
-        }
+        let (results, feedback) = self.deliver(job).await;
+        Attempt { results, feedback }
     }
 
     async fn close(mut self) {
@@ -86,56 +85,81 @@ enum Unreachable {
     Permanent(String),
 }
 
+/// Hosts tried for one message at most: the first plus this many more
+/// after a whole transaction was deferred (Postfix's smtp_mx_address_limit
+/// is 5 in all).
+const MAX_FAILOVER: usize = 4;
+
+/// Host name and address, in the order to try them.
+type Targets = Vec<(String, SocketAddr)>;
+
 impl SmtpWorker {
-    /// Connects to the first host that answers: a literal address; a
-    /// bracketed host's addresses; otherwise the domain's MX hosts, best
-    /// first, each address in turn (RFC 5321 §5.1), so a dead or refusing
-    /// host fails over to the next. Names are resolved by hickory, never
-    /// by a blocking getaddrinfo.
-    async fn connect_any(
+    /// Where to connect: a literal address; a bracketed host's addresses;
+    /// otherwise the domain's MX hosts, best first, each address in turn
+    /// (RFC 5321 §5.1). Names are resolved by hickory, never by a blocking
+    /// getaddrinfo.
+    async fn targets(
         &self,
         host: &str,
         port: u16,
         bracketed: bool,
-    ) -> Result<SmtpConn, Unreachable> {
-        let targets: Vec<(String, IpAddr)> = if let Ok(ip) = host.parse::<IpAddr>() {
-            vec![(host.to_string(), ip)]
-        } else if bracketed {
+    ) -> Result<Targets, Unreachable> {
+        let at = |ip: IpAddr| SocketAddr::new(ip, port);
+        if let Ok(ip) = host.parse::<IpAddr>() {
+            return Ok(vec![(host.to_string(), at(ip))]);
+        }
+        if bracketed {
             let addrs = self
                 .dns
                 .host_addresses(host)
                 .await
                 .map_err(|e| Unreachable::Temporary(e.to_string()))?;
-            addrs.into_iter().map(|a| (host.to_string(), a)).collect()
-        } else {
-            match self.dns.mail_hosts(host).await {
-                Ok(hosts) => hosts
-                    .into_iter()
-                    .flat_map(|h| h.addrs.into_iter().map(move |a| (h.name.clone(), a)))
-                    .collect(),
-                Err(e) if e.is_permanent() => return Err(Unreachable::Permanent(e.to_string())),
-                Err(e) => return Err(Unreachable::Temporary(e.to_string())),
-            }
-        };
+            return Ok(addrs
+                .into_iter()
+                .map(|a| (host.to_string(), at(a)))
+                .collect());
+        }
+        match self.dns.mail_hosts(host).await {
+            Ok(hosts) => Ok(hosts
+                .into_iter()
+                .flat_map(|h| h.addrs.into_iter().map(move |a| (h.name.clone(), at(a))))
+                .collect()),
+            Err(e) if e.is_permanent() => Err(Unreachable::Permanent(e.to_string())),
+            Err(e) => Err(Unreachable::Temporary(e.to_string())),
+        }
+    }
+
+    /// Connects to the first of `targets` that answers, so a dead or
+    /// refusing host fails over to the next; returns the connection and
+    /// the targets after it (for failover on a deferred transaction).
+    async fn connect_first(
+        &self,
+        targets: &[(String, SocketAddr)],
+    ) -> Result<(SmtpConn, Targets), String> {
         let mut why = String::from("4.4.1 no address to connect to");
         let mut tried = 0;
-        for (name, ip) in &targets {
-            let addr = SocketAddr::new(*ip, port);
-            if self.dead.is_dead(addr) {
+        for (i, (name, addr)) in targets.iter().enumerate() {
+            if self.dead.is_dead(*addr) {
                 continue;
             }
             tried += 1;
-            match self.connect(name, addr).await {
+            match self.connect(name, *addr).await {
                 Ok(conn) => {
-                    self.dead.alive(addr);
-                    return Ok(conn);
+                    self.dead.alive(*addr);
+                    return Ok((conn, targets[i + 1..].to_vec()));
                 }
                 Err(e) => {
-                    crate::log!(self.logger, "smtp", "connect to {name}[{ip}]:{port}: {e}");
+                    crate::log!(
+                        self.logger,
+                        "smtp",
+                        "connect to {name}[{}]:{}: {e}",
+                        addr.ip(),
+                        addr.port()
+                    );
                     // Could not connect, or no usable greeting: the host is down.
                     if e.starts_with("4.4.1") || e.starts_with("4.4.0") || e.contains("no greeting")
                     {
-                        self.dead.mark(addr);
+                        self.dead.mark(*addr);
                     }
                     why = e;
                 }
@@ -143,11 +167,11 @@ impl SmtpWorker {
         }
         if tried == 0 && !targets.is_empty() {
             why = format!(
-                "4.4.1 all addresses of {host} failed within the last {} s (dead-host cache)",
+                "4.4.1 all addresses failed within the last {} s (dead-host cache)",
                 self.dead.ttl().as_secs()
             );
         }
-        Err(Unreachable::Temporary(why))
+        Err(why)
     }
 
     /// Connects at the hop's TLS level; with `may`, a failed handshake is
@@ -173,13 +197,13 @@ impl SmtpWorker {
         Ok(conn)
     }
 
-    /// One delivery attempt; outcomes, and whether connecting failed.
-    async fn deliver(&mut self, job: &Job) -> (Vec<(u16, crate::message::status::Outcome)>, bool) {
+    /// One delivery attempt: outcomes, and how the next hop took it.
+    async fn deliver(&mut self, job: &Job) -> (Vec<(u16, Outcome)>, Feedback) {
         let body = match body::load(&self.spool, &job.body, job.body_ref).await {
             Ok(b) => b,
             Err(e) => {
                 let why = format!("4.3.0 cannot read queue file: {e}");
-                return (defer_all(job, "none", &why), false);
+                return (defer_all(job, "none", &why), Feedback::Ok);
             }
         };
         let hop = self.hop.clone();
@@ -190,50 +214,94 @@ impl SmtpWorker {
         } = &*hop
         else {
             let why = "4.3.5 no SMTP delivery for this next hop";
-            return (defer_all(job, "none", why), false);
+            return (defer_all(job, "none", why), Feedback::Ok);
         };
-        // A cached connection may have been closed by the peer: one retry on a fresh one.
-        for _ in 0..2 {
+        let relay = format!("{host}:{port}");
+        let mut rest: Targets = Vec::new();
+        let mut failovers = 0;
+        let mut retried_stale = false;
+        loop {
             let reused = self.conn.is_some();
             if self.conn.is_none() {
-                match self.connect_any(host, *port, *bracketed).await {
-                    Ok(conn) => self.conn = Some(conn),
-                    Err(Unreachable::Temporary(why)) => {
-                        let relay = format!("{host}:{port}");
-                        crate::log!(self.logger, "smtp", "connect to {relay}: {why}");
-                        return (defer_all(job, &relay, &why), true);
+                let next = if failovers == 0 {
+                    match self.targets(host, *port, *bracketed).await {
+                        Ok(t) => self.connect_first(&t).await,
+                        Err(Unreachable::Permanent(why)) => {
+                            return (bounce_all(job, "none", &why), Feedback::Ok)
+                        }
+                        Err(Unreachable::Temporary(why)) => Err(why),
                     }
-                    Err(Unreachable::Permanent(why)) => {
-                        return (bounce_all(job, "none", &why), false);
+                } else {
+                    self.connect_first(&rest).await
+                };
+                match next {
+                    Ok((conn, after)) => {
+                        self.conn = Some(conn);
+                        rest = after;
+                    }
+                    Err(why) => {
+                        crate::log!(self.logger, "smtp", "connect to {relay}: {why}");
+                        return (defer_all(job, &relay, &why), Feedback::ConnectFailed);
                     }
                 }
             }
             let conn = self.conn.as_mut().expect("connected above");
-            match conn.transaction(job, &body).await {
-                Ok(results) => {
+            let fitted = super::fit::fit(job, &body, &conn.relay, conn.eightbit, conn.smtputf8);
+            let sub = match &fitted.narrowed {
+                Some(narrowed) => narrowed,
+                None if fitted.refused.is_empty() => job,
+                None => return (fitted.refused, Feedback::Ok),
+            };
+            match conn.transaction(sub, &fitted.body).await {
+                Ok(mut results) => {
+                    results.extend(fitted.refused);
+                    let throttled = std::mem::take(&mut conn.throttled);
+                    let feedback = if throttled {
+                        Feedback::Throttled
+                    } else {
+                        Feedback::Ok
+                    };
+                    let all_deferred = results
+                        .iter()
+                        .all(|(_, o)| matches!(o, Outcome::Deferred { .. }));
+                    let peer = conn.relay.clone();
                     if !conn.usable {
                         self.conn = None;
                     }
-                    return (results, false);
+                    // A 4xx to the whole transaction: the next MX host may
+                    // take it (RFC 5321 §5.1); what is known otherwise stands.
+                    if all_deferred && !rest.is_empty() && failovers < MAX_FAILOVER {
+                        failovers += 1;
+                        crate::log!(
+                            self.logger,
+                            "smtp",
+                            "{}: every recipient deferred by {peer}; trying the next host",
+                            crate::log::qid(job.msg)
+                        );
+                        if let Some(conn) = self.conn.take() {
+                            conn.quit().await;
+                        }
+                        continue;
+                    }
+                    return (results, feedback);
                 }
-                Err(TxError::Stale) if reused => {
+                Err(TxError::Stale) if reused && !retried_stale => {
+                    // A cached connection the peer had closed: once more on a fresh one.
+                    retried_stale = true;
                     self.conn = None;
-                    continue;
                 }
                 Err(TxError::Stale) => {
                     let relay = conn.relay.clone();
                     self.conn = None;
                     let why = "4.4.2 lost connection before any reply";
-                    return (defer_all(job, &relay, why), false);
+                    return (defer_all(job, &relay, why), Feedback::Ok);
                 }
                 Err(TxError::Broken(why)) => {
                     let relay = conn.relay.clone();
                     self.conn = None;
-                    return (defer_all(job, &relay, &why), false);
+                    return (defer_all(job, &relay, &why), Feedback::Ok);
                 }
             }
         }
-        let why = "4.4.2 connection failed twice";
-        (defer_all(job, "none", why), false)
     }
 }

@@ -104,6 +104,9 @@ pub(super) struct SmtpConn {
     /// False once the session is in an unknown state (a failed RSET): the
     /// results already known stand, but the connection is not reused.
     pub usable: bool,
+    /// The peer said 421 (too busy, closing): feedback for the queue's
+    /// concurrency window.
+    pub throttled: bool,
 }
 
 impl SmtpConn {
@@ -137,6 +140,7 @@ impl SmtpConn {
             timeout: Duration::from_secs(config.delivery.command_timeout_secs.max(1)),
             data_done_timeout: Duration::from_secs(config.delivery.data_done_timeout_secs.max(1)),
             usable: true,
+            throttled: false,
         };
         let greeting = conn
             .read_reply()
@@ -264,7 +268,14 @@ impl SmtpConn {
         let mut raw = Vec::new();
         loop {
             match parse_reply(&mut parser, &mut self.rbuf, &mut raw) {
-                Ok(Some(reply)) => return Ok((reply, raw)),
+                Ok(Some(reply)) => {
+                    if reply.code == 421 {
+                        // The server is closing: nothing more on this connection.
+                        self.throttled = true;
+                        self.usable = false;
+                    }
+                    return Ok((reply, raw));
+                }
                 Ok(None) => {}
                 Err(e) => {
                     return Err(std::io::Error::new(

@@ -3,6 +3,7 @@
 mod agent;
 mod conn;
 pub mod dead;
+mod fit;
 #[cfg(test)]
 mod fuzz;
 pub mod tls;

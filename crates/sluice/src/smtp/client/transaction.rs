@@ -160,11 +160,13 @@ impl SmtpConn {
 
     /// `MAIL FROM` with its parameters and every `RCPT TO` (and, when
     /// pipelining, `DATA`); returns the bytes and where MAIL ends.
-    fn envelope_commands(&self, job: &Job, size: usize) -> (Vec<u8>, usize) {
+    fn envelope_commands<'a>(&self, job: &'a Job, size: usize) -> (Vec<u8>, usize) {
         let env = &job.envelope;
         let mut cmds = Vec::with_capacity(64 + 64 * job.rcpts.len());
+        // (fit.rs has refused whatever cannot go without SMTPUTF8.)
+        let wire = |a: &'a str| super::fit::wire_address(a, self.smtputf8).unwrap_or(a.into());
         cmds.extend_from_slice(b"MAIL FROM:<");
-        cmds.extend_from_slice(env.sender.as_bytes());
+        cmds.extend_from_slice(wire(&env.sender).as_bytes());
         cmds.push(b'>');
         if self.size {
             cmds.extend_from_slice(format!(" SIZE={size}").as_bytes());
@@ -179,7 +181,7 @@ impl SmtpConn {
         let mail_len = cmds.len();
         for &r in &job.rcpts {
             cmds.extend_from_slice(b"RCPT TO:<");
-            cmds.extend_from_slice(env.recipients[r as usize].as_bytes());
+            cmds.extend_from_slice(wire(&env.recipients[r as usize]).as_bytes());
             cmds.extend_from_slice(b">\r\n");
         }
         if self.pipelining {

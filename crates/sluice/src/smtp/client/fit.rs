@@ -1,0 +1,125 @@
+//! Fitting a message to what the next hop offers, before any command is
+//! sent: never 8-bit data to a hop without 8BITMIME (MIME downgrade, RFC
+//! 6152), never UTF-8 addresses or headers to a hop without SMTPUTF8 (RFC
+//! 6531 §3.2: UTF-8 domains are sent as A-labels; a UTF-8 local part, or
+//! UTF-8 headers in an SMTPUTF8 message, bounce with 5.6.7).
+//!
+//! Trust: the envelope and body are the client's, already accepted. The
+//! checks cost a scan of the body only when the hop lacks 8BITMIME.
+
+use std::borrow::Cow;
+
+use crate::message::flags;
+use crate::message::mime;
+use crate::message::status::Outcome;
+use crate::queue::Job;
+use crate::routing::dns::ascii_name;
+
+/// What to send: the recipients that can go (`narrowed`, when not all of
+/// the job's can), the body to send them, and the outcomes of those that
+/// cannot.
+pub struct Fitted<'a> {
+    pub narrowed: Option<Job>,
+    pub body: Cow<'a, [u8]>,
+    pub refused: Vec<(u16, Outcome)>,
+}
+
+/// An address as it can go on the wire without SMTPUTF8: as is if ASCII,
+/// with its domain in A-labels if only the domain is UTF-8; `None` if the
+/// local part is UTF-8.
+pub fn wire_address(addr: &str, smtputf8: bool) -> Option<Cow<'_, str>> {
+    if smtputf8 || addr.is_ascii() {
+        return Some(Cow::Borrowed(addr));
+    }
+    let (local, domain) = addr.rsplit_once('@')?;
+    if !local.is_ascii() {
+        return None;
+    }
+    let domain = ascii_name(domain).ok()?;
+    Some(Cow::Owned(format!("{local}@{domain}")))
+}
+
+/// Fits `job` and `body` to a hop offering (or not) 8BITMIME and SMTPUTF8.
+pub fn fit<'a>(
+    job: &Job,
+    body: &'a [u8],
+    relay: &str,
+    eightbit: bool,
+    smtputf8: bool,
+) -> Fitted<'a> {
+    let env = &job.envelope;
+    let bounce = |reason: &str| -> Vec<(u16, Outcome)> {
+        job.rcpts
+            .iter()
+            .map(|&r| {
+                let (relay, reason) = (relay.to_string(), reason.to_string());
+                (r, Outcome::Bounced { relay, reason })
+            })
+            .collect()
+    };
+    let refuse_all = |reason: &str| Fitted {
+        narrowed: None,
+        body: Cow::Borrowed(body),
+        refused: bounce(reason),
+    };
+    if !smtputf8 {
+        if wire_address(&env.sender, false).is_none() {
+            return refuse_all(&format!(
+                "5.6.7 the sender address needs SMTPUTF8, which {relay} does not offer"
+            ));
+        }
+        if env.flags & flags::SMTPUTF8 != 0 && mime::has_8bit_headers(body) {
+            return refuse_all(&format!(
+                "5.6.7 the message has UTF-8 headers and {relay} does not offer SMTPUTF8"
+            ));
+        }
+    }
+    let body = if !eightbit && mime::is_8bit(body) {
+        match mime::downgrade(body) {
+            Ok(b) => Cow::Owned(b),
+            Err(e) => return refuse_all(&format!("{e} ({relay} does not offer 8BITMIME)")),
+        }
+    } else {
+        Cow::Borrowed(body)
+    };
+    if smtputf8
+        || job
+            .rcpts
+            .iter()
+            .all(|&r| env.recipients[r as usize].is_ascii())
+    {
+        return Fitted {
+            narrowed: None,
+            body,
+            refused: Vec::new(),
+        };
+    }
+    let (mut rcpts, mut refused) = (Vec::new(), Vec::new());
+    for &r in &job.rcpts {
+        if wire_address(&env.recipients[r as usize], smtputf8).is_some() {
+            rcpts.push(r);
+        } else {
+            let reason =
+                format!("5.6.7 the recipient address needs SMTPUTF8, which {relay} does not offer");
+            refused.push((
+                r,
+                Outcome::Bounced {
+                    relay: relay.to_string(),
+                    reason,
+                },
+            ));
+        }
+    }
+    let narrowed = (!refused.is_empty() && !rcpts.is_empty()).then(|| Job {
+        msg: job.msg,
+        envelope: job.envelope.clone(),
+        body: job.body.clone(),
+        body_ref: job.body_ref,
+        rcpts,
+    });
+    Fitted {
+        narrowed,
+        body,
+        refused,
+    }
+}
