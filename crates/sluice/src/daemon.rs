@@ -140,10 +140,15 @@ impl Server {
         let client_tls = Arc::new(ClientTls::build(&config.delivery).map_err(StartError::Config)?);
         let dns = Arc::new(Dns::new(&config.dns).map_err(StartError::Config)?);
         let agents = Arc::new(Agents::new(
-            &config, &spool, &logger, &mailboxes, client_tls, dns,
+            &config,
+            &spool,
+            &logger,
+            &mailboxes,
+            client_tls,
+            dns.clone(),
         ));
         let (queue, rx) = QueueHandle::channel();
-        let scheduler = Scheduler::new(
+        let mut scheduler = Scheduler::new(
             config.clone(),
             router,
             spool.clone(),
@@ -151,6 +156,7 @@ impl Server {
             agents,
             &queue,
         );
+        scheduler.set_resolver(dns);
         let scheduler_task = tokio::spawn(scheduler.run(rx));
         spawn_recovered(&queue, recovered);
         let ctx = Arc::new(SessionContext {

@@ -210,6 +210,14 @@ pub struct DeliveryConfig {
     pub tls_policy: BTreeMap<String, String>,
     /// CA certificates (PEM) for `verify`; default: the system's.
     pub tls_ca_file: Option<PathBuf>,
+    /// Group MX-routed domains by their best MX host (`mx:<host>:<port>`)
+    /// so a provider's domains share one window, rate and connections.
+    pub mx_rollup: bool,
+    /// Messages per minute to one destination (0: no limit) ...
+    pub default_rate_limit: u32,
+    /// ... and per destination, keyed like `destination_concurrency` or
+    /// by MX group (`mx:mx.provider.example:25`).
+    pub destination_rate_limit: BTreeMap<String, u32>,
 }
 
 impl Default for Config {
@@ -307,6 +315,9 @@ impl Default for DeliveryConfig {
             tls_security_level: "may".into(),
             tls_policy: BTreeMap::new(),
             tls_ca_file: None,
+            mx_rollup: true,
+            default_rate_limit: 0,
+            destination_rate_limit: BTreeMap::new(),
         }
     }
 }

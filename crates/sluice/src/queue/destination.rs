@@ -32,6 +32,14 @@ pub(super) struct Destination {
     pub limit: usize,
     pub window: usize,
     pub dead_until: Option<Instant>,
+    /// Its mail hosts are being looked up (`rollup.rs`): no workers yet.
+    pub resolving: bool,
+    /// A rate limit: at least this long between jobs handed out.
+    pub interval: Option<Duration>,
+    /// The next job may go at this time (with `interval`).
+    pub next_send: Instant,
+    /// A pacing wake-up is scheduled for this destination.
+    pub wake_pending: bool,
 }
 
 impl Destination {
@@ -45,7 +53,24 @@ impl Destination {
             limit,
             window: initial.clamp(1, limit),
             dead_until: None,
+            resolving: false,
+            interval: None,
+            next_send: Instant::now(),
+            wake_pending: false,
         }
+    }
+
+    /// With a rate limit: whether a job may go at `now` (and if so, the
+    /// next one is due one interval later); otherwise when it may.
+    pub fn pace(&mut self, now: Instant) -> Result<(), Instant> {
+        let Some(interval) = self.interval else {
+            return Ok(());
+        };
+        if now < self.next_send {
+            return Err(self.next_send);
+        }
+        self.next_send = self.next_send.max(now) + interval;
+        Ok(())
     }
 
     /// A job came back from a connection that worked.
@@ -86,24 +111,35 @@ impl Destination {
 }
 
 impl Scheduler {
-    /// The destination for `hop`, made on first use.
-    fn destination(&mut self, hop: &Arc<NextHop>) -> Arc<str> {
-        let key: Arc<str> = hop.key().into();
-        if !self.dests.contains_key(&key) {
+    /// The destination `key` (delivering through `hop`), made on first use
+    /// with the concurrency and rate configured for that key.
+    pub(super) fn destination_for(&mut self, key: &Arc<str>, hop: &Arc<NextHop>) -> Arc<str> {
+        if !self.dests.contains_key(key) {
             let d = &self.config.delivery;
             let limit = d
                 .destination_concurrency
-                .get(&*key)
+                .get(&**key)
                 .copied()
                 .unwrap_or(d.default_concurrency);
-            let dest = Destination::new(hop.clone(), limit, d.initial_concurrency);
+            let mut dest = Destination::new(hop.clone(), limit, d.initial_concurrency);
+            let per_minute = d
+                .destination_rate_limit
+                .get(&**key)
+                .copied()
+                .unwrap_or(d.default_rate_limit);
+            if per_minute > 0 {
+                dest.interval = Some(Duration::from_secs(60) / per_minute);
+            }
             self.dests.insert(key.clone(), dest);
         }
-        key
+        key.clone()
     }
 
     pub(super) fn enqueue(&mut self, hop: Arc<NextHop>, job: Job) {
-        let key = self.destination(&hop);
+        let Some((key, job)) = self.route_rollup(&hop, job) else {
+            return;
+        };
+        let key = self.destination_for(&key, &hop);
         let dest = self.dests.get_mut(&key).expect("destination just made");
         if dest.is_dead(Instant::now()) {
             let reason = format!("4.4.1 {key} is not responding; delivery deferred");
@@ -122,7 +158,23 @@ impl Scheduler {
         let Some(dest) = self.dests.get_mut(key) else {
             return;
         };
+        if dest.resolving {
+            return;
+        }
+        let now = Instant::now();
         while let Some(job) = dest.queue.pop_front() {
+            if dest.idle.is_empty() && dest.workers.len() >= dest.window {
+                dest.queue.push_front(job);
+                break;
+            }
+            if let Err(at) = dest.pace(now) {
+                dest.queue.push_front(job);
+                if !dest.wake_pending {
+                    dest.wake_pending = true;
+                    self.pacing.push(std::cmp::Reverse((at, key.clone())));
+                }
+                break;
+            }
             if let Some(worker) = dest.idle.pop() {
                 let sent = match dest.workers.get(&worker) {
                     Some(tx) => tx.try_send(job).map_err(|e| e.into_inner()),
@@ -256,5 +308,24 @@ mod tests {
         assert!(d.is_dead(now + Duration::from_secs(59)));
         assert!(!d.is_dead(now + Duration::from_secs(60)));
         assert_eq!(dest(3, 0).window, 1, "never below one");
+    }
+
+    #[test]
+    fn a_rate_limit_lets_one_job_go_per_interval() {
+        let mut d = dest(4, 2);
+        let t0 = Instant::now();
+        assert!(d.pace(t0).is_ok(), "no limit: always");
+        assert!(d.pace(t0).is_ok());
+        d.interval = Some(Duration::from_millis(500));
+        d.next_send = t0;
+        assert!(d.pace(t0).is_ok(), "the first goes at once");
+        assert_eq!(d.pace(t0), Err(t0 + Duration::from_millis(500)));
+        let t1 = t0 + Duration::from_millis(500);
+        assert!(d.pace(t1).is_ok());
+        assert_eq!(d.pace(t1), Err(t1 + Duration::from_millis(500)));
+        // Idle for a long time: no burst of saved-up sends afterwards.
+        let t2 = t1 + Duration::from_secs(10);
+        assert!(d.pace(t2).is_ok());
+        assert!(d.pace(t2).is_err());
     }
 }

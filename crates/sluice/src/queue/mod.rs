@@ -22,6 +22,7 @@ mod destination;
 mod failures;
 pub mod job;
 pub mod retry;
+mod rollup;
 pub mod scheduler;
 
 use std::sync::Arc;
@@ -55,6 +56,12 @@ pub enum Event {
     /// Envelopes read back for parked messages (see `admission.rs`).
     Loaded(Vec<(u64, Result<Envelope, String>)>),
     Report(JobReport),
+    /// A domain's mail hosts were looked up for MX rollup (`rollup.rs`):
+    /// its group's destination key, or `None` to stay on its own.
+    Resolved {
+        dest: Arc<str>,
+        group: Option<String>,
+    },
     /// The bounce for these recipients of `msg` is safely spooled.
     BounceStored {
         msg: u64,

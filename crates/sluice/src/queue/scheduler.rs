@@ -19,7 +19,8 @@
 //! - a message waiting for a retry is parked on disk (`admission.rs`): no
 //!   envelope or body of it is held in memory.
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 
 use sluice_spool::{BodyRef, Envelope, Spool};
@@ -110,6 +111,9 @@ pub struct Scheduler {
     /// Bounces being stored.
     pub(super) bounces_out: usize,
     pub(super) draining: Option<Drain>,
+    pub(super) rollup: super::rollup::Rollup,
+    /// Rate-limited destinations to pump again, soonest first.
+    pub(super) pacing: BinaryHeap<Reverse<(Instant, Arc<str>)>>,
 }
 
 impl Scheduler {
@@ -143,6 +147,8 @@ impl Scheduler {
             jobs_out: 0,
             bounces_out: 0,
             draining: None,
+            rollup: Default::default(),
+            pacing: BinaryHeap::new(),
         }
     }
 
@@ -165,6 +171,7 @@ impl Scheduler {
                 }
             }
             self.run_due_retries();
+            self.run_due_pacing();
             self.admit();
             if self.drain_over() {
                 return;
@@ -173,9 +180,27 @@ impl Scheduler {
     }
 
     fn next_wakeup(&self) -> Option<Instant> {
+        let paced = self.pacing.peek().map(|Reverse((at, _))| *at);
         match (&self.draining, self.retry.next_due()) {
             (Some(d), _) => Some(d.deadline),
-            (None, due) => due,
+            (None, due) => [due, paced].into_iter().flatten().min(),
+        }
+    }
+
+    /// Pumps rate-limited destinations whose next job is due.
+    fn run_due_pacing(&mut self) {
+        let now = Instant::now();
+        while let Some(Reverse((at, _))) = self.pacing.peek() {
+            if *at > now {
+                break;
+            }
+            let Some(Reverse((_, key))) = self.pacing.pop() else {
+                break;
+            };
+            if let Some(dest) = self.dests.get_mut(&key) {
+                dest.wake_pending = false;
+            }
+            self.pump(&key);
         }
     }
 
@@ -202,6 +227,7 @@ impl Scheduler {
                 worker,
                 returned,
             }) => self.worker_exit(dest, worker, returned),
+            Event::Resolved { dest, group } => self.resolved(dest, group),
             Event::BounceStored { msg, recipients } => {
                 self.bounces_out = self.bounces_out.saturating_sub(1);
                 self.bounce_stored(msg, recipients)

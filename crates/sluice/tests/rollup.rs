@@ -1,0 +1,113 @@
+//! MX rollup and destination rate limits, through a real nsd: domains
+//! hosted on one MX host share one destination (one window, one rate,
+//! connections reused across the domains).
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use common::nsd::Nsd;
+use common::*;
+
+const ZONE: &str = "$ORIGIN roll.test.
+$TTL 300
+@   SOA ns.roll.test. admin.roll.test. 1 3600 600 86400 300
+@   NS  ns
+ns  A   127.0.0.1
+mx  A   127.0.0.1
+a   MX  10 mx
+b   MX  10 mx
+c   MX  10 mx
+";
+
+/// Waits until nsd answers (the server's own resolver caches nothing yet).
+async fn nsd_ready(nsd: &Nsd) {
+    let dns = sluice::routing::dns::Dns::new(&sluice::config::DnsConfig {
+        nameservers: vec![nsd.addr.to_string()],
+        timeout_ms: 500,
+        attempts: 1,
+    })
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while dns.mail_hosts("a.roll.test").await.is_err() {
+        assert!(Instant::now() < deadline, "nsd did not answer");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Six messages, two to each of three domains on one MX host; returns the
+/// sink and the time from the first to the last delivery.
+async fn six_messages(
+    name: &str,
+    tune: impl FnOnce(&mut sluice::config::Config, u16),
+) -> (sluice::tools::sink::Sink, Duration) {
+    let dir = temp_dir(name);
+    let nsd = Nsd::start(&dir, &[("roll.test", ZONE)]);
+    let sink = recording_sink().await;
+    let port = sink.addr.port();
+    let mut cfg = config(&dir, None);
+    cfg.dns.nameservers = vec![nsd.addr.to_string()];
+    for d in ["a", "b", "c"] {
+        cfg.transport.insert(
+            format!("{d}.roll.test"),
+            format!("smtp:{d}.roll.test:{port}"),
+        );
+    }
+    cfg.delivery.initial_concurrency = 1;
+    cfg.delivery.connection_idle_secs = 30;
+    tune(&mut cfg, port);
+    let (server, addr) = start(cfg).await;
+    nsd_ready(&nsd).await;
+    let mut c = Client::ready(addr).await;
+    for i in 0..6 {
+        let d = ["a", "b", "c"][i % 3];
+        let r = c
+            .message(
+                "s@sender.test",
+                &[&format!("u{i}@{d}.roll.test")],
+                &body(&format!("m{i}")),
+            )
+            .await;
+        assert!(r.starts_with("250"), "{r}");
+    }
+    assert!(
+        wait_until(30, || sink.count() == 6).await,
+        "all six delivered"
+    );
+    server.shutdown().await;
+    let s = &sink.stats;
+    let spread = s.last_ms.load(Ordering::SeqCst) - s.first_ms.load(Ordering::SeqCst);
+    (sink, Duration::from_millis(spread))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn domains_on_one_mx_host_share_a_destination() {
+    let (sink, _) = six_messages("rollup-share", |cfg, port| {
+        // One connection for the whole group.
+        cfg.delivery
+            .destination_concurrency
+            .insert(format!("mx:mx.roll.test:{port}"), 1);
+    })
+    .await;
+    assert_eq!(
+        sink.stats.connections.load(Ordering::SeqCst),
+        1,
+        "one connection carried the mail of all three domains"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_destination_rate_limit_spaces_deliveries() {
+    let (_, spread) = six_messages("rollup-rate", |cfg, port| {
+        // 120 a minute: one every half second, over the group.
+        cfg.delivery
+            .destination_rate_limit
+            .insert(format!("mx:mx.roll.test:{port}"), 120);
+    })
+    .await;
+    assert!(
+        spread >= Duration::from_millis(2400),
+        "six messages at two a second take at least 2.5 s: {spread:?}"
+    );
+}
