@@ -31,6 +31,15 @@ pub struct Report {
     pub utf8: bool,
 }
 
+/// What a notification reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Notice {
+    /// Undeliverable: the recipients are returned (Action: failed).
+    Failed,
+    /// Still being retried (Action: delayed): a warning only.
+    Delayed,
+}
+
 /// Builds the DSN for `failed` recipients (index into the original's
 /// recipients, and why) of `original`, quoting `headers` (its header section).
 pub fn build(
@@ -40,6 +49,37 @@ pub fn build(
     headers: &[u8],
     id: u64,
 ) -> Report {
+    build_notice(Notice::Failed, hostname, original, failed, headers, id)
+}
+
+/// Subject and the opening paragraph, per kind of notice.
+fn wording(kind: Notice) -> (&'static str, &'static str) {
+    match kind {
+        Notice::Failed => (
+            "Undelivered Mail Returned to Sender",
+            "I'm sorry to have to inform you that your message could not\r\n\
+             be delivered to one or more recipients. It's attached below.\r\n\r\n",
+        ),
+        Notice::Delayed => (
+            "Delayed Mail (still being retried)",
+            "THIS IS A WARNING ONLY. YOU DO NOT NEED TO RESEND YOUR MESSAGE.\r\n\r\n\
+             Your message could not be delivered yet to one or more\r\n\
+             recipients. It will be retried until it is delivered or\r\n\
+             expires; you will be told if it fails.\r\n\r\n",
+        ),
+    }
+}
+
+/// [`build`] for either kind of notice.
+pub fn build_notice(
+    kind: Notice,
+    hostname: &str,
+    original: &Envelope,
+    failed: &[(u16, Failure)],
+    headers: &[u8],
+    id: u64,
+) -> Report {
+    let (subject, opening) = wording(kind);
     let utf8 = original.flags & flags::SMTPUTF8 != 0
         || !original.sender.is_ascii()
         || failed.iter().any(|(i, _)| !rcpt(original, *i).is_ascii());
@@ -50,7 +90,7 @@ pub fn build(
         m,
         "From: MAILER-DAEMON@{hostname} (Mail Delivery System)\r\n\
          To: <{to}>\r\n\
-         Subject: Undelivered Mail Returned to Sender\r\n\
+         Subject: {subject}\r\n\
          Date: {date}\r\n\
          Message-ID: <{id}.bounce@{hostname}>\r\n\
          Auto-Submitted: auto-replied\r\n\
@@ -59,9 +99,7 @@ pub fn build(
          \r\nThis is a MIME-encapsulated message.\r\n\r\n\
          --{boundary}\r\nContent-Description: Notification\r\n\
          Content-Type: text/plain; charset={cs}\r\n\r\n\
-         This is the mail system at host {hostname}.\r\n\r\n\
-         I'm sorry to have to inform you that your message could not\r\n\
-         be delivered to one or more recipients. It's attached below.\r\n\r\n",
+         This is the mail system at host {hostname}.\r\n\r\n{opening}",
         to = addr(&original.sender),
         date = timefmt::rfc5322(timefmt::now_millis()),
         id = qid(id),
@@ -73,7 +111,7 @@ pub fn build(
         cs = if utf8 { "utf-8" } else { "us-ascii" },
     );
     human_part(&mut m, original, failed, utf8);
-    status_part(&mut m, hostname, &boundary, original, failed, utf8);
+    status_part(&mut m, hostname, &boundary, original, failed, utf8, kind);
     let _ = write!(
         m,
         "\r\n--{boundary}\r\nContent-Description: Undelivered Message Headers\r\n\
@@ -119,6 +157,7 @@ fn status_part(
     original: &Envelope,
     failed: &[(u16, Failure)],
     utf8: bool,
+    kind: Notice,
 ) {
     let addr = |a: &str| clean(a, 256, utf8);
     let _ = write!(
@@ -139,7 +178,7 @@ fn status_part(
         arrival = timefmt::rfc5322(original.arrival),
     );
     for (i, f) in failed {
-        recipient_fields(m, rcpt(original, *i), f, utf8);
+        recipient_fields(m, rcpt(original, *i), f, utf8, kind);
     }
 }
 
@@ -152,20 +191,24 @@ fn rcpt(original: &Envelope, i: u16) -> &str {
 }
 
 /// The per-recipient block of the delivery-status part.
-fn recipient_fields(m: &mut String, to: &str, f: &Failure, utf8: bool) {
+fn recipient_fields(m: &mut String, to: &str, f: &Failure, utf8: bool, notice: Notice) {
     let kind = if utf8 && !to.is_ascii() {
         "utf-8"
     } else {
         "rfc822"
     };
+    let (action, fallback) = match notice {
+        Notice::Failed => ("failed", "5.0.0"),
+        Notice::Delayed => ("delayed", "4.0.0"),
+    };
     let status = if is_status(&f.status) {
         &f.status
     } else {
-        "5.0.0"
+        fallback
     };
     let _ = write!(
         m,
-        "\r\nFinal-Recipient: {kind}; {}\r\nAction: failed\r\nStatus: {status}\r\n",
+        "\r\nFinal-Recipient: {kind}; {}\r\nAction: {action}\r\nStatus: {status}\r\n",
         clean(to, 256, utf8)
     );
     if let Some(relay) = &f.relay {

@@ -28,14 +28,14 @@ pub struct StoredBounce {
     pub body: Arc<Vec<u8>>,
 }
 
-/// Builds the DSN for `failed` recipients of `original` and stores it,
+/// Builds the DSN (`kind`) for `failed` recipients of `original` and stores it,
 /// retrying (with backoff up to 5 minutes) until the spool takes it.
 pub async fn store(
     hostname: &str,
     original: &Envelope,
-    cached: Option<Arc<Vec<u8>>>,
-    body_ref: BodyRef,
+    (cached, body_ref): (Option<Arc<Vec<u8>>>, BodyRef),
     failed: &[(u16, Failure)],
+    kind: dsn::Notice,
     spool: &Spool,
     logger: &Logger,
 ) -> StoredBounce {
@@ -45,7 +45,7 @@ pub async fn store(
         .map(|b| body::headers(b))
         .unwrap_or_default();
     let id = spool.new_id();
-    let report = dsn::build(hostname, original, failed, headers, id);
+    let report = dsn::build_notice(kind, hostname, original, failed, headers, id);
     let mut bits = flags::BOUNCE;
     if report.eight_bit {
         bits |= flags::EIGHTBITMIME;
@@ -68,8 +68,12 @@ pub async fn store(
                 log!(
                     logger,
                     "bounce",
-                    "{}: sender non-delivery notification: {}",
+                    "{}: sender {} notification: {}",
                     qid(original.id),
+                    match kind {
+                        dsn::Notice::Failed => "non-delivery",
+                        dsn::Notice::Delayed => "delay",
+                    },
                     qid(id)
                 );
                 return StoredBounce {

@@ -176,6 +176,10 @@ pub struct QueueConfig {
     /// On shutdown, how long deliveries in flight may take to finish (their
     /// outcomes are recorded; what is still out then is sent again later).
     pub shutdown_drain_secs: u64,
+    /// Tell the sender once when mail is still undelivered after this
+    /// long (a DSN with Action: delayed; Postfix's delay_warning_time).
+    /// 0: never (the default, as Postfix's).
+    pub delay_warning_secs: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -294,6 +298,7 @@ impl Default for QueueConfig {
             maximal_lifetime_secs: 5 * 24 * 3600,
             shutdown_drain_secs: 30,
             active_limit: 20_000,
+            delay_warning_secs: 0,
         }
     }
 }

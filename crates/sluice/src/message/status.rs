@@ -79,6 +79,17 @@ impl Failure {
         }
     }
 
+    /// A recipient still deferred (for a delay warning).
+    pub fn delayed(relay: &str, reason: &str) -> Failure {
+        let remote = is_remote(relay);
+        Failure {
+            relay: remote.then(|| relay.to_string()),
+            status: find_status(reason, "4.0.0").to_string(),
+            diagnostic: reason.to_string(),
+            remote_reply: remote && reason.as_bytes().first().is_some_and(u8::is_ascii_digit),
+        }
+    }
+
     /// A recipient still deferred when the queue lifetime ran out.
     pub fn expired(age_secs: u64, last_relay: &str, last_reason: &str) -> Failure {
         Failure {

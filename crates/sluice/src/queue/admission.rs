@@ -26,6 +26,8 @@ pub(super) struct Parked {
     pub body_ref: BodyRef,
     pub done: Vec<bool>,
     pub attempts: u32,
+    /// The sender has had a delay warning.
+    pub warned: bool,
 }
 
 impl Scheduler {
@@ -46,6 +48,7 @@ impl Scheduler {
                 body_ref: r.body,
                 done: r.done,
                 attempts: 0,
+                warned: false,
             };
             self.park(r.id, parked, None);
         }
@@ -114,7 +117,7 @@ impl Scheduler {
                         body: None,
                         done: parked.done,
                     };
-                    self.activate(msg, parked.attempts);
+                    self.activate(msg, parked.attempts, parked.warned);
                 }
                 other => {
                     let why = match other {

@@ -43,8 +43,17 @@ impl Scheduler {
             (self.spool.clone(), self.logger.clone(), self.events.clone());
         let hostname = self.config.hostname.clone();
         tokio::spawn(async move {
-            let stored =
-                bounce::store(&hostname, &env, body, body_ref, &failed, &spool, &logger).await;
+            let kind = bounce::dsn::Notice::Failed;
+            let stored = bounce::store(
+                &hostname,
+                &env,
+                (body, body_ref),
+                &failed,
+                kind,
+                &spool,
+                &logger,
+            )
+            .await;
             let recipients = indices;
             let _ = events
                 .send(Event::BounceStored {
@@ -52,6 +61,62 @@ impl Scheduler {
                     recipients,
                 })
                 .await;
+            let done = vec![false; stored.envelope.recipients.len()];
+            let queued = QueuedMessage {
+                envelope: stored.envelope,
+                body_ref: stored.body_ref,
+                body: Some(stored.body),
+                done,
+            };
+            let _ = events.send(Event::Queued(queued)).await;
+        });
+    }
+
+    /// Once per message, when its mail is still deferred after
+    /// `delay_warning_secs`: a DSN with Action: delayed to the sender (not
+    /// to the null sender). It waits for nothing: the recipients stay
+    /// deferred. After a restart the warning may be sent again (the flag
+    /// lives in memory), never lost for a message that is still young.
+    pub(super) fn warn_if_delayed(&mut self, id: u64) {
+        let after = self.config.queue.delay_warning_secs;
+        let Some(msg) = self.messages.get_mut(&id) else {
+            return;
+        };
+        let age_secs = timefmt::now_millis().saturating_sub(msg.envelope.arrival) / 1000;
+        if after == 0 || msg.warned || msg.envelope.sender.is_empty() || age_secs < after {
+            return;
+        }
+        let delayed: Vec<(u16, Failure)> = msg
+            .rcpts
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| match s {
+                RcptState::Deferred { relay, reason } => {
+                    Some((i as u16, Failure::delayed(relay, reason)))
+                }
+                _ => None,
+            })
+            .collect();
+        if delayed.is_empty() {
+            return;
+        }
+        msg.warned = true;
+        let (env, body, body_ref) = (msg.envelope.clone(), msg.body.clone(), msg.body_ref);
+        let (spool, logger, events) =
+            (self.spool.clone(), self.logger.clone(), self.events.clone());
+        let hostname = self.config.hostname.clone();
+        tokio::spawn(async move {
+            let kind = bounce::dsn::Notice::Delayed;
+            let stored = bounce::store(
+                &hostname,
+                &env,
+                (body, body_ref),
+                &delayed,
+                kind,
+                &spool,
+                &logger,
+            )
+            .await;
             let done = vec![false; stored.envelope.recipients.len()];
             let queued = QueuedMessage {
                 envelope: stored.envelope,

@@ -68,6 +68,8 @@ pub(super) struct Message {
     pub failed: Vec<(u16, Failure)>,
     /// A bounce is being stored; the message stays until it is.
     pub bounce_pending: bool,
+    /// The sender has had a delay warning.
+    pub warned: bool,
 }
 
 impl Message {
@@ -279,19 +281,20 @@ impl Scheduler {
 
     fn queued(&mut self, inc: QueuedMessage) {
         if self.has_room() {
-            self.activate(inc, 0);
+            self.activate(inc, 0, false);
             return;
         }
         let parked = Parked {
             body_ref: inc.body_ref,
             done: inc.done,
             attempts: 0,
+            warned: false,
         };
         self.park(inc.envelope.id, parked, None);
     }
 
     /// Puts a message into the active queue and dispatches it.
-    pub(super) fn activate(&mut self, inc: QueuedMessage, attempts: u32) {
+    pub(super) fn activate(&mut self, inc: QueuedMessage, attempts: u32, warned: bool) {
         let id = inc.envelope.id;
         let rcpts = inc
             .done
@@ -322,6 +325,7 @@ impl Scheduler {
                 attempts,
                 failed: Vec::new(),
                 bounce_pending: false,
+                warned,
             },
         );
         if self.draining.is_none() {
@@ -488,7 +492,11 @@ impl Scheduler {
             self.remove(id);
             return;
         }
+        self.warn_if_delayed(id);
         // Deferred mail waits on disk: no envelope or body in memory.
+        let Some(msg) = self.messages.get(&id) else {
+            return;
+        };
         let attempts = msg.attempts + 1;
         let at = Instant::now() + self.retry_wait(attempts, id);
         let Some(msg) = self.messages.remove(&id) else {
@@ -506,6 +514,7 @@ impl Scheduler {
             body_ref: msg.body_ref,
             done,
             attempts,
+            warned: msg.warned,
         };
         self.park(id, parked, Some(at));
     }

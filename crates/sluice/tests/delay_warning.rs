@@ -1,0 +1,51 @@
+//! Delay warnings: mail still deferred after `queue.delay_warning_secs`
+//! gets the sender one DSN with Action: delayed, and only one, however
+//! many retries follow; the null sender never gets one.
+
+mod common;
+
+use common::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sender_is_warned_once_about_delayed_mail() {
+    let dir = temp_dir("delay-warning");
+    let sink = recording_sink().await;
+    let mut cfg = config(&dir, Some(sink.addr));
+    cfg.queue.delay_warning_secs = 1;
+    let (server, addr) = start(cfg).await;
+    let mut c = Client::ready(addr).await;
+    // The sink answers 451 to defer-* recipients: retried every 1–2 s.
+    let r = c
+        .message("sender@ours.test", &["defer-me@ours.test"], &body("late"))
+        .await;
+    assert!(r.starts_with("250"), "{r}");
+    let deferrals = || read_log(&dir).matches("to=<defer-me@ours.test>").count();
+    assert!(
+        wait_until(20, || deferrals() >= 4).await,
+        "several attempts were made"
+    );
+    server.shutdown().await;
+    let warnings: Vec<_> = sink
+        .messages()
+        .into_iter()
+        .filter(|m| m.sender.is_empty())
+        .collect();
+    assert_eq!(
+        warnings.len(),
+        1,
+        "exactly one warning over all the retries"
+    );
+    let w = &warnings[0];
+    assert_eq!(w.recipients, vec!["sender@ours.test".to_string()]);
+    let text = String::from_utf8_lossy(&w.body);
+    assert!(
+        text.contains("Subject: Delayed Mail (still being retried)"),
+        "{text}"
+    );
+    assert!(text.contains("Action: delayed\r\nStatus: 4.3.0"), "{text}");
+    assert!(
+        text.contains("Final-Recipient: rfc822; defer-me@ours.test"),
+        "{text}"
+    );
+    assert!(read_log(&dir).contains("sender delay notification"));
+}
