@@ -13,6 +13,7 @@
 //! panics on input.
 
 use crate::address::{parse_domain, parse_path, AddressError, Path};
+use crate::dsn::{self, Ret};
 
 /// A parsed command.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,7 +21,7 @@ pub enum Command<'a> {
     Ehlo(String),
     Helo(String),
     Mail(Path, MailParams),
-    Rcpt(Path),
+    Rcpt(Path, RcptParams),
     Data,
     Bdat {
         size: usize,
@@ -45,7 +46,7 @@ pub enum Body {
 }
 
 /// Parameters of `MAIL FROM` (RFC 1870 SIZE, RFC 6152 BODY, RFC 6531
-/// SMTPUTF8, RFC 4954 AUTH).
+/// SMTPUTF8, RFC 4954 AUTH, RFC 3461 RET and ENVID).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MailParams {
     pub size: Option<u64>,
@@ -53,6 +54,18 @@ pub struct MailParams {
     pub smtputf8: bool,
     /// `AUTH=` as given (xtext), only meaningful when AUTH was offered.
     pub auth: Option<String>,
+    pub ret: Option<Ret>,
+    /// `ENVID=` as given (xtext).
+    pub envid: Option<String>,
+}
+
+/// Parameters of `RCPT TO` (RFC 3461 NOTIFY and ORCPT).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RcptParams {
+    /// [`dsn`] NOTIFY bits; 0 when not given.
+    pub notify: u8,
+    /// `ORCPT=` as given (`addr-type;xtext`).
+    pub orcpt: Option<String>,
 }
 
 impl MailParams {
@@ -74,6 +87,8 @@ pub enum CommandError {
     Address { rcpt: bool, why: AddressError },
     /// `555 5.5.4`: a parameter that was not advertised, or a bad value.
     Parameter(String),
+    /// `501 5.5.4`: a DSN parameter with a malformed value.
+    BadValue(String),
     /// A BDAT line whose chunk size cannot be read: the chunk that follows
     /// cannot be found, so the session must close.
     BdatSyntax,
@@ -95,6 +110,7 @@ impl CommandError {
                 format!("501 5.1.3 Bad recipient address syntax: {}", why.text())
             }
             CommandError::Parameter(p) => format!("555 5.5.4 Unsupported parameter {p:?}"),
+            CommandError::BadValue(p) => format!("501 5.5.4 Bad parameter value {p:?}"),
             CommandError::BdatSyntax => "501 5.5.4 Syntax: BDAT size [LAST]".into(),
         }
     }
@@ -215,6 +231,15 @@ fn mail(rest: &str) -> Result<Command<'static>, CommandError> {
             }
             ("SMTPUTF8", None) if !out.smtputf8 => out.smtputf8 = true,
             ("AUTH", Some(v)) if out.auth.is_none() => out.auth = Some(v.to_string()),
+            ("RET", Some(v)) if out.ret.is_none() => {
+                out.ret = Some(dsn::parse_ret(v).ok_or_else(|| bad(key, v))?);
+            }
+            ("ENVID", Some(v)) if out.envid.is_none() => {
+                if !dsn::valid_envid(v) {
+                    return Err(bad(key, v));
+                }
+                out.envid = Some(v.to_string());
+            }
             _ => return Err(CommandError::Parameter(display(key, value))),
         }
     }
@@ -225,11 +250,26 @@ fn rcpt(rest: &str) -> Result<Command<'static>, CommandError> {
     let arg = path_arg(rest, "TO:").ok_or(CommandError::Syntax("RCPT TO:<address>"))?;
     let (path, params) =
         parse_path(arg).map_err(|why| CommandError::Address { rcpt: true, why })?;
-    // No RCPT parameter is advertised (DSN's NOTIFY and ORCPT are not).
-    if let Some((key, value)) = parameters(params)?.next() {
-        return Err(CommandError::Parameter(display(key, value)));
+    let mut out = RcptParams::default();
+    for (key, value) in parameters(params)? {
+        match (key.to_ascii_uppercase().as_str(), value) {
+            ("NOTIFY", Some(v)) if out.notify == 0 => {
+                out.notify = dsn::parse_notify(v).ok_or_else(|| bad(key, v))?;
+            }
+            ("ORCPT", Some(v)) if out.orcpt.is_none() => {
+                if !dsn::valid_orcpt(v) {
+                    return Err(bad(key, v));
+                }
+                out.orcpt = Some(v.to_string());
+            }
+            _ => return Err(CommandError::Parameter(display(key, value))),
+        }
     }
-    Ok(Command::Rcpt(path))
+    Ok(Command::Rcpt(path, out))
+}
+
+fn bad(key: &str, value: &str) -> CommandError {
+    CommandError::BadValue(format!("{key}={value}"))
 }
 
 fn display(key: &str, value: Option<&str>) -> String {
@@ -385,8 +425,8 @@ mod tests {
             "MAIL FROM:<a@b.example> BODY=BINARYMIME\r\n",
             "MAIL FROM:<a@b.example> SIZE=1 SIZE=2\r\n",
             "MAIL FROM:<a@b.example> HOLDUNTIL=1\r\n",
-            "RCPT TO:<a@b.example> NOTIFY=NEVER\r\n",
-            "RCPT TO:<a@b.example> ORCPT=rfc822;x@y\r\n",
+            "RCPT TO:<a@b.example> NOTIFY=NEVER NOTIFY=NEVER\r\n",
+            "RCPT TO:<a@b.example> XFORWARD=1\r\n",
         ] {
             assert!(
                 matches!(parse(line), Err(CommandError::Parameter(_))),
@@ -397,5 +437,35 @@ mod tests {
             parse("RCPT TO:<a@b.example>junk\r\n"),
             Err(CommandError::Syntax(_))
         ));
+    }
+
+    #[test]
+    fn dsn_parameters() {
+        match parse("RCPT TO:<a@b.example> NOTIFY=SUCCESS,FAILURE ORCPT=rfc822;a+2Bx@b.example\r\n")
+        {
+            Ok(Command::Rcpt(_, p)) => {
+                assert_eq!(p.notify, dsn::NOTIFY_SUCCESS | dsn::NOTIFY_FAILURE);
+                assert_eq!(p.orcpt.as_deref(), Some("rfc822;a+2Bx@b.example"));
+            }
+            other => panic!("{other:?}"),
+        }
+        match parse("MAIL FROM:<a@b.example> RET=HDRS ENVID=QQ314159\r\n") {
+            Ok(Command::Mail(_, p)) => {
+                assert_eq!(p.ret, Some(Ret::Hdrs));
+                assert_eq!(p.envid.as_deref(), Some("QQ314159"));
+            }
+            other => panic!("{other:?}"),
+        }
+        for line in [
+            "RCPT TO:<a@b.example> NOTIFY=NEVER,SUCCESS\r\n",
+            "RCPT TO:<a@b.example> ORCPT=x@y\r\n",
+            "MAIL FROM:<a@b.example> RET=ALL\r\n",
+            "MAIL FROM:<a@b.example> ENVID=a+zz\r\n",
+        ] {
+            assert!(
+                matches!(parse(line), Err(CommandError::BadValue(_))),
+                "{line}"
+            );
+        }
     }
 }

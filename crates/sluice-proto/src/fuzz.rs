@@ -185,6 +185,10 @@ fn near_valid_line() -> impl Strategy<Value = Bytes> {
         " SMTPUTF8",
         " AUTH=<>",
         " NOTIFY=NEVER",
+        " NOTIFY=SUCCESS,DELAY",
+        " ORCPT=rfc822;a+2B@b",
+        " RET=FULL",
+        " ENVID=x+2",
         " =x",
         " ",
         "x",
@@ -250,7 +254,15 @@ fn body() -> impl Strategy<Value = Bytes> {
 /// Parses one line and checks what came out.
 fn check_command(line: &[u8]) -> Result<(), TestCaseError> {
     match parse_command(line) {
-        Ok(Command::Mail(path, _)) | Ok(Command::Rcpt(path)) => check_path(&path)?,
+        Ok(Command::Mail(path, p)) => {
+            check_path(&path)?;
+            // What is passed on to a next hop is plain xtext.
+            prop_assert!(p.envid.as_deref().is_none_or(crate::dsn::valid_envid));
+        }
+        Ok(Command::Rcpt(path, p)) => {
+            check_path(&path)?;
+            prop_assert!(p.orcpt.as_deref().is_none_or(crate::dsn::valid_orcpt));
+        }
         Ok(Command::Ehlo(name)) | Ok(Command::Helo(name)) => {
             // It goes into a Received: header as it is.
             prop_assert!(
@@ -310,7 +322,7 @@ fn check_path(path: &Path) -> Result<(), TestCaseError> {
         format!("MAIL FROM:<{address}>\r\n"),
     ] {
         let again = match parse_command(wire.as_bytes()) {
-            Ok(Command::Rcpt(p)) => p,
+            Ok(Command::Rcpt(p, params)) if params == Default::default() => p,
             Ok(Command::Mail(p, params)) if !params.any() => p,
             other => {
                 return Err(TestCaseError::fail(format!(

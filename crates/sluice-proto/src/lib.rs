@@ -6,7 +6,8 @@
 //!   is undone exactly, bare CR/LF and over-long lines are detected.
 //! * [`command`] turns one framed line into a typed command, strictly
 //!   (RFC 5321 §4.1), and [`address`] parses paths into a form that is
-//!   safe to write back on the wire.
+//!   safe to write back on the wire; [`dsn`] checks the DSN extension's
+//!   parameters (RFC 3461).
 //! * [`dotstuff`] re-applies dot-stuffing when a stored body is sent on.
 //!
 //! Trust: every byte given to this crate comes from the network and may be
@@ -16,6 +17,7 @@ pub mod address;
 pub mod command;
 pub mod data;
 pub mod dotstuff;
+pub mod dsn;
 pub mod line;
 
 #[cfg(test)]

@@ -133,12 +133,23 @@ fn spec() -> impl Strategy<Value = Spec> {
             vec(any::<u8>(), 0..200),
         )
             .prop_map(|(id, arrival, sender, recipients, flags, body)| {
+                // Bit 31 (the spool's own) picks a DSN block, made from
+                // the other fields so it is as wild as they are.
+                let dsn = (flags >> 31 == 1).then(|| {
+                    Box::new(crate::Dsn {
+                        ret: flags as u8,
+                        envid: sender.chars().rev().collect(),
+                        notify: recipients.iter().map(|r| r.len() as u8).collect(),
+                        orcpt: recipients.iter().map(|r| r.repeat(2)).collect(),
+                    })
+                });
                 let envelope = Envelope {
                     id,
                     arrival,
                     sender,
                     recipients,
-                    flags,
+                    flags: flags & !(1 << 31),
+                    dsn,
                 };
                 Spec::Message(envelope, Bytes(body))
             }),

@@ -90,7 +90,7 @@ use std::sync::{mpsc, Arc};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use reader::SegmentReader;
-pub use record::{Envelope, MAX_RECIPIENTS};
+pub use record::{Dsn, Envelope, MAX_RECIPIENTS};
 
 /// Errors the spool reports; the SMTP layer maps them to replies
 /// (`Invalid` is permanent for that message, the others are temporary).

@@ -22,8 +22,27 @@ pub(crate) const KIND_OUTCOME: u8 = 2;
 /// by a `u16` index.
 pub const MAX_RECIPIENTS: usize = 65_535;
 
+/// A flag bit the spool keeps for itself: the record carries a DSN block
+/// after the recipients. Never set by the daemon; cleared when decoded.
+const FLAG_DSN_BLOCK: u32 = 1 << 31;
+
+/// DSN parameters (RFC 3461) kept with a message: what the client asked
+/// to be told. Stored only when a parameter was given, so the records of
+/// mail without them are as before.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Dsn {
+    /// RET: 0 not given, 1 FULL, 2 HDRS.
+    pub ret: u8,
+    /// ENVID as given (xtext); empty when not given.
+    pub envid: String,
+    /// NOTIFY bits per recipient (`sluice_proto::dsn`), in recipient order.
+    pub notify: Vec<u8>,
+    /// ORCPT per recipient as given (`rfc822;…`); empty when not given.
+    pub orcpt: Vec<String>,
+}
+
 /// The envelope of a spooled message.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Envelope {
     /// Queue ID (shown in hex in logs and replies).
     pub id: u64,
@@ -32,8 +51,11 @@ pub struct Envelope {
     /// Reverse path; empty for the null sender (bounces).
     pub sender: String,
     pub recipients: Vec<String>,
-    /// Free bits for the daemon (body type, SMTPUTF8, "is a bounce", …).
+    /// Free bits for the daemon (body type, SMTPUTF8, "is a bounce", …);
+    /// bit 31 is the spool's own.
     pub flags: u32,
+    /// DSN parameters, when the client gave any.
+    pub dsn: Option<Box<Dsn>>,
 }
 
 /// Appends a message record to `out`; returns the body's offset within the
@@ -51,11 +73,23 @@ pub(crate) fn encode_message(
     out.extend_from_slice(&[0u8; HEADER_LEN]);
     out.extend_from_slice(&env.id.to_le_bytes());
     out.extend_from_slice(&env.arrival.to_le_bytes());
-    out.extend_from_slice(&env.flags.to_le_bytes());
+    let flags = match env.dsn {
+        Some(_) => env.flags | FLAG_DSN_BLOCK,
+        None => env.flags & !FLAG_DSN_BLOCK,
+    };
+    out.extend_from_slice(&flags.to_le_bytes());
     let mut fields = put_str(out, &env.sender);
     out.extend_from_slice(&(env.recipients.len() as u32).to_le_bytes());
     for rcpt in &env.recipients {
         fields = fields.and_then(|()| put_str(out, rcpt));
+    }
+    if let Some(dsn) = &env.dsn {
+        out.push(dsn.ret);
+        fields = fields.and_then(|()| put_str(out, &dsn.envid));
+        for (notify, orcpt) in dsn.notify.iter().zip(&dsn.orcpt) {
+            out.push(*notify);
+            fields = fields.and_then(|()| put_str(out, orcpt));
+        }
     }
     if let Err(why) = fields {
         out.truncate(start);
@@ -79,7 +113,21 @@ pub(crate) fn check(env: &Envelope, body_len: usize) -> Result<(), String> {
         ));
     }
     let mut payload = 8 + 8 + 4 + 4 + 8 + body_len as u64;
-    for addr in std::iter::once(&env.sender).chain(&env.recipients) {
+    if let Some(dsn) = &env.dsn {
+        let n = env.recipients.len();
+        if dsn.notify.len() != n || dsn.orcpt.len() != n {
+            return Err("DSN parameters do not match the recipients".into());
+        }
+        payload += 1 + n as u64;
+    }
+    let dsn_strings = env
+        .dsn
+        .iter()
+        .flat_map(|d| std::iter::once(&d.envid).chain(&d.orcpt));
+    let strings = std::iter::once(&env.sender)
+        .chain(&env.recipients)
+        .chain(dsn_strings);
+    for addr in strings {
         if addr.len() > u16::MAX as usize {
             return Err(too_long(addr));
         }
@@ -185,6 +233,10 @@ pub(crate) fn decode(salt: &Salt, buf: &[u8]) -> Result<(Record, usize), Damage>
             for _ in 0..n {
                 recipients.push(r.string()?);
             }
+            let dsn = match flags & FLAG_DSN_BLOCK {
+                0 => None,
+                _ => Some(Box::new(r.dsn(n)?)),
+            };
             let body_len = r.u64()?;
             let body_at = HEADER_LEN + r.pos;
             if (r.buf.len() - r.pos) as u64 != body_len {
@@ -196,7 +248,8 @@ pub(crate) fn decode(salt: &Salt, buf: &[u8]) -> Result<(Record, usize), Damage>
                     arrival,
                     sender,
                     recipients,
-                    flags,
+                    flags: flags & !FLAG_DSN_BLOCK,
+                    dsn,
                 },
                 body_at,
                 body_len,
@@ -248,6 +301,23 @@ impl Reader<'_> {
             self.take(8)?.try_into().unwrap_or_default(),
         ))
     }
+    /// The DSN block of a message with `n` recipients.
+    fn dsn(&mut self, n: usize) -> Result<Dsn, Damage> {
+        let ret = self.take(1)?[0];
+        let envid = self.string()?;
+        let mut dsn = Dsn {
+            ret,
+            envid,
+            notify: Vec::with_capacity(n.min(4096)),
+            orcpt: Vec::with_capacity(n.min(4096)),
+        };
+        for _ in 0..n {
+            dsn.notify.push(self.take(1)?[0]);
+            dsn.orcpt.push(self.string()?);
+        }
+        Ok(dsn)
+    }
+
     fn string(&mut self) -> Result<String, Damage> {
         let len = self.u16()? as usize;
         String::from_utf8(self.take(len)?.to_vec())

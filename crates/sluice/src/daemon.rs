@@ -139,6 +139,10 @@ impl Server {
         let tls = ServerTls::load(&config).map_err(StartError::Config)?;
         let client_tls = Arc::new(ClientTls::build(&config.delivery).map_err(StartError::Config)?);
         let dns = Arc::new(Dns::new(&config.dns).map_err(StartError::Config)?);
+        let dkim = Arc::new(
+            crate::smtp::server::dkim::Signers::load(&config.dkim.keys)
+                .map_err(StartError::Config)?,
+        );
         let agents = Arc::new(Agents::new(
             &config,
             &spool,
@@ -172,6 +176,7 @@ impl Server {
             anvil: Anvil::new(anvil::Limits::from_config(&config.smtpd)),
             tls: tls.clone(),
             credentials: mailboxes.credentials(),
+            dkim,
         });
         let (shutdown, _) = watch::channel(false);
         spawn_lookup_stats(&mailboxes, &logger, shutdown.subscribe());

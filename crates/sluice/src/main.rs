@@ -31,6 +31,27 @@ enum Command {
     Bench(BenchArgs),
     /// Read a password on stdin, print its argon2id hash for an `[auth]` table.
     HashPassword,
+    /// Make a DKIM key pair: the private key to a file, the DNS record to stdout.
+    DkimKeygen(KeygenArgs),
+}
+
+#[derive(Args)]
+struct KeygenArgs {
+    /// The signing domain (d=).
+    #[arg(long)]
+    domain: String,
+    /// The selector (s=): the record is SELECTOR._domainkey.DOMAIN.
+    #[arg(long)]
+    selector: String,
+    /// rsa or ed25519.
+    #[arg(long, default_value = "rsa")]
+    algorithm: String,
+    /// RSA key size.
+    #[arg(long, default_value_t = 2048)]
+    bits: usize,
+    /// Where to write the private key (PEM, mode 0600; never overwritten).
+    #[arg(long)]
+    out: PathBuf,
 }
 
 #[derive(Args)]
@@ -144,6 +165,7 @@ fn main() -> ExitCode {
         Command::Sink(a) => runtime.block_on(run_sink(a)),
         Command::Bench(a) => runtime.block_on(run_bench(a)),
         Command::HashPassword => hash_password(),
+        Command::DkimKeygen(a) => dkim_keygen(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -177,6 +199,23 @@ fn hash_password() -> Result<(), String> {
     Ok(())
 }
 
+/// `sluice dkim-keygen`.
+fn dkim_keygen(a: KeygenArgs) -> Result<(), String> {
+    use sluice::tools::keygen::{keygen, Algorithm};
+    let algorithm = match a.algorithm.as_str() {
+        "rsa" => Algorithm::Rsa(a.bits),
+        "ed25519" => Algorithm::Ed25519,
+        other => return Err(format!("--algorithm {other}: want rsa or ed25519")),
+    };
+    let record = keygen(algorithm, &a.domain, &a.selector, &a.out)?;
+    eprintln!(
+        "private key written to {}; publish this record:",
+        a.out.display()
+    );
+    println!("{record}");
+    Ok(())
+}
+
 fn check_config(arg: ConfigArg) -> Result<(), String> {
     let config = load_config(&arg)?;
     let logger = sluice::log::Logger::disabled();
@@ -198,6 +237,7 @@ fn check_config(arg: ConfigArg) -> Result<(), String> {
     }
     sluice::smtp::client::tls::ClientTls::build(&config.delivery)?;
     sluice::routing::dns::Dns::new(&config.dns)?;
+    sluice::smtp::server::dkim::Signers::load(&config.dkim.keys)?;
     println!("configuration ok");
     Ok(())
 }

@@ -87,6 +87,7 @@ fn recovery_takes_the_newest_copy_and_unites_every_outcome() {
         sender: "a@b.example".into(),
         recipients: (0..4).map(|i| format!("r{i}@c.example")).collect(),
         flags: 0,
+        dsn: None,
     };
     // Segment 1: an outcome whose message record is further on (its
     // original segment was reclaimed after a copy).

@@ -22,6 +22,7 @@ fn forged_envelope(id: u64) -> Envelope {
         sender: "attacker@evil.example".into(),
         recipients: vec!["victim@target.example".into()],
         flags: 0,
+        dsn: None,
     }
 }
 

@@ -30,6 +30,7 @@ fn envelope(spool: &Spool, rcpts: usize) -> Envelope {
         sender: "a@b.example".into(),
         recipients: (0..rcpts).map(|i| format!("r{i}@c.example")).collect(),
         flags: 7,
+        dsn: None,
     }
 }
 

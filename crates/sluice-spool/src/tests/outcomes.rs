@@ -142,5 +142,6 @@ fn envelope_with_id(id: u64) -> Envelope {
         sender: "a@b.example".into(),
         recipients: vec!["r0@c.example".into()],
         flags: 0,
+        dsn: None,
     }
 }

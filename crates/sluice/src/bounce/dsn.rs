@@ -38,6 +38,19 @@ pub enum Notice {
     Failed,
     /// Still being retried (Action: delayed): a warning only.
     Delayed,
+    /// Delivered here (Action: delivered), as NOTIFY=SUCCESS asked.
+    Delivered,
+    /// Handed to a next hop that does not offer DSN (Action: relayed): no
+    /// further notice will come.
+    Relayed,
+}
+
+/// What of the original a notice carries: its header section, or (RET=FULL)
+/// the whole message.
+#[derive(Debug, Clone, Copy)]
+pub enum Returned<'a> {
+    Headers(&'a [u8]),
+    Full(&'a [u8]),
 }
 
 /// Builds the DSN for `failed` recipients (index into the original's
@@ -49,7 +62,8 @@ pub fn build(
     headers: &[u8],
     id: u64,
 ) -> Report {
-    build_notice(Notice::Failed, hostname, original, failed, headers, id)
+    let returned = Returned::Headers(headers);
+    build_notice(Notice::Failed, hostname, original, failed, returned, id)
 }
 
 /// Subject and the opening paragraph, per kind of notice.
@@ -67,6 +81,17 @@ fn wording(kind: Notice) -> (&'static str, &'static str) {
              recipients. It will be retried until it is delivered or\r\n\
              expires; you will be told if it fails.\r\n\r\n",
         ),
+        Notice::Delivered => (
+            "Successful Mail Delivery Report",
+            "Your message was successfully delivered to the destination(s)\r\n\
+             listed below, as you asked to be told.\r\n\r\n",
+        ),
+        Notice::Relayed => (
+            "Successful Mail Delivery Report",
+            "Your message was relayed to the destination(s) listed below.\r\n\
+             Those systems do not report delivery, so this is the last\r\n\
+             notice you will get about it.\r\n\r\n",
+        ),
     }
 }
 
@@ -76,7 +101,7 @@ pub fn build_notice(
     hostname: &str,
     original: &Envelope,
     failed: &[(u16, Failure)],
-    headers: &[u8],
+    returned: Returned<'_>,
     id: u64,
 ) -> Report {
     let (subject, opening) = wording(kind);
@@ -85,7 +110,7 @@ pub fn build_notice(
         || failed.iter().any(|(i, _)| !rcpt(original, *i).is_ascii());
     let addr = |a: &str| clean(a, 256, utf8);
     let boundary = format!("{}.{}/{}", qid(id), timefmt::now_millis(), hostname);
-    let mut m = String::with_capacity(2048 + headers.len());
+    let mut m = String::with_capacity(4096);
     let _ = write!(
         m,
         "From: MAILER-DAEMON@{hostname} (Mail Delivery System)\r\n\
@@ -112,18 +137,19 @@ pub fn build_notice(
     );
     human_part(&mut m, original, failed, utf8);
     status_part(&mut m, hostname, &boundary, original, failed, utf8, kind);
+    let (description, content_type, content) = match (returned, utf8) {
+        (Returned::Headers(h), false) => ("Message Headers", "text/rfc822-headers", h),
+        (Returned::Headers(h), true) => ("Message Headers", "message/global-headers", h),
+        (Returned::Full(b), false) => ("Message", "message/rfc822", b),
+        (Returned::Full(b), true) => ("Message", "message/global", b),
+    };
     let _ = write!(
         m,
-        "\r\n--{boundary}\r\nContent-Description: Undelivered Message Headers\r\n\
-         Content-Type: {}\r\n\r\n",
-        if utf8 {
-            "message/global-headers"
-        } else {
-            "text/rfc822-headers"
-        }
+        "\r\n--{boundary}\r\nContent-Description: {description}\r\n\
+         Content-Type: {content_type}\r\n\r\n"
     );
     let mut out = m.into_bytes();
-    quote_headers(headers, &mut out);
+    quote_headers(content, &mut out);
     out.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
     let eight_bit = !out.is_ascii();
     Report {
@@ -177,7 +203,17 @@ fn status_part(
         sender = addr(&original.sender),
         arrival = timefmt::rfc5322(original.arrival),
     );
+    let dsn = original.dsn.as_deref();
+    if let Some(envid) = dsn.map(|d| &d.envid).filter(|e| !e.is_empty()) {
+        let _ = write!(m, "Original-Envelope-Id: {}\r\n", clean(envid, 100, false));
+    }
     for (i, f) in failed {
+        let orcpt = dsn
+            .and_then(|d| d.orcpt.get(*i as usize))
+            .filter(|o| !o.is_empty());
+        if let Some(o) = orcpt {
+            let _ = write!(m, "\r\nOriginal-Recipient: {}", clean(o, 500, false));
+        }
         recipient_fields(m, rcpt(original, *i), f, utf8, kind);
     }
 }
@@ -200,6 +236,8 @@ fn recipient_fields(m: &mut String, to: &str, f: &Failure, utf8: bool, notice: N
     let (action, fallback) = match notice {
         Notice::Failed => ("failed", "5.0.0"),
         Notice::Delayed => ("delayed", "4.0.0"),
+        Notice::Delivered => ("delivered", "2.0.0"),
+        Notice::Relayed => ("relayed", "2.0.0"),
     };
     let status = if is_status(&f.status) {
         &f.status

@@ -21,6 +21,9 @@ use crate::message::status::Failure;
 use crate::message::{body, flags};
 use crate::{log, timefmt};
 
+/// Largest original returned whole (RET=FULL), in octets.
+pub const RETURN_LIMIT: usize = 100 << 10;
+
 /// A bounce safely in the spool, ready to be queued.
 pub struct StoredBounce {
     pub envelope: Envelope,
@@ -40,12 +43,16 @@ pub async fn store(
     logger: &Logger,
 ) -> StoredBounce {
     let body = body::load(spool, &cached, body_ref).await.ok();
-    let headers = body
-        .as_deref()
-        .map(|b| body::headers(b))
-        .unwrap_or_default();
+    let whole = body.as_deref().map(|b| &b[..]).unwrap_or_default();
+    // RET=FULL: the whole message, up to a size (Postfix's
+    // bounce_size_limit); otherwise, and past that, its headers.
+    let full = original.dsn.as_ref().is_some_and(|d| d.ret == 1) && whole.len() <= RETURN_LIMIT;
+    let returned = match full {
+        true => dsn::Returned::Full(whole),
+        false => dsn::Returned::Headers(body::headers(whole)),
+    };
     let id = spool.new_id();
-    let report = dsn::build_notice(kind, hostname, original, failed, headers, id);
+    let report = dsn::build_notice(kind, hostname, original, failed, returned, id);
     let mut bits = flags::BOUNCE;
     if report.eight_bit {
         bits |= flags::EIGHTBITMIME;
@@ -59,6 +66,7 @@ pub async fn store(
         sender: String::new(),
         recipients: vec![original.sender.clone()],
         flags: bits,
+        dsn: None,
     };
     let text = Arc::new(report.message);
     let mut wait = Duration::from_secs(1);
@@ -73,6 +81,7 @@ pub async fn store(
                     match kind {
                         dsn::Notice::Failed => "non-delivery",
                         dsn::Notice::Delayed => "delay",
+                        dsn::Notice::Delivered | dsn::Notice::Relayed => "delivery status",
                     },
                     qid(id)
                 );

@@ -49,6 +49,29 @@ pub struct Config {
     pub tables: BTreeMap<String, tables::TableConfig>,
     /// Resolver for MX lookups.
     pub dns: DnsConfig,
+    /// DKIM signing keys.
+    pub dkim: DkimConfig,
+}
+
+/// `[dkim]`: keys that sign mail from our own users (`[[dkim.keys]]`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DkimConfig {
+    pub keys: Vec<DkimKeyConfig>,
+}
+
+/// One signing key: mail whose From: domain is `domain` (or below it) is
+/// signed with `d=domain; s=selector`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DkimKeyConfig {
+    pub domain: String,
+    pub selector: String,
+    /// PEM private key (RSA or Ed25519), e.g. from `sluice dkim-keygen`.
+    pub key_file: PathBuf,
+    /// Headers to sign (default: `smtp::server::dkim::DEFAULT_HEADERS`).
+    #[serde(default)]
+    pub headers: Option<Vec<String>>,
 }
 
 /// `[dns]`: where MX and address lookups go.
@@ -241,6 +264,7 @@ impl Default for Config {
             local: local::LocalConfig::default(),
             tables: BTreeMap::new(),
             dns: DnsConfig::default(),
+            dkim: DkimConfig::default(),
         }
     }
 }

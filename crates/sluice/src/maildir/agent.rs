@@ -107,6 +107,7 @@ impl MaildirWorker {
             Ok(Ok(name)) => Outcome::Delivered {
                 relay: "maildir".into(),
                 reply: format!("delivered to maildir {shown}/new/{name}"),
+                notified: false,
             },
             Ok(Err(err)) => Outcome::Deferred {
                 relay: "maildir".into(),

@@ -12,9 +12,21 @@
 /// `none`/`maildir` when no remote server was involved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
-    Delivered { relay: String, reply: String },
-    Deferred { relay: String, reason: String },
-    Bounced { relay: String, reason: String },
+    /// `notified`: the next hop offered DSN and took the NOTIFY request
+    /// over, so no "relayed" notice is due from here.
+    Delivered {
+        relay: String,
+        reply: String,
+        notified: bool,
+    },
+    Deferred {
+        relay: String,
+        reason: String,
+    },
+    Bounced {
+        relay: String,
+        reason: String,
+    },
 }
 
 impl Outcome {
@@ -76,6 +88,17 @@ impl Failure {
             status: find_status(reason, "5.0.0").to_string(),
             diagnostic: reason.to_string(),
             remote_reply: remote && reason.as_bytes().first().is_some_and(u8::is_ascii_digit),
+        }
+    }
+
+    /// A recipient delivered or relayed (for a success notice).
+    pub fn delivered(relay: &str, reply: &str) -> Failure {
+        let remote = is_remote(relay);
+        Failure {
+            relay: remote.then(|| relay.to_string()),
+            status: find_status(reply, "2.0.0").to_string(),
+            diagnostic: reply.to_string(),
+            remote_reply: remote && reply.as_bytes().first().is_some_and(u8::is_ascii_digit),
         }
     }
 

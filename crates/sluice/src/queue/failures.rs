@@ -6,9 +6,15 @@
 //! Invariant: failed recipients are recorded in the spool only after their
 //! bounce is stored, so a crash can duplicate a bounce, never lose one.
 
+use std::sync::Arc;
+
+use sluice_proto::dsn::{NOTIFY_DELAY, NOTIFY_FAILURE, NOTIFY_SUCCESS};
+use sluice_spool::{BodyRef, Envelope};
+
 use super::scheduler::{delay, Message, RcptState, Scheduler};
 use super::{Event, QueuedMessage};
 use crate::bounce;
+use crate::bounce::dsn::Notice;
 use crate::log;
 use crate::log::{qid, Logger};
 use crate::message::status::Failure;
@@ -36,36 +42,65 @@ impl Scheduler {
             self.bounce_stored(id, indices);
             return;
         }
+        // NOTIFY=NEVER, or a NOTIFY list without FAILURE: no bounce.
+        let (failed, unwanted): (Vec<_>, Vec<_>) = failed
+            .into_iter()
+            .partition(|(i, _)| wants(&msg.envelope, *i, NOTIFY_FAILURE));
+        for (i, f) in &unwanted {
+            log!(
+                self.logger,
+                "bounce",
+                "{}: to=<{}>: no bounce sent, the sender asked for none (NOTIFY) ({} {})",
+                qid(id),
+                msg.envelope.recipients[*i as usize],
+                f.status,
+                f.diagnostic
+            );
+        }
+        if failed.is_empty() {
+            self.bounce_stored(id, indices);
+            return;
+        }
         msg.bounce_pending = true;
         self.bounces_out += 1;
-        let (env, body, body_ref) = (msg.envelope.clone(), msg.body.clone(), msg.body_ref);
+        let original = (msg.envelope.clone(), msg.body.clone(), msg.body_ref);
+        self.spawn_notice(original, Notice::Failed, failed, Some(indices));
+    }
+
+    /// Stores a notice (`kind`) about `list`, recipients of `original`, off
+    /// the scheduler's task, then queues it like any mail. With `stored`,
+    /// the scheduler first hears that the notice is safe (the bounced
+    /// recipients are recorded final only then).
+    pub(super) fn spawn_notice(
+        &self,
+        (env, body, body_ref): (Arc<Envelope>, Option<Arc<Vec<u8>>>, BodyRef),
+        kind: Notice,
+        list: Vec<(u16, Failure)>,
+        stored: Option<Vec<u16>>,
+    ) {
         let (spool, logger, events) =
             (self.spool.clone(), self.logger.clone(), self.events.clone());
         let hostname = self.config.hostname.clone();
         tokio::spawn(async move {
-            let kind = bounce::dsn::Notice::Failed;
-            let stored = bounce::store(
+            let notice = bounce::store(
                 &hostname,
                 &env,
                 (body, body_ref),
-                &failed,
+                &list,
                 kind,
                 &spool,
                 &logger,
             )
             .await;
-            let recipients = indices;
-            let _ = events
-                .send(Event::BounceStored {
-                    msg: id,
-                    recipients,
-                })
-                .await;
-            let done = vec![false; stored.envelope.recipients.len()];
+            if let Some(recipients) = stored {
+                let msg = env.id;
+                let _ = events.send(Event::BounceStored { msg, recipients }).await;
+            }
+            let done = vec![false; notice.envelope.recipients.len()];
             let queued = QueuedMessage {
-                envelope: stored.envelope,
-                body_ref: stored.body_ref,
-                body: Some(stored.body),
+                envelope: notice.envelope,
+                body_ref: notice.body_ref,
+                body: Some(notice.body),
                 done,
             };
             let _ = events.send(Event::Queued(queued)).await;
@@ -91,7 +126,9 @@ impl Scheduler {
             .iter()
             .enumerate()
             .filter_map(|(i, s)| match s {
-                RcptState::Deferred { relay, reason } => {
+                RcptState::Deferred { relay, reason }
+                    if wants(&msg.envelope, i as u16, NOTIFY_DELAY) =>
+                {
                     Some((i as u16, Failure::delayed(relay, reason)))
                 }
                 _ => None,
@@ -101,31 +138,8 @@ impl Scheduler {
             return;
         }
         msg.warned = true;
-        let (env, body, body_ref) = (msg.envelope.clone(), msg.body.clone(), msg.body_ref);
-        let (spool, logger, events) =
-            (self.spool.clone(), self.logger.clone(), self.events.clone());
-        let hostname = self.config.hostname.clone();
-        tokio::spawn(async move {
-            let kind = bounce::dsn::Notice::Delayed;
-            let stored = bounce::store(
-                &hostname,
-                &env,
-                (body, body_ref),
-                &delayed,
-                kind,
-                &spool,
-                &logger,
-            )
-            .await;
-            let done = vec![false; stored.envelope.recipients.len()];
-            let queued = QueuedMessage {
-                envelope: stored.envelope,
-                body_ref: stored.body_ref,
-                body: Some(stored.body),
-                done,
-            };
-            let _ = events.send(Event::Queued(queued)).await;
-        });
+        let original = (msg.envelope.clone(), msg.body.clone(), msg.body_ref);
+        self.spawn_notice(original, Notice::Delayed, delayed, None);
     }
 
     pub(super) fn bounce_stored(&mut self, id: u64, recipients: Vec<u16>) {
@@ -140,6 +154,22 @@ impl Scheduler {
         } else if msg.in_flight == 0 {
             self.finish_round(id);
         }
+    }
+}
+
+/// Whether recipient `i`'s sender asked for a notice of this kind
+/// (`NOTIFY_FAILURE`, `NOTIFY_DELAY` or `NOTIFY_SUCCESS`): without a
+/// NOTIFY parameter, failures and delays are reported and successes not
+/// (RFC 3461 §4.1).
+pub(super) fn wants(env: &Envelope, i: u16, kind: u8) -> bool {
+    let notify = env
+        .dsn
+        .as_ref()
+        .and_then(|d| d.notify.get(i as usize).copied())
+        .unwrap_or(0);
+    match notify {
+        0 => kind != NOTIFY_SUCCESS,
+        n => n & kind != 0,
     }
 }
 

@@ -23,6 +23,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 
+use sluice_proto::dsn::NOTIFY_SUCCESS;
 use sluice_spool::{BodyRef, Envelope, Spool};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -30,10 +31,11 @@ use tokio::time::Instant;
 use super::admission::Parked;
 use super::agent::DeliveryAgent;
 use super::destination::Destination;
-use super::failures::expire;
+use super::failures::{expire, wants};
 use super::job::{Job, JobReport, WorkerId};
 use super::retry::{backoff, RetryQueue};
 use super::{DrainReport, Event, QueueHandle, QueuedMessage};
+use crate::bounce::dsn::Notice;
 use crate::config::hop::NextHop;
 use crate::config::Config;
 use crate::log::{qid, Logger};
@@ -428,6 +430,8 @@ impl Scheduler {
         };
         let env = msg.envelope.clone();
         let mut delivered = Vec::new();
+        // NOTIFY=SUCCESS: delivered here, or relayed to a hop without DSN.
+        let (mut successes, mut relayed) = (Vec::new(), false);
         for (r, outcome) in results {
             let Some(state) = msg.rcpts.get_mut(r as usize) else {
                 continue;
@@ -445,9 +449,17 @@ impl Scheduler {
                 outcome.text()
             );
             match outcome {
-                Outcome::Delivered { .. } => {
+                Outcome::Delivered {
+                    relay,
+                    reply,
+                    notified,
+                } => {
                     *state = RcptState::Delivered;
                     delivered.push(r);
+                    if env.dsn.is_some() && !notified && wants(&env, r, NOTIFY_SUCCESS) {
+                        relayed = relay != "maildir";
+                        successes.push((r, Failure::delivered(&relay, &reply)));
+                    }
                 }
                 Outcome::Deferred { relay, reason } => {
                     *state = RcptState::Deferred { relay, reason }
@@ -460,8 +472,16 @@ impl Scheduler {
         }
         msg.in_flight = msg.in_flight.saturating_sub(1);
         let round_over = msg.in_flight == 0;
+        let complete = round_over && msg.failed.is_empty() && msg.all_final();
+        if !successes.is_empty() && !env.sender.is_empty() {
+            let kind = match relayed {
+                true => Notice::Relayed,
+                false => Notice::Delivered,
+            };
+            let original = (env.clone(), msg.body.clone(), msg.body_ref);
+            self.spawn_notice(original, kind, successes, None);
+        }
         if !delivered.is_empty() {
-            let complete = round_over && msg.failed.is_empty() && msg.all_final();
             self.spool.record_outcome(id, delivered, complete);
             if complete {
                 self.remove(id);

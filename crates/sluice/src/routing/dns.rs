@@ -15,9 +15,13 @@ use std::hash::{BuildHasher, Hasher};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use hickory_resolver::config::{LookupIpStrategy, NameServerConfigGroup, ResolverConfig};
-use hickory_resolver::name_server::TokioConnectionProvider;
-use hickory_resolver::{ResolveError, TokioResolver};
+use hickory_resolver::config::{
+    ConnectionConfig, LookupIpStrategy, NameServerConfig, ResolverConfig,
+};
+use hickory_resolver::net::runtime::TokioRuntimeProvider;
+use hickory_resolver::net::NetError as ResolveError;
+use hickory_resolver::proto::rr::RData;
+use hickory_resolver::TokioResolver;
 
 use crate::config::DnsConfig;
 
@@ -58,25 +62,20 @@ impl Dns {
             // The system's resolv.conf; without one, a resolver on this
             // host (never a public server picked for the administrator).
             TokioResolver::builder_tokio().unwrap_or_else(|_| {
-                let local =
-                    NameServerConfigGroup::from_ips_clear(&[[127, 0, 0, 1].into()], 53, true);
+                let local = vec![server(SocketAddr::from(([127, 0, 0, 1], 53)))];
                 let config = ResolverConfig::from_parts(None, vec![], local);
-                TokioResolver::builder_with_config(config, TokioConnectionProvider::default())
+                TokioResolver::builder_with_config(config, TokioRuntimeProvider::default())
             })
         } else {
-            let mut group = NameServerConfigGroup::new();
+            let mut servers = Vec::new();
             for ns in &config.nameservers {
                 let addr: SocketAddr = ns
                     .parse()
                     .map_err(|_| format!("dns.nameservers: bad address {ns:?} (want ip:port)"))?;
-                group.merge(NameServerConfigGroup::from_ips_clear(
-                    &[addr.ip()],
-                    addr.port(),
-                    true,
-                ));
+                servers.push(server(addr));
             }
-            let config = ResolverConfig::from_parts(None, vec![], group);
-            TokioResolver::builder_with_config(config, TokioConnectionProvider::default())
+            let config = ResolverConfig::from_parts(None, vec![], servers);
+            TokioResolver::builder_with_config(config, TokioRuntimeProvider::default())
         };
         let opts = builder.options_mut();
         opts.timeout = Duration::from_millis(config.timeout_ms.max(1));
@@ -86,9 +85,10 @@ impl Dns {
         // Answers are cached per their TTL; room for many destinations
         // (hickory's default of 32 would be refilled constantly).
         opts.cache_size = 16_384;
-        Ok(Dns {
-            resolver: builder.build(),
-        })
+        let resolver = builder
+            .build()
+            .map_err(|e| format!("dns: cannot start the resolver: {e}"))?;
+        Ok(Dns { resolver })
     }
 
     /// The hosts to try for `domain`, best first.
@@ -97,8 +97,12 @@ impl Dns {
         let temporary = |e: &ResolveError| DnsError::Temporary(domain.to_string(), e.to_string());
         let mut mx: Vec<(u16, String)> = match self.resolver.mx_lookup(fqdn.as_str()).await {
             Ok(found) => found
+                .answers()
                 .iter()
-                .map(|r| (r.preference(), r.exchange().to_ascii()))
+                .filter_map(|r| match &r.data {
+                    RData::MX(mx) => Some((mx.preference, mx.exchange.to_ascii())),
+                    _ => None,
+                })
                 .collect(),
             Err(e) if e.is_nx_domain() => return Err(DnsError::NoSuchDomain(domain.into())),
             Err(e) if no_data(&e) => Vec::new(),
@@ -187,14 +191,30 @@ pub fn ascii_name(domain: &str) -> Result<String, DnsError> {
 /// hickory reports REFUSED and SERVFAIL as "no records" too, and those
 /// are temporary.
 fn no_data(e: &ResolveError) -> bool {
+    use hickory_resolver::net::{DnsError, NoRecords};
     use hickory_resolver::proto::op::ResponseCode;
-    use hickory_resolver::proto::ProtoErrorKind;
     matches!(
-        e.proto().map(|p| p.kind()),
-        Some(ProtoErrorKind::NoRecordsFound {
+        e,
+        ResolveError::Dns(DnsError::NoRecordsFound(NoRecords {
             response_code: ResponseCode::NoError,
             ..
-        })
+        }))
+    )
+}
+
+/// A name server at `addr`, over UDP with TCP for truncated answers.
+fn server(addr: SocketAddr) -> NameServerConfig {
+    let on_port = |mut c: ConnectionConfig| {
+        c.port = addr.port();
+        c
+    };
+    NameServerConfig::new(
+        addr.ip(),
+        true,
+        vec![
+            on_port(ConnectionConfig::udp()),
+            on_port(ConnectionConfig::tcp()),
+        ],
     )
 }
 

@@ -1,5 +1,7 @@
-//! Benchmark tools built into the binary: `sluice bench` (load generator)
-//! and `sluice sink` (accepts and counts mail as fast as it can).
+//! Tools built into the binary: `sluice bench` (load generator), `sluice
+//! sink` (accepts and counts mail as fast as it can) and `sluice
+//! dkim-keygen`.
 
 pub mod bench;
+pub mod keygen;
 pub mod sink;

@@ -44,6 +44,8 @@ pub struct SinkOptions {
     pub starttls: bool,
     /// Offer no 8BITMIME (a 7-bit next hop, for downgrade tests).
     pub seven_bit: bool,
+    /// Offer DSN (RFC 3461; parameters are recorded, not acted on).
+    pub dsn: bool,
     /// A tarpit: the greeting and every reply wait this long each.
     pub reply_delay: Option<Duration>,
     /// Count into these stats (several listeners, one count).
@@ -67,6 +69,8 @@ pub struct ReceivedMessage {
     pub sender: String,
     pub recipients: Vec<String>,
     pub body: Vec<u8>,
+    /// The MAIL and RCPT command lines as received (parameters included).
+    pub commands: Vec<String>,
 }
 
 pub struct Sink {
@@ -192,6 +196,7 @@ async fn session(stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
     let mut decoder: Option<DataDecoder> = None;
     let mut sender = String::new();
     let mut recipients: Vec<String> = Vec::new();
+    let mut commands: Vec<String> = Vec::new();
     loop {
         if buf.capacity() - buf.len() < 4096 {
             buf.reserve(32 << 10);
@@ -208,7 +213,7 @@ async fn session(stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
                     Some(used) => {
                         pos += used;
                         decoder = None;
-                        finish_message(shared, &sender, &recipients, &body);
+                        finish_message(shared, &sender, &recipients, &body, &commands);
                         body.clear();
                         recipients.clear();
                         out.extend_from_slice(b"250 2.0.0 Ok: queued\r\n");
@@ -237,6 +242,9 @@ async fn session(stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
                     if !shared.opts.seven_bit {
                         out.extend_from_slice(b"250-8BITMIME\r\n");
                     }
+                    if shared.opts.dsn {
+                        out.extend_from_slice(b"250-DSN\r\n");
+                    }
                     out.extend_from_slice(b"250 ENHANCEDSTATUSCODES\r\n");
                 }
                 b"STAR" if shared.tls.is_some() && !stream.is_tls() => {
@@ -248,6 +256,10 @@ async fn session(stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
                 b"MAIL" => {
                     sender = angle(line);
                     recipients.clear();
+                    commands.clear();
+                    if shared.opts.record {
+                        commands.push(String::from_utf8_lossy(line).trim_end().to_string());
+                    }
                     out.extend_from_slice(b"250 2.1.0 Ok\r\n");
                 }
                 b"RCPT" => {
@@ -260,6 +272,9 @@ async fn session(stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
                         out.extend_from_slice(b"451 4.3.0 Temporary failure, try again later\r\n");
                     } else {
                         recipients.push(rcpt);
+                        if shared.opts.record {
+                            commands.push(String::from_utf8_lossy(line).trim_end().to_string());
+                        }
                         out.extend_from_slice(b"250 2.1.5 Ok\r\n");
                     }
                 }
@@ -323,7 +338,13 @@ fn angle(line: &[u8]) -> String {
     String::from_utf8_lossy(path.get(1..end).unwrap_or_default()).into_owned()
 }
 
-fn finish_message(shared: &Shared, sender: &str, recipients: &[String], body: &[u8]) {
+fn finish_message(
+    shared: &Shared,
+    sender: &str,
+    recipients: &[String],
+    body: &[u8],
+    commands: &[String],
+) {
     let now = timefmt::now_millis();
     let stats = &shared.stats;
     let _ = stats
@@ -350,6 +371,7 @@ fn finish_message(shared: &Shared, sender: &str, recipients: &[String], body: &[
                 sender: sender.to_string(),
                 recipients: recipients.to_vec(),
                 body: body.to_vec(),
+                commands: commands.to_vec(),
             });
     }
     // Counted last, so a watcher that sees the count also sees the message.

@@ -10,6 +10,7 @@ fn envelope(sender: &str, rcpts: &[&str], flags: u32) -> Envelope {
         sender: sender.into(),
         recipients: rcpts.iter().map(|r| r.to_string()).collect(),
         flags,
+        dsn: None,
     }
 }
 

@@ -79,6 +79,7 @@ impl Harness {
             sender: sender.into(),
             recipients: rcpts.iter().map(|r| r.to_string()).collect(),
             flags: 0,
+            dsn: None,
         };
         let text = Arc::new(vec![b'x'; body.unwrap_or(10)]);
         let body_ref = self
@@ -124,6 +125,7 @@ fn delivered(job: &Job) -> Vec<(u16, Outcome)> {
                 Outcome::Delivered {
                     relay: "mx[127.0.0.1]:1".into(),
                     reply: "250 ok".into(),
+                    notified: false,
                 },
             )
         })
@@ -346,6 +348,7 @@ fn envelope(id: u64) -> Envelope {
         sender: "a@b.test".into(),
         recipients: vec![format!("n{id}@c.test")],
         flags: 0,
+        dsn: None,
     }
 }
 
@@ -404,6 +407,7 @@ async fn a_deferred_message_does_not_keep_its_body_in_memory() {
         sender: "a@b.test".into(),
         recipients: vec!["r@c.test".into()],
         flags: 0,
+        dsn: None,
     };
     let body = Arc::new(vec![b'y'; 5000]);
     let body_ref = spool.store(env.clone(), body.clone()).await.unwrap();

@@ -254,6 +254,13 @@ impl SmtpWorker {
             };
             match conn.transaction(sub, &fitted.body).await {
                 Ok(mut results) => {
+                    if conn.dsn {
+                        for (_, o) in results.iter_mut() {
+                            if let Outcome::Delivered { notified, .. } = o {
+                                *notified = true;
+                            }
+                        }
+                    }
                     results.extend(fitted.refused);
                     let throttled = std::mem::take(&mut conn.throttled);
                     let feedback = if throttled {

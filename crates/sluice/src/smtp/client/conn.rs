@@ -97,6 +97,8 @@ pub(super) struct SmtpConn {
     pub size: bool,
     pub eightbit: bool,
     pub smtputf8: bool,
+    /// The peer offers DSN (RFC 3461): NOTIFY, ORCPT, RET, ENVID go along.
+    pub dsn: bool,
     /// Limit for each command reply and each write.
     pub timeout: Duration,
     /// Limit for the reply to the final dot (RFC 5321 §4.5.3.2.6: 10 minutes).
@@ -137,6 +139,7 @@ impl SmtpConn {
             size: false,
             eightbit: false,
             smtputf8: false,
+            dsn: false,
             timeout: Duration::from_secs(config.delivery.command_timeout_secs.max(1)),
             data_done_timeout: Duration::from_secs(config.delivery.data_done_timeout_secs.max(1)),
             usable: true,
@@ -186,6 +189,7 @@ impl SmtpConn {
             self.size = caps & smtp_proto::EXT_SIZE != 0;
             self.eightbit = caps & smtp_proto::EXT_8BIT_MIME != 0;
             self.smtputf8 = caps & smtp_proto::EXT_SMTP_UTF8 != 0;
+            self.dsn = caps & smtp_proto::EXT_DSN != 0;
             return Ok(caps);
         }
         self.send(format!("HELO {name}\r\n").as_bytes())
@@ -199,6 +203,7 @@ impl SmtpConn {
             ));
         }
         (self.pipelining, self.size, self.eightbit, self.smtputf8) = (false, false, false, false);
+        self.dsn = false;
         Ok(0)
     }
 

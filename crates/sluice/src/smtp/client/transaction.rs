@@ -8,6 +8,7 @@
 //! never turns a known refusal into a deferral.
 
 use sluice_proto::dotstuff;
+use sluice_proto::dsn::notify_value;
 
 use super::conn::{Reply, SmtpConn, TxError};
 use crate::message::flags;
@@ -177,12 +178,37 @@ impl SmtpConn {
         if env.flags & flags::SMTPUTF8 != 0 && self.smtputf8 {
             cmds.extend_from_slice(b" SMTPUTF8");
         }
+        // DSN requests go along to a hop that offers DSN (RFC 3461 §5.2).
+        let dsn = env.dsn.as_deref().filter(|_| self.dsn);
+        if let Some(d) = dsn {
+            match d.ret {
+                1 => cmds.extend_from_slice(b" RET=FULL"),
+                2 => cmds.extend_from_slice(b" RET=HDRS"),
+                _ => {}
+            }
+            if !d.envid.is_empty() {
+                cmds.extend_from_slice(b" ENVID=");
+                cmds.extend_from_slice(d.envid.as_bytes());
+            }
+        }
         cmds.extend_from_slice(b"\r\n");
         let mail_len = cmds.len();
         for &r in &job.rcpts {
             cmds.extend_from_slice(b"RCPT TO:<");
             cmds.extend_from_slice(wire(&env.recipients[r as usize]).as_bytes());
-            cmds.extend_from_slice(b">\r\n");
+            cmds.push(b'>');
+            if let Some(d) = dsn {
+                let r = r as usize;
+                if let Some(v) = d.notify.get(r).and_then(|&n| notify_value(n)) {
+                    cmds.extend_from_slice(b" NOTIFY=");
+                    cmds.extend_from_slice(v.as_bytes());
+                }
+                if let Some(o) = d.orcpt.get(r).filter(|o| !o.is_empty()) {
+                    cmds.extend_from_slice(b" ORCPT=");
+                    cmds.extend_from_slice(o.as_bytes());
+                }
+            }
+            cmds.extend_from_slice(b"\r\n");
         }
         if self.pipelining {
             cmds.extend_from_slice(b"DATA\r\n");
@@ -208,7 +234,11 @@ impl SmtpConn {
 fn outcome(reply: &Reply, relay: &str) -> Outcome {
     let (relay, text) = (relay.to_string(), reply.text.clone());
     match reply.class() {
-        2 => Outcome::Delivered { relay, reply: text },
+        2 => Outcome::Delivered {
+            relay,
+            reply: text,
+            notified: false,
+        },
         5 => Outcome::Bounced {
             relay,
             reason: text,

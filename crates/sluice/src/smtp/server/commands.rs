@@ -2,8 +2,9 @@
 //! changes in the session, and its reply.
 
 use sluice_proto::address::Path;
-use sluice_proto::command::{parse_command, Body, Command, CommandError, MailParams};
+use sluice_proto::command::{parse_command, Body, Command, CommandError, MailParams, RcptParams};
 use sluice_proto::data::{DataDecoder, DataLimits};
+use sluice_proto::dsn::Ret;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::session::{Mode, Next, Session};
@@ -41,7 +42,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             Command::Mail(path, params) => self.mail(path, params),
             // Boxed (here and at the end of a message): the lookups and the
             // spool store are big futures an idle session must not carry.
-            Command::Rcpt(path) => Box::pin(self.rcpt(path)).await,
+            Command::Rcpt(path, params) => Box::pin(self.rcpt(path, params)).await,
             Command::Data => self.data(),
             Command::Bdat { size, last } => Box::pin(self.bdat(size, last)).await,
             Command::Rset => {
@@ -94,7 +95,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 ""
             };
             self.reply_fmt(format_args!(
-                "250-{name}\r\n250-PIPELINING\r\n250-SIZE {size}\r\n{starttls}{auth}250-8BITMIME\r\n250-ENHANCEDSTATUSCODES\r\n250-SMTPUTF8\r\n250 CHUNKING"
+                "250-{name}\r\n250-PIPELINING\r\n250-SIZE {size}\r\n{starttls}{auth}250-8BITMIME\r\n250-DSN\r\n250-ENHANCEDSTATUSCODES\r\n250-SMTPUTF8\r\n250 CHUNKING"
             ));
         } else {
             self.reply_fmt(format_args!("250 {name}"));
@@ -161,7 +162,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             return self.error("553 5.6.7 Error: non-ASCII sender address needs SMTPUTF8");
         }
         let id = self.ctx.spool.new_id();
-        self.txn = Some(Transaction::new(id, sender, bits));
+        let mut txn = Transaction::new(id, sender, bits);
+        if params.ret.is_some() || params.envid.is_some() {
+            txn.dsn_given = true;
+            txn.dsn.ret = match params.ret {
+                None => 0,
+                Some(Ret::Full) => 1,
+                Some(Ret::Hdrs) => 2,
+            };
+            txn.dsn.envid = params.envid.unwrap_or_default();
+        }
+        self.txn = Some(txn);
         self.reply("250 2.1.0 Ok");
         Next::Continue
     }
@@ -180,8 +191,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             .map(|a| CommandError::Parameter(format!("AUTH={a}")).reply())
     }
 
-    async fn rcpt(&mut self, path: Path) -> Next {
+    async fn rcpt(&mut self, path: Path, params: RcptParams) -> Next {
         let max = self.ctx.config.smtpd.max_recipients;
+        if !self.esmtp && params != RcptParams::default() {
+            return self.error("555 5.5.4 Error: parameters need EHLO");
+        }
         let Some(txn) = self.txn.as_mut() else {
             return self.error("503 5.5.1 Error: need MAIL command");
         };
@@ -213,7 +227,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             // allow_untrusted_routing = no).
             return self.relay_denied(&address, "sender-specified routing");
         }
-        self.recipient(address, postmaster).await
+        self.recipient(address, postmaster, params).await
     }
 
     /// Clients in mynetworks and authenticated clients may relay.
@@ -247,7 +261,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
 
     /// Decides one recipient: local mailbox/alias, relay, or refusal. The
     /// postmaster (`RCPT TO:<Postmaster>`) is accepted from anyone.
-    async fn recipient(&mut self, address: String, postmaster: bool) -> Next {
+    async fn recipient(&mut self, address: String, postmaster: bool, params: RcptParams) -> Next {
         let ctx = self.ctx.clone();
         let resolution = match ctx.mailboxes.resolve(&address).await {
             Ok(r) => r,
@@ -272,14 +286,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         };
         match resolution {
             Resolution::NotLocal => {
-                if !txn.add_recipients(std::iter::once(address), max) {
+                if !txn.add_recipients(std::iter::once(address), max, &params) {
                     self.reply("452 4.5.3 Error: too many recipients");
                     return Next::Continue;
                 }
             }
             Resolution::Accept(targets) => {
                 // An alias may not take the message past the recipient limit.
-                if !txn.add_recipients(targets.into_iter(), max) {
+                if !txn.add_recipients(targets.into_iter(), max, &params) {
                     log!(
                         ctx.logger,
                         "smtpd",

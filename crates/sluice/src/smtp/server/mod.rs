@@ -14,6 +14,7 @@
 pub mod anvil;
 pub mod auth;
 mod commands;
+pub mod dkim;
 pub mod proxy;
 mod session;
 pub mod tls;
@@ -55,6 +56,8 @@ pub struct SessionContext {
     pub tls: Option<Arc<tls::ServerTls>>,
     /// AUTH users and password hashes; None when AUTH is not offered.
     pub credentials: Option<Arc<crate::tables::Table>>,
+    /// DKIM keys for mail from clients that may relay.
+    pub dkim: Arc<dkim::Signers>,
 }
 
 pub fn bind(listen: &str, reuse_port: bool) -> std::io::Result<TcpListener> {

@@ -9,8 +9,9 @@
 
 use std::sync::Arc;
 
+use sluice_proto::command::RcptParams;
 use sluice_proto::data::{self, BareLinePolicy, DataFlaws};
-use sluice_spool::{Envelope, SpoolError};
+use sluice_spool::{Dsn, Envelope, SpoolError};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -53,6 +54,10 @@ pub(super) struct Transaction {
     pub reject: Option<Reject>,
     /// Share of the global body-memory budget held for `body`.
     memory: Option<OwnedSemaphorePermit>,
+    /// DSN parameters (RFC 3461), one NOTIFY/ORCPT per recipient ...
+    pub dsn: Dsn,
+    /// ... stored only if the client gave any.
+    pub dsn_given: bool,
 }
 
 impl Transaction {
@@ -67,21 +72,38 @@ impl Transaction {
             has_discarded: false,
             reject: None,
             memory: None,
+            dsn: Dsn::default(),
+            dsn_given: false,
         }
     }
 
-    /// Adds recipients not already present; false (and nothing added) if
-    /// that would make more than `max`.
-    pub fn add_recipients(&mut self, new: impl Iterator<Item = String>, max: usize) -> bool {
+    /// Adds recipients not already present, each with the DSN parameters
+    /// of the RCPT that named it (an alias's addresses inherit them);
+    /// false (and nothing added) if that would make more than `max`.
+    pub fn add_recipients(
+        &mut self,
+        new: impl Iterator<Item = String>,
+        max: usize,
+        params: &RcptParams,
+    ) -> bool {
         let before = self.recipients.len();
         for r in new {
             if !self.recipients.contains(&r) {
                 self.recipients.push(r);
+                self.dsn.notify.push(params.notify);
+                self.dsn
+                    .orcpt
+                    .push(params.orcpt.clone().unwrap_or_default());
             }
         }
         if self.recipients.len() > max {
             self.recipients.truncate(before);
+            self.dsn.notify.truncate(before);
+            self.dsn.orcpt.truncate(before);
             return false;
+        }
+        if *params != RcptParams::default() {
+            self.dsn_given = true;
         }
         true
     }
@@ -242,6 +264,34 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         self.errors += 1;
     }
 
+    /// Prepends a DKIM signature when a key covers the From: domain
+    /// (`dkim.rs`); a failure is logged and the message goes unsigned.
+    fn dkim_sign(&self, txn: &mut Transaction) {
+        let Some(signed) = self.ctx.dkim.sign(&txn.body) else {
+            return;
+        };
+        match signed {
+            Ok((header, domain)) => {
+                let mut body = Vec::with_capacity(header.len() + txn.body.len());
+                body.extend_from_slice(header.as_bytes());
+                body.extend_from_slice(&txn.body);
+                txn.body = body;
+                log!(
+                    self.ctx.logger,
+                    "smtpd",
+                    "{}: DKIM-Signature added (d={domain})",
+                    qid(txn.id)
+                );
+            }
+            Err(e) => log!(
+                self.ctx.logger,
+                "smtpd",
+                "{}: warning: DKIM signing failed: {e}; sent unsigned",
+                qid(txn.id)
+            ),
+        }
+    }
+
     /// Spools the message and, once it is synced, says 250.
     async fn queue(&mut self, txn: Transaction) {
         if txn.recipients.is_empty() {
@@ -255,12 +305,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             self.reply_fmt(format_args!("250 2.0.0 Ok: discarded as {id}"));
             return;
         }
+        let mut txn = txn;
+        if self.may_relay() {
+            self.dkim_sign(&mut txn);
+        }
         let envelope = Envelope {
             id: txn.id,
             arrival: timefmt::now_millis(),
             sender: txn.sender,
             recipients: txn.recipients,
             flags: txn.flags,
+            dsn: txn.dsn_given.then(|| Box::new(txn.dsn)),
         };
         let body = Arc::new(txn.body);
         match self.ctx.spool.store(envelope.clone(), body.clone()).await {

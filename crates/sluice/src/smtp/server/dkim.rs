@@ -1,0 +1,164 @@
+//! DKIM signing (RFC 6376; RFC 8463 for Ed25519) of mail our own users
+//! send, with mail-auth: relaxed/relaxed canonicalization, rsa-sha256 or
+//! ed25519-sha256 by the key, the usual headers.
+//!
+//! Which mail: from clients that may relay (mynetworks, authenticated),
+//! whose `From:` domain is a key's domain or below it (`d=` is the key's
+//! domain, so DMARC's relaxed alignment holds). Signed once, when the
+//! message is received, before it is spooled: every copy carries it.
+//!
+//! Trust: key files are the administrator's (read at start; a bad one
+//! stops the start); messages are the client's. Invariant: a message that
+//! cannot be signed is still accepted, unsigned, and that is logged.
+
+use std::path::Path;
+
+use mail_auth::common::crypto::{DkimKey, Ed25519Key, RsaKey, Sha256};
+use mail_auth::common::headers::HeaderWriter;
+use mail_auth::dkim::DkimSigner;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::PrivateKeyDer;
+
+use crate::config::DkimKeyConfig;
+
+/// Headers signed unless a key names its own (those a transport does not
+/// change; absent ones are signed too, so they cannot be added later).
+pub const DEFAULT_HEADERS: &[&str] = &[
+    "From",
+    "Reply-To",
+    "Subject",
+    "Date",
+    "To",
+    "Cc",
+    "Message-ID",
+    "In-Reply-To",
+    "References",
+    "MIME-Version",
+    "Content-Type",
+    "Content-Transfer-Encoding",
+];
+
+type Ready = DkimSigner<DkimKey, mail_auth::dkim::Done>;
+
+struct Key {
+    domain: String,
+    signer: Ready,
+}
+
+/// The configured signing keys.
+#[derive(Default)]
+pub struct Signers {
+    keys: Vec<Key>,
+}
+
+impl Signers {
+    /// Loads every key; the first bad one is the error.
+    pub fn load(keys: &[DkimKeyConfig]) -> Result<Signers, String> {
+        let mut out = Vec::with_capacity(keys.len());
+        for k in keys {
+            let key = load_key(&k.key_file)
+                .map_err(|e| format!("dkim: {}: {e}", k.key_file.display()))?;
+            let headers: Vec<String> = match &k.headers {
+                Some(h) if !h.is_empty() => h.clone(),
+                _ => DEFAULT_HEADERS.iter().map(|h| h.to_string()).collect(),
+            };
+            if !headers.iter().any(|h| h.eq_ignore_ascii_case("from")) {
+                return Err(format!("dkim: {}: headers must include From", k.domain));
+            }
+            let signer = DkimSigner::from_key(key)
+                .domain(k.domain.to_ascii_lowercase())
+                .selector(k.selector.clone())
+                .headers(headers);
+            out.push(Key {
+                domain: k.domain.to_ascii_lowercase(),
+                signer,
+            });
+        }
+        Ok(Signers { keys: out })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// The `DKIM-Signature:` field (with CRLF) for `message`, if a key
+    /// covers its From domain; `Err` if signing failed.
+    pub fn sign(&self, message: &[u8]) -> Option<Result<(String, &str), String>> {
+        if self.keys.is_empty() {
+            return None;
+        }
+        let from = from_domain(message)?;
+        let key = self
+            .keys
+            .iter()
+            .find(|k| from == k.domain || from.ends_with(&format!(".{}", k.domain)))?;
+        Some(
+            key.signer
+                .sign(message)
+                .map(|s| (s.to_header(), key.domain.as_str()))
+                .map_err(|e| e.to_string()),
+        )
+    }
+}
+
+/// A PEM private key: PKCS#8 Ed25519 or RSA, or PKCS#1 RSA.
+fn load_key(path: &Path) -> Result<DkimKey, String> {
+    let der = PrivateKeyDer::from_pem_file(path).map_err(|e| e.to_string())?;
+    if let PrivateKeyDer::Pkcs8(p) = &der {
+        if let Ok(ed) = Ed25519Key::from_pkcs8_der(p.secret_pkcs8_der()) {
+            return Ok(DkimKey::Ed25519(ed));
+        }
+    }
+    RsaKey::<Sha256>::from_key_der(der)
+        .map(DkimKey::Rsa)
+        .map_err(|e| format!("not an RSA or Ed25519 private key: {e}"))
+}
+
+/// The domain of the first address in the `From:` header, lower-cased.
+pub fn from_domain(message: &[u8]) -> Option<String> {
+    let head_end = memchr::memmem::find(message, b"\r\n\r\n").map_or(message.len(), |i| i + 2);
+    let head = &message[..head_end];
+    let mut value = Vec::new();
+    let mut in_from = false;
+    for line in head.split_inclusive(|&b| b == b'\n') {
+        let folded = matches!(line.first(), Some(b' ' | b'\t'));
+        if in_from && folded {
+            value.extend_from_slice(line);
+            continue;
+        }
+        if in_from {
+            break;
+        }
+        if line.len() > 5 && line[..5].eq_ignore_ascii_case(b"from:") {
+            in_from = true;
+            value.extend_from_slice(&line[5..]);
+        }
+    }
+    let value = String::from_utf8_lossy(&value);
+    // The address: inside <...> if there is one, else the first word with @.
+    let addr = match (value.rfind('<'), value.rfind('>')) {
+        (Some(a), Some(b)) if a < b => value[a + 1..b].to_string(),
+        _ => value
+            .split(|c: char| c.is_whitespace() || c == ',')
+            .find(|w| w.contains('@'))?
+            .to_string(),
+    };
+    let domain = addr.rsplit_once('@')?.1.trim().trim_end_matches('.');
+    (!domain.is_empty()).then(|| domain.to_ascii_lowercase())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_from_domain_is_found() {
+        let m = b"Subject: x\r\nFrom: \"Bill, Jr.\" <bill@Mail.Example.COM>\r\nTo: a@b\r\n\r\nFrom: no@body.test\r\n";
+        assert_eq!(from_domain(m).as_deref(), Some("mail.example.com"));
+        let m = b"from: bill@example.org (Bill)\r\n\r\n";
+        assert_eq!(from_domain(m).as_deref(), Some("example.org"));
+        let m = b"From:\r\n  Bill <b@folded.test>\r\n\r\n";
+        assert_eq!(from_domain(m).as_deref(), Some("folded.test"));
+        assert_eq!(from_domain(b"Subject: none\r\n\r\n"), None);
+    }
+}
