@@ -139,6 +139,13 @@ impl Server {
         let tls = ServerTls::load(&config).map_err(StartError::Config)?;
         let client_tls = Arc::new(ClientTls::build(&config.delivery).map_err(StartError::Config)?);
         let dns = Arc::new(Dns::new(&config.dns).map_err(StartError::Config)?);
+        let sender_auth = match config.all_listeners().iter().any(|l| l.sender_auth) {
+            true => Some(Arc::new(
+                crate::smtp::server::sender_auth::SenderAuth::new(&config.dns, &config.hostname)
+                    .map_err(StartError::Config)?,
+            )),
+            false => None,
+        };
         let dkim = Arc::new(
             crate::smtp::server::dkim::Signers::load(&config.dkim.keys)
                 .map_err(StartError::Config)?,
@@ -177,6 +184,7 @@ impl Server {
             tls: tls.clone(),
             credentials: mailboxes.credentials(),
             dkim,
+            sender_auth,
         });
         let (shutdown, _) = watch::channel(false);
         spawn_lookup_stats(&mailboxes, &logger, shutdown.subscribe());

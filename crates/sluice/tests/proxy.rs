@@ -21,6 +21,8 @@ async fn the_real_client_behind_haproxy_decides_relaying() {
         kind: ListenerKind::Smtp,
         proxy_protocol: true,
         auth_without_tls: false,
+        sender_auth: false,
+        dmarc_reject: false,
     });
     let (server, addr) = start(cfg).await;
     let lb = HaProxy::start(&dir, addr);

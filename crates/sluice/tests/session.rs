@@ -83,6 +83,7 @@ async fn run(name: &str, chunks: &[&[u8]]) -> (Vec<String>, Vec<Event>) {
         spool: spool.clone(),
         logger: Logger::disabled(),
         dkim: Default::default(),
+        sender_auth: None,
         queue,
         body_memory: Arc::new(tokio::sync::Semaphore::new(1 << 20)),
         anvil: sluice::smtp::server::anvil::Anvil::new(Default::default()),

@@ -42,6 +42,8 @@ fn with_auth(dir: &Path, sink: std::net::SocketAddr, kinds: &[ListenerKind]) -> 
             kind: *kind,
             proxy_protocol: false,
             auth_without_tls: false,
+            sender_auth: false,
+            dmarc_reject: false,
         });
     }
     cfg

@@ -40,6 +40,14 @@ pub struct ListenerConfig {
     /// Offer AUTH before TLS (only for trusted networks; off by default).
     #[serde(default)]
     pub auth_without_tls: bool,
+    /// Check SPF, DKIM and DMARC of mail from clients that may not relay
+    /// and add an Authentication-Results: header.
+    #[serde(default)]
+    pub sender_auth: bool,
+    /// With `sender_auth`: refuse mail failing DMARC when the From:
+    /// domain publishes p=reject (550 5.7.1).
+    #[serde(default)]
+    pub dmarc_reject: bool,
 }
 
 /// `[tls]`.

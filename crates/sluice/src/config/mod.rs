@@ -165,6 +165,11 @@ pub struct SmtpdConfig {
     /// received (KiB). A message that would exceed it is read to its end,
     /// dropped and answered `452 4.3.1` (try again later).
     pub message_memory_budget_kib: u32,
+    /// For the `listen` addresses: check SPF, DKIM and DMARC and add
+    /// Authentication-Results: (per listener in `[[smtpd.listeners]]`).
+    pub sender_auth: bool,
+    /// ... and refuse mail failing DMARC under p=reject.
+    pub dmarc_reject: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -299,6 +304,8 @@ impl Default for SmtpdConfig {
             banner: "ESMTP Sluice".into(),
             hop_count_limit: 50,
             message_memory_budget_kib: 1 << 20,
+            sender_auth: false,
+            dmarc_reject: false,
         }
     }
 }
@@ -438,6 +445,8 @@ impl Config {
             kind: listener::ListenerKind::Smtp,
             proxy_protocol: false,
             auth_without_tls: false,
+            sender_auth: self.smtpd.sender_auth,
+            dmarc_reject: self.smtpd.dmarc_reject,
         });
         plain.chain(self.smtpd.listeners.iter().cloned()).collect()
     }

@@ -56,30 +56,41 @@ pub struct Dns {
     resolver: TokioResolver,
 }
 
+/// The servers `[dns]` names (or the system's resolv.conf; without one, a
+/// resolver on this host, never a public server picked for the
+/// administrator), its timeout and attempts: for [`Dns`] and for sender
+/// authentication, so both ask the same servers.
+pub fn resolver_parts(config: &DnsConfig) -> Result<(ResolverConfig, Duration, usize), String> {
+    let servers = if config.nameservers.is_empty() {
+        match hickory_resolver::system_conf::read_system_conf() {
+            Ok((system, _)) => system,
+            Err(_) => {
+                let local = vec![server(SocketAddr::from(([127, 0, 0, 1], 53)))];
+                ResolverConfig::from_parts(None, vec![], local)
+            }
+        }
+    } else {
+        let mut servers = Vec::new();
+        for ns in &config.nameservers {
+            let addr: SocketAddr = ns
+                .parse()
+                .map_err(|_| format!("dns.nameservers: bad address {ns:?} (want ip:port)"))?;
+            servers.push(server(addr));
+        }
+        ResolverConfig::from_parts(None, vec![], servers)
+    };
+    let timeout = Duration::from_millis(config.timeout_ms.max(1));
+    Ok((servers, timeout, config.attempts.max(1)))
+}
+
 impl Dns {
     pub fn new(config: &DnsConfig) -> Result<Dns, String> {
-        let mut builder = if config.nameservers.is_empty() {
-            // The system's resolv.conf; without one, a resolver on this
-            // host (never a public server picked for the administrator).
-            TokioResolver::builder_tokio().unwrap_or_else(|_| {
-                let local = vec![server(SocketAddr::from(([127, 0, 0, 1], 53)))];
-                let config = ResolverConfig::from_parts(None, vec![], local);
-                TokioResolver::builder_with_config(config, TokioRuntimeProvider::default())
-            })
-        } else {
-            let mut servers = Vec::new();
-            for ns in &config.nameservers {
-                let addr: SocketAddr = ns
-                    .parse()
-                    .map_err(|_| format!("dns.nameservers: bad address {ns:?} (want ip:port)"))?;
-                servers.push(server(addr));
-            }
-            let config = ResolverConfig::from_parts(None, vec![], servers);
-            TokioResolver::builder_with_config(config, TokioRuntimeProvider::default())
-        };
+        let (servers, timeout, attempts) = resolver_parts(config)?;
+        let mut builder =
+            TokioResolver::builder_with_config(servers, TokioRuntimeProvider::default());
         let opts = builder.options_mut();
-        opts.timeout = Duration::from_millis(config.timeout_ms.max(1));
-        opts.attempts = config.attempts.max(1);
+        opts.timeout = timeout;
+        opts.attempts = attempts;
         opts.ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
         opts.ndots = 0;
         // Answers are cached per their TTL; room for many destinations

@@ -16,6 +16,7 @@ pub mod auth;
 mod commands;
 pub mod dkim;
 pub mod proxy;
+pub mod sender_auth;
 mod session;
 pub mod tls;
 mod transaction;
@@ -58,6 +59,8 @@ pub struct SessionContext {
     pub credentials: Option<Arc<crate::tables::Table>>,
     /// DKIM keys for mail from clients that may relay.
     pub dkim: Arc<dkim::Signers>,
+    /// SPF/DKIM/DMARC checks, when a listener asks for them.
+    pub sender_auth: Option<Arc<sender_auth::SenderAuth>>,
 }
 
 pub fn bind(listen: &str, reuse_port: bool) -> std::io::Result<TcpListener> {

@@ -15,6 +15,7 @@ use sluice_spool::{Dsn, Envelope, SpoolError};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::sender_auth;
 use super::session::Session;
 use crate::log;
 use crate::log::qid;
@@ -264,6 +265,45 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         self.errors += 1;
     }
 
+    /// SPF, DKIM and DMARC (`sender_auth.rs`): our Authentication-Results:
+    /// goes on top (forged ones naming us are removed); `Some(reply)` if
+    /// DMARC says reject and the listener enforces it.
+    async fn check_sender(&mut self, txn: &mut Transaction) -> Option<String> {
+        let checker = self.ctx.sender_auth.clone()?;
+        let host = &self.ctx.config.hostname;
+        if let Some(stripped) = sender_auth::strip_forged_results(&txn.body, host) {
+            txn.body = stripped;
+        }
+        let helo = self.helo.clone().unwrap_or_default();
+        let ip = self.peer.ip();
+        let dmarc_reject = self.listener.dmarc_reject;
+        let verdict = checker
+            .check(ip, &helo, &txn.sender, &txn.body, dmarc_reject)
+            .await;
+        log!(
+            self.ctx.logger,
+            "smtpd",
+            "{}: sender authentication: {}",
+            qid(txn.id),
+            verdict.summary
+        );
+        if let Some(reply) = verdict.reject {
+            log!(
+                self.ctx.logger,
+                "smtpd",
+                "{}: reject: from [{ip}]: {reply}; from=<{}>",
+                qid(txn.id),
+                txn.sender
+            );
+            return Some(reply);
+        }
+        let mut body = Vec::with_capacity(verdict.header.len() + txn.body.len());
+        body.extend_from_slice(verdict.header.as_bytes());
+        body.extend_from_slice(&txn.body);
+        txn.body = body;
+        None
+    }
+
     /// Prepends a DKIM signature when a key covers the From: domain
     /// (`dkim.rs`); a failure is logged and the message goes unsigned.
     fn dkim_sign(&self, txn: &mut Transaction) {
@@ -308,6 +348,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         let mut txn = txn;
         if self.may_relay() {
             self.dkim_sign(&mut txn);
+        } else if self.listener.sender_auth {
+            if let Some(reply) = Box::pin(self.check_sender(&mut txn)).await {
+                self.reply(&reply);
+                return;
+            }
         }
         let envelope = Envelope {
             id: txn.id,
