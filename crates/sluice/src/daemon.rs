@@ -27,6 +27,7 @@ use crate::routing::mailboxes::VirtualMailboxes;
 use crate::routing::policy::RelayPolicy;
 use crate::routing::Router;
 use crate::smtp::client::dead::DeadHosts;
+use crate::smtp::client::mta_sts::MtaSts;
 use crate::smtp::client::tls::ClientTls;
 use crate::smtp::client::SmtpAgent;
 use crate::smtp::server::anvil::{self, Anvil};
@@ -71,6 +72,16 @@ impl Agents {
         tls: Arc<ClientTls>,
         dns: Arc<Dns>,
     ) -> Agents {
+        let d = &config.delivery;
+        let sts = match (d.mta_sts, tls.verifying()) {
+            (true, Some(verifying)) => Some(Arc::new(MtaSts::new(
+                dns.clone(),
+                verifying,
+                d.mta_sts_port,
+                Duration::from_secs(d.connect_timeout_secs.max(1)),
+            ))),
+            _ => None,
+        };
         let policy = MaildirPolicy::new(
             mailboxes.base().to_path_buf(),
             config.local.maildir_allow_absolute,
@@ -85,6 +96,7 @@ impl Agents {
                 dead: Arc::new(DeadHosts::new(Duration::from_secs(
                     config.delivery.dead_host_secs,
                 ))),
+                sts,
             },
             maildir: MaildirAgent {
                 config: config.clone(),

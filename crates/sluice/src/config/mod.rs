@@ -242,6 +242,10 @@ pub struct DeliveryConfig {
     pub tls_policy: BTreeMap<String, String>,
     /// CA certificates (PEM) for `verify`; default: the system's.
     pub tls_ca_file: Option<PathBuf>,
+    /// Honour MTA-STS policies (RFC 8461) of MX-routed domains.
+    pub mta_sts: bool,
+    /// Port the MTA-STS policy is fetched from (443; another for tests).
+    pub mta_sts_port: u16,
     /// Group MX-routed domains by their best MX host (`mx:<host>:<port>`)
     /// so a provider's domains share one window, rate and connections.
     pub mx_rollup: bool,
@@ -352,6 +356,8 @@ impl Default for DeliveryConfig {
             tls_policy: BTreeMap::new(),
             tls_ca_file: None,
             mx_rollup: true,
+            mta_sts: true,
+            mta_sts_port: 443,
             default_rate_limit: 0,
             destination_rate_limit: BTreeMap::new(),
         }

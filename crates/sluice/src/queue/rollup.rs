@@ -11,8 +11,9 @@
 //! the failure (bounce or deferral) as before.
 //!
 //! Not rolled up: bracketed next hops and address literals (one host
-//! already), and domains with their own `tls_policy`, concurrency or rate
-//! entry (the administrator named them).
+//! already), domains with their own `tls_policy`, concurrency or rate
+//! entry (the administrator named them), and domains that publish an
+//! MTA-STS record (their TLS policy is theirs).
 //!
 //! Invariants: a destination with `resolving` set starts no worker; every
 //! lookup spawned ends in exactly one `Event::Resolved`; at most
@@ -109,8 +110,12 @@ impl Scheduler {
             return;
         };
         let (host, port, events) = (host.clone(), *port, self.events.clone());
+        let sts = self.config.delivery.mta_sts;
         tokio::spawn(async move {
             let group = match dns.mail_hosts(&host).await {
+                // A domain with an MTA-STS record keeps its own
+                // destination: its policy is its own, not its provider's.
+                Ok(_) if sts && has_sts_record(&dns, &host).await => None,
                 Ok(hosts) => {
                     let best = hosts.first().map(|h| h.preference);
                     let names: Vec<&str> = hosts
@@ -155,4 +160,11 @@ impl Scheduler {
         }
         self.pump(&target);
     }
+}
+
+/// Whether `domain` publishes an MTA-STS record (`_mta-sts` TXT, v=STSv1).
+async fn has_sts_record(dns: &Dns, domain: &str) -> bool {
+    dns.txt(&format!("_mta-sts.{domain}"))
+        .await
+        .is_ok_and(|records| records.iter().any(|r| r.starts_with("v=STSv1")))
 }

@@ -177,6 +177,29 @@ impl Dns {
         }
     }
 
+    /// The TXT records at `name`, each record's strings joined; a
+    /// definite "none" is an empty list.
+    pub async fn txt(&self, name: &str) -> Result<Vec<String>, DnsError> {
+        let fqdn = format!("{}.", ascii_name(name)?);
+        match self.resolver.txt_lookup(fqdn.as_str()).await {
+            Ok(found) => Ok(found
+                .answers()
+                .iter()
+                .filter_map(|r| match &r.data {
+                    RData::TXT(txt) => Some(
+                        txt.txt_data
+                            .iter()
+                            .map(|s| String::from_utf8_lossy(s))
+                            .collect::<String>(),
+                    ),
+                    _ => None,
+                })
+                .collect()),
+            Err(e) if e.is_nx_domain() || no_data(&e) => Ok(Vec::new()),
+            Err(e) => Err(DnsError::Temporary(name.into(), e.to_string())),
+        }
+    }
+
     /// IPv6 then IPv4 addresses of `name`.
     async fn addresses(&self, name: &str) -> Result<Vec<IpAddr>, ResolveError> {
         let found = self.resolver.lookup_ip(name).await?;

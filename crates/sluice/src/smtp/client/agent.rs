@@ -13,6 +13,7 @@ use sluice_spool::Spool;
 
 use super::conn::{SmtpConn, TxError};
 use super::dead::DeadHosts;
+use super::mta_sts::{Mode, MtaSts, Policy};
 use super::tls::{ClientTls, Level};
 use crate::config::hop::NextHop;
 use crate::config::Config;
@@ -33,6 +34,8 @@ pub struct SmtpAgent {
     pub tls: Arc<ClientTls>,
     pub dns: Arc<Dns>,
     pub dead: Arc<DeadHosts>,
+    /// MTA-STS policies (None: off, or no trust anchors to verify with).
+    pub sts: Option<Arc<MtaSts>>,
 }
 
 impl DeliveryAgent for SmtpAgent {
@@ -48,6 +51,8 @@ impl DeliveryAgent for SmtpAgent {
             tls: self.tls.clone(),
             dns: self.dns.clone(),
             dead: self.dead.clone(),
+            sts: self.sts.clone(),
+            sts_enforce: false,
             conn: None,
         };
         tokio::spawn(run_worker(worker, start, idle, limit));
@@ -62,6 +67,9 @@ struct SmtpWorker {
     tls: Arc<ClientTls>,
     dns: Arc<Dns>,
     dead: Arc<DeadHosts>,
+    sts: Option<Arc<MtaSts>>,
+    /// The hop's MTA-STS policy says enforce: verified TLS only.
+    sts_enforce: bool,
     conn: Option<SmtpConn>,
 }
 
@@ -129,6 +137,52 @@ impl SmtpWorker {
         }
     }
 
+    /// The MTA-STS policy of an MX-routed domain, if it has one.
+    async fn sts_policy(&self, host: &str, bracketed: bool) -> Option<Arc<Policy>> {
+        let sts = self.sts.as_ref()?;
+        if bracketed || host.parse::<IpAddr>().is_ok() {
+            return None;
+        }
+        sts.policy(host).await
+    }
+
+    /// Applies `domain`'s MTA-STS policy to its targets: `enforce` keeps
+    /// the matching MX hosts (none: 4.7.5) and requires verified TLS;
+    /// `testing` logs the hosts that would be refused.
+    fn apply_sts(
+        &mut self,
+        domain: &str,
+        targets: Targets,
+        policy: Option<&Policy>,
+    ) -> Result<Targets, String> {
+        self.sts_enforce = false;
+        let Some(p) = policy else {
+            return Ok(targets);
+        };
+        let (ok, bad): (Targets, Targets) = targets.into_iter().partition(|(n, _)| p.allows(n));
+        match p.mode {
+            Mode::Enforce if ok.is_empty() => Err(format!(
+                "4.7.5 MTA-STS policy of {domain}: no MX host matches its mx patterns"
+            )),
+            Mode::Enforce => {
+                self.sts_enforce = true;
+                Ok(ok)
+            }
+            Mode::Testing | Mode::None => {
+                if p.mode == Mode::Testing && !bad.is_empty() {
+                    let names: Vec<&str> = bad.iter().map(|(n, _)| n.as_str()).collect();
+                    crate::log!(
+                        self.logger,
+                        "smtp",
+                        "MTA-STS testing policy of {domain}: {} would be refused",
+                        names.join(", ")
+                    );
+                }
+                Ok(ok.into_iter().chain(bad).collect())
+            }
+        }
+    }
+
     /// Connects to the first of `targets` that answers, so a dead or
     /// refusing host fails over to the next; returns the connection and
     /// the targets after it (for failover on a deferred transaction).
@@ -177,7 +231,10 @@ impl SmtpWorker {
     /// Connects at the hop's TLS level; with `may`, a failed handshake is
     /// retried once in plain text (as Postfix does).
     async fn connect(&self, host: &str, addr: SocketAddr) -> Result<SmtpConn, String> {
-        let level = self.tls.level(&self.hop.key());
+        let level = match self.sts_enforce {
+            true => Level::Verify,
+            false => self.tls.level(&self.hop.key()),
+        };
         let conn = match SmtpConn::connect(host, addr, &self.config, &self.tls, level).await {
             Err(why) if level == Level::May && why.starts_with("4.7.5") => {
                 crate::log!(self.logger, "smtp", "{why}; trying again without TLS");
@@ -224,8 +281,11 @@ impl SmtpWorker {
             let reused = self.conn.is_some();
             if self.conn.is_none() {
                 let next = if failovers == 0 {
-                    match self.targets(host, *port, *bracketed).await {
-                        Ok(t) => self.connect_first(&t).await,
+                    let policy = self.sts_policy(host, *bracketed).await;
+                    let targets = self.targets(host, *port, *bracketed).await;
+                    match targets.map(|t| self.apply_sts(host, t, policy.as_deref())) {
+                        Ok(Ok(t)) => self.connect_first(&t).await,
+                        Ok(Err(why)) => Err(why),
                         Err(Unreachable::Permanent(why)) => {
                             return (bounce_all(job, "none", &why), Feedback::Ok)
                         }

@@ -6,6 +6,7 @@ pub mod dead;
 mod fit;
 #[cfg(test)]
 mod fuzz;
+pub mod mta_sts;
 pub mod tls;
 mod transaction;
 

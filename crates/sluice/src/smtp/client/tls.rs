@@ -77,9 +77,12 @@ impl ClientTls {
             );
         }
         let needs_roots = default == Level::Verify || per_hop.values().any(|l| *l == Level::Verify);
-        let verifying = match needs_roots {
-            true => Some(verifying_connector(d)?),
-            false => None,
+        let verifying = match (needs_roots, d.mta_sts) {
+            (true, _) => Some(verifying_connector(d)?),
+            // MTA-STS verifies when a domain asks; without CA certificates
+            // on this machine it cannot, and is left off.
+            (false, true) => verifying_connector(d).ok(),
+            (false, false) => None,
         };
         Ok(ClientTls {
             default,
@@ -92,6 +95,11 @@ impl ClientTls {
     /// The level for a next hop (its `smtp:[host]:port` key).
     pub fn level(&self, hop: &str) -> Level {
         self.per_hop.get(hop).copied().unwrap_or(self.default)
+    }
+
+    /// The certificate-checking connector, if trust anchors were found.
+    pub fn verifying(&self) -> Option<TlsConnector> {
+        self.verifying.clone()
     }
 
     pub fn connector(&self, level: Level) -> &TlsConnector {

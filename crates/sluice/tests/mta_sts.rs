@@ -1,0 +1,182 @@
+//! MTA-STS (RFC 8461) through a real nsd and an HTTPS policy server: with
+//! `mode: enforce`, mail goes only over TLS verified for a matching MX
+//! host (a hop without STARTTLS is deferred, not sent in clear), and the
+//! policy is fetched once and cached.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use common::nsd::Nsd;
+use common::*;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const ZONE: &str = "$ORIGIN test.
+$TTL 300
+@ SOA ns.test. admin.test. 1 3600 600 86400 300
+@ NS ns
+ns A 127.0.0.1
+sts MX 10 mx.sts
+mx.sts A 127.0.0.21
+mta-sts.sts A 127.0.0.20
+_mta-sts.sts TXT \"v=STSv1; id=20261122\"
+";
+
+const POLICY: &str = "version: STSv1\r\nmode: enforce\r\nmx: mx.sts.test\r\nmax_age: 86400\r\n";
+
+/// A self-signed certificate for `name`: (cert, key) files.
+fn certificate(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    let made = rcgen::generate_simple_self_signed(vec![name.into()]).unwrap();
+    let (cert, key) = (
+        dir.join(format!("{name}.pem")),
+        dir.join(format!("{name}.key")),
+    );
+    std::fs::write(&cert, made.cert.pem()).unwrap();
+    std::fs::write(&key, made.key_pair.serialize_pem()).unwrap();
+    (cert, key)
+}
+
+/// An HTTPS server on 127.0.0.20 answering every request with POLICY;
+/// returns its port and the number of requests served.
+async fn policy_server(cert: &Path, key: &Path) -> (u16, Arc<AtomicUsize>) {
+    let certs = vec![CertificateDer::from_pem_file(cert).unwrap()];
+    let key = PrivateKeyDer::from_pem_file(key).unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(sluice::pki::provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.20:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let served = Arc::new(AtomicUsize::new(0));
+    let count = served.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (acceptor, count) = (acceptor.clone(), count.clone());
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut req = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match tls.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => req.extend_from_slice(&buf[..n]),
+                    }
+                }
+                assert!(req.starts_with(
+                    b"GET /.well-known/mta-sts.txt HTTP/1.0\r\nHost: mta-sts.sts.test\r\n"
+                ));
+                count.fetch_add(1, Ordering::SeqCst);
+                let resp = format!("HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n{POLICY}");
+                let _ = tls.write_all(resp.as_bytes()).await;
+                let _ = tls.shutdown().await;
+            });
+        }
+    });
+    (port, served)
+}
+
+struct Setup {
+    dir: TestDir,
+    _nsd: Nsd,
+    served: Arc<AtomicUsize>,
+    cfg: sluice::config::Config,
+}
+
+/// nsd, the policy server, and a config routing sts.test by MX to `port`.
+async fn setup(name: &str, port: u16, mx_cert: &Path) -> Setup {
+    let dir = temp_dir(name);
+    let nsd = Nsd::start(&dir, &[("test", ZONE)]);
+    let (cert, key) = certificate(&dir, "mta-sts.sts.test");
+    let (https_port, served) = policy_server(&cert, &key).await;
+    // Both self-signed certificates are the trust anchors.
+    let ca = dir.join("ca.pem");
+    let pems = [
+        std::fs::read_to_string(&cert).unwrap(),
+        std::fs::read_to_string(mx_cert).unwrap(),
+    ];
+    std::fs::write(&ca, pems.concat()).unwrap();
+    let mut cfg = config(&dir, None);
+    cfg.dns.nameservers = vec![nsd.addr.to_string()];
+    cfg.dns.timeout_ms = 1000;
+    cfg.delivery.tls_ca_file = Some(ca);
+    cfg.delivery.mta_sts_port = https_port;
+    cfg.transport
+        .insert("sts.test".into(), format!("smtp:sts.test:{port}"));
+    Setup {
+        dir,
+        _nsd: nsd,
+        served,
+        cfg,
+    }
+}
+
+async fn send(addr: SocketAddr, subject: &str) {
+    let mut c = Client::ready(addr).await;
+    let r = c.message("a@b.test", &["x@sts.test"], &body(subject)).await;
+    assert!(r.starts_with("250"), "{r}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enforce_defers_rather_than_send_in_clear() {
+    let sink = sluice::tools::sink::Sink::start(sluice::tools::sink::SinkOptions {
+        listen: Some("127.0.0.21:0".parse().unwrap()),
+        record: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let scratch = temp_dir("mta-sts-scratch");
+    let (mx_cert, _) = certificate(&scratch, "mx.sts.test");
+    let s = setup("mta-sts-clear", sink.addr.port(), &mx_cert).await;
+    let (server, addr) = start(s.cfg).await;
+    send(addr, "never in clear").await;
+    assert!(
+        wait_until(20, || read_log(&s.dir).contains("4.7.4 TLS is required")).await,
+        "deferred for want of TLS: {}",
+        read_log(&s.dir)
+    );
+    server.shutdown().await;
+    assert_eq!(sink.count(), 0, "nothing went in clear");
+    assert!(s.served.load(Ordering::SeqCst) >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enforce_delivers_over_verified_tls_and_caches_the_policy() {
+    let sink = recording_sink().await;
+    let scratch = temp_dir("mta-sts-hop");
+    let (mx_cert, mx_key) = certificate(&scratch, "mx.sts.test");
+    // The MX: a second Sluice on 127.0.0.21 with a certificate for its name.
+    let mut hop_cfg = config(&scratch.join("hop"), Some(sink.addr));
+    hop_cfg.smtpd.listen = vec!["127.0.0.21:0".into()];
+    hop_cfg.log_file = Some(scratch.join("hop.log"));
+    hop_cfg.tls.cert_file = Some(mx_cert.clone());
+    hop_cfg.tls.key_file = Some(mx_key);
+    let (hop, hop_addr) = start(hop_cfg).await;
+    let s = setup("mta-sts-tls", hop_addr.port(), &mx_cert).await;
+    let (server, addr) = start(s.cfg).await;
+    send(addr, "sts one").await;
+    send(addr, "sts two").await;
+    assert!(
+        wait_until(20, || sink.count() == 2).await,
+        "{}",
+        read_log(&s.dir)
+    );
+    server.shutdown().await;
+    hop.shutdown().await;
+    let log = read_log(&s.dir);
+    assert!(
+        log.contains("Verified TLS connection established to mx.sts.test[127.0.0.21]"),
+        "{log}"
+    );
+    assert_eq!(s.served.load(Ordering::SeqCst), 1, "the policy is cached");
+}
