@@ -26,6 +26,7 @@ use crate::routing::dns::Dns;
 use crate::routing::mailboxes::VirtualMailboxes;
 use crate::routing::policy::RelayPolicy;
 use crate::routing::Router;
+use crate::smtp::client::dane::Dane;
 use crate::smtp::client::dead::DeadHosts;
 use crate::smtp::client::mta_sts::MtaSts;
 use crate::smtp::client::tls::ClientTls;
@@ -71,6 +72,7 @@ impl Agents {
         mailboxes: &Arc<VirtualMailboxes>,
         tls: Arc<ClientTls>,
         dns: Arc<Dns>,
+        dane: Option<Arc<Dane>>,
     ) -> Agents {
         let d = &config.delivery;
         let sts = match (d.mta_sts, tls.verifying()) {
@@ -97,6 +99,7 @@ impl Agents {
                     config.delivery.dead_host_secs,
                 ))),
                 sts,
+                dane,
             },
             maildir: MaildirAgent {
                 config: config.clone(),
@@ -151,6 +154,13 @@ impl Server {
         let tls = ServerTls::load(&config).map_err(StartError::Config)?;
         let client_tls = Arc::new(ClientTls::build(&config.delivery).map_err(StartError::Config)?);
         let dns = Arc::new(Dns::new(&config.dns).map_err(StartError::Config)?);
+        let dane = match config.delivery.dane {
+            true => Some(Arc::new(
+                Dane::new(&config.dns, config.dns.trust_anchor_file.as_deref())
+                    .map_err(StartError::Config)?,
+            )),
+            false => None,
+        };
         let sender_auth = match config.all_listeners().iter().any(|l| l.sender_auth) {
             true => Some(Arc::new(
                 crate::smtp::server::sender_auth::SenderAuth::new(&config.dns, &config.hostname)
@@ -169,6 +179,7 @@ impl Server {
             &mailboxes,
             client_tls,
             dns.clone(),
+            dane,
         ));
         let (queue, rx) = QueueHandle::channel();
         let mut scheduler = Scheduler::new(

@@ -238,6 +238,10 @@ fn check_config(arg: ConfigArg) -> Result<(), String> {
     sluice::smtp::client::tls::ClientTls::build(&config.delivery)?;
     sluice::routing::dns::Dns::new(&config.dns)?;
     sluice::smtp::server::dkim::Signers::load(&config.dkim.keys)?;
+    if config.delivery.dane {
+        let anchor = config.dns.trust_anchor_file.as_deref();
+        sluice::smtp::client::dane::Dane::new(&config.dns, anchor)?;
+    }
     println!("configuration ok");
     Ok(())
 }

@@ -34,6 +34,7 @@ fn dns(nameserver: &str) -> Dns {
         nameservers: vec![nameserver.into()],
         timeout_ms: 500,
         attempts: 1,
+        trust_anchor_file: None,
     })
     .unwrap()
 }

@@ -27,6 +27,7 @@ async fn nsd_ready(nsd: &Nsd) {
         nameservers: vec![nsd.addr.to_string()],
         timeout_ms: 500,
         attempts: 1,
+        trust_anchor_file: None,
     })
     .unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -82,6 +82,9 @@ pub struct DnsConfig {
     pub nameservers: Vec<String>,
     pub timeout_ms: u64,
     pub attempts: usize,
+    /// DNSKEY records to validate DNSSEC from (for DANE); default: the
+    /// root zone's keys.
+    pub trust_anchor_file: Option<PathBuf>,
 }
 
 impl Default for DnsConfig {
@@ -90,6 +93,7 @@ impl Default for DnsConfig {
             nameservers: Vec::new(),
             timeout_ms: 5000,
             attempts: 2,
+            trust_anchor_file: None,
         }
     }
 }
@@ -242,6 +246,10 @@ pub struct DeliveryConfig {
     pub tls_policy: BTreeMap<String, String>,
     /// CA certificates (PEM) for `verify`; default: the system's.
     pub tls_ca_file: Option<PathBuf>,
+    /// DANE (RFC 7672): DNSSEC-validated TLSA records of MX hosts require
+    /// TLS with a matching certificate. Off by default (extra DNSSEC
+    /// queries), as Postfix's `dane` level is opt-in.
+    pub dane: bool,
     /// Honour MTA-STS policies (RFC 8461) of MX-routed domains.
     pub mta_sts: bool,
     /// Port the MTA-STS policy is fetched from (443; another for tests).
@@ -356,6 +364,7 @@ impl Default for DeliveryConfig {
             tls_policy: BTreeMap::new(),
             tls_ca_file: None,
             mx_rollup: true,
+            dane: false,
             mta_sts: true,
             mta_sts_port: 443,
             default_rate_limit: 0,

@@ -12,9 +12,10 @@ use std::time::Duration;
 use sluice_spool::Spool;
 
 use super::conn::{SmtpConn, TxError};
+use super::dane::{Dane, HostDane};
 use super::dead::DeadHosts;
 use super::mta_sts::{Mode, MtaSts, Policy};
-use super::tls::{ClientTls, Level};
+use super::tls::{ClientTls, Level, TlsChoice};
 use crate::config::hop::NextHop;
 use crate::config::Config;
 use crate::log::Logger;
@@ -36,6 +37,8 @@ pub struct SmtpAgent {
     pub dead: Arc<DeadHosts>,
     /// MTA-STS policies (None: off, or no trust anchors to verify with).
     pub sts: Option<Arc<MtaSts>>,
+    /// DANE (None: off).
+    pub dane: Option<Arc<Dane>>,
 }
 
 impl DeliveryAgent for SmtpAgent {
@@ -53,6 +56,8 @@ impl DeliveryAgent for SmtpAgent {
             dead: self.dead.clone(),
             sts: self.sts.clone(),
             sts_enforce: false,
+            dane: self.dane.clone(),
+            dane_secure: false,
             conn: None,
         };
         tokio::spawn(run_worker(worker, start, idle, limit));
@@ -70,6 +75,9 @@ struct SmtpWorker {
     sts: Option<Arc<MtaSts>>,
     /// The hop's MTA-STS policy says enforce: verified TLS only.
     sts_enforce: bool,
+    dane: Option<Arc<Dane>>,
+    /// The domain's MX RRset is DNSSEC-secure: TLSA records apply.
+    dane_secure: bool,
     conn: Option<SmtpConn>,
 }
 
@@ -137,6 +145,26 @@ impl SmtpWorker {
         }
     }
 
+    /// DANE for one MX host: only when the domain's MX RRset was secure.
+    async fn dane_host(&self, host: &str, port: u16) -> Result<HostDane, String> {
+        match (&self.dane, self.dane_secure) {
+            (Some(dane), true) => dane.host(host, port).await,
+            _ => Ok(HostDane::None),
+        }
+    }
+
+    /// Whether DANE applies to `domain`'s MX hosts (its MX RRset is
+    /// DNSSEC-secure); an error when the lookup was bogus or failed.
+    async fn dane_domain(&self, domain: &str, bracketed: bool) -> Result<bool, String> {
+        let Some(dane) = &self.dane else {
+            return Ok(false);
+        };
+        if bracketed || domain.parse::<IpAddr>().is_ok() {
+            return Ok(false);
+        }
+        dane.mx_secure(domain).await
+    }
+
     /// The MTA-STS policy of an MX-routed domain, if it has one.
     async fn sts_policy(&self, host: &str, bracketed: bool) -> Option<Arc<Policy>> {
         let sts = self.sts.as_ref()?;
@@ -197,7 +225,15 @@ impl SmtpWorker {
                 continue;
             }
             tried += 1;
-            match self.connect(name, *addr).await {
+            let dane = match self.dane_host(name, addr.port()).await {
+                Ok(d) => d,
+                Err(e) => {
+                    crate::log!(self.logger, "smtp", "{e}");
+                    why = e;
+                    continue;
+                }
+            };
+            match self.connect(name, *addr, &dane).await {
                 Ok(conn) => {
                     self.dead.alive(*addr);
                     return Ok((conn, targets[i + 1..].to_vec()));
@@ -228,17 +264,29 @@ impl SmtpWorker {
         Err(why)
     }
 
-    /// Connects at the hop's TLS level; with `may`, a failed handshake is
-    /// retried once in plain text (as Postfix does).
-    async fn connect(&self, host: &str, addr: SocketAddr) -> Result<SmtpConn, String> {
-        let level = match self.sts_enforce {
-            true => Level::Verify,
-            false => self.tls.level(&self.hop.key()),
+    /// Connects at the hop's TLS level (DANE, then MTA-STS, then the
+    /// configured level); with `may`, a failed handshake is retried once
+    /// in plain text (as Postfix does).
+    async fn connect(
+        &self,
+        host: &str,
+        addr: SocketAddr,
+        dane: &HostDane,
+    ) -> Result<SmtpConn, String> {
+        let choice = match dane {
+            HostDane::Authenticated(connector) => TlsChoice {
+                level: Level::Verify,
+                connector,
+            },
+            HostDane::Unusable => self.tls.choice(Level::Encrypt),
+            HostDane::None if self.sts_enforce => self.tls.choice(Level::Verify),
+            HostDane::None => self.tls.choice(self.tls.level(&self.hop.key())),
         };
-        let conn = match SmtpConn::connect(host, addr, &self.config, &self.tls, level).await {
-            Err(why) if level == Level::May && why.starts_with("4.7.5") => {
+        let conn = match SmtpConn::connect(host, addr, &self.config, choice).await {
+            Err(why) if choice.level == Level::May && why.starts_with("4.7.5") => {
                 crate::log!(self.logger, "smtp", "{why}; trying again without TLS");
-                SmtpConn::connect(host, addr, &self.config, &self.tls, Level::None).await?
+                let plain = self.tls.choice(Level::None);
+                SmtpConn::connect(host, addr, &self.config, plain).await?
             }
             other => other?,
         };
@@ -281,6 +329,13 @@ impl SmtpWorker {
             let reused = self.conn.is_some();
             if self.conn.is_none() {
                 let next = if failovers == 0 {
+                    match self.dane_domain(host, *bracketed).await {
+                        Ok(secure) => self.dane_secure = secure,
+                        Err(why) => {
+                            crate::log!(self.logger, "smtp", "{why}");
+                            return (defer_all(job, &relay, &why), Feedback::ConnectFailed);
+                        }
+                    }
                     let policy = self.sts_policy(host, *bracketed).await;
                     let targets = self.targets(host, *port, *bracketed).await;
                     match targets.map(|t| self.apply_sts(host, t, policy.as_deref())) {

@@ -14,7 +14,7 @@ use smtp_proto::EhloResponse;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::tls::{server_name, ClientTls, Level, Stream};
+use super::tls::{server_name, Level, Stream, TlsChoice};
 use crate::config::Config;
 use crate::smtp::io::{summary, MaybeTls};
 
@@ -118,9 +118,9 @@ impl SmtpConn {
         host: &str,
         addr: std::net::SocketAddr,
         config: &Config,
-        tls: &ClientTls,
-        level: Level,
+        tls: TlsChoice<'_>,
     ) -> Result<SmtpConn, String> {
+        let level = tls.level;
         let connect_timeout = Duration::from_secs(config.delivery.connect_timeout_secs.max(1));
         let (ip, port) = (addr.ip(), addr.port());
         let target = format!("{host}[{ip}]:{port}");
@@ -160,7 +160,7 @@ impl SmtpConn {
         match level {
             Level::None => {}
             _ if offered => {
-                conn.start_tls(host, tls, level).await?;
+                conn.start_tls(host, tls).await?;
                 conn.hello(&config.hostname).await?;
             }
             Level::May => {}
@@ -209,7 +209,8 @@ impl SmtpConn {
 
     /// STARTTLS and the handshake. Errors start with `4.7.5` (the caller
     /// may fall back to plain text for `may`).
-    async fn start_tls(&mut self, host: &str, tls: &ClientTls, level: Level) -> Result<(), String> {
+    async fn start_tls(&mut self, host: &str, tls: TlsChoice<'_>) -> Result<(), String> {
+        let level = tls.level;
         let relay = self.relay.clone();
         let fail = |e: &dyn std::fmt::Display| format!("4.7.5 TLS with {relay} failed: {e}");
         self.send(b"STARTTLS\r\n").await.map_err(|e| fail(&e))?;
@@ -221,7 +222,7 @@ impl SmtpConn {
         self.rbuf.clear();
         let name = server_name(host).map_err(|e| fail(&e))?;
         let plain = self.stream.take_plain().map_err(|e| fail(&e))?;
-        let handshake = tls.connector(level).connect(name, plain);
+        let handshake = tls.connector.connect(name, plain);
         let stream = match tokio::time::timeout(self.timeout, handshake).await {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => return Err(fail(&e)),

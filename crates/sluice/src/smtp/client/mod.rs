@@ -2,6 +2,7 @@
 
 mod agent;
 mod conn;
+pub mod dane;
 pub mod dead;
 mod fit;
 #[cfg(test)]

@@ -97,6 +97,14 @@ impl ClientTls {
         self.per_hop.get(hop).copied().unwrap_or(self.default)
     }
 
+    /// The level's choice of connector.
+    pub fn choice(&self, level: Level) -> TlsChoice<'_> {
+        TlsChoice {
+            level,
+            connector: self.connector(level),
+        }
+    }
+
     /// The certificate-checking connector, if trust anchors were found.
     pub fn verifying(&self) -> Option<TlsConnector> {
         self.verifying.clone()
@@ -108,6 +116,15 @@ impl ClientTls {
             _ => &self.any_cert,
         }
     }
+}
+
+/// How one connection is secured: the level, and the connector that
+/// checks the server (a DANE connector checks TLSA records instead of a
+/// CA chain).
+#[derive(Clone, Copy)]
+pub struct TlsChoice<'a> {
+    pub level: Level,
+    pub connector: &'a TlsConnector,
 }
 
 /// A connector that accepts any certificate (opportunistic TLS; also the

@@ -1,0 +1,238 @@
+//! DANE for SMTP (RFC 7672): when a domain's MX RRset and an MX host's
+//! `_<port>._tcp.<host>` TLSA RRset are DNSSEC-secure, the connection to
+//! that host must use TLS and the server's certificate must match a
+//! DANE-EE (usage 3) record — full certificate or SubjectPublicKeyInfo,
+//! exact or SHA-256/SHA-512; names and expiry do not matter (§3.1.1).
+//! TLSA records that are all unusable (PKIX-TA/EE, or DANE-TA, which is
+//! not implemented here) still require TLS, without authentication
+//! (§2.2). A bogus answer (validation failed) makes the host unusable.
+//!
+//! Validation is hickory's own (DNSSEC with ring), from the root trust
+//! anchors or `[dns] trust_anchor_file` (DNSKEY records), through the same
+//! servers as every lookup. Trust: records are data; only Secure answers
+//! are acted on.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use hickory_resolver::config::{LookupIpStrategy, ResolverOpts};
+use hickory_resolver::net::runtime::TokioRuntimeProvider;
+use hickory_resolver::proto::dnssec::{Proof, TrustAnchors};
+use hickory_resolver::proto::rr::rdata::tlsa::{CertUsage, Matching, Selector};
+use hickory_resolver::proto::rr::RData;
+use hickory_resolver::TokioResolver;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, SignatureScheme};
+use tokio_rustls::TlsConnector;
+
+use crate::config::DnsConfig;
+use crate::routing::dns::{ascii_name, resolver_parts};
+
+/// What DANE says about one MX host.
+pub enum HostDane {
+    /// No secure TLSA records: the usual TLS level applies.
+    None,
+    /// TLS required, certificate checked by this connector.
+    Authenticated(TlsConnector),
+    /// Secure TLSA records, none usable: TLS required, not authenticated.
+    Unusable,
+}
+
+/// One usable (DANE-EE) TLSA record.
+#[derive(Debug, Clone)]
+struct Association {
+    selector: Selector,
+    matching: Matching,
+    data: Vec<u8>,
+}
+
+pub struct Dane {
+    resolver: TokioResolver,
+}
+
+impl Dane {
+    pub fn new(config: &DnsConfig, trust_anchor_file: Option<&Path>) -> Result<Dane, String> {
+        let (servers, timeout, attempts) = resolver_parts(config)?;
+        let anchors = match trust_anchor_file {
+            Some(path) => TrustAnchors::from_file(path)
+                .map_err(|e| format!("dns.trust_anchor_file: {}: {e}", path.display()))?,
+            None => TrustAnchors::default(),
+        };
+        let mut opts = ResolverOpts::default();
+        opts.timeout = timeout;
+        opts.attempts = attempts;
+        opts.ndots = 0;
+        opts.validate = true;
+        opts.ip_strategy = LookupIpStrategy::Ipv4AndIpv6;
+        opts.cache_size = 16_384;
+        let resolver = TokioResolver::builder_with_config(servers, TokioRuntimeProvider::default())
+            .with_options(opts)
+            .with_trust_anchor(Arc::new(anchors))
+            .build()
+            .map_err(|e| format!("dane: cannot start the resolver: {e}"))?;
+        Ok(Dane { resolver })
+    }
+
+    /// True if `domain`'s MX RRset is DNSSEC-secure (DANE applies to its
+    /// hosts); false if insecure; an error if bogus or unanswered.
+    pub async fn mx_secure(&self, domain: &str) -> Result<bool, String> {
+        let fqdn = format!("{}.", ascii_name(domain).map_err(|e| e.to_string())?);
+        match self.resolver.mx_lookup(fqdn.as_str()).await {
+            Ok(found) => Ok(all_secure(found.answers().iter().map(|r| r.proof))),
+            Err(e) if e.is_no_records_found() => Ok(false),
+            Err(e) => Err(format!("4.7.5 DNSSEC lookup of {domain} MX failed: {e}")),
+        }
+    }
+
+    /// The TLSA verdict for `host` on `port`.
+    pub async fn host(&self, host: &str, port: u16) -> Result<HostDane, String> {
+        let name = format!(
+            "_{port}._tcp.{}.",
+            ascii_name(host).map_err(|e| e.to_string())?
+        );
+        let found = match self.resolver.tlsa_lookup(name.as_str()).await {
+            Ok(found) => found,
+            Err(e) if e.is_no_records_found() => return Ok(HostDane::None),
+            Err(e) => return Err(format!("4.7.5 TLSA lookup for {host} failed: {e}")),
+        };
+        let records: Vec<_> = found
+            .answers()
+            .iter()
+            .filter_map(|r| match &r.data {
+                RData::TLSA(t) => Some((r.proof, t.clone())),
+                _ => None,
+            })
+            .collect();
+        if records.is_empty() || !all_secure(records.iter().map(|(p, _)| *p)) {
+            return Ok(HostDane::None);
+        }
+        let usable: Vec<Association> = records
+            .into_iter()
+            .filter(|(_, t)| t.cert_usage == CertUsage::DaneEe)
+            .filter(|(_, t)| matches!(t.selector, Selector::Full | Selector::Spki))
+            .filter(|(_, t)| {
+                matches!(
+                    t.matching,
+                    Matching::Raw | Matching::Sha256 | Matching::Sha512
+                )
+            })
+            .map(|(_, t)| Association {
+                selector: t.selector,
+                matching: t.matching,
+                data: t.cert_data,
+            })
+            .collect();
+        if usable.is_empty() {
+            return Ok(HostDane::Unusable);
+        }
+        Ok(HostDane::Authenticated(connector(usable)?))
+    }
+}
+
+fn all_secure(proofs: impl Iterator<Item = Proof>) -> bool {
+    let mut any = false;
+    for p in proofs {
+        if p != Proof::Secure {
+            return false;
+        }
+        any = true;
+    }
+    any
+}
+
+fn connector(records: Vec<Association>) -> Result<TlsConnector, String> {
+    let provider = crate::pki::provider();
+    let config = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(TlsaVerifier { records, provider }))
+        .with_no_client_auth();
+    Ok(TlsConnector::from(Arc::new(config)))
+}
+
+/// Checks the server's certificate against DANE-EE associations only.
+#[derive(Debug)]
+struct TlsaVerifier {
+    records: Vec<Association>,
+    provider: Arc<CryptoProvider>,
+}
+
+impl Association {
+    fn matches(&self, cert: &CertificateDer<'_>) -> bool {
+        let spki;
+        let selected: &[u8] = match self.selector {
+            Selector::Spki => match webpki::EndEntityCert::try_from(cert) {
+                Ok(ee) => {
+                    spki = ee.subject_public_key_info();
+                    spki.as_ref()
+                }
+                Err(_) => return false,
+            },
+            _ => cert.as_ref(),
+        };
+        match self.matching {
+            Matching::Sha256 => {
+                ring::digest::digest(&ring::digest::SHA256, selected).as_ref() == self.data
+            }
+            Matching::Sha512 => {
+                ring::digest::digest(&ring::digest::SHA512, selected).as_ref() == self.data
+            }
+            _ => selected == self.data,
+        }
+    }
+}
+
+impl ServerCertVerifier for TlsaVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        match self.records.iter().any(|r| r.matches(end_entity)) {
+            true => Ok(ServerCertVerified::assertion()),
+            false => Err(rustls::Error::General(
+                "no DANE TLSA record matches the certificate".into(),
+            )),
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}

@@ -1,0 +1,126 @@
+//! DANE (RFC 7672) through a real DNSSEC-signed zone (ldns-signzone,
+//! served by nsd, validated by hickory from the zone's own key as trust
+//! anchor): a TLSA 3 1 1 record matching the MX host's key means verified
+//! TLS; a record that does not match means the mail waits.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::nsd::Nsd;
+use common::*;
+
+/// Signs `zone` (origin `zone_name`) with fresh keys in `keys`; returns
+/// the signed text and the key-signing key's file stem.
+fn sign_zone(keys: &Path, zone_name: &str, file: &str, zone: &str) -> (String, String) {
+    let keygen = |ksk: bool| {
+        let mut cmd = Command::new("/usr/bin/ldns-keygen");
+        cmd.current_dir(keys).args(["-a", "ECDSAP256SHA256"]);
+        if ksk {
+            cmd.arg("-k");
+        }
+        let out = cmd.arg(zone_name).output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    let (ksk, zsk) = (keygen(true), keygen(false));
+    std::fs::write(keys.join(file), zone).unwrap();
+    let out = Command::new("/usr/bin/ldns-signzone")
+        .current_dir(keys)
+        .args([file, &zsk, &ksk])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let signed = std::fs::read_to_string(keys.join(format!("{file}.signed"))).unwrap();
+    (signed, ksk)
+}
+
+/// A signed `test.` zone and a signed root zone delegating to it (with
+/// its DS), as on the Internet; the trust anchor is this root's key.
+/// Returns (root zone, test zone, trust anchor file).
+fn sign(dir: &Path, zone: &str) -> (String, String, PathBuf) {
+    ensure_package("/usr/bin/ldns-signzone", "ldnsutils");
+    let keys = dir.join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    let (test, test_ksk) = sign_zone(&keys, "test.", "test.zone", zone);
+    let ds = std::fs::read_to_string(keys.join(format!("{test_ksk}.ds"))).unwrap();
+    let root_zone = format!(
+        "$ORIGIN .\n$TTL 300\n. SOA ns.test. admin.test. 1 3600 600 86400 300\n. NS ns.test.\n\
+         test. NS ns.test.\nns.test. A 127.0.0.1\n{ds}\n"
+    );
+    let (root, root_ksk) = sign_zone(&keys, ".", "root.zone", &root_zone);
+    (root, test, keys.join(format!("{root_ksk}.key")))
+}
+
+/// Delivers one message to x@dane.test, whose MX (127.0.0.31) is a second
+/// Sluice with a fresh key; the TLSA record holds `tlsa(spki_sha256)`.
+async fn run(name: &str, tlsa: impl Fn(&str) -> String) -> (TestDir, sluice::tools::sink::Sink) {
+    let dir = temp_dir(name);
+    let sink = recording_sink().await;
+    let made = rcgen::generate_simple_self_signed(vec!["mx.dane.test".into()]).unwrap();
+    let spki = ring::digest::digest(&ring::digest::SHA256, &made.key_pair.public_key_der());
+    let hex: String = spki.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    let (cert, key) = (dir.join("mx.pem"), dir.join("mx.key"));
+    std::fs::write(&cert, made.cert.pem()).unwrap();
+    std::fs::write(&key, made.key_pair.serialize_pem()).unwrap();
+    let mut hop_cfg = config(&dir.join("hop"), Some(sink.addr));
+    hop_cfg.smtpd.listen = vec!["127.0.0.31:0".into()];
+    hop_cfg.log_file = Some(dir.join("hop.log"));
+    hop_cfg.tls.cert_file = Some(cert);
+    hop_cfg.tls.key_file = Some(key);
+    let (hop, hop_addr) = start(hop_cfg).await;
+    let port = hop_addr.port();
+    let zone = format!(
+        "$ORIGIN test.\n$TTL 300\n@ SOA ns.test. admin.test. 1 3600 600 86400 300\n@ NS ns\nns A 127.0.0.1\n\
+         dane MX 10 mx.dane\nmx.dane A 127.0.0.31\n_{port}._tcp.mx.dane TLSA {}\n",
+        tlsa(&hex)
+    );
+    let (root, signed, anchor) = sign(&dir, &zone);
+    let nsd = Nsd::start(&dir, &[(".", &root), ("test", &signed)]);
+    let mut cfg = config(&dir, None);
+    cfg.dns.nameservers = vec![nsd.addr.to_string()];
+    cfg.dns.timeout_ms = 1000;
+    cfg.dns.trust_anchor_file = Some(anchor);
+    cfg.delivery.dane = true;
+    cfg.transport
+        .insert("dane.test".into(), format!("smtp:dane.test:{port}"));
+    let (server, addr) = start(cfg).await;
+    let mut c = Client::ready(addr).await;
+    let r = c.message("a@b.test", &["x@dane.test"], &body("dane")).await;
+    assert!(r.starts_with("250"), "{r}");
+    let done = |log: &str| log.contains("to=<x@dane.test>");
+    assert!(
+        wait_until(20, || done(&read_log(&dir))).await,
+        "{}",
+        read_log(&dir)
+    );
+    server.shutdown().await;
+    hop.shutdown().await;
+    drop(nsd);
+    (dir, sink)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_matching_tlsa_record_authenticates_the_mx() {
+    let (dir, sink) = run("dane-match", |spki| format!("3 1 1 {spki}")).await;
+    let log = read_log(&dir);
+    assert!(
+        log.contains("Verified TLS connection established to mx.dane.test[127.0.0.31]"),
+        "{log}"
+    );
+    assert!(wait_until(10, || sink.count() == 1).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tlsa_record_that_does_not_match_keeps_the_mail() {
+    let wrong = "ab".repeat(32);
+    let (dir, sink) = run("dane-mismatch", |_| format!("3 1 1 {wrong}")).await;
+    let log = read_log(&dir);
+    assert!(log.contains("no DANE TLSA record matches"), "{log}");
+    assert!(
+        log.contains("to=<x@dane.test>") && log.contains("status=deferred"),
+        "{log}"
+    );
+    assert_eq!(sink.count(), 0);
+}
