@@ -66,7 +66,8 @@ impl Outcome {
     }
 }
 
-/// Why a recipient is being returned to its sender.
+/// What a notice says about a recipient: why it is returned (or, for
+/// delay and success notices, its last reply).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {
     /// The remote server that refused (`host[ip]:port`), if one did.
@@ -82,34 +83,27 @@ pub struct Failure {
 impl Failure {
     /// A permanent failure reported by a delivery agent.
     pub fn from_bounce(relay: &str, reason: &str) -> Failure {
-        let remote = is_remote(relay);
-        Failure {
-            relay: remote.then(|| relay.to_string()),
-            status: find_status(reason, "5.0.0").to_string(),
-            diagnostic: reason.to_string(),
-            remote_reply: remote && reason.as_bytes().first().is_some_and(u8::is_ascii_digit),
-        }
+        Failure::from_reply(relay, reason, "5.0.0")
     }
 
     /// A recipient delivered or relayed (for a success notice).
     pub fn delivered(relay: &str, reply: &str) -> Failure {
-        let remote = is_remote(relay);
-        Failure {
-            relay: remote.then(|| relay.to_string()),
-            status: find_status(reply, "2.0.0").to_string(),
-            diagnostic: reply.to_string(),
-            remote_reply: remote && reply.as_bytes().first().is_some_and(u8::is_ascii_digit),
-        }
+        Failure::from_reply(relay, reply, "2.0.0")
     }
 
     /// A recipient still deferred (for a delay warning).
     pub fn delayed(relay: &str, reason: &str) -> Failure {
+        Failure::from_reply(relay, reason, "4.0.0")
+    }
+
+    /// What an agent reported, with `default` status if the text has none.
+    fn from_reply(relay: &str, text: &str, default: &str) -> Failure {
         let remote = is_remote(relay);
         Failure {
             relay: remote.then(|| relay.to_string()),
-            status: find_status(reason, "4.0.0").to_string(),
-            diagnostic: reason.to_string(),
-            remote_reply: remote && reason.as_bytes().first().is_some_and(u8::is_ascii_digit),
+            status: find_status(text, default).to_string(),
+            diagnostic: text.to_string(),
+            remote_reply: remote && text.as_bytes().first().is_some_and(u8::is_ascii_digit),
         }
     }
 

@@ -21,12 +21,10 @@ use hickory_resolver::proto::dnssec::{Proof, TrustAnchors};
 use hickory_resolver::proto::rr::rdata::tlsa::{CertUsage, Matching, Selector};
 use hickory_resolver::proto::rr::RData;
 use hickory_resolver::TokioResolver;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::CryptoProvider;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{DigitallySignedStruct, SignatureScheme};
+use rustls::pki_types::CertificateDer;
 use tokio_rustls::TlsConnector;
 
+use super::tls::checking_connector;
 use crate::config::DnsConfig;
 use crate::routing::dns::{ascii_name, resolver_parts};
 
@@ -143,21 +141,11 @@ fn all_secure(proofs: impl Iterator<Item = Proof>) -> bool {
 }
 
 fn connector(records: Vec<Association>) -> Result<TlsConnector, String> {
-    let provider = crate::pki::provider();
-    let config = rustls::ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(TlsaVerifier { records, provider }))
-        .with_no_client_auth();
-    Ok(TlsConnector::from(Arc::new(config)))
-}
-
-/// Checks the server's certificate against DANE-EE associations only.
-#[derive(Debug)]
-struct TlsaVerifier {
-    records: Vec<Association>,
-    provider: Arc<CryptoProvider>,
+    let check = move |cert: &CertificateDer<'_>| records.iter().any(|r| r.matches(cert));
+    checking_connector(
+        Box::new(check),
+        "no DANE TLSA record matches the certificate",
+    )
 }
 
 impl Association {
@@ -182,57 +170,5 @@ impl Association {
             }
             _ => selected == self.data,
         }
-    }
-}
-
-impl ServerCertVerifier for TlsaVerifier {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        match self.records.iter().any(|r| r.matches(end_entity)) {
-            true => Ok(ServerCertVerified::assertion()),
-            false => Err(rustls::Error::General(
-                "no DANE TLSA record matches the certificate".into(),
-            )),
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
     }
 }

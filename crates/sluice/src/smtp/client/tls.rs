@@ -130,15 +130,30 @@ pub struct TlsChoice<'a> {
 /// A connector that accepts any certificate (opportunistic TLS; also the
 /// `sluice bench` generator's).
 pub fn any_certificate_connector() -> Result<TlsConnector, String> {
+    checking_connector(Box::new(|_| true), "")
+}
+
+/// A connector whose server certificate passes `check` (not a CA chain:
+/// any certificate for opportunistic TLS, TLSA records for DANE); the
+/// handshake signatures are always verified. `refusal` says why not.
+pub fn checking_connector(check: CertCheck, refusal: &'static str) -> Result<TlsConnector, String> {
     let provider = crate::pki::provider();
-    let any = rustls::ClientConfig::builder_with_provider(provider.clone())
+    let verifier = EndEntityCheck {
+        check,
+        refusal,
+        provider: provider.clone(),
+    };
+    let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider)))
+        .with_custom_certificate_verifier(Arc::new(verifier))
         .with_no_client_auth();
-    Ok(TlsConnector::from(Arc::new(any)))
+    Ok(TlsConnector::from(Arc::new(config)))
 }
+
+/// A test of the server's end-entity certificate.
+pub type CertCheck = Box<dyn Fn(&CertificateDer<'_>) -> bool + Send + Sync>;
 
 /// The name a certificate must match: the host (a DNS name or an IP).
 pub fn server_name(host: &str) -> Result<ServerName<'static>, String> {
@@ -156,20 +171,33 @@ fn verifying_connector(d: &DeliveryConfig) -> Result<TlsConnector, String> {
     )?)))
 }
 
-/// Accepts any certificate, checks handshake signatures (opportunistic TLS).
-#[derive(Debug)]
-struct AnyCertificate(Arc<CryptoProvider>);
+/// Checks the end-entity certificate with a function, and handshake
+/// signatures with the provider's algorithms.
+struct EndEntityCheck {
+    check: CertCheck,
+    refusal: &'static str,
+    provider: Arc<CryptoProvider>,
+}
 
-impl ServerCertVerifier for AnyCertificate {
+impl std::fmt::Debug for EndEntityCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EndEntityCheck")
+    }
+}
+
+impl ServerCertVerifier for EndEntityCheck {
     fn verify_server_cert(
         &self,
-        _end_entity: &CertificateDer<'_>,
+        end_entity: &CertificateDer<'_>,
         _intermediates: &[CertificateDer<'_>],
         _server_name: &ServerName<'_>,
         _ocsp_response: &[u8],
         _now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
+        match (self.check)(end_entity) {
+            true => Ok(ServerCertVerified::assertion()),
+            false => Err(rustls::Error::General(self.refusal.into())),
+        }
     }
 
     fn verify_tls12_signature(
@@ -182,7 +210,7 @@ impl ServerCertVerifier for AnyCertificate {
             message,
             cert,
             dss,
-            &self.0.signature_verification_algorithms,
+            &self.provider.signature_verification_algorithms,
         )
     }
 
@@ -196,11 +224,13 @@ impl ServerCertVerifier for AnyCertificate {
             message,
             cert,
             dss,
-            &self.0.signature_verification_algorithms,
+            &self.provider.signature_verification_algorithms,
         )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
