@@ -123,6 +123,8 @@ pub struct Server {
     logger: Logger,
     mailboxes: Arc<VirtualMailboxes>,
     tls: Option<Arc<ServerTls>>,
+    /// The admin socket's task (`sluice queue`).
+    admin: JoinHandle<()>,
     drain_deadline: Duration,
 }
 
@@ -212,8 +214,23 @@ impl Server {
         let (shutdown, _) = watch::channel(false);
         spawn_lookup_stats(&mailboxes, &logger, shutdown.subscribe());
         spawn_table_watcher(&mailboxes, shutdown.subscribe());
+        // The admin socket before the SMTP listeners: a daemon that cannot
+        // be administered does not start taking mail.
+        let admin = crate::admin::spawn(
+            &config.data_dir,
+            queue.clone(),
+            spool.clone(),
+            logger.clone(),
+            config.log_file.clone(),
+        )
+        .map_err(|e| {
+            let why = format!("admin socket in {}: {e}", config.data_dir.display());
+            log!(logger, "master", "fatal: {why}");
+            StartError::Config(why)
+        })?;
         let (addrs, listeners) = listen(&config, &ctx, &shutdown, &logger)?;
         Ok(Server {
+            admin,
             addrs,
             shutdown,
             listeners,
@@ -252,6 +269,7 @@ impl Server {
     /// flushes and closes the spool.
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
+        self.admin.abort();
         for l in self.listeners {
             let _ = l.await;
         }

@@ -3,7 +3,7 @@
 //! unknown options refused).
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -33,6 +33,58 @@ enum Command {
     HashPassword,
     /// Make a DKIM key pair: the private key to a file, the DNS record to stdout.
     DkimKeygen(KeygenArgs),
+    /// Administer the queue of a running daemon (like postqueue/postsuper).
+    Queue(QueueArgs),
+}
+
+#[derive(Args)]
+struct QueueArgs {
+    #[command(flatten)]
+    config: ConfigArg,
+    /// Print JSON instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    action: QueueAction,
+}
+
+#[derive(Subcommand)]
+enum QueueAction {
+    /// The queue, mailq-style (filters combine).
+    List {
+        #[arg(long)]
+        sender: Option<String>,
+        #[arg(long)]
+        recipient: Option<String>,
+        #[arg(long)]
+        domain: Option<String>,
+        /// active, deferred or hold.
+        #[arg(long)]
+        state: Option<String>,
+    },
+    /// One message: envelope, recipients, headers, log lines.
+    Show { id: String },
+    /// Retry deferred mail now (all, one message, or one domain's).
+    Flush {
+        id: Option<String>,
+        #[arg(long)]
+        domain: Option<String>,
+    },
+    /// Delete messages (no bounce).
+    Delete {
+        ids: Vec<String>,
+        #[arg(long)]
+        all_deferred: bool,
+        /// Seconds since arrival.
+        #[arg(long)]
+        older_than: Option<u64>,
+    },
+    /// Keep a message, do not deliver it.
+    Hold { id: String },
+    /// Deliver a held message again.
+    Release { id: String },
+    /// Return a message to its sender now.
+    Bounce { id: String },
 }
 
 #[derive(Args)]
@@ -148,7 +200,19 @@ struct BenchArgs {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // Invoked as `mailq` (a symlink, as Postfix ships): `sluice queue list`.
+    let argv0 = std::env::args().next().unwrap_or_default();
+    let cli = if Path::new(&argv0).file_name().is_some_and(|n| n == "mailq") {
+        let rest = std::env::args().skip(1);
+        Cli::parse_from(
+            ["sluice".to_string(), "queue".into()]
+                .into_iter()
+                .chain(rest)
+                .chain(["list".into()]),
+        )
+    } else {
+        Cli::parse()
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -166,6 +230,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => runtime.block_on(run_bench(a)),
         Command::HashPassword => hash_password(),
         Command::DkimKeygen(a) => dkim_keygen(a),
+        Command::Queue(a) => runtime.block_on(queue(a)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -196,6 +261,59 @@ fn hash_password() -> Result<(), String> {
         return Err("no password on stdin".into());
     }
     println!("{}", sluice::smtp::server::auth::hash_password(password)?);
+    Ok(())
+}
+
+/// `sluice queue …`.
+async fn queue(a: QueueArgs) -> Result<(), String> {
+    use sluice::admin::protocol::{Filter, Request};
+    use sluice::tools::queue_cli;
+    let config = load_config(&a.config)?;
+    let request = match a.action {
+        QueueAction::List {
+            sender,
+            recipient,
+            domain,
+            state,
+        } => Request::List {
+            filter: Filter {
+                sender,
+                recipient,
+                domain,
+                state,
+                older_than_secs: None,
+            },
+        },
+        QueueAction::Show { id } => Request::Show { id },
+        QueueAction::Flush { id, domain } => Request::Flush { id, domain },
+        QueueAction::Delete {
+            ids,
+            all_deferred,
+            older_than,
+        } => Request::Delete {
+            ids,
+            all_deferred,
+            older_than_secs: older_than,
+        },
+        QueueAction::Hold { id } => Request::Hold { id },
+        QueueAction::Release { id } => Request::Release { id },
+        QueueAction::Bounce { id } => Request::Bounce { id },
+    };
+    let listing = matches!(request, Request::List { .. } | Request::Show { .. });
+    let show = matches!(request, Request::Show { .. });
+    let response = queue_cli::call(&config.data_dir, &request).await?;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&response).map_err(|e| e.to_string())?
+        );
+    } else if show {
+        print!("{}", queue_cli::show(&response));
+    } else if listing {
+        print!("{}", queue_cli::mailq(&response.messages));
+    } else {
+        println!("{} message(s)", response.count);
+    }
     Ok(())
 }
 

@@ -28,6 +28,8 @@ pub(super) struct Parked {
     pub attempts: u32,
     /// The sender has had a delay warning.
     pub warned: bool,
+    /// Why it was last deferred (for `sluice queue list`).
+    pub reason: Option<Box<str>>,
 }
 
 impl Scheduler {
@@ -35,6 +37,10 @@ impl Scheduler {
     /// given, in which case it waits for that time first.
     pub(super) fn park(&mut self, id: u64, parked: Parked, retry_at: Option<tokio::time::Instant>) {
         self.parked.insert(id, parked);
+        if self.admin.held.contains(&id) {
+            // On hold: kept, neither retried nor brought in.
+            return;
+        }
         match retry_at {
             Some(at) => self.retry.push(at, id),
             None => self.ready.push_back(id),
@@ -49,6 +55,7 @@ impl Scheduler {
                 done: r.done,
                 attempts: 0,
                 warned: false,
+                reason: None,
             };
             self.park(r.id, parked, None);
         }

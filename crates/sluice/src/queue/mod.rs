@@ -16,6 +16,7 @@
 //! Invariants: see [`scheduler`]. Channels are bounded: a full queue
 //! channel makes senders wait (back-pressure), it never grows.
 
+pub mod admin;
 mod admission;
 pub mod agent;
 mod destination;
@@ -56,6 +57,8 @@ pub enum Event {
     /// Envelopes read back for parked messages (see `admission.rs`).
     Loaded(Vec<(u64, Result<Envelope, String>)>),
     Report(JobReport),
+    /// An administrator's request (`admin.rs`).
+    Admin(admin::AdminRequest, oneshot::Sender<admin::AdminReply>),
     /// A domain's mail hosts were looked up for MX rollup (`rollup.rs`):
     /// its group's destination key, or `None` to stay on its own.
     Resolved {
@@ -105,6 +108,14 @@ impl QueueHandle {
     /// Hands the messages recovered at start-up to the queue.
     pub async fn recovered(&self, batch: Vec<sluice_spool::Recovered>) {
         let _ = self.tx.send(Event::Recovered(batch)).await;
+    }
+
+    /// Asks the queue to do what an administrator wants; `None` if the
+    /// queue has stopped.
+    pub async fn admin(&self, request: admin::AdminRequest) -> Option<admin::AdminReply> {
+        let (reply, wait) = oneshot::channel();
+        self.tx.send(Event::Admin(request, reply)).await.ok()?;
+        wait.await.ok()
     }
 
     /// Asks the scheduler to drain and waits for its report.

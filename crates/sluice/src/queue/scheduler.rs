@@ -118,6 +118,8 @@ pub struct Scheduler {
     pub(super) rollup: super::rollup::Rollup,
     /// Rate-limited destinations to pump again, soonest first.
     pub(super) pacing: BinaryHeap<Reverse<(Instant, Arc<str>)>>,
+    /// Held messages and pending admin deletions/bounces (`admin.rs`).
+    pub(super) admin: super::admin::AdminState,
 }
 
 impl Scheduler {
@@ -131,6 +133,7 @@ impl Scheduler {
     ) -> Scheduler {
         let body_cache_limit = config.spool.body_cache_mib << 20;
         let active_limit = config.queue.active_limit.max(1);
+        let admin = super::admin::AdminState::load(&config.data_dir);
         Scheduler {
             config,
             router,
@@ -153,6 +156,7 @@ impl Scheduler {
             draining: None,
             rollup: Default::default(),
             pacing: BinaryHeap::new(),
+            admin,
         }
     }
 
@@ -232,6 +236,7 @@ impl Scheduler {
                 returned,
             }) => self.worker_exit(dest, worker, returned),
             Event::Resolved { dest, group } => self.resolved(dest, group),
+            Event::Admin(request, reply) => self.admin(request, reply),
             Event::BounceStored { msg, recipients } => {
                 self.bounces_out = self.bounces_out.saturating_sub(1);
                 self.bounce_stored(msg, recipients)
@@ -291,6 +296,7 @@ impl Scheduler {
             done: inc.done,
             attempts: 0,
             warned: false,
+            reason: None,
         };
         self.park(inc.envelope.id, parked, None);
     }
@@ -330,7 +336,9 @@ impl Scheduler {
                 warned,
             },
         );
-        if self.draining.is_none() {
+        if self.admin.doomed.contains_key(&id) {
+            self.finish_round(id);
+        } else if self.draining.is_none() {
             self.dispatch(id);
         }
     }
@@ -495,6 +503,9 @@ impl Scheduler {
 
     /// All jobs of a delivery round are back: bounce, retry or remove.
     pub(super) fn finish_round(&mut self, id: u64) {
+        if self.admin_round_end(id) {
+            return;
+        }
         let Some(msg) = self.messages.get_mut(&id) else {
             return;
         };
@@ -530,11 +541,16 @@ impl Scheduler {
             .iter()
             .map(|s| matches!(s, RcptState::Delivered | RcptState::Bounced))
             .collect();
+        let reason = msg.rcpts.iter().find_map(|s| match s {
+            RcptState::Deferred { reason, .. } => Some(reason.as_str().into()),
+            _ => None,
+        });
         let parked = Parked {
             body_ref: msg.body_ref,
             done,
             attempts,
             warned: msg.warned,
+            reason,
         };
         self.park(id, parked, Some(at));
     }
@@ -554,7 +570,7 @@ impl Scheduler {
         }
         let now = Instant::now();
         while let Some(id) = self.retry.pop_due(now) {
-            if self.parked.contains_key(&id) {
+            if self.parked.contains_key(&id) && !self.admin.held.contains(&id) {
                 self.ready.push_back(id);
             }
         }

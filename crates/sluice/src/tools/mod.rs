@@ -4,4 +4,5 @@
 
 pub mod bench;
 pub mod keygen;
+pub mod queue_cli;
 pub mod sink;

@@ -1,0 +1,295 @@
+//! The admin socket: `<data_dir>/admin.sock`, mode 0600 (only the
+//! daemon's user and root may administer the queue). One request per
+//! connection, one JSON line each way (`protocol.rs`); `sluice queue …`
+//! and `mailq` are its clients.
+//!
+//! It turns requests into queue operations (`queue/admin.rs`) and reads
+//! envelopes and headers of waiting mail from the spool itself, off the
+//! runtime's workers. Trust: whoever can open the socket is the
+//! administrator; requests are still parsed strictly and bounded (64 KiB).
+
+pub mod protocol;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use sluice_spool::Spool;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::task::JoinHandle;
+
+use crate::log;
+use crate::log::Logger;
+use crate::queue::admin::{AdminReply, AdminRequest, Place, Snap};
+use crate::queue::QueueHandle;
+use protocol::{Entry, Filter, RcptEntry, Request, Response};
+
+/// Longest request line.
+const MAX_REQUEST: u64 = 64 << 10;
+
+/// Where the socket of a daemon with `data_dir` is.
+pub fn socket_path(data_dir: &Path) -> PathBuf {
+    data_dir.join("admin.sock")
+}
+
+#[derive(Clone)]
+struct Admin {
+    queue: QueueHandle,
+    spool: Spool,
+    logger: Logger,
+    log_file: Option<PathBuf>,
+}
+
+/// Listens on the admin socket until the task is aborted.
+pub fn spawn(
+    data_dir: &Path,
+    queue: QueueHandle,
+    spool: Spool,
+    logger: Logger,
+    log_file: Option<PathBuf>,
+) -> std::io::Result<JoinHandle<()>> {
+    let path = socket_path(data_dir);
+    // A socket left by a daemon that died; a live one would have the lock
+    // of the spool, which this process holds.
+    let _ = std::fs::remove_file(&path);
+    let listener = UnixListener::bind(&path)?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    let admin = Admin {
+        queue,
+        spool,
+        logger,
+        log_file,
+    };
+    Ok(tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let admin = admin.clone();
+            tokio::spawn(async move { admin.session(stream).await });
+        }
+    }))
+}
+
+impl Admin {
+    async fn session(&self, stream: UnixStream) {
+        let (read, mut write) = stream.into_split();
+        let mut line = String::new();
+        let mut reader = BufReader::new(read.take(MAX_REQUEST));
+        let response = match reader.read_line(&mut line).await {
+            Ok(_) => match serde_json::from_str::<Request>(&line) {
+                Ok(request) => {
+                    log!(self.logger, "admin", "request: {}", line.trim());
+                    self.handle(request).await
+                }
+                Err(e) => Response::error(format!("bad request: {e}")),
+            },
+            Err(e) => Response::error(format!("cannot read the request: {e}")),
+        };
+        let mut out = serde_json::to_vec(&response).unwrap_or_default();
+        out.push(b'\n');
+        let _ = write.write_all(&out).await;
+    }
+
+    async fn handle(&self, request: Request) -> Response {
+        match request {
+            Request::List { filter } => match self.entries(&filter).await {
+                Ok(entries) => Response::list(entries),
+                Err(e) => Response::error(e),
+            },
+            Request::Show { id } => self.show(&id).await,
+            Request::Flush { id, domain } => {
+                let ids = match (id, domain) {
+                    (Some(id), _) => parse_id(&id).map(|n| Some(vec![n])),
+                    (None, Some(domain)) => {
+                        let filter = Filter {
+                            domain: Some(domain),
+                            state: Some("deferred".into()),
+                            ..Default::default()
+                        };
+                        self.ids(&filter).await.map(Some)
+                    }
+                    (None, None) => Ok(None),
+                };
+                match ids {
+                    Ok(ids) => self.count(AdminRequest::Flush(ids)).await,
+                    Err(e) => Response::error(e),
+                }
+            }
+            Request::Delete {
+                ids,
+                all_deferred,
+                older_than_secs,
+            } => {
+                let chosen = if ids.is_empty() {
+                    let filter = Filter {
+                        state: all_deferred.then(|| "deferred".to_string()),
+                        older_than_secs,
+                        ..Default::default()
+                    };
+                    if !all_deferred && older_than_secs.is_none() {
+                        return Response::error(
+                            "delete: name IDs, --all-deferred or --older-than".into(),
+                        );
+                    }
+                    self.ids(&filter).await
+                } else {
+                    ids.iter().map(|i| parse_id(i)).collect()
+                };
+                match chosen {
+                    Ok(ids) => {
+                        self.count_all(AdminRequest::Delete(ids.clone()), ids.len())
+                            .await
+                    }
+                    Err(e) => Response::error(e),
+                }
+            }
+            Request::Hold { id } => self.one(&id, AdminRequest::Hold).await,
+            Request::Release { id } => self.one(&id, AdminRequest::Release).await,
+            Request::Bounce { id } => self.one(&id, AdminRequest::Bounce).await,
+        }
+    }
+
+    async fn one(&self, id: &str, make: fn(Vec<u64>) -> AdminRequest) -> Response {
+        match parse_id(id) {
+            Ok(n) => self.count_all(make(vec![n]), 1).await,
+            Err(e) => Response::error(e),
+        }
+    }
+
+    /// A request whose every ID must exist.
+    async fn count_all(&self, request: AdminRequest, wanted: usize) -> Response {
+        let response = self.count(request).await;
+        if response.ok && response.count < wanted {
+            return Response::error(format!(
+                "{} of {wanted} queue IDs not found (delivered, or never queued)",
+                wanted - response.count
+            ));
+        }
+        response
+    }
+
+    async fn count(&self, request: AdminRequest) -> Response {
+        match self.queue.admin(request).await {
+            Some(AdminReply::Count(n)) => Response::count(n),
+            _ => Response::error("the queue is not running".into()),
+        }
+    }
+
+    async fn ids(&self, filter: &Filter) -> Result<Vec<u64>, String> {
+        let entries = self.entries(filter).await?;
+        entries.iter().map(|e| parse_id(&e.id)).collect()
+    }
+
+    /// The queue's messages matching `filter`, envelopes read as needed.
+    async fn entries(&self, filter: &Filter) -> Result<Vec<Entry>, String> {
+        let Some(AdminReply::Snapshot(snaps)) = self.queue.admin(AdminRequest::Snapshot).await
+        else {
+            return Err("the queue is not running".into());
+        };
+        let spool = self.spool.clone();
+        let filter = filter.clone();
+        tokio::task::spawn_blocking(move || {
+            snaps
+                .into_iter()
+                .filter_map(|s| entry(&spool, s))
+                .filter(|e| filter.matches(e))
+                .collect()
+        })
+        .await
+        .map_err(|e| e.to_string())
+    }
+
+    /// One message: its entry, its headers, and the log lines naming it.
+    async fn show(&self, id: &str) -> Response {
+        let wanted = match parse_id(id) {
+            Ok(n) => crate::log::qid(n),
+            Err(e) => return Response::error(e),
+        };
+        let entries = match self.entries(&Filter::default()).await {
+            Ok(e) => e,
+            Err(e) => return Response::error(e),
+        };
+        let Some(found) = entries.into_iter().find(|e| e.id == wanted) else {
+            return Response::error(format!("{wanted}: no such message in the queue"));
+        };
+        let (spool, log_file, qid) = (self.spool.clone(), self.log_file.clone(), wanted.clone());
+        let Some(body_ref) = found.body_ref else {
+            return Response::error(format!("{wanted}: no such message in the queue"));
+        };
+        let details = tokio::task::spawn_blocking(move || {
+            let headers = spool
+                .read_body(body_ref)
+                .map(|b| String::from_utf8_lossy(crate::message::body::headers(&b)).into_owned())
+                .unwrap_or_default();
+            (headers, history(log_file.as_deref(), &qid))
+        })
+        .await
+        .unwrap_or_default();
+        let mut response = Response::list(vec![found]);
+        response.headers = Some(details.0);
+        response.history = details.1;
+        response
+    }
+}
+
+fn parse_id(id: &str) -> Result<u64, String> {
+    u64::from_str_radix(id.trim(), 16).map_err(|_| format!("{id:?} is not a queue ID"))
+}
+
+/// A snapshot entry with its envelope (read from the spool for waiting mail).
+fn entry(spool: &Spool, s: Snap) -> Option<Entry> {
+    let envelope = match s.envelope {
+        Some(e) => (*e).clone(),
+        None => spool.read_envelope(s.body_ref).ok()?,
+    };
+    let recipients = envelope
+        .recipients
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let done = s.done.get(i).copied().unwrap_or(false);
+            let reason = s.reasons.get(i).cloned().flatten();
+            let state = match (done, s.place, &reason) {
+                (true, _, _) => "done",
+                (false, Place::Hold, _) => "hold",
+                (false, Place::Deferred, _) | (false, Place::Active, Some(_)) => "deferred",
+                (false, Place::Active, None) => "active",
+            };
+            let reason = reason.or_else(|| (!done).then(|| s.last_reason.clone()).flatten());
+            RcptEntry {
+                address: r.clone(),
+                state: state.into(),
+                reason,
+            }
+        })
+        .collect();
+    Some(Entry {
+        id: crate::log::qid(s.id),
+        size: s.body_ref.len,
+        arrival_ms: envelope.arrival,
+        sender: envelope.sender,
+        state: match s.place {
+            Place::Active => "active",
+            Place::Deferred => "deferred",
+            Place::Hold => "hold",
+        }
+        .into(),
+        attempts: s.attempts,
+        recipients,
+        body_ref: Some(s.body_ref),
+    })
+}
+
+/// The last 200 lines of the mail log naming `qid`.
+fn history(log_file: Option<&Path>, qid: &str) -> Vec<String> {
+    let Some(path) = log_file else {
+        return Vec::new();
+    };
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Vec::new();
+    };
+    let lines: Vec<String> = text
+        .lines()
+        .filter(|l| l.contains(qid))
+        .map(str::to_string)
+        .collect();
+    lines[lines.len().saturating_sub(200)..].to_vec()
+}

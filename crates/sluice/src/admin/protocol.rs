@@ -1,0 +1,145 @@
+//! The admin socket's messages: one JSON object a line each way. The CLI
+//! (`sluice queue`, `mailq`) and the daemon share these types.
+
+use serde::{Deserialize, Serialize};
+use sluice_spool::BodyRef;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "cmd", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    List {
+        #[serde(default)]
+        filter: Filter,
+    },
+    Show {
+        id: String,
+    },
+    Flush {
+        #[serde(default)]
+        id: Option<String>,
+        #[serde(default)]
+        domain: Option<String>,
+    },
+    Delete {
+        #[serde(default)]
+        ids: Vec<String>,
+        #[serde(default)]
+        all_deferred: bool,
+        #[serde(default)]
+        older_than_secs: Option<u64>,
+    },
+    Hold {
+        id: String,
+    },
+    Release {
+        id: String,
+    },
+    Bounce {
+        id: String,
+    },
+}
+
+/// Which messages a list (or a bulk delete) is about; all given
+/// conditions must hold.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Filter {
+    pub sender: Option<String>,
+    pub recipient: Option<String>,
+    /// Recipient domain (of any open recipient).
+    pub domain: Option<String>,
+    /// active | deferred | hold
+    pub state: Option<String>,
+    pub older_than_secs: Option<u64>,
+}
+
+impl Filter {
+    pub fn matches(&self, e: &Entry) -> bool {
+        let eq = |a: &str, b: &str| a.eq_ignore_ascii_case(b);
+        let open = || e.recipients.iter().filter(|r| r.state != "done");
+        self.sender.as_deref().is_none_or(|s| eq(s, &e.sender))
+            && self
+                .recipient
+                .as_deref()
+                .is_none_or(|r| e.recipients.iter().any(|x| eq(&x.address, r)))
+            && self.domain.as_deref().is_none_or(|d| {
+                open().any(|x| {
+                    x.address
+                        .rsplit_once('@')
+                        .is_some_and(|(_, dom)| eq(dom, d))
+                })
+            })
+            && self.state.as_deref().is_none_or(|s| eq(s, &e.state))
+            && self.older_than_secs.is_none_or(|secs| {
+                crate::timefmt::now_millis().saturating_sub(e.arrival_ms) >= secs * 1000
+            })
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Entry {
+    pub id: String,
+    pub size: u64,
+    /// Unix milliseconds.
+    pub arrival_ms: u64,
+    pub sender: String,
+    /// active | deferred | hold
+    pub state: String,
+    pub attempts: u32,
+    pub recipients: Vec<RcptEntry>,
+    #[serde(skip)]
+    pub body_ref: Option<BodyRef>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RcptEntry {
+    pub address: String,
+    /// done | active | deferred | hold
+    pub state: String,
+    /// The last deferral reason, when there is one.
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Response {
+    pub ok: bool,
+    #[serde(default)]
+    pub error: Option<String>,
+    #[serde(default)]
+    pub messages: Vec<Entry>,
+    /// Messages an operation applied to.
+    #[serde(default)]
+    pub count: usize,
+    /// `show`: the message's header section.
+    #[serde(default)]
+    pub headers: Option<String>,
+    /// `show`: the mail log's lines about it.
+    #[serde(default)]
+    pub history: Vec<String>,
+}
+
+impl Response {
+    pub fn error(why: String) -> Response {
+        Response {
+            error: Some(why),
+            ..Default::default()
+        }
+    }
+
+    pub fn list(messages: Vec<Entry>) -> Response {
+        Response {
+            ok: true,
+            count: messages.len(),
+            messages,
+            ..Default::default()
+        }
+    }
+
+    pub fn count(count: usize) -> Response {
+        Response {
+            ok: true,
+            count,
+            ..Default::default()
+        }
+    }
+}

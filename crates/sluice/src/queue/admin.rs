@@ -1,0 +1,319 @@
+//! The queue's side of administration (`sluice queue …`, like Postfix's
+//! postqueue/postsuper): a snapshot of the queue, and flush, delete,
+//! hold, release and bounce by queue ID. The admin socket (`admin/`)
+//! turns requests into these and reads envelopes of waiting mail from the
+//! spool itself, so the scheduler never blocks on disk for them.
+//!
+//! Invariants: a held message is parked and in neither `ready` nor a
+//! retry (it is not delivered) until released; held IDs are kept in
+//! `<data_dir>/hold.list` (rewritten atomically) so a hold survives a
+//! restart; a deletion or bounce of a message with deliveries in flight
+//! takes effect when its round ends (`doomed`).
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use sluice_spool::{BodyRef, Envelope};
+use tokio::sync::oneshot;
+
+use super::scheduler::{RcptState, Scheduler};
+use crate::log;
+use crate::log::qid;
+use crate::message::status::Failure;
+
+/// What an administrator asked the queue to do.
+#[derive(Debug)]
+pub enum AdminRequest {
+    Snapshot,
+    /// Retry now: these messages, or every waiting one (`None`).
+    Flush(Option<Vec<u64>>),
+    Delete(Vec<u64>),
+    Hold(Vec<u64>),
+    Release(Vec<u64>),
+    Bounce(Vec<u64>),
+}
+
+pub enum AdminReply {
+    Snapshot(Vec<Snap>),
+    /// How many messages the request applied to.
+    Count(usize),
+}
+
+/// Where a message is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// In memory, being delivered or about to be.
+    Active,
+    /// On disk, waiting for a retry (or for room).
+    Deferred,
+    /// On hold: kept, not delivered.
+    Hold,
+}
+
+/// One message as the queue knows it.
+pub struct Snap {
+    pub id: u64,
+    pub place: Place,
+    pub body_ref: BodyRef,
+    /// The envelope, when in memory (otherwise read it from the spool).
+    pub envelope: Option<Arc<Envelope>>,
+    /// Per recipient: final already.
+    pub done: Vec<bool>,
+    /// Per recipient, for active mail: the last deferral reason.
+    pub reasons: Vec<Option<String>>,
+    /// For waiting mail: the reason it was last deferred.
+    pub last_reason: Option<String>,
+    pub attempts: u32,
+}
+
+/// Deletion or bounce waiting for a round to end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Doom {
+    Delete,
+    Bounce,
+}
+
+#[derive(Default)]
+pub struct AdminState {
+    pub held: HashSet<u64>,
+    pub doomed: HashMap<u64, Doom>,
+    pub hold_file: Option<PathBuf>,
+}
+
+impl AdminState {
+    /// Loads held IDs from `<data_dir>/hold.list` (one hex ID a line).
+    pub fn load(data_dir: &std::path::Path) -> AdminState {
+        let hold_file = data_dir.join("hold.list");
+        let held = std::fs::read_to_string(&hold_file)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| u64::from_str_radix(l.trim(), 16).ok())
+            .collect();
+        AdminState {
+            held,
+            doomed: HashMap::new(),
+            hold_file: Some(hold_file),
+        }
+    }
+
+    fn save(&self) -> std::io::Result<()> {
+        let Some(path) = &self.hold_file else {
+            return Ok(());
+        };
+        let text: String = self
+            .held
+            .iter()
+            .map(|id| format!("{}\n", qid(*id)))
+            .collect();
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, text)?;
+        std::fs::rename(&tmp, path)
+    }
+}
+
+impl Scheduler {
+    pub(super) fn admin(&mut self, request: AdminRequest, reply: oneshot::Sender<AdminReply>) {
+        let answer = match request {
+            AdminRequest::Snapshot => AdminReply::Snapshot(self.snapshot()),
+            AdminRequest::Flush(ids) => AdminReply::Count(self.flush(ids)),
+            AdminRequest::Delete(ids) => AdminReply::Count(self.each(ids, Self::delete)),
+            AdminRequest::Hold(ids) => AdminReply::Count(self.each(ids, Self::hold)),
+            AdminRequest::Release(ids) => AdminReply::Count(self.each(ids, Self::release)),
+            AdminRequest::Bounce(ids) => AdminReply::Count(self.each(ids, Self::bounce_now)),
+        };
+        if let Err(e) = self.admin.save() {
+            log!(
+                self.logger,
+                "qmgr",
+                "warning: cannot save the hold list: {e}"
+            );
+        }
+        let _ = reply.send(answer);
+        self.admit();
+    }
+
+    fn each(&mut self, ids: Vec<u64>, f: fn(&mut Self, u64) -> bool) -> usize {
+        ids.into_iter().filter(|&id| f(self, id)).count()
+    }
+
+    fn snapshot(&self) -> Vec<Snap> {
+        let mut out = Vec::with_capacity(self.messages.len() + self.parked.len());
+        for (&id, m) in &self.messages {
+            let reasons = m
+                .rcpts
+                .iter()
+                .map(|s| match s {
+                    RcptState::Deferred { reason, .. } => Some(reason.clone()),
+                    _ => None,
+                })
+                .collect();
+            out.push(Snap {
+                id,
+                place: Place::Active,
+                body_ref: m.body_ref,
+                envelope: Some(m.envelope.clone()),
+                done: m
+                    .rcpts
+                    .iter()
+                    .map(|s| matches!(s, RcptState::Delivered | RcptState::Bounced))
+                    .collect(),
+                reasons,
+                last_reason: None,
+                attempts: m.attempts,
+            });
+        }
+        for (&id, p) in &self.parked {
+            out.push(Snap {
+                id,
+                place: if self.admin.held.contains(&id) {
+                    Place::Hold
+                } else {
+                    Place::Deferred
+                },
+                body_ref: p.body_ref,
+                envelope: None,
+                done: p.done.clone(),
+                reasons: Vec::new(),
+                last_reason: p.reason.as_deref().map(str::to_string),
+                attempts: p.attempts,
+            });
+        }
+        out.sort_by_key(|s| s.id);
+        out
+    }
+
+    /// Waiting mail (not held) goes back to the front of the line now; the
+    /// destinations' dead marks are forgotten.
+    fn flush(&mut self, ids: Option<Vec<u64>>) -> usize {
+        let queued: HashSet<u64> = self.ready.iter().copied().collect();
+        let candidates: Vec<u64> = match ids {
+            Some(ids) => ids,
+            None => self.parked.keys().copied().collect(),
+        };
+        let mut n = 0;
+        for id in candidates {
+            if self.parked.contains_key(&id)
+                && !self.admin.held.contains(&id)
+                && !queued.contains(&id)
+            {
+                self.ready.push_back(id);
+                n += 1;
+            }
+        }
+        for dest in self.dests.values_mut() {
+            dest.dead_until = None;
+        }
+        log!(self.logger, "qmgr", "flush: {n} messages to be retried now");
+        n
+    }
+
+    fn delete(&mut self, id: u64) -> bool {
+        self.admin.held.remove(&id);
+        if self.parked.remove(&id).is_some() {
+            self.ready.retain(|r| *r != id);
+            self.spool.record_outcome(id, Vec::new(), true);
+            log!(
+                self.logger,
+                "qmgr",
+                "{}: removed (deleted by the administrator)",
+                qid(id)
+            );
+            return true;
+        }
+        match self.messages.get(&id) {
+            Some(m) if m.in_flight == 0 && !m.bounce_pending => {
+                self.spool.record_outcome(id, Vec::new(), true);
+                self.remove(id);
+                log!(
+                    self.logger,
+                    "qmgr",
+                    "{}: deleted by the administrator",
+                    qid(id)
+                );
+                true
+            }
+            Some(_) => {
+                self.admin.doomed.insert(id, Doom::Delete);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn hold(&mut self, id: u64) -> bool {
+        if !self.parked.contains_key(&id) && !self.messages.contains_key(&id) {
+            return false;
+        }
+        self.admin.held.insert(id);
+        self.ready.retain(|r| *r != id);
+        log!(self.logger, "qmgr", "{}: placed on hold", qid(id));
+        true
+    }
+
+    fn release(&mut self, id: u64) -> bool {
+        if !self.admin.held.remove(&id) {
+            return false;
+        }
+        if self.parked.contains_key(&id) {
+            self.ready.push_back(id);
+        }
+        log!(self.logger, "qmgr", "{}: released from hold", qid(id));
+        true
+    }
+
+    /// Returns the message's open recipients to the sender now.
+    fn bounce_now(&mut self, id: u64) -> bool {
+        if !self.parked.contains_key(&id) && !self.messages.contains_key(&id) {
+            return false;
+        }
+        self.admin.held.remove(&id);
+        self.admin.doomed.insert(id, Doom::Bounce);
+        if self.parked.contains_key(&id) && !self.ready.contains(&id) {
+            self.ready.push_back(id);
+        }
+        if let Some(m) = self.messages.get(&id) {
+            if m.in_flight == 0 && !m.bounce_pending {
+                self.finish_round(id);
+            }
+        }
+        true
+    }
+
+    /// At the end of a round: a pending deletion (true: the message is
+    /// gone) or bounce (its open recipients become failures).
+    pub(super) fn admin_round_end(&mut self, id: u64) -> bool {
+        let Some(doom) = self.admin.doomed.remove(&id) else {
+            return false;
+        };
+        if doom == Doom::Delete {
+            self.spool.record_outcome(id, Vec::new(), true);
+            self.remove(id);
+            log!(
+                self.logger,
+                "qmgr",
+                "{}: deleted by the administrator",
+                qid(id)
+            );
+            return true;
+        }
+        let Some(msg) = self.messages.get_mut(&id) else {
+            return false;
+        };
+        for (i, state) in msg.rcpts.iter_mut().enumerate() {
+            if matches!(state, RcptState::Pending | RcptState::Deferred { .. }) {
+                *state = RcptState::Bounced;
+                let why = "5.0.0 returned to the sender by the administrator";
+                msg.failed
+                    .push((i as u16, Failure::from_bounce("none", why)));
+            }
+        }
+        log!(
+            self.logger,
+            "qmgr",
+            "{}: returned to the sender by the administrator",
+            qid(id)
+        );
+        false
+    }
+}

@@ -1,0 +1,159 @@
+//! `sluice queue …` against a running daemon, through its admin socket:
+//! list with filters, show, hold (kept across a restart), flush, release,
+//! bounce and delete; and clear errors for an unknown ID or no daemon.
+//! (Mail to defer-* is always deferred by the test sink.)
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+use sluice::admin::protocol::{Filter, Request};
+use sluice::tools::queue_cli::{call, mailq};
+
+fn list(filter: Filter) -> Request {
+    Request::List { filter }
+}
+
+async fn ids(data_dir: &Path, filter: Filter) -> Vec<String> {
+    let r = call(data_dir, &list(filter)).await.unwrap();
+    r.messages.into_iter().map(|e| e.id).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_queue_is_administered_through_the_socket() {
+    let dir = temp_dir("queue-admin");
+    let sink = recording_sink().await;
+    let mut cfg = config(&dir, Some(sink.addr));
+    // Deferred mail stays deferred during the test unless flushed.
+    cfg.queue.minimal_backoff_secs = 3600;
+    cfg.queue.maximal_backoff_secs = 3600;
+    let data_dir = cfg.data_dir.clone();
+    let (server, addr) = start(cfg.clone()).await;
+    let mut c = Client::ready(addr).await;
+    // The sink answers 451 to defer-* recipients.
+    let mut queued = Vec::new();
+    for rcpt in [
+        "defer-a@ours.test",
+        "defer-b@ours.test",
+        "defer-c@ours.test",
+    ] {
+        let r = c.message("s@ours.test", &[rcpt], &body(rcpt)).await;
+        queued.push(qid_of(&r));
+    }
+    let (m1, m2, m3) = (&queued[0], &queued[1], &queued[2]);
+    let deferred = || read_log(&dir).matches("status=deferred").count();
+    assert!(wait_until(15, || deferred() >= 3).await);
+    let all = call(&data_dir, &list(Filter::default())).await.unwrap();
+    assert_eq!(all.messages.len(), 3);
+    assert!(
+        all.messages.iter().all(|e| e.state == "deferred"),
+        "{all:?}"
+    );
+    let reason = all.messages[0].recipients[0]
+        .reason
+        .clone()
+        .unwrap_or_default();
+    assert!(reason.contains("451"), "last reason shown: {reason}");
+    assert!(mailq(&all.messages).contains("-- 1 Kbytes in 3 Requests."));
+    let one = Filter {
+        recipient: Some("defer-a@ours.test".into()),
+        ..Default::default()
+    };
+    assert_eq!(ids(&data_dir, one).await, vec![m1.clone()]);
+
+    // show: headers and the log lines about it.
+    let shown = call(&data_dir, &Request::Show { id: m1.clone() })
+        .await
+        .unwrap();
+    assert!(shown
+        .headers
+        .unwrap()
+        .contains("Subject: defer-a@ours.test"));
+    assert!(shown.history.iter().any(|l| l.contains("status=deferred")));
+    let err = call(
+        &data_dir,
+        &Request::Show {
+            id: "ABCDEF".into(),
+        },
+    )
+    .await
+    .unwrap_err();
+    assert!(err.contains("no such message"), "{err}");
+
+    // hold m3; flush retries the others only.
+    call(&data_dir, &Request::Hold { id: m3.clone() })
+        .await
+        .unwrap();
+    let held = Filter {
+        state: Some("hold".into()),
+        ..Default::default()
+    };
+    assert_eq!(ids(&data_dir, held.clone()).await, vec![m3.clone()]);
+    let before = deferred();
+    let flushed = call(
+        &data_dir,
+        &Request::Flush {
+            id: None,
+            domain: None,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(flushed.count, 2, "held mail is not flushed");
+    assert!(
+        wait_until(15, || deferred() >= before + 2).await,
+        "retried now"
+    );
+
+    // bounce m2: the sender gets it back at once.
+    call(&data_dir, &Request::Bounce { id: m2.clone() })
+        .await
+        .unwrap();
+    assert!(
+        wait_until(15, || sink.messages().iter().any(|m| m.sender.is_empty()
+            && String::from_utf8_lossy(&m.body)
+                .contains("returned to the sender by the administrator")))
+        .await
+    );
+    assert!(wait_until(15, || read_log(&dir).contains(&format!("{m2}: removed"))).await);
+
+    // delete m1.
+    let deleted = call(
+        &data_dir,
+        &Request::Delete {
+            ids: vec![m1.clone()],
+            all_deferred: false,
+            older_than_secs: None,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(deleted.count, 1);
+    let err = call(&data_dir, &Request::Hold { id: m1.clone() })
+        .await
+        .unwrap_err();
+    assert!(err.contains("not found"), "{err}");
+
+    // The hold survives a restart, and held mail is not delivered.
+    server.shutdown().await;
+    let (server, _) = start(cfg).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while ids(&data_dir, held.clone()).await != vec![m3.clone()] {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "m3 still held after the restart"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    call(&data_dir, &Request::Release { id: m3.clone() })
+        .await
+        .unwrap();
+    let remaining = ids(&data_dir, Filter::default()).await;
+    assert_eq!(remaining, vec![m3.clone()]);
+    server.shutdown().await;
+
+    // No daemon: a clear error.
+    let err = call(&data_dir, &list(Filter::default())).await.unwrap_err();
+    assert!(err.contains("cannot reach the daemon"), "{err}");
+}
