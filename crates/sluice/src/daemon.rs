@@ -216,18 +216,20 @@ impl Server {
         spawn_table_watcher(&mailboxes, shutdown.subscribe());
         // The admin socket before the SMTP listeners: a daemon that cannot
         // be administered does not start taking mail.
-        let admin = crate::admin::spawn(
-            &config.data_dir,
-            queue.clone(),
-            spool.clone(),
-            logger.clone(),
-            config.log_file.clone(),
-        )
-        .map_err(|e| {
-            let why = format!("admin socket in {}: {e}", config.data_dir.display());
-            log!(logger, "master", "fatal: {why}");
-            StartError::Config(why)
-        })?;
+        let submitter = crate::admin::submit::Submitter {
+            hostname: config.hostname.clone(),
+            mailboxes: mailboxes.clone(),
+            spool: spool.clone(),
+            queue: queue.clone(),
+            logger: logger.clone(),
+            size_limit: config.smtpd.message_size_limit,
+        };
+        let admin = crate::admin::spawn(&config.data_dir, submitter, config.log_file.clone())
+            .map_err(|e| {
+                let why = format!("admin socket in {}: {e}", config.data_dir.display());
+                log!(logger, "master", "fatal: {why}");
+                StartError::Config(why)
+            })?;
         let (addrs, listeners) = listen(&config, &ctx, &shutdown, &logger)?;
         Ok(Server {
             admin,

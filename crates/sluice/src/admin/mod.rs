@@ -9,9 +9,13 @@
 //! administrator; requests are still parsed strictly and bounded (64 KiB).
 
 pub mod protocol;
+pub mod submit;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use base64::Engine;
 
 use sluice_spool::Spool;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -23,8 +27,9 @@ use crate::log::Logger;
 use crate::queue::admin::{AdminReply, AdminRequest, Place, Snap};
 use crate::queue::QueueHandle;
 use protocol::{Entry, Filter, RcptEntry, Request, Response};
+use submit::Submitter;
 
-/// Longest request line.
+/// Longest request line, past a submitted message's size.
 const MAX_REQUEST: u64 = 64 << 10;
 
 /// Where the socket of a daemon with `data_dir` is.
@@ -38,16 +43,20 @@ struct Admin {
     spool: Spool,
     logger: Logger,
     log_file: Option<PathBuf>,
+    submitter: Arc<Submitter>,
 }
 
 /// Listens on the admin socket until the task is aborted.
 pub fn spawn(
     data_dir: &Path,
-    queue: QueueHandle,
-    spool: Spool,
-    logger: Logger,
+    submitter: Submitter,
     log_file: Option<PathBuf>,
 ) -> std::io::Result<JoinHandle<()>> {
+    let (queue, spool, logger) = (
+        submitter.queue.clone(),
+        submitter.spool.clone(),
+        submitter.logger.clone(),
+    );
     let path = socket_path(data_dir);
     // A socket left by a daemon that died; a live one would have the lock
     // of the spool, which this process holds.
@@ -59,6 +68,7 @@ pub fn spawn(
         spool,
         logger,
         log_file,
+        submitter: Arc::new(submitter),
     };
     Ok(tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
@@ -70,11 +80,25 @@ pub fn spawn(
 
 impl Admin {
     async fn session(&self, stream: UnixStream) {
+        let uid = stream.peer_cred().ok().map(|c| c.uid());
         let (read, mut write) = stream.into_split();
         let mut line = String::new();
-        let mut reader = BufReader::new(read.take(MAX_REQUEST));
+        let limit = MAX_REQUEST + (self.submitter.size_limit as u64).saturating_mul(4) / 3;
+        let mut reader = BufReader::new(read.take(limit));
         let response = match reader.read_line(&mut line).await {
             Ok(_) => match serde_json::from_str::<Request>(&line) {
+                Ok(Request::Submit {
+                    sender,
+                    recipients,
+                    message_b64,
+                }) => match base64::engine::general_purpose::STANDARD.decode(message_b64) {
+                    Ok(message) => {
+                        self.submitter
+                            .submit(uid, &sender, &recipients, message)
+                            .await
+                    }
+                    Err(e) => Response::error(format!("bad message encoding: {e}")),
+                },
                 Ok(request) => {
                     log!(self.logger, "admin", "request: {}", line.trim());
                     self.handle(request).await
@@ -144,6 +168,7 @@ impl Admin {
             Request::Hold { id } => self.one(&id, AdminRequest::Hold).await,
             Request::Release { id } => self.one(&id, AdminRequest::Release).await,
             Request::Bounce { id } => self.one(&id, AdminRequest::Bounce).await,
+            Request::Submit { .. } => Response::error("submit is handled above".into()),
         }
     }
 

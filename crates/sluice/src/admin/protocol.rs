@@ -37,6 +37,12 @@ pub enum Request {
     Bounce {
         id: String,
     },
+    /// sendmail(1): queue a message (base64 of its octets, CRLF lines).
+    Submit {
+        sender: String,
+        recipients: Vec<String>,
+        message_b64: String,
+    },
 }
 
 /// Which messages a list (or a bulk delete) is about; all given
@@ -116,6 +122,12 @@ pub struct Response {
     /// `show`: the mail log's lines about it.
     #[serde(default)]
     pub history: Vec<String>,
+    /// `submit`: the new message's queue ID.
+    #[serde(default)]
+    pub queue_id: Option<String>,
+    /// `submit` refused: sendmail(1)'s exit status for it.
+    #[serde(default)]
+    pub exit_code: Option<i32>,
 }
 
 impl Response {

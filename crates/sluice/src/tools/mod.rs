@@ -5,4 +5,5 @@
 pub mod bench;
 pub mod keygen;
 pub mod queue_cli;
+pub mod sendmail;
 pub mod sink;

@@ -34,7 +34,14 @@ pub async fn call(data_dir: &Path, request: &Request) -> Result<Response, String
         serde_json::from_str(&reply).map_err(|e| format!("bad answer from the daemon: {e}"))?;
     match response.ok {
         true => Ok(response),
-        false => Err(response.error.unwrap_or_else(|| "failed".into())),
+        false => {
+            let why = response.error.unwrap_or_else(|| "failed".into());
+            // A refused submission carries sendmail(1)'s exit status.
+            Err(match response.exit_code {
+                Some(code) => format!("{why} [exit {code}]"),
+                None => why,
+            })
+        }
     }
 }
 

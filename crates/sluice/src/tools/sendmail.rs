@@ -1,0 +1,223 @@
+//! `sendmail` (the binary invoked under that name, or `sluice sendmail`):
+//! the sendmail(1) interface programs expect. Reads a message on stdin,
+//! hands it to the running daemon through the admin socket, exits with
+//! sysexits.h statuses.
+//!
+//! Options (Postfix's set, less the ones that need no daemon): `-t`
+//! (recipients from To:, Cc:, Bcc:; Bcc: removed), `-i`/`-oi` (a lone dot
+//! does not end the message), `-f ADDR`/`-r ADDR` (sender), `-F NAME`
+//! (full name for a From: that has to be made), `-C FILE` (configuration;
+//! default `$SLUICE_CONFIG`, then /etc/sluice/sluice.toml), `-bp` (mailq),
+//! `-q` (flush), `-bm` (the default); other `-o…`, `-v`, `-N…`, `-B…` are
+//! accepted and ignored, as Postfix does.
+
+use std::path::PathBuf;
+
+/// sysexits.h.
+pub const EX_OK: i32 = 0;
+pub const EX_USAGE: i32 = 64;
+pub const EX_SOFTWARE: i32 = 70;
+pub const EX_TEMPFAIL: i32 = 75;
+
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Options {
+    pub sender: Option<String>,
+    pub full_name: Option<String>,
+    pub from_headers: bool,
+    /// A line with a single dot ends the message (no `-i`).
+    pub dot_ends: bool,
+    pub config: Option<PathBuf>,
+    pub list_queue: bool,
+    pub flush: bool,
+    pub recipients: Vec<String>,
+}
+
+/// Parses sendmail's command line (without the program name).
+pub fn parse(args: &[String]) -> Result<Options, String> {
+    let mut o = Options {
+        dot_ends: true,
+        ..Default::default()
+    };
+    let mut it = args.iter().peekable();
+    let value = |flag: &str, rest: &str, it: &mut std::iter::Peekable<std::slice::Iter<String>>| {
+        if rest.is_empty() {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{flag} needs a value"))
+        } else {
+            Ok(rest.to_string())
+        }
+    };
+    while let Some(arg) = it.next() {
+        if arg == "--" {
+            o.recipients.extend(it.by_ref().cloned());
+            break;
+        }
+        let Some(opt) = arg.strip_prefix('-') else {
+            o.recipients.push(arg.clone());
+            continue;
+        };
+        let (flag, rest) = opt.split_at(opt.len().min(1));
+        match flag {
+            "t" if rest.is_empty() => o.from_headers = true,
+            "i" if rest.is_empty() => o.dot_ends = false,
+            "o" if rest == "i" => o.dot_ends = false,
+            "o" | "v" | "N" | "B" | "X" | "n" | "m" => {}
+            "f" | "r" => o.sender = Some(value("-f", rest, &mut it)?),
+            "F" => o.full_name = Some(value("-F", rest, &mut it)?),
+            "C" => o.config = Some(PathBuf::from(value("-C", rest, &mut it)?)),
+            "b" => match rest {
+                "p" => o.list_queue = true,
+                "m" => {}
+                other => return Err(format!("-b{other} is not supported")),
+            },
+            "q" => o.flush = true,
+            _ => return Err(format!("unknown option -{opt}")),
+        }
+    }
+    Ok(o)
+}
+
+/// The message as read from stdin: CRLF line ends, ending at a lone dot
+/// unless `-i`.
+pub fn read_message(input: &[u8], dot_ends: bool) -> Vec<u8> {
+    let mut out = Vec::with_capacity(input.len() + input.len() / 40);
+    for line in input.split_inclusive(|&b| b == b'\n') {
+        let bare = line
+            .strip_suffix(b"\n")
+            .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
+            .unwrap_or(line);
+        if dot_ends && bare == b"." {
+            break;
+        }
+        out.extend_from_slice(bare);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// With `-t`: the addresses in To:, Cc: and Bcc:, and the message without
+/// its Bcc: fields.
+pub fn header_recipients(message: &[u8]) -> (Vec<String>, Vec<u8>) {
+    let head_end = memchr::memmem::find(message, b"\r\n\r\n").map_or(message.len(), |i| i + 2);
+    let mut fields: Vec<Vec<u8>> = Vec::new();
+    for line in message[..head_end].split_inclusive(|&b| b == b'\n') {
+        match (line.first(), fields.last_mut()) {
+            (Some(b' ' | b'\t'), Some(last)) => last.extend_from_slice(line),
+            _ => fields.push(line.to_vec()),
+        }
+    }
+    let mut recipients = Vec::new();
+    let mut kept = Vec::with_capacity(message.len());
+    for f in fields {
+        let name_end = memchr::memchr(b':', &f).unwrap_or(0);
+        let name = String::from_utf8_lossy(&f[..name_end])
+            .trim()
+            .to_ascii_lowercase();
+        if matches!(name.as_str(), "to" | "cc" | "bcc") {
+            recipients.extend(addresses(&String::from_utf8_lossy(&f[name_end + 1..])));
+        }
+        if name != "bcc" {
+            kept.extend_from_slice(&f);
+        }
+    }
+    kept.extend_from_slice(&message[head_end..]);
+    (recipients, kept)
+}
+
+/// The addresses of an address list: `<a@b>` parts, or bare words with `@`.
+fn addresses(list: &str) -> Vec<String> {
+    let list = list.replace(['\r', '\n'], " ");
+    list.split(',')
+        .filter_map(|part| match (part.find('<'), part.rfind('>')) {
+            (Some(a), Some(b)) if a < b => Some(part[a + 1..b].trim().to_string()),
+            _ => part
+                .split_whitespace()
+                .find(|w| w.contains('@'))
+                .map(str::to_string),
+        })
+        .filter(|a| !a.is_empty())
+        .collect()
+}
+
+/// Adds From:, Date: and Message-ID: when the message lacks them, as
+/// Postfix's cleanup does.
+pub fn complete_headers(
+    message: Vec<u8>,
+    from: &str,
+    full_name: Option<&str>,
+    hostname: &str,
+) -> Vec<u8> {
+    let head_end = memchr::memmem::find(&message, b"\r\n\r\n").map_or(message.len(), |i| i + 2);
+    let head = String::from_utf8_lossy(&message[..head_end]).to_ascii_lowercase();
+    let has = |name: &str| head.starts_with(name) || head.contains(&format!("\n{name}"));
+    let mut extra = String::new();
+    if !has("from:") {
+        match full_name {
+            Some(n) => extra.push_str(&format!("From: {n} <{from}>\r\n")),
+            None => extra.push_str(&format!("From: <{from}>\r\n")),
+        }
+    }
+    if !has("date:") {
+        let now = crate::timefmt::now_millis();
+        extra.push_str(&format!("Date: {}\r\n", crate::timefmt::rfc5322(now)));
+    }
+    if !has("message-id:") {
+        let now = crate::timefmt::now_millis();
+        extra.push_str(&format!(
+            "Message-ID: <{now}.{}@{hostname}>\r\n",
+            std::process::id()
+        ));
+    }
+    if extra.is_empty() {
+        return message;
+    }
+    let mut out = extra.into_bytes();
+    if head_end == message.len() && !message.is_empty() {
+        // No header/body separator: the input was all body.
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(&message);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn options_as_programs_pass_them() {
+        let o = parse(&args(
+            "-t -oi -fme@x.test -F Me -oem a@b.test -- -weird@c.test",
+        ))
+        .unwrap();
+        assert!(o.from_headers && !o.dot_ends);
+        assert_eq!(o.sender.as_deref(), Some("me@x.test"));
+        assert_eq!(o.full_name.as_deref(), Some("Me"));
+        assert_eq!(o.recipients, vec!["a@b.test", "-weird@c.test"]);
+        assert_eq!(parse(&args("-f")).unwrap_err(), "-f needs a value");
+        assert!(parse(&args("-bs")).is_err());
+        assert!(parse(&args("-bp")).unwrap().list_queue);
+    }
+
+    #[test]
+    fn input_is_read_like_sendmail() {
+        assert_eq!(read_message(b"a\nb\r\n.\nc\n", true), b"a\r\nb\r\n");
+        assert_eq!(read_message(b"a\n.\nc", false), b"a\r\n.\r\nc\r\n");
+        let (rcpts, kept) = header_recipients(
+            b"To: A <a@x.test>, b@x.test\r\nBcc: hidden@x.test,\r\n more@x.test\r\nSubject: s\r\n\r\nTo: not@x.test\r\n",
+        );
+        assert_eq!(
+            rcpts,
+            vec!["a@x.test", "b@x.test", "hidden@x.test", "more@x.test"]
+        );
+        assert_eq!(
+            kept,
+            b"To: A <a@x.test>, b@x.test\r\nSubject: s\r\n\r\nTo: not@x.test\r\n"
+        );
+    }
+}

@@ -1,0 +1,113 @@
+//! sendmail(1) and mailq as programs call them: the binary under those
+//! names (symlinks, as Postfix ships), against a running daemon.
+
+mod common;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use common::*;
+
+/// Runs `bin` with `args` and `stdin`; (exit status, stdout, stderr).
+async fn run(bin: PathBuf, args: Vec<String>, stdin: &'static [u8]) -> (i32, String, String) {
+    tokio::task::spawn_blocking(move || {
+        let mut child = Command::new(bin)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(stdin).unwrap();
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    })
+    .await
+    .unwrap()
+}
+
+fn link(dir: &Path, name: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_sluice"), &path).unwrap();
+    path
+}
+
+fn strs(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sendmail_and_mailq_work_like_postfix_s() {
+    let dir = temp_dir("sendmail");
+    let sink = recording_sink().await;
+    let cfg = config(&dir, Some(sink.addr));
+    let conf = dir.join("cli.toml");
+    std::fs::write(
+        &conf,
+        format!(
+            "hostname = \"mx.test\"\ndata_dir = \"{}\"\n",
+            cfg.data_dir.display()
+        ),
+    )
+    .unwrap();
+    let conf = conf.display().to_string();
+    let (sendmail, mailq) = (link(&dir, "sendmail"), link(&dir, "mailq"));
+    let (server, _) = start(cfg).await;
+
+    // -t: recipients from the headers, Bcc: removed; -i: a lone dot is text.
+    let msg = b"To: A <a@ours.test>\nBcc: b@ours.test\nSubject: hi\n\nbody\n.\nmore\n";
+    let (code, _, err) = run(sendmail.clone(), strs(&["-C", &conf, "-t", "-i"]), msg).await;
+    assert_eq!(code, 0, "{err}");
+    // Without -i the lone dot ends the message; the sender is -f's.
+    let msg = b"Subject: two\n\nline\n.\nafter\n";
+    let (code, _, err) = run(
+        sendmail.clone(),
+        strs(&["-C", &conf, "-f", "s@ours.test", "c@ours.test"]),
+        msg,
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert!(wait_until(15, || sink.count() == 2).await);
+    let got = sink.messages();
+    let first = got.iter().find(|m| m.recipients.len() == 2).unwrap();
+    let text = String::from_utf8_lossy(&first.body);
+    assert_eq!(first.recipients, vec!["a@ours.test", "b@ours.test"]);
+    assert!(!text.contains("Bcc:"), "{text}");
+    assert!(
+        text.contains("\r\n.\r\n") || text.contains("\r\n..\r\n"),
+        "{text}"
+    );
+    assert!(text.contains("more"), "{text}");
+    assert!(text.contains("(Sluice sendmail, from userid "), "{text}");
+    for header in ["From: <", "Date: ", "Message-ID: <"] {
+        assert!(text.contains(header), "{header} added: {text}");
+    }
+    let second = got.iter().find(|m| m.sender == "s@ours.test").unwrap();
+    let text = String::from_utf8_lossy(&second.body);
+    assert!(text.contains("line") && !text.contains("after"), "{text}");
+
+    // A malformed address: EX_DATAERR, nothing queued.
+    let (code, _, err) = run(
+        sendmail.clone(),
+        strs(&["-C", &conf, "a b@ours.test"]),
+        b"x\n",
+    )
+    .await;
+    assert_eq!(code, 65, "{err}");
+    assert!(err.contains("bad recipient address"), "{err}");
+    // mailq: the queue is empty again.
+    let (code, out, err) = run(mailq, strs(&["--config", &conf]), b"").await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("Mail queue is empty"), "{out}");
+
+    // No daemon: EX_TEMPFAIL and why.
+    server.shutdown().await;
+    let (code, _, err) = run(sendmail, strs(&["-C", &conf, "c@ours.test"]), b"x\n").await;
+    assert_eq!(code, 75, "{err}");
+    assert!(err.contains("cannot reach the daemon"), "{err}");
+}
