@@ -246,6 +246,11 @@ impl Server {
         })
     }
 
+    /// Reopens the log file (SIGUSR1, after logrotate renamed it).
+    pub fn reopen_log(&self) {
+        self.logger.reopen();
+    }
+
     /// Reloads lookup tables and the TLS certificate (SIGHUP).
     pub fn reload(&self) {
         log!(self.logger, "master", "reload: lookup tables");

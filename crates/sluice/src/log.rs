@@ -24,6 +24,8 @@ enum Item {
     Line(u64, String),
     /// Write out everything before this, then say so.
     Flush(mpsc::SyncSender<()>),
+    /// Close the file and open it again (logrotate renamed it: SIGUSR1).
+    Reopen,
 }
 
 use crate::timefmt;
@@ -39,20 +41,8 @@ pub struct Logger {
 impl Logger {
     /// Starts the writer thread, appending to `path` or to stderr.
     pub fn start(path: Option<&Path>) -> std::io::Result<Logger> {
-        let out: Box<dyn Write + Send> = match path {
-            Some(p) => {
-                if let Some(dir) = p.parent() {
-                    std::fs::create_dir_all(dir)?;
-                }
-                Box::new(
-                    std::fs::OpenOptions::new()
-                        .create(true)
-                        .append(true)
-                        .open(p)?,
-                )
-            }
-            None => Box::new(std::io::stderr()),
-        };
+        let out = open(path)?;
+        let path = path.map(Path::to_path_buf);
         let (tx, rx) = mpsc::sync_channel::<Item>(CAPACITY);
         let dropped = Arc::new(AtomicU64::new(0));
         let lost = dropped.clone();
@@ -68,6 +58,7 @@ impl Logger {
                         match item {
                             Item::Line(ms, text) => write_line(&mut out, ms, &text),
                             Item::Flush(done) => flushed.push(done),
+                            Item::Reopen => reopen(&mut out, path.as_deref()),
                         }
                     }
                     let n = lost.swap(0, Ordering::Relaxed);
@@ -110,6 +101,14 @@ impl Logger {
         }
     }
 
+    /// Reopens the log file after the lines already logged (SIGUSR1, for
+    /// logrotate); a file that cannot be opened leaves the old one in use.
+    pub fn reopen(&self) {
+        if let Some(tx) = &self.tx {
+            let _ = tx.try_send(Item::Reopen);
+        }
+    }
+
     /// Waits (at most 5 s) until every line logged before is written out:
     /// the last lines of a stopping daemon must reach the file.
     pub fn flush(&self) {
@@ -131,6 +130,41 @@ impl Logger {
         }
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         let _ = wait.recv_timeout(left);
+    }
+}
+
+/// The log file (appended, created with its directory) or stderr.
+fn open(path: Option<&Path>) -> std::io::Result<Box<dyn Write + Send>> {
+    Ok(match path {
+        Some(p) => {
+            if let Some(dir) = p.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            Box::new(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(p)?,
+            )
+        }
+        None => Box::new(std::io::stderr()),
+    })
+}
+
+fn reopen(out: &mut std::io::BufWriter<Box<dyn Write + Send>>, path: Option<&Path>) {
+    let _ = out.flush();
+    let now = timefmt::now_millis();
+    match open(path) {
+        Ok(file) if path.is_some() => {
+            *out = std::io::BufWriter::with_capacity(256 << 10, file);
+            write_line(out, now, "sluice/master: log file reopened");
+        }
+        Ok(_) => {}
+        Err(e) => write_line(
+            out,
+            now,
+            &format!("sluice/master: cannot reopen the log: {e}"),
+        ),
     }
 }
 
@@ -171,7 +205,7 @@ mod tests {
             .try_iter()
             .map(|i| match i {
                 Item::Line(_, l) => l,
-                Item::Flush(_) => String::new(),
+                Item::Flush(_) | Item::Reopen => String::new(),
             })
             .collect();
         assert_eq!(kept.len(), 4);

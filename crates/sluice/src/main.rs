@@ -499,11 +499,13 @@ async fn serve(arg: ConfigArg) -> Result<(), String> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
     let mut hup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
+    let mut usr1 = signal(SignalKind::user_defined1()).map_err(|e| e.to_string())?;
     loop {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => break,
             _ = term.recv() => break,
             _ = hup.recv() => server.reload(),
+            _ = usr1.recv() => server.reopen_log(),
         }
     }
     eprintln!("sluice: shutting down");

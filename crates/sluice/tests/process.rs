@@ -217,3 +217,35 @@ async fn full_spool_answers_452_and_keeps_what_it_acknowledged() {
     );
     kill9(&mut server);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigusr1_reopens_the_log_for_logrotate() {
+    let dir = temp_dir("proc-logrotate");
+    let listen = free_addr();
+    let config = write_config(&dir, listen, free_addr(), 64);
+    let mut server = spawn(&config, None);
+    let _ = connect_when_up(listen).await;
+    let (log, rotated) = (dir.join("maillog"), dir.join("maillog.1"));
+    assert!(wait_until(10, || read_log(&dir).contains("connect from")).await);
+    // logrotate: rename, then SIGUSR1; new lines go to a new file.
+    std::fs::rename(&log, &rotated).unwrap();
+    let _ = Command::new("kill")
+        .arg("-USR1")
+        .arg(server.id().to_string())
+        .status();
+    assert!(
+        wait_until(10, || std::fs::read_to_string(&log)
+            .is_ok_and(|t| t.contains("log file reopened")))
+        .await,
+        "a new log file after SIGUSR1"
+    );
+    let _ = connect_when_up(listen).await;
+    assert!(
+        wait_until(10, || std::fs::read_to_string(&log)
+            .is_ok_and(|t| t.contains("connect from")))
+        .await
+    );
+    stop(&mut server);
+    let old = std::fs::read_to_string(&rotated).unwrap();
+    assert!(old.contains("daemon started") && !old.contains("log file reopened"));
+}
