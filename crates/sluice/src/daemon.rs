@@ -123,8 +123,12 @@ pub struct Server {
     logger: Logger,
     mailboxes: Arc<VirtualMailboxes>,
     tls: Option<Arc<ServerTls>>,
-    /// The admin socket's task (`sluice queue`).
+    /// The admin socket's task (`sluice queue`), and its path.
     admin: JoinHandle<()>,
+    admin_socket: std::path::PathBuf,
+    /// Where /metrics and the dashboard are served, if they are.
+    pub metrics_addr: Option<SocketAddr>,
+    observe: Option<JoinHandle<()>>,
     drain_deadline: Duration,
 }
 
@@ -230,8 +234,24 @@ impl Server {
                 log!(logger, "master", "fatal: {why}");
                 StartError::Config(why)
             })?;
+        let observe = match &config.metrics.listen {
+            Some(listen) => {
+                let addr: SocketAddr = listen.parse().map_err(|_| {
+                    StartError::Config(format!("metrics.listen: bad address {listen:?}"))
+                })?;
+                let (bound, task) = crate::admin::http::spawn(addr, queue.clone(), spool.clone())
+                    .await
+                    .map_err(StartError::Config)?;
+                log!(logger, "master", "metrics and dashboard on http://{bound}/");
+                Some((bound, task))
+            }
+            None => None,
+        };
         let (addrs, listeners) = listen(&config, &ctx, &shutdown, &logger)?;
         Ok(Server {
+            admin_socket: crate::admin::socket_path(&config.data_dir),
+            metrics_addr: observe.as_ref().map(|(a, _)| *a),
+            observe: observe.map(|(_, t)| t),
             admin,
             addrs,
             shutdown,
@@ -274,9 +294,16 @@ impl Server {
 
     /// Stops accepting, ends sessions, drains deliveries in flight, then
     /// flushes and closes the spool.
-    pub async fn shutdown(self) {
+    pub async fn shutdown(mut self) {
         let _ = self.shutdown.send(true);
+        // No more administration: the socket goes first, so a client
+        // finds no daemon rather than a half-closed one.
         self.admin.abort();
+        let _ = (&mut self.admin).await;
+        let _ = std::fs::remove_file(&self.admin_socket);
+        if let Some(t) = &self.observe {
+            t.abort();
+        }
         for l in self.listeners {
             let _ = l.await;
         }

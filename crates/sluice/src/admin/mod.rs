@@ -8,6 +8,7 @@
 //! runtime's workers. Trust: whoever can open the socket is the
 //! administrator; requests are still parsed strictly and bounded (64 KiB).
 
+pub mod http;
 pub mod protocol;
 pub mod submit;
 

@@ -51,6 +51,17 @@ pub struct Config {
     pub dns: DnsConfig,
     /// DKIM signing keys.
     pub dkim: DkimConfig,
+    /// Prometheus /metrics and the dashboard.
+    pub metrics: MetricsConfig,
+}
+
+/// `[metrics]`: where /metrics and the live dashboard are served (off
+/// unless `listen` is set; keep it on loopback).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// e.g. `127.0.0.1:9469`.
+    pub listen: Option<String>,
 }
 
 /// `[dkim]`: keys that sign mail from our own users (`[[dkim.keys]]`).
@@ -282,6 +293,7 @@ impl Default for Config {
             tables: BTreeMap::new(),
             dns: DnsConfig::default(),
             dkim: DkimConfig::default(),
+            metrics: MetricsConfig::default(),
         }
     }
 }

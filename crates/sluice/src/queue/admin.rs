@@ -26,6 +26,9 @@ use crate::message::status::Failure;
 #[derive(Debug)]
 pub enum AdminRequest {
     Snapshot,
+    /// Counts, the busiest destinations and the commonest deferral
+    /// reasons (the dashboard and /metrics).
+    Stats,
     /// Retry now: these messages, or every waiting one (`None`).
     Flush(Option<Vec<u64>>),
     Delete(Vec<u64>),
@@ -36,8 +39,29 @@ pub enum AdminRequest {
 
 pub enum AdminReply {
     Snapshot(Vec<Snap>),
+    Stats(QueueStats),
     /// How many messages the request applied to.
     Count(usize),
+}
+
+/// The queue at a glance.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct QueueStats {
+    pub active: usize,
+    pub deferred: usize,
+    pub hold: usize,
+    /// The 20 destinations with the most mail queued or in flight.
+    pub destinations: Vec<DestinationStats>,
+    /// The 10 commonest reasons mail is waiting, with their counts.
+    pub reasons: Vec<(String, usize)>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DestinationStats {
+    pub name: String,
+    pub queued: usize,
+    pub in_flight: usize,
+    pub window: usize,
 }
 
 /// Where a message is.
@@ -116,6 +140,7 @@ impl Scheduler {
     pub(super) fn admin(&mut self, request: AdminRequest, reply: oneshot::Sender<AdminReply>) {
         let answer = match request {
             AdminRequest::Snapshot => AdminReply::Snapshot(self.snapshot()),
+            AdminRequest::Stats => AdminReply::Stats(self.stats()),
             AdminRequest::Flush(ids) => AdminReply::Count(self.flush(ids)),
             AdminRequest::Delete(ids) => AdminReply::Count(self.each(ids, Self::delete)),
             AdminRequest::Hold(ids) => AdminReply::Count(self.each(ids, Self::hold)),
@@ -135,6 +160,40 @@ impl Scheduler {
 
     fn each(&mut self, ids: Vec<u64>, f: fn(&mut Self, u64) -> bool) -> usize {
         ids.into_iter().filter(|&id| f(self, id)).count()
+    }
+
+    fn stats(&self) -> QueueStats {
+        let mut destinations: Vec<DestinationStats> = self
+            .dests
+            .iter()
+            .map(|(name, d)| DestinationStats {
+                name: name.to_string(),
+                queued: d.queue.len(),
+                in_flight: d.workers.len(),
+                window: d.window,
+            })
+            .filter(|d| d.queued + d.in_flight > 0)
+            .collect();
+        destinations.sort_by_key(|d| std::cmp::Reverse(d.queued + d.in_flight));
+        destinations.truncate(20);
+        let mut reasons: HashMap<String, usize> = HashMap::new();
+        for p in self.parked.values().take(100_000) {
+            if let Some(r) = &p.reason {
+                let short: String = r.chars().take(80).collect();
+                *reasons.entry(short).or_default() += 1;
+            }
+        }
+        let mut reasons: Vec<(String, usize)> = reasons.into_iter().collect();
+        reasons.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
+        reasons.truncate(10);
+        let hold = self.admin.held.len();
+        QueueStats {
+            active: self.messages.len(),
+            deferred: self.parked.len().saturating_sub(hold),
+            hold,
+            destinations,
+            reasons,
+        }
     }
 
     fn snapshot(&self) -> Vec<Snap> {

@@ -22,6 +22,7 @@ pub mod agent;
 mod destination;
 mod failures;
 pub mod job;
+mod results;
 pub mod retry;
 mod rollup;
 pub mod scheduler;

@@ -10,6 +10,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::*;
+use crate::message::status::Outcome;
 use crate::queue::agent::WorkerStart;
 use crate::queue::job::Feedback;
 use crate::routing::domains::LocalDomains;

@@ -249,6 +249,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
 
     /// `554 5.7.1 Relay access denied`, logged and counted as an error.
     fn relay_denied(&mut self, address: &str, why: &str) -> Next {
+        metrics::counter!("sluice_messages_rejected_total", "reason" => "relay_denied")
+            .increment(1);
         let ip = self.peer.ip();
         log!(
             self.ctx.logger,
@@ -321,6 +323,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
 
     /// `550 5.1.1 User unknown`, logged and counted as an error.
     fn unknown_user(&mut self, address: &str, table: &str) -> Next {
+        metrics::counter!("sluice_messages_rejected_total", "reason" => "unknown_user")
+            .increment(1);
         let ip = self.peer.ip();
         log!(
             self.ctx.logger,
@@ -335,6 +339,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
 
     /// `451 4.3.0`: a table could not answer; never a 5xx.
     fn lookup_failed(&mut self, address: &str, err: &str) -> Next {
+        metrics::counter!("sluice_messages_rejected_total", "reason" => "lookup_failed")
+            .increment(1);
         let ip = self.peer.ip();
         log!(
             self.ctx.logger,

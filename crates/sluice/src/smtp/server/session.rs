@@ -122,6 +122,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         }
         let (ip, port) = (self.peer.ip(), self.peer.port());
         log!(ctx.logger, "smtpd", "connect from [{ip}]:{port}");
+        let _open = OpenSession::new();
         let _slot = match self.trusted {
             true => None,
             false => match ctx.anvil.connect(ip) {
@@ -159,6 +160,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             self.messages,
             self.errors
         );
+        let tls = if self.tls.is_some() { "yes" } else { "no" };
+        metrics::counter!("sluice_sessions_total", "tls" => tls).increment(1);
     }
 
     /// Reads the PROXY header a load balancer sends first and takes the
@@ -525,5 +528,21 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             }
             LineError::Nul => self.error("501 5.5.2 Error: NUL character in command"),
         }
+    }
+}
+
+/// Counts a session in `sluice_sessions_open` for as long as it lives.
+struct OpenSession;
+
+impl OpenSession {
+    fn new() -> OpenSession {
+        metrics::gauge!("sluice_sessions_open").increment(1.0);
+        OpenSession
+    }
+}
+
+impl Drop for OpenSession {
+    fn drop(&mut self) {
+        metrics::gauge!("sluice_sessions_open").decrement(1.0);
     }
 }

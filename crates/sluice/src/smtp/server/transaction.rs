@@ -366,6 +366,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         match self.ctx.spool.store(envelope.clone(), body.clone()).await {
             Ok(body_ref) => {
                 self.messages += 1;
+                metrics::counter!("sluice_messages_received_total").increment(1);
                 log!(
                     self.ctx.logger,
                     "smtpd",

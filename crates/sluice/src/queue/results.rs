@@ -1,0 +1,93 @@
+//! Applying a job's outcomes: each recipient's new state, the log line,
+//! the delivery metrics, NOTIFY=SUCCESS notices, and the spool record of
+//! what became final (with `complete` when the whole message is done).
+
+use sluice_proto::dsn::NOTIFY_SUCCESS;
+
+use super::failures::wants;
+use super::scheduler::{delay, RcptState, Scheduler};
+use crate::bounce::dsn::Notice;
+use crate::log;
+use crate::log::qid;
+use crate::message::status::{Failure, Outcome};
+
+impl Scheduler {
+    /// Applies one job's results (called exactly once per job).
+    pub(super) fn apply_results(&mut self, id: u64, results: Vec<(u16, Outcome)>) {
+        self.jobs_out = self.jobs_out.saturating_sub(1);
+        let Some(msg) = self.messages.get_mut(&id) else {
+            return;
+        };
+        let env = msg.envelope.clone();
+        let mut delivered = Vec::new();
+        // NOTIFY=SUCCESS: delivered here, or relayed to a hop without DSN.
+        let (mut successes, mut relayed) = (Vec::new(), false);
+        for (r, outcome) in results {
+            let Some(state) = msg.rcpts.get_mut(r as usize) else {
+                continue;
+            };
+            log!(
+                self.logger,
+                "smtp",
+                "{}: to=<{}>, relay={}, delay={}, dsn={}, status={} ({})",
+                qid(id),
+                env.recipients[r as usize],
+                outcome.relay(),
+                delay(&env),
+                outcome.dsn(),
+                outcome.status_word(),
+                outcome.text()
+            );
+            let transport = if outcome.relay() == "maildir" {
+                "maildir"
+            } else {
+                "smtp"
+            };
+            let status = outcome.status_word();
+            metrics::counter!("sluice_deliveries_total", "transport" => transport, "status" => status)
+                .increment(1);
+            match outcome {
+                Outcome::Delivered {
+                    relay,
+                    reply,
+                    notified,
+                } => {
+                    *state = RcptState::Delivered;
+                    delivered.push(r);
+                    if env.dsn.is_some() && !notified && wants(&env, r, NOTIFY_SUCCESS) {
+                        relayed = relay != "maildir";
+                        successes.push((r, Failure::delivered(&relay, &reply)));
+                    }
+                }
+                Outcome::Deferred { relay, reason } => {
+                    *state = RcptState::Deferred { relay, reason }
+                }
+                Outcome::Bounced { relay, reason } => {
+                    *state = RcptState::Bounced;
+                    msg.failed.push((r, Failure::from_bounce(&relay, &reason)));
+                }
+            }
+        }
+        msg.in_flight = msg.in_flight.saturating_sub(1);
+        let round_over = msg.in_flight == 0;
+        let complete = round_over && msg.failed.is_empty() && msg.all_final();
+        if !successes.is_empty() && !env.sender.is_empty() {
+            let kind = match relayed {
+                true => Notice::Relayed,
+                false => Notice::Delivered,
+            };
+            let original = (env.clone(), msg.body.clone(), msg.body_ref);
+            self.spawn_notice(original, kind, successes, None);
+        }
+        if !delivered.is_empty() {
+            self.spool.record_outcome(id, delivered, complete);
+            if complete {
+                self.remove(id);
+                return;
+            }
+        }
+        if round_over {
+            self.finish_round(id);
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! Observability against a running daemon: Prometheus text at /metrics,
+//! the queue at /api/queue, and the live dashboard at / as a real
+//! headless Chromium (Debian's) renders it while mail flows: live numbers
+//! in the page, and a screenshot that is not blank.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+
+/// One HTTP request; the whole response.
+async fn http(addr: SocketAddr, request: &str) -> String {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out
+}
+
+async fn get(addr: SocketAddr, path: &str) -> String {
+    http(addr, &format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n")).await
+}
+
+/// Sends `n` messages, one connection each, in the background.
+fn load(addr: SocketAddr, n: usize) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        for i in 0..n {
+            let mut c = Client::ready(addr).await;
+            let r = c
+                .message("s@b.test", &["x@ours.test"], &body(&format!("load{i}")))
+                .await;
+            assert!(r.starts_with("250"), "{r}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+}
+
+async fn chromium(args: Vec<String>) -> (String, String) {
+    tokio::task::spawn_blocking(move || {
+        let out = Command::new(CHROMIUM)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+            ])
+            .args(args)
+            .output()
+            .expect("run chromium");
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_queue_and_a_live_dashboard_in_chromium() {
+    ensure_package(CHROMIUM, "chromium");
+    let dir = temp_dir("dashboard");
+    let sink = recording_sink().await;
+    let mut cfg = config(&dir, Some(sink.addr));
+    cfg.metrics.listen = Some("127.0.0.1:0".into());
+    let (server, addr) = start(cfg).await;
+    let web = server.metrics_addr.expect("metrics listener");
+
+    let traffic = load(addr, 5);
+    traffic.await.unwrap();
+    assert!(wait_until(15, || sink.count() == 5).await);
+    let metrics = get(web, "/metrics").await;
+    assert!(metrics.starts_with("HTTP/1.1 200 OK\r\n"), "{metrics}");
+    for want in [
+        "sluice_messages_received_total",
+        "sluice_deliveries_total{transport=\"smtp\",status=\"sent\"}",
+        "sluice_queue_messages{state=\"active\"}",
+        "sluice_sessions_total{tls=\"no\"}",
+        "sluice_spool_syncs",
+    ] {
+        assert!(metrics.contains(want), "{want} in {metrics}");
+    }
+    let queue = get(web, "/api/queue").await;
+    assert!(
+        queue.contains("\"active\":") && queue.contains("\"destinations\":"),
+        "{queue}"
+    );
+    assert!(get(web, "/nope").await.starts_with("HTTP/1.1 404"));
+    assert!(http(web, "POST / HTTP/1.1\r\n\r\n")
+        .await
+        .starts_with("HTTP/1.1 405"));
+
+    // The dashboard, under load, in a real browser.
+    let traffic = load(addr, 200);
+    let url = format!("http://{web}/");
+    let (dom, err) = chromium(vec![
+        "--virtual-time-budget=15000".into(),
+        "--dump-dom".into(),
+        url.clone(),
+    ])
+    .await;
+    assert!(
+        dom.contains("data-live=\"yes\""),
+        "live numbers in the page: {dom}\n{err}"
+    );
+    let total = dom
+        .split("id=\"received-total\">")
+        .nth(1)
+        .and_then(|s| s.split('<').next())
+        .unwrap_or("")
+        .replace(',', "");
+    assert!(
+        total.parse::<u64>().is_ok_and(|n| n >= 5),
+        "received total {total:?}"
+    );
+    let shot = dir.join("dashboard.png");
+    let (_, err) = chromium(vec![
+        "--virtual-time-budget=15000".into(),
+        "--window-size=1000,800".into(),
+        format!("--screenshot={}", shot.display()),
+        url,
+    ])
+    .await;
+    let file = std::fs::File::open(&shot).unwrap_or_else(|e| panic!("no screenshot ({e}): {err}"));
+    let mut decoder = png::Decoder::new(std::io::BufReader::new(file))
+        .read_info()
+        .unwrap();
+    let mut pixels = vec![0; decoder.output_buffer_size().unwrap()];
+    let info = decoder.next_frame(&mut pixels).unwrap();
+    let step = info.color_type.samples();
+    let colors: std::collections::HashSet<&[u8]> =
+        pixels[..info.buffer_size()].chunks(step).collect();
+    assert!(
+        colors.len() > 20,
+        "the screenshot is not blank: {} colours",
+        colors.len()
+    );
+    if let Ok(keep) = std::env::var("SLUICE_KEEP_SCREENSHOT") {
+        let _ = std::fs::copy(&shot, keep);
+    }
+    traffic.abort();
+    server.shutdown().await;
+}
