@@ -256,6 +256,7 @@ impl Writer {
 
     /// Writes and syncs one batch; returns the reply channel of a shutdown request.
     fn commit(&mut self, batch: &mut Vec<Command>, buf: &mut Vec<u8>) -> Option<mpsc::Sender<()>> {
+        let started = std::time::Instant::now();
         let mut stores = Vec::new();
         let mut outcomes = std::mem::take(&mut self.unwritten);
         let mut shutdown = None;
@@ -282,7 +283,12 @@ impl Writer {
         };
         let recorded = self.encode_outcomes(&outcomes, buf);
         match self.write(buf) {
-            Ok(()) => self.apply(buf.len() as u64, encoded, recorded),
+            Ok(()) => {
+                // Write and sync, as the daemon's /metrics shows them.
+                metrics::histogram!("sluice_spool_commit_seconds").record(started.elapsed());
+                metrics::histogram!("sluice_spool_batch_messages").record(encoded.len() as f64);
+                self.apply(buf.len() as u64, encoded, recorded)
+            }
             Err(err) => {
                 let had_stores = !encoded.is_empty();
                 for store in encoded {

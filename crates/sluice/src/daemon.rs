@@ -137,7 +137,10 @@ impl Server {
         config
             .validate()
             .map_err(|e| StartError::Config(e.to_string()))?;
-        let logger = Logger::start(config.log_file.as_deref()).map_err(StartError::Log)?;
+        // (validate() has checked it is "text" or "json".)
+        let json = config.log_format == "json";
+        let logger = Logger::start_as(config.log_file.as_deref(), json).map_err(StartError::Log)?;
+        crate::log::route_crate_logs(&logger);
         let config = Arc::new(config);
         let (spool, recovered) = open_spool(&config, &logger).await?;
         let mailboxes = Arc::new(
@@ -239,9 +242,14 @@ impl Server {
                 let addr: SocketAddr = listen.parse().map_err(|_| {
                     StartError::Config(format!("metrics.listen: bad address {listen:?}"))
                 })?;
-                let (bound, task) = crate::admin::http::spawn(addr, queue.clone(), spool.clone())
-                    .await
-                    .map_err(StartError::Config)?;
+                let (bound, task) = crate::admin::http::spawn(
+                    addr,
+                    queue.clone(),
+                    spool.clone(),
+                    mailboxes.clone(),
+                )
+                .await
+                .map_err(StartError::Config)?;
                 log!(logger, "master", "metrics and dashboard on http://{bound}/");
                 Some((bound, task))
             }

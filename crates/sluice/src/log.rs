@@ -41,6 +41,13 @@ pub struct Logger {
 impl Logger {
     /// Starts the writer thread, appending to `path` or to stderr.
     pub fn start(path: Option<&Path>) -> std::io::Result<Logger> {
+        Logger::start_as(path, false)
+    }
+
+    /// As [`Logger::start`]; with `json`, each line is a JSON object
+    /// (`ts`, `program`, `component`, `queue_id` when the text starts with
+    /// one, `text`) for log shippers.
+    pub fn start_as(path: Option<&Path>, json: bool) -> std::io::Result<Logger> {
         let out = open(path)?;
         let path = path.map(Path::to_path_buf);
         let (tx, rx) = mpsc::sync_channel::<Item>(CAPACITY);
@@ -56,6 +63,7 @@ impl Logger {
                     // the dropped-lines notice are never put off for long.
                     for item in std::iter::once(first).chain(rx.try_iter().take(CAPACITY)) {
                         match item {
+                            Item::Line(ms, text) if json => write_json(&mut out, ms, &text),
                             Item::Line(ms, text) => write_line(&mut out, ms, &text),
                             Item::Flush(done) => flushed.push(done),
                             Item::Reopen => reopen(&mut out, path.as_deref()),
@@ -168,6 +176,27 @@ fn reopen(out: &mut std::io::BufWriter<Box<dyn Write + Send>>, path: Option<&Pat
     }
 }
 
+/// One line as a JSON object: `sluice/smtpd: 1A2B: text` gives program
+/// `sluice`, component `smtpd`, queue_id `1A2B`, text.
+fn write_json(out: &mut impl Write, millis: u64, line: &str) {
+    let (head, text) = line.split_once(": ").unwrap_or(("", line));
+    let (program, component) = head.split_once('/').unwrap_or((head, ""));
+    let queue_id = text.split_once(": ").map(|(id, _)| id).filter(|id| {
+        id.len() >= 8
+            && id
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_lowercase())
+    });
+    let value = serde_json::json!({
+        "ts": timefmt::iso8601(millis),
+        "program": program,
+        "component": component,
+        "queue_id": queue_id,
+        "text": text,
+    });
+    let _ = writeln!(out, "{value}");
+}
+
 fn write_line(out: &mut impl Write, millis: u64, line: &str) {
     let _ = writeln!(out, "{} {line}", timefmt::iso8601(millis));
 }
@@ -183,6 +212,30 @@ macro_rules! log {
 /// Queue IDs are shown in upper-case hex, like Postfix's short IDs.
 pub fn qid(id: u64) -> String {
     format!("{id:X}")
+}
+
+/// Routes the `log` crate's records (ldap3 and other libraries) at warn
+/// level and above into the mail log as `sluice/<crate>: text`. The first
+/// daemon of a process installs it (tests start several); later ones keep
+/// the first logger.
+pub fn route_crate_logs(logger: &Logger) {
+    struct Bridge(Logger);
+    impl log::Log for Bridge {
+        fn enabled(&self, m: &log::Metadata<'_>) -> bool {
+            m.level() <= log::Level::Warn
+        }
+        fn log(&self, r: &log::Record<'_>) {
+            if self.enabled(r.metadata()) {
+                let module = r.target().split("::").next().unwrap_or("lib");
+                self.0
+                    .log(module, format_args!("{}: {}", r.level(), r.args()));
+            }
+        }
+        fn flush(&self) {}
+    }
+    if log::set_boxed_logger(Box::new(Bridge(logger.clone()))).is_ok() {
+        log::set_max_level(log::LevelFilter::Warn);
+    }
 }
 
 #[cfg(test)]

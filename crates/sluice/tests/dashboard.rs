@@ -83,6 +83,8 @@ async fn metrics_queue_and_a_live_dashboard_in_chromium() {
         "sluice_queue_messages{state=\"active\"}",
         "sluice_sessions_total{tls=\"no\"}",
         "sluice_spool_syncs",
+        "sluice_spool_commit_seconds",
+        "sluice_spool_batch_messages",
     ] {
         assert!(metrics.contains(want), "{want} in {metrics}");
     }

@@ -22,6 +22,7 @@ use tokio::task::JoinHandle;
 
 use crate::queue::admin::{AdminReply, AdminRequest, QueueStats};
 use crate::queue::QueueHandle;
+use crate::routing::mailboxes::VirtualMailboxes;
 
 const DASHBOARD: &str = include_str!("dashboard.html");
 
@@ -42,6 +43,7 @@ struct Http {
     handle: PrometheusHandle,
     queue: QueueHandle,
     spool: Spool,
+    mailboxes: Arc<VirtualMailboxes>,
 }
 
 /// Serves the listener until the task is aborted.
@@ -49,6 +51,7 @@ pub async fn spawn(
     addr: SocketAddr,
     queue: QueueHandle,
     spool: Spool,
+    mailboxes: Arc<VirtualMailboxes>,
 ) -> Result<(SocketAddr, JoinHandle<()>), String> {
     let handle = recorder()?;
     let listener = TcpListener::bind(addr)
@@ -59,6 +62,7 @@ pub async fn spawn(
         handle,
         queue,
         spool,
+        mailboxes,
     });
     let task = tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
@@ -143,6 +147,12 @@ impl Http {
         metrics::gauge!("sluice_spool_messages_stored").set(load(&st.messages));
         metrics::gauge!("sluice_spool_syncs").set(load(&st.syncs));
         metrics::gauge!("sluice_spool_bytes_written").set(load(&st.bytes));
+        for (table, counters) in self.mailboxes.lookup_counters() {
+            for (what, n) in counters {
+                let name = format!("sluice_lookup_{what}_total");
+                metrics::counter!(name, "table" => table.clone()).absolute(n);
+            }
+        }
         self.handle.render()
     }
 

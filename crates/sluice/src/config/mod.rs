@@ -31,6 +31,8 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Log file; stderr when unset.
     pub log_file: Option<PathBuf>,
+    /// `text` (maillog lines, the default) or `json` (one object a line).
+    pub log_format: String,
     /// Where `RCPT TO:<Postmaster>` (no domain, RFC 5321 §4.5.1) goes;
     /// default `postmaster@<hostname>`. Accepted from any client.
     pub postmaster: Option<String>,
@@ -281,6 +283,7 @@ impl Default for Config {
             hostname: "localhost".into(),
             data_dir: PathBuf::from("./var"),
             log_file: None,
+            log_format: "text".into(),
             postmaster: None,
             smtpd: SmtpdConfig::default(),
             tls: listener::TlsConfig::default(),
@@ -411,6 +414,13 @@ impl Config {
 
     /// Checks what serde cannot: addresses, networks, next hops.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if !matches!(self.log_format.as_str(), "text" | "json") {
+            let why = format!(
+                "log_format: {:?} (want \"text\" or \"json\")",
+                self.log_format
+            );
+            return Err(ConfigError::Invalid(why));
+        }
         for net in &self.smtpd.mynetworks {
             Cidr::parse(net).ok_or_else(|| {
                 ConfigError::Invalid(format!("smtpd.mynetworks: bad network {net:?}"))

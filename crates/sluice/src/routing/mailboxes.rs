@@ -266,6 +266,11 @@ impl VirtualMailboxes {
     pub fn stats_lines(&self) -> Vec<String> {
         self.tables().filter_map(|t| t.stats_line()).collect()
     }
+
+    /// The LDAP tables' counters (see `Table::counters`).
+    pub fn lookup_counters(&self) -> Vec<(String, [(&'static str, u64); 5])> {
+        self.tables().filter_map(|t| t.counters()).collect()
+    }
 }
 
 #[cfg(test)]

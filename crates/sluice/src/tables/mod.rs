@@ -108,6 +108,24 @@ impl Table {
         matches!(self, Table::Static(_))
     }
 
+    /// An LDAP table's name and counters (queries, cache hits, found, not
+    /// found, failures), for /metrics.
+    pub fn counters(&self) -> Option<(String, [(&'static str, u64); 5])> {
+        let Table::Ldap(t) = self else { return None };
+        let s = &t.stats;
+        let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Some((
+            t.name.clone(),
+            [
+                ("queries", n(&s.queries)),
+                ("cache_hits", n(&s.cache_hits)),
+                ("found", n(&s.found)),
+                ("not_found", n(&s.not_found)),
+                ("failures", n(&s.failures)),
+            ],
+        ))
+    }
+
     /// A log line with an LDAP table's counters.
     pub fn stats_line(&self) -> Option<String> {
         let Table::Ldap(t) = self else { return None };

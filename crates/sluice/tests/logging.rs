@@ -1,0 +1,35 @@
+//! `log_format = "json"`: every line of the mail log is a JSON object
+//! with the queue ID split out, for log shippers.
+
+mod common;
+
+use common::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_log_lines_carry_the_queue_id() {
+    let dir = temp_dir("log-json");
+    let sink = recording_sink().await;
+    let mut cfg = config(&dir, Some(sink.addr));
+    cfg.log_format = "json".into();
+    let (server, addr) = start(cfg).await;
+    let mut c = Client::ready(addr).await;
+    let r = c.message("a@b.test", &["x@ours.test"], &body("json")).await;
+    let id = qid_of(&r);
+    assert!(wait_until(15, || sink.count() == 1).await);
+    server.shutdown().await;
+    let log = read_log(&dir);
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+        .collect();
+    let received = lines
+        .iter()
+        .find(|v| v["component"] == "smtpd" && v["queue_id"] == id.as_str())
+        .unwrap_or_else(|| panic!("a line for {id}: {log}"));
+    assert!(received["text"].as_str().unwrap().contains("client=["));
+    assert_eq!(received["program"], "sluice");
+    assert!(received["ts"].as_str().unwrap().starts_with("20"));
+    let mut bad = config(&dir, None);
+    bad.log_format = "xml".into();
+    assert!(sluice::daemon::Server::start(bad).await.is_err());
+}
