@@ -45,6 +45,9 @@
 #                      there is no syslog socket here, so 0 means "discarded")
 #   KEEP=0             1: keep the temp dir (configs, logs) for inspection
 #   RESULTS_FILE=bench/results/relay-YYYY-MM-DD.txt   where RESULT lines are appended
+#                      (with GENERATOR=sluice, an SVG of each run's accepted
+#                      messages per second goes next to it:
+#                      relay-YYYY-MM-DD-<system>-<size>-tls<on|off>.svg)
 #
 # Output
 #   Progress on stderr. Last, one line per system and size:
@@ -244,6 +247,7 @@ run_generator() {
             "$SLUICE" bench --target "$HOST:$port" --sessions "$SESSIONS" "${starttls[@]}" \
             --messages-per-session 1 --count "$n" --size "$size" \
             --recipients 1 --domains 5 --max-seconds "$RUN_TIMEOUT" --interval 1 \
+            --chart "$REPO/bench/results/relay-$(date +%F)-$CHART_TAG.svg" \
             2>"$W/gen.err" | tee "$W/gen.out" >&2 || GEN_RC=$?
         local line
         line=$(grep '^BENCH ' "$W/gen.out" | tail -1 || true)
@@ -500,6 +504,7 @@ run_one() {
     ticker "$sys/$size" &
     TICKER_PID=$!
 
+    CHART_TAG="$sys-$size-tls$TLS"
     log "=== $sys, size $size B: generator ($GENERATOR, $SESSIONS sessions, $n messages)"
     gen_start=$(now)
     run_generator "$port" "$n" "$size"

@@ -194,6 +194,9 @@ struct BenchArgs {
     /// Append the Message-ID of every acknowledged message to this file.
     #[arg(long)]
     ack_log: Option<PathBuf>,
+    /// Write an SVG chart of the per-interval rates here when done.
+    #[arg(long)]
+    chart: Option<PathBuf>,
     /// Pause of a session after a failed connection (ms).
     #[arg(long)]
     retry_pause_ms: Option<u64>,
@@ -554,6 +557,7 @@ async fn run_bench(a: BenchArgs) -> Result<(), String> {
         recipient_count: a.recipient_count.unwrap_or(d.recipient_count),
         unknown_percent: a.unknown_percent,
         ack_log: a.ack_log,
+        chart: a.chart,
         retry_pause: a
             .retry_pause_ms
             .map_or(d.retry_pause, Duration::from_millis),

@@ -53,6 +53,8 @@ pub struct BenchOptions {
     pub recipient_count: u64,
     /// Share of recipients (percent) made unknown on purpose.
     pub unknown_percent: f64,
+    /// Write an SVG chart of the per-interval rates here at the end.
+    pub chart: Option<PathBuf>,
     /// Append the Message-ID of every acknowledged message to this file.
     pub ack_log: Option<PathBuf>,
     /// Pause of a session after a failed connection, before the next one.
@@ -85,6 +87,7 @@ impl Default for BenchOptions {
             unknown_percent: 0.0,
             starttls: false,
             ack_log: None,
+            chart: None,
             retry_pause: Duration::from_millis(100),
             stop: None,
         }
@@ -203,6 +206,7 @@ pub async fn run(opts: BenchOptions, mut csv: impl std::io::Write) -> std::io::R
         "time,messages,data(K),errors,connections,SSL connections"
     );
     let tty = unsafe { libc::isatty(2) } == 1;
+    let mut per_interval: Vec<u64> = Vec::new();
     let mut last = (0u64, 0u64, 0u64, 0u64);
     let mut ticker = tokio::time::interval(opts.interval);
     ticker.tick().await;
@@ -247,6 +251,7 @@ pub async fn run(opts: BenchOptions, mut csv: impl std::io::Write) -> std::io::R
             now.3 - last.3
         );
         let _ = csv.flush();
+        per_interval.push(now.0 - last.0);
         if tty {
             let done = now.0 + now.2;
             let width = 30usize;
@@ -272,6 +277,14 @@ pub async fn run(opts: BenchOptions, mut csv: impl std::io::Write) -> std::io::R
     }
     if let Some(f) = flusher {
         f.abort();
+    }
+    if let Some(path) = &opts.chart {
+        let title = format!(
+            "sluice bench: {} sessions, {} B, messages per second",
+            opts.sessions, opts.size
+        );
+        let svg = super::chart::svg(&title, &per_interval, opts.interval.as_secs_f64());
+        std::fs::write(path, svg)?;
     }
     if let Some(acks) = &acks {
         acks.flush();

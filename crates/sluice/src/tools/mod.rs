@@ -3,6 +3,7 @@
 //! dkim-keygen`.
 
 pub mod bench;
+pub mod chart;
 pub mod keygen;
 pub mod queue_cli;
 pub mod sendmail;

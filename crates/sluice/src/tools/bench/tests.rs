@@ -33,10 +33,16 @@ async fn ack_log_lists_exactly_what_the_sink_received() {
         messages_per_session: 3,
         count: 50,
         ack_log: Some(dir.join("acks")),
+        chart: Some(dir.join("rates.svg")),
         ..BenchOptions::default()
     };
     let report = run(opts, std::io::sink()).await.unwrap();
     assert_eq!((report.messages, report.errors), (50, 0));
+    let svg = std::fs::read_to_string(dir.join("rates.svg")).unwrap();
+    assert!(
+        svg.starts_with("<svg") && svg.contains("<polyline"),
+        "{svg}"
+    );
     let acks = lines(&dir.join("acks"));
     assert_eq!(acks.len(), 50);
     assert!(acks[0].starts_with('<') && acks[0].ends_with("@sluice.bench>"));
