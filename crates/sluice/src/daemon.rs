@@ -123,6 +123,8 @@ pub struct Server {
     logger: Logger,
     mailboxes: Arc<VirtualMailboxes>,
     tls: Option<Arc<ServerTls>>,
+    /// The configuration the daemon runs with.
+    config: Arc<Config>,
     /// The admin socket's task (`sluice queue`), and its path.
     admin: JoinHandle<()>,
     admin_socket: std::path::PathBuf,
@@ -257,6 +259,7 @@ impl Server {
         };
         let (addrs, listeners) = listen(&config, &ctx, &shutdown, &logger)?;
         Ok(Server {
+            config: config.clone(),
             admin_socket: crate::admin::socket_path(&config.data_dir),
             metrics_addr: observe.as_ref().map(|(a, _)| *a),
             observe: observe.map(|(_, t)| t),
@@ -280,7 +283,37 @@ impl Server {
     }
 
     /// Reloads lookup tables and the TLS certificate (SIGHUP).
-    pub fn reload(&self) {
+    ///
+    /// With the configuration file's `path`, the file is read and checked
+    /// first: a bad one is refused (its error, with the line, is logged)
+    /// and nothing changes. A good one reloads tables and certificates
+    /// now, and the log names the sections whose changes wait for a
+    /// restart (listeners, routes and limits are built once, at start).
+    pub fn reload(&self, path: Option<&std::path::Path>) {
+        if let Some(path) = path {
+            match Config::load(path) {
+                Err(e) => {
+                    let why = e.to_string().replace('\n', " | ");
+                    log!(
+                        self.logger,
+                        "master",
+                        "reload: {why}; keeping the running configuration"
+                    );
+                    return;
+                }
+                Ok(new) => {
+                    let changed = sections_changed(&self.config, &new);
+                    if !changed.is_empty() {
+                        log!(
+                            self.logger,
+                            "master",
+                            "reload: changes to {} take effect at the next restart",
+                            changed.join(", ")
+                        );
+                    }
+                }
+            }
+        }
         log!(self.logger, "master", "reload: lookup tables");
         self.mailboxes.reload();
         if let Some(tls) = &self.tls {
@@ -459,6 +492,70 @@ fn spawn_table_watcher(mailboxes: &Arc<VirtualMailboxes>, mut stop: watch::Recei
 }
 
 /// Directory counters once a minute, for operators watching lookups.
+/// The top-level settings that differ between two configurations.
+fn sections_changed(old: &Config, new: &Config) -> Vec<&'static str> {
+    let pairs: [(&'static str, String, String); 13] = [
+        (
+            "hostname",
+            format!("{:?}", old.hostname),
+            format!("{:?}", new.hostname),
+        ),
+        (
+            "data_dir",
+            format!("{:?}", old.data_dir),
+            format!("{:?}", new.data_dir),
+        ),
+        (
+            "log_file",
+            format!("{:?}{:?}", old.log_file, old.log_format),
+            format!("{:?}{:?}", new.log_file, new.log_format),
+        ),
+        (
+            "smtpd",
+            format!("{:?}", old.smtpd),
+            format!("{:?}", new.smtpd),
+        ),
+        ("auth", format!("{:?}", old.auth), format!("{:?}", new.auth)),
+        (
+            "spool",
+            format!("{:?}", old.spool),
+            format!("{:?}", new.spool),
+        ),
+        (
+            "queue",
+            format!("{:?}", old.queue),
+            format!("{:?}", new.queue),
+        ),
+        (
+            "delivery",
+            format!("{:?}", old.delivery),
+            format!("{:?}", new.delivery),
+        ),
+        (
+            "transport",
+            format!("{:?}", old.transport),
+            format!("{:?}", new.transport),
+        ),
+        (
+            "local and tables",
+            format!("{:?}{:?}", old.local, old.tables),
+            format!("{:?}{:?}", new.local, new.tables),
+        ),
+        ("dns", format!("{:?}", old.dns), format!("{:?}", new.dns)),
+        ("dkim", format!("{:?}", old.dkim), format!("{:?}", new.dkim)),
+        (
+            "metrics",
+            format!("{:?}", old.metrics),
+            format!("{:?}", new.metrics),
+        ),
+    ];
+    pairs
+        .into_iter()
+        .filter(|(_, a, b)| a != b)
+        .map(|(n, _, _)| n)
+        .collect()
+}
+
 fn spawn_lookup_stats(
     mailboxes: &Arc<VirtualMailboxes>,
     logger: &Logger,

@@ -507,7 +507,7 @@ async fn serve(arg: ConfigArg) -> Result<(), String> {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => break,
             _ = term.recv() => break,
-            _ = hup.recv() => server.reload(),
+            _ = hup.recv() => server.reload(arg.config.as_deref()),
             _ = usr1.recv() => server.reopen_log(),
         }
     }

@@ -249,3 +249,53 @@ async fn sigusr1_reopens_the_log_for_logrotate() {
     let old = std::fs::read_to_string(&rotated).unwrap();
     assert!(old.contains("daemon started") && !old.contains("log file reopened"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_refuses_a_bad_configuration_and_keeps_running() {
+    let dir = temp_dir("proc-reload");
+    let listen = free_addr();
+    let config = write_config(&dir, listen, free_addr(), 64);
+    let good = std::fs::read_to_string(&config).unwrap();
+    let mut server = spawn(&config, None);
+    let _ = connect_when_up(listen).await;
+    let hup = |server: &Child| {
+        let _ = Command::new("kill")
+            .arg("-HUP")
+            .arg(server.id().to_string())
+            .status();
+    };
+    // Line 2 broken: refused, with its line, and the daemon serves on.
+    let broken = good.replacen("data_dir = ", "data_dir = = ", 1);
+    std::fs::write(&config, broken).unwrap();
+    hup(&server);
+    assert!(
+        wait_until(10, || read_log(&dir)
+            .contains("keeping the running configuration"))
+        .await,
+        "{}",
+        read_log(&dir)
+    );
+    let refusal = read_log(&dir);
+    assert!(
+        refusal.contains("line 2"),
+        "the error names its line: {refusal}"
+    );
+    let mut c = connect_when_up(listen).await;
+    assert!(c.cmd("NOOP").await.starts_with("250"));
+    // A good file with a changed limit: accepted, and the log says when
+    // the change applies.
+    std::fs::write(
+        &config,
+        good.replace("minimal_backoff_secs = 1", "minimal_backoff_secs = 5"),
+    )
+    .unwrap();
+    hup(&server);
+    assert!(
+        wait_until(10, || read_log(&dir)
+            .contains("changes to queue take effect at the next restart"))
+        .await,
+        "{}",
+        read_log(&dir)
+    );
+    stop(&mut server);
+}

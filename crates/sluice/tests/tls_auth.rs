@@ -209,7 +209,7 @@ async fn a_new_certificate_is_served_after_reload() {
     std::fs::copy(&cert, &first).unwrap();
     starttls(addr, &first).await;
     write("mx.test");
-    server.reload();
+    server.reload(None);
     let second = dir.join("second.pem");
     std::fs::copy(&cert, &second).unwrap();
     // The new certificate verifies against the new CA only.

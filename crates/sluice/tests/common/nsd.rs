@@ -13,10 +13,23 @@ pub struct Nsd {
 const BIN: &str = "/usr/sbin/nsd";
 
 impl Nsd {
-    /// Serves `zones` (name, zone file text) until dropped.
+    /// Serves `zones` (name, zone file text) until dropped. A port taken
+    /// by someone else between choosing and binding it costs a retry on
+    /// another.
     pub fn start(dir: &Path, zones: &[(&str, &str)]) -> Nsd {
         super::ensure_package(BIN, "nsd");
-        let dir = dir.join("nsd");
+        for attempt in 0..3 {
+            let nsd = Nsd::start_once(&dir.join(format!("nsd{attempt}")), zones);
+            let apex = zones.first().map_or(".", |(name, _)| name);
+            if nsd.answers(apex) {
+                return nsd;
+            }
+        }
+        panic!("nsd did not answer on three ports; see {}", dir.display());
+    }
+
+    fn start_once(dir: &Path, zones: &[(&str, &str)]) -> Nsd {
+        let dir = dir.to_path_buf();
         std::fs::create_dir_all(&dir).unwrap();
         let port = std::net::UdpSocket::bind("127.0.0.1:0")
             .unwrap()
@@ -54,6 +67,36 @@ impl Nsd {
             dir,
             child,
         }
+    }
+
+    /// Polls with a real query (SOA of `zone`) until nsd answers (true),
+    /// so no test's first lookup races its start-up; false after 10 s.
+    fn answers(&self, zone: &str) -> bool {
+        let mut query = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+        for label in zone
+            .trim_end_matches('.')
+            .split('.')
+            .filter(|l| !l.is_empty())
+        {
+            query.push(label.len() as u8);
+            query.extend_from_slice(label.as_bytes());
+        }
+        query.extend_from_slice(&[0, 0, 6, 0, 1]);
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        socket
+            .set_read_timeout(Some(std::time::Duration::from_millis(200)))
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut buf = [0u8; 512];
+        while std::time::Instant::now() < deadline {
+            let _ = socket.send_to(&query, self.addr);
+            if let Ok((n, _)) = socket.recv_from(&mut buf) {
+                if n >= 12 && buf[..2] == [0x12, 0x34] {
+                    return true;
+                }
+            }
+        }
+        false
     }
 }
 
