@@ -16,6 +16,8 @@ async fn json_log_lines_carry_the_queue_id() {
     let r = c.message("a@b.test", &["x@ours.test"], &body("json")).await;
     let id = qid_of(&r);
     assert!(wait_until(15, || sink.count() == 1).await);
+    // Libraries' warnings (log, and hickory's tracing) reach the mail log.
+    tracing::warn!(target: "hickory_proto::udp", "tracing reaches the mail log");
     server.shutdown().await;
     let log = read_log(&dir);
     let lines: Vec<serde_json::Value> = log
@@ -29,6 +31,11 @@ async fn json_log_lines_carry_the_queue_id() {
     assert!(received["text"].as_str().unwrap().contains("client=["));
     assert_eq!(received["program"], "sluice");
     assert!(received["ts"].as_str().unwrap().starts_with("20"));
+    assert!(
+        lines.iter().any(|v| v["component"] == "hickory_proto"
+            && v["text"] == "WARN: tracing reaches the mail log"),
+        "{log}"
+    );
     let mut bad = config(&dir, None);
     bad.log_format = "xml".into();
     assert!(sluice::daemon::Server::start(bad).await.is_err());
