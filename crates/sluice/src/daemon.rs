@@ -494,66 +494,33 @@ fn spawn_table_watcher(mailboxes: &Arc<VirtualMailboxes>, mut stop: watch::Recei
 /// Directory counters once a minute, for operators watching lookups.
 /// The top-level settings that differ between two configurations.
 fn sections_changed(old: &Config, new: &Config) -> Vec<&'static str> {
-    let pairs: [(&'static str, String, String); 13] = [
-        (
-            "hostname",
-            format!("{:?}", old.hostname),
-            format!("{:?}", new.hostname),
-        ),
-        (
-            "data_dir",
-            format!("{:?}", old.data_dir),
-            format!("{:?}", new.data_dir),
-        ),
-        (
-            "log_file",
-            format!("{:?}{:?}", old.log_file, old.log_format),
-            format!("{:?}{:?}", new.log_file, new.log_format),
-        ),
-        (
-            "smtpd",
-            format!("{:?}", old.smtpd),
-            format!("{:?}", new.smtpd),
-        ),
-        ("auth", format!("{:?}", old.auth), format!("{:?}", new.auth)),
-        (
-            "spool",
-            format!("{:?}", old.spool),
-            format!("{:?}", new.spool),
-        ),
-        (
-            "queue",
-            format!("{:?}", old.queue),
-            format!("{:?}", new.queue),
-        ),
-        (
-            "delivery",
-            format!("{:?}", old.delivery),
-            format!("{:?}", new.delivery),
-        ),
-        (
-            "transport",
-            format!("{:?}", old.transport),
-            format!("{:?}", new.transport),
-        ),
-        (
-            "local and tables",
-            format!("{:?}{:?}", old.local, old.tables),
-            format!("{:?}{:?}", new.local, new.tables),
-        ),
-        ("dns", format!("{:?}", old.dns), format!("{:?}", new.dns)),
-        ("dkim", format!("{:?}", old.dkim), format!("{:?}", new.dkim)),
-        (
-            "metrics",
-            format!("{:?}", old.metrics),
-            format!("{:?}", new.metrics),
-        ),
-    ];
-    pairs
+    sections(old)
         .into_iter()
-        .filter(|(_, a, b)| a != b)
-        .map(|(n, _, _)| n)
+        .zip(sections(new))
+        .filter(|((_, a), (_, b))| a != b)
+        .map(|((name, _), _)| name)
         .collect()
+}
+
+/// Each top-level setting, named, in a comparable form.
+fn sections(c: &Config) -> [(&'static str, String); 15] {
+    [
+        ("hostname", format!("{:?}", c.hostname)),
+        ("data_dir", format!("{:?}", c.data_dir)),
+        ("log_file", format!("{:?}{:?}", c.log_file, c.log_format)),
+        ("postmaster", format!("{:?}", c.postmaster)),
+        ("smtpd", format!("{:?}", c.smtpd)),
+        ("tls", format!("{:?}", c.tls)),
+        ("auth", format!("{:?}", c.auth)),
+        ("spool", format!("{:?}", c.spool)),
+        ("queue", format!("{:?}", c.queue)),
+        ("delivery", format!("{:?}", c.delivery)),
+        ("transport", format!("{:?}", c.transport)),
+        ("local and tables", format!("{:?}{:?}", c.local, c.tables)),
+        ("dns", format!("{:?}", c.dns)),
+        ("dkim", format!("{:?}", c.dkim)),
+        ("metrics", format!("{:?}", c.metrics)),
+    ]
 }
 
 fn spawn_lookup_stats(

@@ -282,14 +282,7 @@ impl Scheduler {
         }
         match self.messages.get(&id) {
             Some(m) if m.in_flight == 0 && !m.bounce_pending => {
-                self.spool.record_outcome(id, Vec::new(), true);
-                self.remove(id);
-                log!(
-                    self.logger,
-                    "qmgr",
-                    "{}: deleted by the administrator",
-                    qid(id)
-                );
+                self.delete_active(id);
                 true
             }
             Some(_) => {
@@ -339,6 +332,19 @@ impl Scheduler {
         true
     }
 
+    /// Forgets an active message with nothing in flight: recorded
+    /// complete in the spool, so it is never delivered again.
+    fn delete_active(&mut self, id: u64) {
+        self.spool.record_outcome(id, Vec::new(), true);
+        self.remove(id);
+        log!(
+            self.logger,
+            "qmgr",
+            "{}: deleted by the administrator",
+            qid(id)
+        );
+    }
+
     /// At the end of a round: a pending deletion (true: the message is
     /// gone) or bounce (its open recipients become failures).
     pub(super) fn admin_round_end(&mut self, id: u64) -> bool {
@@ -346,14 +352,7 @@ impl Scheduler {
             return false;
         };
         if doom == Doom::Delete {
-            self.spool.record_outcome(id, Vec::new(), true);
-            self.remove(id);
-            log!(
-                self.logger,
-                "qmgr",
-                "{}: deleted by the administrator",
-                qid(id)
-            );
+            self.delete_active(id);
             return true;
         }
         let Some(msg) = self.messages.get_mut(&id) else {

@@ -181,6 +181,95 @@ pub fn complete_headers(
     out
 }
 
+/// Runs sendmail with parsed `opts`; returns the exit status.
+pub async fn run(opts: Options) -> i32 {
+    use crate::admin::protocol::{Filter, Request};
+    use crate::tools::queue_cli;
+    use base64::Engine;
+    use std::io::Read;
+    let path = opts
+        .config
+        .clone()
+        .or_else(|| std::env::var_os("SLUICE_CONFIG").map(PathBuf::from))
+        .or_else(|| Some(PathBuf::from("/etc/sluice/sluice.toml")).filter(|p| p.exists()));
+    let loaded = match path {
+        Some(p) => crate::config::Config::load(&p).map_err(|e| e.to_string()),
+        None => Ok(crate::config::Config::default()),
+    };
+    let config = match loaded {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("sendmail: {e}");
+            return EX_TEMPFAIL;
+        }
+    };
+    let request = if opts.list_queue {
+        Request::List {
+            filter: Filter::default(),
+        }
+    } else if opts.flush {
+        Request::Flush {
+            id: None,
+            domain: None,
+        }
+    } else {
+        let mut input = Vec::new();
+        if let Err(e) = std::io::stdin().read_to_end(&mut input) {
+            eprintln!("sendmail: cannot read the message: {e}");
+            return EX_TEMPFAIL;
+        }
+        let host = config.hostname.clone();
+        let mut message = read_message(&input, opts.dot_ends);
+        let mut recipients = opts.recipients.clone();
+        if opts.from_headers {
+            let (more, kept) = header_recipients(&message);
+            recipients.extend(more);
+            message = kept;
+        }
+        let user = std::env::var("USER")
+            .or_else(|_| std::env::var("LOGNAME"))
+            .unwrap_or_else(|_| "root".into());
+        let sender = opts
+            .sender
+            .clone()
+            .unwrap_or_else(|| format!("{user}@{host}"));
+        let qualify = |a: &str| match a.contains('@') || a.is_empty() {
+            true => a.to_string(),
+            false => format!("{a}@{host}"),
+        };
+        let from = qualify(&sender);
+        let message = complete_headers(message, &from, opts.full_name.as_deref(), &host);
+        Request::Submit {
+            sender: from,
+            recipients: recipients.iter().map(|r| qualify(r)).collect(),
+            message_b64: base64::engine::general_purpose::STANDARD.encode(message),
+        }
+    };
+    match queue_cli::call(&config.data_dir, &request).await {
+        Ok(r) if opts.list_queue => {
+            print!("{}", queue_cli::mailq(&r.messages));
+            EX_OK
+        }
+        Ok(_) => EX_OK,
+        Err(e) => {
+            eprintln!("sendmail: {e}");
+            if e.starts_with("cannot reach the daemon") {
+                EX_TEMPFAIL
+            } else {
+                exit_code_of(&e)
+            }
+        }
+    }
+}
+
+/// The exit status the daemon gave with a refusal (in `call`'s error).
+fn exit_code_of(error: &str) -> i32 {
+    error
+        .rsplit_once("[exit ")
+        .and_then(|(_, c)| c.trim_end_matches(']').parse().ok())
+        .unwrap_or(EX_SOFTWARE)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
