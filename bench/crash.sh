@@ -51,6 +51,8 @@
 #   SLUICE_BUILD=1     run `cargo build --release` first (0: use the binary as is)
 #   KEEP=0             1: keep the temp dir (maillog, spool, ID lists)
 #   RESULTS_FILE=bench/results/crash-YYYY-MM-DD.txt   where the RESULT line goes
+#     (beside it, crash-YYYY-MM-DD.svg: messages acknowledged per second,
+#     the kills showing as dips)
 #
 # Output
 #   Progress on stderr. Last, one line:
@@ -153,6 +155,7 @@ timeout -k 10 $((RUN_TIMEOUT + 60)) \
     "$SLUICE" bench --target "$HOST:$SMTP_PORT" --sessions "$SESSIONS" \
     --messages-per-session 1 --count "$N" --size "$SIZE" --recipients 1 \
     --domains 5 --max-seconds "$RUN_TIMEOUT" --interval 1 --ack-log "$ACKS" \
+    --chart "${RESULTS_FILE%.txt}.svg" \
     >"$W/gen.out" 2>"$W/gen.err" &
 GEN_PID=$!
 

@@ -56,6 +56,8 @@
 #   SLUICE_BUILD=1     run `cargo build --release` first (0: use the binary as is)
 #   KEEP=0             1: keep the temp dir (unmounted; logs, configs)
 #   RESULTS_FILE=bench/results/diskfull-YYYY-MM-DD.txt   where RESULT lines go
+#     (beside it, diskfull-YYYY-MM-DD-fill.svg: messages acknowledged per
+#     second while the spool fills, falling to 0 when it is full)
 #
 # Output
 #   Progress on stderr. Last, one line per phase:
@@ -190,7 +192,8 @@ EOF
     t0=$(now)
     "$SLUICE" bench --target "$HOST:$SMTP_PORT" --sessions "$FILL_SESSIONS" \
         --count 100000000 --size "$SIZE" --max-seconds "$FILL_TIMEOUT" --interval 1 \
-        --ack-log "$ACKS" >"$W/fill.out" 2>"$W/fill.err" &
+        --ack-log "$ACKS" --chart "${RESULTS_FILE%.txt}-fill.svg" \
+        >"$W/fill.out" 2>"$W/fill.err" &
     GEN_PID=$!
     while kill -0 "$GEN_PID" 2>/dev/null; do
         sleep 1

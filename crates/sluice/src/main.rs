@@ -260,8 +260,6 @@ fn load_config(arg: &ConfigArg) -> Result<Config, String> {
     }
 }
 
-/// Loads the config and builds what `serve` would build from it (tables,
-/// routes), so a config that passes here does not fail at start.
 /// `sluice hash-password`: one line on stdin (without its newline).
 fn hash_password() -> Result<(), String> {
     let mut line = String::new();
@@ -370,32 +368,11 @@ fn dkim_keygen(a: KeygenArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// Loads the config and builds what `serve` would build from it (tables,
+/// routes, certificates, resolvers, keys), so a config that passes here
+/// does not fail at start or reload.
 fn check_config(arg: ConfigArg) -> Result<(), String> {
-    let config = load_config(&arg)?;
-    let logger = sluice::log::Logger::disabled();
-    let mailboxes = sluice::routing::mailboxes::VirtualMailboxes::build(
-        &config.local,
-        &config.smtpd.relay_recipient_table,
-        &config.auth.table,
-        &config.tables,
-        &config.data_dir,
-        &logger,
-    )?;
-    sluice::routing::Router::new(
-        &config.transport,
-        config.delivery.relayhost.as_deref(),
-        mailboxes.domains(),
-    )?;
-    if config.tls.cert_file.is_some() {
-        sluice::smtp::server::tls::ServerTls::load(&config)?;
-    }
-    sluice::smtp::client::tls::ClientTls::build(&config.delivery)?;
-    sluice::routing::dns::Dns::new(&config.dns)?;
-    sluice::smtp::server::dkim::Signers::load(&config.dkim.keys)?;
-    if config.delivery.dane {
-        let anchor = config.dns.trust_anchor_file.as_deref();
-        sluice::smtp::client::dane::Dane::new(&config.dns, anchor)?;
-    }
+    sluice::daemon::check(load_config(&arg)?)?;
     println!("configuration ok");
     Ok(())
 }
@@ -411,7 +388,7 @@ async fn serve(arg: ConfigArg) -> Result<(), String> {
     // Thousands of sessions need thousands of descriptors: lift the soft
     // limit to the hard limit (the default soft limit is often 1024).
     let _ = rlimit::increase_nofile_limit(u64::MAX);
-    let server = Server::start(config).await.map_err(|e| e.to_string())?;
+    let mut server = Server::start(config).await.map_err(|e| e.to_string())?;
     for addr in &server.addrs {
         eprintln!("sluice: listening on {addr}");
     }
@@ -423,7 +400,7 @@ async fn serve(arg: ConfigArg) -> Result<(), String> {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => break,
             _ = term.recv() => break,
-            _ = hup.recv() => server.reload(arg.config.as_deref()),
+            _ = hup.recv() => server.reload(arg.config.as_deref()).await,
             _ = usr1.recv() => server.reopen_log(),
         }
     }

@@ -282,20 +282,29 @@ async fn sighup_refuses_a_bad_configuration_and_keeps_running() {
     );
     let mut c = connect_when_up(listen).await;
     assert!(c.cmd("NOOP").await.starts_with("250"));
-    // A good file with a changed limit: accepted, and the log says when
-    // the change applies.
+    // A good file with a changed queue limit and spool segment size:
+    // the limit applies now, the spool's setting at the next restart
+    // (the spool is open), and the log says which is which.
     std::fs::write(
         &config,
-        good.replace("minimal_backoff_secs = 1", "minimal_backoff_secs = 5"),
+        good.replace("minimal_backoff_secs = 1", "minimal_backoff_secs = 5")
+            .replace("segment_mib = 64", "segment_mib = 32"),
     )
     .unwrap();
     hup(&server);
     assert!(
         wait_until(10, || read_log(&dir)
-            .contains("changes to queue take effect at the next restart"))
+            .contains("reload: applied changes to queue"))
         .await,
         "{}",
         read_log(&dir)
     );
+    let log = read_log(&dir);
+    assert!(
+        log.contains("reload: changes to spool take effect at the next restart"),
+        "{log}"
+    );
+    let mut c = connect_when_up(listen).await;
+    assert!(c.cmd("NOOP").await.starts_with("250"));
     stop(&mut server);
 }

@@ -204,12 +204,12 @@ async fn a_new_certificate_is_served_after_reload() {
     let mut cfg = config(&dir, None);
     cfg.tls.cert_file = Some(cert.clone());
     cfg.tls.key_file = Some(key.clone());
-    let (server, addr) = start(cfg).await;
+    let (mut server, addr) = start(cfg).await;
     let first = dir.join("first.pem");
     std::fs::copy(&cert, &first).unwrap();
     starttls(addr, &first).await;
     write("mx.test");
-    server.reload(None);
+    server.reload(None).await;
     let second = dir.join("second.pem");
     std::fs::copy(&cert, &second).unwrap();
     // The new certificate verifies against the new CA only.

@@ -14,6 +14,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use sluice_spool::Spool;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -43,7 +44,7 @@ struct Http {
     handle: PrometheusHandle,
     queue: QueueHandle,
     spool: Spool,
-    mailboxes: Arc<VirtualMailboxes>,
+    mailboxes: Arc<ArcSwap<VirtualMailboxes>>,
 }
 
 /// Serves the listener until the task is aborted.
@@ -51,7 +52,7 @@ pub async fn spawn(
     addr: SocketAddr,
     queue: QueueHandle,
     spool: Spool,
-    mailboxes: Arc<VirtualMailboxes>,
+    mailboxes: Arc<ArcSwap<VirtualMailboxes>>,
 ) -> Result<(SocketAddr, JoinHandle<()>), String> {
     let handle = recorder()?;
     let listener = TcpListener::bind(addr)
@@ -147,7 +148,7 @@ impl Http {
         metrics::gauge!("sluice_spool_messages_stored").set(load(&st.messages));
         metrics::gauge!("sluice_spool_syncs").set(load(&st.syncs));
         metrics::gauge!("sluice_spool_bytes_written").set(load(&st.bytes));
-        for (table, counters) in self.mailboxes.lookup_counters() {
+        for (table, counters) in self.mailboxes.load().lookup_counters() {
             for (what, n) in counters {
                 let name = format!("sluice_lookup_{what}_total");
                 metrics::counter!(name, "table" => table.clone()).absolute(n);

@@ -27,6 +27,7 @@ use crate::log;
 use crate::log::Logger;
 use crate::queue::admin::{AdminReply, AdminRequest, Place, Snap};
 use crate::queue::QueueHandle;
+use arc_swap::ArcSwap;
 use protocol::{Entry, Filter, RcptEntry, Request, Response};
 use submit::Submitter;
 
@@ -44,20 +45,20 @@ struct Admin {
     spool: Spool,
     logger: Logger,
     log_file: Option<PathBuf>,
-    submitter: Arc<Submitter>,
+    /// Replaced by a reload (tables, hostname, size limit).
+    submitter: Arc<ArcSwap<Submitter>>,
 }
 
 /// Listens on the admin socket until the task is aborted.
 pub fn spawn(
     data_dir: &Path,
-    submitter: Submitter,
+    submitter: Arc<ArcSwap<Submitter>>,
     log_file: Option<PathBuf>,
 ) -> std::io::Result<JoinHandle<()>> {
-    let (queue, spool, logger) = (
-        submitter.queue.clone(),
-        submitter.spool.clone(),
-        submitter.logger.clone(),
-    );
+    let (queue, spool, logger) = {
+        let s = submitter.load();
+        (s.queue.clone(), s.spool.clone(), s.logger.clone())
+    };
     let path = socket_path(data_dir);
     // A socket left by a daemon that died; a live one would have the lock
     // of the spool, which this process holds.
@@ -69,7 +70,7 @@ pub fn spawn(
         spool,
         logger,
         log_file,
-        submitter: Arc::new(submitter),
+        submitter,
     };
     Ok(tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
@@ -84,7 +85,7 @@ impl Admin {
         let uid = stream.peer_cred().ok().map(|c| c.uid());
         let (read, mut write) = stream.into_split();
         let mut line = String::new();
-        let limit = MAX_REQUEST + (self.submitter.size_limit as u64).saturating_mul(4) / 3;
+        let limit = MAX_REQUEST + (self.submitter.load().size_limit as u64).saturating_mul(4) / 3;
         let mut reader = BufReader::new(read.take(limit));
         let response = match reader.read_line(&mut line).await {
             Ok(_) => match serde_json::from_str::<Request>(&line) {
@@ -94,9 +95,8 @@ impl Admin {
                     message_b64,
                 }) => match base64::engine::general_purpose::STANDARD.decode(message_b64) {
                     Ok(message) => {
-                        self.submitter
-                            .submit(uid, &sender, &recipients, message)
-                            .await
+                        let submitter = self.submitter.load_full();
+                        submitter.submit(uid, &sender, &recipients, message).await
                     }
                     Err(e) => Response::error(format!("bad message encoding: {e}")),
                 },

@@ -115,24 +115,31 @@ impl Scheduler {
     /// with the concurrency and rate configured for that key.
     pub(super) fn destination_for(&mut self, key: &Arc<str>, hop: &Arc<NextHop>) -> Arc<str> {
         if !self.dests.contains_key(key) {
-            let d = &self.config.delivery;
-            let limit = d
-                .destination_concurrency
-                .get(&**key)
-                .copied()
-                .unwrap_or(d.default_concurrency);
-            let mut dest = Destination::new(hop.clone(), limit, d.initial_concurrency);
-            let per_minute = d
-                .destination_rate_limit
-                .get(&**key)
-                .copied()
-                .unwrap_or(d.default_rate_limit);
-            if per_minute > 0 {
-                dest.interval = Some(Duration::from_secs(60) / per_minute);
-            }
+            let (limit, interval) = self.limits_for(key);
+            let initial = self.config.delivery.initial_concurrency;
+            let mut dest = Destination::new(hop.clone(), limit, initial);
+            dest.interval = interval;
             self.dests.insert(key.clone(), dest);
         }
         key.clone()
+    }
+
+    /// The concurrency limit and the rate-limit interval configured for
+    /// destination `key`.
+    pub(super) fn limits_for(&self, key: &str) -> (usize, Option<Duration>) {
+        let d = &self.config.delivery;
+        let limit = d
+            .destination_concurrency
+            .get(key)
+            .copied()
+            .unwrap_or(d.default_concurrency);
+        let per_minute = d
+            .destination_rate_limit
+            .get(key)
+            .copied()
+            .unwrap_or(d.default_rate_limit);
+        let interval = (per_minute > 0).then(|| Duration::from_secs(60) / per_minute);
+        (limit, interval)
     }
 
     pub(super) fn enqueue(&mut self, hop: Arc<NextHop>, job: Job) {
@@ -229,7 +236,7 @@ impl Scheduler {
                     .any(|(_, o)| matches!(o, Outcome::Delivered { .. }));
                 dest.on_success(delivered);
             }
-            if draining || !wants_more {
+            if draining || !wants_more || worker < self.retire_below {
                 // Dropping the sender ends the worker once it is idle.
                 dest.workers.remove(&worker);
             } else if dest.workers.contains_key(&worker) {

@@ -22,6 +22,7 @@ pub mod agent;
 mod destination;
 mod failures;
 pub mod job;
+mod reconfig;
 mod results;
 pub mod retry;
 mod rollup;
@@ -34,6 +35,7 @@ use tokio::sync::{mpsc, oneshot};
 
 pub use agent::{run_worker, Attempt, DeliveryAgent, WorkerSession, WorkerStart};
 pub use job::{bounce_all, defer_all, Feedback, Job, JobReport, Reporter, WorkerId};
+pub use reconfig::Reconfig;
 pub use scheduler::Scheduler;
 
 /// Events waiting for the scheduler at most (then senders wait).
@@ -71,6 +73,8 @@ pub enum Event {
         msg: u64,
         recipients: Vec<u16>,
     },
+    /// A reload: new settings, routes and agents (`reconfig.rs`).
+    Reconfigure(Box<Reconfig>),
     /// Stop dispatching, let deliveries in flight finish (until the
     /// deadline), record their outcomes, then reply and end.
     Drain {
@@ -117,6 +121,15 @@ impl QueueHandle {
         let (reply, wait) = oneshot::channel();
         self.tx.send(Event::Admin(request, reply)).await.ok()?;
         wait.await.ok()
+    }
+
+    /// Hands the queue a reloaded configuration; returns once the
+    /// scheduler has it (false if the queue has stopped).
+    pub async fn reconfigure(&self, reconfig: Reconfig) -> bool {
+        self.tx
+            .send(Event::Reconfigure(Box::new(reconfig)))
+            .await
+            .is_ok()
     }
 
     /// Asks the scheduler to drain and waits for its report.

@@ -90,7 +90,7 @@ pub(super) struct Drain {
 
 pub struct Scheduler {
     pub(super) config: Arc<Config>,
-    router: Router,
+    pub(super) router: Router,
     pub(super) spool: Spool,
     pub(super) logger: Logger,
     pub(super) agent: Arc<dyn DeliveryAgent>,
@@ -107,7 +107,7 @@ pub struct Scheduler {
     pub(super) retry: RetryQueue,
     pub(super) next_worker: WorkerId,
     body_cache_bytes: usize,
-    body_cache_limit: usize,
+    pub(super) body_cache_limit: usize,
     /// Jobs handed to workers and not yet reported, over all messages.
     pub(super) jobs_out: usize,
     /// Bounces being stored.
@@ -118,6 +118,9 @@ pub struct Scheduler {
     pub(super) pacing: BinaryHeap<Reverse<(Instant, Arc<str>)>>,
     /// Held messages and pending admin deletions/bounces (`admin.rs`).
     pub(super) admin: super::admin::AdminState,
+    /// Workers numbered below this were started before the last reload:
+    /// they end after their current job (`reconfig.rs`).
+    pub(super) retire_below: WorkerId,
 }
 
 impl Scheduler {
@@ -155,6 +158,7 @@ impl Scheduler {
             rollup: Default::default(),
             pacing: BinaryHeap::new(),
             admin,
+            retire_below: 0,
         }
     }
 
@@ -239,6 +243,7 @@ impl Scheduler {
                 self.bounces_out = self.bounces_out.saturating_sub(1);
                 self.bounce_stored(msg, recipients)
             }
+            Event::Reconfigure(r) => self.reconfigure(*r),
             Event::Drain { deadline, done } => self.start_drain(deadline, done),
         }
     }

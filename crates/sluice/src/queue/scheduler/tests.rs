@@ -501,3 +501,44 @@ async fn a_drain_does_not_wait_for_jobs_a_worker_hands_back() {
     assert_eq!(report.abandoned_jobs, 0);
     h.task.await.unwrap();
 }
+
+#[tokio::test]
+async fn a_reload_routes_new_mail_anew_and_ends_old_workers_after_their_job() {
+    let mut h = harness("reconfig", |c| {
+        c.delivery.initial_concurrency = 1;
+        c.delivery.default_concurrency = 1;
+    });
+    h.message("a@b.test", &["r1@c.test"], Some(10)).await;
+    let mut old = h.workers.recv().await.unwrap();
+    assert!(old.dest.contains("127.0.0.1"), "{}", old.dest);
+    // The reload: everything now goes to 127.0.0.3, through a new agent.
+    let mut config = Config::default();
+    config
+        .transport
+        .insert("*".into(), "smtp:[127.0.0.3]:1".into());
+    let router = Router::new(&config.transport, None, LocalDomains::none()).unwrap();
+    let resolver = Arc::new(crate::routing::dns::Dns::new(&config.dns).unwrap());
+    let (tx, mut new_workers) = mpsc::unbounded_channel();
+    let reconfig = crate::queue::Reconfig {
+        config: Arc::new(config),
+        router,
+        agent: Arc::new(FakeAgent(tx)),
+        resolver,
+    };
+    assert!(h.queue.reconfigure(reconfig).await);
+    h.message("a@b.test", &["r2@c.test"], Some(10)).await;
+    let fresh = new_workers.recv().await.unwrap();
+    assert!(fresh.dest.contains("127.0.0.3"), "{}", fresh.dest);
+    // The old worker finishes its job and asks for more: it gets none (its
+    // sender is dropped), so its connection closes.
+    old.reports
+        .send(done_report(&old, delivered(&old.first), true))
+        .await;
+    let next = tokio::time::timeout(Duration::from_secs(5), old.jobs.recv()).await;
+    assert!(matches!(next, Ok(None)), "a retired worker ends");
+    assert!(
+        h.workers.try_recv().is_err(),
+        "the old agent starts nothing"
+    );
+    h.task.abort();
+}

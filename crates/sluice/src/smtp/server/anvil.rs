@@ -93,7 +93,8 @@ struct Table {
 
 /// The shared per-client counters.
 pub struct Anvil {
-    limits: Limits,
+    /// Replaced by a reload; the counters stay.
+    limits: Mutex<Limits>,
     table: Mutex<Table>,
 }
 
@@ -116,12 +117,21 @@ impl Drop for SessionSlot {
 impl Anvil {
     pub fn new(limits: Limits) -> Arc<Anvil> {
         Arc::new(Anvil {
-            limits,
+            limits: Mutex::new(limits),
             table: Mutex::new(Table {
                 clients: HashMap::new(),
                 last_prune: Instant::now(),
             }),
         })
+    }
+
+    /// New limits (a reload); the clients' counts are kept.
+    pub fn set_limits(&self, limits: Limits) {
+        *self.limits.lock().unwrap_or_else(|e| e.into_inner()) = limits;
+    }
+
+    fn limits(&self) -> Limits {
+        *self.limits.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Runs `f` on the client's entry (None when the table is full).
@@ -142,7 +152,7 @@ impl Anvil {
 
     /// A new session from `ip`: a slot, or why it is refused.
     pub fn connect(self: &Arc<Self>, ip: IpAddr) -> Result<SessionSlot, Refusal> {
-        let limits = self.limits;
+        let limits = self.limits();
         let verdict = self.with(ip, |c, _| {
             c.connections += 1;
             if limits.connections_per_minute > 0 && c.connections > limits.connections_per_minute {
@@ -178,17 +188,19 @@ impl Anvil {
 
     /// A new message (MAIL) from `ip`; false when over the rate.
     pub fn message(&self, ip: IpAddr) -> bool {
-        self.count(ip, self.limits.messages_per_minute, |c| &mut c.messages)
+        self.count(ip, self.limits().messages_per_minute, |c| &mut c.messages)
     }
 
     /// A new recipient (RCPT) from `ip`; false when over the rate.
     pub fn recipient(&self, ip: IpAddr) -> bool {
-        self.count(ip, self.limits.recipients_per_minute, |c| &mut c.recipients)
+        self.count(ip, self.limits().recipients_per_minute, |c| {
+            &mut c.recipients
+        })
     }
 
     /// A failed AUTH from `ip`; false when over the limit.
     pub fn auth_failure(&self, ip: IpAddr) -> bool {
-        self.count(ip, self.limits.auth_failures_per_minute, |c| {
+        self.count(ip, self.limits().auth_failures_per_minute, |c| {
             &mut c.auth_failures
         })
     }

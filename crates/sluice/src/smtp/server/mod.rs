@@ -1,9 +1,11 @@
 //! The SMTP server: listeners and the state they share with every session.
 //!
-//! A listener takes a session permit before spawning a session task; past
+//! A listener counts a session before spawning its task; past
 //! `max_sessions` the client gets `421 4.3.2` and is closed. Sessions are
 //! stopped by the shutdown signal; a session stopped before its `250` was
-//! written leaves at worst a message the client will send again.
+//! written leaves at worst a message the client will send again. A
+//! listener retired by a reload stops accepting and lets its sessions
+//! finish.
 //!
 //! Listeners have a kind (`smtp`, `submission`, `submissions`) and may sit
 //! behind a load balancer (PROXY protocol, `proxy.rs`); per-client limits
@@ -22,12 +24,14 @@ pub mod tls;
 mod transaction;
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
 use sluice_spool::Spool;
 use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpSocket};
-use tokio::sync::{watch, Semaphore};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::{oneshot, watch, Semaphore};
 use tokio::task::JoinSet;
 
 pub use session::Session;
@@ -81,55 +85,111 @@ pub fn bind(listen: &str, reuse_port: bool) -> std::io::Result<TcpListener> {
     socket.listen(4096)
 }
 
-pub async fn accept_loop(
-    listener: TcpListener,
-    ctx: Arc<SessionContext>,
-    listener_config: Arc<ListenerConfig>,
-    permits: Arc<Semaphore>,
-    mut shutdown: watch::Receiver<bool>,
-) {
+/// Sessions open over all listeners, checked against `smtpd.max_sessions`
+/// as configured at each accept (a reload may change it).
+#[derive(Default)]
+pub struct SessionCount(AtomicUsize);
+
+/// One open session's place in the [`SessionCount`]; freed when dropped.
+pub struct SessionTicket(Arc<SessionCount>);
+
+impl SessionCount {
+    fn open(self: &Arc<Self>, limit: usize) -> Option<SessionTicket> {
+        if self.0.fetch_add(1, Ordering::AcqRel) >= limit.max(1) {
+            self.0.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(SessionTicket(self.clone()))
+    }
+}
+
+impl Drop for SessionTicket {
+    fn drop(&mut self) {
+        self.0 .0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// What one listener's accept loop works with. The session context and
+/// the listener's settings are read at each accept, so a reload applies
+/// to the next session; sessions already running keep what they started
+/// with.
+pub struct Listening {
+    pub ctx: Arc<ArcSwap<SessionContext>>,
+    pub listener: Arc<ArcSwap<ListenerConfig>>,
+    pub count: Arc<SessionCount>,
+    /// Ends every session (daemon shutdown).
+    pub shutdown: watch::Receiver<bool>,
+    /// Stops accepting (the listener left the configuration); the sender
+    /// given is told once the socket is closed. Its sessions finish.
+    pub retire: oneshot::Receiver<oneshot::Sender<()>>,
+}
+
+pub async fn accept_loop(listener: TcpListener, mut l: Listening) {
     let mut sessions = JoinSet::new();
-    loop {
+    let closed = loop {
         let accepted = tokio::select! {
-            _ = shutdown.changed() => break,
+            _ = l.shutdown.changed() => break None,
+            ack = &mut l.retire => break ack.ok(),
             r = listener.accept() => r,
         };
         while sessions.try_join_next().is_some() {}
-        let (mut stream, peer) = match accepted {
-            Ok(x) => x,
+        match accepted {
+            Ok((stream, peer)) => start_session(&l, &mut sessions, stream, peer),
             Err(err) => {
                 // Out of descriptors and the like: back off briefly.
-                log!(ctx.logger, "smtpd", "accept failed: {err}");
+                log!(l.ctx.load().logger, "smtpd", "accept failed: {err}");
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-                continue;
             }
-        };
-        let _ = stream.set_nodelay(true);
-        match permits.clone().try_acquire_owned() {
-            Ok(permit) => {
-                let ctx = ctx.clone();
-                let lc = listener_config.clone();
-                sessions.spawn(async move {
-                    Session::new(stream, peer, ctx, lc).run().await;
-                    drop(permit);
-                });
-            }
-            Err(_) => {
-                log!(
-                    ctx.logger,
-                    "smtpd",
-                    "NOQUEUE: reject: connect from [{}]: 421 4.3.2 too many sessions",
-                    peer.ip()
-                );
-                let hostname = ctx.config.hostname.clone();
-                sessions.spawn(async move {
-                    let msg = format!("421 4.3.2 {hostname} Service not available: too many concurrent sessions\r\n");
-                    let _ = stream.write_all(msg.as_bytes()).await;
-                    let _ = stream.shutdown().await;
-                });
+        }
+    };
+    drop(listener);
+    if let Some(ack) = closed {
+        // Retired: no new sessions; these finish unless the daemon stops.
+        let _ = ack.send(());
+        loop {
+            tokio::select! {
+                _ = l.shutdown.changed() => break,
+                next = sessions.join_next() => if next.is_none() { return },
             }
         }
     }
     sessions.abort_all();
     while sessions.join_next().await.is_some() {}
+}
+
+/// Starts a session for a new connection, or turns it away (421) past
+/// `max_sessions`.
+fn start_session(
+    l: &Listening,
+    sessions: &mut JoinSet<()>,
+    mut stream: TcpStream,
+    peer: SocketAddr,
+) {
+    let _ = stream.set_nodelay(true);
+    let ctx = l.ctx.load_full();
+    match l.count.open(ctx.config.smtpd.max_sessions) {
+        Some(ticket) => {
+            let lc = l.listener.load_full();
+            sessions.spawn(async move {
+                Session::new(stream, peer, ctx, lc).run().await;
+                drop(ticket);
+            });
+        }
+        None => {
+            log!(
+                ctx.logger,
+                "smtpd",
+                "NOQUEUE: reject: connect from [{}]: 421 4.3.2 too many sessions",
+                peer.ip()
+            );
+            let hostname = ctx.config.hostname.clone();
+            sessions.spawn(async move {
+                let msg = format!(
+                    "421 4.3.2 {hostname} Service not available: too many concurrent sessions\r\n"
+                );
+                let _ = stream.write_all(msg.as_bytes()).await;
+                let _ = stream.shutdown().await;
+            });
+        }
+    }
 }

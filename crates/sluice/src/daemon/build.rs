@@ -1,0 +1,284 @@
+//! What the daemon builds from a configuration, once at start and again
+//! at each reload: tables, routes, TLS, resolvers, signing keys, the
+//! delivery agents and the context every SMTP session shares.
+//! `sluice check-config` builds the same (without agents, which need the
+//! spool), so a file it passes does not fail at start or reload.
+//!
+//! A reload builds everything before anything is replaced; a part whose
+//! settings did not change is kept (its caches and connections with it)
+//! and only re-reads its files: tables and the certificate.
+//!
+//! Trust: the configuration has been validated (`Config::validate`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_spool::Spool;
+use tokio::sync::Semaphore;
+
+use crate::config::hop::NextHop;
+use crate::config::Config;
+use crate::log::Logger;
+use crate::maildir::dirs::MaildirPolicy;
+use crate::maildir::MaildirAgent;
+use crate::queue::{DeliveryAgent, QueueHandle, WorkerStart};
+use crate::routing::dns::Dns;
+use crate::routing::mailboxes::VirtualMailboxes;
+use crate::routing::policy::RelayPolicy;
+use crate::routing::Router;
+use crate::smtp::client::dane::Dane;
+use crate::smtp::client::dead::DeadHosts;
+use crate::smtp::client::mta_sts::MtaSts;
+use crate::smtp::client::tls::ClientTls;
+use crate::smtp::client::SmtpAgent;
+use crate::smtp::server::anvil::{self, Anvil};
+use crate::smtp::server::dkim::Signers;
+use crate::smtp::server::sender_auth::SenderAuth;
+use crate::smtp::server::tls::ServerTls;
+use crate::smtp::server::SessionContext;
+
+/// Picks the agent for a next hop.
+pub(super) struct Agents {
+    smtp: SmtpAgent,
+    maildir: MaildirAgent,
+}
+
+impl DeliveryAgent for Agents {
+    fn spawn(&self, start: WorkerStart) {
+        match &*start.hop {
+            NextHop::Maildir => self.maildir.spawn(start),
+            // Discard never reaches an agent (the queue handles it); SMTP
+            // refuses anything that is not SMTP with a deferral.
+            _ => self.smtp.spawn(start),
+        }
+    }
+}
+
+/// Everything built from one configuration.
+pub(super) struct Parts {
+    pub config: Arc<Config>,
+    pub mailboxes: Arc<VirtualMailboxes>,
+    pub router: Router,
+    pub tls: Option<Arc<ServerTls>>,
+    pub client_tls: Arc<ClientTls>,
+    pub dns: Arc<Dns>,
+    pub dane: Option<Arc<Dane>>,
+    pub sender_auth: Option<Arc<SenderAuth>>,
+    pub dkim: Arc<Signers>,
+    /// Set by [`Parts::agents`].
+    pub agents: Option<Arc<Agents>>,
+}
+
+/// For whom parts are built.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    Serve,
+    /// `check-config`: nothing is written (no certificate is generated).
+    Check,
+}
+
+/// Whether `key` gives the same text for both configurations.
+fn same(a: &Config, b: &Config, key: fn(&Config) -> String) -> bool {
+    key(a) == key(b)
+}
+
+fn tables_key(c: &Config) -> String {
+    format!(
+        "{:?}{:?}{:?}{:?}{:?}",
+        c.local, c.tables, c.auth, c.smtpd.relay_recipient_table, c.data_dir
+    )
+}
+
+fn tls_key(c: &Config) -> String {
+    format!("{:?}{:?}{:?}", c.tls, c.hostname, c.data_dir)
+}
+
+fn dns_key(c: &Config) -> String {
+    format!("{:?}", c.dns)
+}
+
+fn delivery_key(c: &Config) -> String {
+    format!("{:?}{:?}{:?}", c.hostname, c.delivery, c.dns)
+}
+
+impl Parts {
+    /// Builds the parts of `config`, keeping those of `previous` whose
+    /// settings are unchanged.
+    pub fn build(
+        config: Arc<Config>,
+        logger: &Logger,
+        previous: Option<&Parts>,
+        purpose: Purpose,
+    ) -> Result<Parts, String> {
+        let kept = |key: fn(&Config) -> String| previous.filter(|p| same(&p.config, &config, key));
+        let mailboxes = match kept(tables_key) {
+            Some(p) => p.mailboxes.clone(),
+            None => Arc::new(VirtualMailboxes::build(
+                &config.local,
+                &config.smtpd.relay_recipient_table,
+                &config.auth.table,
+                &config.tables,
+                &config.data_dir,
+                logger,
+            )?),
+        };
+        let router = Router::new(
+            &config.transport,
+            config.delivery.relayhost.as_deref(),
+            mailboxes.domains(),
+        )?;
+        let tls = match (kept(tls_key), purpose) {
+            (Some(p), _) => p.tls.clone(),
+            (None, Purpose::Check) if config.tls.cert_file.is_none() => None,
+            (None, _) => ServerTls::load(&config)?,
+        };
+        let dns = match kept(dns_key) {
+            Some(p) => p.dns.clone(),
+            None => Arc::new(Dns::new(&config.dns)?),
+        };
+        let dane = match (config.delivery.dane, kept(dns_key)) {
+            (false, _) => None,
+            (true, Some(Parts { dane: Some(d), .. })) => Some(d.clone()),
+            (true, _) => Some(Arc::new(Dane::new(
+                &config.dns,
+                config.dns.trust_anchor_file.as_deref(),
+            )?)),
+        };
+        let wants_sender_auth = config.all_listeners().iter().any(|l| l.sender_auth);
+        let sender_auth = match (wants_sender_auth, kept(delivery_key)) {
+            (false, _) => None,
+            (
+                true,
+                Some(Parts {
+                    sender_auth: Some(s),
+                    ..
+                }),
+            ) => Some(s.clone()),
+            (true, _) => Some(Arc::new(SenderAuth::new(&config.dns, &config.hostname)?)),
+        };
+        Ok(Parts {
+            client_tls: Arc::new(ClientTls::build(&config.delivery)?),
+            // Key files are read again at each reload, like certificates.
+            dkim: Arc::new(Signers::load(&config.dkim.keys)?),
+            config,
+            mailboxes,
+            router,
+            tls,
+            dns,
+            dane,
+            sender_auth,
+            agents: None,
+        })
+    }
+
+    /// Builds the delivery agents, or keeps those of `previous` when
+    /// nothing they use changed (their dead-host and policy caches stay).
+    pub fn agents(&mut self, spool: &Spool, logger: &Logger, previous: Option<&Parts>) {
+        let kept = previous.filter(|p| {
+            same(&p.config, &self.config, delivery_key) && same(&p.config, &self.config, tables_key)
+        });
+        if let Some(Parts {
+            agents: Some(a), ..
+        }) = kept
+        {
+            self.agents = Some(a.clone());
+            return;
+        }
+        let d = &self.config.delivery;
+        let sts = match (d.mta_sts, self.client_tls.verifying()) {
+            (true, Some(verifying)) => Some(Arc::new(MtaSts::new(
+                self.dns.clone(),
+                verifying,
+                d.mta_sts_port,
+                Duration::from_secs(d.connect_timeout_secs.max(1)),
+            ))),
+            _ => None,
+        };
+        let policy = MaildirPolicy::new(
+            self.mailboxes.base().to_path_buf(),
+            self.config.local.maildir_allow_absolute,
+        );
+        self.agents = Some(Arc::new(Agents {
+            smtp: SmtpAgent {
+                config: self.config.clone(),
+                spool: spool.clone(),
+                logger: logger.clone(),
+                tls: self.client_tls.clone(),
+                dns: self.dns.clone(),
+                dead: Arc::new(DeadHosts::new(Duration::from_secs(d.dead_host_secs))),
+                sts,
+                dane: self.dane.clone(),
+            },
+            maildir: MaildirAgent {
+                config: self.config.clone(),
+                mailboxes: self.mailboxes.clone(),
+                spool: spool.clone(),
+                policy: Arc::new(policy),
+            },
+        }));
+    }
+
+    /// The context SMTP sessions share. The per-client counters and the
+    /// memory budget are carried over from `previous` (a reload changes
+    /// their limits, not their counts; a changed budget starts a new one,
+    /// the old sessions finishing on the old).
+    pub fn session_context(
+        &self,
+        spool: &Spool,
+        logger: &Logger,
+        queue: &QueueHandle,
+        previous: Option<&SessionContext>,
+    ) -> SessionContext {
+        let config = &self.config;
+        let limits = anvil::Limits::from_config(&config.smtpd);
+        let anvil = match previous {
+            Some(p) => {
+                p.anvil.set_limits(limits);
+                p.anvil.clone()
+            }
+            None => Anvil::new(limits),
+        };
+        let budget = config.smtpd.message_memory_budget_kib;
+        let body_memory = match previous {
+            Some(p) if p.config.smtpd.message_memory_budget_kib == budget => p.body_memory.clone(),
+            _ => Arc::new(Semaphore::new(budget as usize)),
+        };
+        SessionContext {
+            policy: RelayPolicy::new(config.mynetworks(), &config.smtpd.relay_domains),
+            config: config.clone(),
+            mailboxes: self.mailboxes.clone(),
+            spool: spool.clone(),
+            logger: logger.clone(),
+            queue: queue.clone(),
+            body_memory,
+            anvil,
+            tls: self.tls.clone(),
+            credentials: self.mailboxes.credentials(),
+            dkim: self.dkim.clone(),
+            sender_auth: self.sender_auth.clone(),
+        }
+    }
+
+    /// What `sluice queue` and sendmail(1) submissions use.
+    pub fn submitter(
+        &self,
+        spool: &Spool,
+        logger: &Logger,
+        queue: &QueueHandle,
+    ) -> crate::admin::submit::Submitter {
+        crate::admin::submit::Submitter {
+            hostname: self.config.hostname.clone(),
+            mailboxes: self.mailboxes.clone(),
+            spool: spool.clone(),
+            queue: queue.clone(),
+            logger: logger.clone(),
+            size_limit: self.config.smtpd.message_size_limit,
+        }
+    }
+}
+
+/// `sluice check-config`: builds what `serve` builds, writing nothing.
+pub fn check(config: Config) -> Result<(), String> {
+    let logger = Logger::disabled();
+    Parts::build(Arc::new(config), &logger, None, Purpose::Check).map(|_| ())
+}

@@ -1,0 +1,173 @@
+//! The listening sockets, and how a reload changes them without dropping
+//! a session: a listener is known by its `listen` address.
+//!
+//! - An address in both the old and the new configuration keeps its
+//!   socket (no connection is refused in between); its settings (kind,
+//!   PROXY protocol, AUTH, sender checks) apply from the next session.
+//! - A new address is bound before anything changes, so a reload whose
+//!   socket cannot be bound is refused whole.
+//! - An address that left the configuration stops accepting (its socket
+//!   is closed before the reload returns); its sessions finish.
+//!
+//! Invariant: every accept loop's retire sender is kept until the loop is
+//! retired or the daemon stops (a dropped sender would end its sessions).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use tokio::net::TcpListener;
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+
+use crate::config::listener::ListenerConfig;
+use crate::config::Config;
+use crate::log;
+use crate::log::Logger;
+use crate::smtp::server::{accept_loop, bind, Listening, SessionContext, SessionCount};
+
+struct Running {
+    addr: SocketAddr,
+    settings: Arc<ArcSwap<ListenerConfig>>,
+    retire: oneshot::Sender<oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+}
+
+/// Sockets a new configuration adds, bound and not yet serving.
+pub(super) struct Bound(Vec<(ListenerConfig, TcpListener)>);
+
+pub(super) struct Listeners {
+    running: Vec<(String, Running)>,
+    /// Accept loops of retired listeners whose sessions may still run.
+    retired: Vec<JoinHandle<()>>,
+    ctx: Arc<ArcSwap<SessionContext>>,
+    count: Arc<SessionCount>,
+    shutdown: watch::Receiver<bool>,
+    reuse_port: bool,
+}
+
+impl Listeners {
+    pub fn new(
+        ctx: Arc<ArcSwap<SessionContext>>,
+        shutdown: watch::Receiver<bool>,
+        reuse_port: bool,
+    ) -> Listeners {
+        Listeners {
+            running: Vec::new(),
+            retired: Vec::new(),
+            ctx,
+            count: Arc::new(SessionCount::default()),
+            shutdown,
+            reuse_port,
+        }
+    }
+
+    /// The bound addresses, in configuration order.
+    pub fn addrs(&self) -> Vec<SocketAddr> {
+        self.running.iter().map(|(_, r)| r.addr).collect()
+    }
+
+    /// Binds the listeners of `config` not running yet; an error names
+    /// the address, and nothing bound is kept.
+    pub fn bind_new(&self, config: &Config) -> Result<Bound, (String, std::io::Error)> {
+        let mut bound = Vec::new();
+        for lc in config.all_listeners() {
+            if self.running.iter().any(|(listen, _)| *listen == lc.listen) {
+                continue;
+            }
+            let socket = bind(&lc.listen, self.reuse_port).map_err(|e| (lc.listen.clone(), e))?;
+            bound.push((lc, socket));
+        }
+        Ok(Bound(bound))
+    }
+
+    /// Makes the running set that of `config`: new settings for kept
+    /// addresses, `bound` sockets started, the others retired.
+    pub async fn apply(&mut self, config: &Config, bound: Bound, logger: &Logger) {
+        let wanted = config.all_listeners();
+        let (keep, gone): (Vec<_>, Vec<_>) = std::mem::take(&mut self.running)
+            .into_iter()
+            .partition(|(listen, _)| wanted.iter().any(|lc| lc.listen == *listen));
+        for (_, running) in gone {
+            let (ack, closed) = oneshot::channel();
+            if running.retire.send(ack).is_ok() {
+                let _ = closed.await;
+            }
+            log!(logger, "master", "stopped listening on {}", running.addr);
+            self.retired.push(running.task);
+        }
+        self.retired.retain(|t| !t.is_finished());
+        let mut keep = keep;
+        let mut fresh = bound.0;
+        for lc in wanted {
+            let listen = lc.listen.clone();
+            if let Some(i) = keep.iter().position(|(l, _)| *l == listen) {
+                let (l, running) = keep.swap_remove(i);
+                running.settings.store(Arc::new(lc));
+                self.running.push((l, running));
+            } else if let Some(i) = fresh.iter().position(|(b, _)| b.listen == listen) {
+                let (lc, socket) = fresh.swap_remove(i);
+                match self.start(lc, socket, logger) {
+                    Ok(running) => self.running.push((listen, running)),
+                    Err(e) => log!(logger, "master", "cannot listen on {listen}: {e}"),
+                }
+            }
+        }
+    }
+
+    /// Starts serving one bound socket.
+    fn start(
+        &self,
+        lc: ListenerConfig,
+        socket: TcpListener,
+        logger: &Logger,
+    ) -> std::io::Result<Running> {
+        let addr = socket.local_addr()?;
+        log!(logger, "master", "listening on {addr} ({:?})", lc.kind);
+        let settings = Arc::new(ArcSwap::from_pointee(lc));
+        let (retire, retired) = oneshot::channel();
+        let task = tokio::spawn(accept_loop(
+            socket,
+            Listening {
+                ctx: self.ctx.clone(),
+                listener: settings.clone(),
+                count: self.count.clone(),
+                shutdown: self.shutdown.clone(),
+                retire: retired,
+            },
+        ));
+        Ok(Running {
+            addr,
+            settings,
+            retire,
+            task,
+        })
+    }
+
+    /// Binds and starts every listener of `config` (at start).
+    pub fn start_all(
+        &mut self,
+        config: &Config,
+        logger: &Logger,
+    ) -> Result<(), (String, std::io::Error)> {
+        for (lc, socket) in self.bind_new(config)?.0 {
+            let listen = lc.listen.clone();
+            let running = self
+                .start(lc, socket, logger)
+                .map_err(|e| (listen.clone(), e))?;
+            self.running.push((listen, running));
+        }
+        Ok(())
+    }
+
+    /// Waits for every accept loop to end (after the shutdown signal).
+    pub async fn join(self) {
+        for (_, running) in self.running {
+            let _ = running.task.await;
+            drop(running.retire);
+        }
+        for task in self.retired {
+            let _ = task.await;
+        }
+    }
+}

@@ -1,0 +1,319 @@
+//! The daemon: the only module that knows every stage. It opens the spool,
+//! recovers what it holds, builds tables, routing, the queue and the
+//! delivery agents (`build.rs`), and starts the listeners
+//! (`listeners.rs`). A reload builds all of it again from the file and
+//! swaps it in without dropping anything in flight (`reload.rs`).
+//!
+//! Shutdown drains (like Postfix's `postfix stop` waiting for its agents):
+//! stop accepting and end sessions, let deliveries in flight finish until a
+//! deadline and record their outcomes, then flush and close the spool. A
+//! clean stop therefore re-delivers nothing that had been delivered.
+
+mod build;
+mod listeners;
+mod reload;
+
+pub use build::check;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use sluice_spool::{Spool, SpoolConfig};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::admin::submit::Submitter;
+use crate::config::Config;
+use crate::log;
+use crate::log::Logger;
+use crate::queue::{QueueHandle, Scheduler};
+use crate::routing::mailboxes::VirtualMailboxes;
+use crate::smtp::server::SessionContext;
+use build::{Parts, Purpose};
+use listeners::Listeners;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot open log: {0}")]
+    Log(std::io::Error),
+    #[error("cannot open spool: {0}")]
+    Spool(#[from] sluice_spool::SpoolError),
+    #[error("configuration: {0}")]
+    Config(String),
+    #[error("cannot listen on {0}: {1}")]
+    Listen(String, std::io::Error),
+}
+
+/// A running server.
+pub struct Server {
+    /// The bound addresses (useful when the config said port 0).
+    pub addrs: Vec<SocketAddr>,
+    shutdown: watch::Sender<bool>,
+    listeners: Listeners,
+    queue: QueueHandle,
+    scheduler_task: JoinHandle<()>,
+    spool: Spool,
+    logger: Logger,
+    /// What the running configuration built (replaced by a reload).
+    parts: Parts,
+    /// What sessions, submissions and the watchers use; swapped by a reload.
+    ctx: Arc<ArcSwap<SessionContext>>,
+    submitter: Arc<ArcSwap<Submitter>>,
+    mailboxes: Arc<ArcSwap<VirtualMailboxes>>,
+    /// The admin socket's task (`sluice queue`), and its path.
+    admin: JoinHandle<()>,
+    admin_socket: std::path::PathBuf,
+    /// Where /metrics and the dashboard are served, if they are.
+    pub metrics_addr: Option<SocketAddr>,
+    observe: Option<JoinHandle<()>>,
+    drain_deadline: Duration,
+}
+
+impl Server {
+    pub async fn start(config: Config) -> Result<Server, StartError> {
+        config
+            .validate()
+            .map_err(|e| StartError::Config(e.to_string()))?;
+        // (validate() has checked it is "text" or "json".)
+        let json = config.log_format == "json";
+        let logger = Logger::start_as(config.log_file.as_deref(), json).map_err(StartError::Log)?;
+        crate::log::route_crate_logs(&logger);
+        let config = Arc::new(config);
+        let (spool, recovered) = open_spool(&config, &logger).await?;
+        let mut parts = Parts::build(config.clone(), &logger, None, Purpose::Serve)
+            .map_err(StartError::Config)?;
+        parts.agents(&spool, &logger, None);
+        let (queue, rx) = QueueHandle::channel();
+        let mut scheduler = Scheduler::new(
+            config.clone(),
+            parts.router.clone(),
+            spool.clone(),
+            logger.clone(),
+            parts.agents.clone().expect("agents just built"),
+            &queue,
+        );
+        scheduler.set_resolver(parts.dns.clone());
+        let scheduler_task = tokio::spawn(scheduler.run(rx));
+        spawn_recovered(&queue, recovered);
+        let ctx = Arc::new(ArcSwap::from_pointee(
+            parts.session_context(&spool, &logger, &queue, None),
+        ));
+        let mailboxes = Arc::new(ArcSwap::new(parts.mailboxes.clone()));
+        let (shutdown, _) = watch::channel(false);
+        spawn_lookup_stats(&mailboxes, &logger, shutdown.subscribe());
+        spawn_table_watcher(&mailboxes, shutdown.subscribe());
+        // The admin socket before the SMTP listeners: a daemon that cannot
+        // be administered does not start taking mail.
+        let submitter = Arc::new(ArcSwap::from_pointee(
+            parts.submitter(&spool, &logger, &queue),
+        ));
+        let admin =
+            crate::admin::spawn(&config.data_dir, submitter.clone(), config.log_file.clone())
+                .map_err(|e| {
+                    let why = format!("admin socket in {}: {e}", config.data_dir.display());
+                    log!(logger, "master", "fatal: {why}");
+                    StartError::Config(why)
+                })?;
+        let observe = observe(&config, &queue, &spool, &mailboxes, &logger).await?;
+        let mut listeners =
+            Listeners::new(ctx.clone(), shutdown.subscribe(), config.smtpd.reuse_port);
+        listeners
+            .start_all(&config, &logger)
+            .map_err(|(listen, e)| StartError::Listen(listen, e))?;
+        Ok(Server {
+            addrs: listeners.addrs(),
+            admin_socket: crate::admin::socket_path(&config.data_dir),
+            metrics_addr: observe.as_ref().map(|(a, _)| *a),
+            observe: observe.map(|(_, t)| t),
+            admin,
+            shutdown,
+            listeners,
+            queue,
+            scheduler_task,
+            spool,
+            logger,
+            parts,
+            ctx,
+            submitter,
+            mailboxes,
+            drain_deadline: Duration::from_secs(config.queue.shutdown_drain_secs),
+        })
+    }
+
+    /// Reopens the log file (SIGUSR1, after logrotate renamed it).
+    pub fn reopen_log(&self) {
+        self.logger.reopen();
+    }
+
+    /// Stops accepting, ends sessions, drains deliveries in flight, then
+    /// flushes and closes the spool.
+    pub async fn shutdown(mut self) {
+        let _ = self.shutdown.send(true);
+        // No more administration: the socket goes first, so a client
+        // finds no daemon rather than a half-closed one.
+        self.admin.abort();
+        let _ = (&mut self.admin).await;
+        let _ = std::fs::remove_file(&self.admin_socket);
+        if let Some(t) = &self.observe {
+            t.abort();
+        }
+        self.listeners.join().await;
+        let deadline = tokio::time::Instant::now() + self.drain_deadline;
+        let drained = self.queue.drain(deadline).await;
+        log!(
+            self.logger,
+            "master",
+            "drained: {} deliveries finished, {} abandoned at the deadline (delivered again after restart)",
+            drained.finished_jobs,
+            drained.abandoned_jobs
+        );
+        let _ = self.scheduler_task.await;
+        let spool = self.spool.clone();
+        let _ = tokio::task::spawn_blocking(move || spool.shutdown()).await;
+        let stats = self.spool.stats();
+        let (messages, syncs) = (
+            stats.messages.load(std::sync::atomic::Ordering::Relaxed),
+            stats.syncs.load(std::sync::atomic::Ordering::Relaxed),
+        );
+        log!(
+            self.logger,
+            "master",
+            "daemon stopped: spool stored {messages} messages with {syncs} disk syncs ({:.1} messages per sync)",
+            messages as f64 / syncs.max(1) as f64
+        );
+        let logger = self.logger.clone();
+        let _ = tokio::task::spawn_blocking(move || logger.flush()).await;
+    }
+}
+
+/// Hands the mail found in the spool to the queue, in batches (the queue
+/// parks it on disk and brings it in as room frees up).
+fn spawn_recovered(queue: &QueueHandle, recovered: Vec<sluice_spool::Recovered>) {
+    let queue = queue.clone();
+    tokio::spawn(async move {
+        let mut recovered = recovered.into_iter().peekable();
+        while recovered.peek().is_some() {
+            let batch = recovered.by_ref().take(4096).collect();
+            queue.recovered(batch).await;
+        }
+    });
+}
+
+/// The metrics and dashboard listener, when configured.
+async fn observe(
+    config: &Config,
+    queue: &QueueHandle,
+    spool: &Spool,
+    mailboxes: &Arc<ArcSwap<VirtualMailboxes>>,
+    logger: &Logger,
+) -> Result<Option<(SocketAddr, JoinHandle<()>)>, StartError> {
+    let Some(listen) = &config.metrics.listen else {
+        return Ok(None);
+    };
+    let addr: SocketAddr = listen
+        .parse()
+        .map_err(|_| StartError::Config(format!("metrics.listen: bad address {listen:?}")))?;
+    let (bound, task) =
+        crate::admin::http::spawn(addr, queue.clone(), spool.clone(), mailboxes.clone())
+            .await
+            .map_err(StartError::Config)?;
+    log!(logger, "master", "metrics and dashboard on http://{bound}/");
+    Ok(Some((bound, task)))
+}
+
+/// Opens the spool (blocking recovery on the blocking pool) and logs it.
+async fn open_spool(
+    config: &Config,
+    logger: &Logger,
+) -> Result<(Spool, Vec<sluice_spool::Recovered>), StartError> {
+    let segment_bytes = config.spool.segment_mib.max(1) << 20;
+    let reserve_bytes = match config.spool.reserve_mib {
+        Some(mib) => mib << 20,
+        None => SpoolConfig::default_reserve(segment_bytes),
+    };
+    let spool_config = SpoolConfig {
+        dir: config.data_dir.join("spool"),
+        sync: !config.spool.unsafe_ack_before_fsync,
+        segment_bytes,
+        reserve_bytes,
+    };
+    let (spool, recovered, report) = tokio::task::spawn_blocking(move || Spool::open(spool_config))
+        .await
+        .map_err(|e| StartError::Config(format!("spool recovery panicked: {e}")))??;
+    log!(
+        logger,
+        "master",
+        "daemon started: spool {} segments, {} messages to deliver{}",
+        report.segments,
+        report.messages_pending,
+        if config.spool.unsafe_ack_before_fsync {
+            " (WARNING: unsafe_ack_before_fsync is on; acknowledged mail can be lost on power failure)"
+        } else {
+            ""
+        }
+    );
+    for damage in &report.damage {
+        log!(logger, "master", "spool recovery: {damage}");
+    }
+    if report.known_damage > 0 {
+        log!(
+            logger,
+            "master",
+            "spool recovery: {} damaged ranges already quarantined in spool/corrupt/",
+            report.known_damage
+        );
+    }
+    if !report.pinned.is_empty() {
+        log!(
+            logger,
+            "master",
+            "spool recovery: WARNING: segments {:?} hold damaged bytes that could not be quarantined; they are kept (no space is reclaimed behind them) until a start-up can copy them to spool/corrupt/",
+            report.pinned
+        );
+    }
+    Ok((spool, recovered))
+}
+
+/// Static tables whose files changed are reloaded within a second, off
+/// the lookup path (a lookup never touches the file system).
+fn spawn_table_watcher(
+    mailboxes: &Arc<ArcSwap<VirtualMailboxes>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mailboxes = mailboxes.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                _ = stop.changed() => return,
+                _ = tick.tick() => {}
+            }
+            let m = mailboxes.load_full();
+            let _ = tokio::task::spawn_blocking(move || m.reload_changed()).await;
+        }
+    });
+}
+
+/// Directory counters once a minute, for operators watching lookups.
+fn spawn_lookup_stats(
+    mailboxes: &Arc<ArcSwap<VirtualMailboxes>>,
+    logger: &Logger,
+    mut stop: watch::Receiver<bool>,
+) {
+    let (mailboxes, logger) = (mailboxes.clone(), logger.clone());
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(60));
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                _ = stop.changed() => return,
+                _ = tick.tick() => {}
+            }
+            for line in mailboxes.load().stats_lines() {
+                log!(logger, "lookup", "{line}");
+            }
+        }
+    });
+}

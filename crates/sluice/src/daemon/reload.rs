@@ -1,0 +1,189 @@
+//! Reload (SIGHUP), as `postfix reload`: the whole configuration file is
+//! read and checked, everything it describes is built, and only then is
+//! it swapped in. A file that fails anywhere (syntax, a table, a
+//! certificate, a socket that cannot be bound) changes nothing, and the
+//! log says why.
+//!
+//! Applied at once: listeners (added, retired, re-set; see
+//! `listeners.rs`), session limits and relay policy, TLS, AUTH, DKIM and
+//! sender checks, routes, delivery limits, timeouts and TLS policy, queue
+//! settings, DNS, tables (rebuilt when their definitions change,
+//! otherwise re-read). In flight nothing changes: a session keeps the
+//! settings it started with, a delivery the agent that took it.
+//!
+//! Kept until a restart (and named in the log): `data_dir`, `[spool]`,
+//! the log file and its format, and `[metrics]`: they are the process's
+//! own files and sockets.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::build::{Parts, Purpose};
+use super::Server;
+use crate::config::Config;
+use crate::log;
+use crate::queue::Reconfig;
+
+impl Server {
+    /// Reloads the configuration file at `path`; without one (the
+    /// embedded configuration), re-reads tables and the certificate.
+    pub async fn reload(&mut self, path: Option<&Path>) {
+        let Some(path) = path else {
+            self.refresh(None);
+            return;
+        };
+        match Config::load(path) {
+            Ok(new) => self.apply(new).await,
+            Err(e) => {
+                let why = e.to_string().replace('\n', " | ");
+                self.refuse(&why);
+            }
+        }
+    }
+
+    fn refuse(&self, why: &str) {
+        log!(
+            self.logger,
+            "master",
+            "reload: {why}; keeping the running configuration"
+        );
+    }
+
+    async fn apply(&mut self, mut new: Config) {
+        let old = self.parts.config.clone();
+        let later = keep_restart_settings(&old, &mut new);
+        if !later.is_empty() {
+            log!(
+                self.logger,
+                "master",
+                "reload: changes to {} take effect at the next restart",
+                later.join(", ")
+            );
+        }
+        let new = Arc::new(new);
+        let built = Parts::build(new.clone(), &self.logger, Some(&self.parts), Purpose::Serve);
+        let mut parts = match built {
+            Ok(parts) => parts,
+            Err(why) => return self.refuse(&why),
+        };
+        let bound = match self.listeners.bind_new(&new) {
+            Ok(bound) => bound,
+            Err((listen, e)) => return self.refuse(&format!("cannot listen on {listen}: {e}")),
+        };
+        parts.agents(&self.spool, &self.logger, Some(&self.parts));
+        self.refresh(Some(&parts));
+        let ctx = parts.session_context(
+            &self.spool,
+            &self.logger,
+            &self.queue,
+            Some(&self.ctx.load()),
+        );
+        self.ctx.store(Arc::new(ctx));
+        let submitter = parts.submitter(&self.spool, &self.logger, &self.queue);
+        self.submitter.store(Arc::new(submitter));
+        self.mailboxes.store(parts.mailboxes.clone());
+        let reconfig = Reconfig {
+            config: new.clone(),
+            router: parts.router.clone(),
+            agent: parts.agents.clone().expect("agents just built"),
+            resolver: parts.dns.clone(),
+        };
+        self.queue.reconfigure(reconfig).await;
+        self.listeners.apply(&new, bound, &self.logger).await;
+        self.addrs = self.listeners.addrs();
+        self.drain_deadline = Duration::from_secs(new.queue.shutdown_drain_secs);
+        let changed = sections_changed(&old, &new);
+        self.parts = parts;
+        let changed = match changed.is_empty() {
+            true => "nothing changed".to_string(),
+            false => format!("applied changes to {}", changed.join(", ")),
+        };
+        log!(self.logger, "master", "reload: {changed}");
+    }
+
+    /// Re-reads the files of tables and the certificate that a reload
+    /// keeps (`parts` being what it built; all of them without).
+    fn refresh(&self, parts: Option<&Parts>) {
+        let kept = |a: &Parts| parts.is_none_or(|p| Arc::ptr_eq(&a.mailboxes, &p.mailboxes));
+        if kept(&self.parts) {
+            log!(self.logger, "master", "reload: lookup tables");
+            self.parts.mailboxes.reload();
+        }
+        let same_tls = match (parts, &self.parts.tls) {
+            (None, Some(tls)) => Some(tls),
+            (Some(p), Some(tls)) => p.tls.as_ref().filter(|t| Arc::ptr_eq(t, tls)),
+            _ => None,
+        };
+        if let Some(tls) = same_tls {
+            match tls.reload() {
+                Ok(()) => log!(
+                    self.logger,
+                    "master",
+                    "reload: TLS certificate {}",
+                    tls.cert_path().display()
+                ),
+                Err(err) => log!(
+                    self.logger,
+                    "master",
+                    "reload: {err}; keeping the previous certificate"
+                ),
+            }
+        }
+    }
+}
+
+/// Puts the running values of the settings a reload cannot change into
+/// `new`, and names those that differed.
+fn keep_restart_settings(old: &Config, new: &mut Config) -> Vec<&'static str> {
+    let mut later = Vec::new();
+    if old.data_dir != new.data_dir {
+        later.push("data_dir");
+        new.data_dir = old.data_dir.clone();
+    }
+    if format!("{:?}", old.spool) != format!("{:?}", new.spool) {
+        later.push("spool");
+        new.spool = old.spool.clone();
+    }
+    if (&old.log_file, &old.log_format) != (&new.log_file, &new.log_format) {
+        later.push("log_file");
+        new.log_file = old.log_file.clone();
+        new.log_format = old.log_format.clone();
+    }
+    if format!("{:?}", old.metrics) != format!("{:?}", new.metrics) {
+        later.push("metrics");
+        new.metrics = old.metrics.clone();
+    }
+    later
+}
+
+/// The top-level settings that differ between two configurations.
+fn sections_changed(old: &Config, new: &Config) -> Vec<&'static str> {
+    sections(old)
+        .into_iter()
+        .zip(sections(new))
+        .filter(|((_, a), (_, b))| a != b)
+        .map(|((name, _), _)| name)
+        .collect()
+}
+
+/// Each top-level setting, named, in a comparable form.
+fn sections(c: &Config) -> [(&'static str, String); 15] {
+    [
+        ("hostname", format!("{:?}", c.hostname)),
+        ("data_dir", format!("{:?}", c.data_dir)),
+        ("log_file", format!("{:?}{:?}", c.log_file, c.log_format)),
+        ("postmaster", format!("{:?}", c.postmaster)),
+        ("smtpd", format!("{:?}", c.smtpd)),
+        ("tls", format!("{:?}", c.tls)),
+        ("auth", format!("{:?}", c.auth)),
+        ("spool", format!("{:?}", c.spool)),
+        ("queue", format!("{:?}", c.queue)),
+        ("delivery", format!("{:?}", c.delivery)),
+        ("transport", format!("{:?}", c.transport)),
+        ("local and tables", format!("{:?}{:?}", c.local, c.tables)),
+        ("dns", format!("{:?}", c.dns)),
+        ("dkim", format!("{:?}", c.dkim)),
+        ("metrics", format!("{:?}", c.metrics)),
+    ]
+}

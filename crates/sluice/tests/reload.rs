@@ -1,0 +1,155 @@
+//! Reload (SIGHUP) applies the whole configuration file while running:
+//! listeners are added and retired, routes and limits change, and nothing
+//! in flight is dropped: a session open across the reload finishes its
+//! transaction under the settings it started with. A file that cannot be
+//! applied (here: a listener that cannot bind) changes nothing.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use common::*;
+use sluice::config::Config;
+use sluice::daemon::Server;
+
+/// A configuration file: SMTP on `listen`, `a.test` routed to `hop`.
+fn write(dir: &Path, listen: &[SocketAddr], hop: SocketAddr, size_limit: usize) {
+    let listen: Vec<String> = listen.iter().map(|a| format!("\"{a}\"")).collect();
+    let text = format!(
+        r#"hostname = "mx.test"
+data_dir = "{dir}/var"
+log_file = "{dir}/maillog"
+
+[smtpd]
+listen = [{listen}]
+message_size_limit = {size_limit}
+
+[queue]
+minimal_backoff_secs = 1
+maximal_backoff_secs = 2
+
+[delivery]
+connection_idle_secs = 1
+dead_host_secs = 1
+
+[transport]
+"a.test" = "smtp:[{ip}]:{port}"
+
+[dns]
+nameservers = ["127.0.0.1:9"]
+timeout_ms = 300
+attempts = 1
+"#,
+        dir = dir.display(),
+        listen = listen.join(", "),
+        ip = hop.ip(),
+        port = hop.port(),
+    );
+    std::fs::write(dir.join("sluice.toml"), text).unwrap();
+}
+
+async fn refuses_connections(addr: SocketAddr) -> bool {
+    tokio::net::TcpStream::connect(addr).await.is_err()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_moves_listeners_routes_and_limits_and_keeps_open_sessions() {
+    let dir = temp_dir("reload-live");
+    let (old_hop, new_hop) = (recording_sink().await, recording_sink().await);
+    let (first, second) = (free_addr(), free_addr());
+    write(&dir, &[first], old_hop.addr, 100_000);
+    let path = dir.join("sluice.toml");
+    let mut server = Server::start(Config::load(&path).unwrap()).await.unwrap();
+
+    // A session in the middle of a transaction when the reload comes.
+    let mut open = Client::ready(first).await;
+    assert!(open
+        .cmd("MAIL FROM:<a@sender.test>")
+        .await
+        .starts_with("250"));
+    assert!(open.cmd("RCPT TO:<x@a.test>").await.starts_with("250"));
+
+    write(&dir, &[second], new_hop.addr, 5_000);
+    server.reload(Some(&path)).await;
+
+    // The new listener serves, with the new limit.
+    let mut fresh = Client::ready(second).await;
+    let ehlo = fresh.cmd("EHLO client.test").await;
+    assert!(ehlo.contains("SIZE 5000"), "{ehlo}");
+    // The retired one takes no new connections.
+    assert!(
+        refuses_connections(first).await,
+        "{first} still accepts: {}",
+        read_log(&dir)
+    );
+    // The open session finishes under the limit it started with (a
+    // 6,000-byte message is over the new limit).
+    assert!(open.cmd("DATA").await.starts_with("354"));
+    let line = format!("{}\r\n", "x".repeat(78));
+    let big = format!("Subject: open\r\n\r\n{}", line.repeat(80));
+    open.send(big.as_bytes()).await;
+    open.send(b".\r\n").await;
+    let r = open.reply().await;
+    assert!(r.starts_with("250"), "{r}");
+    // New sessions get the new limit and the new route.
+    let r = fresh.cmd("MAIL FROM:<a@sender.test> SIZE=6000").await;
+    assert!(r.starts_with("552"), "{r}");
+    let r = fresh
+        .message(
+            "a@sender.test",
+            &["y@a.test"],
+            "Subject: fresh\r\n\r\nHi.\r\n",
+        )
+        .await;
+    assert!(r.starts_with("250"), "{r}");
+    // Both go the new way: routes are looked up when mail is scheduled.
+    assert!(
+        wait_until(10, || new_hop.count() == 2).await,
+        "new hop has {}, old hop {}: {}",
+        new_hop.count(),
+        old_hop.count(),
+        read_log(&dir)
+    );
+    assert_eq!(old_hop.count(), 0);
+    let log = read_log(&dir);
+    assert!(log.contains(&format!("listening on {second}")), "{log}");
+    assert!(
+        log.contains(&format!("stopped listening on {first}")),
+        "{log}"
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_cannot_bind_changes_nothing() {
+    let dir = temp_dir("reload-refused");
+    let (old_hop, new_hop) = (recording_sink().await, recording_sink().await);
+    let first = free_addr();
+    write(&dir, &[first], old_hop.addr, 100_000);
+    let path = dir.join("sluice.toml");
+    let mut server = Server::start(Config::load(&path).unwrap()).await.unwrap();
+    // Someone else holds the address the new file asks for.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy = taken.local_addr().unwrap();
+    write(&dir, &[first, busy], new_hop.addr, 5_000);
+    server.reload(Some(&path)).await;
+    let log = read_log(&dir);
+    assert!(log.contains("keeping the running configuration"), "{log}");
+    assert!(log.contains(&busy.to_string()), "the log names it: {log}");
+    // The old listener, limit and route are all still in force.
+    let mut c = Client::ready(first).await;
+    let ehlo = c.cmd("EHLO client.test").await;
+    assert!(ehlo.contains("SIZE 100000"), "{ehlo}");
+    let r = c
+        .message(
+            "a@sender.test",
+            &["y@a.test"],
+            "Subject: old\r\n\r\nHi.\r\n",
+        )
+        .await;
+    assert!(r.starts_with("250"), "{r}");
+    assert!(wait_until(10, || old_hop.count() == 1).await);
+    assert_eq!(new_hop.count(), 0);
+    server.shutdown().await;
+}
