@@ -347,3 +347,45 @@ async fn smtp_auth_by_ldap_bind() {
     assert!(r.starts_with("454 4.7.0"), "{r}");
     server.shutdown().await;
 }
+
+/// A burst of lookups of one new address (many sessions at once) costs
+/// one query, found or not; the answer is then cached, a miss included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_lookups_of_one_key_share_one_query() {
+    let slapd = Slapd::start("flight", 5);
+    let t = ldap_table(
+        vec![slapd.uri()],
+        "ou=people,dc=example,dc=com",
+        "(mail=%s)",
+        "homeDirectory",
+    );
+    let table = std::sync::Arc::new(table(&t));
+    let mut burst = tokio::task::JoinSet::new();
+    for i in 0..100 {
+        let table = table.clone();
+        let key = if i % 2 == 0 {
+            "user1@example.com"
+        } else {
+            "nobody@example.com"
+        };
+        burst.spawn(async move { table.lookup(key).await.map(|v| v.is_some()) });
+    }
+    let (mut found, mut missing) = (0, 0);
+    while let Some(r) = burst.join_next().await {
+        match r.unwrap() {
+            Ok(true) => found += 1,
+            Ok(false) => missing += 1,
+            Err(e) => panic!("lookup failed: {e}"),
+        }
+    }
+    assert_eq!((found, missing), (50, 50));
+    let count = |what: &str| {
+        let (_, counters) = table.counters().unwrap();
+        counters.iter().find(|(k, _)| *k == what).unwrap().1
+    };
+    assert_eq!(count("queries"), 2, "one per key: {:?}", table.counters());
+    // Later lookups, the miss included, come from the cache.
+    assert!(table.lookup("nobody@example.com").await.unwrap().is_none());
+    assert!(table.lookup("user1@example.com").await.unwrap().is_some());
+    assert_eq!(count("queries"), 2);
+}

@@ -268,7 +268,7 @@ impl VirtualMailboxes {
     }
 
     /// The LDAP tables' counters (see `Table::counters`).
-    pub fn lookup_counters(&self) -> Vec<(String, [(&'static str, u64); 5])> {
+    pub fn lookup_counters(&self) -> Vec<(String, [(&'static str, u64); 6])> {
         self.tables().filter_map(|t| t.counters()).collect()
     }
 }

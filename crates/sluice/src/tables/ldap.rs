@@ -29,7 +29,12 @@ pub struct LdapStats {
     pub found: AtomicU64,
     pub not_found: AtomicU64,
     pub failures: AtomicU64,
+    /// Lookups answered by another lookup's query (single flight).
+    pub shared: AtomicU64,
 }
+
+/// One query in flight for a key, and its answer once there.
+type Flight = Arc<tokio::sync::OnceCell<Result<Option<Values>, String>>>;
 
 struct CacheEntry {
     expires: Instant,
@@ -43,6 +48,7 @@ pub struct LdapTable {
     tls: Arc<rustls::ClientConfig>,
     next: AtomicUsize,
     cache: Mutex<HashMap<String, CacheEntry>>,
+    inflight: Mutex<HashMap<String, Flight>>,
     pub stats: LdapStats,
     logger: Logger,
 }
@@ -60,6 +66,7 @@ impl LdapTable {
             tls,
             next: AtomicUsize::new(0),
             cache: Mutex::new(HashMap::new()),
+            inflight: Mutex::new(HashMap::new()),
             stats: LdapStats::default(),
             logger,
         })
@@ -69,12 +76,50 @@ impl LdapTable {
         self.cache.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
 
+    /// Looks `key` up: from the cache, or by a query that concurrent
+    /// lookups of the same key share (single flight: a burst of mail for
+    /// one new address costs one query, not one per session).
     pub async fn lookup(&self, key: &str) -> Result<Option<Values>, LookupError> {
         let key = key.to_ascii_lowercase();
         if let Some(hit) = self.cached(&key) {
             self.stats.cache_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(hit);
         }
+        let flight = self
+            .inflight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(key.clone())
+            .or_default()
+            .clone();
+        let mut asked = false;
+        let answer = flight
+            .get_or_init(|| {
+                asked = true;
+                self.query_and_cache(&key)
+            })
+            .await
+            .clone();
+        if !asked {
+            self.stats.shared.fetch_add(1, Ordering::Relaxed);
+        }
+        {
+            let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+            if inflight.get(&key).is_some_and(|f| Arc::ptr_eq(f, &flight)) {
+                inflight.remove(&key);
+            }
+        }
+        answer.map_err(LookupError::Unavailable)
+    }
+
+    /// The query behind a lookup (the cache is asked again first: a flight
+    /// that just ended may have filled it), its answer cached.
+    async fn query_and_cache(&self, key: &str) -> Result<Option<Values>, String> {
+        if let Some(hit) = self.cached(key) {
+            self.stats.cache_hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(hit);
+        }
+        let key = key.to_string();
         // One retry on a fresh connection (which may fail over to another URI).
         let mut last_err = String::new();
         for attempt in 0..2 {
@@ -100,10 +145,7 @@ impl LdapTable {
             "table {}: lookup of {key} failed: {last_err}",
             self.name
         );
-        Err(LookupError::Unavailable(format!(
-            "table {}: {last_err}",
-            self.name
-        )))
+        Err(format!("table {}: {last_err}", self.name))
     }
 
     fn cached(&self, key: &str) -> Option<Option<Values>> {

@@ -109,8 +109,8 @@ impl Table {
     }
 
     /// An LDAP table's name and counters (queries, cache hits, found, not
-    /// found, failures), for /metrics.
-    pub fn counters(&self) -> Option<(String, [(&'static str, u64); 5])> {
+    /// found, failures, lookups that shared another's query), for /metrics.
+    pub fn counters(&self) -> Option<(String, [(&'static str, u64); 6])> {
         let Table::Ldap(t) = self else { return None };
         let s = &t.stats;
         let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -122,6 +122,7 @@ impl Table {
                 ("found", n(&s.found)),
                 ("not_found", n(&s.not_found)),
                 ("failures", n(&s.failures)),
+                ("shared", n(&s.shared)),
             ],
         ))
     }
@@ -132,10 +133,11 @@ impl Table {
         let s = &t.stats;
         let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
         Some(format!(
-            "table {}: queries={} cache_hits={} found={} not_found={} failures={}",
+            "table {}: queries={} cache_hits={} shared={} found={} not_found={} failures={}",
             t.name,
             n(&s.queries),
             n(&s.cache_hits),
+            n(&s.shared),
             n(&s.found),
             n(&s.not_found),
             n(&s.failures)
