@@ -106,3 +106,48 @@ async fn unwritable_maildir_defers_then_delivers() {
     }
     server.shutdown().await;
 }
+
+/// Twenty recipients in twenty new mailboxes, delivered with their
+/// durability shared: the daemon reports the disk syncs it spent, two for
+/// the batch (`maildir_sync = "batch"`), against two per message and more
+/// for the new directories when each is synced on its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn maildir_deliveries_share_their_disk_syncs() {
+    for (mode, most) in [("batch", 2), ("each", 200)] {
+        let dir = temp_dir("local-group-commit");
+        let mut cfg = config(&dir, None);
+        cfg.local.domains = vec!["local.test".into()];
+        cfg.local.maildir_sync = mode.into();
+        cfg.delivery.recipients_per_transaction = 100;
+        let (server, addr) = start(cfg).await;
+        let mut c = Client::ready(addr).await;
+        let rcpts: Vec<String> = (0..20).map(|i| format!("u{i}@local.test")).collect();
+        let rcpts: Vec<&str> = rcpts.iter().map(String::as_str).collect();
+        let r = c.message("s@remote.test", &rcpts, &body("many")).await;
+        assert!(r.starts_with("250"), "{r}");
+        let base = dir.join("var/mail/local.test");
+        let delivered = || {
+            (0..20).all(|i| {
+                std::fs::read_dir(base.join(format!("u{i}/Maildir/new")))
+                    .is_ok_and(|d| d.count() == 1)
+            })
+        };
+        assert!(wait_until(10, delivered).await, "{}", read_log(&dir));
+        server.shutdown().await;
+        let log = read_log(&dir);
+        let line = log
+            .lines()
+            .find(|l| l.contains("maildir: delivered 20 files with "))
+            .unwrap_or_else(|| panic!("{mode}: no maildir line: {log}"));
+        let syncs: u64 = line
+            .split("files with ")
+            .nth(1)
+            .and_then(|t| t.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap();
+        assert!(syncs <= most, "{mode}: {line}");
+        if mode == "each" {
+            assert!(syncs >= 40, "each message pays its own: {line}");
+        }
+    }
+}

@@ -49,6 +49,13 @@ attempts = 1
     std::fs::write(dir.join("sluice.toml"), text).unwrap();
 }
 
+/// Stops the daemon; a session left open on a retired listener must not
+/// keep it waiting.
+async fn stop(server: Server) {
+    let stopped = tokio::time::timeout(std::time::Duration::from_secs(20), server.shutdown()).await;
+    assert!(stopped.is_ok(), "shutdown ends every session");
+}
+
 async fn refuses_connections(addr: SocketAddr) -> bool {
     tokio::net::TcpStream::connect(addr).await.is_err()
 }
@@ -118,7 +125,7 @@ async fn reload_moves_listeners_routes_and_limits_and_keeps_open_sessions() {
         log.contains(&format!("stopped listening on {first}")),
         "{log}"
     );
-    server.shutdown().await;
+    stop(server).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -151,5 +158,50 @@ async fn a_reload_that_cannot_bind_changes_nothing() {
     assert!(r.starts_with("250"), "{r}");
     assert!(wait_until(10, || old_hop.count() == 1).await);
     assert_eq!(new_hop.count(), 0);
-    server.shutdown().await;
+    stop(server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_adds_a_mailbox_domain_builds_its_tables() {
+    let dir = temp_dir("reload-tables");
+    let hop = recording_sink().await;
+    let listen = free_addr();
+    write(&dir, &[listen], hop.addr, 100_000);
+    let path = dir.join("sluice.toml");
+    let mut server = Server::start(Config::load(&path).unwrap()).await.unwrap();
+    let mut c = Client::ready(listen).await;
+    // Not ours yet: relayed (to the default route), not delivered here.
+    assert!(c.cmd("MAIL FROM:<s@remote.test>").await.starts_with("250"));
+    assert!(c.cmd("RCPT TO:<zz@new.test>").await.starts_with("250"));
+    assert!(c.cmd("RSET").await.starts_with("250"));
+    std::fs::write(dir.join("mailboxes"), "a@new.test a/Maildir/\n").unwrap();
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    text.push_str(&format!(
+        "\n[local]\ndomains = [\"new.test\"]\nmailbox_table = \"mailboxes\"\nmaildir_base = \"{base}\"\n\n[tables.mailboxes]\nkind = \"static\"\npath = \"{table}\"\n",
+        base = dir.join("mail").display(),
+        table = dir.join("mailboxes").display(),
+    ));
+    std::fs::write(&path, text).unwrap();
+    server.reload(Some(&path)).await;
+    let mut c = Client::ready(listen).await;
+    assert!(c.cmd("MAIL FROM:<s@remote.test>").await.starts_with("250"));
+    let r = c.cmd("RCPT TO:<zz@new.test>").await;
+    assert!(r.starts_with("550 5.1.1"), "unknown in the new table: {r}");
+    assert!(c.cmd("RSET").await.starts_with("250"));
+    let r = c
+        .message(
+            "s@remote.test",
+            &["a@new.test"],
+            "Subject: local\r\n\r\nHi.\r\n",
+        )
+        .await;
+    assert!(r.starts_with("250"), "{r}");
+    let new = dir.join("mail/a/Maildir/new");
+    assert!(
+        wait_until(10, || std::fs::read_dir(&new).is_ok_and(|d| d.count() == 1)).await,
+        "{}",
+        read_log(&dir)
+    );
+    assert!(read_log(&dir).contains("reload: applied changes to local and tables"));
+    stop(server).await;
 }

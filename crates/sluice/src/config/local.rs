@@ -28,6 +28,12 @@ pub struct LocalConfig {
     /// Allow mailbox paths outside `maildir_base` (absolute table values).
     /// Off by default: a path that leaves the base is refused (`4.3.5`).
     pub maildir_allow_absolute: bool,
+    /// How deliveries are made durable: "batch" (default) shares two
+    /// file-system syncs among every delivery gathered while the previous
+    /// batch synced; "each" syncs every message and its directory on its
+    /// own (two syncs per message). Both report a message delivered only
+    /// once its file and its name in `new/` are on disk.
+    pub maildir_sync: String,
 }
 
 impl Default for LocalConfig {
@@ -41,6 +47,7 @@ impl Default for LocalConfig {
             maildir_base: None,
             maildir_template: "{base}/{domain}/{localpart}/Maildir".into(),
             maildir_allow_absolute: false,
+            maildir_sync: "batch".into(),
         }
     }
 }

@@ -414,6 +414,13 @@ impl Config {
 
     /// Checks what serde cannot: addresses, networks, next hops.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if !matches!(self.local.maildir_sync.as_str(), "batch" | "each") {
+            let why = format!(
+                "local.maildir_sync: {:?} (want \"batch\" or \"each\")",
+                self.local.maildir_sync
+            );
+            return Err(ConfigError::Invalid(why));
+        }
         if !matches!(self.log_format.as_str(), "text" | "json") {
             let why = format!(
                 "log_format: {:?} (want \"text\" or \"json\")",

@@ -18,8 +18,11 @@ use tokio::sync::Semaphore;
 
 use crate::config::hop::NextHop;
 use crate::config::Config;
+use crate::log;
 use crate::log::Logger;
+use crate::maildir::commit::Committer;
 use crate::maildir::dirs::MaildirPolicy;
+use crate::maildir::write::SyncStats;
 use crate::maildir::MaildirAgent;
 use crate::queue::{DeliveryAgent, QueueHandle, WorkerStart};
 use crate::routing::dns::Dns;
@@ -67,6 +70,10 @@ pub(super) struct Parts {
     pub dkim: Arc<Signers>,
     /// Set by [`Parts::agents`].
     pub agents: Option<Arc<Agents>>,
+    /// Maildir files and syncs, over reloads (for the log at shutdown).
+    pub maildir_stats: Arc<SyncStats>,
+    /// What the agents were built from, CA file's date included.
+    delivery_stamp: String,
 }
 
 /// For whom parts are built.
@@ -97,8 +104,15 @@ fn dns_key(c: &Config) -> String {
     format!("{:?}", c.dns)
 }
 
+/// With the CA file's modification time: a changed bundle makes new
+/// agents (system roots are read at start).
 fn delivery_key(c: &Config) -> String {
-    format!("{:?}{:?}{:?}", c.hostname, c.delivery, c.dns)
+    let ca = c
+        .delivery
+        .tls_ca_file
+        .as_ref()
+        .map(|f| std::fs::metadata(f).and_then(|m| m.modified()).ok());
+    format!("{:?}{:?}{:?}{:?}", c.hostname, c.delivery, c.dns, ca)
 }
 
 impl Parts {
@@ -157,6 +171,7 @@ impl Parts {
             (true, _) => Some(Arc::new(SenderAuth::new(&config.dns, &config.hostname)?)),
         };
         Ok(Parts {
+            delivery_stamp: delivery_key(&config),
             client_tls: Arc::new(ClientTls::build(&config.delivery)?),
             // Key files are read again at each reload, like certificates.
             dkim: Arc::new(Signers::load(&config.dkim.keys)?),
@@ -168,6 +183,9 @@ impl Parts {
             dane,
             sender_auth,
             agents: None,
+            maildir_stats: previous
+                .map(|p| p.maildir_stats.clone())
+                .unwrap_or_default(),
         })
     }
 
@@ -175,7 +193,7 @@ impl Parts {
     /// nothing they use changed (their dead-host and policy caches stay).
     pub fn agents(&mut self, spool: &Spool, logger: &Logger, previous: Option<&Parts>) {
         let kept = previous.filter(|p| {
-            same(&p.config, &self.config, delivery_key) && same(&p.config, &self.config, tables_key)
+            p.delivery_stamp == self.delivery_stamp && same(&p.config, &self.config, tables_key)
         });
         if let Some(Parts {
             agents: Some(a), ..
@@ -194,10 +212,23 @@ impl Parts {
             ))),
             _ => None,
         };
-        let policy = MaildirPolicy::new(
+        let policy = Arc::new(MaildirPolicy::new(
             self.mailboxes.base().to_path_buf(),
             self.config.local.maildir_allow_absolute,
-        );
+        ));
+        let committer = match self.config.local.maildir_sync.as_str() {
+            "each" => None,
+            _ => Committer::start(policy.clone(), self.maildir_stats.clone())
+                .map(Arc::new)
+                .map_err(|e| {
+                    log!(
+                        logger,
+                        "master",
+                        "maildir: no commit thread ({e}); syncing each"
+                    )
+                })
+                .ok(),
+        };
         self.agents = Some(Arc::new(Agents {
             smtp: SmtpAgent {
                 config: self.config.clone(),
@@ -213,7 +244,9 @@ impl Parts {
                 config: self.config.clone(),
                 mailboxes: self.mailboxes.clone(),
                 spool: spool.clone(),
-                policy: Arc::new(policy),
+                committer,
+                policy,
+                stats: self.maildir_stats.clone(),
             },
         }));
     }

@@ -24,11 +24,11 @@ use crate::config::listener::ListenerConfig;
 use crate::config::Config;
 use crate::log;
 use crate::log::Logger;
-use crate::smtp::server::{accept_loop, bind, Listening, SessionContext, SessionCount};
+use crate::smtp::server::{accept_loop, bind, Listening, Serving, SessionContext, SessionCount};
 
 struct Running {
     addr: SocketAddr,
-    settings: Arc<ArcSwap<ListenerConfig>>,
+    serving: Arc<ArcSwap<Serving>>,
     retire: oneshot::Sender<oneshot::Sender<()>>,
     task: JoinHandle<()>,
 }
@@ -40,22 +40,16 @@ pub(super) struct Listeners {
     running: Vec<(String, Running)>,
     /// Accept loops of retired listeners whose sessions may still run.
     retired: Vec<JoinHandle<()>>,
-    ctx: Arc<ArcSwap<SessionContext>>,
     count: Arc<SessionCount>,
     shutdown: watch::Receiver<bool>,
     reuse_port: bool,
 }
 
 impl Listeners {
-    pub fn new(
-        ctx: Arc<ArcSwap<SessionContext>>,
-        shutdown: watch::Receiver<bool>,
-        reuse_port: bool,
-    ) -> Listeners {
+    pub fn new(shutdown: watch::Receiver<bool>, reuse_port: bool) -> Listeners {
         Listeners {
             running: Vec::new(),
             retired: Vec::new(),
-            ctx,
             count: Arc::new(SessionCount::default()),
             shutdown,
             reuse_port,
@@ -81,9 +75,16 @@ impl Listeners {
         Ok(Bound(bound))
     }
 
-    /// Makes the running set that of `config`: new settings for kept
-    /// addresses, `bound` sockets started, the others retired.
-    pub async fn apply(&mut self, config: &Config, bound: Bound, logger: &Logger) {
+    /// Makes the running set that of `config`, serving `ctx`: the others
+    /// retired first, then new settings for kept addresses and `bound`
+    /// sockets started.
+    pub async fn apply(
+        &mut self,
+        config: &Config,
+        bound: Bound,
+        ctx: &Arc<SessionContext>,
+        logger: &Logger,
+    ) {
         let wanted = config.all_listeners();
         let (keep, gone): (Vec<_>, Vec<_>) = std::mem::take(&mut self.running)
             .into_iter()
@@ -103,11 +104,14 @@ impl Listeners {
             let listen = lc.listen.clone();
             if let Some(i) = keep.iter().position(|(l, _)| *l == listen) {
                 let (l, running) = keep.swap_remove(i);
-                running.settings.store(Arc::new(lc));
+                running.serving.store(Arc::new(Serving {
+                    ctx: ctx.clone(),
+                    listener: Arc::new(lc),
+                }));
                 self.running.push((l, running));
             } else if let Some(i) = fresh.iter().position(|(b, _)| b.listen == listen) {
                 let (lc, socket) = fresh.swap_remove(i);
-                match self.start(lc, socket, logger) {
+                match self.start(lc, socket, ctx, logger) {
                     Ok(running) => self.running.push((listen, running)),
                     Err(e) => log!(logger, "master", "cannot listen on {listen}: {e}"),
                 }
@@ -120,17 +124,20 @@ impl Listeners {
         &self,
         lc: ListenerConfig,
         socket: TcpListener,
+        ctx: &Arc<SessionContext>,
         logger: &Logger,
     ) -> std::io::Result<Running> {
         let addr = socket.local_addr()?;
         log!(logger, "master", "listening on {addr} ({:?})", lc.kind);
-        let settings = Arc::new(ArcSwap::from_pointee(lc));
+        let serving = Arc::new(ArcSwap::from_pointee(Serving {
+            ctx: ctx.clone(),
+            listener: Arc::new(lc),
+        }));
         let (retire, retired) = oneshot::channel();
         let task = tokio::spawn(accept_loop(
             socket,
             Listening {
-                ctx: self.ctx.clone(),
-                listener: settings.clone(),
+                serving: serving.clone(),
                 count: self.count.clone(),
                 shutdown: self.shutdown.clone(),
                 retire: retired,
@@ -138,7 +145,7 @@ impl Listeners {
         ));
         Ok(Running {
             addr,
-            settings,
+            serving,
             retire,
             task,
         })
@@ -148,12 +155,13 @@ impl Listeners {
     pub fn start_all(
         &mut self,
         config: &Config,
+        ctx: &Arc<SessionContext>,
         logger: &Logger,
     ) -> Result<(), (String, std::io::Error)> {
         for (lc, socket) in self.bind_new(config)?.0 {
             let listen = lc.listen.clone();
             let running = self
-                .start(lc, socket, logger)
+                .start(lc, socket, ctx, logger)
                 .map_err(|e| (listen.clone(), e))?;
             self.running.push((listen, running));
         }

@@ -59,7 +59,7 @@ pub struct Server {
     /// What the running configuration built (replaced by a reload).
     parts: Parts,
     /// What sessions, submissions and the watchers use; swapped by a reload.
-    ctx: Arc<ArcSwap<SessionContext>>,
+    ctx: Arc<SessionContext>,
     submitter: Arc<ArcSwap<Submitter>>,
     mailboxes: Arc<ArcSwap<VirtualMailboxes>>,
     /// The admin socket's task (`sluice queue`), and its path.
@@ -97,9 +97,7 @@ impl Server {
         scheduler.set_resolver(parts.dns.clone());
         let scheduler_task = tokio::spawn(scheduler.run(rx));
         spawn_recovered(&queue, recovered);
-        let ctx = Arc::new(ArcSwap::from_pointee(
-            parts.session_context(&spool, &logger, &queue, None),
-        ));
+        let ctx = Arc::new(parts.session_context(&spool, &logger, &queue, None));
         let mailboxes = Arc::new(ArcSwap::new(parts.mailboxes.clone()));
         let (shutdown, _) = watch::channel(false);
         spawn_lookup_stats(&mailboxes, &logger, shutdown.subscribe());
@@ -117,10 +115,9 @@ impl Server {
                     StartError::Config(why)
                 })?;
         let observe = observe(&config, &queue, &spool, &mailboxes, &logger).await?;
-        let mut listeners =
-            Listeners::new(ctx.clone(), shutdown.subscribe(), config.smtpd.reuse_port);
+        let mut listeners = Listeners::new(shutdown.subscribe(), config.smtpd.reuse_port);
         listeners
-            .start_all(&config, &logger)
+            .start_all(&config, &ctx, &logger)
             .map_err(|(listen, e)| StartError::Listen(listen, e))?;
         Ok(Server {
             addrs: listeners.addrs(),
@@ -183,6 +180,19 @@ impl Server {
             "daemon stopped: spool stored {messages} messages with {syncs} disk syncs ({:.1} messages per sync)",
             messages as f64 / syncs.max(1) as f64
         );
+        let md = &self.parts.maildir_stats;
+        let (files, syncs) = (
+            md.files.load(std::sync::atomic::Ordering::Relaxed),
+            md.syncs.load(std::sync::atomic::Ordering::Relaxed),
+        );
+        if files > 0 {
+            log!(
+                self.logger,
+                "master",
+                "maildir: delivered {files} files with {syncs} disk syncs ({:.1} files per sync)",
+                files as f64 / syncs.max(1) as f64
+            );
+        }
         let logger = self.logger.clone();
         let _ = tokio::task::spawn_blocking(move || logger.flush()).await;
     }

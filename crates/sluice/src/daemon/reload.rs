@@ -12,8 +12,13 @@
 //! settings it started with, a delivery the agent that took it.
 //!
 //! Kept until a restart (and named in the log): `data_dir`, `[spool]`,
-//! the log file and its format, and `[metrics]`: they are the process's
-//! own files and sockets.
+//! the log file and its format, `[metrics]` and `smtpd.reuse_port`: they
+//! are the process's own files and sockets.
+//!
+//! A listener is known by its address text: moving a port between a
+//! wildcard and a specific address (`0.0.0.0:25` and `127.0.0.1:25`) in
+//! one reload cannot bind while the old socket listens, so it is refused
+//! whole; do it in two reloads through another port, or restart.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -53,14 +58,6 @@ impl Server {
     async fn apply(&mut self, mut new: Config) {
         let old = self.parts.config.clone();
         let later = keep_restart_settings(&old, &mut new);
-        if !later.is_empty() {
-            log!(
-                self.logger,
-                "master",
-                "reload: changes to {} take effect at the next restart",
-                later.join(", ")
-            );
-        }
         let new = Arc::new(new);
         let built = Parts::build(new.clone(), &self.logger, Some(&self.parts), Purpose::Serve);
         let mut parts = match built {
@@ -71,15 +68,18 @@ impl Server {
             Ok(bound) => bound,
             Err((listen, e)) => return self.refuse(&format!("cannot listen on {listen}: {e}")),
         };
+        if !later.is_empty() {
+            log!(
+                self.logger,
+                "master",
+                "reload: changes to {} take effect at the next restart",
+                later.join(", ")
+            );
+        }
         parts.agents(&self.spool, &self.logger, Some(&self.parts));
         self.refresh(Some(&parts));
-        let ctx = parts.session_context(
-            &self.spool,
-            &self.logger,
-            &self.queue,
-            Some(&self.ctx.load()),
-        );
-        self.ctx.store(Arc::new(ctx));
+        let ctx = parts.session_context(&self.spool, &self.logger, &self.queue, Some(&self.ctx));
+        self.ctx = Arc::new(ctx);
         let submitter = parts.submitter(&self.spool, &self.logger, &self.queue);
         self.submitter.store(Arc::new(submitter));
         self.mailboxes.store(parts.mailboxes.clone());
@@ -90,7 +90,9 @@ impl Server {
             resolver: parts.dns.clone(),
         };
         self.queue.reconfigure(reconfig).await;
-        self.listeners.apply(&new, bound, &self.logger).await;
+        self.listeners
+            .apply(&new, bound, &self.ctx, &self.logger)
+            .await;
         self.addrs = self.listeners.addrs();
         self.drain_deadline = Duration::from_secs(new.queue.shutdown_drain_secs);
         let changed = sections_changed(&old, &new);
@@ -149,6 +151,10 @@ fn keep_restart_settings(old: &Config, new: &mut Config) -> Vec<&'static str> {
         later.push("log_file");
         new.log_file = old.log_file.clone();
         new.log_format = old.log_format.clone();
+    }
+    if old.smtpd.reuse_port != new.smtpd.reuse_port {
+        later.push("smtpd.reuse_port");
+        new.smtpd.reuse_port = old.smtpd.reuse_port;
     }
     if format!("{:?}", old.metrics) != format!("{:?}", new.metrics) {
         later.push("metrics");

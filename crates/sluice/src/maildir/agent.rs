@@ -1,17 +1,22 @@
 //! The Maildir delivery agent: each recipient of a job written into its
-//! mailbox on the blocking pool (file writes and fsyncs block).
+//! mailbox on the blocking pool (file writes block), then all of them
+//! made durable together: by the group committer (`commit.rs`, shared by
+//! every worker of the agent) or, with `local.maildir_sync = "each"`, each
+//! with its own syncs.
 //!
 //! The mailbox path is looked up again at delivery time (the table may
 //! have changed since RCPT); an unknown mailbox bounces, a table that
 //! cannot answer defers.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_spool::Spool;
 
+use super::commit::Committer;
 use super::dirs::MaildirPolicy;
-use super::write::deliver_maildir;
+use super::write::{finish, stage, MaildirError, Staged, SyncStats};
 use crate::config::Config;
 use crate::message::body;
 use crate::message::status::Outcome;
@@ -25,6 +30,10 @@ pub struct MaildirAgent {
     pub mailboxes: Arc<VirtualMailboxes>,
     pub spool: Spool,
     pub policy: Arc<MaildirPolicy>,
+    /// Group commit (`local.maildir_sync = "batch"`); None: each message
+    /// synced on its own.
+    pub committer: Option<Arc<Committer>>,
+    pub stats: Arc<SyncStats>,
 }
 
 impl DeliveryAgent for MaildirAgent {
@@ -36,6 +45,8 @@ impl DeliveryAgent for MaildirAgent {
             mailboxes: self.mailboxes.clone(),
             spool: self.spool.clone(),
             policy: self.policy.clone(),
+            committer: self.committer.clone(),
+            stats: self.stats.clone(),
         };
         tokio::spawn(run_worker(worker, start, idle, d.messages_per_connection));
     }
@@ -46,6 +57,8 @@ struct MaildirWorker {
     mailboxes: Arc<VirtualMailboxes>,
     spool: Spool,
     policy: Arc<MaildirPolicy>,
+    committer: Option<Arc<Committer>>,
+    stats: Arc<SyncStats>,
 }
 
 impl WorkerSession for MaildirWorker {
@@ -67,56 +80,140 @@ impl WorkerSession for MaildirWorker {
     async fn close(self) {}
 }
 
+/// A recipient's Maildir, found.
+struct Target {
+    rcpt: u16,
+    address: String,
+    dir: PathBuf,
+}
+
 impl MaildirWorker {
+    /// Looks every recipient up, writes the message once per mailbox,
+    /// then makes all of them durable together.
     async fn deliver(&self, job: &Job, body: Arc<Vec<u8>>) -> Vec<(u16, Outcome)> {
         let mut results = Vec::with_capacity(job.rcpts.len());
+        let mut targets = Vec::with_capacity(job.rcpts.len());
         for &r in &job.rcpts {
-            let rcpt = job.envelope.recipients[r as usize].clone();
-            let outcome = match self.mailboxes.maildir_of(&rcpt).await {
-                Ok(None) => Outcome::Bounced {
-                    relay: "maildir".into(),
-                    reason: "5.1.1 user unknown in virtual mailbox table".into(),
-                },
-                Err(err) => Outcome::Deferred {
-                    relay: "maildir".into(),
-                    reason: format!("4.3.0 temporary lookup failure: {err}"),
-                },
-                Ok(Some(dir)) => self.write(dir, job, rcpt, body.clone()).await,
-            };
-            results.push((r, outcome));
+            let address = job.envelope.recipients[r as usize].clone();
+            match self.mailboxes.maildir_of(&address).await {
+                Ok(Some(dir)) => targets.push(Target {
+                    rcpt: r,
+                    address,
+                    dir,
+                }),
+                Ok(None) => results.push((
+                    r,
+                    Outcome::Bounced {
+                        relay: "maildir".into(),
+                        reason: "5.1.1 user unknown in virtual mailbox table".into(),
+                    },
+                )),
+                Err(err) => results.push((
+                    r,
+                    deferred(format!("4.3.0 temporary lookup failure: {err}")),
+                )),
+            }
+        }
+        if !targets.is_empty() {
+            results.extend(self.write(job, targets, body).await);
         }
         results
     }
 
     async fn write(
         &self,
-        dir: std::path::PathBuf,
         job: &Job,
-        rcpt: String,
+        targets: Vec<Target>,
         body: Arc<Vec<u8>>,
-    ) -> Outcome {
+    ) -> Vec<(u16, Outcome)> {
+        let batch = self.committer.is_some();
         let hostname = self.config.hostname.clone();
         let sender = job.envelope.sender.clone();
-        let shown = dir.display().to_string();
         let policy = self.policy.clone();
-        let written = tokio::task::spawn_blocking(move || {
-            deliver_maildir(&policy, &dir, &hostname, &sender, &rcpt, &body)
+        let staged = tokio::task::spawn_blocking(move || {
+            targets
+                .into_iter()
+                .map(|t| {
+                    let s = stage(
+                        &policy, &t.dir, &hostname, &sender, &t.address, &body, !batch,
+                    );
+                    (t.rcpt, t.dir, s)
+                })
+                .collect::<Vec<_>>()
         })
         .await;
-        match written {
-            Ok(Ok(name)) => Outcome::Delivered {
-                relay: "maildir".into(),
-                reply: format!("delivered to maildir {shown}/new/{name}"),
-                notified: false,
-            },
-            Ok(Err(err)) => Outcome::Deferred {
-                relay: "maildir".into(),
-                reason: err.to_string(),
-            },
-            Err(err) => Outcome::Deferred {
-                relay: "maildir".into(),
-                reason: format!("4.3.0 delivery task failed: {err}"),
-            },
+        let staged = match staged {
+            Ok(staged) => staged,
+            Err(err) => {
+                return defer_all(
+                    job,
+                    "maildir",
+                    &format!("4.3.0 delivery task failed: {err}"),
+                )
+            }
+        };
+        let mut results = Vec::with_capacity(staged.len());
+        let mut ready = Vec::new();
+        let mut shown = Vec::new();
+        for (rcpt, dir, s) in staged {
+            match s {
+                Ok(s) => {
+                    ready.push(s);
+                    shown.push((rcpt, dir));
+                }
+                Err(err) => results.push((rcpt, deferred(err.to_string()))),
+            }
         }
+        let committed = self.commit(ready).await;
+        for ((rcpt, dir), done) in shown.into_iter().zip(committed) {
+            let outcome = match done {
+                Ok(name) => Outcome::Delivered {
+                    relay: "maildir".into(),
+                    reply: format!("delivered to maildir {}/new/{name}", dir.display()),
+                    notified: false,
+                },
+                Err(err) => deferred(err.to_string()),
+            };
+            results.push((rcpt, outcome));
+        }
+        results
+    }
+
+    /// Makes staged files durable in `new/`: through the committer, or
+    /// each on its own.
+    async fn commit(&self, ready: Vec<Staged>) -> Vec<Result<String, MaildirError>> {
+        if ready.is_empty() {
+            return Vec::new();
+        }
+        if let Some(committer) = &self.committer {
+            return committer.commit(ready).await;
+        }
+        let n = ready.len();
+        let (policy, stats) = (self.policy.clone(), self.stats.clone());
+        let done = tokio::task::spawn_blocking(move || {
+            let dirs: u64 = ready.iter().map(|s| s.dirs_synced).sum();
+            let results: Vec<_> = ready.into_iter().map(|s| finish(s, &policy)).collect();
+            let ok = results.iter().filter(|r| r.is_ok()).count() as u64;
+            stats.count(ok, 2 * results.len() as u64 + dirs);
+            results
+        })
+        .await;
+        done.unwrap_or_else(|e| {
+            (0..n)
+                .map(|_| {
+                    Err(MaildirError::Io(
+                        "(all)".into(),
+                        std::io::Error::other(e.to_string()),
+                    ))
+                })
+                .collect()
+        })
+    }
+}
+
+fn deferred(reason: String) -> Outcome {
+    Outcome::Deferred {
+        relay: "maildir".into(),
+        reason,
     }
 }

@@ -40,9 +40,11 @@ impl MaildirPolicy {
     }
 
     /// Checks `maildir` and creates it with `tmp/`, `new/` and `cur/` if
-    /// needed; returns the directories it synced (empty when the mailbox
-    /// was known). Blocking: call from a blocking task.
-    pub fn prepare(&self, maildir: &Path) -> Result<Vec<PathBuf>, MaildirError> {
+    /// needed; returns the directories whose entries must be durable
+    /// before a delivery into it is: synced already with `sync`, left to
+    /// the caller's file-system sync without (group commit). Empty when
+    /// the mailbox was known. Blocking: call from a blocking task.
+    pub fn prepare(&self, maildir: &Path, sync: bool) -> Result<Vec<PathBuf>, MaildirError> {
         if self.known().contains(maildir) {
             return Ok(Vec::new());
         }
@@ -78,7 +80,10 @@ impl MaildirPolicy {
             no_symlink(&dir).map_err(|_| refuse("tmp, new or cur is a symlink"))?;
             make_dir(&dir, &mut created).map_err(io)?;
         }
-        let synced = sync_chain(&created, chain).map_err(io)?;
+        let synced = match sync {
+            true => sync_chain(&created, chain).map_err(io)?,
+            false => to_sync(&created, chain),
+        };
         let mut known = self.known();
         if known.len() >= KNOWN_MAX {
             known.clear();
@@ -119,6 +124,21 @@ fn sync_chain(created: &[PathBuf], chain: Vec<PathBuf>) -> io::Result<Vec<PathBu
         }
     }
     Ok(synced)
+}
+
+/// The directories [`sync_chain`] would sync (for a caller that syncs the
+/// whole file system instead).
+fn to_sync(created: &[PathBuf], chain: Vec<PathBuf>) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    let parents = created
+        .iter()
+        .filter_map(|d| d.parent().map(Path::to_path_buf));
+    for dir in parents.chain(chain) {
+        if !dirs.contains(&dir) {
+            dirs.push(dir);
+        }
+    }
+    dirs
 }
 
 /// Creates one directory (mode 0700) unless it exists; notes it if new.
@@ -167,7 +187,7 @@ mod tests {
         let base = root.join("mail");
         let p = MaildirPolicy::new(base.clone(), false);
         let md = base.join("ex.test/u/Maildir");
-        let synced = p.prepare(&md).unwrap();
+        let synced = p.prepare(&md, true).unwrap();
         // root (entry "mail"), base, ex.test, u, Maildir: every parent of a new entry.
         for dir in [
             &root,
@@ -184,7 +204,7 @@ mod tests {
         }
         assert!(md.join("new").is_dir() && md.join("tmp").is_dir() && md.join("cur").is_dir());
         assert!(
-            p.prepare(&md).unwrap().is_empty(),
+            p.prepare(&md, true).unwrap().is_empty(),
             "known: no work the second time"
         );
     }
@@ -200,7 +220,7 @@ mod tests {
             std::fs::create_dir_all(md.join(sub)).unwrap();
         }
         let p = MaildirPolicy::new(base.clone(), false);
-        let synced = p.prepare(&md).unwrap();
+        let synced = p.prepare(&md, true).unwrap();
         for dir in [&base, &base.join("ex.test"), &base.join("ex.test/w"), &md] {
             assert!(
                 synced.contains(dir),
@@ -216,13 +236,19 @@ mod tests {
         let base = root.join("mail");
         let p = MaildirPolicy::new(base.clone(), false);
         let escape = base.join("ex.test/../../outside/Maildir");
-        assert!(matches!(p.prepare(&escape), Err(MaildirError::Refused(..))));
+        assert!(matches!(
+            p.prepare(&escape, true),
+            Err(MaildirError::Refused(..))
+        ));
         assert!(!root.join("outside").exists());
         let abs = root.join("elsewhere/Maildir");
-        assert!(matches!(p.prepare(&abs), Err(MaildirError::Refused(..))));
+        assert!(matches!(
+            p.prepare(&abs, true),
+            Err(MaildirError::Refused(..))
+        ));
         assert!(!abs.exists());
         let allowed = MaildirPolicy::new(base.clone(), true);
-        allowed.prepare(&abs).unwrap();
+        allowed.prepare(&abs, true).unwrap();
         assert!(abs.join("new").is_dir());
     }
 
@@ -234,7 +260,9 @@ mod tests {
         std::fs::create_dir_all(root.join("target")).unwrap();
         std::os::unix::fs::symlink(root.join("target"), base.join("ex.test/u")).unwrap();
         let p = MaildirPolicy::new(base.clone(), false);
-        let err = p.prepare(&base.join("ex.test/u/Maildir")).unwrap_err();
+        let err = p
+            .prepare(&base.join("ex.test/u/Maildir"), true)
+            .unwrap_err();
         assert!(matches!(err, MaildirError::Refused(..)), "{err}");
         assert!(
             !root.join("target/Maildir").exists(),

@@ -1,6 +1,7 @@
 //! Local delivery into virtual mailboxes (Maildir).
 
 mod agent;
+pub mod commit;
 pub mod dirs;
 pub mod write;
 

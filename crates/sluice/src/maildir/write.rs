@@ -1,6 +1,8 @@
 //! Writing one message into a Maildir, by the Maildir rules: a unique
 //! name in `tmp/`, data synced, rename into `new/`, directory synced.
-//! `Return-Path:` and `Delivered-To:` are prepended.
+//! `Return-Path:` and `Delivered-To:` are prepended. Writing ([`stage`])
+//! and making durable are separate steps, so many deliveries can share
+//! their syncs (`commit.rs`); [`finish`] does one on its own.
 //!
 //! Blocking file I/O: call from a blocking task. A full disk, quota or
 //! file-size limit is [`MaildirError::Full`]; any other failure is
@@ -8,7 +10,7 @@
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::dirs::MaildirPolicy;
@@ -41,18 +43,63 @@ impl MaildirError {
 
 static SEQUENCE: AtomicU64 = AtomicU64::new(0);
 
-/// Delivers one message into `maildir`, which `policy` checks and
-/// creates if needed (blocking: call from a blocking task).
-pub fn deliver_maildir(
+/// Disk syncs and files of one Maildir agent (for the log at shutdown).
+#[derive(Debug, Default)]
+pub struct SyncStats {
+    pub files: AtomicU64,
+    pub syncs: AtomicU64,
+}
+
+impl SyncStats {
+    pub fn count(&self, files: u64, syncs: u64) {
+        self.files.fetch_add(files, Ordering::Relaxed);
+        self.syncs.fetch_add(syncs, Ordering::Relaxed);
+        metrics::counter!("sluice_maildir_files_total").increment(files);
+        metrics::counter!("sluice_maildir_syncs_total").increment(syncs);
+    }
+}
+
+/// A message written into a Maildir's `tmp/`, not yet delivered: it must
+/// be made durable, renamed into `new/`, and the rename made durable.
+pub struct Staged {
+    pub maildir: PathBuf,
+    pub name: String,
+    pub tmp: PathBuf,
+    /// The file, open (its data is synced through it).
+    pub file: std::fs::File,
+    /// Directories of a new mailbox whose entries are not synced yet (see
+    /// [`MaildirPolicy::prepare`]).
+    pub dirs: Vec<PathBuf>,
+    /// Directories synced while staging (a new mailbox, `sync_dirs`).
+    pub dirs_synced: u64,
+}
+
+impl Staged {
+    pub fn new_path(&self) -> PathBuf {
+        self.maildir.join("new").join(&self.name)
+    }
+
+    /// Gives up: the file leaves `tmp/` and the mailbox is looked at
+    /// afresh next time (it may have gone).
+    pub fn abandon(&self, policy: &MaildirPolicy) {
+        let _ = std::fs::remove_file(&self.tmp);
+        policy.forget(&self.maildir);
+    }
+}
+
+/// Writes one message into `maildir`'s `tmp/` (which `policy` checks and
+/// creates if needed; with `sync_dirs` a new mailbox's directories are
+/// synced now, otherwise the caller's commit covers them). Blocking.
+pub fn stage(
     policy: &MaildirPolicy,
     maildir: &Path,
     hostname: &str,
     sender: &str,
     recipient: &str,
     body: &[u8],
-) -> Result<String, MaildirError> {
-    let fail = |e: std::io::Error| MaildirError::from_io(maildir, e);
-    policy.prepare(maildir)?;
+    sync_dirs: bool,
+) -> Result<Staged, MaildirError> {
+    let dirs = policy.prepare(maildir, sync_dirs)?;
     let header = format!("Return-Path: <{sender}>\r\nDelivered-To: {recipient}\r\n");
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -67,7 +114,7 @@ pub fn deliver_maildir(
         header.len() + body.len()
     );
     let tmp = maildir.join("tmp").join(&name);
-    let result = (|| {
+    let written = (|| {
         let mut file = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -75,16 +122,54 @@ pub fn deliver_maildir(
             .open(&tmp)?;
         file.write_all(header.as_bytes())?;
         file.write_all(body)?;
-        file.sync_data()?;
-        std::fs::rename(&tmp, maildir.join("new").join(&name))?;
-        std::fs::File::open(maildir.join("new"))?.sync_all()
+        Ok(file)
     })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        policy.forget(maildir);
-        return Err(fail(e));
+    match written {
+        Ok(file) => Ok(Staged {
+            maildir: maildir.to_path_buf(),
+            name,
+            tmp,
+            file,
+            dirs_synced: if sync_dirs { dirs.len() as u64 } else { 0 },
+            dirs: if sync_dirs { Vec::new() } else { dirs },
+        }),
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            policy.forget(maildir);
+            Err(MaildirError::from_io(maildir, e))
+        }
     }
-    Ok(name)
+}
+
+/// Finishes one staged message on its own: data synced, renamed into
+/// `new/`, `new/` synced (two disk syncs per message; see `commit.rs` for
+/// the shared way). Blocking.
+pub fn finish(staged: Staged, policy: &MaildirPolicy) -> Result<String, MaildirError> {
+    let result = (|| {
+        staged.file.sync_data()?;
+        std::fs::rename(&staged.tmp, staged.new_path())?;
+        std::fs::File::open(staged.maildir.join("new"))?.sync_all()
+    })();
+    match result {
+        Ok(()) => Ok(staged.name),
+        Err(e) => {
+            staged.abandon(policy);
+            Err(MaildirError::from_io(&staged.maildir, e))
+        }
+    }
+}
+
+/// Delivers one message into `maildir` on its own (blocking).
+pub fn deliver_maildir(
+    policy: &MaildirPolicy,
+    maildir: &Path,
+    hostname: &str,
+    sender: &str,
+    recipient: &str,
+    body: &[u8],
+) -> Result<String, MaildirError> {
+    let staged = stage(policy, maildir, hostname, sender, recipient, body, true)?;
+    finish(staged, policy)
 }
 
 #[cfg(test)]

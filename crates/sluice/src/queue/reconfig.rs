@@ -2,18 +2,26 @@
 //! resolver, applied between two events so no job sees half of them.
 //!
 //! Nothing in flight is dropped or redone: a job already handed to a
-//! worker finishes with the agent (and connection) that took it, then that
-//! worker ends instead of taking more; idle workers (connections opened
-//! under the old settings) are closed now. Mail not yet handed out is
-//! routed with the new table when it is dispatched or retried.
-//! Destinations with nothing queued or running are forgotten, so they are
-//! made again with the new next hop and limits; busy ones get the new
-//! limits now (a smaller window takes effect as workers end).
+//! worker finishes with the agent (and connection) that took it. When the
+//! agents or the routing changed:
+//! - that worker then ends instead of taking more, and idle workers
+//!   (connections opened under the old settings) are closed now;
+//! - jobs queued but not handed out are routed again with the new table
+//!   (a reload that moves a domain moves its backlog too);
+//! - destinations left with nothing queued or running are forgotten, so
+//!   they are made again with the new next hop and limits, and MX groups
+//!   are looked up again.
+//!
+//! Otherwise (a reload for a certificate, or a limit) connections, dead
+//! marks and MX groups are kept. Either way every destination gets the
+//! limits of the new settings now (a smaller window takes effect as
+//! workers end).
 
 use std::sync::Arc;
 
 use super::agent::DeliveryAgent;
-use super::scheduler::Scheduler;
+use super::job::Job;
+use super::scheduler::{RcptState, Scheduler};
 use crate::config::Config;
 use crate::routing::dns::Dns;
 use crate::routing::Router;
@@ -26,36 +34,82 @@ pub struct Reconfig {
     pub resolver: Arc<Dns>,
 }
 
+/// The settings that decide where mail goes and how it is sent.
+fn routing(c: &Config) -> String {
+    format!(
+        "{:?}{:?}{:?}{:?}{:?}",
+        c.transport, c.delivery, c.local, c.tables, c.dns
+    )
+}
+
 impl Scheduler {
     pub(super) fn reconfigure(&mut self, r: Reconfig) {
+        let same_agent = std::ptr::eq(
+            Arc::as_ptr(&self.agent) as *const (),
+            Arc::as_ptr(&r.agent) as *const (),
+        );
+        let fresh = !same_agent || routing(&self.config) != routing(&r.config);
         self.active_limit = r.config.queue.active_limit.max(1);
         self.body_cache_limit = r.config.spool.body_cache_mib << 20;
         self.config = r.config;
         self.router = r.router;
         self.agent = r.agent;
         self.rollup.dns = Some(r.resolver);
-        // MX groups are looked up again under the new settings.
-        self.rollup.aliases.clear();
-        self.retire_below = self.next_worker;
-        self.dests
-            .retain(|_, d| !d.queue.is_empty() || !d.workers.is_empty() || d.resolving);
+        if fresh {
+            self.start_afresh();
+        }
         let keys: Vec<Arc<str>> = self.dests.keys().cloned().collect();
         for key in &keys {
             let (limit, interval) = self.limits_for(key);
-            let Some(d) = self.dests.get_mut(key) else {
-                continue;
-            };
-            for worker in d.idle.drain(..) {
-                // Dropping its sender ends the worker.
-                d.workers.remove(&worker);
+            if let Some(d) = self.dests.get_mut(key) {
+                d.limit = limit.max(1);
+                d.window = d.window.clamp(1, d.limit);
+                d.interval = interval;
             }
-            d.limit = limit.max(1);
-            d.window = d.window.clamp(1, d.limit);
-            d.interval = interval;
         }
         for key in &keys {
             self.pump(key);
         }
         self.admit();
+    }
+
+    /// New agents or routes: old workers end, queued jobs are routed
+    /// again, idle destinations and MX groups are forgotten.
+    fn start_afresh(&mut self) {
+        self.retire_below = self.next_worker;
+        self.rollup.aliases.clear();
+        let mut queued: Vec<Job> = Vec::new();
+        for d in self.dests.values_mut() {
+            for worker in d.idle.drain(..) {
+                // Dropping its sender ends the worker.
+                d.workers.remove(&worker);
+            }
+            if !d.resolving {
+                queued.extend(d.queue.drain(..));
+            }
+        }
+        self.dests
+            .retain(|_, d| !d.queue.is_empty() || !d.workers.is_empty() || d.resolving);
+        for job in queued {
+            self.reroute(job);
+        }
+    }
+
+    /// Takes back a job nobody started and routes its recipients again.
+    fn reroute(&mut self, job: Job) {
+        let Some(msg) = self.messages.get_mut(&job.msg) else {
+            return;
+        };
+        msg.in_flight = msg.in_flight.saturating_sub(1);
+        self.jobs_out = self.jobs_out.saturating_sub(1);
+        for &r in &job.rcpts {
+            if let Some(state) = msg.rcpts.get_mut(r as usize) {
+                *state = RcptState::Pending;
+            }
+        }
+        let rcpts = job.rcpts;
+        self.dispatch_where(job.msg, |i, state| {
+            *state == RcptState::Pending && rcpts.contains(&(i as u16))
+        });
     }
 }

@@ -354,6 +354,14 @@ impl Scheduler {
 
     /// Turns a message's open recipients into jobs, one per next hop.
     fn dispatch(&mut self, id: u64) {
+        self.dispatch_where(id, |_, state| {
+            matches!(state, RcptState::Pending | RcptState::Deferred { .. })
+        });
+    }
+
+    /// Turns the recipients of message `id` that `pick` chooses into jobs
+    /// (a reload routes a queued job's recipients again this way).
+    pub(super) fn dispatch_where(&mut self, id: u64, pick: impl Fn(usize, &RcptState) -> bool) {
         let Some(msg) = self.messages.get_mut(&id) else {
             return;
         };
@@ -362,7 +370,7 @@ impl Scheduler {
         let mut discarded = Vec::new();
         let mut unroutable = Vec::new();
         for (i, state) in msg.rcpts.iter_mut().enumerate() {
-            if !matches!(state, RcptState::Pending | RcptState::Deferred { .. }) {
+            if !pick(i, state) {
                 continue;
             }
             match self.router.route(&msg.envelope.recipients[i]) {

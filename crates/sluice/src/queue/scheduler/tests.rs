@@ -503,7 +503,7 @@ async fn a_drain_does_not_wait_for_jobs_a_worker_hands_back() {
 }
 
 #[tokio::test]
-async fn a_reload_routes_new_mail_anew_and_ends_old_workers_after_their_job() {
+async fn a_reload_routes_queued_mail_anew_and_ends_old_workers_after_their_job() {
     let mut h = harness("reconfig", |c| {
         c.delivery.initial_concurrency = 1;
         c.delivery.default_concurrency = 1;
@@ -511,11 +511,15 @@ async fn a_reload_routes_new_mail_anew_and_ends_old_workers_after_their_job() {
     h.message("a@b.test", &["r1@c.test"], Some(10)).await;
     let mut old = h.workers.recv().await.unwrap();
     assert!(old.dest.contains("127.0.0.1"), "{}", old.dest);
+    // A backlog behind the one connection of the window.
+    h.message("a@b.test", &["r2@c.test"], Some(10)).await;
     // The reload: everything now goes to 127.0.0.3, through a new agent.
     let mut config = Config::default();
     config
         .transport
         .insert("*".into(), "smtp:[127.0.0.3]:1".into());
+    config.delivery.initial_concurrency = 1;
+    config.delivery.default_concurrency = 1;
     let router = Router::new(&config.transport, None, LocalDomains::none()).unwrap();
     let resolver = Arc::new(crate::routing::dns::Dns::new(&config.dns).unwrap());
     let (tx, mut new_workers) = mpsc::unbounded_channel();
@@ -526,9 +530,13 @@ async fn a_reload_routes_new_mail_anew_and_ends_old_workers_after_their_job() {
         resolver,
     };
     assert!(h.queue.reconfigure(reconfig).await);
-    h.message("a@b.test", &["r2@c.test"], Some(10)).await;
-    let fresh = new_workers.recv().await.unwrap();
-    assert!(fresh.dest.contains("127.0.0.3"), "{}", fresh.dest);
+    // The backlog moves with its route, to a worker of the new agent.
+    let moved = tokio::time::timeout(Duration::from_secs(5), new_workers.recv()).await;
+    let mut moved = moved
+        .expect("the backlog is handed to the new agent")
+        .unwrap();
+    assert!(moved.dest.contains("127.0.0.3"), "{}", moved.dest);
+    assert_eq!(moved.first.envelope.recipients, vec!["r2@c.test"]);
     // The old worker finishes its job and asks for more: it gets none (its
     // sender is dropped), so its connection closes.
     old.reports
@@ -536,9 +544,18 @@ async fn a_reload_routes_new_mail_anew_and_ends_old_workers_after_their_job() {
         .await;
     let next = tokio::time::timeout(Duration::from_secs(5), old.jobs.recv()).await;
     assert!(matches!(next, Ok(None)), "a retired worker ends");
+    // New mail takes the new route too; the old agent starts nothing.
+    h.message("a@b.test", &["r3@c.test"], Some(10)).await;
+    moved
+        .reports
+        .send(done_report(&moved, delivered(&moved.first), true))
+        .await;
+    let next = tokio::time::timeout(Duration::from_secs(5), moved.jobs.recv()).await;
+    let third = next.unwrap().expect("the new worker takes the next job");
+    assert_eq!(third.envelope.recipients, vec!["r3@c.test"]);
     assert!(
         h.workers.try_recv().is_err(),
-        "the old agent starts nothing"
+        "the old agent started nothing"
     );
     h.task.abort();
 }

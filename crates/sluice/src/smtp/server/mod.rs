@@ -109,13 +109,19 @@ impl Drop for SessionTicket {
     }
 }
 
-/// What one listener's accept loop works with. The session context and
-/// the listener's settings are read at each accept, so a reload applies
-/// to the next session; sessions already running keep what they started
-/// with.
+/// What a listener's next session starts with: the shared context and
+/// the listener's own settings, replaced together by a reload (so no
+/// session sees new credentials with old settings, or the reverse).
+pub struct Serving {
+    pub ctx: Arc<SessionContext>,
+    pub listener: Arc<ListenerConfig>,
+}
+
+/// What one listener's accept loop works with. What it serves is read at
+/// each accept, so a reload applies to the next session; sessions already
+/// running keep what they started with.
 pub struct Listening {
-    pub ctx: Arc<ArcSwap<SessionContext>>,
-    pub listener: Arc<ArcSwap<ListenerConfig>>,
+    pub serving: Arc<ArcSwap<Serving>>,
     pub count: Arc<SessionCount>,
     /// Ends every session (daemon shutdown).
     pub shutdown: watch::Receiver<bool>,
@@ -137,7 +143,7 @@ pub async fn accept_loop(listener: TcpListener, mut l: Listening) {
             Ok((stream, peer)) => start_session(&l, &mut sessions, stream, peer),
             Err(err) => {
                 // Out of descriptors and the like: back off briefly.
-                log!(l.ctx.load().logger, "smtpd", "accept failed: {err}");
+                log!(l.serving.load().ctx.logger, "smtpd", "accept failed: {err}");
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             }
         }
@@ -166,10 +172,11 @@ fn start_session(
     peer: SocketAddr,
 ) {
     let _ = stream.set_nodelay(true);
-    let ctx = l.ctx.load_full();
+    let serving = l.serving.load_full();
+    let ctx = serving.ctx.clone();
     match l.count.open(ctx.config.smtpd.max_sessions) {
         Some(ticket) => {
-            let lc = l.listener.load_full();
+            let lc = serving.listener.clone();
             sessions.spawn(async move {
                 Session::new(stream, peer, ctx, lc).run().await;
                 drop(ticket);
