@@ -15,9 +15,13 @@
 #              queue under a temp dir, `postfix -c DIR start`), virtual(8)
 #              transport, virtual_mailbox_maps = ldap:..., Postfix defaults
 #              otherwise (fsync on, default concurrency limits).
-#   Generator: $SESSIONS concurrent sessions, 1-3 messages per session,
-#   ~1 KiB messages, one recipient each, drawn at random from the users,
-#   3 % of them unknown. It prints postal's CSV every minute
+#   Generator: $SESSIONS concurrent sessions, ~1 KiB messages, one
+#   recipient each. Two variants (RECIPIENTS):
+#     random    1-3 messages per session, recipients drawn at random from
+#               the users (so they repeat: lookups hit caches), 3 % unknown;
+#     distinct  one message per session, every recipient a different user
+#               in turn (user1, user2, ...: no lookup is ever cached, every
+#               message makes a new Maildir), none unknown. It prints postal's CSV every minute
 #   (time,messages,data(K),errors,connections,SSL connections); messages =
 #   accepted with 250 in that minute, errors = not accepted (including the
 #   ~3 % unknown users refused with 550).
@@ -30,10 +34,16 @@
 # How to run (as root; it apt-installs slapd, ldap-utils, postfix,
 # postfix-ldap if missing):
 #   bash bench/local.sh                               # the real thing, ~25 min
+#   RECIPIENTS=distinct COUNT=100000 SESSIONS=250 bash bench/local.sh
+#                                                      # issue 10's variant
 #   USERS=20000 DURATION=60 bash bench/local.sh        # a quick run
 #
 # Environment
 #   DURATION=600       seconds each system receives mail
+#   COUNT=0            >0: send this many messages instead (then the rate is
+#                      the generator's messages/s x 60, and INTERVAL
+#                      defaults to 5)
+#   RECIPIENTS=random  random | distinct (see above)
 #   USERS=500000       users in the directory
 #   SYSTEMS="sluice postfix"   which systems to run, in that order
 #   SESSIONS=50        concurrent generator sessions
@@ -57,12 +67,19 @@
 #     local-$STAMP-<system>.csv   the generator's CSV of each system's run
 #     local-$STAMP.svg            messages/minute over time, both systems
 #     local-$STAMP.txt            RESULT lines, prefixed with date and commit
+#   (local-distinct-... for RECIPIENTS=distinct)
 #   Then both CSVs on stdout and, last, one line per system:
 #     RESULT system=<sluice|postfix> workload=L users=<U> sessions=<S>
 #       duration=<s> accepted=<n> msgs_per_min=<avg over the full minutes>
 #       first_min=<n> last_min=<n> last_vs_first=<ratio> temp_4xx=<n>
 #       ratio_vs_postfix=<x|n/a> rejected_5xx=<n> errors=<n> delivered=<n>
 #       drain_s=<s> cpu_busy_pct=<machine CPU busy % while receiving>
+#       recipients=<random|distinct> count=<n|0> cpu_s=<MTA CPU, every
+#       process of it, from the generator's start to the end of the drain>
+#       cpu_ms_per_msg=<cpu_s per delivered message> flushes_per_msg=<disk
+#       flush requests of the whole machine's disk per delivered message>
+#       slapd_cpu_s=<s> ldap_queries_per_msg=<Sluice's LDAP queries per
+#       delivered message, from its counters; n/a for Postfix>
 #   (a failed run adds failed=<reason>). Exit status 1 if any run failed,
 #   2 if the set-up failed. rejected_5xx/temp_4xx are as the generator counts
 #   them (`sluice bench`: replies, so a refused RCPT plus the 554 to the
@@ -91,10 +108,12 @@ BENCH_TAG=local
 ANNOUNCE_RM=1           # removing the Maildirs can take minutes: say so
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DURATION=${DURATION:-600}
+COUNT=${COUNT:-0}
+RECIPIENTS=${RECIPIENTS:-random}
 USERS=${USERS:-500000}
 SYSTEMS=${SYSTEMS:-"sluice postfix"}
 SESSIONS=${SESSIONS:-50}
-INTERVAL=${INTERVAL:-60}
+if [ "$COUNT" -gt 0 ]; then INTERVAL=${INTERVAL:-5}; else INTERVAL=${INTERVAL:-60}; fi
 UNKNOWN_PERCENT=${UNKNOWN_PERCENT:-3}
 SIZE=${SIZE:-1024}
 DRAIN_TIMEOUT=${DRAIN_TIMEOUT:-300}
@@ -119,6 +138,11 @@ PEOPLE="ou=people,$SUFFIX"
 for s in $SYSTEMS; do
     case $s in sluice|postfix) ;; *) die "unknown system '$s' in SYSTEMS" ;; esac
 done
+case $RECIPIENTS in random|distinct) ;; *) die "RECIPIENTS is random or distinct (is '$RECIPIENTS')" ;; esac
+[[ $COUNT =~ ^[0-9]+$ ]] || die "COUNT must be a number (is '$COUNT')"
+# Output file names: the random variant keeps the historical ones.
+TAG=local
+[ "$RECIPIENTS" = random ] || TAG=local-$RECIPIENTS
 for v in DURATION USERS SESSIONS INTERVAL SIZE DRAIN_TIMEOUT SPOT_CHECKS LDAP_PORT; do
     [[ ${!v} =~ ^[0-9]+$ ]] && [ "${!v}" -gt 0 ] || die "$v must be a positive integer (is '${!v}')"
 done
@@ -304,7 +328,8 @@ nameservers = ["127.0.0.1:9"]
 timeout_ms = 300
 attempts = 1
 EOF
-    "$SLUICE" serve --config "$W/sluice.toml" >"$W/sluice.out" 2>&1 &
+    # In the CPU cgroup (cg_exec), so its CPU is measured as Postfix's is.
+    (cg_exec "$SLUICE" serve --config "$W/sluice.toml" >"$W/sluice.out" 2>&1) &
     SLUICE_PID=$!
     wait_listen "$SMTP_PORT" 30 "$SLUICE_PID" || {
         tail -20 "$W/sluice.out" >&2 || true
@@ -412,8 +437,11 @@ stop_postfix() {
 # -------------------------------------------------------------- helpers ----
 mail_base() { case $1 in sluice) echo "$SL_MAIL" ;; postfix) echo "$PF_MAIL" ;; esac; }
 
-delivered_count() {  # files in <base>/<domain>/<user>/Maildir/new
-    python3 "$REPO/bench/lib/maildirs.py" count "$(mail_base "$1")"
+SMOKE_FILES=0
+delivered_count() {  # files in <base>/<domain>/<user>/Maildir/new, past the smoke test's
+    local n
+    n=$(python3 "$REPO/bench/lib/maildirs.py" count "$(mail_base "$1")")
+    echo $((n - SMOKE_FILES))
 }
 
 queue_empty() {
@@ -486,10 +514,36 @@ smoke() {
         return 1
     fi
     log "smoke test: known user accepted and delivered to its Maildir, unknown user refused with 550 5.1.1"
-    find "$base" -mindepth 1 -delete
+    # The smoke message stays (removing a Maildir under a running MTA that
+    # knows it exists would make the next delivery there fail and wait for
+    # a retry); the counts below start from here.
 }
 
 cpu_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $5 + $6 }' /proc/stat; }
+
+# The whole disk under $W, whose flush requests are counted (field 16 of
+# /sys/block/<disk>/stat, "flush I/Os"); empty when there is none (tmpfs).
+flush_disk() {
+    local dev name parent
+    dev=$(df --output=source "$W" | tail -1)
+    [ -b "$dev" ] || return 0
+    name=$(basename "$dev")
+    parent=$(lsblk -no pkname "$dev" 2>/dev/null | head -1)
+    [ -n "$parent" ] && name=$parent
+    [ -r "/sys/block/$name/stat" ] && echo "$name"
+}
+FLUSH_DISK=""
+flushes() {  # flush requests completed so far (or n/a)
+    if [ -n "$FLUSH_DISK" ]; then awk '{ print (NF >= 17 ? $16 : "n/a") }' "/sys/block/$FLUSH_DISK/stat"; else echo n/a; fi
+}
+slapd_cpu_s() {  # CPU seconds of slapd so far
+    awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / hz }' "/proc/$SLAPD_PID/stat" 2>/dev/null || echo n/a
+}
+per_msg() {  # per_msg VALUE N [SCALE]: VALUE*SCALE/N with 3 decimals, or n/a
+    if [[ $1 =~ ^[0-9.]+$ ]] && [ "${2:-0}" -gt 0 ] 2>/dev/null; then
+        fmt %.3f "$(calc "$1 * ${3:-1} / $2")"
+    else echo n/a; fi
+}
 
 ticker() {  # a line every 30 s while the generator runs
     set +e
@@ -506,11 +560,18 @@ ticker() {  # a line every 30 s while the generator runs
 # run_generator: runs in the foreground; the CSV rows go to stderr as
 # they come; the rows and the BENCH line end up in $W/gen.out.
 run_generator() {
-    local args=(--target "$HOST:$SMTP_PORT" --sessions "$SESSIONS"
-        --messages-per-session 1 --messages-per-session-max 3 --size "$SIZE"
-        --recipients 1 --recipient-template "user{n}@$DOMAIN"
-        --recipient-count "$USERS" --unknown-percent "$UNKNOWN_PERCENT"
-        --duration "$DURATION" --interval "$INTERVAL")
+    local args=(--target "$HOST:$SMTP_PORT" --sessions "$SESSIONS" --size "$SIZE"
+        --recipients 1 --recipient-count "$USERS" --interval "$INTERVAL")
+    case $RECIPIENTS in
+    random) args+=(--messages-per-session 1 --messages-per-session-max 3
+        --recipient-template "user{n}@$DOMAIN" --unknown-percent "$UNKNOWN_PERCENT") ;;
+    distinct) args+=(--messages-per-session 1 --recipient-template "user{i}@$DOMAIN") ;;
+    esac
+    if [ "$COUNT" -gt 0 ]; then
+        args+=(--count "$COUNT" --max-seconds "$((DURATION + 600))")
+    else
+        args+=(--duration "$DURATION")
+    fi
     local cmd=("$SLUICE" bench "${args[@]}")
     # The generator shares the 2 cores with the system under test: note its
     # CPU time (/usr/bin/time, when installed).
@@ -539,11 +600,11 @@ bench_field() {  # bench_field NAME: the value of NAME= on the BENCH line
 }
 
 # ------------------------------------------------------------------ runs ----
-declare -A R_FAIL R_ACC R_ERR R_5XX R_4XX R_DELIV R_DRAIN R_CPU R_CSV
+declare -A R_FAIL R_ACC R_ERR R_5XX R_4XX R_DELIV R_DRAIN R_CPU R_CSV R_MTA_CPU R_FLUSH R_SLAPD R_LDAPQ R_RATE
 
 run_one() {
     local sys=$1 fail="" csv
-    csv="$RESULTS_DIR/local-$STAMP-$sys.csv"
+    csv="$RESULTS_DIR/$TAG-$STAMP-$sys.csv"
     R_CSV[$sys]=$csv
     rm -f "$csv"
     wait_free "$SMTP_PORT" 30 || die "port $SMTP_PORT still in use after the previous run"
@@ -557,7 +618,9 @@ run_one() {
     postfix) start_postfix || fail="postfix_did_not_start" ;;
     esac
     if [ -z "$fail" ]; then
+        SMOKE_FILES=0
         smoke "$sys" || fail=$SMOKE_FAIL
+        SMOKE_FILES=$(delivered_count "$sys")
     fi
     if [ -n "$fail" ]; then
         R_FAIL[$sys]=$fail
@@ -569,7 +632,9 @@ run_one() {
     log "=== $sys: generator ($GENERATOR, $SESSIONS sessions, $DURATION s, $USERS users, $UNKNOWN_PERCENT % unknown); load average $(cut -d' ' -f1-3 /proc/loadavg)"
     ticker "$sys" &
     TICKER_PID=$!
-    local c0 c1
+    local c0 c1 f0 s0
+    cg_reset
+    f0=$(flushes); s0=$(slapd_cpu_s)
     c0=$(cpu_ticks)
     run_generator
     c1=$(cpu_ticks)
@@ -581,6 +646,7 @@ run_one() {
 
     local acc err
     acc=$(bench_field messages); err=$(bench_field errors)
+    R_RATE[$sys]=$(bench_field msgs_per_s)
     R_5XX[$sys]=$(bench_field rejected_5xx); R_4XX[$sys]=$(bench_field temp_4xx)
     : "${R_5XX[$sys]:=n/a}" "${R_4XX[$sys]:=n/a}"
     R_ACC[$sys]=${acc:-0}; R_ERR[$sys]=${err:-n/a}
@@ -617,6 +683,12 @@ run_one() {
     R_DRAIN[$sys]=$((SECONDS - t0))
     # Let a last in-flight rename land, then count once more.
     sleep 2
+    R_MTA_CPU[$sys]=$(cg_cpu_s)
+    local f1 s1
+    f1=$(flushes); s1=$(slapd_cpu_s)
+    R_FLUSH[$sys]=n/a; R_SLAPD[$sys]=n/a
+    [[ $f0 =~ ^[0-9]+$ && $f1 =~ ^[0-9]+$ ]] && R_FLUSH[$sys]=$((f1 - f0))
+    [[ $s0 =~ ^[0-9.]+$ && $s1 =~ ^[0-9.]+$ ]] && R_SLAPD[$sys]=$(fmt %.2f "$(calc "$s1 - $s0")")
     n=$(delivered_count "$sys")
     R_DELIV[$sys]=$n
     log "drain: $n files delivered, generator accepted ${acc:-?} (drained ${R_DRAIN[$sys]} s after the generator)"
@@ -632,7 +704,14 @@ run_one() {
     # The Maildirs stay until the end (removing a few hundred thousand
     # directories takes minutes; the EXIT trap does it after the report).
     case $sys in
-    sluice) stop_sluice ;;
+    sluice)
+        stop_sluice
+        # The LDAP table's counters, logged at stop.
+        local q
+        q=$(grep -o 'table users: queries=[0-9]*' "$SL_VAR/maillog" 2>/dev/null | tail -1 | cut -d= -f2)
+        R_LDAPQ[$sys]=$(per_msg "${q:-}" "$n")
+        log "sluice: LDAP queries ${q:-n/a} for $n delivered; $(grep 'maildir: delivered' "$SL_VAR/maillog" | tail -1 | sed 's/.*maildir: //')"
+        ;;
     postfix)
         log "postfix queue at stop: $(postfix_queue_summary)"
         grep -c 'Temporary lookup failure' "$PF/maillog" 2>/dev/null \
@@ -650,6 +729,10 @@ run_one() {
 
 # ------------------------------------------------------------------ main ----
 ensure_packages
+cg_create
+[ -n "$CG" ] || log "no cpuacct cgroup here: MTA CPU per message will be n/a"
+FLUSH_DISK=$(flush_disk)
+[ -n "$FLUSH_DISK" ] || log "no block device under $W: flushes per message will be n/a"
 ensure_sluice
 ensure_sluice_generator
 listening "$SMTP_PORT" && die "port $SMTP_PORT is already in use on this machine"
@@ -688,6 +771,10 @@ for sys in $SYSTEMS; do
                 printf "%.0f %.0f %.0f %s\n", sum * k / rows, v[1] * k, v[rows] * k,
                     (v[1] > 0 ? sprintf("%.2f", v[rows] / v[1]) : "n/a")
             }' "$csv")
+    # A counted run: the rate over the whole run, from the generator.
+    if [ "$COUNT" -gt 0 ] && [[ ${R_RATE[$sys]:-} =~ ^[0-9.]+$ ]]; then
+        R_AVG[$sys]=$(fmt %.0f "$(calc "${R_RATE[$sys]} * 60")")
+    fi
 done
 
 gen_tag=""
@@ -705,6 +792,10 @@ for sys in $SYSTEMS; do
     l+=" last_min=${R_LAST[$sys]:-n/a} last_vs_first=${R_LVF[$sys]:-n/a} temp_4xx=${R_4XX[$sys]:-n/a}"
     l+=" ratio_vs_postfix=$ratio rejected_5xx=${R_5XX[$sys]:-n/a} errors=${R_ERR[$sys]:-n/a}"
     l+=" delivered=${R_DELIV[$sys]:-n/a} drain_s=${R_DRAIN[$sys]:-n/a} cpu_busy_pct=${R_CPU[$sys]:-n/a}$gen_tag"
+    l+=" recipients=$RECIPIENTS count=$COUNT cpu_s=${R_MTA_CPU[$sys]:-n/a}"
+    l+=" cpu_ms_per_msg=$(per_msg "${R_MTA_CPU[$sys]:-n/a}" "${R_DELIV[$sys]:-0}" 1000)"
+    l+=" flushes_per_msg=$(per_msg "${R_FLUSH[$sys]:-n/a}" "${R_DELIV[$sys]:-0}")"
+    l+=" slapd_cpu_s=${R_SLAPD[$sys]:-n/a} ldap_queries_per_msg=${R_LDAPQ[$sys]:-n/a}"
     if [ -n "${R_FAIL[$sys]:-}" ]; then
         any_failed=1
         l+=" failed=${R_FAIL[$sys]}"
@@ -712,18 +803,18 @@ for sys in $SYSTEMS; do
     lines+=("$l")
 done
 
-svg="$RESULTS_DIR/local-$STAMP.svg"
+svg="$RESULTS_DIR/$TAG-$STAMP.svg"
 series=()
 for sys in $SYSTEMS; do
     [ -s "${R_CSV[$sys]:-}" ] && series+=("$sys=${R_CSV[$sys]}")
 done
 if [ ${#series[@]} -gt 0 ]; then
     python3 "$REPO/bench/chart.py" --out "$svg" --interval "$INTERVAL" --rows "$FULL" \
-        --title "Workload L: local delivery, $USERS LDAP users, $SESSIONS sessions ($STAMP)" \
+        --title "Workload L ($RECIPIENTS recipients): local delivery, $USERS LDAP users, $SESSIONS sessions ($STAMP)" \
         "${series[@]}" && log "chart: $svg" || log "chart.py failed"
 fi
 
-append_results "$RESULTS_DIR/local-$STAMP.txt" "${lines[@]}"
+append_results "$RESULTS_DIR/$TAG-$STAMP.txt" "${lines[@]}"
 
 for sys in $SYSTEMS; do
     [ -s "${R_CSV[$sys]:-}" ] || continue

@@ -180,6 +180,9 @@ impl Server {
             "daemon stopped: spool stored {messages} messages with {syncs} disk syncs ({:.1} messages per sync)",
             messages as f64 / syncs.max(1) as f64
         );
+        for line in self.parts.mailboxes.stats_lines() {
+            log!(self.logger, "lookup", "{line}");
+        }
         let md = &self.parts.maildir_stats;
         let (files, syncs) = (
             md.files.load(std::sync::atomic::Ordering::Relaxed),

@@ -546,6 +546,9 @@ fn expect(code: u16, class: u16) -> std::io::Result<()> {
     }
 }
 
+/// How long a reply may take before the session counts as failed.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Buffered reader of SMTP replies.
 #[derive(Default)]
 struct Replies {
@@ -579,7 +582,11 @@ impl Replies {
                 return Ok((code, text));
             }
             self.buf.reserve(1024);
-            if stream.read_buf(&mut self.buf).await? == 0 {
+            // A connection the server never accepted (its accept queue
+            // overflowed after the handshake) would wait forever.
+            let read = tokio::time::timeout(REPLY_TIMEOUT, stream.read_buf(&mut self.buf));
+            let n = read.await.map_err(|_| std::io::ErrorKind::TimedOut)??;
+            if n == 0 {
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::UnexpectedEof,
                     "closed",
