@@ -54,6 +54,8 @@
 #   SPOT_CHECKS=5      delivered files checked against their Maildir
 #   SLUICE=target/release/sluice      binary for `serve` and `bench`
 #   SLUICE_BUILD=1     run `cargo build --release` first (0: use the binary as is)
+#   SLUICE_CONF_EXTRA  TOML appended to Sluice's configuration (experiments;
+#                      \n for new lines)
 #   (the generator is always `sluice bench`: one generator, one meaning of
 #   every figure; the Python generator with different semantics is gone)
 #   LDAP_PORT=55389    slapd's port on 127.0.0.1
@@ -80,6 +82,8 @@
 #       flush requests of the whole machine's disk per delivered message>
 #       slapd_cpu_s=<s> ldap_queries_per_msg=<Sluice's LDAP queries per
 #       delivered message, from its counters; n/a for Postfix>
+#       delivered_per_min=<delivered x 60 / (generator seconds + drain_s)>
+#       delivered_ratio_vs_postfix=<x>
 #   (a failed run adds failed=<reason>). Exit status 1 if any run failed,
 #   2 if the set-up failed. rejected_5xx/temp_4xx are as the generator counts
 #   them (`sluice bench`: replies, so a refused RCPT plus the 554 to the
@@ -328,6 +332,8 @@ nameservers = ["127.0.0.1:9"]
 timeout_ms = 300
 attempts = 1
 EOF
+    # Experiments: more configuration appended as is (\n for new lines).
+    [ -z "${SLUICE_CONF_EXTRA:-}" ] || printf '%b\n' "$SLUICE_CONF_EXTRA" >>"$W/sluice.toml"
     # In the CPU cgroup (cg_exec), so its CPU is measured as Postfix's is.
     (cg_exec "$SLUICE" serve --config "$W/sluice.toml" >"$W/sluice.out" 2>&1) &
     SLUICE_PID=$!
@@ -600,7 +606,7 @@ bench_field() {  # bench_field NAME: the value of NAME= on the BENCH line
 }
 
 # ------------------------------------------------------------------ runs ----
-declare -A R_FAIL R_ACC R_ERR R_5XX R_4XX R_DELIV R_DRAIN R_CPU R_CSV R_MTA_CPU R_FLUSH R_SLAPD R_LDAPQ R_RATE
+declare -A R_FAIL R_ACC R_ERR R_5XX R_4XX R_DELIV R_DRAIN R_CPU R_CSV R_MTA_CPU R_FLUSH R_SLAPD R_LDAPQ R_RATE R_GEN_S
 
 run_one() {
     local sys=$1 fail="" csv
@@ -646,7 +652,7 @@ run_one() {
 
     local acc err
     acc=$(bench_field messages); err=$(bench_field errors)
-    R_RATE[$sys]=$(bench_field msgs_per_s)
+    R_RATE[$sys]=$(bench_field msgs_per_s); R_GEN_S[$sys]=$(bench_field seconds)
     R_5XX[$sys]=$(bench_field rejected_5xx); R_4XX[$sys]=$(bench_field temp_4xx)
     : "${R_5XX[$sys]:=n/a}" "${R_4XX[$sys]:=n/a}"
     R_ACC[$sys]=${acc:-0}; R_ERR[$sys]=${err:-n/a}
@@ -777,6 +783,20 @@ for sys in $SYSTEMS; do
     fi
 done
 
+# Delivered per minute: every delivered message over the generator's time
+# plus the drain (the drain is polled every 2 s: +-2 s).
+declare -A R_DPM R_DRATIO
+for sys in $SYSTEMS; do
+    if [[ ${R_GEN_S[$sys]:-} =~ ^[0-9.]+$ && ${R_DELIV[$sys]:-} =~ ^[0-9]+$ ]]; then
+        R_DPM[$sys]=$(fmt %.0f "$(calc "${R_DELIV[$sys]} * 60 / (${R_GEN_S[$sys]} + ${R_DRAIN[$sys]:-0})")")
+    fi
+done
+for sys in $SYSTEMS; do
+    if [ -n "${R_DPM[$sys]:-}" ] && [ -n "${R_DPM[postfix]:-}" ] && [ -z "${R_FAIL[postfix]:-}" ]; then
+        R_DRATIO[$sys]=$(fmt %.2f "$(calc "${R_DPM[$sys]} / ${R_DPM[postfix]}")")
+    fi
+done
+
 gen_tag=""
 [ "$GENERATOR" = sluice ] || gen_tag=" generator=$GENERATOR"
 lines=()
@@ -793,6 +813,7 @@ for sys in $SYSTEMS; do
     l+=" ratio_vs_postfix=$ratio rejected_5xx=${R_5XX[$sys]:-n/a} errors=${R_ERR[$sys]:-n/a}"
     l+=" delivered=${R_DELIV[$sys]:-n/a} drain_s=${R_DRAIN[$sys]:-n/a} cpu_busy_pct=${R_CPU[$sys]:-n/a}$gen_tag"
     l+=" recipients=$RECIPIENTS count=$COUNT cpu_s=${R_MTA_CPU[$sys]:-n/a}"
+    l+=" delivered_per_min=${R_DPM[$sys]:-n/a} delivered_ratio_vs_postfix=${R_DRATIO[$sys]:-n/a}"
     l+=" cpu_ms_per_msg=$(per_msg "${R_MTA_CPU[$sys]:-n/a}" "${R_DELIV[$sys]:-0}" 1000)"
     l+=" flushes_per_msg=$(per_msg "${R_FLUSH[$sys]:-n/a}" "${R_DELIV[$sys]:-0}")"
     l+=" slapd_cpu_s=${R_SLAPD[$sys]:-n/a} ldap_queries_per_msg=${R_LDAPQ[$sys]:-n/a}"

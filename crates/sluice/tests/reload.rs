@@ -141,8 +141,10 @@ async fn a_reload_that_cannot_bind_changes_nothing() {
     let busy = taken.local_addr().unwrap();
     write(&dir, &[first, busy], new_hop.addr, 5_000);
     server.reload(Some(&path)).await;
+    // (The log is written by its own thread: wait for the line.)
+    let refused = || read_log(&dir).contains("keeping the running configuration");
+    assert!(wait_until(5, refused).await, "{}", read_log(&dir));
     let log = read_log(&dir);
-    assert!(log.contains("keeping the running configuration"), "{log}");
     assert!(log.contains(&busy.to_string()), "the log names it: {log}");
     // The old listener, limit and route are all still in force.
     let mut c = Client::ready(first).await;

@@ -34,6 +34,9 @@ pub struct LocalConfig {
     /// own (two syncs per message). Both report a message delivered only
     /// once its file and its name in `new/` are on disk.
     pub maildir_sync: String,
+    /// Maildir deliveries at once (the `maildir` destination's window,
+    /// open from the start). More of them share each batch's syncs.
+    pub concurrency: usize,
 }
 
 impl Default for LocalConfig {
@@ -48,6 +51,7 @@ impl Default for LocalConfig {
             maildir_template: "{base}/{domain}/{localpart}/Maildir".into(),
             maildir_allow_absolute: false,
             maildir_sync: "batch".into(),
+            concurrency: 100,
         }
     }
 }

@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use sluice_spool::Spool;
 
-use super::commit::Committer;
+use super::commit::{Committer, ToWrite};
 use super::dirs::MaildirPolicy;
-use super::write::{finish, stage, MaildirError, Staged, SyncStats};
+use super::write::{finish, stage, MaildirError, SyncStats};
 use crate::config::Config;
 use crate::message::body;
 use crate::message::status::Outcome;
@@ -126,87 +126,62 @@ impl MaildirWorker {
         targets: Vec<Target>,
         body: Arc<Vec<u8>>,
     ) -> Vec<(u16, Outcome)> {
-        let batch = self.committer.is_some();
-        let hostname = self.config.hostname.clone();
-        let sender = job.envelope.sender.clone();
-        let policy = self.policy.clone();
-        let staged = tokio::task::spawn_blocking(move || {
-            targets
-                .into_iter()
-                .map(|t| {
-                    let s = stage(
-                        &policy, &t.dir, &hostname, &sender, &t.address, &body, !batch,
-                    );
-                    (t.rcpt, t.dir, s)
-                })
-                .collect::<Vec<_>>()
-        })
-        .await;
-        let staged = match staged {
-            Ok(staged) => staged,
-            Err(err) => {
-                return defer_all(
-                    job,
-                    "maildir",
-                    &format!("4.3.0 delivery task failed: {err}"),
-                )
-            }
+        let hostname: Arc<str> = self.config.hostname.as_str().into();
+        let sender: Arc<str> = job.envelope.sender.as_str().into();
+        let items: Vec<ToWrite> = targets
+            .iter()
+            .map(|t| ToWrite {
+                maildir: t.dir.clone(),
+                hostname: hostname.clone(),
+                sender: sender.clone(),
+                recipient: t.address.clone(),
+                body: body.clone(),
+            })
+            .collect();
+        let done = match &self.committer {
+            Some(committer) => committer.deliver(items).await,
+            None => self.each(items).await,
         };
-        let mut results = Vec::with_capacity(staged.len());
-        let mut ready = Vec::new();
-        let mut shown = Vec::new();
-        for (rcpt, dir, s) in staged {
-            match s {
-                Ok(s) => {
-                    ready.push(s);
-                    shown.push((rcpt, dir));
-                }
-                Err(err) => results.push((rcpt, deferred(err.to_string()))),
-            }
-        }
-        let committed = self.commit(ready).await;
-        for ((rcpt, dir), done) in shown.into_iter().zip(committed) {
-            let outcome = match done {
-                Ok(name) => Outcome::Delivered {
-                    relay: "maildir".into(),
-                    reply: format!("delivered to maildir {}/new/{name}", dir.display()),
-                    notified: false,
-                },
-                Err(err) => deferred(err.to_string()),
-            };
-            results.push((rcpt, outcome));
-        }
-        results
+        let outcome = |t: &Target, done: Result<String, MaildirError>| match done {
+            Ok(name) => Outcome::Delivered {
+                relay: "maildir".into(),
+                reply: format!("delivered to maildir {}/new/{name}", t.dir.display()),
+                notified: false,
+            },
+            Err(err) => deferred(err.to_string()),
+        };
+        targets
+            .iter()
+            .zip(done)
+            .map(|(t, d)| (t.rcpt, outcome(t, d)))
+            .collect()
     }
 
-    /// Makes staged files durable in `new/`: through the committer, or
-    /// each on its own.
-    async fn commit(&self, ready: Vec<Staged>) -> Vec<Result<String, MaildirError>> {
-        if ready.is_empty() {
-            return Vec::new();
-        }
-        if let Some(committer) = &self.committer {
-            return committer.commit(ready).await;
-        }
-        let n = ready.len();
+    /// `maildir_sync = "each"`: every message written, synced and renamed
+    /// on its own, on the blocking pool.
+    async fn each(&self, items: Vec<ToWrite>) -> Vec<Result<String, MaildirError>> {
+        let n = items.len();
         let (policy, stats) = (self.policy.clone(), self.stats.clone());
         let done = tokio::task::spawn_blocking(move || {
-            let dirs: u64 = ready.iter().map(|s| s.dirs_synced).sum();
-            let results: Vec<_> = ready.into_iter().map(|s| finish(s, &policy)).collect();
-            let ok = results.iter().filter(|r| r.is_ok()).count() as u64;
-            stats.count(ok, 2 * results.len() as u64 + dirs);
+            let (mut ok, mut syncs) = (0, 0);
+            let results: Vec<_> = items
+                .iter()
+                .map(|it| {
+                    let (h, s) = (&*it.hostname, &*it.sender);
+                    let staged = stage(&policy, &it.maildir, h, s, &it.recipient, &it.body, true)?;
+                    syncs += 2 + staged.dirs_synced;
+                    let done = finish(staged, &policy);
+                    ok += u64::from(done.is_ok());
+                    done
+                })
+                .collect();
+            stats.count(ok, syncs);
             results
         })
         .await;
         done.unwrap_or_else(|e| {
-            (0..n)
-                .map(|_| {
-                    Err(MaildirError::Io(
-                        "(all)".into(),
-                        std::io::Error::other(e.to_string()),
-                    ))
-                })
-                .collect()
+            let failed = || MaildirError::Io("(all)".into(), std::io::Error::other(e.to_string()));
+            (0..n).map(|_| Err(failed())).collect()
         })
     }
 }

@@ -1,8 +1,10 @@
 //! Group commit for Maildir deliveries, as the spool group-commits
-//! receipts: workers write their messages into `tmp/` in parallel, then
-//! hand them here; one thread takes whatever has gathered and makes the
-//! whole batch durable with two syncs per file system instead of two per
-//! message:
+//! receipts: workers hand their messages here. A writing thread takes
+//! whatever has gathered and writes each into its mailbox's `tmp/`
+//! (creating new mailboxes); a syncing thread takes whatever has been
+//! written meanwhile and makes it durable with two syncs per file system
+//! instead of two per message (the two threads overlap: one writes the
+//! next batch while the other waits for the disk):
 //!
 //! 1. `syncfs` of each file system the batch touches: every file's data,
 //!    and the directories of new mailboxes, are on disk;
@@ -23,25 +25,35 @@
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
 use std::sync::mpsc;
 use std::sync::Arc;
 
 use tokio::sync::oneshot;
 
 use super::dirs::MaildirPolicy;
-use super::write::{MaildirError, Staged, SyncStats};
+use super::write::{stage, MaildirError, Staged, SyncStats};
 
 /// Files per batch at most (a batch is synced while the next gathers).
 const MAX_BATCH: usize = 1024;
 
 type Results = Vec<Result<String, MaildirError>>;
 
+/// A message to write into one mailbox.
+pub struct ToWrite {
+    pub maildir: PathBuf,
+    pub hostname: Arc<str>,
+    pub sender: Arc<str>,
+    pub recipient: String,
+    pub body: Arc<Vec<u8>>,
+}
+
 struct Request {
-    staged: Vec<Staged>,
+    items: Vec<ToWrite>,
     reply: oneshot::Sender<Results>,
 }
 
-/// The committing thread's door; the thread ends when the last
+/// The door to the writing and syncing threads; they end when the last
 /// `Committer` is dropped.
 pub struct Committer {
     tx: mpsc::Sender<Request>,
@@ -50,18 +62,25 @@ pub struct Committer {
 impl Committer {
     pub fn start(policy: Arc<MaildirPolicy>, stats: Arc<SyncStats>) -> std::io::Result<Committer> {
         let (tx, rx) = mpsc::channel::<Request>();
+        let (written_tx, written_rx) = mpsc::channel::<Vec<Written>>();
+        let syncer_policy = policy.clone();
         std::thread::Builder::new()
-            .name("maildir-commit".into())
-            .spawn(move || run(rx, &policy, &stats))?;
+            .name("maildir-sync".into())
+            .spawn(move || run_syncer(written_rx, &syncer_policy, &stats))?;
+        std::thread::Builder::new()
+            .name("maildir-write".into())
+            .spawn(move || run_writer(rx, written_tx, &policy))?;
         Ok(Committer { tx })
     }
 
-    /// Makes `staged` durable in `new/`; one result per file, in order:
-    /// the file's name, or why it is not delivered.
-    pub async fn commit(&self, staged: Vec<Staged>) -> Results {
-        let n = staged.len();
+    /// Writes `items` and makes them durable in `new/`; one result per
+    /// item, in order: the file's name, or why it is not delivered. (The
+    /// writing thread writes a whole batch per wake-up: a hand-off of
+    /// each message to the blocking pool and back costs more.)
+    pub async fn deliver(&self, items: Vec<ToWrite>) -> Results {
+        let n = items.len();
         let (reply, wait) = oneshot::channel();
-        if self.tx.send(Request { staged, reply }).is_ok() {
+        if self.tx.send(Request { items, reply }).is_ok() {
             if let Ok(results) = wait.await {
                 return results;
             }
@@ -73,21 +92,92 @@ impl Committer {
     }
 }
 
-fn run(rx: mpsc::Receiver<Request>, policy: &MaildirPolicy, stats: &SyncStats) {
+/// A request written into `tmp/`: what was staged, and per item whether
+/// its write worked.
+struct Written {
+    staged: Vec<Staged>,
+    slots: Vec<Result<(), MaildirError>>,
+    reply: oneshot::Sender<Results>,
+}
+
+/// The writing thread: gathers requests, writes them, hands them on.
+fn run_writer(rx: mpsc::Receiver<Request>, tx: mpsc::Sender<Vec<Written>>, policy: &MaildirPolicy) {
     while let Ok(first) = rx.recv() {
-        let mut files = first.staged.len();
+        let mut files = first.items.len();
         let mut batch = vec![first];
         while files < MAX_BATCH {
             match rx.try_recv() {
                 Ok(more) => {
-                    files += more.staged.len();
+                    files += more.items.len();
                     batch.push(more);
                 }
                 Err(_) => break,
             }
         }
-        commit_batch(batch, policy, stats);
+        let written = batch
+            .into_iter()
+            .map(|req| write_one(req, policy))
+            .collect();
+        if tx.send(written).is_err() {
+            return;
+        }
     }
+}
+
+fn write_one(req: Request, policy: &MaildirPolicy) -> Written {
+    let (mut staged, mut slots) = (Vec::new(), Vec::with_capacity(req.items.len()));
+    for it in &req.items {
+        let (h, s) = (&*it.hostname, &*it.sender);
+        match stage(policy, &it.maildir, h, s, &it.recipient, &it.body, false) {
+            Ok(st) => {
+                staged.push(st);
+                slots.push(Ok(()));
+            }
+            Err(e) => slots.push(Err(e)),
+        }
+    }
+    Written {
+        staged,
+        slots,
+        reply: req.reply,
+    }
+}
+
+/// The syncing thread: gathers what was written, commits it, answers.
+fn run_syncer(rx: mpsc::Receiver<Vec<Written>>, policy: &MaildirPolicy, stats: &SyncStats) {
+    while let Ok(mut batch) = rx.recv() {
+        let mut files: usize = batch.iter().map(|w| w.staged.len()).sum();
+        while files < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(more) => {
+                    files += more.iter().map(|w| w.staged.len()).sum::<usize>();
+                    batch.extend(more);
+                }
+                Err(_) => break,
+            }
+        }
+        let (mut staged, mut rest) = (Vec::with_capacity(batch.len()), Vec::new());
+        for w in batch {
+            staged.push(w.staged);
+            rest.push((w.slots, w.reply));
+        }
+        let committed = commit_batch(staged, policy, stats);
+        for ((slots, reply), done) in rest.into_iter().zip(committed) {
+            let mut done = done.into_iter();
+            let results = slots
+                .into_iter()
+                .map(|s| s.and_then(|()| done.next().unwrap_or_else(|| Err(lost()))))
+                .collect();
+            let _ = reply.send(results);
+        }
+    }
+}
+
+fn lost() -> MaildirError {
+    MaildirError::Io(
+        "(all)".into(),
+        std::io::Error::other("commit result missing"),
+    )
 }
 
 /// `syncfs` once per file system of `handles` (device → an open file on
@@ -107,13 +197,19 @@ fn device(file: &std::fs::File) -> u64 {
     file.metadata().map(|m| m.dev()).unwrap_or(0)
 }
 
-fn commit_batch(batch: Vec<Request>, policy: &MaildirPolicy, stats: &SyncStats) {
+/// Makes staged files durable in `new/` (steps 1 to 3 above); results
+/// in the order given.
+fn commit_batch(
+    batch: Vec<Vec<Staged>>,
+    policy: &MaildirPolicy,
+    stats: &SyncStats,
+) -> Vec<Results> {
     // 1. Data and new directories, on every file system they are on.
     let mut handles: HashMap<u64, std::fs::File> = HashMap::new();
     let mut devs: Vec<Vec<u64>> = Vec::with_capacity(batch.len());
     for req in &batch {
-        let mut of_req = Vec::with_capacity(req.staged.len());
-        for staged in &req.staged {
+        let mut of_req = Vec::with_capacity(req.len());
+        for staged in req {
             let dev = device(&staged.file);
             if let Ok(f) = staged.file.try_clone() {
                 handles.entry(dev).or_insert(f);
@@ -132,7 +228,7 @@ fn commit_batch(batch: Vec<Request>, policy: &MaildirPolicy, stats: &SyncStats) 
     // 2. Into new/.
     let mut renamed: Vec<Vec<Result<(), MaildirError>>> = Vec::with_capacity(batch.len());
     for (req, req_devs) in batch.iter().zip(&devs) {
-        let outcomes = req.staged.iter().zip(req_devs).map(|(staged, dev)| {
+        let outcomes = req.iter().zip(req_devs).map(|(staged, dev)| {
             let err = match first.get(dev) {
                 Some(e) => std::io::Error::new(e.kind(), e.to_string()),
                 None => match std::fs::rename(&staged.tmp, staged.new_path()) {
@@ -153,9 +249,9 @@ fn commit_batch(batch: Vec<Request>, policy: &MaildirPolicy, stats: &SyncStats) 
     let second = sync_devices(&touched);
     syncs += touched.len() as u64;
     let mut files = 0u64;
+    let mut all = Vec::with_capacity(batch.len());
     for ((req, req_devs), outcomes) in batch.into_iter().zip(&devs).zip(renamed) {
         let results = req
-            .staged
             .into_iter()
             .zip(req_devs)
             .zip(outcomes)
@@ -173,15 +269,15 @@ fn commit_batch(batch: Vec<Request>, policy: &MaildirPolicy, stats: &SyncStats) 
             })
             .collect::<Results>();
         files += results.iter().filter(|r| r.is_ok()).count() as u64;
-        let _ = req.reply.send(results);
+        all.push(results);
     }
     stats.count(files, syncs);
+    all
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::maildir::write::stage;
 
     #[tokio::test]
     async fn a_batch_of_new_mailboxes_costs_two_syncs() {
@@ -190,26 +286,10 @@ mod tests {
         let policy = Arc::new(MaildirPolicy::new(base.clone(), false));
         let stats = Arc::new(SyncStats::default());
         let committer = Committer::start(policy.clone(), stats.clone()).unwrap();
-        let staged: Vec<Staged> = (0..64)
-            .map(|i| {
-                let md = base.join(format!("ex.test/u{i}/Maildir"));
-                stage(
-                    &policy,
-                    &md,
-                    "mx",
-                    "s@x",
-                    "u@ex.test",
-                    b"Subject: t\r\n\r\nhi\r\n",
-                    false,
-                )
-                .unwrap()
-            })
+        let items = (0..64)
+            .map(|i| item(base.join(format!("ex.test/u{i}/Maildir"))))
             .collect();
-        assert!(
-            staged.iter().all(|s| !s.dirs.is_empty()),
-            "new mailboxes leave their directories to the commit"
-        );
-        let results = committer.commit(staged).await;
+        let results = committer.deliver(items).await;
         assert_eq!(results.len(), 64);
         for (i, r) in results.iter().enumerate() {
             let name = r.as_ref().unwrap();
@@ -226,27 +306,39 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_file_that_cannot_be_renamed_is_not_delivered_and_leaves_tmp() {
+    async fn failures_are_per_message_and_leave_tmp_clean() {
         let tmp = tempfile::tempdir().unwrap();
         let base = tmp.path().join("mail");
         let policy = Arc::new(MaildirPolicy::new(base.clone(), false));
         let committer = Committer::start(policy.clone(), Arc::default()).unwrap();
-        let (good, bad) = (
-            base.join("ex.test/a/Maildir"),
-            base.join("ex.test/b/Maildir"),
-        );
-        let body = b"Subject: t\r\n\r\nhi\r\n";
-        let one = stage(&policy, &good, "mx", "s@x", "a@ex.test", body, false).unwrap();
-        let two = stage(&policy, &bad, "mx", "s@x", "b@ex.test", body, false).unwrap();
-        // b's new/ is gone by the time of the commit.
+        let good = base.join("ex.test/a/Maildir");
+        // b's mailbox is known, but its new/ has gone: the rename fails.
+        let bad = base.join("ex.test/b/Maildir");
+        policy.prepare(&bad, true).unwrap();
         std::fs::remove_dir(bad.join("new")).unwrap();
-        let results = committer.commit(vec![one, two]).await;
-        assert!(results[0].is_ok());
-        assert!(
-            matches!(results[1], Err(MaildirError::Io(..))),
-            "{:?}",
-            results[1]
-        );
+        // c's cannot even be made: its parent is a file.
+        std::fs::write(base.join("ex.test/c"), b"x").unwrap();
+        let unwritable = base.join("ex.test/c/Maildir");
+        let items = vec![item(good.clone()), item(bad.clone()), item(unwritable)];
+        let results = committer.deliver(items).await;
+        assert!(results[0].is_ok(), "{:?}", results[0]);
+        assert!(good
+            .join("new")
+            .join(results[0].as_ref().unwrap())
+            .is_file());
+        for r in &results[1..] {
+            assert!(matches!(r, Err(MaildirError::Io(..))), "{r:?}");
+        }
         assert_eq!(std::fs::read_dir(bad.join("tmp")).unwrap().count(), 0);
+    }
+
+    fn item(maildir: PathBuf) -> ToWrite {
+        ToWrite {
+            maildir,
+            hostname: "mx".into(),
+            sender: "s@x".into(),
+            recipient: "u@ex.test".into(),
+            body: Arc::new(b"Subject: t\r\n\r\nhi\r\n".to_vec()),
+        }
     }
 }

@@ -116,7 +116,11 @@ impl Scheduler {
     pub(super) fn destination_for(&mut self, key: &Arc<str>, hop: &Arc<NextHop>) -> Arc<str> {
         if !self.dests.contains_key(key) {
             let (limit, interval) = self.limits_for(key);
-            let initial = self.config.delivery.initial_concurrency;
+            // A local disk needs no slow start: its window opens at once.
+            let initial = match **hop {
+                NextHop::Maildir => limit,
+                _ => self.config.delivery.initial_concurrency,
+            };
             let mut dest = Destination::new(hop.clone(), limit, initial);
             dest.interval = interval;
             self.dests.insert(key.clone(), dest);
@@ -125,14 +129,19 @@ impl Scheduler {
     }
 
     /// The concurrency limit and the rate-limit interval configured for
-    /// destination `key`.
+    /// destination `key` (Maildir delivery: `local.concurrency` unless the
+    /// destination is named).
     pub(super) fn limits_for(&self, key: &str) -> (usize, Option<Duration>) {
         let d = &self.config.delivery;
+        let default = match key == NextHop::Maildir.key() {
+            true => self.config.local.concurrency,
+            false => d.default_concurrency,
+        };
         let limit = d
             .destination_concurrency
             .get(key)
             .copied()
-            .unwrap_or(d.default_concurrency);
+            .unwrap_or(default);
         let per_minute = d
             .destination_rate_limit
             .get(key)
