@@ -183,6 +183,10 @@ maximal_backoff_secs = $((BACKOFF > 5 ? BACKOFF : 5))
 [delivery]
 relayhost = "smtp:[$HOST]:$SINK_PORT"
 default_concurrency = 100
+# The dead next hop is tried again as soon as the backoff allows (the
+# 60 s default of the dead-host cache would measure that cache, not the
+# spool's recovery).
+dead_host_secs = $BACKOFF
 EOF
     log "=== phase spool: tmpfs ${FS_MB} MiB, segment_mib=$SEGMENT_MIB, next hop down; filling"
     serve_start "$conf" "$SMTP_PORT" || die "sluice serve did not come up"
