@@ -54,6 +54,7 @@
 #   SPOT_CHECKS=5      delivered files checked against their Maildir
 #   SLUICE=target/release/sluice      binary for `serve` and `bench`
 #   SLUICE_BUILD=1     run `cargo build --release` first (0: use the binary as is)
+#   MAILDIR_SYNC=batch Sluice's local.maildir_sync (batch | each)
 #   SLUICE_CONF_EXTRA  TOML appended to Sluice's configuration (experiments;
 #                      \n for new lines)
 #   (the generator is always `sluice bench`: one generator, one meaning of
@@ -316,6 +317,7 @@ listen = ["$HOST:$SMTP_PORT"]
 domains = ["$DOMAIN"]
 mailbox_table = "users"
 maildir_base = "$SL_MAIL"
+maildir_sync = "${MAILDIR_SYNC:-batch}"
 
 [tables.users]
 kind = "ldap"
@@ -817,6 +819,7 @@ for sys in $SYSTEMS; do
     l+=" cpu_ms_per_msg=$(per_msg "${R_MTA_CPU[$sys]:-n/a}" "${R_DELIV[$sys]:-0}" 1000)"
     l+=" flushes_per_msg=$(per_msg "${R_FLUSH[$sys]:-n/a}" "${R_DELIV[$sys]:-0}")"
     l+=" slapd_cpu_s=${R_SLAPD[$sys]:-n/a} ldap_queries_per_msg=${R_LDAPQ[$sys]:-n/a}"
+    [ "$sys" = sluice ] && l+=" maildir_sync=${MAILDIR_SYNC:-batch}"
     if [ -n "${R_FAIL[$sys]:-}" ]; then
         any_failed=1
         l+=" failed=${R_FAIL[$sys]}"
