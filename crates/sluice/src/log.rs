@@ -66,7 +66,9 @@ impl Logger {
                     let mut flushed = Vec::new();
                     // At most a channel's worth per round, so flushes and
                     // the dropped-lines notice are never put off for long.
+                    let mut round = 0usize;
                     for item in std::iter::once(first).chain(rx.try_iter().take(CAPACITY)) {
+                        round += 1;
                         match item {
                             Item::Line(ms, text) if json => write_json(&mut out, ms, &text),
                             Item::Line(ms, text) => write_line(&mut out, ms, &text),
@@ -88,7 +90,8 @@ impl Logger {
                     // server logs tens of thousands of lines a second, and
                     // a wake-up per line cost more than writing it (a
                     // sender wakes this thread only while it waits in recv).
-                    if !waited_on {
+                    // (Not when behind: a full round may have left more.)
+                    if !waited_on && round <= CAPACITY {
                         std::thread::sleep(GATHER);
                     }
                 }

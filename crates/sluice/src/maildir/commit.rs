@@ -145,6 +145,7 @@ fn write_one(req: Request, policy: &MaildirPolicy) -> Written {
 
 /// The syncing thread: gathers what was written, commits it, answers.
 fn run_syncer(rx: mpsc::Receiver<Vec<Written>>, policy: &MaildirPolicy, stats: &SyncStats) {
+    let mut devices = Devices::new();
     while let Ok(mut batch) = rx.recv() {
         let mut files: usize = batch.iter().map(|w| w.staged.len()).sum();
         while files < MAX_BATCH {
@@ -161,7 +162,7 @@ fn run_syncer(rx: mpsc::Receiver<Vec<Written>>, policy: &MaildirPolicy, stats: &
             staged.push(w.staged);
             rest.push((w.slots, w.reply));
         }
-        let committed = commit_batch(staged, policy, stats);
+        let committed = commit_batch(staged, policy, stats, &mut devices);
         for ((slots, reply), done) in rest.into_iter().zip(committed) {
             let mut done = done.into_iter();
             let results = slots
@@ -180,11 +181,22 @@ fn lost() -> MaildirError {
     )
 }
 
-/// `syncfs` once per file system of `handles` (device → an open file on
-/// it); returns the devices whose sync failed, with the error.
-fn sync_devices(handles: &HashMap<u64, std::fs::File>) -> HashMap<u64, std::io::Error> {
+/// One open descriptor per file system, kept by the syncing thread for its
+/// life: `syncfs` through a descriptor reports every write-back error on
+/// that file system since the previous call through it (Linux 5.8 and
+/// later), so an error between two batches is not missed.
+type Devices = HashMap<u64, std::fs::File>;
+
+/// `syncfs` of each device in `devs`; the devices whose sync failed.
+fn sync_devices(
+    devices: &Devices,
+    devs: &std::collections::BTreeSet<u64>,
+) -> HashMap<u64, std::io::Error> {
     let mut failed = HashMap::new();
-    for (dev, file) in handles {
+    for dev in devs {
+        let Some(file) = devices.get(dev) else {
+            continue;
+        };
         // SAFETY: syncfs takes a valid open descriptor, which `file` holds.
         if unsafe { libc::syncfs(file.as_raw_fd()) } != 0 {
             failed.insert(*dev, std::io::Error::last_os_error());
@@ -193,8 +205,26 @@ fn sync_devices(handles: &HashMap<u64, std::fs::File>) -> HashMap<u64, std::io::
     failed
 }
 
-fn device(file: &std::fs::File) -> u64 {
-    file.metadata().map(|m| m.dev()).unwrap_or(0)
+/// The file system of a staged file, with a descriptor for it in
+/// `devices`; the directories of a new mailbox that lie on another file
+/// system (above a mount point) are synced one by one here, counted in
+/// `syncs`. An error means the file cannot be made durable: not delivered.
+fn prepare_item(staged: &Staged, devices: &mut Devices, syncs: &mut u64) -> std::io::Result<u64> {
+    let dev = staged.file.metadata()?.dev();
+    if let std::collections::hash_map::Entry::Vacant(e) = devices.entry(dev) {
+        e.insert(staged.file.try_clone()?);
+    }
+    for dir in &staged.dirs {
+        if std::fs::metadata(dir)?.dev() != dev {
+            std::fs::File::open(dir)?.sync_all()?;
+            *syncs += 1;
+        }
+    }
+    Ok(dev)
+}
+
+fn copy(e: &std::io::Error) -> std::io::Error {
+    std::io::Error::new(e.kind(), e.to_string())
 }
 
 /// Makes staged files durable in `new/` (steps 1 to 3 above); results
@@ -203,67 +233,68 @@ fn commit_batch(
     batch: Vec<Vec<Staged>>,
     policy: &MaildirPolicy,
     stats: &SyncStats,
+    devices: &mut Devices,
 ) -> Vec<Results> {
     // 1. Data and new directories, on every file system they are on.
-    let mut handles: HashMap<u64, std::fs::File> = HashMap::new();
-    let mut devs: Vec<Vec<u64>> = Vec::with_capacity(batch.len());
-    for req in &batch {
-        let mut of_req = Vec::with_capacity(req.len());
-        for staged in req {
-            let dev = device(&staged.file);
-            if let Ok(f) = staged.file.try_clone() {
-                handles.entry(dev).or_insert(f);
-            }
-            for dir in &staged.dirs {
-                if let Ok(d) = std::fs::File::open(dir) {
-                    handles.entry(device(&d)).or_insert(d);
-                }
-            }
-            of_req.push(dev);
-        }
-        devs.push(of_req);
-    }
-    let first = sync_devices(&handles);
-    let mut syncs = handles.len() as u64;
-    // 2. Into new/.
-    let mut renamed: Vec<Vec<Result<(), MaildirError>>> = Vec::with_capacity(batch.len());
-    for (req, req_devs) in batch.iter().zip(&devs) {
-        let outcomes = req.iter().zip(req_devs).map(|(staged, dev)| {
-            let err = match first.get(dev) {
-                Some(e) => std::io::Error::new(e.kind(), e.to_string()),
-                None => match std::fs::rename(&staged.tmp, staged.new_path()) {
-                    Ok(()) => return Ok(()),
-                    Err(e) => e,
-                },
-            };
-            staged.abandon(policy);
-            Err(MaildirError::from_io(&staged.maildir, err))
-        });
-        renamed.push(outcomes.collect());
-    }
-    // 3. The renames (only file systems where something was renamed).
-    let touched: HashMap<u64, std::fs::File> = handles
-        .into_iter()
-        .filter(|(dev, _)| !first.contains_key(dev))
+    let mut syncs = 0u64;
+    let devs: Vec<Vec<std::io::Result<u64>>> = batch
+        .iter()
+        .map(|req| {
+            let items = req.iter();
+            items
+                .map(|st| prepare_item(st, devices, &mut syncs))
+                .collect()
+        })
         .collect();
-    let second = sync_devices(&touched);
+    let used: std::collections::BTreeSet<u64> = devs.iter().flatten().flatten().copied().collect();
+    let first = sync_devices(devices, &used);
+    syncs += used.len() as u64;
+    // 2. Into new/ (only files whose data is known to be on disk).
+    let renamed: Vec<Vec<Result<u64, MaildirError>>> = batch
+        .iter()
+        .zip(&devs)
+        .map(|(req, req_devs)| {
+            let items = req.iter().zip(req_devs);
+            items
+                .map(|(staged, dev)| {
+                    let done = match dev {
+                        Err(e) => Err(copy(e)),
+                        Ok(dev) => match first.get(dev) {
+                            Some(e) => Err(copy(e)),
+                            None => std::fs::rename(&staged.tmp, staged.new_path()).map(|()| *dev),
+                        },
+                    };
+                    done.map_err(|e| {
+                        staged.abandon(policy);
+                        MaildirError::from_io(&staged.maildir, e)
+                    })
+                })
+                .collect()
+        })
+        .collect();
+    // 3. The renames (only file systems where something was renamed).
+    let touched: std::collections::BTreeSet<u64> = renamed
+        .iter()
+        .flatten()
+        .filter_map(|r| r.as_ref().ok())
+        .copied()
+        .collect();
+    let second = sync_devices(devices, &touched);
     syncs += touched.len() as u64;
     let mut files = 0u64;
     let mut all = Vec::with_capacity(batch.len());
-    for ((req, req_devs), outcomes) in batch.into_iter().zip(&devs).zip(renamed) {
+    for (req, outcomes) in batch.into_iter().zip(renamed) {
         let results = req
             .into_iter()
-            .zip(req_devs)
             .zip(outcomes)
-            .map(|((staged, dev), renamed)| {
-                renamed?;
-                if let Some(e) = second.get(dev) {
+            .map(|(staged, renamed)| {
+                let dev = renamed?;
+                if let Some(e) = second.get(&dev) {
                     // Not known to be durable: not delivered, and not left
                     // in new/ to be delivered twice.
                     let _ = std::fs::remove_file(staged.new_path());
                     policy.forget(&staged.maildir);
-                    let e = std::io::Error::new(e.kind(), e.to_string());
-                    return Err(MaildirError::from_io(&staged.maildir, e));
+                    return Err(MaildirError::from_io(&staged.maildir, copy(e)));
                 }
                 Ok(staged.name)
             })

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use super::agent::DeliveryAgent;
 use super::job::Job;
 use super::scheduler::{RcptState, Scheduler};
+use crate::config::hop::NextHop;
 use crate::config::Config;
 use crate::routing::dns::Dns;
 use crate::routing::Router;
@@ -64,6 +65,10 @@ impl Scheduler {
             if let Some(d) = self.dests.get_mut(key) {
                 d.limit = limit.max(1);
                 d.window = d.window.clamp(1, d.limit);
+                if matches!(*d.hop, NextHop::Maildir) {
+                    // Local delivery has no slow start (`destination_for`).
+                    d.window = d.limit;
+                }
                 d.interval = interval;
             }
         }
