@@ -159,22 +159,21 @@ pub fn finish(staged: Staged, policy: &MaildirPolicy) -> Result<String, MaildirE
     }
 }
 
-/// Delivers one message into `maildir` on its own (blocking).
-pub fn deliver_maildir(
-    policy: &MaildirPolicy,
-    maildir: &Path,
-    hostname: &str,
-    sender: &str,
-    recipient: &str,
-    body: &[u8],
-) -> Result<String, MaildirError> {
-    let staged = stage(policy, maildir, hostname, sender, recipient, body, true)?;
-    finish(staged, policy)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One message on its own: staged, then finished.
+    fn deliver_maildir(
+        policy: &MaildirPolicy,
+        maildir: &Path,
+        sender: &str,
+        recipient: &str,
+        body: &[u8],
+    ) -> Result<String, MaildirError> {
+        let staged = stage(policy, maildir, "mx", sender, recipient, body, true)?;
+        finish(staged, policy)
+    }
 
     #[test]
     fn maildir_delivery_writes_new_with_headers() {
@@ -182,15 +181,8 @@ mod tests {
         let dir = tmp.path().to_path_buf();
         let md = dir.join("a/Maildir");
         let policy = MaildirPolicy::new(dir.clone(), false);
-        let name = deliver_maildir(
-            &policy,
-            &md,
-            "mx",
-            "s@x",
-            "a@y",
-            b"Subject: t\r\n\r\nhi\r\n",
-        )
-        .unwrap();
+        let name =
+            deliver_maildir(&policy, &md, "s@x", "a@y", b"Subject: t\r\n\r\nhi\r\n").unwrap();
         let text = std::fs::read_to_string(md.join("new").join(&name)).unwrap();
         assert_eq!(
             text,
@@ -208,7 +200,7 @@ mod tests {
         );
         // An unwritable place is an error, not a panic or a lost message.
         std::fs::write(dir.join("file"), b"x").unwrap();
-        let err = deliver_maildir(&policy, &dir.join("file/Maildir"), "mx", "s@x", "a@y", b"x");
+        let err = deliver_maildir(&policy, &dir.join("file/Maildir"), "s@x", "a@y", b"x");
         assert!(matches!(err, Err(MaildirError::Io(..))), "{err:?}");
     }
 }
