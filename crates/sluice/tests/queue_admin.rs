@@ -78,7 +78,8 @@ async fn the_queue_is_administered_through_the_socket() {
         },
     )
     .await
-    .unwrap_err();
+    .unwrap_err()
+    .to_string();
     assert!(err.contains("no such message"), "{err}");
 
     // hold m3; flush retries the others only.
@@ -132,7 +133,8 @@ async fn the_queue_is_administered_through_the_socket() {
     assert_eq!(deleted.count, 1);
     let err = call(&data_dir, &Request::Hold { id: m1.clone() })
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("not found"), "{err}");
 
     // The hold survives a restart, and held mail is not delivered.
@@ -154,6 +156,9 @@ async fn the_queue_is_administered_through_the_socket() {
     server.shutdown().await;
 
     // No daemon: a clear error.
-    let err = call(&data_dir, &list(Filter::default())).await.unwrap_err();
+    let err = call(&data_dir, &list(Filter::default()))
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("cannot reach the daemon"), "{err}");
 }

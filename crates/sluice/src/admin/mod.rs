@@ -115,7 +115,7 @@ impl Admin {
 
     async fn handle(&self, request: Request) -> Response {
         match request {
-            Request::List { filter } => match self.entries(&filter).await {
+            Request::List { filter } => match self.entries(&filter, None).await {
                 Ok(entries) => Response::list(entries),
                 Err(e) => Response::error(e),
             },
@@ -200,12 +200,13 @@ impl Admin {
     }
 
     async fn ids(&self, filter: &Filter) -> Result<Vec<u64>, String> {
-        let entries = self.entries(filter).await?;
+        let entries = self.entries(filter, None).await?;
         entries.iter().map(|e| parse_id(&e.id)).collect()
     }
 
-    /// The queue's messages matching `filter`, envelopes read as needed.
-    async fn entries(&self, filter: &Filter) -> Result<Vec<Entry>, String> {
+    /// The queue's messages matching `filter` (and only message `only`,
+    /// if given), envelopes read as needed.
+    async fn entries(&self, filter: &Filter, only: Option<u64>) -> Result<Vec<Entry>, String> {
         let Some(AdminReply::Snapshot(snaps)) = self.queue.admin(AdminRequest::Snapshot).await
         else {
             return Err("the queue is not running".into());
@@ -215,6 +216,7 @@ impl Admin {
         tokio::task::spawn_blocking(move || {
             snaps
                 .into_iter()
+                .filter(|s| only.is_none_or(|id| s.id == id))
                 .filter_map(|s| entry(&spool, s))
                 .filter(|e| filter.matches(e))
                 .collect()
@@ -225,11 +227,11 @@ impl Admin {
 
     /// One message: its entry, its headers, and the log lines naming it.
     async fn show(&self, id: &str) -> Response {
-        let wanted = match parse_id(id) {
-            Ok(n) => crate::log::qid(n),
+        let (n, wanted) = match parse_id(id) {
+            Ok(n) => (n, crate::log::qid(n)),
             Err(e) => return Response::error(e),
         };
-        let entries = match self.entries(&Filter::default()).await {
+        let entries = match self.entries(&Filter::default(), Some(n)).await {
             Ok(e) => e,
             Err(e) => return Response::error(e),
         };

@@ -37,9 +37,13 @@ fn refuse(code: i32, why: String) -> Response {
     r
 }
 
-/// sendmail(1) exit statuses (sysexits.h).
+/// sendmail(1) exit statuses (sysexits.h), for the daemon's refusals and
+/// the client's own.
+pub const EX_OK: i32 = 0;
+pub const EX_USAGE: i32 = 64;
 pub const EX_DATAERR: i32 = 65;
 pub const EX_NOUSER: i32 = 67;
+pub const EX_SOFTWARE: i32 = 70;
 pub const EX_TEMPFAIL: i32 = 75;
 
 impl Submitter {

@@ -86,7 +86,7 @@ impl Listeners {
         logger: &Logger,
     ) {
         let wanted = config.all_listeners();
-        let (keep, gone): (Vec<_>, Vec<_>) = std::mem::take(&mut self.running)
+        let (mut keep, gone): (Vec<_>, Vec<_>) = std::mem::take(&mut self.running)
             .into_iter()
             .partition(|(listen, _)| wanted.iter().any(|lc| lc.listen == *listen));
         for (_, running) in gone {
@@ -98,7 +98,6 @@ impl Listeners {
             self.retired.push(running.task);
         }
         self.retired.retain(|t| !t.is_finished());
-        let mut keep = keep;
         let mut fresh = bound.0;
         for lc in wanted {
             let listen = lc.listen.clone();
@@ -152,19 +151,14 @@ impl Listeners {
     }
 
     /// Binds and starts every listener of `config` (at start).
-    pub fn start_all(
+    pub async fn start_all(
         &mut self,
         config: &Config,
         ctx: &Arc<SessionContext>,
         logger: &Logger,
     ) -> Result<(), (String, std::io::Error)> {
-        for (lc, socket) in self.bind_new(config)?.0 {
-            let listen = lc.listen.clone();
-            let running = self
-                .start(lc, socket, ctx, logger)
-                .map_err(|e| (listen.clone(), e))?;
-            self.running.push((listen, running));
-        }
+        let bound = self.bind_new(config)?;
+        self.apply(config, bound, ctx, logger).await;
         Ok(())
     }
 

@@ -118,6 +118,7 @@ impl Server {
         let mut listeners = Listeners::new(shutdown.subscribe(), config.smtpd.reuse_port);
         listeners
             .start_all(&config, &ctx, &logger)
+            .await
             .map_err(|(listen, e)| StartError::Listen(listen, e))?;
         Ok(Server {
             addrs: listeners.addrs(),

@@ -107,8 +107,7 @@ impl Server {
     /// Re-reads the files of tables and the certificate that a reload
     /// keeps (`parts` being what it built; all of them without).
     fn refresh(&self, parts: Option<&Parts>) {
-        let kept = |a: &Parts| parts.is_none_or(|p| Arc::ptr_eq(&a.mailboxes, &p.mailboxes));
-        if kept(&self.parts) {
+        if parts.is_none_or(|p| Arc::ptr_eq(&self.parts.mailboxes, &p.mailboxes)) {
             log!(self.logger, "master", "reload: lookup tables");
             self.parts.mailboxes.reload();
         }
@@ -173,23 +172,20 @@ fn sections_changed(old: &Config, new: &Config) -> Vec<&'static str> {
         .collect()
 }
 
-/// Each top-level setting, named, in a comparable form.
-fn sections(c: &Config) -> [(&'static str, String); 15] {
+/// Each top-level setting a reload applies, named, in a comparable form
+/// (those kept until a restart are `keep_restart_settings`'s).
+fn sections(c: &Config) -> [(&'static str, String); 11] {
     [
         ("hostname", format!("{:?}", c.hostname)),
-        ("data_dir", format!("{:?}", c.data_dir)),
-        ("log_file", format!("{:?}{:?}", c.log_file, c.log_format)),
         ("postmaster", format!("{:?}", c.postmaster)),
         ("smtpd", format!("{:?}", c.smtpd)),
         ("tls", format!("{:?}", c.tls)),
         ("auth", format!("{:?}", c.auth)),
-        ("spool", format!("{:?}", c.spool)),
         ("queue", format!("{:?}", c.queue)),
         ("delivery", format!("{:?}", c.delivery)),
         ("transport", format!("{:?}", c.transport)),
         ("local and tables", format!("{:?}{:?}", c.local, c.tables)),
         ("dns", format!("{:?}", c.dns)),
         ("dkim", format!("{:?}", c.dkim)),
-        ("metrics", format!("{:?}", c.metrics)),
     ]
 }

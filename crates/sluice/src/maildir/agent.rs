@@ -41,7 +41,7 @@ impl DeliveryAgent for MaildirAgent {
         let d = &self.config.delivery;
         let idle = Duration::from_secs(d.connection_idle_secs.max(1));
         let worker = MaildirWorker {
-            config: self.config.clone(),
+            hostname: self.config.hostname.as_str().into(),
             mailboxes: self.mailboxes.clone(),
             spool: self.spool.clone(),
             policy: self.policy.clone(),
@@ -53,7 +53,8 @@ impl DeliveryAgent for MaildirAgent {
 }
 
 struct MaildirWorker {
-    config: Arc<Config>,
+    /// Shared by every message the worker writes.
+    hostname: Arc<str>,
     mailboxes: Arc<VirtualMailboxes>,
     spool: Spool,
     policy: Arc<MaildirPolicy>,
@@ -126,13 +127,12 @@ impl MaildirWorker {
         targets: Vec<Target>,
         body: Arc<Vec<u8>>,
     ) -> Vec<(u16, Outcome)> {
-        let hostname: Arc<str> = self.config.hostname.as_str().into();
         let sender: Arc<str> = job.envelope.sender.as_str().into();
         let items: Vec<ToWrite> = targets
             .iter()
             .map(|t| ToWrite {
                 maildir: t.dir.clone(),
-                hostname: hostname.clone(),
+                hostname: self.hostname.clone(),
                 sender: sender.clone(),
                 recipient: t.address.clone(),
                 body: body.clone(),

@@ -108,18 +108,12 @@ impl MaildirPolicy {
 /// part of the chain). A directory of the chain we may pass through but not
 /// read (e.g. a home directory at 0711) and did not write into is skipped.
 fn sync_chain(created: &[PathBuf], chain: Vec<PathBuf>) -> io::Result<Vec<PathBuf>> {
-    let must: Vec<PathBuf> = created
-        .iter()
-        .filter_map(|d| d.parent().map(Path::to_path_buf))
-        .collect();
+    let holds_new = |dir: &Path| created.iter().any(|c| c.parent() == Some(dir));
     let mut synced: Vec<PathBuf> = Vec::new();
-    for dir in must.iter().cloned().chain(chain) {
-        if synced.contains(&dir) {
-            continue;
-        }
+    for dir in to_sync(created, chain) {
         match std::fs::File::open(&dir).and_then(|f| f.sync_all()) {
             Ok(()) => synced.push(dir),
-            Err(e) if e.kind() == io::ErrorKind::PermissionDenied && !must.contains(&dir) => {}
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied && !holds_new(&dir) => {}
             Err(e) => return Err(e),
         }
     }

@@ -172,7 +172,7 @@ fn delimiters(body: &[u8], boundary: &[u8]) -> Vec<Delim> {
 }
 
 /// Header fields, each with its continuation lines and final CRLF.
-fn header_fields(head: &[u8]) -> Vec<&[u8]> {
+pub(crate) fn header_fields(head: &[u8]) -> Vec<&[u8]> {
     let mut fields = Vec::new();
     let mut start = 0;
     let mut pos = 0;
@@ -190,7 +190,7 @@ fn header_fields(head: &[u8]) -> Vec<&[u8]> {
     fields
 }
 
-fn field_named(field: &[u8], name: &[u8]) -> bool {
+pub(crate) fn field_named(field: &[u8], name: &[u8]) -> bool {
     field.len() > name.len()
         && field[..name.len()].eq_ignore_ascii_case(name)
         && field[name.len()..].trim_ascii_start().starts_with(b":")

@@ -138,6 +138,15 @@ impl AdminState {
 
 impl Scheduler {
     pub(super) fn admin(&mut self, request: AdminRequest, reply: oneshot::Sender<AdminReply>) {
+        // Only these change the hold list (a mailq or a /metrics scrape
+        // writes nothing).
+        let changes_holds = matches!(
+            request,
+            AdminRequest::Delete(_)
+                | AdminRequest::Hold(_)
+                | AdminRequest::Release(_)
+                | AdminRequest::Bounce(_)
+        );
         let answer = match request {
             AdminRequest::Snapshot => AdminReply::Snapshot(self.snapshot()),
             AdminRequest::Stats => AdminReply::Stats(self.stats()),
@@ -147,7 +156,7 @@ impl Scheduler {
             AdminRequest::Release(ids) => AdminReply::Count(self.each(ids, Self::release)),
             AdminRequest::Bounce(ids) => AdminReply::Count(self.each(ids, Self::bounce_now)),
         };
-        if let Err(e) = self.admin.save() {
+        if let Some(Err(e)) = changes_holds.then(|| self.admin.save()) {
             log!(
                 self.logger,
                 "qmgr",
@@ -176,16 +185,22 @@ impl Scheduler {
             .collect();
         destinations.sort_by_key(|d| std::cmp::Reverse(d.queued + d.in_flight));
         destinations.truncate(20);
-        let mut reasons: HashMap<String, usize> = HashMap::new();
+        // Counted by the first 80 characters, borrowed: only the ten
+        // commonest are copied out.
+        let mut counts: HashMap<&str, usize> = HashMap::new();
         for p in self.parked.values().take(100_000) {
             if let Some(r) = &p.reason {
-                let short: String = r.chars().take(80).collect();
-                *reasons.entry(short).or_default() += 1;
+                let end = r.char_indices().nth(80).map_or(r.len(), |(i, _)| i);
+                *counts.entry(&r[..end]).or_default() += 1;
             }
         }
-        let mut reasons: Vec<(String, usize)> = reasons.into_iter().collect();
-        reasons.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
-        reasons.truncate(10);
+        let mut counts: Vec<(&str, usize)> = counts.into_iter().collect();
+        counts.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
+        counts.truncate(10);
+        let reasons = counts
+            .into_iter()
+            .map(|(r, n)| (r.to_string(), n))
+            .collect();
         let hold = self.admin.held.len();
         QueueStats {
             active: self.messages.len(),
@@ -270,7 +285,7 @@ impl Scheduler {
     fn delete(&mut self, id: u64) -> bool {
         self.admin.held.remove(&id);
         if self.parked.remove(&id).is_some() {
-            self.ready.retain(|r| *r != id);
+            // (Its place in `ready` is skipped by admit: no longer parked.)
             self.spool.record_outcome(id, Vec::new(), true);
             log!(
                 self.logger,

@@ -11,14 +11,50 @@ use tokio::net::UnixStream;
 use crate::admin::protocol::{Entry, Request, Response};
 use crate::admin::socket_path;
 
+/// Why a request failed: the text, sendmail(1)'s exit status when the
+/// daemon refused with one, and whether the daemon could not be reached.
+#[derive(Debug)]
+pub struct CallError {
+    pub text: String,
+    pub exit_code: Option<i32>,
+    pub unreachable: bool,
+}
+
+impl From<String> for CallError {
+    fn from(text: String) -> CallError {
+        CallError {
+            text,
+            exit_code: None,
+            unreachable: false,
+        }
+    }
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.exit_code {
+            Some(code) => write!(f, "{} [exit {code}]", self.text),
+            None => f.write_str(&self.text),
+        }
+    }
+}
+
+impl From<CallError> for String {
+    fn from(e: CallError) -> String {
+        e.to_string()
+    }
+}
+
 /// Sends one request to the daemon whose data_dir is `data_dir`.
-pub async fn call(data_dir: &Path, request: &Request) -> Result<Response, String> {
+pub async fn call(data_dir: &Path, request: &Request) -> Result<Response, CallError> {
     let path = socket_path(data_dir);
-    let mut stream = UnixStream::connect(&path).await.map_err(|e| {
-        format!(
+    let mut stream = UnixStream::connect(&path).await.map_err(|e| CallError {
+        text: format!(
             "cannot reach the daemon at {} ({e}): is `sluice serve` running with this data_dir?",
             path.display()
-        )
+        ),
+        exit_code: None,
+        unreachable: true,
     })?;
     let mut line = serde_json::to_vec(request).map_err(|e| e.to_string())?;
     line.push(b'\n');
@@ -34,14 +70,12 @@ pub async fn call(data_dir: &Path, request: &Request) -> Result<Response, String
         serde_json::from_str(&reply).map_err(|e| format!("bad answer from the daemon: {e}"))?;
     match response.ok {
         true => Ok(response),
-        false => {
-            let why = response.error.unwrap_or_else(|| "failed".into());
-            // A refused submission carries sendmail(1)'s exit status.
-            Err(match response.exit_code {
-                Some(code) => format!("{why} [exit {code}]"),
-                None => why,
-            })
-        }
+        // A refused submission carries sendmail(1)'s exit status.
+        false => Err(CallError {
+            text: response.error.unwrap_or_else(|| "failed".into()),
+            exit_code: response.exit_code,
+            unreachable: false,
+        }),
     }
 }
 

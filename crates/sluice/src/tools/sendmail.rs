@@ -13,11 +13,9 @@
 
 use std::path::PathBuf;
 
-/// sysexits.h.
-pub const EX_OK: i32 = 0;
-pub const EX_USAGE: i32 = 64;
-pub const EX_SOFTWARE: i32 = 70;
-pub const EX_TEMPFAIL: i32 = 75;
+use crate::message::mime::{field_named, header_fields};
+
+pub use crate::admin::submit::{EX_OK, EX_SOFTWARE, EX_TEMPFAIL, EX_USAGE};
 
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Options {
@@ -100,25 +98,18 @@ pub fn read_message(input: &[u8], dot_ends: bool) -> Vec<u8> {
 /// its Bcc: fields.
 pub fn header_recipients(message: &[u8]) -> (Vec<String>, Vec<u8>) {
     let head_end = memchr::memmem::find(message, b"\r\n\r\n").map_or(message.len(), |i| i + 2);
-    let mut fields: Vec<Vec<u8>> = Vec::new();
-    for line in message[..head_end].split_inclusive(|&b| b == b'\n') {
-        match (line.first(), fields.last_mut()) {
-            (Some(b' ' | b'\t'), Some(last)) => last.extend_from_slice(line),
-            _ => fields.push(line.to_vec()),
-        }
-    }
     let mut recipients = Vec::new();
     let mut kept = Vec::with_capacity(message.len());
-    for f in fields {
-        let name_end = memchr::memchr(b':', &f).unwrap_or(0);
-        let name = String::from_utf8_lossy(&f[..name_end])
-            .trim()
-            .to_ascii_lowercase();
-        if matches!(name.as_str(), "to" | "cc" | "bcc") {
-            recipients.extend(addresses(&String::from_utf8_lossy(&f[name_end + 1..])));
+    for f in header_fields(&message[..head_end]) {
+        if [&b"to"[..], b"cc", b"bcc"]
+            .iter()
+            .any(|n| field_named(f, n))
+        {
+            let colon = memchr::memchr(b':', f).unwrap_or(0);
+            recipients.extend(addresses(&String::from_utf8_lossy(&f[colon + 1..])));
         }
-        if name != "bcc" {
-            kept.extend_from_slice(&f);
+        if !field_named(f, b"bcc") {
+            kept.extend_from_slice(f);
         }
     }
     kept.extend_from_slice(&message[head_end..]);
@@ -149,20 +140,20 @@ pub fn complete_headers(
     hostname: &str,
 ) -> Vec<u8> {
     let head_end = memchr::memmem::find(&message, b"\r\n\r\n").map_or(message.len(), |i| i + 2);
-    let head = String::from_utf8_lossy(&message[..head_end]).to_ascii_lowercase();
-    let has = |name: &str| head.starts_with(name) || head.contains(&format!("\n{name}"));
+    let fields = header_fields(&message[..head_end]);
+    let has = |name: &str| fields.iter().any(|f| field_named(f, name.as_bytes()));
     let mut extra = String::new();
-    if !has("from:") {
+    if !has("from") {
         match full_name {
             Some(n) => extra.push_str(&format!("From: {n} <{from}>\r\n")),
             None => extra.push_str(&format!("From: <{from}>\r\n")),
         }
     }
-    if !has("date:") {
+    if !has("date") {
         let now = crate::timefmt::now_millis();
         extra.push_str(&format!("Date: {}\r\n", crate::timefmt::rfc5322(now)));
     }
-    if !has("message-id:") {
+    if !has("message-id") {
         let now = crate::timefmt::now_millis();
         extra.push_str(&format!(
             "Message-ID: <{now}.{}@{hostname}>\r\n",
@@ -253,21 +244,12 @@ pub async fn run(opts: Options) -> i32 {
         Ok(_) => EX_OK,
         Err(e) => {
             eprintln!("sendmail: {e}");
-            if e.starts_with("cannot reach the daemon") {
-                EX_TEMPFAIL
-            } else {
-                exit_code_of(&e)
+            match (e.unreachable, e.exit_code) {
+                (true, _) => EX_TEMPFAIL,
+                (false, code) => code.unwrap_or(EX_SOFTWARE),
             }
         }
     }
-}
-
-/// The exit status the daemon gave with a refusal (in `call`'s error).
-fn exit_code_of(error: &str) -> i32 {
-    error
-        .rsplit_once("[exit ")
-        .and_then(|(_, c)| c.trim_end_matches(']').parse().ok())
-        .unwrap_or(EX_SOFTWARE)
 }
 
 #[cfg(test)]

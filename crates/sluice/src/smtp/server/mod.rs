@@ -172,7 +172,7 @@ fn start_session(
     peer: SocketAddr,
 ) {
     let _ = stream.set_nodelay(true);
-    let serving = l.serving.load_full();
+    let serving = l.serving.load();
     let ctx = serving.ctx.clone();
     match l.count.open(ctx.config.smtpd.max_sessions) {
         Some(ticket) => {
