@@ -153,6 +153,9 @@ async fn the_queue_is_administered_through_the_socket() {
         .unwrap();
     let remaining = ids(&data_dir, Filter::default()).await;
     assert_eq!(remaining, vec![m3.clone()]);
+    // Released for good: the hold list kept across restarts has let it go.
+    let holds = std::fs::read_to_string(data_dir.join("hold.list")).unwrap_or_default();
+    assert!(!holds.contains(m3.as_str()), "{holds}");
     server.shutdown().await;
 
     // No daemon: a clear error.
