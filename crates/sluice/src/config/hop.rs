@@ -72,11 +72,20 @@ impl NextHop {
     }
 }
 
-/// An IPv4 or IPv6 network in CIDR notation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// An IPv4 or IPv6 network in CIDR notation (an address alone is a
+/// network of one); parsed when the configuration is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(try_from = "String")]
 pub struct Cidr {
     addr: IpAddr,
     prefix: u8,
+}
+
+impl TryFrom<String> for Cidr {
+    type Error = String;
+    fn try_from(text: String) -> Result<Cidr, String> {
+        Cidr::parse(&text).ok_or_else(|| format!("bad network {text:?} (want address/prefix)"))
+    }
 }
 
 impl Cidr {

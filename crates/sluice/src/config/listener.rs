@@ -37,6 +37,11 @@ pub struct ListenerConfig {
     /// protocol v1 or v2 header giving the real client address.
     #[serde(default)]
     pub proxy_protocol: bool,
+    /// The load balancers' networks: only a connection from one of them
+    /// may send a PROXY header; any other peer is disconnected. Required
+    /// with `proxy_protocol` (Postfix and HAProxy practice).
+    #[serde(default)]
+    pub proxy_protocol_from: Vec<super::hop::Cidr>,
     /// Offer AUTH before TLS (only for trusted networks; off by default).
     #[serde(default)]
     pub auth_without_tls: bool,

@@ -172,8 +172,12 @@ pub struct SmtpdConfig {
     pub client_message_rate_limit: u32,
     /// RCPT commands per address per minute (`450 4.7.1`).
     pub client_recipient_rate_limit: u32,
-    /// Failed AUTH attempts per address per minute before `421 4.7.0`.
+    /// Failed AUTH attempts per address per minute before `421 4.7.0`;
+    /// past it every AUTH from that client is refused for a minute.
     pub client_auth_failure_limit: u32,
+    /// IPv6 clients are counted per network of this prefix length for
+    /// all per-client limits (64: one site, as providers assign).
+    pub client_ipv6_prefix: u8,
     /// Text after the hostname in the 220 greeting.
     pub banner: String,
     /// More `Received:` headers than this means a mail loop: `554 5.4.6`.
@@ -328,6 +332,7 @@ impl Default for SmtpdConfig {
             client_message_rate_limit: 0,
             client_recipient_rate_limit: 0,
             client_auth_failure_limit: 10,
+            client_ipv6_prefix: 64,
             banner: "ESMTP Sluice".into(),
             hop_count_limit: 50,
             message_memory_budget_kib: 1 << 20,
@@ -451,6 +456,12 @@ impl Config {
                 )))
             }
         }
+        if self.smtpd.client_ipv6_prefix > 128 {
+            return Err(ConfigError::Invalid(format!(
+                "smtpd.client_ipv6_prefix: {} (want 0 to 128)",
+                self.smtpd.client_ipv6_prefix
+            )));
+        }
         if self.smtpd.max_recipients > MAX_RECIPIENTS {
             return Err(ConfigError::Invalid(format!(
                 "smtpd.max_recipients: {} is more than the spool can record ({MAX_RECIPIENTS})",
@@ -466,6 +477,14 @@ impl Config {
             l.listen.parse::<std::net::SocketAddr>().map_err(|_| {
                 ConfigError::Invalid(format!("smtpd.listen: bad address {:?}", l.listen))
             })?;
+            if l.proxy_protocol && l.proxy_protocol_from.is_empty() {
+                return Err(ConfigError::Invalid(format!(
+                    "smtpd.listeners: {:?} has proxy_protocol = true but no proxy_protocol_from: \
+                     name the load balancers' networks (a PROXY header from anyone else \
+                     would let them choose their client address)",
+                    l.listen
+                )));
+            }
             if l.kind.requires_auth() && !self.tls.enabled && !l.auth_without_tls {
                 return Err(ConfigError::Invalid(format!(
                     "smtpd.listeners: {:?} is `{:?}`, which needs TLS, but [tls] is disabled",
@@ -488,6 +507,7 @@ impl Config {
             listen: l.clone(),
             kind: listener::ListenerKind::Smtp,
             proxy_protocol: false,
+            proxy_protocol_from: Vec::new(),
             auth_without_tls: false,
             sender_auth: self.smtpd.sender_auth,
             dmarc_reject: self.smtpd.dmarc_reject,

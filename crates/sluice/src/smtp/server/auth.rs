@@ -3,21 +3,27 @@
 //! table, or by an LDAP bind as the user (`[auth] ldap_bind`).
 //!
 //! AUTH is offered only on an encrypted session unless the listener says
-//! `auth_without_tls`. A failed attempt is answered `535 5.7.8` after
-//! `[auth] failure_delay_ms`, counted per client address, and past
-//! `client_auth_failure_limit` a minute the session ends with `421 4.7.0`.
-//! A table that cannot answer gives `454 4.7.0` (try later), never `535`.
+//! `auth_without_tls`. A failed attempt is answered `535 5.7.8`
+//! `[auth] failure_delay_ms` after the attempt began (not after the
+//! check, so the answer takes the same time whatever was checked), counted
+//! per client, and past `client_auth_failure_limit` a minute the session
+//! ends with `421 4.7.0` and the client is penalised: for a minute every
+//! AUTH is refused before any password is looked at, the right one too.
+//! A table that cannot answer, or a hashing pool that is full, gives
+//! `454 4.7.0` (try later), never `535`.
 //!
 //! Trust: the client's base64 is hostile; hashes come from the
-//! administrator's table. Hashing runs on the blocking pool (argon2 takes
-//! tens of milliseconds). An unknown user costs the same hash as a known
-//! one, so timing does not tell which users exist.
+//! administrator's table. Hashing runs on a bounded pool of its own
+//! (`hash_pool.rs`: one thread per core, a bounded queue), so a flood of
+//! attempts costs bounded memory. An unknown user costs a real argon2
+//! check of a dummy hash, so timing does not tell which users exist.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use base64::Engine;
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use super::hash_pool::{self, Busy};
 use super::session::{Mode, Next, Session};
 use crate::log;
 use crate::tables::{LookupError, Table};
@@ -30,8 +36,17 @@ pub(super) enum AuthStep {
     LoginPassword(String),
 }
 
+/// Why a password could not be checked now (answered `454 4.7.0`).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CheckError {
+    #[error("credentials table unavailable: {0}")]
+    Table(#[from] LookupError),
+    #[error("{0}")]
+    Busy(#[from] Busy),
+}
+
 /// Checks `password` against `user`'s hash in `table`.
-pub async fn verify(table: &Table, user: &str, password: &str) -> Result<bool, LookupError> {
+pub async fn verify(table: &Table, user: &str, password: &str) -> Result<bool, CheckError> {
     // A static table splits values at commas, and a PHC string has
     // some (`m=19456,t=2,p=1`): join them back.
     let hash = table
@@ -39,12 +54,9 @@ pub async fn verify(table: &Table, user: &str, password: &str) -> Result<bool, L
         .await?
         .filter(|v| !v.is_empty())
         .map(|v| strip_scheme(&v.join(",")).to_string());
-    let password = password.to_string();
     let known = hash.is_some();
     let hash = hash.unwrap_or_else(|| DUMMY_HASH.to_string());
-    let ok = tokio::task::spawn_blocking(move || check_hash(&hash, &password))
-        .await
-        .unwrap_or(false);
+    let ok = hash_pool::check(hash, password.to_string()).await?;
     Ok(ok && known)
 }
 
@@ -178,6 +190,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     }
 
     async fn check(&mut self, user: &str, password: &str, method: &str) -> Next {
+        let began = Instant::now();
         let ctx = self.ctx.clone();
         let ip = self.peer.ip();
         let Some(table) = ctx.credentials.as_ref() else {
@@ -185,8 +198,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         };
         // Users are looked up as given, control characters never reach the log.
         let shown: String = user.chars().filter(|c| !c.is_control()).take(256).collect();
+        if !ctx.anvil.auth_allowed(ip) {
+            // Penalised: nothing is checked, so nothing is learned or spent.
+            log!(
+                ctx.logger,
+                "smtpd",
+                "NOQUEUE: reject: [{ip}]: AUTH {method} for {shown:?} refused: too many failed authentications"
+            );
+            return self.too_many_failures();
+        }
         let checked = match ctx.config.auth.ldap_bind {
-            true => table.bind_check(&shown, password).await,
+            true => table.bind_check(&shown, password).await.map_err(Into::into),
             false => verify(table, &shown, password).await,
         };
         match checked {
@@ -206,7 +228,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     "smtpd",
                     "warning: [{ip}]: SASL {method} authentication failed for {shown:?}"
                 );
-                tokio::time::sleep(Duration::from_millis(ctx.config.auth.failure_delay_ms)).await;
+                let delay = Duration::from_millis(ctx.config.auth.failure_delay_ms);
+                tokio::time::sleep_until((began + delay).into()).await;
                 self.reply("535 5.7.8 Error: authentication failed");
                 if !ctx.anvil.auth_failure(ip) {
                     log!(
@@ -214,11 +237,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                         "smtpd",
                         "NOQUEUE: reject: [{ip}]: 421 4.7.0 too many failed authentications"
                     );
-                    let host = ctx.config.hostname.clone();
-                    self.reply_fmt(format_args!(
-                        "421 4.7.0 {host} Error: too many failed authentications"
-                    ));
-                    return Next::Close;
+                    return self.too_many_failures();
                 }
                 self.error_counted()
             }
@@ -226,12 +245,24 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 log!(
                     ctx.logger,
                     "smtpd",
-                    "warning: [{ip}]: SASL {method}: credentials table unavailable: {err}"
+                    "warning: [{ip}]: SASL {method}: cannot check now: {err}"
                 );
                 self.reply("454 4.7.0 Temporary authentication failure");
-                Next::Continue
+                match err {
+                    CheckError::Busy(_) => self.error_counted(),
+                    CheckError::Table(_) => Next::Continue,
+                }
             }
         }
+    }
+
+    /// `421 4.7.0` and the end of the session.
+    fn too_many_failures(&mut self) -> Next {
+        let host = self.ctx.config.hostname.clone();
+        self.reply_fmt(format_args!(
+            "421 4.7.0 {host} Error: too many failed authentications"
+        ));
+        Next::Close
     }
 }
 

@@ -17,6 +17,7 @@ pub mod anvil;
 pub mod auth;
 mod commands;
 pub mod dkim;
+mod hash_pool;
 pub mod proxy;
 pub mod sender_auth;
 mod session;

@@ -4,10 +4,11 @@
 //! `Received:` header.
 //!
 //! Parsing is the `ppp` crate's. Trust: only listeners the administrator
-//! marked accept the header, and on those every connection must start
-//! with one (as Postfix's `smtpd_upstream_proxy_protocol`), so a client
-//! that reaches such a listener directly cannot choose its address
-//! without also being the balancer. A `LOCAL` header (health checks) or
+//! marked accept the header, only from the balancers' own addresses
+//! (`proxy_protocol_from`, required; anyone else is disconnected before
+//! the header is read), and on those every connection must start with
+//! one (as Postfix's `smtpd_upstream_proxy_protocol`), so a client that
+//! reaches such a listener directly cannot choose its address. A `LOCAL` header (health checks) or
 //! `UNKNOWN` keeps the balancer's own address.
 
 use std::net::SocketAddr;

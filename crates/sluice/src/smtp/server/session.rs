@@ -11,7 +11,8 @@
 //!
 //! Trust: everything the client sends is hostile until parsed; the client
 //! address is the TCP peer's or, on a `proxy_protocol` listener, the
-//! balancer's header. Every error path has a defined reply; `max_errors`
+//! header sent by a peer in `proxy_protocol_from` (anyone else is
+//! disconnected before a byte is read). Every error path has a defined reply; `max_errors`
 //! and `junk_command_limit` bound how long a misbehaving client may keep
 //! trying. Invariant: nothing read before a TLS handshake is used after it.
 
@@ -168,6 +169,23 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     /// real client address from it; false (session over) if there is none.
     async fn read_proxy_header(&mut self) -> bool {
         let lb = self.peer;
+        if !self
+            .listener
+            .proxy_protocol_from
+            .iter()
+            .any(|n| n.contains(lb.ip()))
+        {
+            // Only the balancer may name the client: anyone else could
+            // claim a trusted address and relay.
+            log!(
+                self.ctx.logger,
+                "smtpd",
+                "warning: [{}]:{}: PROXY header from a peer not in proxy_protocol_from; disconnecting",
+                lb.ip(),
+                lb.port()
+            );
+            return false;
+        }
         let limit = Duration::from_secs(self.ctx.config.smtpd.idle_timeout_secs.clamp(1, 10));
         let deadline = Instant::now() + limit;
         loop {
