@@ -49,12 +49,8 @@ async fn six_messages(
     let port = sink.addr.port();
     let mut cfg = config(&dir, None);
     cfg.dns.nameservers = vec![nsd.addr.to_string()];
-    for d in ["a", "b", "c"] {
-        cfg.transport.insert(
-            format!("{d}.roll.test"),
-            format!("smtp:{d}.roll.test:{port}"),
-        );
-    }
+    // The domains' own MX hosts, on the sink's port.
+    cfg.delivery.mx_port = port;
     cfg.delivery.initial_concurrency = 1;
     cfg.delivery.connection_idle_secs = 30;
     tune(&mut cfg, port);
@@ -111,4 +107,77 @@ async fn a_destination_rate_limit_spaces_deliveries() {
         spread >= Duration::from_millis(2400),
         "six messages at two a second take at least 2.5 s: {spread:?}"
     );
+}
+
+/// Two domains share their best MX host (down) but each has its own
+/// backup; a third publishes a null MX. Rolled up by the best host alone,
+/// one domain's mail went to the other's backup (security review H1).
+const SPLIT_ZONE: &str = "$ORIGIN split.test.
+$TTL 300
+@      SOA ns.split.test. admin.split.test. 1 3600 600 86400 300
+@      NS  ns
+ns     A   127.0.0.1
+mx     A   127.0.0.4
+backa  A   127.0.0.2
+backb  A   127.0.0.3
+a      MX  10 mx
+a      MX  20 backa
+b      MX  10 mx
+b      MX  20 backb
+n      MX  0 .
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_domain_keeps_its_own_mail_hosts_when_its_best_mx_is_shared() {
+    let dir = temp_dir("rollup-split");
+    let nsd = Nsd::start(&dir, &[("split.test", SPLIT_ZONE)]);
+    let back_a = sink_on("127.0.0.2:0".parse().unwrap()).await;
+    let port = back_a.addr.port();
+    let back_b = sink_on(format!("127.0.0.3:{port}").parse().unwrap()).await;
+    // Nothing listens on 127.0.0.4: the shared best MX is down.
+    let mut cfg = config(&dir, None);
+    cfg.dns.nameservers = vec![nsd.addr.to_string()];
+    cfg.delivery.mx_port = port;
+    let (server, addr) = start(cfg).await;
+    let mut c = Client::ready(addr).await;
+    for (i, to) in [
+        "x@a.split.test",
+        "y@b.split.test",
+        "z@a.split.test",
+        "w@b.split.test",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let r = c
+            .message("s@sender.test", &[to], &body(&format!("m{i}")))
+            .await;
+        assert!(r.starts_with("250"), "{r}");
+    }
+    let r = c
+        .message("s@sender.test", &["v@n.split.test"], &body("null"))
+        .await;
+    assert!(r.starts_with("250"), "{r}");
+    assert!(
+        wait_until(30, || back_a.count() + back_b.count() == 4).await,
+        "all four delivered"
+    );
+    assert!(
+        wait_until(10, || read_log(&dir).contains(
+            "status=bounced (5.1.10 domain n.split.test accepts no mail"
+        ))
+        .await
+    );
+    server.shutdown().await;
+    let to = |s: &sluice::tools::sink::Sink| -> Vec<String> {
+        let mut r: Vec<String> = s
+            .messages()
+            .into_iter()
+            .flat_map(|m| m.recipients)
+            .collect();
+        r.sort();
+        r
+    };
+    assert_eq!(to(&back_a), ["x@a.split.test", "z@a.split.test"]);
+    assert_eq!(to(&back_b), ["w@b.split.test", "y@b.split.test"]);
 }

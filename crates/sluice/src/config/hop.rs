@@ -15,7 +15,15 @@ pub enum NextHop {
         host: String,
         port: u16,
         bracketed: bool,
+        /// From the recipient's domain (its MX hosts, or an address
+        /// literal), not from the configuration: every address it leads
+        /// to is screened (`smtp/client/guard.rs`). Configured hops are
+        /// the administrator's and may point anywhere.
+        screened: bool,
     },
+    /// MX rollup: the mail hosts several domains share, by preference
+    /// level (best first), each level's names sorted. Always screened.
+    MxSet { levels: Vec<Vec<String>>, port: u16 },
     /// Accept and drop (logged as delivered).
     Discard,
     /// Local delivery into virtual mailboxes.
@@ -54,6 +62,7 @@ impl NextHop {
             host: host.to_string(),
             port,
             bracketed,
+            screened: false,
         })
     }
 
@@ -64,8 +73,19 @@ impl NextHop {
                 host,
                 port,
                 bracketed: true,
+                screened: true,
+            } => format!("literal:[{host}]:{port}"),
+            NextHop::Smtp {
+                host,
+                port,
+                bracketed: true,
+                ..
             } => format!("smtp:[{host}]:{port}"),
             NextHop::Smtp { host, port, .. } => format!("smtp:{host}:{port}"),
+            NextHop::MxSet { levels, port } => {
+                let levels: Vec<String> = levels.iter().map(|l| l.join(",")).collect();
+                format!("mx:{}:{port}", levels.join(";"))
+            }
             NextHop::Discard => "discard".into(),
             NextHop::Maildir => "maildir".into(),
         }
@@ -131,7 +151,8 @@ mod tests {
             Some(NextHop::Smtp {
                 host: "127.0.0.1".into(),
                 port: 55225,
-                bracketed: true
+                bracketed: true,
+                screened: false,
             })
         );
         assert_eq!(
@@ -139,7 +160,8 @@ mod tests {
             Some(NextHop::Smtp {
                 host: "mx.example".into(),
                 port: 2525,
-                bracketed: false
+                bracketed: false,
+                screened: false,
             })
         );
         assert_eq!(

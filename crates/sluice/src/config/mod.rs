@@ -274,6 +274,12 @@ pub struct DeliveryConfig {
     /// Group MX-routed domains by their best MX host (`mx:<host>:<port>`)
     /// so a provider's domains share one window, rate and connections.
     pub mx_rollup: bool,
+    /// Networks a next hop found in DNS may be in although they are
+    /// loopback, link-local or private (e.g. an internal mail network).
+    /// Our own listening addresses are never allowed.
+    pub allow_mx_networks: Vec<hop::Cidr>,
+    /// The port next hops found in DNS are reached on (25).
+    pub mx_port: u16,
     /// Messages per minute to one destination (0: no limit) ...
     pub default_rate_limit: u32,
     /// ... and per destination, keyed like `destination_concurrency` or
@@ -384,6 +390,8 @@ impl Default for DeliveryConfig {
             tls_policy: BTreeMap::new(),
             tls_ca_file: None,
             mx_rollup: true,
+            allow_mx_networks: Vec::new(),
+            mx_port: 25,
             dane: false,
             mta_sts: true,
             mta_sts_port: 443,

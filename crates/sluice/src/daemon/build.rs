@@ -31,6 +31,7 @@ use crate::routing::policy::RelayPolicy;
 use crate::routing::Router;
 use crate::smtp::client::dane::Dane;
 use crate::smtp::client::dead::DeadHosts;
+use crate::smtp::client::guard::OwnAddrs;
 use crate::smtp::client::mta_sts::MtaSts;
 use crate::smtp::client::tls::ClientTls;
 use crate::smtp::client::SmtpAgent;
@@ -72,6 +73,9 @@ pub(super) struct Parts {
     pub agents: Option<Arc<Agents>>,
     /// Maildir files and syncs, over reloads (for the log at shutdown).
     pub maildir_stats: Arc<SyncStats>,
+    /// Our listening addresses (the configured ones until the listeners
+    /// are bound), over reloads: next hops from DNS never lead there.
+    pub own_addrs: Arc<OwnAddrs>,
     /// What the agents were built from, CA file's date included.
     delivery_stamp: String,
 }
@@ -82,6 +86,25 @@ pub enum Purpose {
     Serve,
     /// `check-config`: nothing is written (no certificate is generated).
     Check,
+}
+
+/// DANE's MX check for MX rollup: a domain whose MX RRset is signed, or
+/// whose status cannot be had, is not grouped.
+pub(super) fn secure_mx(dane: Option<&Arc<Dane>>) -> Option<crate::queue::SecureMx> {
+    let dane = dane?.clone();
+    Some(Arc::new(move |domain: String| {
+        let dane = dane.clone();
+        Box::pin(async move { dane.mx_secure(&domain).await.unwrap_or(true) })
+    }))
+}
+
+/// The listening addresses `config` names.
+fn configured_addrs(config: &Config) -> Vec<std::net::SocketAddr> {
+    config
+        .all_listeners()
+        .iter()
+        .filter_map(|l| l.listen.parse().ok())
+        .collect()
 }
 
 /// Whether `key` gives the same text for both configurations.
@@ -140,7 +163,8 @@ impl Parts {
             &config.transport,
             config.delivery.relayhost.as_deref(),
             mailboxes.domains(),
-        )?;
+        )?
+        .with_mx_port(config.delivery.mx_port);
         let tls = match (kept(tls_key), purpose) {
             (Some(p), _) => p.tls.clone(),
             (None, Purpose::Check) if config.tls.cert_file.is_none() => None,
@@ -171,6 +195,10 @@ impl Parts {
             (true, _) => Some(Arc::new(SenderAuth::new(&config.dns, &config.hostname)?)),
         };
         Ok(Parts {
+            own_addrs: match previous {
+                Some(p) => p.own_addrs.clone(),
+                None => Arc::new(OwnAddrs::new(configured_addrs(&config))),
+            },
             delivery_stamp: delivery_key(&config),
             client_tls: Arc::new(ClientTls::build(&config.delivery)?),
             // Key files are read again at each reload, like certificates.
@@ -239,6 +267,7 @@ impl Parts {
                 dead: Arc::new(DeadHosts::new(Duration::from_secs(d.dead_host_secs))),
                 sts,
                 dane: self.dane.clone(),
+                own: self.own_addrs.clone(),
             },
             maildir: MaildirAgent {
                 config: self.config.clone(),

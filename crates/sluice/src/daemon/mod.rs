@@ -94,7 +94,7 @@ impl Server {
             parts.agents.clone().expect("agents just built"),
             &queue,
         );
-        scheduler.set_resolver(parts.dns.clone());
+        scheduler.set_resolver(parts.dns.clone(), build::secure_mx(parts.dane.as_ref()));
         let scheduler_task = tokio::spawn(scheduler.run(rx));
         spawn_recovered(&queue, recovered);
         let ctx = Arc::new(parts.session_context(&spool, &logger, &queue, None));
@@ -120,6 +120,7 @@ impl Server {
             .start_all(&config, &ctx, &logger)
             .await
             .map_err(|(listen, e)| StartError::Listen(listen, e))?;
+        parts.own_addrs.set(listeners.addrs());
         Ok(Server {
             addrs: listeners.addrs(),
             admin_socket: crate::admin::socket_path(&config.data_dir),

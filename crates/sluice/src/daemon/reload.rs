@@ -88,12 +88,14 @@ impl Server {
             router: parts.router.clone(),
             agent: parts.agents.clone().expect("agents just built"),
             resolver: parts.dns.clone(),
+            secure_mx: super::build::secure_mx(parts.dane.as_ref()),
         };
         self.queue.reconfigure(reconfig).await;
         self.listeners
             .apply(&new, bound, &self.ctx, &self.logger)
             .await;
         self.addrs = self.listeners.addrs();
+        parts.own_addrs.set(self.addrs.clone());
         self.drain_deadline = Duration::from_secs(new.queue.shutdown_drain_secs);
         let changed = sections_changed(&old, &new);
         self.parts = parts;

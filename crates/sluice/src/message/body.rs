@@ -52,9 +52,62 @@ pub fn received_headers(body: &[u8]) -> usize {
         .count()
 }
 
+/// Whether a `Received:` header after the first (our own, just added)
+/// says the message already passed through `hostname` ("by <hostname>"):
+/// the message has looped back to us.
+pub fn carries_our_trace(body: &[u8], hostname: &str) -> bool {
+    let end = memchr::memmem::find(body, b"\r\n\r\n").unwrap_or(body.len());
+    let section = String::from_utf8_lossy(&body[..end]).to_ascii_lowercase();
+    let by = format!("by {}", hostname.trim_end_matches('.').to_ascii_lowercase());
+    // Fields, their folded continuation lines joined.
+    let mut fields: Vec<String> = Vec::new();
+    for line in section.split("\r\n") {
+        match (line.starts_with([' ', '\t']), fields.last_mut()) {
+            (true, Some(last)) => {
+                last.push(' ');
+                last.push_str(line.trim());
+            }
+            _ => fields.push(line.to_string()),
+        }
+    }
+    fields
+        .iter()
+        .filter(|f| f.starts_with("received:"))
+        .skip(1)
+        .any(|f| {
+            let text = f.split_whitespace().collect::<Vec<_>>().join(" ");
+            text.match_indices(&by).any(|(i, m)| {
+                let after = text[i + m.len()..].chars().next();
+                after.is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '-' || c == '.'))
+            })
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn our_own_trace_is_found_after_our_new_header() {
+        let ours = "Received: from a ([127.0.0.1])\r\n\tby mx.test (Sluice) with ESMTP id 1;\r\n\tdate\r\n";
+        let body = |rest: &str| format!("{ours}{rest}Subject: x\r\n\r\nbody by mx.test\r\n");
+        assert!(
+            !carries_our_trace(body("").as_bytes(), "mx.test"),
+            "only the new one"
+        );
+        assert!(carries_our_trace(
+            body("Received: from b\r\n  by   MX.test (Sluice) with SMTP id 2;\r\n").as_bytes(),
+            "mx.test."
+        ));
+        assert!(!carries_our_trace(
+            body("Received: from b by mx.test.evil.example with SMTP;\r\n").as_bytes(),
+            "mx.test"
+        ));
+        assert!(!carries_our_trace(
+            body("X-Note: by mx.test\r\n").as_bytes(),
+            "mx.test"
+        ));
+    }
 
     #[test]
     fn returned_headers_are_capped_at_a_line_end() {

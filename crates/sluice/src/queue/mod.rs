@@ -36,6 +36,7 @@ use tokio::sync::{mpsc, oneshot};
 pub use agent::{run_worker, Attempt, DeliveryAgent, WorkerSession, WorkerStart};
 pub use job::{bounce_all, defer_all, Feedback, Job, JobReport, Reporter, WorkerId};
 pub use reconfig::Reconfig;
+pub use rollup::SecureMx;
 pub use scheduler::Scheduler;
 
 /// Events waiting for the scheduler at most (then senders wait).
@@ -63,10 +64,10 @@ pub enum Event {
     /// An administrator's request (`admin.rs`).
     Admin(admin::AdminRequest, oneshot::Sender<admin::AdminReply>),
     /// A domain's mail hosts were looked up for MX rollup (`rollup.rs`):
-    /// its group's destination key, or `None` to stay on its own.
+    /// its group's next hop (an MX host set), or `None` to stay on its own.
     Resolved {
         dest: Arc<str>,
-        group: Option<String>,
+        group: Option<Arc<crate::config::hop::NextHop>>,
     },
     /// The bounce for these recipients of `msg` is safely spooled.
     BounceStored {

@@ -33,6 +33,8 @@ pub struct Reconfig {
     pub router: Router,
     pub agent: Arc<dyn DeliveryAgent>,
     pub resolver: Arc<Dns>,
+    /// DANE's "is this domain's MX RRset signed" (None: DANE off).
+    pub secure_mx: Option<super::SecureMx>,
 }
 
 /// The settings that decide where mail goes and how it is sent.
@@ -56,6 +58,7 @@ impl Scheduler {
         self.router = r.router;
         self.agent = r.agent;
         self.rollup.dns = Some(r.resolver);
+        self.rollup.secure_mx = r.secure_mx;
         if fresh {
             self.start_afresh();
         }

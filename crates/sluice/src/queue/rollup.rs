@@ -1,8 +1,8 @@
-//! MX rollup: domains whose best MX host is the same share one
-//! destination (`mx:<host>:<port>`), so the many domains one provider
-//! hosts share one concurrency window, one rate limit and one set of
-//! connections (a connection to the provider carries mail for any of
-//! them), instead of each opening its own.
+//! MX rollup: domains whose mail hosts are the same share one
+//! destination, so the many domains one provider hosts share one
+//! concurrency window, one rate limit and one set of connections (a
+//! connection to the provider carries mail for any of them), instead of
+//! each opening its own.
 //!
 //! The first job for an MX-routed domain waits while its mail hosts are
 //! looked up (off the scheduler's task; the answer comes back as an
@@ -10,16 +10,25 @@
 //! lookup that fails leaves the domain on its own, and its worker meets
 //! the failure (bounce or deferral) as before.
 //!
-//! Not rolled up: bracketed next hops and address literals (one host
-//! already), domains with their own `tls_policy`, concurrency or rate
-//! entry (the administrator named them), and domains that publish an
-//! MTA-STS record (their TLS policy is theirs).
+//! Trust: MX answers are the zone owner's, so a group is the whole host
+//! set and nothing else (security review H1): its key is every MX host by
+//! preference level and the port, and its next hop is that host set
+//! ([`NextHop::MxSet`]), never a member domain. A worker of the group
+//! connects only to those hosts, so no member's later DNS answer (a new
+//! MX, a null MX) changes where another member's mail goes or what
+//! happens to it. Only domains with no policy of their own are grouped:
+//! not configured next hops, bracketed hops and literals, domains with
+//! their own `tls_policy`, concurrency or rate entry, domains publishing
+//! MTA-STS, and (with DANE on) domains whose MX RRset is DNSSEC-signed;
+//! so every member's effective policy is the group's default one.
 //!
 //! Invariants: a destination with `resolving` set starts no worker; every
 //! lookup spawned ends in exactly one `Event::Resolved`; at most
 //! `MAX_ALIASES` mappings are kept.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,7 +41,7 @@ use crate::config::hop::NextHop;
 use crate::routing::dns::Dns;
 
 /// How long a domain stays mapped to its group before it is looked up again.
-pub const ROLLUP_TTL: Duration = Duration::from_secs(3600);
+pub const ROLLUP_TTL: Duration = Duration::from_secs(300);
 /// Domains remembered at most (then the map starts over).
 pub const MAX_ALIASES: usize = 100_000;
 
@@ -42,37 +51,63 @@ pub(super) struct Alias {
     pub at: Instant,
 }
 
+/// Whether a domain's MX RRset is DNSSEC-secure (DANE applies to it);
+/// an error counts as secure (the domain is then kept on its own).
+pub type SecureMx = Arc<dyn Fn(String) -> Pin<Box<dyn Future<Output = bool> + Send>> + Send + Sync>;
+
 #[derive(Default)]
 pub(super) struct Rollup {
     pub dns: Option<Arc<Dns>>,
+    /// Set when DANE is on.
+    pub secure_mx: Option<SecureMx>,
     pub aliases: HashMap<Arc<str>, Alias>,
 }
 
-/// The group key for a domain's mail hosts: the alphabetically first of
-/// its most preferred hosts (stable, although equal preferences are
-/// shuffled), with the port.
-pub fn group_key(best_hosts: &[&str], port: u16) -> Option<String> {
-    let first = best_hosts.iter().min()?;
-    Some(format!("mx:{}:{port}", first.to_ascii_lowercase()))
+/// The group hop for a domain's mail hosts: every host, by preference
+/// level, names lowercased and sorted within a level (stable, although
+/// equal preferences are shuffled), with the port.
+pub fn group_hop(hosts: &[(u16, &str)], port: u16) -> Option<NextHop> {
+    let mut sorted: Vec<(u16, String)> = hosts
+        .iter()
+        .map(|(p, n)| (*p, n.trim_end_matches('.').to_ascii_lowercase()))
+        .collect();
+    sorted.sort();
+    sorted.dedup();
+    let mut levels: Vec<(u16, Vec<String>)> = Vec::new();
+    for (p, name) in sorted {
+        match levels.last_mut() {
+            Some((lp, names)) if *lp == p => names.push(name),
+            _ => levels.push((p, vec![name])),
+        }
+    }
+    (!levels.is_empty()).then(|| NextHop::MxSet {
+        levels: levels.into_iter().map(|(_, l)| l).collect(),
+        port,
+    })
 }
 
 impl Scheduler {
     /// Lets the scheduler look up MX hosts for rollup.
-    pub fn set_resolver(&mut self, dns: Arc<Dns>) {
+    pub fn set_resolver(&mut self, dns: Arc<Dns>, secure_mx: Option<SecureMx>) {
         self.rollup.dns = Some(dns);
+        self.rollup.secure_mx = secure_mx;
     }
 
     /// Whether `hop` (keyed `key`) is grouped by its MX host.
     fn rolls_up(&self, hop: &NextHop, key: &str) -> bool {
         let d = &self.config.delivery;
         let NextHop::Smtp {
-            host, bracketed, ..
+            host,
+            bracketed,
+            screened,
+            ..
         } = hop
         else {
             return false;
         };
         d.mx_rollup
             && self.rollup.dns.is_some()
+            && *screened
             && !*bracketed
             && host.parse::<std::net::IpAddr>().is_err()
             && !d.tls_policy.contains_key(key)
@@ -111,19 +146,20 @@ impl Scheduler {
         };
         let (host, port, events) = (host.clone(), *port, self.events.clone());
         let sts = self.config.delivery.mta_sts;
+        let secure_mx = self.rollup.secure_mx.clone();
         tokio::spawn(async move {
             let group = match dns.mail_hosts(&host).await {
-                // A domain with an MTA-STS record keeps its own
-                // destination: its policy is its own, not its provider's.
+                // A domain with an MTA-STS record or a signed MX RRset
+                // keeps its own destination: its policy is its own, not
+                // its provider's.
                 Ok(_) if sts && has_sts_record(&dns, &host).await => None,
+                Ok(_) if dane_applies(secure_mx.as_ref(), &host).await => None,
                 Ok(hosts) => {
-                    let best = hosts.first().map(|h| h.preference);
-                    let names: Vec<&str> = hosts
+                    let names: Vec<(u16, &str)> = hosts
                         .iter()
-                        .filter(|h| Some(h.preference) == best)
-                        .map(|h| h.name.as_str())
+                        .map(|h| (h.preference, h.name.as_str()))
                         .collect();
-                    group_key(&names, port)
+                    group_hop(&names, port).map(Arc::new)
                 }
                 Err(_) => None,
             };
@@ -132,15 +168,15 @@ impl Scheduler {
     }
 
     /// A domain's mail hosts are known: map it, move its waiting jobs.
-    pub(super) fn resolved(&mut self, key: Arc<str>, group: Option<String>) {
+    pub(super) fn resolved(&mut self, key: Arc<str>, group: Option<Arc<NextHop>>) {
         if self.rollup.aliases.len() >= MAX_ALIASES {
             self.rollup.aliases.clear();
         }
-        let group: Option<Arc<str>> = group.map(Into::into);
+        let group_key: Option<Arc<str>> = group.as_ref().map(|g| g.key().into());
         self.rollup.aliases.insert(
             key.clone(),
             Alias {
-                group: group.clone(),
+                group: group_key.clone(),
                 at: Instant::now(),
             },
         );
@@ -148,17 +184,25 @@ impl Scheduler {
             return;
         };
         dest.resolving = false;
-        let Some(group) = group else {
+        let (Some(group), Some(group_key)) = (group, group_key) else {
             self.pump(&key);
             return;
         };
-        let hop = dest.hop.clone();
         let waiting: Vec<Job> = dest.queue.drain(..).collect();
-        let target = self.destination_for(&group, &hop);
+        let target = self.destination_for(&group_key, &group);
         if let Some(g) = self.dests.get_mut(&target) {
             g.queue.extend(waiting);
         }
         self.pump(&target);
+    }
+}
+
+/// Whether DANE is on and `domain`'s MX RRset is signed (or its status
+/// unknown).
+async fn dane_applies(secure_mx: Option<&SecureMx>, domain: &str) -> bool {
+    match secure_mx {
+        Some(check) => check(domain.to_string()).await,
+        None => false,
     }
 }
 

@@ -271,6 +271,13 @@ fn order(mx: &mut [(u16, String)]) {
     }
 }
 
+/// Shuffles `items` (hosts of one preference, RFC 5321 §5.1).
+pub fn shuffle<T>(items: &mut [T]) {
+    for i in (1..items.len()).rev() {
+        items.swap(i, (random() % (i as u64 + 1)) as usize);
+    }
+}
+
 /// A random number from the standard library's per-process random keys.
 fn random() -> u64 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();

@@ -31,6 +31,8 @@ pub struct Router {
     table: BTreeMap<String, Arc<NextHop>>,
     wildcard: Option<Arc<NextHop>>,
     relayhost: Option<Arc<NextHop>>,
+    /// The port of next hops from DNS (25; tests change it).
+    mx_port: u16,
 }
 
 impl Router {
@@ -66,7 +68,15 @@ impl Router {
             table,
             wildcard,
             relayhost,
+            mx_port: 25,
         })
+    }
+
+    /// Next hops from DNS (MX hosts, address literals) on `port`
+    /// (`delivery.mx_port`).
+    pub fn with_mx_port(mut self, port: u16) -> Router {
+        self.mx_port = port;
+        self
     }
 
     /// The next hop for a recipient address, or `None` if unroutable.
@@ -91,25 +101,27 @@ impl Router {
         self.wildcard
             .clone()
             .or_else(|| self.relayhost.clone())
-            .or_else(|| mail_exchanger(&domain))
+            .or_else(|| mail_exchanger(&domain, self.mx_port))
     }
 }
 
 /// The DNS route: MX hosts of `domain`, or the address of a literal.
-fn mail_exchanger(domain: &str) -> Option<Arc<NextHop>> {
+fn mail_exchanger(domain: &str, port: u16) -> Option<Arc<NextHop>> {
     if domain.is_empty() {
         return None;
     }
     let hop = match domain.strip_prefix('[').and_then(|d| d.strip_suffix(']')) {
         Some(literal) => NextHop::Smtp {
             host: literal.trim_start_matches("IPv6:").to_string(),
-            port: 25,
+            port,
             bracketed: true,
+            screened: true,
         },
         None => NextHop::Smtp {
             host: domain.to_string(),
-            port: 25,
+            port,
             bracketed: false,
+            screened: true,
         },
     };
     Some(Arc::new(hop))
@@ -132,7 +144,7 @@ mod tests {
         assert_eq!(dns.route("x@c.example").unwrap().key(), "smtp:c.example:25");
         assert_eq!(
             dns.route("x@[192.0.2.1]").unwrap().key(),
-            "smtp:[192.0.2.1]:25"
+            "literal:[192.0.2.1]:25"
         );
     }
 }

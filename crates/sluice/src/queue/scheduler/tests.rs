@@ -528,6 +528,7 @@ async fn a_reload_routes_queued_mail_anew_and_ends_old_workers_after_their_job()
         router,
         agent: Arc::new(FakeAgent(tx)),
         resolver,
+        secure_mx: None,
     };
     assert!(h.queue.reconfigure(reconfig).await);
     // The backlog moves with its route, to a worker of the new agent.

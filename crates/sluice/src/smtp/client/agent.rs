@@ -14,6 +14,7 @@ use sluice_spool::Spool;
 use super::conn::{SmtpConn, TxError};
 use super::dane::{Dane, HostDane};
 use super::dead::DeadHosts;
+use super::guard::{self, OwnAddrs};
 use super::mta_sts::{Mode, MtaSts, Policy};
 use super::tls::{ClientTls, Level, TlsChoice};
 use crate::config::hop::NextHop;
@@ -39,6 +40,8 @@ pub struct SmtpAgent {
     pub sts: Option<Arc<MtaSts>>,
     /// DANE (None: off).
     pub dane: Option<Arc<Dane>>,
+    /// Our listening addresses: a next hop from DNS never leads there.
+    pub own: Arc<OwnAddrs>,
 }
 
 impl DeliveryAgent for SmtpAgent {
@@ -58,6 +61,7 @@ impl DeliveryAgent for SmtpAgent {
             sts_enforce: false,
             dane: self.dane.clone(),
             dane_secure: false,
+            own: self.own.clone(),
             conn: None,
         };
         tokio::spawn(run_worker(worker, start, idle, limit));
@@ -78,6 +82,7 @@ struct SmtpWorker {
     dane: Option<Arc<Dane>>,
     /// The domain's MX RRset is DNSSEC-secure: TLSA records apply.
     dane_secure: bool,
+    own: Arc<OwnAddrs>,
     conn: Option<SmtpConn>,
 }
 
@@ -211,6 +216,107 @@ impl SmtpWorker {
         }
     }
 
+    /// Where to connect for this worker's hop, best first, with its
+    /// domain's DANE and MTA-STS policy applied and, for a hop from DNS,
+    /// every address screened (`guard.rs`).
+    async fn first_targets(&mut self, job: &Job) -> Result<Targets, Unreachable> {
+        let hop = self.hop.clone();
+        match &*hop {
+            NextHop::Smtp {
+                host,
+                port,
+                bracketed,
+                screened,
+            } => {
+                self.dane_secure = self.dane_domain(host, *bracketed).await.map_err(|why| {
+                    crate::log!(self.logger, "smtp", "{why}");
+                    Unreachable::Temporary(why)
+                })?;
+                let policy = self.sts_policy(host, *bracketed).await;
+                let mut targets = self.targets(host, *port, *bracketed).await?;
+                if *screened {
+                    targets = self.screen(host, targets)?;
+                }
+                self.apply_sts(host, targets, policy.as_deref())
+                    .map_err(Unreachable::Temporary)
+            }
+            NextHop::MxSet { levels, port } => {
+                // Rolled-up domains have no DANE or MTA-STS policy of
+                // their own (rollup.rs keeps those apart).
+                self.dane_secure = false;
+                self.sts_enforce = false;
+                let targets = self.set_targets(levels, *port).await?;
+                let domain = job
+                    .rcpts
+                    .first()
+                    .and_then(|&i| job.envelope.recipients.get(usize::from(i)))
+                    .and_then(|r| r.rsplit_once('@'))
+                    .map_or("this domain", |(_, d)| d)
+                    .to_string();
+                self.screen(&domain, targets)
+            }
+            _ => Err(Unreachable::Temporary(
+                "4.3.5 no SMTP delivery for this next hop".into(),
+            )),
+        }
+    }
+
+    /// The addresses of an MX group's hosts, level by level (shuffled
+    /// within a level); a host without addresses is skipped.
+    async fn set_targets(&self, levels: &[Vec<String>], port: u16) -> Result<Targets, Unreachable> {
+        let mut targets = Vec::new();
+        let mut why = String::from("4.4.3 no MX host of the group has an address");
+        for level in levels {
+            let mut names = level.clone();
+            crate::routing::dns::shuffle(&mut names);
+            for name in names {
+                match self.dns.host_addresses(&name).await {
+                    Ok(addrs) => targets.extend(
+                        addrs
+                            .into_iter()
+                            .map(|a| (name.clone(), SocketAddr::new(a, port))),
+                    ),
+                    Err(e) => why = e.to_string(),
+                }
+            }
+        }
+        match targets.is_empty() {
+            true => Err(Unreachable::Temporary(why)),
+            false => Ok(targets),
+        }
+    }
+
+    /// Drops the addresses a next hop from DNS may not have; none left:
+    /// `5.4.6 mail for <domain> loops back to myself` (as Postfix).
+    fn screen(&self, domain: &str, targets: Targets) -> Result<Targets, Unreachable> {
+        let own = self.own.get();
+        let allowed = &self.config.delivery.allow_mx_networks;
+        let mut refused = None;
+        let mut kept = Vec::with_capacity(targets.len());
+        for (name, addr) in targets {
+            match guard::check(addr, &own, allowed) {
+                Ok(()) => kept.push((name, addr)),
+                Err(why) => {
+                    crate::log!(
+                        self.logger,
+                        "smtp",
+                        "warning: mail for {domain}: not connecting to MX host {name}[{}]:{}: {why}",
+                        addr.ip(),
+                        addr.port()
+                    );
+                    refused = Some((name, addr, why));
+                }
+            }
+        }
+        match (kept.is_empty(), refused) {
+            (true, Some((name, addr, why))) => Err(Unreachable::Permanent(format!(
+                "5.4.6 mail for {domain} loops back to myself (MX host {name}[{}]: {why})",
+                addr.ip()
+            ))),
+            _ => Ok(kept),
+        }
+    }
+
     /// Connects to the first of `targets` that answers, so a dead or
     /// refusing host fails over to the next; returns the connection and
     /// the targets after it (for failover on a deferred transaction).
@@ -311,17 +417,10 @@ impl SmtpWorker {
                 return (defer_all(job, "none", &why), Feedback::Ok);
             }
         };
-        let hop = self.hop.clone();
-        let NextHop::Smtp {
-            host,
-            port,
-            bracketed,
-        } = &*hop
-        else {
-            let why = "4.3.5 no SMTP delivery for this next hop";
-            return (defer_all(job, "none", why), Feedback::Ok);
+        let relay = match &*self.hop {
+            NextHop::Smtp { host, port, .. } => format!("{host}:{port}"),
+            other => other.key(),
         };
-        let relay = format!("{host}:{port}");
         let mut rest: Targets = Vec::new();
         let mut failovers = 0;
         let mut retried_stale = false;
@@ -329,18 +428,8 @@ impl SmtpWorker {
             let reused = self.conn.is_some();
             if self.conn.is_none() {
                 let next = if failovers == 0 {
-                    match self.dane_domain(host, *bracketed).await {
-                        Ok(secure) => self.dane_secure = secure,
-                        Err(why) => {
-                            crate::log!(self.logger, "smtp", "{why}");
-                            return (defer_all(job, &relay, &why), Feedback::ConnectFailed);
-                        }
-                    }
-                    let policy = self.sts_policy(host, *bracketed).await;
-                    let targets = self.targets(host, *port, *bracketed).await;
-                    match targets.map(|t| self.apply_sts(host, t, policy.as_deref())) {
-                        Ok(Ok(t)) => self.connect_first(&t).await,
-                        Ok(Err(why)) => Err(why),
+                    match self.first_targets(job).await {
+                        Ok(t) => self.connect_first(&t).await,
                         Err(Unreachable::Permanent(why)) => {
                             return (bounce_all(job, "none", &why), Feedback::Ok)
                         }

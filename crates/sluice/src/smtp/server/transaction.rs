@@ -304,6 +304,30 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         None
     }
 
+    /// Whether this message may be DKIM-signed: its client may relay, and
+    /// if only by its address (mynetworks), the message has not already
+    /// passed through us (a loop never turns hostile mail into signed
+    /// mail, security review H2). An authenticated user's mail is theirs.
+    fn may_sign(&self, txn: &Transaction) -> bool {
+        if self.auth.is_some() {
+            return true;
+        }
+        if !self.trusted {
+            return false;
+        }
+        let hostname = &self.ctx.config.hostname;
+        if body::carries_our_trace(&txn.body, hostname) {
+            log!(
+                self.ctx.logger,
+                "smtpd",
+                "{}: not DKIM-signed: it already passed through {hostname} (a loop)",
+                qid(txn.id)
+            );
+            return false;
+        }
+        true
+    }
+
     /// Prepends a DKIM signature when a key covers the From: domain
     /// (`dkim.rs`); a failure is logged and the message goes unsigned.
     fn dkim_sign(&self, txn: &mut Transaction) {
@@ -347,7 +371,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         }
         let mut txn = txn;
         if self.may_relay() {
-            self.dkim_sign(&mut txn);
+            if self.may_sign(&txn) {
+                self.dkim_sign(&mut txn);
+            }
         } else if self.listener.sender_auth {
             if let Some(reply) = Box::pin(self.check_sender(&mut txn)).await {
                 self.reply(&reply);

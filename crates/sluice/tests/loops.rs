@@ -1,0 +1,103 @@
+//! Mail that would loop back to Sluice (security review H2): a next hop
+//! found in DNS never leads to our own listening address (5.4.6, as
+//! Postfix), and a message that already passed through us is not
+//! DKIM-signed because of its source address.
+
+mod common;
+
+use common::nsd::Nsd;
+use common::*;
+use sluice::config::DkimKeyConfig;
+use sluice::tools::keygen::{keygen, Algorithm};
+
+fn signing_key(dir: &std::path::Path) -> DkimKeyConfig {
+    let key = dir.join("ed.pem");
+    keygen(Algorithm::Ed25519, "ours.test", "s1", &key).unwrap();
+    DkimKeyConfig {
+        domain: "ours.test".into(),
+        selector: "s1".into(),
+        key_file: key,
+        headers: None,
+    }
+}
+
+fn message(to: &str, extra: &str) -> String {
+    format!(
+        "{extra}From: <ceo@ours.test>\r\nTo: <{to}>\r\nSubject: loop\r\nMessage-ID: <{to}@ours.test>\r\n\r\nHello.\r\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mx_pointing_back_at_us_bounces_5_4_6_and_nothing_is_signed_twice() {
+    let dir = temp_dir("loop-mx");
+    let own = free_addr();
+    // back.loop.test's MX is Sluice itself; inside.loop.test's is a sink
+    // on another loopback address (allowed by the tests' allow_mx_networks).
+    let zone = "$ORIGIN loop.test.\n$TTL 300\n@ SOA ns.loop.test. admin.loop.test. 1 3600 600 86400 300\n\
+                @ NS ns\nns A 127.0.0.1\nback MX 10 mx\nmx A 127.0.0.1\ninside MX 10 in\nin A 127.0.0.2\n";
+    let nsd = Nsd::start(&dir, &[("loop.test", zone)]);
+    let inside = sink_on(format!("127.0.0.2:{}", own.port()).parse().unwrap()).await;
+    let mut cfg = config(&dir, None);
+    cfg.smtpd.listen = vec![own.to_string()];
+    cfg.dns.nameservers = vec![nsd.addr.to_string()];
+    cfg.delivery.mx_port = own.port();
+    cfg.dkim.keys.push(signing_key(&dir));
+    let (server, addr) = start(cfg).await;
+    let mut c = Client::ready(addr).await;
+    for to in ["x@back.loop.test", "y@inside.loop.test"] {
+        let r = c.message("ceo@ours.test", &[to], &message(to, "")).await;
+        assert!(r.starts_with("250"), "{to}: {r}");
+    }
+    assert!(
+        wait_until(15, || inside.count() == 1).await,
+        "an allowed internal MX is used"
+    );
+    assert!(
+        wait_until(15, || read_log(&dir).contains(
+            "status=bounced (5.4.6 mail for back.loop.test loops back to myself"
+        ))
+        .await,
+        "{}",
+        read_log(&dir)
+    );
+    server.shutdown().await;
+    let log = read_log(&dir);
+    assert_eq!(
+        log.matches(": connect from [127.0.0.1]").count(),
+        1,
+        "Sluice never connected to itself: {log}"
+    );
+    assert_eq!(
+        log.matches("DKIM-Signature added").count(),
+        2,
+        "each message signed once, on the way in"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mail_carrying_our_own_trace_is_not_signed_for_its_address_alone() {
+    let dir = temp_dir("loop-trace");
+    let sink = recording_sink().await;
+    let mut cfg = config(&dir, Some(sink.addr));
+    cfg.dkim.keys.push(signing_key(&dir));
+    let (server, addr) = start(cfg).await;
+    let mut c = Client::ready(addr).await;
+    // Our own Received: (hostname mx.test), as a copy that went round.
+    let looped = "Received: from evil.test ([192.0.2.1])\r\n\tby mx.test (Sluice) with ESMTP id 1A2B3C;\r\n\tSun, 22 Nov 2026 10:00:00 +0000\r\n";
+    for (to, extra) in [("fresh@dest.test", ""), ("looped@dest.test", looped)] {
+        let r = c.message("ceo@ours.test", &[to], &message(to, extra)).await;
+        assert!(r.starts_with("250"), "{to}: {r}");
+    }
+    assert!(wait_until(15, || sink.count() == 2).await);
+    server.shutdown().await;
+    let signed = |rcpt: &str| {
+        let m = sink
+            .messages()
+            .into_iter()
+            .find(|m| m.recipients[0] == rcpt)
+            .unwrap();
+        String::from_utf8_lossy(&m.body).contains("DKIM-Signature:")
+    };
+    assert!(signed("fresh@dest.test"), "mail from mynetworks is signed");
+    assert!(!signed("looped@dest.test"), "a looped copy is not");
+}
