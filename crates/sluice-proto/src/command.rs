@@ -218,7 +218,9 @@ fn mail(rest: &str) -> Result<Command<'static>, CommandError> {
         match (key.to_ascii_uppercase().as_str(), value) {
             ("SIZE", Some(v)) if out.size.is_none() => {
                 if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
-                    return Err(CommandError::Parameter(format!("SIZE={v}")));
+                    // A known parameter with a bad value: a syntax error
+                    // in parameters (RFC 5321 §4.2.3, RFC 1870), not 555.
+                    return Err(CommandError::BadValue(format!("SIZE={v}")));
                 }
                 out.size = Some(v.parse().unwrap_or(u64::MAX));
             }
@@ -437,6 +439,11 @@ mod tests {
             parse("RCPT TO:<a@b.example>junk\r\n"),
             Err(CommandError::Syntax(_))
         ));
+        for size in ["abc", "", "-1", "1e3"] {
+            let line = format!("MAIL FROM:<a@b> SIZE={size}\r\n");
+            let err = parse(&line).unwrap_err();
+            assert!(err.reply().starts_with("501 5.5.4"), "{line}: {err:?}");
+        }
     }
 
     #[test]

@@ -108,8 +108,8 @@ struct KeygenArgs {
 
 #[derive(Args)]
 struct ConfigArg {
-    /// The TOML configuration file.
-    #[arg(long)]
+    /// The TOML configuration file (before or after a subcommand).
+    #[arg(long, global = true)]
     config: Option<PathBuf>,
 }
 
@@ -494,4 +494,23 @@ async fn run_bench(a: BenchArgs) -> Result<(), String> {
         report.temp_4xx
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_may_come_before_or_after_the_queue_subcommand() {
+        for args in [
+            ["sluice", "queue", "list", "--config", "f.toml"],
+            ["sluice", "queue", "--config", "f.toml", "list"],
+        ] {
+            let cli = Cli::try_parse_from(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+            let Command::Queue(q) = cli.command else {
+                panic!("{args:?}: not the queue command");
+            };
+            assert_eq!(q.config.config, Some(PathBuf::from("f.toml")), "{args:?}");
+        }
+    }
 }

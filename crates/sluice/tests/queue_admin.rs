@@ -165,3 +165,34 @@ async fn the_queue_is_administered_through_the_socket() {
         .to_string();
     assert!(err.contains("cannot reach the daemon"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flush_forgets_dead_hosts_so_mail_goes_out_at_once() {
+    let dir = temp_dir("queue-flush-dead");
+    // Nothing listens at the next hop yet.
+    let hop = free_addr();
+    let mut cfg = config(&dir, Some(hop));
+    cfg.delivery.dead_host_secs = 600;
+    cfg.queue.minimal_backoff_secs = 3600;
+    cfg.queue.maximal_backoff_secs = 3600;
+    let data_dir = cfg.data_dir.clone();
+    let (server, addr) = start(cfg).await;
+    let mut c = Client::ready(addr).await;
+    let r = c
+        .message("s@ours.test", &["x@ours.test"], &body("dead"))
+        .await;
+    assert!(r.starts_with("250"), "{r}");
+    assert!(wait_until(15, || read_log(&dir).contains("status=deferred")).await);
+    // The next hop is back; postqueue -f would deliver now.
+    let sink = sink_on(hop).await;
+    let flush = Request::Flush {
+        id: None,
+        domain: None,
+    };
+    assert_eq!(call(&data_dir, &flush).await.unwrap().count, 1);
+    assert!(
+        wait_until(15, || sink.count() == 1).await,
+        "delivered at once, not after the 600 s dead-host time"
+    );
+    server.shutdown().await;
+}

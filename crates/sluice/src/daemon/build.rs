@@ -56,6 +56,10 @@ impl DeliveryAgent for Agents {
             _ => self.smtp.spawn(start),
         }
     }
+
+    fn flushed(&self) {
+        self.smtp.flushed();
+    }
 }
 
 /// Everything built from one configuration.

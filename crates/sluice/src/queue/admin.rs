@@ -258,7 +258,8 @@ impl Scheduler {
     }
 
     /// Waiting mail (not held) goes back to the front of the line now; the
-    /// destinations' dead marks are forgotten.
+    /// destinations' dead marks and the agents' dead-host caches are
+    /// forgotten (all of them, for a flush of one message too).
     fn flush(&mut self, ids: Option<Vec<u64>>) -> usize {
         let queued: HashSet<u64> = self.ready.iter().copied().collect();
         let candidates: Vec<u64> = match ids {
@@ -278,6 +279,7 @@ impl Scheduler {
         for dest in self.dests.values_mut() {
             dest.dead_until = None;
         }
+        self.agent.flushed();
         log!(self.logger, "qmgr", "flush: {n} messages to be retried now");
         n
     }

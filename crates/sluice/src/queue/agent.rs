@@ -32,6 +32,9 @@ pub struct WorkerStart {
 /// Starts workers; implemented by the SMTP and Maildir agents (and fakes).
 pub trait DeliveryAgent: Send + Sync + 'static {
     fn spawn(&self, start: WorkerStart);
+    /// The administrator flushed the queue: forget what says "do not try
+    /// yet" (e.g. dead hosts), as `postqueue -f` does.
+    fn flushed(&self) {}
 }
 
 /// One job's result.

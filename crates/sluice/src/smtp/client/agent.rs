@@ -66,6 +66,10 @@ impl DeliveryAgent for SmtpAgent {
         };
         tokio::spawn(run_worker(worker, start, idle, limit));
     }
+
+    fn flushed(&self) {
+        self.dead.clear();
+    }
 }
 
 struct SmtpWorker {

@@ -52,6 +52,11 @@ impl DeadHosts {
         map.remove(&addr);
     }
 
+    /// Forgets every mark (a queue flush).
+    pub fn clear(&self) {
+        self.until.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
     pub fn ttl(&self) -> Duration {
         self.ttl
     }
