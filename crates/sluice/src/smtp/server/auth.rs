@@ -228,8 +228,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     "smtpd",
                     "warning: [{ip}]: SASL {method} authentication failed for {shown:?}"
                 );
-                let delay = Duration::from_millis(ctx.config.auth.failure_delay_ms);
-                tokio::time::sleep_until((began + delay).into()).await;
+                self.failure_delay(began).await;
                 self.reply("535 5.7.8 Error: authentication failed");
                 if !ctx.anvil.auth_failure(ip) {
                     log!(
@@ -247,13 +246,27 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     "smtpd",
                     "warning: [{ip}]: SASL {method}: cannot check now: {err}"
                 );
-                self.reply("454 4.7.0 Temporary authentication failure");
                 match err {
-                    CheckError::Busy(_) => self.error_counted(),
-                    CheckError::Table(_) => Next::Continue,
+                    CheckError::Busy(_) => {
+                        // As slow as a failure: a flood gains no speed from
+                        // a full pool, and its log lines stay few.
+                        self.failure_delay(began).await;
+                        self.reply("454 4.7.0 Temporary authentication failure");
+                        self.error_counted()
+                    }
+                    CheckError::Table(_) => {
+                        self.reply("454 4.7.0 Temporary authentication failure");
+                        Next::Continue
+                    }
                 }
             }
         }
+    }
+
+    /// Waits until `failure_delay_ms` after `began`.
+    async fn failure_delay(&self, began: Instant) {
+        let delay = Duration::from_millis(self.ctx.config.auth.failure_delay_ms);
+        tokio::time::sleep_until((began + delay).into()).await;
     }
 
     /// `421 4.7.0` and the end of the session.
