@@ -264,7 +264,7 @@ k=1
 while [ -e "$SVG" ]; do k=$((k + 1)); SVG=${RESULTS_FILE%.txt}-$k.svg; done
 t0=$(kv "$WA" t0_epoch)
 fs=$(calc "$(kv "$FL" start_epoch) - $t0" 2>/dev/null || echo 0)
-fe=$(calc "$FLOOD_END_EPOCH - $t0")
+fe=$(calc "${fs:-0} + $(kv "$FL" seconds)" 2>/dev/null || calc "$FLOOD_END_EPOCH - $t0")
 mkdir -p "$(dirname "$SVG")"
 cp "$W/rss.csv" "${SVG%.svg}-rss.csv"
 cp "$W/greeting.csv" "${SVG%.svg}-greeting.csv"

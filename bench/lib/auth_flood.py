@@ -477,8 +477,8 @@ def chart(a):
     ml, mr = 80, 30
     pw = W - ml - mr
     panels = [  # (top, height, series, limit, ylabel, colour, unit)
-        (50, 220, rss, a.rss_limit_mb, "daemon RSS (MB)", "#d62728", "MB"),
-        (340, 220, greet, a.greeting_limit_ms, "greeting time (ms)", "#1f77b4", "ms"),
+        (70, 210, rss, a.rss_limit_mb, "daemon RSS (MB)", "#d62728", "MB"),
+        (360, 210, greet, a.greeting_limit_ms, "greeting time (ms)", "#1f77b4", "ms"),
     ]
     xmax = max([p[0] for p in rss + greet] + [1])
     xstep = nice_step(xmax, 10)
@@ -527,11 +527,12 @@ def chart(a):
                        % (ml + pw - 4, Y(limit) - 5, limit, unit))
         elif a.show_limits:
             out.append('<text x="%d" y="%d" text-anchor="end">limit %g %s (far above this scale)</text>'
-                       % (ml + pw - 4, top + 16, limit, unit))
+                       % (ml + pw, top - 8, limit, unit))
         if pts:
             out.append('<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>'
                        % (colour, " ".join("%.1f,%.1f" % (X(t), Y(v)) for t, v in pts)))
-            out.append('<text x="%d" y="%d" fill="%s">peak %.1f %s</text>' % (ml + 8, top + 16, colour, peak, unit))
+            out.append('<text x="%d" y="%d" fill="%s">%s: peak %.1f %s</text>'
+                       % (ml, top - 8, colour, html.escape(ylabel.split(" (")[0]), peak, unit))
     out.append('<text x="%d" y="%d" text-anchor="middle">seconds since the watch began '
                '(shaded: the flood)</text>' % (ml + pw // 2, H - 30))
     out.append("</svg>")
