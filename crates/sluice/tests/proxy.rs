@@ -15,21 +15,8 @@ use tokio::io::AsyncReadExt;
 async fn the_real_client_behind_haproxy_decides_relaying() {
     let dir = temp_dir("proxy-haproxy");
     let sink = recording_sink().await;
-    let mut cfg = config(&dir, Some(sink.addr));
     // Only 127.0.0.9 may relay; HAProxy itself connects from 127.0.0.1.
-    cfg.smtpd.mynetworks = vec!["127.0.0.9/32".into()];
-    cfg.smtpd.idle_timeout_secs = 2;
-    cfg.smtpd.listen.clear();
-    cfg.smtpd.listeners.push(ListenerConfig {
-        listen: "127.0.0.1:0".into(),
-        kind: ListenerKind::Smtp,
-        proxy_protocol: true,
-        // HAProxy connects from 127.0.0.1.
-        proxy_protocol_from: vec![Cidr::parse("127.0.0.1/32").unwrap()],
-        auth_without_tls: false,
-        sender_auth: false,
-        dmarc_reject: false,
-    });
+    let cfg = proxy_listener_config(&dir, sink.addr);
     let (server, addr) = start(cfg).await;
     let lb = HaProxy::start(&dir, addr);
     for (front, version) in [(lb.v1, "v1"), (lb.v2, "v2")] {

@@ -482,29 +482,7 @@ impl Config {
             })?;
         }
         for l in self.all_listeners() {
-            l.listen.parse::<std::net::SocketAddr>().map_err(|_| {
-                ConfigError::Invalid(format!("smtpd.listen: bad address {:?}", l.listen))
-            })?;
-            if l.proxy_protocol && l.proxy_protocol_from.is_empty() {
-                return Err(ConfigError::Invalid(format!(
-                    "smtpd.listeners: {:?} has proxy_protocol = true but no proxy_protocol_from: \
-                     name the load balancers' networks (a PROXY header from anyone else \
-                     would let them choose their client address)",
-                    l.listen
-                )));
-            }
-            if l.kind.requires_auth() && !self.tls.enabled && !l.auth_without_tls {
-                return Err(ConfigError::Invalid(format!(
-                    "smtpd.listeners: {:?} is `{:?}`, which needs TLS, but [tls] is disabled",
-                    l.listen, l.kind
-                )));
-            }
-            if l.kind.requires_auth() && self.auth.table.is_none() {
-                return Err(ConfigError::Invalid(format!(
-                    "smtpd.listeners: {:?} requires AUTH, but [auth] names no table",
-                    l.listen
-                )));
-            }
+            l.validate(self.tls.enabled, self.auth.table.is_some())?;
         }
         Ok(())
     }
