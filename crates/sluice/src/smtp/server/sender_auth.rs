@@ -112,31 +112,113 @@ impl SenderAuth {
 
 /// The message without `Authentication-Results:` fields that name
 /// `authserv_id` (forgeries of ours, RFC 8601 §5); `None` if there are none.
+/// The field is read as RFC 8601 writes it, however it is spelt: any case,
+/// white space before the colon (RFC 5322 obs-optional), folded anywhere,
+/// comments before or after the id, the id quoted, a version after it.
 pub fn strip_forged_results(body: &[u8], authserv_id: &str) -> Option<Vec<u8>> {
     let head_end = memchr::memmem::find(body, b"\r\n\r\n").map_or(body.len(), |i| i + 2);
-    let name = b"authentication-results:";
     let mut out = Vec::with_capacity(body.len());
     let mut removed = false;
-    let mut skipping = false;
-    for line in body[..head_end].split_inclusive(|&b| b == b'\n') {
-        let folded = matches!(line.first(), Some(b' ' | b'\t'));
-        if folded && skipping {
-            continue;
+    for field in fields(&body[..head_end]) {
+        let forged = results_value(field)
+            .and_then(authserv_id_of)
+            .is_some_and(|id| id.eq_ignore_ascii_case(authserv_id));
+        if forged {
+            removed = true;
+        } else {
+            out.extend_from_slice(field);
         }
-        skipping = false;
-        if line.len() > name.len() && line[..name.len()].eq_ignore_ascii_case(name) {
-            let value = String::from_utf8_lossy(&line[name.len()..]);
-            let id = value.trim().split([';', ' ', '\t']).next().unwrap_or("");
-            if id.eq_ignore_ascii_case(authserv_id) {
-                skipping = true;
-                removed = true;
-                continue;
-            }
-        }
-        out.extend_from_slice(line);
     }
     out.extend_from_slice(&body[head_end..]);
     removed.then_some(out)
+}
+
+/// The header's fields, each with its continuation lines and line ends.
+fn fields(head: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = head;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let mut end = 0;
+        loop {
+            end += memchr::memchr(b'\n', &rest[end..]).map_or(rest.len() - end, |i| i + 1);
+            if !matches!(rest.get(end), Some(b' ' | b'\t')) {
+                break;
+            }
+        }
+        let (field, tail) = rest.split_at(end);
+        rest = tail;
+        Some(field)
+    })
+}
+
+/// The value of an `Authentication-Results` field, `None` for any other.
+fn results_value(field: &[u8]) -> Option<&[u8]> {
+    let name = b"authentication-results";
+    let head = field.get(..name.len())?;
+    if !head.eq_ignore_ascii_case(name) {
+        return None;
+    }
+    let rest = &field[name.len()..];
+    let colon = rest.iter().position(|&b| b == b':')?;
+    rest[..colon]
+        .iter()
+        .all(|b| matches!(b, b' ' | b'\t'))
+        .then(|| &rest[colon + 1..])
+}
+
+/// The authserv-id at the start of a field value (RFC 8601 §2.2: CFWS,
+/// then a token or quoted-string), unfolded and unquoted.
+fn authserv_id_of(value: &[u8]) -> Option<String> {
+    let value = skip_cfws(value);
+    let mut id = Vec::new();
+    if let Some(quoted) = value.strip_prefix(b"\"") {
+        let mut bytes = quoted.iter();
+        loop {
+            match bytes.next()? {
+                b'"' => break,
+                b'\\' => id.push(*bytes.next()?),
+                b'\r' | b'\n' => {}
+                &b => id.push(b),
+            }
+        }
+    } else {
+        // RFC 2045 token: up to white space, a comment, `;` or a special.
+        let end = value
+            .iter()
+            .position(|b| b.is_ascii_whitespace() || b"()<>@,;:\\\"/[]?=".contains(b))
+            .unwrap_or(value.len());
+        id.extend_from_slice(&value[..end]);
+    }
+    (!id.is_empty()).then(|| String::from_utf8_lossy(&id).into_owned())
+}
+
+/// `value` after any folding white space and (nested) comments.
+fn skip_cfws(mut value: &[u8]) -> &[u8] {
+    loop {
+        match value.first() {
+            Some(b) if b.is_ascii_whitespace() => value = &value[1..],
+            Some(b'(') => value = skip_comment(&value[1..]),
+            _ => return value,
+        }
+    }
+}
+
+/// What follows the comment whose `(` came just before `value`.
+fn skip_comment(mut value: &[u8]) -> &[u8] {
+    let mut depth = 1;
+    while let Some((&b, rest)) = value.split_first() {
+        value = rest;
+        match b {
+            b'\\' => value = value.get(1..).unwrap_or_default(),
+            b'(' => depth += 1,
+            b')' if depth == 1 => return value,
+            b')' => depth -= 1,
+            _ => {}
+        }
+    }
+    value
 }
 
 #[cfg(test)]
@@ -152,5 +234,46 @@ mod tests {
             "Received: x\r\nAuthentication-Results: other.test; spf=fail\r\nSubject: s\r\n\r\nAuthentication-Results: mx.ours.test; in the body\r\n"
         );
         assert!(strip_forged_results(b"Subject: s\r\n\r\n", "mx.ours.test").is_none());
+    }
+
+    #[test]
+    fn every_spelling_of_our_id_is_removed() {
+        let forged = [
+            "Authentication-Results: mx.ours.test; dkim=pass",
+            "authentication-results:mx.ours.test;dkim=pass",
+            "AUTHENTICATION-RESULTS : MX.OURS.TEST; dkim=pass",
+            "Authentication-Results:\r\n mx.ours.test; dkim=pass",
+            "Authentication-Results:\r\n\t(a (nested) comment)\r\n mx.ours.test\r\n ; dkim=pass",
+            "Authentication-Results: (c) mx.ours.test (c); dkim=pass",
+            "Authentication-Results: \"mx.ours.test\"; dkim=pass",
+            "Authentication-Results: \"mx.\\ours.test\"; dkim=pass",
+            "Authentication-Results: mx.ours.test 1; dkim=pass",
+            "Authentication-Results: mx.ours.test(c); dkim=pass",
+            "Authentication-Results:\tmx.ours.test\r\n\t; dkim=pass",
+        ];
+        for field in forged {
+            let m = format!("Received: x\r\n{field}\r\nSubject: s\r\n\r\nbody\r\n");
+            let out = strip_forged_results(m.as_bytes(), "mx.ours.test")
+                .unwrap_or_else(|| panic!("kept {field:?}"));
+            assert_eq!(
+                String::from_utf8(out).unwrap(),
+                "Received: x\r\nSubject: s\r\n\r\nbody\r\n",
+                "{field:?}"
+            );
+        }
+        let others = [
+            "Authentication-Results: mx.ours.test.evil; dkim=pass",
+            "Authentication-Results: other.test; (mx.ours.test) dkim=pass",
+            "Authentication-Results-X: mx.ours.test; dkim=pass",
+            "X-Authentication-Results: mx.ours.test; dkim=pass",
+            "Authentication-Results: \"mx.ours.test.evil\"; none",
+        ];
+        for field in others {
+            let m = format!("{field}\r\n\r\n");
+            assert!(
+                strip_forged_results(m.as_bytes(), "mx.ours.test").is_none(),
+                "{field:?}"
+            );
+        }
     }
 }
