@@ -102,3 +102,64 @@ async fn spf_dkim_and_dmarc_are_checked_and_reject_is_enforced() {
     server.shutdown().await;
     assert!(read_log(&dir).contains("DMARC policy of auth.test says reject"));
 }
+
+/// A message with 20 good DKIM signatures (20 keys in nsd) has only the
+/// first `dkim_verify_max_signatures` (5) evaluated: 5 results, and the
+/// Authentication-Results: says 15 were not (before the cap, all 20 were
+/// looked up: a hostile sender chose our DNS work).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_first_few_dkim_signatures_are_evaluated() {
+    let dir = temp_dir("sender-auth-many");
+    let mut zone = String::from(
+        "$ORIGIN test.\n$TTL 300\n@ SOA ns.test. admin.test. 1 3600 600 86400 300\n@ NS ns\nns A 127.0.0.1\n\
+         auth TXT \"v=spf1 ip4:127.0.0.7 -all\"\n_dmarc.auth TXT \"v=DMARC1; p=none\"\n",
+    );
+    let plain = message("a@auth.test", "");
+    let mut signatures = String::new();
+    for n in 1..=20 {
+        let key = dir.join(format!("s{n}.pem"));
+        let record = keygen(Algorithm::Ed25519, "auth.test", &format!("s{n}"), &key).unwrap();
+        let txt = record.split('"').nth(1).unwrap();
+        zone.push_str(&format!("s{n}._domainkey.auth TXT \"{txt}\"\n"));
+        let signers = Signers::load(&[DkimKeyConfig {
+            domain: "auth.test".into(),
+            selector: format!("s{n}"),
+            key_file: key,
+            headers: None,
+        }])
+        .unwrap();
+        signatures.push_str(&signers.sign(plain.as_bytes()).unwrap().unwrap().0);
+    }
+    let nsd = Nsd::start(&dir, &[("test", &zone)]);
+    let sink = recording_sink().await;
+    let mut cfg = untrusted_config(&dir, Some(sink.addr));
+    cfg.dns.nameservers = vec![nsd.addr.to_string()];
+    cfg.dns.timeout_ms = 1000;
+    cfg.smtpd.sender_auth = true;
+    assert_eq!(cfg.smtpd.dkim_verify_max_signatures, 5, "the default");
+    let (server, addr) = start(cfg).await;
+    let signed = format!("{signatures}{plain}");
+    // nsd may still be loading: the first attempt may see temperror.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let text = loop {
+        let n = sink.count();
+        let r = send("127.0.0.7", addr, "a@auth.test", &signed).await;
+        assert!(r.starts_with("250"), "{r}");
+        assert!(wait_until(10, || sink.count() > n).await, "not relayed");
+        let got = sink.messages().pop().unwrap();
+        let text = String::from_utf8_lossy(&got.body).to_string();
+        if text.contains("dkim=pass") {
+            break text;
+        }
+        assert!(std::time::Instant::now() < deadline, "never passed: {text}");
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    };
+    let results = &text[..text.find("\r\nDKIM-Signature:").unwrap()];
+    assert_eq!(results.matches("dkim=").count(), 5, "{results}");
+    assert!(
+        results.contains("(15 more DKIM signatures not evaluated)"),
+        "{results}"
+    );
+    server.shutdown().await;
+    assert!(read_log(&dir).contains("dkim_not_evaluated=15"));
+}

@@ -191,6 +191,9 @@ pub struct SmtpdConfig {
     pub sender_auth: bool,
     /// ... and refuse mail failing DMARC under p=reject.
     pub dmarc_reject: bool,
+    /// With `sender_auth`: DKIM signatures evaluated per message (each
+    /// costs DNS lookups); the rest are recorded as not evaluated.
+    pub dkim_verify_max_signatures: usize,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -344,6 +347,7 @@ impl Default for SmtpdConfig {
             message_memory_budget_kib: 1 << 20,
             sender_auth: false,
             dmarc_reject: false,
+            dkim_verify_max_signatures: 5,
         }
     }
 }

@@ -277,8 +277,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         let helo = self.helo.clone().unwrap_or_default();
         let ip = self.peer.ip();
         let dmarc_reject = self.listener.dmarc_reject;
+        let max_signatures = self.ctx.config.smtpd.dkim_verify_max_signatures;
         let verdict = checker
-            .check(ip, &helo, &txn.sender, &txn.body, dmarc_reject)
+            .check(
+                ip,
+                &helo,
+                &txn.sender,
+                &txn.body,
+                dmarc_reject,
+                max_signatures,
+            )
             .await;
         log!(
             self.ctx.logger,
