@@ -16,6 +16,7 @@
 //! The spool itself is the crate `sluice-spool`; [`tools`] holds the load
 //! generator and the sink used by the benchmarks and tests.
 
+pub mod accept;
 pub mod admin;
 pub mod bounce;
 pub mod config;

@@ -225,3 +225,69 @@ async fn a_new_certificate_is_served_after_reload() {
     server.shutdown().await;
     assert!(read_log(&dir).contains("reload: TLS certificate"));
 }
+
+/// RFC 3207 §4.2: an AUTH given in the clear (a listener with
+/// `auth_without_tls`) is forgotten by STARTTLS: after the handshake the
+/// stranger may not relay until it authenticates again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starttls_forgets_an_earlier_authentication() {
+    let dir = temp_dir("tls-forget-auth");
+    let sink = recording_sink().await;
+    let mut cfg = with_auth(&dir, sink.addr, &[ListenerKind::Smtp]);
+    cfg.smtpd.listeners[0].auth_without_tls = true;
+    let (server, _) = start(cfg).await;
+    let clear = server.addrs[1];
+    let mut c = Client::ready(clear).await;
+    let r = c
+        .cmd(&format!(
+            "AUTH PLAIN {}",
+            b64("\0alice@ours.test\0wonderland")
+        ))
+        .await;
+    assert!(r.starts_with("235"), "{r}");
+    let r = c.cmd("STARTTLS").await;
+    assert!(r.starts_with("220 2.0.0"), "{r}");
+    let mut t = TlsClient::handshake(c.stream, &snakeoil(&dir), "mx.test").await;
+    assert!(t.cmd("EHLO client.test").await.starts_with("250"));
+    assert!(t
+        .cmd("MAIL FROM:<alice@ours.test>")
+        .await
+        .starts_with("250"));
+    let r = t.cmd("RCPT TO:<friend@elsewhere.test>").await;
+    assert!(
+        r.starts_with("554 5.7.1"),
+        "relayed on a forgotten AUTH: {r}"
+    );
+    server.shutdown().await;
+}
+
+/// A key that does not belong to the certificate: `check-config` says so,
+/// and a SIGHUP with such a pair keeps serving the previous certificate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_that_does_not_match_its_certificate_is_refused() {
+    let dir = temp_dir("tls-mismatch");
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let one = rcgen::generate_simple_self_signed(vec!["mx.test".to_string()]).unwrap();
+    let two = rcgen::generate_simple_self_signed(vec!["mx.test".to_string()]).unwrap();
+    std::fs::write(&cert, one.cert.pem()).unwrap();
+    std::fs::write(&key, two.key_pair.serialize_pem()).unwrap();
+    let mut cfg = config(&dir, None);
+    cfg.tls.cert_file = Some(cert.clone());
+    cfg.tls.key_file = Some(key.clone());
+    let err = sluice::daemon::check(cfg.clone()).unwrap_err();
+    assert!(err.contains("does not match the certificate"), "{err}");
+    // A matching pair to start with, then a mismatched one and a reload.
+    std::fs::write(&key, one.key_pair.serialize_pem()).unwrap();
+    sluice::daemon::check(cfg.clone()).unwrap();
+    let (mut server, addr) = start(cfg).await;
+    std::fs::write(&key, two.key_pair.serialize_pem()).unwrap();
+    server.reload(None).await;
+    starttls(addr, &cert).await;
+    server.shutdown().await;
+    let log = read_log(&dir);
+    assert!(
+        log.contains("does not match the certificate")
+            && log.contains("keeping the previous certificate"),
+        "{log}"
+    );
+}

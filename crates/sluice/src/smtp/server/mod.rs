@@ -37,6 +37,7 @@ use tokio::task::JoinSet;
 
 pub use session::Session;
 
+use crate::accept::AcceptErrors;
 use crate::config::listener::ListenerConfig;
 use crate::config::Config;
 use crate::log;
@@ -133,6 +134,13 @@ pub struct Listening {
 
 pub async fn accept_loop(listener: TcpListener, mut l: Listening) {
     let mut sessions = JoinSet::new();
+    let mut errors = AcceptErrors::new(
+        l.serving.load().ctx.logger.clone(),
+        "smtpd",
+        listener
+            .local_addr()
+            .map_or_else(|e| e.to_string(), |a| a.to_string()),
+    );
     let closed = loop {
         let accepted = tokio::select! {
             _ = l.shutdown.changed() => break None,
@@ -141,12 +149,12 @@ pub async fn accept_loop(listener: TcpListener, mut l: Listening) {
         };
         while sessions.try_join_next().is_some() {}
         match accepted {
-            Ok((stream, peer)) => start_session(&l, &mut sessions, stream, peer),
-            Err(err) => {
-                // Out of descriptors and the like: back off briefly.
-                log!(l.serving.load().ctx.logger, "smtpd", "accept failed: {err}");
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            Ok((stream, peer)) => {
+                errors.accepted();
+                start_session(&l, &mut sessions, stream, peer)
             }
+            // Out of descriptors and the like: back off, never give up.
+            Err(err) => errors.failed(err).await,
         }
     };
     drop(listener);

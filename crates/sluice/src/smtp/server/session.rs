@@ -347,9 +347,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     "smtpd",
                     "TLS connection established from [{ip}]: {summary}"
                 );
+                // RFC 3207 §4.2: everything learnt before is forgotten,
+                // an authentication too (it was over the clear channel).
                 self.helo = None;
                 self.esmtp = false;
                 self.txn = None;
+                self.auth = None;
+                self.mode = Mode::Command;
                 true
             }
             Ok(Err(err)) => {

@@ -7,7 +7,9 @@
 //! files; sessions already encrypted keep their keys.
 //!
 //! Trust: the certificate files are the administrator's; a file that does
-//! not load leaves the previous certificate in place (at start: an error).
+//! not load, or a key that does not match its certificate, leaves the
+//! previous certificate in place (at start and in `check-config`: an
+//! error).
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -114,7 +116,23 @@ fn certified_key(cert: &Path, key: &Path) -> Result<CertifiedKey, String> {
         PrivateKeyDer::from_pem_file(key).map_err(|e| format!("tls: {}: {e}", key.display()))?;
     let signer = rustls::crypto::ring::sign::any_supported_type(&der)
         .map_err(|e| format!("tls: {}: {e}", key.display()))?;
-    Ok(CertifiedKey::new(chain, signer))
+    let pair = CertifiedKey::new(chain, signer);
+    // A pair that does not match fails here (check-config, start, reload)
+    // rather than at every client's handshake (security review M6).
+    match pair.keys_match() {
+        Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch)) => {
+            Err(format!(
+                "tls: {} does not match the certificate {}",
+                key.display(),
+                cert.display()
+            ))
+        }
+        Err(e @ rustls::Error::InvalidCertificate(_)) => {
+            Err(format!("tls: {}: {e}", cert.display()))
+        }
+        // The key cannot say its public half: nothing to compare.
+        _ => Ok(pair),
+    }
 }
 
 /// The self-signed certificate under `dir`, generated if missing.
