@@ -8,6 +8,7 @@
 //! runtime's workers. Trust: whoever can open the socket is the
 //! administrator; requests are still parsed strictly and bounded (64 KiB).
 
+mod history;
 pub mod http;
 pub mod protocol;
 pub mod submit;
@@ -247,7 +248,7 @@ impl Admin {
                 .read_body(body_ref)
                 .map(|b| String::from_utf8_lossy(crate::message::body::headers(&b)).into_owned())
                 .unwrap_or_default();
-            (headers, history(log_file.as_deref(), &qid))
+            (headers, history::history(log_file.as_deref(), &qid))
         })
         .await
         .unwrap_or_default();
@@ -304,20 +305,4 @@ fn entry(spool: &Spool, s: Snap) -> Option<Entry> {
         recipients,
         body_ref: Some(s.body_ref),
     })
-}
-
-/// The last 200 lines of the mail log naming `qid`.
-fn history(log_file: Option<&Path>, qid: &str) -> Vec<String> {
-    let Some(path) = log_file else {
-        return Vec::new();
-    };
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return Vec::new();
-    };
-    let lines: Vec<String> = text
-        .lines()
-        .filter(|l| l.contains(qid))
-        .map(str::to_string)
-        .collect();
-    lines[lines.len().saturating_sub(200)..].to_vec()
 }
