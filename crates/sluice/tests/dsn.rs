@@ -151,3 +151,33 @@ async fn notify_never_means_no_bounce_and_ret_full_returns_the_body() {
         "the whole message came back: {text}"
     );
 }
+
+/// A client that may not relay (a stranger, unauthenticated) asking
+/// RET=FULL gets headers only, success or failure: it cannot make us
+/// reflect a body of its choosing to the sender address it claims
+/// (security review, Low: DSN reflection). The trusted client's RET=FULL
+/// above returns the whole message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stranger_asking_ret_full_gets_headers_only() {
+    let dir = temp_dir("dsn-stranger");
+    let hop = sink(false).await;
+    let (server, addr) = start(untrusted_config(&dir, Some(hop.addr))).await;
+    let mut c = Client::ready(addr).await;
+    send(&mut c, "x@ours.test", "SUCCESS", "FULL", "reflected").await;
+    send(&mut c, "reject-b@ours.test", "FAILURE", "FULL", "bounced").await;
+    assert!(
+        wait_until(15, || notices(&hop).len() == 2).await,
+        "a relayed notice and a bounce: {}",
+        read_log(&dir)
+    );
+    server.shutdown().await;
+    for n in notices(&hop) {
+        let text = String::from_utf8_lossy(&n.body);
+        assert!(text.contains("Content-Type: text/rfc822-headers"), "{text}");
+        assert!(
+            !text.contains("body line one"),
+            "the body came back: {text}"
+        );
+    }
+    assert!(read_log(&dir).contains("RET=FULL from a client that may not relay"));
+}

@@ -167,7 +167,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             txn.dsn_given = true;
             txn.dsn.ret = match params.ret {
                 None => 0,
-                Some(Ret::Full) => 1,
+                Some(Ret::Full) if self.may_relay() => 1,
+                Some(Ret::Full) => {
+                    // A stranger's RET=FULL would have us send a body of
+                    // its choosing to whatever sender it claims: notices
+                    // carry the headers only (docs/SECURITY.md).
+                    log!(
+                        self.ctx.logger,
+                        "smtpd",
+                        "{}: RET=FULL from a client that may not relay, [{}]: notices will return headers only",
+                        qid(id),
+                        self.peer.ip()
+                    );
+                    2
+                }
                 Some(Ret::Hdrs) => 2,
             };
             txn.dsn.envid = params.envid.unwrap_or_default();
