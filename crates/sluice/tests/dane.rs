@@ -1,13 +1,15 @@
 //! DANE (RFC 7672) through a real DNSSEC-signed zone (ldns-signzone,
 //! served by nsd, validated by hickory from the zone's own key as trust
 //! anchor): a TLSA 3 1 1 record matching the MX host's key means verified
-//! TLS; a record that does not match means the mail waits.
+//! TLS; a record that does not match means the mail waits; an MX answer
+//! forged for the non-validating lookups is not used.
 
 mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::dns_split::DnsSplit;
 use common::nsd::Nsd;
 use common::*;
 
@@ -123,4 +125,52 @@ async fn a_tlsa_record_that_does_not_match_keeps_the_mail() {
         "{log}"
     );
     assert_eq!(sink.count(), 0);
+}
+
+/// An on-path attacker forges the answers to queries without the DNSSEC
+/// (DO) bit: the routing lookup sees `dane.test MX mx.evil.test` (a plain
+/// sink, no TLSA), the validating lookup the signed truth (`mx.dane.test`
+/// with a TLSA record). Before: the secure MX RRset turned DANE on, the
+/// forged host had no TLSA, so the mail went to it in opportunistic TLS.
+/// Now only MX hosts of the validated RRset are used: nothing reaches the
+/// forger, the mail waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mx_hosts_not_in_the_validated_answer_are_not_used() {
+    let dir = temp_dir("dane-forged-mx");
+    let evil = sink_on("127.0.0.32:0".parse().unwrap()).await;
+    let port = evil.addr.port();
+    let head = "$ORIGIN test.\n$TTL 300\n@ SOA ns.test. admin.test. 1 3600 600 86400 300\n@ NS ns\nns A 127.0.0.1\n";
+    let truth = format!(
+        "{head}dane MX 10 mx.dane\nmx.dane A 127.0.0.31\n_{port}._tcp.mx.dane TLSA 3 1 1 {}\n",
+        "ab".repeat(32)
+    );
+    let forged = format!("{head}dane MX 10 mx.evil\nmx.evil A 127.0.0.32\n");
+    let (root, signed, anchor) = sign(&dir, &truth);
+    let real = Nsd::start(&dir.join("real"), &[(".", &root), ("test", &signed)]);
+    let forger = Nsd::start(&dir.join("forger"), &[("test", &forged)]);
+    let split = DnsSplit::start(real.addr, forger.addr).await;
+    let mut cfg = config(&dir, None);
+    cfg.dns.nameservers = vec![split.addr.to_string()];
+    cfg.dns.timeout_ms = 1000;
+    cfg.dns.trust_anchor_file = Some(anchor);
+    cfg.delivery.dane = true;
+    cfg.transport
+        .insert("dane.test".into(), format!("smtp:dane.test:{port}"));
+    let (server, addr) = start(cfg).await;
+    let mut c = Client::ready(addr).await;
+    let r = c.message("a@b.test", &["x@dane.test"], &body("dane")).await;
+    assert!(r.starts_with("250"), "{r}");
+    let done = |log: &str| log.contains("to=<x@dane.test>");
+    assert!(
+        wait_until(20, || done(&read_log(&dir))).await,
+        "{}",
+        read_log(&dir)
+    );
+    server.shutdown().await;
+    let log = read_log(&dir);
+    assert_eq!(evil.count(), 0, "delivered to the forged MX: {log}");
+    assert!(
+        log.contains("not in its DNSSEC-validated MX RRset") && log.contains("status=deferred"),
+        "{log}"
+    );
 }

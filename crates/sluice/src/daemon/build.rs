@@ -98,7 +98,11 @@ pub(super) fn secure_mx(dane: Option<&Arc<Dane>>) -> Option<crate::queue::Secure
     let dane = dane?.clone();
     Some(Arc::new(move |domain: String| {
         let dane = dane.clone();
-        Box::pin(async move { dane.mx_secure(&domain).await.unwrap_or(true) })
+        Box::pin(async move {
+            dane.secure_mx_hosts(&domain)
+                .await
+                .map_or(true, |hosts| hosts.is_some())
+        })
     }))
 }
 

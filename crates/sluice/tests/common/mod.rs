@@ -2,6 +2,7 @@
 //! client, polling with a deadline.
 #![allow(dead_code)]
 
+pub mod dns_split;
 pub mod haproxy;
 pub mod nsd;
 pub mod slapd;

@@ -12,7 +12,7 @@ use std::time::Duration;
 use sluice_spool::Spool;
 
 use super::conn::{SmtpConn, TxError};
-use super::dane::{Dane, HostDane};
+use super::dane::{host_name, Dane, HostDane};
 use super::dead::DeadHosts;
 use super::guard::{self, OwnAddrs};
 use super::mta_sts::{Mode, MtaSts, Policy};
@@ -162,16 +162,58 @@ impl SmtpWorker {
         }
     }
 
-    /// Whether DANE applies to `domain`'s MX hosts (its MX RRset is
-    /// DNSSEC-secure); an error when the lookup was bogus or failed.
-    async fn dane_domain(&self, domain: &str, bracketed: bool) -> Result<bool, String> {
+    /// `domain`'s validated MX host names when DANE applies to them (its
+    /// MX RRset is DNSSEC-secure); an error when the lookup was bogus or
+    /// failed.
+    async fn dane_domain(
+        &self,
+        domain: &str,
+        bracketed: bool,
+    ) -> Result<Option<Vec<String>>, String> {
         let Some(dane) = &self.dane else {
-            return Ok(false);
+            return Ok(None);
         };
         if bracketed || domain.parse::<IpAddr>().is_ok() {
-            return Ok(false);
+            return Ok(None);
         }
-        dane.mx_secure(domain).await
+        let hosts = dane.secure_mx_hosts(domain).await?;
+        if hosts.is_none() {
+            crate::log!(
+                self.logger,
+                "smtp",
+                "DANE: MX RRset of {domain} is not DNSSEC-validated: opportunistic TLS"
+            );
+        }
+        Ok(hosts)
+    }
+
+    /// Keeps the targets named in `domain`'s validated MX RRset (the
+    /// routing lookup does not validate: a forged answer could name a
+    /// host without TLSA records); none left: 4.7.5.
+    fn keep_validated(
+        &self,
+        domain: &str,
+        targets: Targets,
+        validated: &[String],
+    ) -> Result<Targets, Unreachable> {
+        let (kept, dropped): (Targets, Targets) = targets
+            .into_iter()
+            .partition(|(name, _)| validated.contains(&host_name(name)));
+        if !dropped.is_empty() {
+            let names: Vec<&str> = dropped.iter().map(|(n, _)| n.as_str()).collect();
+            crate::log!(
+                self.logger,
+                "smtp",
+                "DANE: {} not in its DNSSEC-validated MX RRset of {domain}: not used",
+                names.join(", ")
+            );
+        }
+        if kept.is_empty() {
+            return Err(Unreachable::Temporary(format!(
+                "4.7.5 MX hosts of {domain} are not in its DNSSEC-validated MX RRset"
+            )));
+        }
+        Ok(kept)
     }
 
     /// The MTA-STS policy of an MX-routed domain, if it has one.
@@ -232,12 +274,16 @@ impl SmtpWorker {
                 bracketed,
                 screened,
             } => {
-                self.dane_secure = self.dane_domain(host, *bracketed).await.map_err(|why| {
+                let validated = self.dane_domain(host, *bracketed).await.map_err(|why| {
                     crate::log!(self.logger, "smtp", "{why}");
                     Unreachable::Temporary(why)
                 })?;
+                self.dane_secure = validated.is_some();
                 let policy = self.sts_policy(host, *bracketed).await;
                 let mut targets = self.targets(host, *port, *bracketed).await?;
+                if let Some(validated) = &validated {
+                    targets = self.keep_validated(host, targets, validated)?;
+                }
                 if *screened {
                     targets = self.screen(host, targets)?;
                 }

@@ -10,7 +10,10 @@
 //! Validation is hickory's own (DNSSEC with ring), from the root trust
 //! anchors or `[dns] trust_anchor_file` (DNSKEY records), through the same
 //! servers as every lookup. Trust: records are data; only Secure answers
-//! are acted on.
+//! are acted on. When a domain's MX RRset is secure, only the hosts of
+//! that validated RRset are connected to: the routing lookup does not
+//! validate, and an on-path attacker forging it could otherwise name a
+//! host without TLSA records and get the mail in opportunistic TLS.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -73,13 +76,25 @@ impl Dane {
         Ok(Dane { resolver })
     }
 
-    /// True if `domain`'s MX RRset is DNSSEC-secure (DANE applies to its
-    /// hosts); false if insecure; an error if bogus or unanswered.
-    pub async fn mx_secure(&self, domain: &str) -> Result<bool, String> {
+    /// The MX host names of `domain` when its MX RRset is DNSSEC-secure
+    /// (DANE applies to them, and only they may be used: a non-validating
+    /// lookup's answer may be forged); `None` if insecure or absent; an
+    /// error if bogus or unanswered.
+    pub async fn secure_mx_hosts(&self, domain: &str) -> Result<Option<Vec<String>>, String> {
         let fqdn = format!("{}.", ascii_name(domain).map_err(|e| e.to_string())?);
         match self.resolver.mx_lookup(fqdn.as_str()).await {
-            Ok(found) => Ok(all_secure(found.answers().iter().map(|r| r.proof))),
-            Err(e) if e.is_no_records_found() => Ok(false),
+            Ok(found) if all_secure(found.answers().iter().map(|r| r.proof)) => Ok(Some(
+                found
+                    .answers()
+                    .iter()
+                    .filter_map(|r| match &r.data {
+                        RData::MX(mx) => Some(host_name(&mx.exchange.to_ascii())),
+                        _ => None,
+                    })
+                    .collect(),
+            )),
+            Ok(_) => Ok(None),
+            Err(e) if e.is_no_records_found() => Ok(None),
             Err(e) => Err(format!("4.7.5 DNSSEC lookup of {domain} MX failed: {e}")),
         }
     }
@@ -127,6 +142,11 @@ impl Dane {
         }
         Ok(HostDane::Authenticated(connector(usable)?))
     }
+}
+
+/// A host name as compared: lower case, no final dot.
+pub fn host_name(name: &str) -> String {
+    name.trim_end_matches('.').to_ascii_lowercase()
 }
 
 fn all_secure(proofs: impl Iterator<Item = Proof>) -> bool {
