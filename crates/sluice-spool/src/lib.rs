@@ -91,6 +91,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use reader::SegmentReader;
 pub use record::{Dsn, Envelope, MAX_RECIPIENTS};
+pub use space::{filesystem_space, FsSpace};
 
 /// Errors the spool reports; the SMTP layer maps them to replies
 /// (`Invalid` is permanent for that message, the others are temporary).
@@ -179,15 +180,9 @@ pub struct SpoolConfig {
     /// [`SpoolError::Full`] when writing it would leave less than this many
     /// bytes free on the spool's file system. Outcome records (and so
     /// completion and reclaiming) may use the reserve, so a spool that
-    /// filled up can always drain. See [`SpoolConfig::default_reserve`].
+    /// filled up can always drain. The daemon fits it to the file system
+    /// (two segments, at least 4 MiB or an eighth of the file system).
     pub reserve_bytes: u64,
-}
-
-impl SpoolConfig {
-    /// The reserve the daemon should use: two segments, at least 4 MiB.
-    pub fn default_reserve(segment_bytes: u64) -> u64 {
-        segment_bytes.saturating_mul(2).max(4 << 20)
-    }
 }
 
 /// Handle to the spool; cheap to clone, shared by every session.

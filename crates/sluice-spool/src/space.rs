@@ -43,8 +43,22 @@ impl Disk {
     }
 }
 
+/// Size and free space of a file system, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FsSpace {
+    /// Its whole size.
+    pub total: u64,
+    /// Bytes available to unprivileged writers.
+    pub free: u64,
+}
+
 /// Bytes available to unprivileged writers on the file system holding `dir`.
 pub(crate) fn free_bytes(dir: &Path) -> io::Result<u64> {
+    filesystem_space(dir).map(|s| s.free)
+}
+
+/// Size and free space of the file system holding `dir`.
+pub fn filesystem_space(dir: &Path) -> io::Result<FsSpace> {
     use std::os::unix::ffi::OsStrExt;
     let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL byte in spool path"))?;
@@ -58,7 +72,11 @@ pub(crate) fn free_bytes(dir: &Path) -> io::Result<u64> {
         }
         stat.assume_init()
     };
-    Ok((stat.f_bavail as u64).saturating_mul(stat.f_frsize as u64))
+    let unit = stat.f_frsize as u64;
+    Ok(FsSpace {
+        total: (stat.f_blocks as u64).saturating_mul(unit),
+        free: (stat.f_bavail as u64).saturating_mul(unit),
+    })
 }
 
 #[cfg(test)]

@@ -372,7 +372,9 @@ fn dkim_keygen(a: KeygenArgs) -> Result<(), String> {
 /// routes, certificates, resolvers, keys), so a config that passes here
 /// does not fail at start or reload.
 fn check_config(arg: ConfigArg) -> Result<(), String> {
-    sluice::daemon::check(load_config(&arg)?)?;
+    for warning in sluice::daemon::check(load_config(&arg)?)? {
+        eprintln!("sluice: {warning}");
+    }
     println!("configuration ok");
     Ok(())
 }

@@ -202,15 +202,16 @@ pub struct SpoolSettings {
     /// DANGER: acknowledge mail before it is on stable storage. Mail that
     /// got `250` is lost on power failure or kernel crash. Off by default.
     pub unsafe_ack_before_fsync: bool,
-    /// Start a new spool segment at this size (MiB).
-    pub segment_mib: u64,
+    /// Start a new spool segment at this size (MiB). Default: 64, or a
+    /// sixteenth of the spool's file system if that is less (at least 1).
+    pub segment_mib: Option<u64>,
     /// Message bodies kept in memory for delivery (MiB); the rest is read
     /// back from the spool.
     pub body_cache_mib: usize,
     /// Free space (MiB) kept on the spool's filesystem for outcome records:
     /// new mail gets `452 4.3.1` before the disk is full, so delivered mail
     /// can always be recorded and its space freed. Default: two segments,
-    /// at least 4 MiB.
+    /// at least 4 MiB (or an eighth of the file system if that is less).
     pub reserve_mib: Option<u64>,
 }
 
@@ -356,7 +357,7 @@ impl Default for SpoolSettings {
     fn default() -> Self {
         SpoolSettings {
             unsafe_ack_before_fsync: false,
-            segment_mib: 64,
+            segment_mib: None,
             body_cache_mib: 256,
             reserve_mib: None,
         }

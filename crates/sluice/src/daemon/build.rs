@@ -347,8 +347,16 @@ impl Parts {
     }
 }
 
-/// `sluice check-config`: builds what `serve` builds, writing nothing.
-pub fn check(config: Config) -> Result<(), String> {
+/// `sluice check-config`: builds what `serve` builds, writing nothing;
+/// returns warnings (a spool file system too full to take mail).
+pub fn check(config: Config) -> Result<Vec<String>, String> {
     let logger = Logger::disabled();
-    Parts::build(Arc::new(config), &logger, None, Purpose::Check).map(|_| ())
+    let dir = config.data_dir.join("spool");
+    let fs =
+        super::spool_size::space_for(&dir).map_err(|e| format!("spool {}: {e}", dir.display()))?;
+    let size = super::spool_size::fit(&config.spool, fs);
+    let warnings = super::spool_size::shortage(&dir, size, fs)
+        .into_iter()
+        .collect();
+    Parts::build(Arc::new(config), &logger, None, Purpose::Check).map(|_| warnings)
 }

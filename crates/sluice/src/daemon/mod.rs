@@ -12,6 +12,7 @@
 mod build;
 mod listeners;
 mod reload;
+mod spool_size;
 
 pub use build::check;
 
@@ -243,16 +244,19 @@ async fn open_spool(
     config: &Config,
     logger: &Logger,
 ) -> Result<(Spool, Vec<sluice_spool::Recovered>), StartError> {
-    let segment_bytes = config.spool.segment_mib.max(1) << 20;
-    let reserve_bytes = match config.spool.reserve_mib {
-        Some(mib) => mib << 20,
-        None => SpoolConfig::default_reserve(segment_bytes),
-    };
+    let dir = config.data_dir.join("spool");
+    let fs = spool_size::space_for(&dir)
+        .map_err(|e| StartError::Config(format!("spool {}: {e}", dir.display())))?;
+    let size = spool_size::fit(&config.spool, fs);
+    if let Some(warning) = spool_size::shortage(&dir, size, fs) {
+        eprintln!("sluice: {warning}");
+        log!(logger, "master", "{warning}");
+    }
     let spool_config = SpoolConfig {
-        dir: config.data_dir.join("spool"),
+        dir,
         sync: !config.spool.unsafe_ack_before_fsync,
-        segment_bytes,
-        reserve_bytes,
+        segment_bytes: size.segment_bytes,
+        reserve_bytes: size.reserve_bytes,
     };
     let (spool, recovered, report) = tokio::task::spawn_blocking(move || Spool::open(spool_config))
         .await
@@ -260,9 +264,11 @@ async fn open_spool(
     log!(
         logger,
         "master",
-        "daemon started: spool {} segments, {} messages to deliver{}",
+        "daemon started: spool {} segments, {} messages to deliver, segments of {} MiB, {} MiB kept free{}",
         report.segments,
         report.messages_pending,
+        size.segment_bytes >> 20,
+        size.reserve_bytes >> 20,
         if config.spool.unsafe_ack_before_fsync {
             " (WARNING: unsafe_ack_before_fsync is on; acknowledged mail can be lost on power failure)"
         } else {
