@@ -112,7 +112,12 @@ fn mail_exchanger(domain: &str, port: u16) -> Option<Arc<NextHop>> {
     }
     let hop = match domain.strip_prefix('[').and_then(|d| d.strip_suffix(']')) {
         Some(literal) => NextHop::Smtp {
-            host: literal.trim_start_matches("IPv6:").to_string(),
+            // The domain was lower-cased: `[IPv6:…]` arrives as `[ipv6:…]`.
+            host: match literal.get(..5) {
+                Some(tag) if tag.eq_ignore_ascii_case("ipv6:") => &literal[5..],
+                _ => literal,
+            }
+            .to_string(),
             port,
             bracketed: true,
             screened: true,
@@ -145,6 +150,10 @@ mod tests {
         assert_eq!(
             dns.route("x@[192.0.2.1]").unwrap().key(),
             "literal:[192.0.2.1]:25"
+        );
+        assert_eq!(
+            dns.route("x@[IPv6:2001:DB8::1]").unwrap().key(),
+            "literal:[2001:db8::1]:25"
         );
     }
 }
