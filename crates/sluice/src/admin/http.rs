@@ -127,7 +127,9 @@ pub async fn spawn(
         hostname: access.hostname,
         logger,
     });
-    let slots = Arc::new(Semaphore::new(access.max_connections));
+    // (Past MAX_PERMITS, about 2^61, `new` would panic.)
+    let slots = Semaphore::new(access.max_connections.min(Semaphore::MAX_PERMITS));
+    let slots = Arc::new(slots);
     let task = tokio::spawn(async move {
         let mut refusing = false;
         while let Ok((stream, peer)) = listener.accept().await {
