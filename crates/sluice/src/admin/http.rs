@@ -84,16 +84,17 @@ impl BadHost {
 }
 
 /// The process's Prometheus recorder (one per process: the `metrics`
-/// macros write to a global recorder).
+/// macros write to a global recorder). Installed under the lock, so that
+/// of daemons starting at once none finds it installed by another.
 pub fn recorder() -> Result<PrometheusHandle, String> {
-    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
-    if let Some(h) = HANDLE.get() {
-        return Ok(h.clone());
-    }
-    let handle = PrometheusBuilder::new()
-        .install_recorder()
-        .map_err(|e| format!("metrics: {e}"))?;
-    Ok(HANDLE.get_or_init(|| handle).clone())
+    static HANDLE: OnceLock<Result<PrometheusHandle, String>> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            PrometheusBuilder::new()
+                .install_recorder()
+                .map_err(|e| format!("metrics: {e}"))
+        })
+        .clone()
 }
 
 struct Http {
@@ -361,6 +362,25 @@ mod tests {
         for (headers, local, want) in table {
             let head = format!("GET / HTTP/1.1\r\n{headers}\r\n\r\nHost: after.the.head\r\n");
             assert_eq!(&check_host(&head, *local, "mx.example"), want, "{headers}");
+        }
+    }
+
+    /// Daemons started at once in one process (the tests) share the one
+    /// recorder; none fails to install it because another just did.
+    #[test]
+    fn the_recorder_is_installed_once_for_callers_racing() {
+        let start = Arc::new(std::sync::Barrier::new(8));
+        let racers: Vec<_> = (0..8)
+            .map(|_| {
+                let start = start.clone();
+                std::thread::spawn(move || {
+                    start.wait();
+                    recorder().map(|_| ())
+                })
+            })
+            .collect();
+        for racer in racers {
+            assert_eq!(racer.join().unwrap(), Ok(()));
         }
     }
 
