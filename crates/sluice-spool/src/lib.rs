@@ -75,6 +75,7 @@
 //! its CRC. A record whose keyed CRC checks out is trusted: message bodies
 //! come from SMTP clients, who do not know the salt.
 
+mod durable;
 mod index;
 mod reader;
 mod record;
@@ -89,6 +90,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+pub use durable::{replace_file, sync_dir};
 use reader::SegmentReader;
 pub use record::{Dsn, Envelope, MAX_RECIPIENTS};
 pub use space::{filesystem_space, FsSpace};
@@ -350,11 +352,6 @@ impl Spool {
 
 pub(crate) fn segment_path(dir: &Path, segment: u32) -> PathBuf {
     dir.join(format!("{segment:08}.seg"))
-}
-
-/// Makes a directory's entries (files created, renamed or removed) durable.
-pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    File::open(dir)?.sync_all()
 }
 
 /// Takes an exclusive lock (`flock` on Linux) so two servers never share

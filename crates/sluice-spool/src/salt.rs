@@ -32,14 +32,13 @@
 //!   refused (the spool does not open): guessing would make every record
 //!   look damaged.
 
-use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs::File;
+use std::io::{self, Read};
 use std::path::Path;
 
 use crate::record::{self, HEADER_LEN};
 use crate::recover::RecoveredState;
-use crate::{segment_path, sync_dir};
+use crate::{replace_file, segment_path, sync_dir};
 
 /// The salt's file name in the spool directory.
 pub(crate) const SALT_FILE: &str = "salt";
@@ -170,24 +169,11 @@ pub(crate) fn upgrade_when_empty(
     Ok(())
 }
 
-/// Writes a fresh random salt durably and returns it.
+/// Writes a fresh random salt durably (mode 0600) and returns it.
 fn create(dir: &Path) -> io::Result<Salt> {
     let mut bytes = vec![0u8; SALT_LEN];
     File::open("/dev/urandom")?.read_exact(&mut bytes)?;
-    let tmp = dir.join("salt.tmp");
-    match std::fs::remove_file(&tmp) {
-        Err(err) if err.kind() != io::ErrorKind::NotFound => return Err(err),
-        _ => {}
-    }
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    file.write_all(&bytes)?;
-    file.sync_all()?;
-    std::fs::rename(&tmp, dir.join(SALT_FILE))?;
-    sync_dir(dir)?;
+    replace_file(dir, SALT_FILE, &bytes, 0o600)?;
     Ok(Salt(bytes))
 }
 

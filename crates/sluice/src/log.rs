@@ -10,10 +10,13 @@
 //! Invariant: logging never blocks a caller and never grows without bound.
 //! If the writer falls behind by more than `CAPACITY` lines, new lines are
 //! counted and dropped, and the next line written says how many were lost.
+//! A reopen request (SIGUSR1) is never dropped: it is a flag the writer
+//! reads after every round, and the message sent with it only wakes a
+//! writer waiting on an empty channel (a full one needs no waking).
 
 use std::io::Write;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 
 /// Lines waiting for the writer at most.
@@ -29,8 +32,9 @@ enum Item {
     Line(u64, String),
     /// Write out everything before this, then say so.
     Flush(mpsc::SyncSender<()>),
-    /// Close the file and open it again (logrotate renamed it: SIGUSR1).
-    Reopen,
+    /// Look at the reopen flag now (the writer was perhaps waiting on an
+    /// empty channel); the flag, not this message, is the request.
+    Wake,
 }
 
 use crate::timefmt;
@@ -40,6 +44,9 @@ use crate::timefmt;
 pub struct Logger {
     tx: Option<mpsc::SyncSender<Item>>,
     dropped: Arc<AtomicU64>,
+    /// Set by [`Logger::reopen`], cleared by the writer when it reopens
+    /// the file (logrotate renamed it: SIGUSR1).
+    reopen: Arc<AtomicBool>,
     program: &'static str,
 }
 
@@ -58,6 +65,8 @@ impl Logger {
         let (tx, rx) = mpsc::sync_channel::<Item>(CAPACITY);
         let dropped = Arc::new(AtomicU64::new(0));
         let lost = dropped.clone();
+        let reopen_asked = Arc::new(AtomicBool::new(false));
+        let reopen_wanted = reopen_asked.clone();
         std::thread::Builder::new()
             .name("log-writer".into())
             .spawn(move || {
@@ -73,8 +82,11 @@ impl Logger {
                             Item::Line(ms, text) if json => write_json(&mut out, ms, &text),
                             Item::Line(ms, text) => write_line(&mut out, ms, &text),
                             Item::Flush(done) => flushed.push(done),
-                            Item::Reopen => reopen(&mut out, path.as_deref()),
+                            Item::Wake => {}
                         }
+                    }
+                    if reopen_wanted.swap(false, Ordering::AcqRel) {
+                        reopen(&mut out, path.as_deref());
                     }
                     let n = lost.swap(0, Ordering::Relaxed);
                     if n > 0 {
@@ -99,6 +111,7 @@ impl Logger {
         Ok(Logger {
             tx: Some(tx),
             dropped,
+            reopen: reopen_asked,
             program: "sluice",
         })
     }
@@ -108,6 +121,7 @@ impl Logger {
         Logger {
             tx: None,
             dropped: Arc::new(AtomicU64::new(0)),
+            reopen: Arc::new(AtomicBool::new(false)),
             program: "sluice",
         }
     }
@@ -125,11 +139,15 @@ impl Logger {
         }
     }
 
-    /// Reopens the log file after the lines already logged (SIGUSR1, for
-    /// logrotate); a file that cannot be opened leaves the old one in use.
+    /// Reopens the log file at the end of the writer's current round
+    /// (SIGUSR1, for logrotate); a file that cannot be opened leaves the
+    /// old one in use. Never lost, never blocks: the flag is set first, so
+    /// a writer that takes the wake-up (or, with the channel full, its next
+    /// round's lines) then finds it set.
     pub fn reopen(&self) {
         if let Some(tx) = &self.tx {
-            let _ = tx.try_send(Item::Reopen);
+            self.reopen.store(true, Ordering::Release);
+            let _ = tx.try_send(Item::Wake);
         }
     }
 
@@ -264,6 +282,7 @@ mod tests {
         let logger = Logger {
             tx: Some(tx),
             dropped: Arc::new(AtomicU64::new(0)),
+            reopen: Arc::new(AtomicBool::new(false)),
             program: "sluice",
         };
         for i in 0..10 {
@@ -274,11 +293,66 @@ mod tests {
             .try_iter()
             .map(|i| match i {
                 Item::Line(_, l) => l,
-                Item::Flush(_) | Item::Reopen => String::new(),
+                Item::Flush(_) | Item::Wake => String::new(),
             })
             .collect();
         assert_eq!(kept.len(), 4);
         assert_eq!(kept[0], "sluice/test: line 0");
+    }
+
+    /// logrotate renames the file and sends SIGUSR1 while the writer is
+    /// behind: the request must still reach it. The log is a FIFO nobody
+    /// reads, so the writer stalls on a full pipe and the channel fills
+    /// (lines are dropped); then the reopen is asked for, and the pipe
+    /// drained.
+    #[test]
+    fn a_reopen_asked_for_while_the_channel_is_full_is_not_lost() {
+        use std::os::unix::ffi::OsStrExt;
+        use std::os::unix::fs::OpenOptionsExt;
+        use std::os::unix::io::AsRawFd;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("maillog");
+        let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path; mkfifo only creates a file.
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+        // The reading end first, so that the writer's open does not wait.
+        let mut pipe = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&path)
+            .unwrap();
+        let logger = Logger::start(Some(&path)).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let mut i = 0u64;
+        while logger.dropped.load(Ordering::Relaxed) == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the channel never filled"
+            );
+            crate::log!(logger, "test", "line {i}");
+            i += 1;
+        }
+        std::fs::rename(&path, dir.path().join("maillog.1")).unwrap();
+        logger.reopen();
+        // Let the writer go: read the pipe until the writer closes it.
+        // SAFETY: clearing O_NONBLOCK on a descriptor this test owns.
+        assert_eq!(
+            unsafe { libc::fcntl(pipe.as_raw_fd(), libc::F_SETFL, 0) },
+            0
+        );
+        let drain = std::thread::spawn(move || {
+            let mut sink = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut pipe, &mut sink);
+        });
+        let reopened =
+            || std::fs::read_to_string(&path).is_ok_and(|t| t.contains("log file reopened"));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !reopened() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(reopened(), "no new log file after the reopen request");
+        drop(logger);
+        drain.join().unwrap();
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! Observability against a running daemon: Prometheus text at /metrics,
 //! the queue at /api/queue, and the live dashboard at / as a real
 //! headless Chromium (Debian's) renders it while mail flows: live numbers
-//! in the page, and a screenshot that is not blank.
+//! in the page, and a screenshot that is not blank. Only requests naming
+//! this server in their Host header are answered (DNS rebinding), and only
+//! `metrics.max_connections` connections are served at once.
 
 mod common;
 
@@ -24,7 +26,16 @@ async fn http(addr: SocketAddr, request: &str) -> String {
 }
 
 async fn get(addr: SocketAddr, path: &str) -> String {
-    http(addr, &format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n")).await
+    get_as(addr, path, &addr.to_string()).await
+}
+
+/// A GET naming `host` in its Host header.
+async fn get_as(addr: SocketAddr, path: &str, host: &str) -> String {
+    http(
+        addr,
+        &format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n"),
+    )
+    .await
 }
 
 /// Sends `n` messages, one connection each, in the background.
@@ -94,9 +105,11 @@ async fn metrics_queue_and_a_live_dashboard_in_chromium() {
         "{queue}"
     );
     assert!(get(web, "/nope").await.starts_with("HTTP/1.1 404"));
-    assert!(http(web, "POST / HTTP/1.1\r\n\r\n")
-        .await
-        .starts_with("HTTP/1.1 405"));
+    assert!(
+        http(web, &format!("POST / HTTP/1.1\r\nHost: {web}\r\n\r\n"))
+            .await
+            .starts_with("HTTP/1.1 405")
+    );
 
     // The dashboard, under load, in a real browser.
     let traffic = load(addr, 200);
@@ -147,5 +160,125 @@ async fn metrics_queue_and_a_live_dashboard_in_chromium() {
         let _ = std::fs::copy(&shot, keep);
     }
     traffic.abort();
+    server.shutdown().await;
+}
+
+/// DNS rebinding: a page from attacker.example, whose name the attacker
+/// then points at 127.0.0.1, reaches the dashboard as the same origin, and
+/// could read the queue. The browser sends `Host: attacker.example:PORT`:
+/// refused (421) on every path, whatever the method. The listener's own
+/// address, `localhost` and the configured hostname, with the listener's
+/// port, are answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_for_another_host_name_is_refused_421() {
+    let dir = temp_dir("dashboard-host");
+    let mut cfg = config(&dir, None);
+    cfg.metrics.listen = Some("127.0.0.1:0".into());
+    let (server, _) = start(cfg).await;
+    let web = server.metrics_addr.expect("metrics listener");
+    let (port, other) = (web.port(), web.port() ^ 1);
+    for path in ["/", "/api/queue", "/metrics"] {
+        for host in [
+            format!("attacker.example:{port}"),
+            "attacker.example".to_string(),
+            format!("127.0.0.1.attacker.example:{port}"),
+            format!("127.0.0.1:{other}"),
+            format!("localhost:{other}"),
+            format!("mx.test.attacker.example:{port}"),
+            String::new(),
+        ] {
+            let r = get_as(web, path, &host).await;
+            assert!(r.starts_with("HTTP/1.1 421 "), "{path} as {host:?}: {r}");
+            assert!(!r.contains("\"active\"") && !r.contains("sluice_"), "{r}");
+        }
+    }
+    let r = http(
+        web,
+        &format!("POST / HTTP/1.1\r\nHost: attacker.example:{port}\r\n\r\n"),
+    )
+    .await;
+    assert!(r.starts_with("HTTP/1.1 421 "), "{r}");
+    let no_host = http(web, "GET /api/queue HTTP/1.1\r\n\r\n").await;
+    assert!(no_host.starts_with("HTTP/1.1 400 "), "{no_host}");
+    let twice = format!("GET /api/queue HTTP/1.1\r\nHost: {web}\r\nhost: attacker.example\r\n\r\n");
+    assert!(http(web, &twice).await.starts_with("HTTP/1.1 400 "));
+    for host in [
+        web.to_string(),
+        format!("localhost:{port}"),
+        format!("LocalHost:{port}"),
+        format!("mx.test:{port}"),
+        format!("MX.test.:{port}"),
+    ] {
+        let r = get_as(web, "/api/queue", &host).await;
+        assert!(r.starts_with("HTTP/1.1 200 "), "{host}: {r}");
+        assert!(r.contains("\"active\""), "{r}");
+    }
+    let refused = "sluice/metrics: refused a request from 127.0.0.1:";
+    assert!(
+        wait_until(10, || read_log(&dir).contains(refused)).await,
+        "{}",
+        read_log(&dir)
+    );
+    server.shutdown().await;
+}
+
+/// Past `metrics.max_connections` connections at once, a new one gets
+/// `503` and is closed at once (a client cannot hold a task and a
+/// descriptor per connection without limit); the ones already open are
+/// served, and a freed slot is taken again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_connection_limit_the_dashboard_answers_503_at_once() {
+    let dir = temp_dir("dashboard-cap");
+    let mut cfg = config(&dir, None);
+    cfg.metrics.listen = Some("127.0.0.1:0".into());
+    cfg.metrics.max_connections = 4;
+    let (server, _) = start(cfg).await;
+    let web = server.metrics_addr.expect("metrics listener");
+    // Four connections that have not sent their request yet (accepted
+    // in order, before the fifth).
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let mut s = tokio::net::TcpStream::connect(web).await.unwrap();
+        s.write_all(b"GET /api/queue HTTP/1.1\r\n").await.unwrap();
+        held.push(s);
+    }
+    let mut fifth = tokio::net::TcpStream::connect(web).await.unwrap();
+    let mut out = String::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), fifth.read_to_string(&mut out)).await;
+    assert!(
+        matches!(read, Ok(Ok(_))),
+        "answered and closed at once: {read:?} {out:?}"
+    );
+    assert!(out.starts_with("HTTP/1.1 503 "), "{out:?}");
+    // The connections already open are served.
+    let mut first = held.remove(0);
+    first
+        .write_all(format!("Host: {web}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = String::new();
+    first.read_to_string(&mut out).await.unwrap();
+    assert!(out.starts_with("HTTP/1.1 200 "), "{out}");
+    // Its slot is free again (once the server has seen it close).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = get(web, "/api/queue").await;
+        if r.starts_with("HTTP/1.1 200 ") {
+            break;
+        }
+        assert!(r.starts_with("HTTP/1.1 503 "), "{r}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the slot never came back"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let warned = "sluice/metrics: warning: 4 connections open (metrics.max_connections)";
+    assert!(
+        wait_until(10, || read_log(&dir).contains(warned)).await,
+        "{}",
+        read_log(&dir)
+    );
+    drop(held);
     server.shutdown().await;
 }

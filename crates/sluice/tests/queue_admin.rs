@@ -1,7 +1,8 @@
 //! `sluice queue …` against a running daemon, through its admin socket:
 //! list with filters, show, hold (kept across a restart), flush, release,
 //! bounce and delete; and clear errors for an unknown ID or no daemon.
-//! (Mail to defer-* is always deferred by the test sink.)
+//! (Mail to defer-* is always deferred by the test sink.) The socket is
+//! never reachable under a wider mode than 0600.
 
 mod common;
 
@@ -194,5 +195,94 @@ async fn a_flush_forgets_dead_hosts_so_mail_goes_out_at_once() {
         wait_until(15, || sink.count() == 1).await,
         "delivered at once, not after the 600 s dead-host time"
     );
+    server.shutdown().await;
+}
+
+/// What happened to entries of one directory (inotify): creations,
+/// arrivals by rename, changes of mode or owner.
+struct DirWatch(std::fs::File);
+
+impl DirWatch {
+    fn new(dir: &Path) -> DirWatch {
+        use std::os::fd::FromRawFd;
+        use std::os::unix::ffi::OsStrExt;
+        let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
+        // SAFETY: plain system calls; the descriptor is owned by the File.
+        unsafe {
+            let fd = libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC);
+            assert!(fd >= 0, "inotify_init1");
+            let file = std::fs::File::from_raw_fd(fd);
+            let mask = libc::IN_CREATE | libc::IN_MOVED_TO | libc::IN_ATTRIB;
+            assert!(libc::inotify_add_watch(fd, path.as_ptr(), mask) >= 0);
+            DirWatch(file)
+        }
+    }
+
+    /// The events so far for entry `name`, in order.
+    fn events(&mut self, name: &str) -> Vec<&'static str> {
+        use std::io::Read;
+        let mut buf = vec![0u8; 1 << 16];
+        let mut seen = Vec::new();
+        loop {
+            let n = match self.0.read(&mut buf) {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return seen,
+                Err(e) => panic!("inotify: {e}"),
+            };
+            // struct inotify_event: wd, mask, cookie, len, name[len].
+            let mut at = 0;
+            while at + 16 <= n {
+                let word =
+                    |i: usize| u32::from_ne_bytes(buf[at + i..at + i + 4].try_into().unwrap());
+                let (mask, len) = (word(4), word(12) as usize);
+                let raw = &buf[at + 16..at + 16 + len];
+                if raw.split(|&b| b == 0).next() == Some(name.as_bytes()) {
+                    seen.push(match mask {
+                        m if m & libc::IN_CREATE != 0 => "create",
+                        m if m & libc::IN_MOVED_TO != 0 => "moved_to",
+                        _ => "attrib",
+                    });
+                }
+                at += 16 + len;
+            }
+        }
+    }
+}
+
+/// `admin.sock` is never reachable under a wider mode than 0600: it is
+/// bound and given its mode in a directory only the daemon can enter, then
+/// renamed into place. Watched with inotify on data_dir, it arrives by a
+/// rename and its mode never changes there (bound in data_dir and then
+/// chmodded, as before, it shows a creation and a change of mode: between
+/// the two, any local user could connect and administer the queue).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_socket_appears_with_its_final_mode() {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let dir = temp_dir("admin-socket-mode");
+    let cfg = config(&dir, None);
+    let data_dir = cfg.data_dir.clone();
+    std::fs::create_dir_all(&data_dir).unwrap();
+    let mut watch = DirWatch::new(&data_dir);
+    let (server, _) = start(cfg.clone()).await;
+    let path = sluice::admin::socket_path(&data_dir);
+    let meta = std::fs::symlink_metadata(&path).unwrap();
+    assert!(meta.file_type().is_socket());
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    assert_eq!(watch.events("admin.sock"), ["moved_to"]);
+    assert!(call(&data_dir, &list(Filter::default())).await.is_ok());
+    server.shutdown().await;
+    // Started again over a socket left by a daemon that died: the same.
+    std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let (server, _) = start(cfg).await;
+    assert_eq!(watch.events("admin.sock"), ["create", "moved_to"]);
+    let meta = std::fs::symlink_metadata(&path).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    assert!(call(&data_dir, &list(Filter::default())).await.is_ok());
+    let left: Vec<String> = std::fs::read_dir(&data_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("admin"))
+        .collect();
+    assert_eq!(left, ["admin.sock"], "nothing left of the binding");
     server.shutdown().await;
 }

@@ -1,5 +1,7 @@
 //! The admin socket: `<data_dir>/admin.sock`, mode 0600 (only the
-//! daemon's user and root may administer the queue). One request per
+//! daemon's user and root may administer the queue), and never reachable
+//! under a wider one (`socket.rs`: bound in a private directory, then
+//! renamed into place). One request per
 //! connection, one JSON line each way (`protocol.rs`); `sluice queue …`
 //! and `mailq` are its clients.
 //!
@@ -11,9 +13,9 @@
 mod history;
 pub mod http;
 pub mod protocol;
+pub mod socket;
 pub mod submit;
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -21,7 +23,7 @@ use base64::Engine;
 
 use sluice_spool::Spool;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{UnixListener, UnixStream};
+use tokio::net::UnixStream;
 use tokio::task::JoinHandle;
 
 use crate::log;
@@ -55,17 +57,12 @@ pub fn spawn(
     data_dir: &Path,
     submitter: Arc<ArcSwap<Submitter>>,
     log_file: Option<PathBuf>,
-) -> std::io::Result<JoinHandle<()>> {
+) -> Result<JoinHandle<()>, socket::BindError> {
     let (queue, spool, logger) = {
         let s = submitter.load();
         (s.queue.clone(), s.spool.clone(), s.logger.clone())
     };
-    let path = socket_path(data_dir);
-    // A socket left by a daemon that died; a live one would have the lock
-    // of the spool, which this process holds.
-    let _ = std::fs::remove_file(&path);
-    let listener = UnixListener::bind(&path)?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    let listener = socket::bind(&socket_path(data_dir))?;
     let admin = Admin {
         queue,
         spool,

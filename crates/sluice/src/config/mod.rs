@@ -59,11 +59,22 @@ pub struct Config {
 
 /// `[metrics]`: where /metrics and the live dashboard are served (off
 /// unless `listen` is set; keep it on loopback).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MetricsConfig {
     /// e.g. `127.0.0.1:9469`.
     pub listen: Option<String>,
+    /// Connections served at once; more are answered 503 and closed.
+    pub max_connections: usize,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            listen: None,
+            max_connections: 64,
+        }
+    }
 }
 
 /// `[dkim]`: keys that sign mail from our own users (`[[dkim.keys]]`).
@@ -468,6 +479,10 @@ impl Config {
                     "smtpd.bare_line_ends: {other:?} (want \"reject\" or \"normalize\")"
                 )))
             }
+        }
+        if self.metrics.max_connections == 0 {
+            let why = "metrics.max_connections: 0 (want at least 1)";
+            return Err(ConfigError::Invalid(why.into()));
         }
         if self.smtpd.client_ipv6_prefix > 128 {
             return Err(ConfigError::Invalid(format!(

@@ -231,10 +231,20 @@ async fn observe(
     let addr: SocketAddr = listen
         .parse()
         .map_err(|_| StartError::Config(format!("metrics.listen: bad address {listen:?}")))?;
-    let (bound, task) =
-        crate::admin::http::spawn(addr, queue.clone(), spool.clone(), mailboxes.clone())
-            .await
-            .map_err(StartError::Config)?;
+    let access = crate::admin::http::Access {
+        hostname: config.hostname.clone(),
+        max_connections: config.metrics.max_connections,
+    };
+    let (bound, task) = crate::admin::http::spawn(
+        addr,
+        access,
+        queue.clone(),
+        spool.clone(),
+        mailboxes.clone(),
+        logger.clone(),
+    )
+    .await
+    .map_err(StartError::Config)?;
     log!(logger, "master", "metrics and dashboard on http://{bound}/");
     Ok(Some((bound, task)))
 }

@@ -6,13 +6,16 @@
 //!
 //! Invariants: a held message is parked and in neither `ready` nor a
 //! retry (it is not delivered) until released; held IDs are kept in
-//! `<data_dir>/hold.list` (rewritten atomically) so a hold survives a
-//! restart; a deletion or bounce of a message with deliveries in flight
-//! takes effect when its round ends (`doomed`).
+//! `<data_dir>/hold.list` so a hold survives a restart or a power cut: the
+//! list is replaced durably (`sluice_spool::replace_file`: temporary file
+//! synced, renamed, directory synced) on the blocking pool, never on the
+//! scheduler's task, and the administrator is answered once it is on disk;
+//! a deletion or bounce of a message with deliveries in flight takes
+//! effect when its round ends (`doomed`).
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use sluice_spool::{BodyRef, Envelope};
 use tokio::sync::oneshot;
@@ -98,18 +101,52 @@ pub enum Doom {
     Bounce,
 }
 
+/// The hold list's file name in `data_dir`.
+const HOLD_LIST: &str = "hold.list";
+
 #[derive(Default)]
 pub struct AdminState {
     pub held: HashSet<u64>,
     pub doomed: HashMap<u64, Doom>,
-    pub hold_file: Option<PathBuf>,
+    /// Where `held` is kept (none: nowhere, for tests of the scheduler).
+    pub hold_file: Option<HoldFile>,
+}
+
+/// `<data_dir>/hold.list` and which of its versions reached the disk.
+pub struct HoldFile {
+    dir: PathBuf,
+    /// Bumped by each save.
+    generation: u64,
+    /// The newest generation written: of two saves racing on the blocking
+    /// pool, the older never replaces the newer.
+    written: Arc<Mutex<u64>>,
+}
+
+impl HoldFile {
+    /// A durable write of `held` as it is now, to run off the scheduler.
+    fn save(&mut self, held: &HashSet<u64>) -> impl FnOnce() -> std::io::Result<()> + Send {
+        self.generation += 1;
+        let generation = self.generation;
+        let (dir, written) = (self.dir.clone(), self.written.clone());
+        let mut ids: Vec<u64> = held.iter().copied().collect();
+        ids.sort_unstable();
+        let text: String = ids.iter().map(|id| format!("{}\n", qid(*id))).collect();
+        move || {
+            let mut newest = written.lock().unwrap_or_else(PoisonError::into_inner);
+            if *newest >= generation {
+                return Ok(());
+            }
+            sluice_spool::replace_file(&dir, HOLD_LIST, text.as_bytes(), 0o600)?;
+            *newest = generation;
+            Ok(())
+        }
+    }
 }
 
 impl AdminState {
     /// Loads held IDs from `<data_dir>/hold.list` (one hex ID a line).
     pub fn load(data_dir: &std::path::Path) -> AdminState {
-        let hold_file = data_dir.join("hold.list");
-        let held = std::fs::read_to_string(&hold_file)
+        let held = std::fs::read_to_string(data_dir.join(HOLD_LIST))
             .unwrap_or_default()
             .lines()
             .filter_map(|l| u64::from_str_radix(l.trim(), 16).ok())
@@ -117,22 +154,12 @@ impl AdminState {
         AdminState {
             held,
             doomed: HashMap::new(),
-            hold_file: Some(hold_file),
+            hold_file: Some(HoldFile {
+                dir: data_dir.to_path_buf(),
+                generation: 0,
+                written: Arc::new(Mutex::new(0)),
+            }),
         }
-    }
-
-    fn save(&self) -> std::io::Result<()> {
-        let Some(path) = &self.hold_file else {
-            return Ok(());
-        };
-        let text: String = self
-            .held
-            .iter()
-            .map(|id| format!("{}\n", qid(*id)))
-            .collect();
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, text)?;
-        std::fs::rename(&tmp, path)
     }
 }
 
@@ -156,14 +183,26 @@ impl Scheduler {
             AdminRequest::Release(ids) => AdminReply::Count(self.each(ids, Self::release)),
             AdminRequest::Bounce(ids) => AdminReply::Count(self.each(ids, Self::bounce_now)),
         };
-        if let Some(Err(e)) = changes_holds.then(|| self.admin.save()) {
-            log!(
-                self.logger,
-                "qmgr",
-                "warning: cannot save the hold list: {e}"
-            );
+        let save = match (&mut self.admin.hold_file, changes_holds) {
+            (Some(file), true) => Some(file.save(&self.admin.held)),
+            _ => None,
+        };
+        match save {
+            // Answered once the list is on disk (two syncs: not on the
+            // scheduler's task).
+            Some(save) => {
+                let logger = self.logger.clone();
+                tokio::task::spawn_blocking(move || {
+                    if let Err(e) = save() {
+                        log!(logger, "qmgr", "warning: cannot save the hold list: {e}");
+                    }
+                    let _ = reply.send(answer);
+                });
+            }
+            None => {
+                let _ = reply.send(answer);
+            }
         }
-        let _ = reply.send(answer);
         self.admit();
     }
 
