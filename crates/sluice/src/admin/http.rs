@@ -37,6 +37,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
+use crate::accept::AcceptErrors;
 use crate::log;
 use crate::log::Logger;
 use crate::queue::admin::{AdminReply, AdminRequest, QueueStats};
@@ -133,7 +134,20 @@ pub async fn spawn(
     let slots = Arc::new(slots);
     let task = tokio::spawn(async move {
         let mut refusing = false;
-        while let Ok((stream, peer)) = listener.accept().await {
+        let mut errors =
+            AcceptErrors::new(http.logger.clone(), "metrics", format!("http://{bound}/"));
+        loop {
+            let (stream, peer) = match listener.accept().await {
+                Ok(accepted) => {
+                    errors.accepted();
+                    accepted
+                }
+                // Out of descriptors: back off, never stop answering.
+                Err(err) => {
+                    errors.failed(err).await;
+                    continue;
+                }
+            };
             let Ok(slot) = slots.clone().try_acquire_owned() else {
                 if !refusing {
                     let n = access.max_connections;

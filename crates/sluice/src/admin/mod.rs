@@ -26,6 +26,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio::task::JoinHandle;
 
+use crate::accept::AcceptErrors;
 use crate::log;
 use crate::log::Logger;
 use crate::queue::admin::{AdminReply, AdminRequest, Place, Snap};
@@ -70,10 +71,19 @@ pub fn spawn(
         log_file,
         submitter,
     };
+    let shown = socket_path(data_dir).display().to_string();
+    let mut errors = AcceptErrors::new(admin.logger.clone(), "admin", shown);
     Ok(tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let admin = admin.clone();
-            tokio::spawn(async move { admin.session(stream).await });
+        loop {
+            match listener.accept().await {
+                Ok((stream, _)) => {
+                    errors.accepted();
+                    let admin = admin.clone();
+                    tokio::spawn(async move { admin.session(stream).await });
+                }
+                // Out of descriptors: back off, never stop answering.
+                Err(err) => errors.failed(err).await,
+            }
         }
     }))
 }
