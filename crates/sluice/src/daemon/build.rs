@@ -241,6 +241,8 @@ impl Parts {
                 verifying,
                 d.mta_sts_port,
                 Duration::from_secs(d.connect_timeout_secs.max(1)),
+                Some(&self.config.data_dir.join("mta-sts")),
+                logger.clone(),
             ))),
             _ => None,
         };
