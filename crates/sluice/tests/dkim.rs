@@ -1,7 +1,8 @@
 //! DKIM signing: `sluice dkim-keygen` makes a key and its record; mail
 //! from a client that may relay, with a From: domain that has a key, is
 //! signed; the signature verifies (mail-auth) against the record served
-//! by a real nsd; other mail is not signed.
+//! by a real nsd; other mail is not signed. From is oversigned: a From
+//! field added after signing breaks the signature.
 
 mod common;
 
@@ -116,4 +117,86 @@ async fn our_mail_is_signed_and_the_signature_verifies() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
+}
+
+/// A resolver for mail-auth that asks `nsd`, with short timeouts (so a
+/// loop can poll nsd while it loads).
+fn authenticator(nsd: &Nsd) -> mail_auth::MessageAuthenticator {
+    use mail_auth::hickory_resolver::config::{
+        ConnectionConfig, NameServerConfig, ResolverConfig, ResolverOpts,
+    };
+    let mut udp = ConnectionConfig::udp();
+    udp.port = nsd.addr.port();
+    let ns = NameServerConfig::new(nsd.addr.ip(), true, vec![udp]);
+    let mut opts = ResolverOpts::default();
+    opts.timeout = std::time::Duration::from_millis(500);
+    opts.attempts = 1;
+    mail_auth::MessageAuthenticator::new(ResolverConfig::from_parts(None, vec![], vec![ns]), opts)
+        .unwrap()
+}
+
+/// The DKIM results for `message`, once nsd answers (not a temperror).
+async fn dkim_results(
+    auth: &mail_auth::MessageAuthenticator,
+    message: &[u8],
+) -> Vec<mail_auth::DkimResult> {
+    use mail_auth::{AuthenticatedMessage, DkimResult};
+    let parsed = AuthenticatedMessage::parse(message).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let results: Vec<DkimResult> = (auth.verify_dkim(&parsed).await.iter())
+            .map(|r| r.result().clone())
+            .collect();
+        let waiting = results
+            .iter()
+            .any(|r| matches!(r, DkimResult::TempError(_)));
+        if !waiting || std::time::Instant::now() > deadline {
+            return results;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_from_added_after_signing_breaks_the_signature() {
+    use mail_auth::DkimResult;
+    let dir = temp_dir("dkim-oversign");
+    let key = dir.join("ed.pem");
+    let record = keygen(Algorithm::Ed25519, "ours.test", "s1", &key).unwrap();
+    let txt = record.split('"').nth(1).unwrap().to_string();
+    let zone = format!(
+        "$ORIGIN ours.test.\n$TTL 300\n@ SOA ns.ours.test. admin.ours.test. 1 3600 600 86400 300\n@ NS ns\nns A 127.0.0.1\ns1._domainkey TXT \"{txt}\"\n"
+    );
+    let nsd = Nsd::start(&dir, &[("ours.test", &zone)]);
+    let signers = sluice::smtp::server::dkim::Signers::load(&[DkimKeyConfig {
+        domain: "ours.test".into(),
+        selector: "s1".into(),
+        key_file: key,
+        headers: None,
+    }])
+    .unwrap();
+    let message =
+        "From: Alice <alice@ours.test>\r\nTo: x@dest.test\r\nSubject: pay\r\n\r\nPay Bob.\r\n";
+    let (signature, _) = signers.sign(message.as_bytes()).unwrap().unwrap();
+    // h= names From once more than the message has From fields.
+    let tags: String = signature.split_whitespace().collect();
+    let h = tags.split(';').find_map(|t| t.strip_prefix("h=")).unwrap();
+    let froms = h
+        .split(':')
+        .filter(|n| n.eq_ignore_ascii_case("from"))
+        .count();
+    assert_eq!(froms, 2, "From oversigned: {signature}");
+
+    let auth = authenticator(&nsd);
+    let signed = format!("{signature}{message}");
+    let results = dkim_results(&auth, signed.as_bytes()).await;
+    assert_eq!(results, vec![DkimResult::Pass], "as sent");
+    // A second From above the signed one: a verifier that did not count
+    // it would still pass, and a reader would see Mallory's.
+    let forged = format!("{signature}From: Mallory <m@ours.test>\r\n{message}");
+    let results = dkim_results(&auth, forged.as_bytes()).await;
+    assert!(
+        !results.contains(&DkimResult::Pass),
+        "a From added after signing fails: {results:?}"
+    );
 }

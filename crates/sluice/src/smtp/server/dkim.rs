@@ -2,6 +2,9 @@
 //! send, with mail-auth: relaxed/relaxed canonicalization, rsa-sha256 or
 //! ed25519-sha256 by the key, the usual headers.
 //!
+//! From is oversigned: `h=` names it once more than the message has From
+//! fields, so no From can be added without breaking the signature.
+//!
 //! Which mail: from clients that may relay (mynetworks, authenticated),
 //! whose `From:` domain is a key's domain or below it (`d=` is the key's
 //! domain, so DMARC's relaxed alignment holds). Signed once, when the
@@ -65,6 +68,7 @@ impl Signers {
             if !headers.iter().any(|h| h.eq_ignore_ascii_case("from")) {
                 return Err(format!("dkim: {}: headers must include From", k.domain));
             }
+            let headers = oversign_from(headers);
             let signer = DkimSigner::from_key(key)
                 .domain(k.domain.to_ascii_lowercase())
                 .selector(k.selector.clone())
@@ -99,6 +103,18 @@ impl Signers {
                 .map_err(|e| e.to_string()),
         )
     }
+}
+
+/// `headers` with From named once more at the end. mail-auth signs every
+/// field of a name listed (bottom up) and then each listed name it found
+/// no field for, as an empty one; the extra From is never matched (the
+/// first From in the list takes them all), so `h=` names From once more
+/// than the message has From fields, and a From added later (where a
+/// reader would see it, above the signed one) breaks the signature (RFC
+/// 6376 §5.4.2, §8.15).
+fn oversign_from(mut headers: Vec<String>) -> Vec<String> {
+    headers.push("From".into());
+    headers
 }
 
 /// A PEM private key: PKCS#8 Ed25519 or RSA, or PKCS#1 RSA.
