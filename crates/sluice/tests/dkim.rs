@@ -64,6 +64,7 @@ async fn our_mail_is_signed_and_the_signature_verifies() {
         selector: "s1".into(),
         key_file: key,
         headers: None,
+        expire_secs: None,
     });
     let (server, addr) = start(cfg).await;
     let mut c = Client::ready(addr).await;
@@ -168,12 +169,16 @@ async fn a_from_added_after_signing_breaks_the_signature() {
         "$ORIGIN ours.test.\n$TTL 300\n@ SOA ns.ours.test. admin.ours.test. 1 3600 600 86400 300\n@ NS ns\nns A 127.0.0.1\ns1._domainkey TXT \"{txt}\"\n"
     );
     let nsd = Nsd::start(&dir, &[("ours.test", &zone)]);
-    let signers = sluice::smtp::server::dkim::Signers::load(&[DkimKeyConfig {
-        domain: "ours.test".into(),
-        selector: "s1".into(),
-        key_file: key,
-        headers: None,
-    }])
+    let signers = sluice::smtp::server::dkim::Signers::load(
+        &[DkimKeyConfig {
+            domain: "ours.test".into(),
+            selector: "s1".into(),
+            key_file: key,
+            headers: None,
+            expire_secs: None,
+        }],
+        432_000,
+    )
     .unwrap();
     let message =
         "From: Alice <alice@ours.test>\r\nTo: x@dest.test\r\nSubject: pay\r\n\r\nPay Bob.\r\n";
@@ -198,5 +203,56 @@ async fn a_from_added_after_signing_breaks_the_signature() {
     assert!(
         !results.contains(&DkimResult::Pass),
         "a From added after signing fails: {results:?}"
+    );
+}
+
+/// The value of tag `name` in a DKIM-Signature field.
+fn tag(signature: &str, name: &str) -> Option<String> {
+    let tags: String = signature.split_whitespace().collect();
+    let found = tags
+        .split(';')
+        .find_map(|t| t.strip_prefix(&format!("{name}=")));
+    found.map(str::to_string)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signatures_expire_two_days_after_the_queue_gives_up() {
+    let dir = temp_dir("dkim-expire");
+    let key = dir.join("ed.pem");
+    keygen(Algorithm::Ed25519, "ours.test", "s1", &key).unwrap();
+    let sink = recording_sink().await;
+    let mut cfg = config(&dir, Some(sink.addr));
+    cfg.queue.maximal_lifetime_secs = 86_400;
+    let key_config = format!("domain = \"ours.test\"\nselector = \"s1\"\nkey_file = {key:?}\n");
+    cfg.dkim.keys.push(toml::from_str(&key_config).unwrap());
+    let (server, addr) = start(cfg).await;
+    let mut c = Client::ready(addr).await;
+    let msg = "From: <a@ours.test>\r\nTo: <x@ours.test>\r\nSubject: expiring\r\n\r\nHello.\r\n";
+    let r = c.message("a@ours.test", &["x@ours.test"], msg).await;
+    assert!(r.starts_with("250"), "{r}");
+    assert!(wait_until(15, || sink.count() == 1).await);
+    server.shutdown().await;
+    let text = String::from_utf8_lossy(&sink.messages()[0].body).into_owned();
+    let start = text.find("DKIM-Signature:").expect("signed");
+    let text = &text[start..];
+    let mut end = text.find("\r\n").unwrap();
+    while text[end + 2..].starts_with([' ', '\t']) {
+        end += 2 + text[end + 2..].find("\r\n").unwrap();
+    }
+    let signature = &text[..end];
+    let t: u64 = tag(signature, "t").unwrap().parse().unwrap();
+    let x: u64 = tag(signature, "x")
+        .unwrap_or_else(|| panic!("no x= in {signature}"))
+        .parse()
+        .unwrap();
+    assert_eq!(x - t, 86_400 + 2 * 86_400, "{signature}");
+    // An expiry within the queue lifetime is a configuration error.
+    let mut short: DkimKeyConfig = toml::from_str(&key_config).unwrap();
+    short.expire_secs = Some(3_600);
+    let refused = sluice::smtp::server::dkim::Signers::load(&[short], 86_400);
+    let why = refused.err().expect("refused");
+    assert!(
+        why.contains("must exceed queue.maximal_lifetime_secs"),
+        "{why}"
     );
 }

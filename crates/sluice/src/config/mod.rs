@@ -85,6 +85,11 @@ pub struct DkimKeyConfig {
     /// Headers to sign (default: `smtp::server::dkim::DEFAULT_HEADERS`).
     #[serde(default)]
     pub headers: Option<Vec<String>>,
+    /// Signatures expire this long after signing (`x=`); it must exceed
+    /// `queue.maximal_lifetime_secs`. Default: that lifetime plus two
+    /// days; 0: no `x=`.
+    #[serde(default)]
+    pub expire_secs: Option<u64>,
 }
 
 /// `[dns]`: where MX and address lookups go.

@@ -206,7 +206,10 @@ impl Parts {
             delivery_stamp: delivery_key(&config),
             client_tls: Arc::new(ClientTls::build(&config.delivery)?),
             // Key files are read again at each reload, like certificates.
-            dkim: Arc::new(Signers::load(&config.dkim.keys)?),
+            dkim: Arc::new(Signers::load(
+                &config.dkim.keys,
+                config.queue.maximal_lifetime_secs,
+            )?),
             config,
             mailboxes,
             router,

@@ -3,7 +3,10 @@
 //! ed25519-sha256 by the key, the usual headers.
 //!
 //! From is oversigned: `h=` names it once more than the message has From
-//! fields, so no From can be added without breaking the signature.
+//! fields, so no From can be added without breaking the signature. `x=`
+//! limits how long a signature can be replayed: by default two days past
+//! the queue lifetime (a message we still send never carries an expired
+//! one).
 //!
 //! Which mail: from clients that may relay (mynetworks, authenticated),
 //! whose `From:` domain is a key's domain or below it (`d=` is the key's
@@ -41,6 +44,9 @@ pub const DEFAULT_HEADERS: &[&str] = &[
     "Content-Transfer-Encoding",
 ];
 
+/// How long a signature outlives the queue lifetime by default (`x=`).
+pub const EXPIRE_AFTER_QUEUE: u64 = 2 * 86_400;
+
 type Ready = DkimSigner<DkimKey, mail_auth::dkim::Done>;
 
 struct Key {
@@ -55,10 +61,24 @@ pub struct Signers {
 }
 
 impl Signers {
-    /// Loads every key; the first bad one is the error.
-    pub fn load(keys: &[DkimKeyConfig]) -> Result<Signers, String> {
+    /// Loads every key; the first bad one is the error. Signatures
+    /// expire (`x=`) after the key's `expire_secs`, by default two days
+    /// after the queue (`queue_lifetime_secs`) gives up on a message, so
+    /// that no copy we send carries an expired signature.
+    pub fn load(keys: &[DkimKeyConfig], queue_lifetime_secs: u64) -> Result<Signers, String> {
         let mut out = Vec::with_capacity(keys.len());
         for k in keys {
+            let expire = match k.expire_secs {
+                None => queue_lifetime_secs.saturating_add(EXPIRE_AFTER_QUEUE),
+                Some(secs) if secs != 0 && secs <= queue_lifetime_secs => {
+                    return Err(format!(
+                        "dkim: {}: expire_secs ({secs}) must exceed queue.maximal_lifetime_secs \
+                         ({queue_lifetime_secs}): mail still queued would carry an expired signature",
+                        k.domain
+                    ))
+                }
+                Some(secs) => secs,
+            };
             let key = load_key(&k.key_file)
                 .map_err(|e| format!("dkim: {}: {e}", k.key_file.display()))?;
             let headers: Vec<String> = match &k.headers {
@@ -72,7 +92,8 @@ impl Signers {
             let signer = DkimSigner::from_key(key)
                 .domain(k.domain.to_ascii_lowercase())
                 .selector(k.selector.clone())
-                .headers(headers);
+                .headers(headers)
+                .expiration(expire);
             out.push(Key {
                 domain: k.domain.to_ascii_lowercase(),
                 signer,
