@@ -21,7 +21,9 @@ mod harness;
 use proptest::collection::vec;
 use proptest::prelude::*;
 
-use crate::record::{self, Envelope, Record, HEADER_LEN, KIND_MESSAGE, KIND_OUTCOME, MAGIC};
+use crate::record::{
+    self, Envelope, Record, HEADER_LEN, KIND_MARKS, KIND_MESSAGE, KIND_OUTCOME, MAGIC,
+};
 use crate::salt::Salt;
 use harness::{prop, run_target, Bytes};
 
@@ -65,10 +67,11 @@ fn candidate(salt: &Salt, shape: u8, kind: u8, payload: &[u8]) -> Bytes {
     if shape == 0 {
         return Bytes(payload.to_vec());
     }
-    let kind = match kind % 4 {
+    let kind = match kind % 5 {
         0 => kind,
         1 | 2 => KIND_MESSAGE,
-        _ => KIND_OUTCOME,
+        3 => KIND_OUTCOME,
+        _ => KIND_MARKS,
     };
     // Shape 3 claims a little more or less than is there.
     let len = match shape {
@@ -109,6 +112,7 @@ fn payload() -> impl Strategy<Value = Vec<u8>> {
 enum Spec {
     Message(Envelope, Bytes),
     Outcome(u64, Vec<u16>),
+    Marks(u64, u32),
 }
 
 fn address() -> impl Strategy<Value = String> {
@@ -154,6 +158,7 @@ fn spec() -> impl Strategy<Value = Spec> {
                 Spec::Message(envelope, Bytes(body))
             }),
         (any::<u64>(), vec(index, 0..20)).prop_map(|(id, r)| Spec::Outcome(id, r)),
+        (any::<u64>(), any::<u32>()).prop_map(|(id, m)| Spec::Marks(id, m)),
     ]
 }
 
@@ -192,6 +197,10 @@ enum View {
         id: u64,
         recipients: Vec<u16>,
     },
+    Marks {
+        id: u64,
+        marks: u32,
+    },
 }
 
 fn view(record: Record) -> View {
@@ -206,6 +215,7 @@ fn view(record: Record) -> View {
             body_len,
         },
         Record::Outcome { id, recipients } => View::Outcome { id, recipients },
+        Record::Marks { id, marks } => View::Marks { id, marks },
     }
 }
 
@@ -245,6 +255,10 @@ fn check_decoded(salt: &Salt, buf: &[u8]) -> Result<Option<(View, usize)>, TestC
             prop_assert_eq!(buf[4], KIND_OUTCOME);
             record::encode_outcome(salt, *id, recipients, &mut again);
         }
+        View::Marks { id, marks } => {
+            prop_assert_eq!(buf[4], KIND_MARKS);
+            record::encode_marks(salt, *id, *marks, &mut again);
+        }
     }
     prop_assert!(
         again == buf[..len],
@@ -263,6 +277,7 @@ fn check_damage(spec: &Spec, keyed: bool, damage: &[Damage]) -> Result<(), TestC
                 .map_err(TestCaseError::fail)?;
         }
         Spec::Outcome(id, recipients) => record::encode_outcome(&salt, *id, recipients, &mut good),
+        Spec::Marks(id, marks) => record::encode_marks(&salt, *id, *marks, &mut good),
     }
     let Some((original, len)) = check_decoded(&salt, &good)? else {
         return Err(TestCaseError::fail("a record just encoded does not decode"));

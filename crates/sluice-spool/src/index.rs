@@ -29,6 +29,9 @@ pub(crate) struct LiveMsg {
     pub body_len: u64,
     /// Per recipient: a final outcome is recorded.
     pub done: Vec<bool>,
+    /// The daemon's mark bits recorded for it so far (see
+    /// [`crate::Spool::record_marks`]).
+    pub marks: u32,
 }
 
 impl LiveMsg {
@@ -115,6 +118,13 @@ impl LiveIndex {
             }
         }
         msg.done.iter().all(|d| *d)
+    }
+
+    /// Adds mark bits to a live message (nothing for one that is not).
+    pub fn add_marks(&mut self, id: u64, marks: u32) {
+        if let Some(msg) = self.msgs.get_mut(&id) {
+            msg.marks |= marks;
+        }
     }
 
     /// Forgets a message that is complete; `None` if it was not live.

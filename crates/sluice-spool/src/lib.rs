@@ -27,10 +27,14 @@
 //! created. A `salt` file of the wrong size stops the spool from opening,
 //! and so does a missing one when the segments' records are keyed (the
 //! file was lost: restore it). Kinds: a *message* (queue ID, arrival,
-//! flags, sender, recipients, body, the body last) and an *outcome* (queue
-//! ID, `u16` indices of recipients that reached a final state). Hence at
-//! most [`MAX_RECIPIENTS`] recipients and 65,535-byte addresses; anything
-//! larger is refused with [`SpoolError::Invalid`], never cut or wrapped.
+//! flags, sender, recipients, body, the body last), an *outcome* (queue
+//! ID, `u16` indices of recipients that reached a final state) and, since
+//! kind 3 was added, *marks* (queue ID, `u32` bits the daemon set on the
+//! message after storing it, united at recovery; an older build reads a
+//! marks record as damage and quarantines it, losing only the mark).
+//! Hence at most [`MAX_RECIPIENTS`] recipients and 65,535-byte addresses;
+//! anything larger is refused with [`SpoolError::Invalid`], never cut or
+//! wrapped.
 //! A message is complete once every recipient has an outcome; a complete
 //! message's last outcome record names every recipient not yet named.
 //!
@@ -44,13 +48,13 @@
 //! So that one deferred message (or a burst for a next hop that is down)
 //! does not pin its segment and every newer one, the writer copies the live
 //! messages of the oldest segment forward (record verbatim, then an outcome
-//! record with its done recipients) once emptying it would free at least
-//! twice the bytes copied: its own size plus that of the dead segments
-//! directly behind it. A bounded amount is copied per commit or while idle;
-//! the segment then holds nothing live and is reclaimed, with the dead ones
-//! behind it. A backlog that is all live is never copied. A message may
+//! record with its done recipients and a marks record with its marks) once
+//! emptying it would free at least twice the bytes copied: its own size
+//! plus that of the dead segments directly behind it. A bounded amount is
+//! copied per commit or while idle; the segment then holds nothing live and
+//! is reclaimed, with the dead ones behind it. A backlog that is all live is never copied. A message may
 //! therefore appear more than once in the log: recovery takes the last
-//! copy and unites every outcome recorded for it, wherever it lies.
+//! copy and unites every outcome and mark recorded for it, wherever it lies.
 //! [`BodyRef`]s handed out before a move keep working: the spool looks up
 //! the message's new place by its ID.
 //!
@@ -150,6 +154,8 @@ pub struct Recovered {
     pub body: BodyRef,
     /// Per recipient: true if a final outcome was already recorded.
     pub done: Vec<bool>,
+    /// The union of the mark bits recorded for it ([`Spool::record_marks`]).
+    pub marks: u32,
 }
 
 /// What start-up found, for the log.
@@ -321,6 +327,28 @@ impl Spool {
                 id,
                 recipients,
                 complete,
+                marks: 0,
+            }));
+    }
+
+    /// Records mark bits for a live message: facts the daemon learns after
+    /// the store and must not forget across a restart (that the sender
+    /// was warned about a delay, …). Bits are only ever added; recovery
+    /// hands back their union in [`Recovered::marks`], and compaction
+    /// carries them with the message. Like [`Spool::record_outcome`] it
+    /// does not wait (except for back-pressure) and is written with the
+    /// next group commit, after everything already queued: a mark
+    /// recorded once a store has resolved is never durable before it.
+    /// Marks for a message that is no longer live are dropped.
+    pub fn record_marks(&self, id: u64, marks: u32) {
+        let _ = self
+            .queue
+            .tx
+            .send(writer::Command::Outcome(writer::Outcome {
+                id,
+                recipients: Vec::new(),
+                complete: false,
+                marks,
             }));
     }
 

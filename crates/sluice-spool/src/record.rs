@@ -17,6 +17,10 @@ pub(crate) const MAGIC: u32 = 0x5343_4C53; // "SLCS"
 pub(crate) const HEADER_LEN: usize = 13;
 pub(crate) const KIND_MESSAGE: u8 = 1;
 pub(crate) const KIND_OUTCOME: u8 = 2;
+pub(crate) const KIND_MARKS: u8 = 3;
+
+/// Payload length of a marks record: queue ID and the mark bits.
+pub(crate) const MARKS_PAYLOAD: usize = 8 + 4;
 
 /// Most recipients one message may have: outcome records name recipients
 /// by a `u16` index.
@@ -159,6 +163,21 @@ pub(crate) fn encode_outcome(salt: &Salt, id: u64, recipients: &[u16], out: &mut
     finish(salt, out, start, KIND_OUTCOME);
 }
 
+/// The bytes a marks record takes.
+pub(crate) const fn marks_len() -> u64 {
+    (HEADER_LEN + MARKS_PAYLOAD) as u64
+}
+
+/// Appends a marks record: bits the daemon set on message `id` after it
+/// was stored (united with any recorded before, never cleared).
+pub(crate) fn encode_marks(salt: &Salt, id: u64, marks: u32, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend_from_slice(&[0u8; HEADER_LEN]);
+    out.extend_from_slice(&id.to_le_bytes());
+    out.extend_from_slice(&marks.to_le_bytes());
+    finish(salt, out, start, KIND_MARKS);
+}
+
 /// Appends a length-prefixed string; refuses one over 65,535 bytes rather
 /// than cutting it (possibly inside a UTF-8 character).
 fn put_str(out: &mut Vec<u8>, s: &str) -> Result<(), String> {
@@ -188,6 +207,10 @@ pub(crate) enum Record {
     Outcome {
         id: u64,
         recipients: Vec<u16>,
+    },
+    Marks {
+        id: u64,
+        marks: u32,
     },
 }
 
@@ -266,6 +289,14 @@ pub(crate) fn decode(salt: &Salt, buf: &[u8]) -> Result<(Record, usize), Damage>
                 return Err(Damage::Corrupt("outcome length mismatch"));
             }
             Record::Outcome { id, recipients }
+        }
+        KIND_MARKS => {
+            let id = r.u64()?;
+            let marks = r.u32()?;
+            if r.pos != r.buf.len() {
+                return Err(Damage::Corrupt("marks length mismatch"));
+            }
+            Record::Marks { id, marks }
         }
         _ => return Err(Damage::Corrupt("unknown record kind")),
     };

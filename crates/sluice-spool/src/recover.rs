@@ -61,6 +61,8 @@ struct Found {
     /// Outcomes seen before any record of their message; most belong to
     /// messages completed and reclaimed long ago and are dropped at the end.
     early: HashMap<u64, Vec<u16>>,
+    /// Marks seen before any record of their message, likewise.
+    early_marks: HashMap<u64, u32>,
     /// The highest queue ID any valid record carries (message or outcome):
     /// new IDs start above it.
     max_id: u64,
@@ -108,6 +110,7 @@ pub(crate) fn recover(
             body_at: found.body_at,
             body_len: found.msg.body.len,
             done: found.msg.done.clone(),
+            marks: found.msg.marks,
         };
         index.insert(id, live);
         pending.push(found.msg);
@@ -215,7 +218,7 @@ fn describe(damage: &Damage, next: &Next) -> String {
 impl Found {
     /// Adds one record. A message may appear more than once (compaction
     /// copies it forward): the later copy's place wins and the done sets
-    /// are united. An outcome may come before its message's record (whose
+    /// and marks are united. An outcome may come before its message's record (whose
     /// older copy was reclaimed): it is kept and applied when it appears.
     fn apply(&mut self, segment: u32, at: u64, record_len: u64, record: Record) {
         match record {
@@ -234,7 +237,9 @@ impl Found {
                     len: body_len,
                 };
                 let mut done = vec![false; envelope.recipients.len()];
+                let mut marks = self.early_marks.remove(&id).unwrap_or(0);
                 if let Some(earlier) = self.messages.remove(&id) {
+                    marks |= earlier.msg.marks;
                     unite(
                         &mut done,
                         earlier
@@ -249,7 +254,12 @@ impl Found {
                 if let Some(early) = self.early.remove(&id) {
                     unite(&mut done, early);
                 }
-                let msg = Recovered { id, body, done };
+                let msg = Recovered {
+                    id,
+                    body,
+                    done,
+                    marks,
+                };
                 let located = Located {
                     msg,
                     record: at,
@@ -266,6 +276,13 @@ impl Found {
                 match self.messages.get_mut(&id) {
                     Some(found) => unite(&mut found.msg.done, recipients),
                     None => self.early.entry(id).or_default().extend(recipients),
+                }
+            }
+            Record::Marks { id, marks } => {
+                self.max_id = self.max_id.max(id);
+                match self.messages.get_mut(&id) {
+                    Some(found) => found.msg.marks |= marks,
+                    None => *self.early_marks.entry(id).or_default() |= marks,
                 }
             }
         }

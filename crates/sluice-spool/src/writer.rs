@@ -97,12 +97,16 @@ pub(crate) enum Command {
     },
 }
 
-/// Recipients of one message that reached a final state.
+/// Recipients of one message that reached a final state, or mark bits
+/// the daemon set on it (either may be empty): both are small records
+/// about a live message, written and retried alike.
 pub(crate) struct Outcome {
     pub id: u64,
     pub recipients: Vec<u16>,
     /// The whole message is done.
     pub complete: bool,
+    /// Mark bits to add (0: none).
+    pub marks: u32,
 }
 
 /// A store encoded into the batch buffer, awaiting the write.
@@ -117,6 +121,7 @@ struct Recorded {
     id: u64,
     recipients: Vec<u16>,
     complete: bool,
+    marks: u32,
 }
 
 struct Writer {
@@ -357,6 +362,7 @@ impl Writer {
                     body_at: body_at as u64,
                     body_len: body.len() as u64,
                     done: vec![false; envelope.recipients.len()],
+                    marks: 0,
                 },
                 reply,
             });
@@ -364,9 +370,9 @@ impl Writer {
         encoded
     }
 
-    /// Encodes outcome records for live messages into `buf`. A complete
-    /// message's record also names every recipient not yet done, so that
-    /// recovery agrees it is complete. Outcomes for messages that are not
+    /// Encodes outcome (and marks) records for live messages into `buf`.
+    /// A complete message's record also names every recipient not yet
+    /// done, so that recovery agrees it is complete. Outcomes for messages that are not
     /// live (already complete) are dropped: completing is idempotent.
     fn encode_outcomes(&self, outcomes: &[Outcome], buf: &mut Vec<u8>) -> Vec<Recorded> {
         let mut recorded = Vec::with_capacity(outcomes.len());
@@ -383,10 +389,19 @@ impl Writer {
             if !recipients.is_empty() {
                 record::encode_outcome(&self.salt, outcome.id, &recipients, buf);
             }
+            // Marks a complete message no longer needs, or has already.
+            let marks = match outcome.complete {
+                true => 0,
+                false => outcome.marks & !msg.marks,
+            };
+            if marks != 0 {
+                record::encode_marks(&self.salt, outcome.id, marks, buf);
+            }
             recorded.push(Recorded {
                 id: outcome.id,
                 recipients,
                 complete: outcome.complete,
+                marks,
             });
         }
         recorded
@@ -413,6 +428,7 @@ impl Writer {
             self.index.insert(store.id, store.msg);
         }
         for outcome in recorded {
+            self.index.add_marks(outcome.id, outcome.marks);
             let all_done = self.index.record_done(outcome.id, &outcome.recipients);
             if (outcome.complete || all_done) && self.index.remove(outcome.id).is_some() {
                 self.reader.settle(outcome.id);

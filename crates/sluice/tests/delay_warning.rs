@@ -1,6 +1,7 @@
 //! Delay warnings: mail still deferred after `queue.delay_warning_secs`
 //! gets the sender one DSN with Action: delayed, and only one, however
-//! many retries follow; the null sender never gets one.
+//! many retries follow (also across a restart: the spool keeps that it
+//! was sent); the null sender never gets one.
 
 mod common;
 
@@ -48,4 +49,51 @@ async fn the_sender_is_warned_once_about_delayed_mail() {
         "{text}"
     );
     assert!(read_log(&dir).contains("sender delay notification"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_does_not_warn_the_sender_again() {
+    let dir = temp_dir("delay-warning-restart");
+    let sink = recording_sink().await;
+    let mut cfg = config(&dir, Some(sink.addr));
+    cfg.queue.delay_warning_secs = 1;
+    let (server, addr) = start(cfg.clone()).await;
+    let mut c = Client::ready(addr).await;
+    let r = c
+        .message("sender@ours.test", &["defer-me@ours.test"], &body("late"))
+        .await;
+    assert!(r.starts_with("250"), "{r}");
+    let warnings = || {
+        (sink.messages().into_iter())
+            .filter(|m| m.sender.is_empty())
+            .count()
+    };
+    assert!(
+        wait_until(20, || warnings() == 1).await,
+        "the warning reached the sender: {}",
+        read_log(&dir)
+    );
+    server.shutdown().await;
+    let before = read_log(&dir);
+    let deferrals_before = before.matches("to=<defer-me@ours.test>").count();
+
+    // The same spool, started again: the message is still deferred and
+    // older than the warning time, but its sender was told already.
+    let (server, _) = start(cfg).await;
+    let deferrals = || read_log(&dir).matches("to=<defer-me@ours.test>").count();
+    // Each retry after the restart is a round after which a warning would
+    // be stored (and logged) if the flag had been lost.
+    assert!(
+        wait_until(20, || deferrals() >= deferrals_before + 3).await,
+        "the message was retried after the restart: {}",
+        read_log(&dir)
+    );
+    server.shutdown().await;
+    let log = read_log(&dir);
+    assert_eq!(
+        log.matches("sender delay notification").count(),
+        1,
+        "one warning over both runs: {log}"
+    );
+    assert_eq!(warnings(), 1, "the sink got one warning");
 }

@@ -1,7 +1,8 @@
 //! DKIM signing: `sluice dkim-keygen` makes a key and its record; mail
 //! from a client that may relay, with a From: domain that has a key, is
 //! signed; the signature verifies (mail-auth) against the record served
-//! by a real nsd; other mail is not signed.
+//! by a real nsd; other mail is not signed. From is oversigned: a From
+//! field added after signing breaks the signature.
 
 mod common;
 
@@ -63,6 +64,7 @@ async fn our_mail_is_signed_and_the_signature_verifies() {
         selector: "s1".into(),
         key_file: key,
         headers: None,
+        expire_secs: None,
     });
     let (server, addr) = start(cfg).await;
     let mut c = Client::ready(addr).await;
@@ -116,4 +118,141 @@ async fn our_mail_is_signed_and_the_signature_verifies() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
+}
+
+/// A resolver for mail-auth that asks `nsd`, with short timeouts (so a
+/// loop can poll nsd while it loads).
+fn authenticator(nsd: &Nsd) -> mail_auth::MessageAuthenticator {
+    use mail_auth::hickory_resolver::config::{
+        ConnectionConfig, NameServerConfig, ResolverConfig, ResolverOpts,
+    };
+    let mut udp = ConnectionConfig::udp();
+    udp.port = nsd.addr.port();
+    let ns = NameServerConfig::new(nsd.addr.ip(), true, vec![udp]);
+    let mut opts = ResolverOpts::default();
+    opts.timeout = std::time::Duration::from_millis(500);
+    opts.attempts = 1;
+    mail_auth::MessageAuthenticator::new(ResolverConfig::from_parts(None, vec![], vec![ns]), opts)
+        .unwrap()
+}
+
+/// The DKIM results for `message`, once nsd answers (not a temperror).
+async fn dkim_results(
+    auth: &mail_auth::MessageAuthenticator,
+    message: &[u8],
+) -> Vec<mail_auth::DkimResult> {
+    use mail_auth::{AuthenticatedMessage, DkimResult};
+    let parsed = AuthenticatedMessage::parse(message).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let results: Vec<DkimResult> = (auth.verify_dkim(&parsed).await.iter())
+            .map(|r| r.result().clone())
+            .collect();
+        let waiting = results
+            .iter()
+            .any(|r| matches!(r, DkimResult::TempError(_)));
+        if !waiting || std::time::Instant::now() > deadline {
+            return results;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_from_added_after_signing_breaks_the_signature() {
+    use mail_auth::DkimResult;
+    let dir = temp_dir("dkim-oversign");
+    let key = dir.join("ed.pem");
+    let record = keygen(Algorithm::Ed25519, "ours.test", "s1", &key).unwrap();
+    let txt = record.split('"').nth(1).unwrap().to_string();
+    let zone = format!(
+        "$ORIGIN ours.test.\n$TTL 300\n@ SOA ns.ours.test. admin.ours.test. 1 3600 600 86400 300\n@ NS ns\nns A 127.0.0.1\ns1._domainkey TXT \"{txt}\"\n"
+    );
+    let nsd = Nsd::start(&dir, &[("ours.test", &zone)]);
+    let signers = sluice::smtp::server::dkim::Signers::load(
+        &[DkimKeyConfig {
+            domain: "ours.test".into(),
+            selector: "s1".into(),
+            key_file: key,
+            headers: None,
+            expire_secs: None,
+        }],
+        432_000,
+    )
+    .unwrap();
+    let message =
+        "From: Alice <alice@ours.test>\r\nTo: x@dest.test\r\nSubject: pay\r\n\r\nPay Bob.\r\n";
+    let (signature, _) = signers.sign(message.as_bytes()).unwrap().unwrap();
+    // h= names From once more than the message has From fields.
+    let tags: String = signature.split_whitespace().collect();
+    let h = tags.split(';').find_map(|t| t.strip_prefix("h=")).unwrap();
+    let froms = h
+        .split(':')
+        .filter(|n| n.eq_ignore_ascii_case("from"))
+        .count();
+    assert_eq!(froms, 2, "From oversigned: {signature}");
+
+    let auth = authenticator(&nsd);
+    let signed = format!("{signature}{message}");
+    let results = dkim_results(&auth, signed.as_bytes()).await;
+    assert_eq!(results, vec![DkimResult::Pass], "as sent");
+    // A second From above the signed one: a verifier that did not count
+    // it would still pass, and a reader would see Mallory's.
+    let forged = format!("{signature}From: Mallory <m@ours.test>\r\n{message}");
+    let results = dkim_results(&auth, forged.as_bytes()).await;
+    assert!(
+        !results.contains(&DkimResult::Pass),
+        "a From added after signing fails: {results:?}"
+    );
+}
+
+/// The value of tag `name` in a DKIM-Signature field.
+fn tag(signature: &str, name: &str) -> Option<String> {
+    let tags: String = signature.split_whitespace().collect();
+    let found = tags
+        .split(';')
+        .find_map(|t| t.strip_prefix(&format!("{name}=")));
+    found.map(str::to_string)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signatures_expire_two_days_after_the_queue_gives_up() {
+    let dir = temp_dir("dkim-expire");
+    let key = dir.join("ed.pem");
+    keygen(Algorithm::Ed25519, "ours.test", "s1", &key).unwrap();
+    let sink = recording_sink().await;
+    let mut cfg = config(&dir, Some(sink.addr));
+    cfg.queue.maximal_lifetime_secs = 86_400;
+    let key_config = format!("domain = \"ours.test\"\nselector = \"s1\"\nkey_file = {key:?}\n");
+    cfg.dkim.keys.push(toml::from_str(&key_config).unwrap());
+    let (server, addr) = start(cfg).await;
+    let mut c = Client::ready(addr).await;
+    let msg = "From: <a@ours.test>\r\nTo: <x@ours.test>\r\nSubject: expiring\r\n\r\nHello.\r\n";
+    let r = c.message("a@ours.test", &["x@ours.test"], msg).await;
+    assert!(r.starts_with("250"), "{r}");
+    assert!(wait_until(15, || sink.count() == 1).await);
+    server.shutdown().await;
+    let text = String::from_utf8_lossy(&sink.messages()[0].body).into_owned();
+    let start = text.find("DKIM-Signature:").expect("signed");
+    let text = &text[start..];
+    let mut end = text.find("\r\n").unwrap();
+    while text[end + 2..].starts_with([' ', '\t']) {
+        end += 2 + text[end + 2..].find("\r\n").unwrap();
+    }
+    let signature = &text[..end];
+    let t: u64 = tag(signature, "t").unwrap().parse().unwrap();
+    let x: u64 = tag(signature, "x")
+        .unwrap_or_else(|| panic!("no x= in {signature}"))
+        .parse()
+        .unwrap();
+    assert_eq!(x - t, 86_400 + 2 * 86_400, "{signature}");
+    // An expiry within the queue lifetime is a configuration error.
+    let mut short: DkimKeyConfig = toml::from_str(&key_config).unwrap();
+    short.expire_secs = Some(3_600);
+    let refused = sluice::smtp::server::dkim::Signers::load(&[short], 86_400);
+    let why = refused.err().expect("refused");
+    assert!(
+        why.contains("must exceed queue.maximal_lifetime_secs"),
+        "{why}"
+    );
 }

@@ -18,6 +18,7 @@ fn signing_key(dir: &std::path::Path) -> DkimKeyConfig {
         selector: "s1".into(),
         key_file: key,
         headers: None,
+        expire_secs: None,
     }
 }
 

@@ -1,7 +1,8 @@
 //! MTA-STS (RFC 8461) through a real nsd and an HTTPS policy server: with
 //! `mode: enforce`, mail goes only over TLS verified for a matching MX
 //! host (a hop without STARTTLS is deferred, not sent in clear), and the
-//! policy is fetched once and cached.
+//! policy is fetched once and cached, on disk too (a restart keeps it in
+//! force); a policy body over 64 KiB is refused, not cut and used.
 
 mod common;
 
@@ -41,9 +42,14 @@ fn certificate(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
     (cert, key)
 }
 
-/// An HTTPS server on 127.0.0.20 answering every request with POLICY;
-/// returns its port and the number of requests served.
-async fn policy_server(cert: &Path, key: &Path) -> (u16, Arc<AtomicUsize>) {
+/// An HTTPS server on 127.0.0.20 answering every request with `policy`;
+/// returns its port, the number of requests served, and its accept loop
+/// (abort it to take the server away).
+async fn policy_server(
+    cert: &Path,
+    key: &Path,
+    policy: String,
+) -> (u16, Arc<AtomicUsize>, tokio::task::JoinHandle<()>) {
     let certs = vec![CertificateDer::from_pem_file(cert).unwrap()];
     let key = PrivateKeyDer::from_pem_file(key).unwrap();
     let config = rustls::ServerConfig::builder_with_provider(sluice::pki::provider())
@@ -57,9 +63,10 @@ async fn policy_server(cert: &Path, key: &Path) -> (u16, Arc<AtomicUsize>) {
     let port = listener.local_addr().unwrap().port();
     let served = Arc::new(AtomicUsize::new(0));
     let count = served.clone();
-    tokio::spawn(async move {
+    let policy = Arc::new(policy);
+    let server = tokio::spawn(async move {
         while let Ok((tcp, _)) = listener.accept().await {
-            let (acceptor, count) = (acceptor.clone(), count.clone());
+            let (acceptor, count, policy) = (acceptor.clone(), count.clone(), policy.clone());
             tokio::spawn(async move {
                 let Ok(mut tls) = acceptor.accept(tcp).await else {
                     return;
@@ -76,28 +83,34 @@ async fn policy_server(cert: &Path, key: &Path) -> (u16, Arc<AtomicUsize>) {
                     b"GET /.well-known/mta-sts.txt HTTP/1.0\r\nHost: mta-sts.sts.test\r\n"
                 ));
                 count.fetch_add(1, Ordering::SeqCst);
-                let resp = format!("HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n{POLICY}");
+                let resp = format!("HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n{policy}");
                 let _ = tls.write_all(resp.as_bytes()).await;
                 let _ = tls.shutdown().await;
             });
         }
     });
-    (port, served)
+    (port, served, server)
 }
 
 struct Setup {
     dir: TestDir,
     _nsd: Nsd,
     served: Arc<AtomicUsize>,
+    policy_server: tokio::task::JoinHandle<()>,
     cfg: sluice::config::Config,
 }
 
 /// nsd, the policy server, and a config routing sts.test by MX to `port`.
 async fn setup(name: &str, port: u16, mx_cert: &Path) -> Setup {
+    setup_serving(name, port, mx_cert, POLICY.to_string()).await
+}
+
+/// As [`setup`], the policy server answering with `policy`.
+async fn setup_serving(name: &str, port: u16, mx_cert: &Path, policy: String) -> Setup {
     let dir = temp_dir(name);
     let nsd = Nsd::start(&dir, &[("test", ZONE)]);
     let (cert, key) = certificate(&dir, "mta-sts.sts.test");
-    let (https_port, served) = policy_server(&cert, &key).await;
+    let (https_port, served, policy_server) = policy_server(&cert, &key, policy).await;
     // Both self-signed certificates are the trust anchors.
     let ca = dir.join("ca.pem");
     let pems = [
@@ -116,8 +129,32 @@ async fn setup(name: &str, port: u16, mx_cert: &Path) -> Setup {
         dir,
         _nsd: nsd,
         served,
+        policy_server,
         cfg,
     }
+}
+
+/// A sink on the MX's address (127.0.0.21) that offers no STARTTLS.
+async fn plain_mx() -> sluice::tools::sink::Sink {
+    sluice::tools::sink::Sink::start(sluice::tools::sink::SinkOptions {
+        listen: Some("127.0.0.21:0".parse().unwrap()),
+        record: true,
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+}
+
+/// Waits until the message was either sent to `sink` or deferred for
+/// want of TLS; true if deferred.
+async fn deferred_for_tls(dir: &Path, sink: &sluice::tools::sink::Sink, deferrals: usize) -> bool {
+    let tls_deferrals = || read_log(dir).matches("4.7.4 TLS is required").count();
+    assert!(
+        wait_until(20, || sink.count() > 0 || tls_deferrals() > deferrals).await,
+        "neither sent nor deferred: {}",
+        read_log(dir)
+    );
+    sink.count() == 0
 }
 
 async fn send(addr: SocketAddr, subject: &str) {
@@ -128,13 +165,7 @@ async fn send(addr: SocketAddr, subject: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enforce_defers_rather_than_send_in_clear() {
-    let sink = sluice::tools::sink::Sink::start(sluice::tools::sink::SinkOptions {
-        listen: Some("127.0.0.21:0".parse().unwrap()),
-        record: true,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let sink = plain_mx().await;
     let scratch = temp_dir("mta-sts-scratch");
     let (mx_cert, _) = certificate(&scratch, "mx.sts.test");
     let s = setup("mta-sts-clear", sink.addr.port(), &mx_cert).await;
@@ -179,4 +210,61 @@ async fn enforce_delivers_over_verified_tls_and_caches_the_policy() {
         "{log}"
     );
     assert_eq!(s.served.load(Ordering::SeqCst), 1, "the policy is cached");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cached_policy_survives_a_restart_without_its_policy_host() {
+    let sink = plain_mx().await;
+    let scratch = temp_dir("mta-sts-restart-scratch");
+    let (mx_cert, _) = certificate(&scratch, "mx.sts.test");
+    let s = setup("mta-sts-restart", sink.addr.port(), &mx_cert).await;
+    let (server, addr) = start(s.cfg.clone()).await;
+    send(addr, "before the restart").await;
+    assert!(deferred_for_tls(&s.dir, &sink, 0).await, "enforced");
+    server.shutdown().await;
+    // The policy host goes away (an attacker blocking it, say), and the
+    // spool is emptied so that only new mail is looked at.
+    s.policy_server.abort();
+    let _ = s.policy_server.await;
+    let deferrals = read_log(&s.dir).matches("4.7.4 TLS is required").count();
+    std::fs::remove_dir_all(s.cfg.data_dir.join("spool")).unwrap();
+
+    let (server, addr) = start(s.cfg.clone()).await;
+    send(addr, "after the restart").await;
+    let deferred = deferred_for_tls(&s.dir, &sink, deferrals).await;
+    server.shutdown().await;
+    assert!(deferred, "the policy from before the restart is enforced");
+    assert_eq!(sink.count(), 0, "nothing went in clear");
+    assert_eq!(s.served.load(Ordering::SeqCst), 1, "fetched once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_over_64_kib_is_refused_not_cut() {
+    let sink = plain_mx().await;
+    let scratch = temp_dir("mta-sts-big-scratch");
+    let (mx_cert, _) = certificate(&scratch, "mx.sts.test");
+    // A valid enforce policy, then extension lines past 64 KiB: cut at any
+    // length, it still parses (extensions are ignored).
+    let pad: String = (0..2000)
+        .map(|i| format!("x-pad{i}: {}\r\n", "p".repeat(40)))
+        .collect();
+    assert!(POLICY.len() + pad.len() > 64 << 10);
+    let s = setup_serving(
+        "mta-sts-big",
+        sink.addr.port(),
+        &mx_cert,
+        format!("{POLICY}{pad}"),
+    )
+    .await;
+    let (server, addr) = start(s.cfg.clone()).await;
+    send(addr, "big policy").await;
+    let deferred = deferred_for_tls(&s.dir, &sink, 0).await;
+    server.shutdown().await;
+    let log = read_log(&s.dir);
+    assert!(!deferred, "no policy in force, so sent: {log}");
+    assert!(s.served.load(Ordering::SeqCst) >= 1);
+    assert!(
+        log.contains("MTA-STS policy of sts.test: fetch failed: mta-sts.sts.test: policy body over 65536 bytes; no policy in force"),
+        "{log}"
+    );
 }

@@ -20,7 +20,7 @@
 //!   Without the bound, a segment of fake headers that each claim to run to
 //!   its end costs time quadratic in its size.
 
-use crate::record::{self, HEADER_LEN, KIND_MESSAGE, KIND_OUTCOME};
+use crate::record::{self, HEADER_LEN, KIND_MARKS, KIND_MESSAGE, KIND_OUTCOME, MARKS_PAYLOAD};
 use crate::salt::Salt;
 
 /// Checksum work allowed per byte of segment, over all its resyncs.
@@ -104,6 +104,7 @@ fn plausible_len(candidate: &[u8]) -> Option<usize> {
                 .and_then(|n| n.checked_add(MIN_OUTCOME_PAYLOAD))
                 == Some(len)
         }
+        KIND_MARKS => len == MARKS_PAYLOAD,
         _ => false,
     };
     fits.then_some(len)

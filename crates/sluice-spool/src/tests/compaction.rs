@@ -201,3 +201,31 @@ fn a_backlog_that_is_all_live_is_never_copied() {
         assert!(segment_path(&dir, n).exists(), "segment {n}");
     }
 }
+
+#[test]
+fn marks_survive_reopen_and_compaction() {
+    let dir = temp_dir("marks");
+    let rt = runtime();
+    let (spool, _, _) = Spool::open(config(&dir)).unwrap();
+    let (marked, old_ref) = store(&rt, &spool, 2, b"warned\r\n".to_vec());
+    let (plain, _) = store(&rt, &spool, 1, b"not warned\r\n".to_vec());
+    spool.record_marks(marked.id, 1);
+    spool.record_marks(marked.id, 4);
+    spool.record_outcome(plain.id, vec![0], true);
+    churn(&rt, &spool, &dir, 200);
+    assert!(!segment_path(&dir, old_ref.segment).exists(), "moved away");
+    spool.shutdown();
+    drop(spool);
+
+    let (spool, recovered, report) = Spool::open(config(&dir)).unwrap();
+    assert!(report.damage.is_empty(), "{:?}", report.damage);
+    assert_eq!(ids(&recovered), vec![marked.id]);
+    assert_eq!(recovered[0].marks, 5, "both marks, after the copy");
+    // A restart compacts no further here; a new mark joins the old ones.
+    spool.record_marks(marked.id, 2);
+    spool.shutdown();
+    drop(spool);
+    let (spool, recovered, _) = Spool::open(config(&dir)).unwrap();
+    assert_eq!(recovered[0].marks, 7);
+    spool.shutdown();
+}

@@ -20,7 +20,7 @@
 //!   least one dead byte, so compaction writes at most as much as was
 //!   written and died.
 //! - A record is copied verbatim, followed by an outcome record with the
-//!   message's done recipients, and synced before the index and the reader
+//!   message's done recipients and a marks record with its marks, and synced before the index and the reader
 //!   are told of its new place; the old copy is deleted only afterwards, by
 //!   the ordinary reclaim. A crash in between leaves two copies, which
 //!   recovery resolves (the later one wins, done sets are united).
@@ -97,7 +97,9 @@ impl Writer {
         let picked = self.pick(oldest);
         let bytes: u64 = picked
             .iter()
-            .map(|(_, msg)| msg.record_len + record::outcome_len(msg.done.len()))
+            .map(|(_, msg)| {
+                msg.record_len + record::outcome_len(msg.done.len()) + record::marks_len()
+            })
             .sum();
         let free = (self.disk.free_bytes)(&self.dir).unwrap_or(0);
         if free < bytes.saturating_add(self.reserve / 2) {
@@ -158,7 +160,7 @@ impl Writer {
     }
 
     /// Appends verified copies of the picked records, each followed by its
-    /// done set, to `buf`; returns each message's place once `buf` is
+    /// done set and marks, to `buf`; returns each message's place once `buf` is
     /// written at the end of the current segment.
     fn copy_out(
         &self,
@@ -180,6 +182,9 @@ impl Writer {
             let done = msg.done_indices();
             if !done.is_empty() {
                 record::encode_outcome(&self.salt, *id, &done, buf);
+            }
+            if msg.marks != 0 {
+                record::encode_marks(&self.salt, *id, msg.marks, buf);
             }
             let copy = LiveMsg {
                 segment: self.current,

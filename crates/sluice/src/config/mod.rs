@@ -96,6 +96,11 @@ pub struct DkimKeyConfig {
     /// Headers to sign (default: `smtp::server::dkim::DEFAULT_HEADERS`).
     #[serde(default)]
     pub headers: Option<Vec<String>>,
+    /// Signatures expire this long after signing (`x=`); it must exceed
+    /// `queue.maximal_lifetime_secs`. Default: that lifetime plus two
+    /// days; 0: no `x=`.
+    #[serde(default)]
+    pub expire_secs: Option<u64>,
 }
 
 /// `[dns]`: where MX and address lookups go.
@@ -295,6 +300,13 @@ pub struct DeliveryConfig {
     pub allow_mx_networks: Vec<hop::Cidr>,
     /// The port next hops found in DNS are reached on (25).
     pub mx_port: u16,
+    /// Addresses of MX hosts one delivery attempt looks up and tries at
+    /// most, best first (Postfix's smtp_mx_address_limit); 0: no limit.
+    pub mx_address_limit: usize,
+    /// SMTP sessions one delivery attempt holds at most while MX hosts
+    /// defer the whole transaction (Postfix's smtp_mx_session_limit); 0:
+    /// no limit.
+    pub mx_session_limit: usize,
     /// Messages per minute to one destination (0: no limit) ...
     pub default_rate_limit: u32,
     /// ... and per destination, keyed like `destination_concurrency` or
@@ -408,6 +420,8 @@ impl Default for DeliveryConfig {
             mx_rollup: true,
             allow_mx_networks: Vec::new(),
             mx_port: 25,
+            mx_address_limit: 5,
+            mx_session_limit: 2,
             dane: false,
             mta_sts: true,
             mta_sts_port: 443,

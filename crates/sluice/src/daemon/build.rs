@@ -210,7 +210,10 @@ impl Parts {
             delivery_stamp: delivery_key(&config),
             client_tls: Arc::new(ClientTls::build(&config.delivery)?),
             // Key files are read again at each reload, like certificates.
-            dkim: Arc::new(Signers::load(&config.dkim.keys)?),
+            dkim: Arc::new(Signers::load(
+                &config.dkim.keys,
+                config.queue.maximal_lifetime_secs,
+            )?),
             config,
             mailboxes,
             router,
@@ -245,6 +248,8 @@ impl Parts {
                 verifying,
                 d.mta_sts_port,
                 Duration::from_secs(d.connect_timeout_secs.max(1)),
+                Some(&self.config.data_dir.join("mta-sts")),
+                logger.clone(),
             ))),
             _ => None,
         };

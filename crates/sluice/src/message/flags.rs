@@ -1,6 +1,7 @@
 //! Envelope flags: bits persisted with each spooled message
-//! (`sluice_spool::Envelope::flags`). The values are part of the spool
-//! format: never renumber them.
+//! (`sluice_spool::Envelope::flags`), and marks: bits recorded for a
+//! message after it was stored (`sluice_spool::Spool::record_marks`). The
+//! values are part of the spool format: never renumber them.
 
 /// The body was declared `BODY=8BITMIME`.
 pub const EIGHTBITMIME: u32 = 1;
@@ -8,3 +9,7 @@ pub const EIGHTBITMIME: u32 = 1;
 pub const SMTPUTF8: u32 = 2;
 /// A delivery status notification Sluice generated (sender is `<>`).
 pub const BOUNCE: u32 = 4;
+
+/// Mark: the sender has had the delay warning for this message
+/// (`queue.delay_warning_secs`); never send it again, even after a restart.
+pub const MARK_DELAY_WARNED: u32 = 1;

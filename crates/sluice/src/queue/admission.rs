@@ -17,6 +17,7 @@ use super::scheduler::Scheduler;
 use super::{Event, QueuedMessage};
 use crate::log;
 use crate::log::qid;
+use crate::message::flags::MARK_DELAY_WARNED;
 
 /// Envelopes read back per blocking task.
 const LOAD_BATCH: usize = 256;
@@ -54,7 +55,7 @@ impl Scheduler {
                 body_ref: r.body,
                 done: r.done,
                 attempts: 0,
-                warned: false,
+                warned: r.marks & MARK_DELAY_WARNED != 0,
                 reason: None,
             };
             self.park(r.id, parked, None);

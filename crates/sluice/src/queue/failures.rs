@@ -4,7 +4,9 @@
 //! mail, which is logged and dropped (no bounce of a bounce).
 //!
 //! Invariant: failed recipients are recorded in the spool only after their
-//! bounce is stored, so a crash can duplicate a bounce, never lose one.
+//! bounce is stored, so a crash can duplicate a bounce, never lose one;
+//! likewise a delay warning is marked sent (a spool mark, kept across
+//! restarts) only after it is stored.
 
 use std::sync::Arc;
 
@@ -17,6 +19,7 @@ use crate::bounce;
 use crate::bounce::dsn::Notice;
 use crate::log;
 use crate::log::{qid, Logger};
+use crate::message::flags;
 use crate::message::status::Failure;
 use crate::timefmt;
 
@@ -82,6 +85,7 @@ impl Scheduler {
             (self.spool.clone(), self.logger.clone(), self.events.clone());
         let hostname = self.config.hostname.clone();
         tokio::spawn(async move {
+            let warned = (kind == Notice::Delayed).then_some(env.id);
             let notice = bounce::store(
                 &hostname,
                 &env,
@@ -92,6 +96,12 @@ impl Scheduler {
                 &logger,
             )
             .await;
+            if let Some(id) = warned {
+                // Only once the warning is safe: a crash in between may
+                // repeat it, never lose it. The mark goes out with the
+                // spool's next commit (a clean stop flushes it).
+                spool.record_marks(id, flags::MARK_DELAY_WARNED);
+            }
             if let Some(recipients) = stored {
                 let msg = env.id;
                 let _ = events.send(Event::BounceStored { msg, recipients }).await;
@@ -110,8 +120,9 @@ impl Scheduler {
     /// Once per message, when its mail is still deferred after
     /// `delay_warning_secs`: a DSN with Action: delayed to the sender (not
     /// to the null sender). It waits for nothing: the recipients stay
-    /// deferred. After a restart the warning may be sent again (the flag
-    /// lives in memory), never lost for a message that is still young.
+    /// deferred. Once the warning is stored, the message is marked in the
+    /// spool ([`flags::MARK_DELAY_WARNED`]), so a restart does not send it
+    /// again; only a crash between the two can.
     pub(super) fn warn_if_delayed(&mut self, id: u64) {
         let after = self.config.queue.delay_warning_secs;
         let Some(msg) = self.messages.get_mut(&id) else {

@@ -24,7 +24,8 @@
 //!
 //! Invariants: a destination with `resolving` set starts no worker; every
 //! lookup spawned ends in exactly one `Event::Resolved`; at most
-//! `MAX_ALIASES` mappings are kept.
+//! `MAX_ALIASES` mappings are kept; a lookup resolves at most
+//! `MAX_GROUP_HOSTS` MX hosts (a domain with more stays on its own).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -38,12 +39,16 @@ use super::job::Job;
 use super::scheduler::Scheduler;
 use super::Event;
 use crate::config::hop::NextHop;
-use crate::routing::dns::Dns;
+use crate::routing::dns::{Dns, DnsError, Exchangers, MailHost};
 
 /// How long a domain stays mapped to its group before it is looked up again.
 pub const ROLLUP_TTL: Duration = Duration::from_secs(300);
 /// Domains remembered at most (then the map starts over).
 pub const MAX_ALIASES: usize = 100_000;
+/// A domain with more MX hosts stays on its own (its worker looks up only
+/// the hosts it tries, `delivery.mx_address_limit`), so a hostile zone
+/// never makes the rollup look up hundreds of names.
+pub const MAX_GROUP_HOSTS: usize = 16;
 
 /// A domain's group, as of `at` (`None`: on its own).
 pub(super) struct Alias {
@@ -148,7 +153,7 @@ impl Scheduler {
         let sts = self.config.delivery.mta_sts;
         let secure_mx = self.rollup.secure_mx.clone();
         tokio::spawn(async move {
-            let group = match dns.mail_hosts(&host).await {
+            let group = match group_hosts(&dns, &host).await {
                 // A domain with an MTA-STS record or a signed MX RRset
                 // keeps its own destination: its policy is its own, not
                 // its provider's.
@@ -203,6 +208,20 @@ async fn dane_applies(secure_mx: Option<&SecureMx>, domain: &str) -> bool {
     match secure_mx {
         Some(check) => check(domain.to_string()).await,
         None => false,
+    }
+}
+
+/// `domain`'s mail hosts, every one looked up, for its group's key; an
+/// error (the domain stays on its own) for more than [`MAX_GROUP_HOSTS`]
+/// MX hosts, which are not looked up.
+async fn group_hosts(dns: &Dns, domain: &str) -> Result<Vec<MailHost>, DnsError> {
+    match dns.exchangers(domain).await? {
+        Exchangers::Mx(mx) if mx.len() > MAX_GROUP_HOSTS => Err(DnsError::Temporary(
+            domain.into(),
+            format!("{} MX hosts, too many to group", mx.len()),
+        )),
+        Exchangers::Mx(_) => dns.mail_hosts(domain).await,
+        Exchangers::Implicit(host) => Ok(vec![host]),
     }
 }
 

@@ -1,6 +1,8 @@
 //! Mail hosts from DNS (RFC 5321 §5.1): MX records by preference, random
 //! among equal preferences, each host's IPv6 and IPv4 addresses; the
-//! domain itself when it has no MX (implicit MX); RFC 7505 null MX.
+//! domain itself when it has no MX (implicit MX); RFC 7505 null MX. The
+//! names ([`Dns::exchangers`]) and each host's addresses can be asked for
+//! apart, so that a caller looks up only the hosts it will try.
 //!
 //! Resolution is hickory-resolver's (asynchronous, cached per TTL; no
 //! blocking getaddrinfo on the delivery path), against `[dns]
@@ -31,6 +33,15 @@ pub struct MailHost {
     pub name: String,
     pub preference: u16,
     pub addrs: Vec<IpAddr>,
+}
+
+/// A domain's mail exchangers, before their addresses are looked up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exchangers {
+    /// MX host names (no trailing dot) by preference, shuffled within one.
+    Mx(Vec<(u16, String)>),
+    /// No MX: the domain itself, with its addresses (RFC 5321 §5.1).
+    Implicit(MailHost),
 }
 
 /// Why there are no hosts to try.
@@ -102,8 +113,42 @@ impl Dns {
         Ok(Dns { resolver })
     }
 
-    /// The hosts to try for `domain`, best first.
+    /// The hosts to try for `domain`, best first, every MX host looked up
+    /// (the delivery agent looks up only as many as it will try, see
+    /// [`Dns::exchangers`]).
     pub async fn mail_hosts(&self, domain: &str) -> Result<Vec<MailHost>, DnsError> {
+        let mx = match self.exchangers(domain).await? {
+            Exchangers::Implicit(host) => return Ok(vec![host]),
+            Exchangers::Mx(mx) => mx,
+        };
+        let mut hosts = Vec::with_capacity(mx.len());
+        let mut last_error = None;
+        for (preference, name) in mx {
+            match self.mx_host_addresses(&name).await {
+                Ok(addrs) if !addrs.is_empty() => hosts.push(MailHost {
+                    name,
+                    preference,
+                    addrs,
+                }),
+                Ok(_) => {}
+                Err(e) => last_error = Some(e),
+            }
+        }
+        match (hosts.is_empty(), last_error) {
+            (false, _) => Ok(hosts),
+            (true, Some(e)) => Err(DnsError::Temporary(domain.into(), e)),
+            (true, None) => Err(DnsError::Temporary(
+                domain.into(),
+                "no MX host has an address".into(),
+            )),
+        }
+    }
+
+    /// `domain`'s mail exchangers before their addresses are looked up:
+    /// its MX hosts by preference (random among equals, null MX and
+    /// definite failures as in [`DnsError`]), or, without MX, the domain
+    /// itself with its addresses (implicit MX).
+    pub async fn exchangers(&self, domain: &str) -> Result<Exchangers, DnsError> {
         let fqdn = format!("{}.", ascii_name(domain)?);
         let temporary = |e: &ResolveError| DnsError::Temporary(domain.to_string(), e.to_string());
         let mut mx: Vec<(u16, String)> = match self.resolver.mx_lookup(fqdn.as_str()).await {
@@ -127,11 +172,11 @@ impl Dns {
         if mx.is_empty() {
             // Implicit MX (RFC 5321 §5.1): the domain's own addresses.
             return match self.addresses(&fqdn).await {
-                Ok(addrs) if !addrs.is_empty() => Ok(vec![MailHost {
+                Ok(addrs) if !addrs.is_empty() => Ok(Exchangers::Implicit(MailHost {
                     name: domain.to_string(),
                     preference: 0,
                     addrs,
-                }]),
+                })),
                 Ok(_) => Err(DnsError::NoMailHost(domain.into())),
                 Err(e) if e.is_nx_domain() || no_data(&e) => {
                     Err(DnsError::NoMailHost(domain.into()))
@@ -141,27 +186,18 @@ impl Dns {
         }
         mx.retain(|(_, name)| name != ".");
         order(&mut mx);
-        let mut hosts = Vec::with_capacity(mx.len());
-        let mut last_error = None;
-        for (preference, name) in mx {
-            match self.addresses(&name).await {
-                Ok(addrs) if !addrs.is_empty() => hosts.push(MailHost {
-                    name: name.trim_end_matches('.').to_string(),
-                    preference,
-                    addrs,
-                }),
-                Ok(_) => {}
-                Err(e) => last_error = Some(e),
-            }
+        for (_, name) in &mut mx {
+            name.truncate(name.trim_end_matches('.').len());
         }
-        match (hosts.is_empty(), last_error) {
-            (false, _) => Ok(hosts),
-            (true, Some(e)) => Err(temporary(&e)),
-            (true, None) => Err(DnsError::Temporary(
-                domain.into(),
-                "no MX host has an address".into(),
-            )),
-        }
+        Ok(Exchangers::Mx(mx))
+    }
+
+    /// The addresses of MX host `name` (from [`Dns::exchangers`]), IPv6
+    /// first; none is an empty list, a failed lookup the resolver's error.
+    pub async fn mx_host_addresses(&self, name: &str) -> Result<Vec<IpAddr>, String> {
+        self.addresses(&format!("{name}."))
+            .await
+            .map_err(|e| e.to_string())
     }
 
     /// The addresses of a host named in the configuration (a relayhost):

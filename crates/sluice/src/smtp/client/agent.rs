@@ -14,11 +14,13 @@ use sluice_spool::Spool;
 use super::conn::{SmtpConn, TxError};
 use super::dane::{host_name, Dane, HostDane};
 use super::dead::DeadHosts;
-use super::guard::{self, OwnAddrs};
-use super::mta_sts::{Mode, MtaSts, Policy};
+use super::guard::OwnAddrs;
+use super::mta_sts::{MtaSts, Policy};
 use super::tls::{ClientTls, Level, TlsChoice};
 use crate::config::hop::NextHop;
 use crate::config::Config;
+
+mod targets;
 use crate::log::Logger;
 use crate::message::body;
 use crate::message::status::Outcome;
@@ -110,50 +112,10 @@ enum Unreachable {
     Permanent(String),
 }
 
-/// Hosts tried for one message at most: the first plus this many more
-/// after a whole transaction was deferred (Postfix's smtp_mx_address_limit
-/// is 5 in all).
-const MAX_FAILOVER: usize = 4;
-
 /// Host name and address, in the order to try them.
 type Targets = Vec<(String, SocketAddr)>;
 
 impl SmtpWorker {
-    /// Where to connect: a literal address; a bracketed host's addresses;
-    /// otherwise the domain's MX hosts, best first, each address in turn
-    /// (RFC 5321 §5.1). Names are resolved by hickory, never by a blocking
-    /// getaddrinfo.
-    async fn targets(
-        &self,
-        host: &str,
-        port: u16,
-        bracketed: bool,
-    ) -> Result<Targets, Unreachable> {
-        let at = |ip: IpAddr| SocketAddr::new(ip, port);
-        if let Ok(ip) = host.parse::<IpAddr>() {
-            return Ok(vec![(host.to_string(), at(ip))]);
-        }
-        if bracketed {
-            let addrs = self
-                .dns
-                .host_addresses(host)
-                .await
-                .map_err(|e| Unreachable::Temporary(e.to_string()))?;
-            return Ok(addrs
-                .into_iter()
-                .map(|a| (host.to_string(), at(a)))
-                .collect());
-        }
-        match self.dns.mail_hosts(host).await {
-            Ok(hosts) => Ok(hosts
-                .into_iter()
-                .flat_map(|h| h.addrs.into_iter().map(move |a| (h.name.clone(), at(a))))
-                .collect()),
-            Err(e) if e.is_permanent() => Err(Unreachable::Permanent(e.to_string())),
-            Err(e) => Err(Unreachable::Temporary(e.to_string())),
-        }
-    }
-
     /// DANE for one MX host: only when the domain's MX RRset was secure.
     async fn dane_host(&self, host: &str, port: u16) -> Result<HostDane, String> {
         match (&self.dane, self.dane_secure) {
@@ -190,13 +152,13 @@ impl SmtpWorker {
     /// Keeps the targets named in `domain`'s validated MX RRset (the
     /// routing lookup does not validate: a forged answer could name a
     /// host without TLSA records); none left: 4.7.5.
-    fn keep_validated(
+    fn keep_validated<T>(
         &self,
         domain: &str,
-        targets: Targets,
+        hosts: Vec<(String, T)>,
         validated: &[String],
-    ) -> Result<Targets, Unreachable> {
-        let (kept, dropped): (Targets, Targets) = targets
+    ) -> Result<Vec<(String, T)>, Unreachable> {
+        let (kept, dropped): (Vec<_>, Vec<_>) = hosts
             .into_iter()
             .partition(|(name, _)| validated.contains(&host_name(name)));
         if !dropped.is_empty() {
@@ -223,148 +185,6 @@ impl SmtpWorker {
             return None;
         }
         sts.policy(host).await
-    }
-
-    /// Applies `domain`'s MTA-STS policy to its targets: `enforce` keeps
-    /// the matching MX hosts (none: 4.7.5) and requires verified TLS;
-    /// `testing` logs the hosts that would be refused.
-    fn apply_sts(
-        &mut self,
-        domain: &str,
-        targets: Targets,
-        policy: Option<&Policy>,
-    ) -> Result<Targets, String> {
-        self.sts_enforce = false;
-        let Some(p) = policy else {
-            return Ok(targets);
-        };
-        let (ok, bad): (Targets, Targets) = targets.into_iter().partition(|(n, _)| p.allows(n));
-        match p.mode {
-            Mode::Enforce if ok.is_empty() => Err(format!(
-                "4.7.5 MTA-STS policy of {domain}: no MX host matches its mx patterns"
-            )),
-            Mode::Enforce => {
-                self.sts_enforce = true;
-                Ok(ok)
-            }
-            Mode::Testing | Mode::None => {
-                if p.mode == Mode::Testing && !bad.is_empty() {
-                    let names: Vec<&str> = bad.iter().map(|(n, _)| n.as_str()).collect();
-                    crate::log!(
-                        self.logger,
-                        "smtp",
-                        "MTA-STS testing policy of {domain}: {} would be refused",
-                        names.join(", ")
-                    );
-                }
-                Ok(ok.into_iter().chain(bad).collect())
-            }
-        }
-    }
-
-    /// Where to connect for this worker's hop, best first, with its
-    /// domain's DANE and MTA-STS policy applied and, for a hop from DNS,
-    /// every address screened (`guard.rs`).
-    async fn first_targets(&mut self, job: &Job) -> Result<Targets, Unreachable> {
-        let hop = self.hop.clone();
-        match &*hop {
-            NextHop::Smtp {
-                host,
-                port,
-                bracketed,
-                screened,
-            } => {
-                let validated = self.dane_domain(host, *bracketed).await.map_err(|why| {
-                    crate::log!(self.logger, "smtp", "{why}");
-                    Unreachable::Temporary(why)
-                })?;
-                self.dane_secure = validated.is_some();
-                let policy = self.sts_policy(host, *bracketed).await;
-                let mut targets = self.targets(host, *port, *bracketed).await?;
-                if let Some(validated) = &validated {
-                    targets = self.keep_validated(host, targets, validated)?;
-                }
-                if *screened {
-                    targets = self.screen(host, targets)?;
-                }
-                self.apply_sts(host, targets, policy.as_deref())
-                    .map_err(Unreachable::Temporary)
-            }
-            NextHop::MxSet { levels, port } => {
-                // Rolled-up domains have no DANE or MTA-STS policy of
-                // their own (rollup.rs keeps those apart).
-                self.dane_secure = false;
-                self.sts_enforce = false;
-                let targets = self.set_targets(levels, *port).await?;
-                let domain = job
-                    .rcpts
-                    .first()
-                    .and_then(|&i| job.envelope.recipients.get(usize::from(i)))
-                    .and_then(|r| r.rsplit_once('@'))
-                    .map_or("this domain", |(_, d)| d)
-                    .to_string();
-                self.screen(&domain, targets)
-            }
-            _ => Err(Unreachable::Temporary(
-                "4.3.5 no SMTP delivery for this next hop".into(),
-            )),
-        }
-    }
-
-    /// The addresses of an MX group's hosts, level by level (shuffled
-    /// within a level); a host without addresses is skipped.
-    async fn set_targets(&self, levels: &[Vec<String>], port: u16) -> Result<Targets, Unreachable> {
-        let mut targets = Vec::new();
-        let mut why = String::from("4.4.3 no MX host of the group has an address");
-        for level in levels {
-            let mut names = level.clone();
-            crate::routing::dns::shuffle(&mut names);
-            for name in names {
-                match self.dns.host_addresses(&name).await {
-                    Ok(addrs) => targets.extend(
-                        addrs
-                            .into_iter()
-                            .map(|a| (name.clone(), SocketAddr::new(a, port))),
-                    ),
-                    Err(e) => why = e.to_string(),
-                }
-            }
-        }
-        match targets.is_empty() {
-            true => Err(Unreachable::Temporary(why)),
-            false => Ok(targets),
-        }
-    }
-
-    /// Drops the addresses a next hop from DNS may not have; none left:
-    /// `5.4.6 mail for <domain> loops back to myself` (as Postfix).
-    fn screen(&self, domain: &str, targets: Targets) -> Result<Targets, Unreachable> {
-        let own = self.own.get();
-        let allowed = &self.config.delivery.allow_mx_networks;
-        let mut refused = None;
-        let mut kept = Vec::with_capacity(targets.len());
-        for (name, addr) in targets {
-            match guard::check(addr, &own, allowed) {
-                Ok(()) => kept.push((name, addr)),
-                Err(why) => {
-                    crate::log!(
-                        self.logger,
-                        "smtp",
-                        "warning: mail for {domain}: not connecting to MX host {name}[{}]:{}: {why}",
-                        addr.ip(),
-                        addr.port()
-                    );
-                    refused = Some((name, addr, why));
-                }
-            }
-        }
-        match (kept.is_empty(), refused) {
-            (true, Some((name, addr, why))) => Err(Unreachable::Permanent(format!(
-                "5.4.6 mail for {domain} loops back to myself (MX host {name}[{}]: {why})",
-                addr.ip()
-            ))),
-            _ => Ok(kept),
-        }
     }
 
     /// Connects to the first of `targets` that answers, so a dead or
@@ -467,36 +287,14 @@ impl SmtpWorker {
                 return (defer_all(job, "none", &why), Feedback::Ok);
             }
         };
-        let relay = match &*self.hop {
-            NextHop::Smtp { host, port, .. } => format!("{host}:{port}"),
-            other => other.key(),
-        };
         let mut rest: Targets = Vec::new();
-        let mut failovers = 0;
+        let mut sessions = 0;
         let mut retried_stale = false;
         loop {
             let reused = self.conn.is_some();
-            if self.conn.is_none() {
-                let next = if failovers == 0 {
-                    match self.first_targets(job).await {
-                        Ok(t) => self.connect_first(&t).await,
-                        Err(Unreachable::Permanent(why)) => {
-                            return (bounce_all(job, "none", &why), Feedback::Ok)
-                        }
-                        Err(Unreachable::Temporary(why)) => Err(why),
-                    }
-                } else {
-                    self.connect_first(&rest).await
-                };
-                match next {
-                    Ok((conn, after)) => {
-                        self.conn = Some(conn);
-                        rest = after;
-                    }
-                    Err(why) => {
-                        crate::log!(self.logger, "smtp", "connect to {relay}: {why}");
-                        return (defer_all(job, &relay, &why), Feedback::ConnectFailed);
-                    }
+            if !reused {
+                if let Err(failed) = self.open(job, sessions == 0, &mut rest).await {
+                    return failed;
                 }
             }
             let conn = self.conn.as_mut().expect("connected above");
@@ -508,6 +306,7 @@ impl SmtpWorker {
             };
             match conn.transaction(sub, &fitted.body).await {
                 Ok(mut results) => {
+                    sessions += 1;
                     if conn.dsn {
                         for (_, o) in results.iter_mut() {
                             if let Outcome::Delivered { notified, .. } = o {
@@ -516,11 +315,9 @@ impl SmtpWorker {
                         }
                     }
                     results.extend(fitted.refused);
-                    let throttled = std::mem::take(&mut conn.throttled);
-                    let feedback = if throttled {
-                        Feedback::Throttled
-                    } else {
-                        Feedback::Ok
+                    let feedback = match std::mem::take(&mut conn.throttled) {
+                        true => Feedback::Throttled,
+                        false => Feedback::Ok,
                     };
                     let all_deferred = results
                         .iter()
@@ -529,19 +326,10 @@ impl SmtpWorker {
                     if !conn.usable {
                         self.conn = None;
                     }
-                    // A 4xx to the whole transaction: the next MX host may
-                    // take it (RFC 5321 §5.1); what is known otherwise stands.
-                    if all_deferred && !rest.is_empty() && failovers < MAX_FAILOVER {
-                        failovers += 1;
-                        crate::log!(
-                            self.logger,
-                            "smtp",
-                            "{}: every recipient deferred by {peer}; trying the next host",
-                            crate::log::qid(job.msg)
-                        );
-                        if let Some(conn) = self.conn.take() {
-                            conn.quit().await;
-                        }
+                    if all_deferred
+                        && !rest.is_empty()
+                        && self.fail_over(job, &peer, sessions).await
+                    {
                         continue;
                     }
                     return (results, feedback);
@@ -564,5 +352,73 @@ impl SmtpWorker {
                 }
             }
         }
+    }
+
+    /// Opens a connection for `job`: to the hop's first target that
+    /// answers, or (not `first`) to the next of `rest`, the targets after
+    /// the host that deferred the transaction. Leaves the targets after
+    /// the new connection's in `rest`; on failure, the attempt's outcome.
+    async fn open(
+        &mut self,
+        job: &Job,
+        first: bool,
+        rest: &mut Targets,
+    ) -> Result<(), (Vec<(u16, Outcome)>, Feedback)> {
+        let next = if first {
+            match self.first_targets(job).await {
+                Ok(t) => self.connect_first(&t).await,
+                Err(Unreachable::Permanent(why)) => {
+                    return Err((bounce_all(job, "none", &why), Feedback::Ok))
+                }
+                Err(Unreachable::Temporary(why)) => Err(why),
+            }
+        } else {
+            self.connect_first(rest).await
+        };
+        match next {
+            Ok((conn, after)) => {
+                self.conn = Some(conn);
+                *rest = after;
+                Ok(())
+            }
+            Err(why) => {
+                let relay = match &*self.hop {
+                    NextHop::Smtp { host, port, .. } => format!("{host}:{port}"),
+                    other => other.key(),
+                };
+                crate::log!(self.logger, "smtp", "connect to {relay}: {why}");
+                Err((defer_all(job, &relay, &why), Feedback::ConnectFailed))
+            }
+        }
+    }
+
+    /// A 4xx to the whole transaction over session number `sessions`: the
+    /// next MX host may take it (RFC 5321 §5.1), unless the attempt has
+    /// used `delivery.mx_session_limit` sessions (Postfix's
+    /// smtp_mx_session_limit); then what is known stands. Says whether to
+    /// try the next host (the connection is then closed).
+    async fn fail_over(&mut self, job: &Job, peer: &str, sessions: usize) -> bool {
+        let limit = match self.config.delivery.mx_session_limit {
+            0 => usize::MAX,
+            n => n,
+        };
+        let qid = crate::log::qid(job.msg);
+        if sessions >= limit {
+            crate::log!(
+                self.logger,
+                "smtp",
+                "{qid}: every recipient deferred by {peer}; no more hosts tried after {sessions} sessions (delivery.mx_session_limit)"
+            );
+            return false;
+        }
+        crate::log!(
+            self.logger,
+            "smtp",
+            "{qid}: every recipient deferred by {peer}; trying the next host"
+        );
+        if let Some(conn) = self.conn.take() {
+            conn.quit().await;
+        }
+        true
     }
 }

@@ -4,30 +4,43 @@
 //! over TLS with a certificate valid for the MX host's name (`enforce`),
 //! or to report without refusing (`testing`).
 //!
-//! Policies are cached for their `max_age` and refetched when the TXT
-//! record's `id` changes. A fetch that fails leaves the cached policy in
-//! force (RFC 8461 §5.1); without one, the domain is treated as having no
+//! Policies are cached for their `max_age`, in memory and on disk
+//! (`store.rs`, `<data_dir>/mta-sts/`, read back at start-up, so a restart
+//! or reload keeps them in force), and refetched when the TXT record's
+//! `id` changes. A fetch that fails leaves the cached policy in force
+//! (RFC 8461 §5.1); without one, the domain is treated as having no
 //! policy. The fetch is a plain HTTP/1.0 GET over rustls (hand-written: a
 //! full HTTP client would be the biggest dependency in the tree for one
-//! request shape), at most 64 KiB, no redirects.
+//! request shape), no redirects; a body over 64 KiB is a failed fetch,
+//! never cut and used. Each failed fetch is logged.
 //!
 //! Trust: TXT answers and policy bodies are the domain's, fetched over
 //! verified TLS; parsing is strict. Invariant: the cache holds at most
-//! `MAX_POLICIES` domains.
+//! `MAX_POLICIES` domains (a full one drops expired policies, else the
+//! one expiring first, from memory and disk).
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
-use crate::routing::dns::Dns;
+use crate::log;
+use crate::log::Logger;
+use crate::routing::dns::{ascii_name, Dns, DnsError};
 
-/// Longest policy body read.
+mod store;
+use store::{Store, Stored};
+
+/// Longest policy body accepted (RFC 8461 §3.3); a longer one is a failed
+/// fetch.
 const MAX_BODY: usize = 64 << 10;
+/// Longest HTTP response header read.
+const MAX_HEAD: usize = 8 << 10;
 /// Longest max_age honoured (RFC 8461 §3.2: one year).
 const MAX_AGE: u64 = 31_557_600;
 /// Domains whose policies are cached at most.
@@ -104,10 +117,35 @@ pub fn parse_policy(body: &str) -> Result<Policy, String> {
     Ok(Policy { mode, mx, max_age })
 }
 
+/// Why a policy could not be fetched (RFC 8461 §3.3: a failure to fetch,
+/// which leaves a cached policy in force).
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    #[error("{0}")]
+    Dns(#[from] DnsError),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("bad host name: {0}")]
+    Name(#[from] rustls::pki_types::InvalidDnsNameError),
+    #[error("timed out")]
+    Timeout,
+    #[error("no HTTP header end within {MAX_HEAD} bytes")]
+    Head,
+    #[error("HTTP status {0:?}")]
+    Status(String),
+    #[error("policy body over {MAX_BODY} bytes")]
+    TooLarge,
+    #[error("bad policy: {0}")]
+    Policy(String),
+}
+
+/// A policy in force for a domain.
 struct Cached {
+    /// The TXT record id it was fetched for.
     id: String,
     policy: Arc<Policy>,
-    until: Instant,
+    /// Seconds since the Unix epoch.
+    expires: u64,
 }
 
 pub struct MtaSts {
@@ -117,29 +155,70 @@ pub struct MtaSts {
     port: u16,
     timeout: Duration,
     cache: Mutex<HashMap<String, Cached>>,
+    /// The policies on disk (None: kept in memory only).
+    store: Option<Arc<Store>>,
+    logger: Logger,
 }
 
 impl MtaSts {
-    pub fn new(dns: Arc<Dns>, tls: TlsConnector, port: u16, timeout: Duration) -> MtaSts {
+    /// Policies are kept in `store_dir` too (and read back from it) when
+    /// it is given and usable; otherwise in memory only, which is logged.
+    pub fn new(
+        dns: Arc<Dns>,
+        tls: TlsConnector,
+        port: u16,
+        timeout: Duration,
+        store_dir: Option<&Path>,
+        logger: Logger,
+    ) -> MtaSts {
+        let mut cache = HashMap::new();
+        let store = store_dir.and_then(|dir| match Store::open(dir, now()) {
+            Ok((store, found)) => {
+                for (domain, s) in found {
+                    let policy = Arc::new(s.policy);
+                    let (id, expires) = (s.id, s.expires);
+                    cache.insert(
+                        domain,
+                        Cached {
+                            id,
+                            policy,
+                            expires,
+                        },
+                    );
+                }
+                Some(Arc::new(store))
+            }
+            Err(e) => {
+                log!(
+                    logger,
+                    "smtp",
+                    "warning: MTA-STS policies kept in memory only: {e}"
+                );
+                None
+            }
+        });
         MtaSts {
             dns,
             tls,
             port,
             timeout,
-            cache: Mutex::new(HashMap::new()),
+            cache: Mutex::new(cache),
+            store,
+            logger,
         }
     }
 
     fn cached(&self, domain: &str, id: Option<&str>) -> Option<Arc<Policy>> {
         let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         let c = cache.get(domain)?;
-        let fresh = Instant::now() < c.until;
+        let fresh = now() < c.expires;
         (fresh && id.is_none_or(|id| id == c.id)).then(|| c.policy.clone())
     }
 
     /// The domain's policy in force, if any.
     pub async fn policy(&self, domain: &str) -> Option<Arc<Policy>> {
         let domain = domain.trim_end_matches('.').to_ascii_lowercase();
+        let domain = ascii_name(&domain).unwrap_or(domain);
         let id = match self.dns.txt(&format!("_mta-sts.{domain}")).await {
             Ok(records) => records.iter().find_map(|r| record_id(r)),
             Err(_) => None,
@@ -154,71 +233,128 @@ impl MtaSts {
         match self.fetch(&domain).await {
             Ok(policy) => {
                 let policy = Arc::new(policy);
-                let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-                if cache.len() >= MAX_POLICIES {
-                    cache.retain(|_, c| Instant::now() < c.until);
-                }
-                let until = Instant::now() + Duration::from_secs(policy.max_age);
+                let expires = now().saturating_add(policy.max_age);
                 let entry = Cached {
                     id,
                     policy: policy.clone(),
-                    until,
+                    expires,
                 };
-                cache.insert(domain, entry);
+                self.keep(domain, entry).await;
                 Some(policy)
             }
-            Err(_) => self.cached(&domain, None),
-        }
-    }
-
-    /// GET https://mta-sts.<domain>/.well-known/mta-sts.txt.
-    async fn fetch(&self, domain: &str) -> Result<Policy, String> {
-        let host = format!("mta-sts.{domain}");
-        let addrs = self
-            .dns
-            .host_addresses(&host)
-            .await
-            .map_err(|e| e.to_string())?;
-        let mut why = String::from("no address");
-        for ip in addrs {
-            let get = self.get(&host, std::net::SocketAddr::new(ip, self.port));
-            match tokio::time::timeout(self.timeout, get).await {
-                Ok(Ok(body)) => return parse_policy(&body),
-                Ok(Err(e)) => why = e,
-                Err(_) => why = "timed out".into(),
+            Err(e) => {
+                let cached = self.cached(&domain, None);
+                let left = match cached {
+                    Some(_) => "the cached policy stays in force",
+                    None => "no policy in force",
+                };
+                log!(
+                    self.logger,
+                    "smtp",
+                    "MTA-STS policy of {domain}: fetch failed: mta-sts.{domain}: {e}; {left}"
+                );
+                cached
             }
         }
-        Err(format!("{host}: {why}"))
     }
 
-    async fn get(&self, host: &str, addr: std::net::SocketAddr) -> Result<String, String> {
-        let tcp = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
-        let name = ServerName::try_from(host.to_string()).map_err(|e| e.to_string())?;
-        let mut tls = self
-            .tls
-            .connect(name, tcp)
-            .await
-            .map_err(|e| e.to_string())?;
+    /// Caches a policy just fetched, in memory and on disk (durably, off
+    /// the async threads). A full cache first drops expired policies,
+    /// then the one that expires first.
+    async fn keep(&self, domain: String, entry: Cached) {
+        let stored = Stored {
+            id: entry.id.clone(),
+            expires: entry.expires,
+            policy: (*entry.policy).clone(),
+        };
+        let evicted = {
+            let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            let mut evicted = Vec::new();
+            if cache.len() >= MAX_POLICIES && !cache.contains_key(&domain) {
+                let now = now();
+                let expired = cache.iter().filter(|(_, c)| c.expires <= now);
+                evicted.extend(expired.map(|(d, _)| d.clone()));
+                if evicted.is_empty() {
+                    let soonest = cache.iter().min_by_key(|(_, c)| c.expires);
+                    evicted.extend(soonest.map(|(d, _)| d.clone()));
+                }
+                for d in &evicted {
+                    cache.remove(d);
+                }
+            }
+            cache.insert(domain.clone(), entry);
+            evicted
+        };
+        let Some(store) = self.store.clone() else {
+            return;
+        };
+        let saving = tokio::task::spawn_blocking(move || {
+            for d in evicted {
+                store.remove(&d);
+            }
+            store.save(&domain, &stored).map_err(|e| (domain, e))
+        });
+        if let Ok(Err((domain, e))) = saving.await {
+            log!(
+                self.logger,
+                "smtp",
+                "warning: MTA-STS policy of {domain} not saved: {e}"
+            );
+        }
+    }
+
+    /// GET https://mta-sts.<domain>/.well-known/mta-sts.txt, from each
+    /// address of the policy host in turn until one answers.
+    async fn fetch(&self, domain: &str) -> Result<Policy, FetchError> {
+        let host = format!("mta-sts.{domain}");
+        let mut why = FetchError::Dns(DnsError::Temporary(host.clone(), "no address".into()));
+        for ip in self.dns.host_addresses(&host).await? {
+            let get = self.get(&host, std::net::SocketAddr::new(ip, self.port));
+            match tokio::time::timeout(self.timeout, get).await {
+                Ok(Ok(body)) => return parse_policy(&body).map_err(FetchError::Policy),
+                Ok(Err(e)) => why = e,
+                Err(_) => why = FetchError::Timeout,
+            }
+        }
+        Err(why)
+    }
+
+    /// One GET; the response is read up to the limits and no further: a
+    /// body over [`MAX_BODY`] is an error, never cut and used.
+    async fn get(&self, host: &str, addr: std::net::SocketAddr) -> Result<String, FetchError> {
+        let tcp = TcpStream::connect(addr).await?;
+        let name = ServerName::try_from(host.to_string())?;
+        let mut tls = self.tls.connect(name, tcp).await?;
         let request = format!(
             "GET /.well-known/mta-sts.txt HTTP/1.0\r\nHost: {host}\r\nUser-Agent: sluice\r\nConnection: close\r\n\r\n"
         );
-        tls.write_all(request.as_bytes())
-            .await
-            .map_err(|e| e.to_string())?;
+        tls.write_all(request.as_bytes()).await?;
         let mut response = Vec::new();
         (&mut tls)
-            .take(MAX_BODY as u64 + 4096)
+            .take((MAX_HEAD + 4 + MAX_BODY + 1) as u64)
             .read_to_end(&mut response)
-            .await
-            .map_err(|e| e.to_string())?;
-        let text = String::from_utf8_lossy(&response);
-        let (head, body) = text.split_once("\r\n\r\n").ok_or("no HTTP header end")?;
+            .await?;
+        let end = response
+            .windows(4)
+            .take(MAX_HEAD + 1)
+            .position(|w| w == b"\r\n\r\n")
+            .ok_or(FetchError::Head)?;
+        let (head, body) = (&response[..end], &response[end + 4..]);
+        if body.len() > MAX_BODY {
+            return Err(FetchError::TooLarge);
+        }
+        let head = String::from_utf8_lossy(head);
         let status = head.lines().next().unwrap_or("");
         if status.split_whitespace().nth(1) != Some("200") {
-            return Err(format!("HTTP status {status:?}"));
+            return Err(FetchError::Status(status.to_string()));
         }
-        Ok(body.to_string())
+        Ok(String::from_utf8_lossy(body).into_owned())
     }
+}
+
+/// Seconds since the Unix epoch.
+fn now() -> u64 {
+    crate::timefmt::now_millis() / 1000
 }
 
 /// The `id` of a `v=STSv1` TXT record.

@@ -2,6 +2,12 @@
 //! send, with mail-auth: relaxed/relaxed canonicalization, rsa-sha256 or
 //! ed25519-sha256 by the key, the usual headers.
 //!
+//! From is oversigned: `h=` names it once more than the message has From
+//! fields, so no From can be added without breaking the signature. `x=`
+//! limits how long a signature can be replayed: by default two days past
+//! the queue lifetime (a message we still send never carries an expired
+//! one).
+//!
 //! Which mail: from clients that may relay (mynetworks, authenticated),
 //! whose `From:` domain is a key's domain or below it (`d=` is the key's
 //! domain, so DMARC's relaxed alignment holds). Signed once, when the
@@ -38,6 +44,9 @@ pub const DEFAULT_HEADERS: &[&str] = &[
     "Content-Transfer-Encoding",
 ];
 
+/// How long a signature outlives the queue lifetime by default (`x=`).
+pub const EXPIRE_AFTER_QUEUE: u64 = 2 * 86_400;
+
 type Ready = DkimSigner<DkimKey, mail_auth::dkim::Done>;
 
 struct Key {
@@ -52,10 +61,24 @@ pub struct Signers {
 }
 
 impl Signers {
-    /// Loads every key; the first bad one is the error.
-    pub fn load(keys: &[DkimKeyConfig]) -> Result<Signers, String> {
+    /// Loads every key; the first bad one is the error. Signatures
+    /// expire (`x=`) after the key's `expire_secs`, by default two days
+    /// after the queue (`queue_lifetime_secs`) gives up on a message, so
+    /// that no copy we send carries an expired signature.
+    pub fn load(keys: &[DkimKeyConfig], queue_lifetime_secs: u64) -> Result<Signers, String> {
         let mut out = Vec::with_capacity(keys.len());
         for k in keys {
+            let expire = match k.expire_secs {
+                None => queue_lifetime_secs.saturating_add(EXPIRE_AFTER_QUEUE),
+                Some(secs) if secs != 0 && secs <= queue_lifetime_secs => {
+                    return Err(format!(
+                        "dkim: {}: expire_secs ({secs}) must exceed queue.maximal_lifetime_secs \
+                         ({queue_lifetime_secs}): mail still queued would carry an expired signature",
+                        k.domain
+                    ))
+                }
+                Some(secs) => secs,
+            };
             let key = load_key(&k.key_file)
                 .map_err(|e| format!("dkim: {}: {e}", k.key_file.display()))?;
             let headers: Vec<String> = match &k.headers {
@@ -65,10 +88,12 @@ impl Signers {
             if !headers.iter().any(|h| h.eq_ignore_ascii_case("from")) {
                 return Err(format!("dkim: {}: headers must include From", k.domain));
             }
+            let headers = oversign_from(headers);
             let signer = DkimSigner::from_key(key)
                 .domain(k.domain.to_ascii_lowercase())
                 .selector(k.selector.clone())
-                .headers(headers);
+                .headers(headers)
+                .expiration(expire);
             out.push(Key {
                 domain: k.domain.to_ascii_lowercase(),
                 signer,
@@ -99,6 +124,18 @@ impl Signers {
                 .map_err(|e| e.to_string()),
         )
     }
+}
+
+/// `headers` with From named once more at the end. mail-auth signs every
+/// field of a name listed (bottom up) and then each listed name it found
+/// no field for, as an empty one; the extra From is never matched (the
+/// first From in the list takes them all), so `h=` names From once more
+/// than the message has From fields, and a From added later (where a
+/// reader would see it, above the signed one) breaks the signature (RFC
+/// 6376 §5.4.2, §8.15).
+fn oversign_from(mut headers: Vec<String>) -> Vec<String> {
+    headers.push("From".into());
+    headers
 }
 
 /// A PEM private key: PKCS#8 Ed25519 or RSA, or PKCS#1 RSA.
