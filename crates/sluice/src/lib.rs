@@ -21,6 +21,7 @@ pub mod admin;
 pub mod bounce;
 pub mod config;
 pub mod daemon;
+pub mod intake;
 pub mod log;
 pub mod maildir;
 pub mod message;

@@ -169,7 +169,7 @@ async fn a_from_added_after_signing_breaks_the_signature() {
         "$ORIGIN ours.test.\n$TTL 300\n@ SOA ns.ours.test. admin.ours.test. 1 3600 600 86400 300\n@ NS ns\nns A 127.0.0.1\ns1._domainkey TXT \"{txt}\"\n"
     );
     let nsd = Nsd::start(&dir, &[("ours.test", &zone)]);
-    let signers = sluice::smtp::server::dkim::Signers::load(
+    let signers = sluice::intake::dkim::Signers::load(
         &[DkimKeyConfig {
             domain: "ours.test".into(),
             selector: "s1".into(),
@@ -249,7 +249,7 @@ async fn signatures_expire_two_days_after_the_queue_gives_up() {
     // An expiry within the queue lifetime is a configuration error.
     let mut short: DkimKeyConfig = toml::from_str(&key_config).unwrap();
     short.expire_secs = Some(3_600);
-    let refused = sluice::smtp::server::dkim::Signers::load(&[short], 86_400);
+    let refused = sluice::intake::dkim::Signers::load(&[short], 86_400);
     let why = refused.err().expect("refused");
     assert!(
         why.contains("must exceed queue.maximal_lifetime_secs"),

@@ -7,7 +7,7 @@ mod common;
 use common::nsd::Nsd;
 use common::*;
 use sluice::config::DkimKeyConfig;
-use sluice::smtp::server::dkim::Signers;
+use sluice::intake::dkim::Signers;
 use sluice::tools::keygen::{keygen, Algorithm};
 
 fn message(from: &str, extra: &str) -> String {

@@ -65,25 +65,34 @@ async fn run(name: &str, chunks: &[&[u8]]) -> (Vec<String>, Vec<Event>) {
     })
     .unwrap();
     let (queue, mut rx) = QueueHandle::channel();
-    let config = Config::default();
-    let ctx = Arc::new(SessionContext {
-        policy: RelayPolicy::new(config.mynetworks(), &config.smtpd.relay_domains),
-        mailboxes: Arc::new(
-            VirtualMailboxes::build(
-                &config.local,
-                &None,
-                &None,
-                &config.tables,
-                &dir,
-                &Logger::disabled(),
-            )
-            .unwrap(),
-        ),
-        config: Arc::new(config),
+    let config = Arc::new(Config::default());
+    let mailboxes = Arc::new(
+        VirtualMailboxes::build(
+            &config.local,
+            &None,
+            &None,
+            &config.tables,
+            &dir,
+            &Logger::disabled(),
+        )
+        .unwrap(),
+    );
+    let intake = Arc::new(sluice::intake::Intake {
+        config: config.clone(),
         spool: spool.clone(),
-        logger: Logger::disabled(),
+        mailboxes: mailboxes.clone(),
         dkim: Default::default(),
         sender_auth: None,
+        handoff: Arc::new(queue.clone()),
+        logger: Logger::disabled(),
+    });
+    let ctx = Arc::new(SessionContext {
+        policy: RelayPolicy::new(config.mynetworks(), &config.smtpd.relay_domains),
+        mailboxes,
+        config,
+        spool: spool.clone(),
+        logger: Logger::disabled(),
+        intake,
         queue,
         body_memory: Arc::new(tokio::sync::Semaphore::new(1 << 20)),
         anvil: sluice::smtp::server::anvil::Anvil::new(Default::default()),

@@ -61,7 +61,7 @@ pub fn spawn(
 ) -> Result<JoinHandle<()>, socket::BindError> {
     let (queue, spool, logger) = {
         let s = submitter.load();
-        (s.queue.clone(), s.spool.clone(), s.logger.clone())
+        (s.queue.clone(), s.intake.spool.clone(), s.logger.clone())
     };
     let listener = socket::bind(&socket_path(data_dir))?;
     let admin = Admin {
@@ -101,10 +101,12 @@ impl Admin {
                     sender,
                     recipients,
                     message_b64,
+                    full_name,
                 }) => match base64::engine::general_purpose::STANDARD.decode(message_b64) {
                     Ok(message) => {
                         let submitter = self.submitter.load_full();
-                        submitter.submit(uid, &sender, &recipients, message).await
+                        let who = submit::Submitter::local(uid, full_name);
+                        submitter.submit(who, &sender, &recipients, message).await
                     }
                     Err(e) => Response::error(format!("bad message encoding: {e}")),
                 },

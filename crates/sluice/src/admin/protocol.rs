@@ -42,6 +42,9 @@ pub enum Request {
         sender: String,
         recipients: Vec<String>,
         message_b64: String,
+        /// sendmail's -F: the full name for a From: the intake makes.
+        #[serde(default)]
+        full_name: Option<String>,
     },
 }
 

@@ -1,33 +1,37 @@
-//! Local submission through the admin socket (`sendmail`): the message is
-//! checked like SMTP input (addresses parsed strictly, local recipients
-//! resolved through the same tables, aliases expanded), gets a
-//! `Received:` header naming the submitting user (from the socket's peer
-//! credentials), is stored with the same sync-before-acknowledge promise,
-//! and is queued.
+//! Local submission through the admin socket (`sendmail`): the door for
+//! local users. Addresses are parsed strictly, then the message goes
+//! through the same intake as SMTP mail (`intake/`): recipients resolved
+//! through the same tables and aliases, the same body checks and hop
+//! limit, a `Received:` naming the submitting user (from the socket's
+//! peer credentials), the From:, Date: and Message-ID: it lacks added,
+//! DKIM-signed like a trusted client's mail, stored with the same
+//! sync-before-acknowledge promise, and queued.
 //!
-//! Trust: the submitter can open a 0600 socket, so is the daemon's user or
-//! root; the content is still untrusted mail.
+//! Trust: the submitter can open the admin socket; the content is still
+//! untrusted mail.
 
 use std::sync::Arc;
 
 use sluice_proto::address::parse_mailbox;
-use sluice_spool::{Envelope, Spool};
 
 use super::protocol::Response;
-use crate::log;
+use crate::intake::refusal::EX_DATAERR;
+use crate::intake::{Accepted, Intake, Origin, Submission};
 use crate::log::{qid, Logger};
-use crate::queue::{QueueHandle, QueuedMessage};
-use crate::routing::mailboxes::{Resolution, VirtualMailboxes};
-use crate::timefmt;
+use crate::queue::QueueHandle;
 
 /// What is needed to take a submission.
 pub struct Submitter {
-    pub hostname: String,
-    pub mailboxes: Arc<VirtualMailboxes>,
-    pub spool: Spool,
+    pub intake: Arc<Intake>,
     pub queue: QueueHandle,
     pub logger: Logger,
     pub size_limit: usize,
+}
+
+/// Who submits: the socket's peer uid and sendmail's -F.
+pub struct Local {
+    uid: Option<u32>,
+    full_name: Option<String>,
 }
 
 /// Why a submission was refused, with sendmail(1)'s exit status.
@@ -37,19 +41,14 @@ fn refuse(code: i32, why: String) -> Response {
     r
 }
 
-/// sendmail(1) exit statuses (sysexits.h), for the daemon's refusals and
-/// the client's own.
-pub const EX_OK: i32 = 0;
-pub const EX_USAGE: i32 = 64;
-pub const EX_DATAERR: i32 = 65;
-pub const EX_NOUSER: i32 = 67;
-pub const EX_SOFTWARE: i32 = 70;
-pub const EX_TEMPFAIL: i32 = 75;
-
 impl Submitter {
+    pub fn local(uid: Option<u32>, full_name: Option<String>) -> Local {
+        Local { uid, full_name }
+    }
+
     pub async fn submit(
         &self,
-        uid: Option<u32>,
+        who: Local,
         sender: &str,
         recipients: &[String],
         message: Vec<u8>,
@@ -75,91 +74,51 @@ impl Submitter {
                 }
             },
         };
-        let mut targets: Vec<String> = Vec::new();
+        let mut parsed = Vec::with_capacity(recipients.len());
         for r in recipients {
-            let mailbox = match parse_mailbox(r) {
-                Ok(m) => m.address(),
+            match parse_mailbox(r) {
+                Ok(m) => parsed.push(m.address()),
                 Err(e) => {
                     return refuse(
                         EX_DATAERR,
                         format!("<{r}>: bad recipient address: {}", e.text()),
                     )
                 }
-            };
-            match self.mailboxes.resolve(&mailbox).await {
-                Ok(Resolution::NotLocal) => targets.push(mailbox),
-                Ok(Resolution::Accept(list)) => targets.extend(list),
-                Ok(Resolution::Discard) => {}
-                Ok(Resolution::Unknown) => {
-                    return refuse(EX_NOUSER, format!("<{mailbox}>: no such user"))
-                }
-                Err(e) => return refuse(EX_TEMPFAIL, format!("<{mailbox}>: lookup failed: {e}")),
             }
         }
-        let mut seen = std::collections::HashSet::new();
-        targets.retain(|t| seen.insert(t.clone()));
-        let id = self.spool.new_id();
-        let received = format!(
-            "Received: by {} (Sluice sendmail, from userid {}) id {};\r\n\t{}\r\n",
-            self.hostname,
-            uid.map_or("unknown".into(), |u| u.to_string()),
-            qid(id),
-            timefmt::rfc5322(timefmt::now_millis()),
-        );
-        let mut body = Vec::with_capacity(received.len() + message.len());
-        body.extend_from_slice(received.as_bytes());
-        body.extend_from_slice(&message);
-        if targets.is_empty() {
-            log!(
-                self.logger,
-                "sendmail",
-                "{}: discarded (no recipients left)",
-                qid(id)
-            );
-            let mut r = Response::count(0);
-            r.queue_id = Some(qid(id));
-            return r;
-        }
-        let flags = if body.is_ascii() {
-            0
-        } else {
-            crate::message::flags::EIGHTBITMIME
+        let targets = match self.intake.resolve(&parsed).await {
+            Ok(t) => t,
+            Err(e) => return refuse(e.exit_code(), e.to_string()),
         };
-        let envelope = Envelope {
-            id,
-            arrival: timefmt::now_millis(),
+        let flags = match message.is_ascii() {
+            true => 0,
+            false => crate::message::flags::EIGHTBITMIME,
+        };
+        let submission = Submission {
+            id: self.intake.new_id(),
+            origin: Origin::Local {
+                uid: who.uid,
+                full_name: who.full_name,
+            },
             sender,
             recipients: targets,
             flags,
             dsn: None,
+            body: message,
+            flaws: None,
         };
-        let body = Arc::new(body);
-        match self.spool.store(envelope.clone(), body.clone()).await {
-            Ok(body_ref) => {
-                log!(
-                    self.logger,
-                    "sendmail",
-                    "{}: uid={}, from=<{}>, size={}, nrcpt={} (queue active)",
-                    qid(id),
-                    uid.map_or("unknown".into(), |u| u.to_string()),
-                    envelope.sender,
-                    body.len(),
-                    envelope.recipients.len()
-                );
-                let done = vec![false; envelope.recipients.len()];
-                self.queue
-                    .enqueue(QueuedMessage {
-                        envelope,
-                        body_ref,
-                        body: Some(body),
-                        done,
-                    })
-                    .await;
+        match self.intake.accept(submission).await {
+            Ok(Accepted::Queued(id)) => {
                 let mut r = Response::count(1);
                 r.queue_id = Some(qid(id));
                 r
             }
-            Err(e) => refuse(EX_TEMPFAIL, format!("cannot queue the message: {e}")),
+            Ok(Accepted::Discarded(id)) => {
+                let mut r = Response::count(0);
+                r.queue_id = Some(qid(id));
+                r
+            }
+            Err(refusal) => refuse(refusal.exit_code(), refusal.to_string()),
         }
     }
 }

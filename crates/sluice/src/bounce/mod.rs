@@ -1,48 +1,43 @@
 //! Bounces: RFC 3464 delivery status notifications, stored like mail.
 //!
 //! A bounce is an ordinary message from the null sender (so it can never
-//! bounce again) to the original sender, stored through the same spool
-//! path as received mail. The queue marks the failed recipients final only
+//! bounce again) to the original sender, taken by the same intake as
+//! received mail (`intake/`), which stores and queues it. The queue marks the failed recipients final only
 //! once [`store`] has returned, so a crash can at worst duplicate a bounce,
 //! never lose one.
 //!
-//! Depends on the message types, the spool and the log only; the queue
-//! calls it, never the other way round.
+//! Depends on the message types and the intake; the queue calls it,
+//! never the other way round.
 
 pub mod dsn;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_spool::{BodyRef, Envelope, Spool};
+use sluice_spool::{BodyRef, Envelope};
 
-use crate::log::{qid, Logger};
+use crate::intake::{Intake, Origin, Submission};
+use crate::log;
+use crate::log::qid;
 use crate::message::status::Failure;
 use crate::message::{body, flags};
-use crate::{log, timefmt};
 
 /// Largest original returned whole (RET=FULL), in octets.
 pub const RETURN_LIMIT: usize = 100 << 10;
 
-/// A bounce safely in the spool, ready to be queued.
-pub struct StoredBounce {
-    pub envelope: Envelope,
-    pub body_ref: BodyRef,
-    pub body: Arc<Vec<u8>>,
-}
-
-/// Builds the DSN (`kind`) for `failed` recipients of `original` and stores it,
-/// retrying (with backoff up to 5 minutes) until the spool takes it.
+/// Builds the DSN (`kind`) for `failed` recipients of `original` and hands
+/// it to the intake, retrying (with backoff up to 5 minutes) while the
+/// intake can only say "later" (a full spool). Returns once the notice is
+/// stored and queued (`true`), or refused for good (`false`, logged).
 pub async fn store(
-    hostname: &str,
+    intake: &Intake,
     original: &Envelope,
     (cached, body_ref): (Option<Arc<Vec<u8>>>, BodyRef),
     failed: &[(u16, Failure)],
     kind: dsn::Notice,
-    spool: &Spool,
-    logger: &Logger,
-) -> StoredBounce {
-    let body = body::load(spool, &cached, body_ref).await.ok();
+) -> bool {
+    let logger = &intake.logger;
+    let body = body::load(&intake.spool, &cached, body_ref).await.ok();
     let whole = body.as_deref().map(|b| &b[..]).unwrap_or_default();
     // RET=FULL: the whole message, up to a size (Postfix's
     // bounce_size_limit); otherwise, and past that, its headers.
@@ -51,8 +46,15 @@ pub async fn store(
         true => dsn::Returned::Full(whole),
         false => dsn::Returned::Headers(body::headers(whole)),
     };
-    let id = spool.new_id();
-    let report = dsn::build_notice(kind, hostname, original, failed, returned, id);
+    let id = intake.new_id();
+    let report = dsn::build_notice(
+        kind,
+        &intake.config.hostname,
+        original,
+        failed,
+        returned,
+        id,
+    );
     let mut bits = flags::BOUNCE;
     if report.eight_bit {
         bits |= flags::EIGHTBITMIME;
@@ -60,19 +62,20 @@ pub async fn store(
     if report.utf8 {
         bits |= flags::SMTPUTF8;
     }
-    let envelope = Envelope {
-        id,
-        arrival: timefmt::now_millis(),
-        sender: String::new(),
-        recipients: vec![original.sender.clone()],
-        flags: bits,
-        dsn: None,
-    };
-    let text = Arc::new(report.message);
     let mut wait = Duration::from_secs(1);
     loop {
-        match spool.store(envelope.clone(), text.clone()).await {
-            Ok(bounce_ref) => {
+        let notice = Submission {
+            id,
+            origin: Origin::Notice,
+            sender: String::new(),
+            recipients: vec![original.sender.clone()],
+            flags: bits,
+            dsn: None,
+            body: report.message.clone(),
+            flaws: None,
+        };
+        match intake.accept(notice).await {
+            Ok(_) => {
                 log!(
                     logger,
                     "bounce",
@@ -85,22 +88,27 @@ pub async fn store(
                     },
                     qid(id)
                 );
-                return StoredBounce {
-                    envelope,
-                    body_ref: bounce_ref,
-                    body: text,
-                };
+                return true;
             }
-            Err(err) => {
+            Err(refusal) if refusal.is_temporary() => {
                 log!(
                     logger,
                     "bounce",
-                    "{}: cannot store bounce: {err}; retrying in {}s",
+                    "{}: cannot store bounce: {refusal}; retrying in {}s",
                     qid(original.id),
                     wait.as_secs()
                 );
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(Duration::from_secs(300));
+            }
+            Err(refusal) => {
+                log!(
+                    logger,
+                    "bounce",
+                    "{}: error: notice refused: {refusal}; none sent",
+                    qid(original.id)
+                );
+                return false;
             }
         }
     }

@@ -93,7 +93,7 @@ pub struct DkimKeyConfig {
     pub selector: String,
     /// PEM private key (RSA or Ed25519), e.g. from `sluice dkim-keygen`.
     pub key_file: PathBuf,
-    /// Headers to sign (default: `smtp::server::dkim::DEFAULT_HEADERS`).
+    /// Headers to sign (default: `intake::dkim::DEFAULT_HEADERS`).
     #[serde(default)]
     pub headers: Option<Vec<String>>,
     /// Signatures expire this long after signing (`x=`); it must exceed

@@ -18,6 +18,9 @@ use tokio::sync::Semaphore;
 
 use crate::config::hop::NextHop;
 use crate::config::Config;
+use crate::intake::dkim::Signers;
+use crate::intake::sender_auth::SenderAuth;
+use crate::intake::Intake;
 use crate::log;
 use crate::log::Logger;
 use crate::maildir::commit::Committer;
@@ -36,8 +39,6 @@ use crate::smtp::client::mta_sts::MtaSts;
 use crate::smtp::client::tls::ClientTls;
 use crate::smtp::client::SmtpAgent;
 use crate::smtp::server::anvil::{self, Anvil};
-use crate::smtp::server::dkim::Signers;
-use crate::smtp::server::sender_auth::SenderAuth;
 use crate::smtp::server::tls::ServerTls;
 use crate::smtp::server::SessionContext;
 
@@ -329,9 +330,22 @@ impl Parts {
             anvil,
             tls: self.tls.clone(),
             credentials: self.mailboxes.credentials(),
+            intake: self.intake(spool, logger, queue),
+        }
+    }
+
+    /// The intake for this configuration (one per session context,
+    /// submitter and queue; they share what it holds).
+    pub fn intake(&self, spool: &Spool, logger: &Logger, queue: &QueueHandle) -> Arc<Intake> {
+        Arc::new(Intake {
+            config: self.config.clone(),
+            spool: spool.clone(),
+            mailboxes: self.mailboxes.clone(),
             dkim: self.dkim.clone(),
             sender_auth: self.sender_auth.clone(),
-        }
+            handoff: Arc::new(queue.clone()),
+            logger: logger.clone(),
+        })
     }
 
     /// What `sluice queue` and sendmail(1) submissions use.
@@ -342,9 +356,7 @@ impl Parts {
         queue: &QueueHandle,
     ) -> crate::admin::submit::Submitter {
         crate::admin::submit::Submitter {
-            hostname: self.config.hostname.clone(),
-            mailboxes: self.mailboxes.clone(),
-            spool: spool.clone(),
+            intake: self.intake(spool, logger, queue),
             queue: queue.clone(),
             logger: logger.clone(),
             size_limit: self.config.smtpd.message_size_limit,

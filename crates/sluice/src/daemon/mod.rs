@@ -94,6 +94,7 @@ impl Server {
             logger.clone(),
             parts.agents.clone().expect("agents just built"),
             &queue,
+            parts.intake(&spool, &logger, &queue),
         );
         scheduler.set_resolver(parts.dns.clone(), build::secure_mx(parts.dane.as_ref()));
         let scheduler_task = tokio::spawn(scheduler.run(rx));

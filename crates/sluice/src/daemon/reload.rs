@@ -89,6 +89,7 @@ impl Server {
             agent: parts.agents.clone().expect("agents just built"),
             resolver: parts.dns.clone(),
             secure_mx: super::build::secure_mx(parts.dane.as_ref()),
+            intake: parts.intake(&self.spool, &self.logger, &self.queue),
         };
         self.queue.reconfigure(reconfig).await;
         self.listeners

@@ -14,7 +14,7 @@ use sluice_proto::dsn::{NOTIFY_DELAY, NOTIFY_FAILURE, NOTIFY_SUCCESS};
 use sluice_spool::{BodyRef, Envelope};
 
 use super::scheduler::{delay, Message, RcptState, Scheduler};
-use super::{Event, QueuedMessage};
+use super::Event;
 use crate::bounce;
 use crate::bounce::dsn::Notice;
 use crate::log;
@@ -70,50 +70,34 @@ impl Scheduler {
         self.spawn_notice(original, Notice::Failed, failed, Some(indices));
     }
 
-    /// Stores a notice (`kind`) about `list`, recipients of `original`, off
-    /// the scheduler's task, then queues it like any mail. With `stored`,
-    /// the scheduler first hears that the notice is safe (the bounced
-    /// recipients are recorded final only then).
+    /// Hands a notice (`kind`) about `list`, recipients of `original`, to
+    /// the intake off the scheduler's task; it is stored and queued like any
+    /// mail. With `stored_for`, the scheduler then hears that the notice is
+    /// safe (the bounced recipients are recorded final only then; a notice
+    /// refused for good counts as sent, and is logged).
     pub(super) fn spawn_notice(
         &self,
         (env, body, body_ref): (Arc<Envelope>, Option<Arc<Vec<u8>>>, BodyRef),
         kind: Notice,
         list: Vec<(u16, Failure)>,
-        stored: Option<Vec<u16>>,
+        stored_for: Option<Vec<u16>>,
     ) {
-        let (spool, logger, events) =
-            (self.spool.clone(), self.logger.clone(), self.events.clone());
-        let hostname = self.config.hostname.clone();
+        let (spool, events, intake) =
+            (self.spool.clone(), self.events.clone(), self.intake.clone());
         tokio::spawn(async move {
             let warned = (kind == Notice::Delayed).then_some(env.id);
-            let notice = bounce::store(
-                &hostname,
-                &env,
-                (body, body_ref),
-                &list,
-                kind,
-                &spool,
-                &logger,
-            )
-            .await;
-            if let Some(id) = warned {
+            // The intake stores the notice and queues it like any mail.
+            let stored = bounce::store(&intake, &env, (body, body_ref), &list, kind).await;
+            if let Some(id) = warned.filter(|_| stored) {
                 // Only once the warning is safe: a crash in between may
                 // repeat it, never lose it. The mark goes out with the
                 // spool's next commit (a clean stop flushes it).
                 spool.record_marks(id, flags::MARK_DELAY_WARNED);
             }
-            if let Some(recipients) = stored {
+            if let Some(recipients) = stored_for {
                 let msg = env.id;
                 let _ = events.send(Event::BounceStored { msg, recipients }).await;
             }
-            let done = vec![false; notice.envelope.recipients.len()];
-            let queued = QueuedMessage {
-                envelope: notice.envelope,
-                body_ref: notice.body_ref,
-                body: Some(notice.body),
-                done,
-            };
-            let _ = events.send(Event::Queued(queued)).await;
         });
     }
 

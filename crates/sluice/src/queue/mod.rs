@@ -99,6 +99,22 @@ pub struct QueueHandle {
     tx: mpsc::Sender<Event>,
 }
 
+/// The intake hands every stored message to the queue through this.
+impl crate::intake::Handoff for QueueHandle {
+    fn hand_off(
+        &self,
+        msg: crate::intake::Stored,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        let done = vec![false; msg.envelope.recipients.len()];
+        Box::pin(self.enqueue(QueuedMessage {
+            envelope: msg.envelope,
+            body_ref: msg.body_ref,
+            body: Some(msg.body),
+            done,
+        }))
+    }
+}
+
 impl QueueHandle {
     /// A handle and the receiver the scheduler runs on.
     pub fn channel() -> (QueueHandle, mpsc::Receiver<Event>) {

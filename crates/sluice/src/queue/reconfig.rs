@@ -35,6 +35,8 @@ pub struct Reconfig {
     pub resolver: Arc<Dns>,
     /// DANE's "is this domain's MX RRset signed" (None: DANE off).
     pub secure_mx: Option<super::SecureMx>,
+    /// The intake built from the same configuration (for notices).
+    pub intake: Arc<crate::intake::Intake>,
 }
 
 /// The settings that decide where mail goes and how it is sent.
@@ -59,6 +61,7 @@ impl Scheduler {
         self.agent = r.agent;
         self.rollup.dns = Some(r.resolver);
         self.rollup.secure_mx = r.secure_mx;
+        self.intake = r.intake;
         if fresh {
             self.start_afresh();
         }

@@ -121,6 +121,8 @@ pub struct Scheduler {
     /// Workers numbered below this were started before the last reload:
     /// they end after their current job (`reconfig.rs`).
     pub(super) retire_below: WorkerId,
+    /// Where notices (bounces, delay warnings) go in, as all mail does.
+    pub(super) intake: Arc<crate::intake::Intake>,
 }
 
 impl Scheduler {
@@ -131,6 +133,7 @@ impl Scheduler {
         logger: Logger,
         agent: Arc<dyn DeliveryAgent>,
         queue: &QueueHandle,
+        intake: Arc<crate::intake::Intake>,
     ) -> Scheduler {
         let body_cache_limit = config.spool.body_cache_mib << 20;
         let active_limit = config.queue.active_limit.max(1);
@@ -159,6 +162,7 @@ impl Scheduler {
             pacing: BinaryHeap::new(),
             admin,
             retire_below: 0,
+            intake,
         }
     }
 

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 
 use crate::message::mime::{field_named, header_fields};
 
-pub use crate::admin::submit::{EX_OK, EX_SOFTWARE, EX_TEMPFAIL, EX_USAGE};
+pub use crate::intake::refusal::{EX_OK, EX_SOFTWARE, EX_TEMPFAIL, EX_USAGE};
 
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Options {
@@ -131,47 +131,6 @@ fn addresses(list: &str) -> Vec<String> {
         .collect()
 }
 
-/// Adds From:, Date: and Message-ID: when the message lacks them, as
-/// Postfix's cleanup does.
-pub fn complete_headers(
-    message: Vec<u8>,
-    from: &str,
-    full_name: Option<&str>,
-    hostname: &str,
-) -> Vec<u8> {
-    let head_end = memchr::memmem::find(&message, b"\r\n\r\n").map_or(message.len(), |i| i + 2);
-    let fields = header_fields(&message[..head_end]);
-    let has = |name: &str| fields.iter().any(|f| field_named(f, name.as_bytes()));
-    let mut extra = String::new();
-    if !has("from") {
-        match full_name {
-            Some(n) => extra.push_str(&format!("From: {n} <{from}>\r\n")),
-            None => extra.push_str(&format!("From: <{from}>\r\n")),
-        }
-    }
-    if !has("date") {
-        let now = crate::timefmt::now_millis();
-        extra.push_str(&format!("Date: {}\r\n", crate::timefmt::rfc5322(now)));
-    }
-    if !has("message-id") {
-        let now = crate::timefmt::now_millis();
-        extra.push_str(&format!(
-            "Message-ID: <{now}.{}@{hostname}>\r\n",
-            std::process::id()
-        ));
-    }
-    if extra.is_empty() {
-        return message;
-    }
-    let mut out = extra.into_bytes();
-    if head_end == message.len() && !message.is_empty() {
-        // No header/body separator: the input was all body.
-        out.extend_from_slice(b"\r\n");
-    }
-    out.extend_from_slice(&message);
-    out
-}
-
 /// Runs sendmail with parsed `opts`; returns the exit status.
 pub async fn run(opts: Options) -> i32 {
     use crate::admin::protocol::{Filter, Request};
@@ -229,11 +188,13 @@ pub async fn run(opts: Options) -> i32 {
             false => format!("{a}@{host}"),
         };
         let from = qualify(&sender);
-        let message = complete_headers(message, &from, opts.full_name.as_deref(), &host);
+        // The daemon's intake adds the From:, Date: and Message-ID: the
+        // message lacks, as Postfix's cleanup does.
         Request::Submit {
             sender: from,
             recipients: recipients.iter().map(|r| qualify(r)).collect(),
             message_b64: base64::engine::general_purpose::STANDARD.encode(message),
+            full_name: opts.full_name.clone(),
         }
     };
     match queue_cli::call(&config.data_dir, &request).await {

@@ -31,6 +31,29 @@ struct Harness {
     _dir: tempfile::TempDir,
 }
 
+/// An intake for `config` (notices go through it), queueing on `queue`.
+fn intake(config: &Config, spool: &Spool, queue: &QueueHandle) -> Arc<crate::intake::Intake> {
+    let logger = Logger::disabled();
+    let mailboxes = crate::routing::mailboxes::VirtualMailboxes::build(
+        &config.local,
+        &None,
+        &None,
+        &config.tables,
+        &config.data_dir,
+        &logger,
+    )
+    .unwrap();
+    Arc::new(crate::intake::Intake {
+        config: Arc::new(config.clone()),
+        spool: spool.clone(),
+        mailboxes: Arc::new(mailboxes),
+        dkim: Arc::default(),
+        sender_auth: None,
+        handoff: Arc::new(queue.clone()),
+        logger,
+    })
+}
+
 fn harness(name: &str, tweak: impl FnOnce(&mut Config)) -> Harness {
     let tmp = tempfile::Builder::new()
         .prefix(&format!("sluice-sched-{name}-"))
@@ -53,12 +76,13 @@ fn harness(name: &str, tweak: impl FnOnce(&mut Config)) -> Harness {
     let (tx, workers) = mpsc::unbounded_channel();
     let (queue, rx) = QueueHandle::channel();
     let scheduler = Scheduler::new(
-        Arc::new(config),
+        Arc::new(config.clone()),
         router,
         spool.clone(),
         Logger::disabled(),
         Arc::new(FakeAgent(tx)),
         &queue,
+        intake(&config, &spool, &queue),
     );
     let task = tokio::spawn(scheduler.run(rx));
     Harness {
@@ -395,12 +419,13 @@ async fn a_deferred_message_does_not_keep_its_body_in_memory() {
     let router = Router::new(&config.transport, None, LocalDomains::none()).unwrap();
     let (queue, _rx) = QueueHandle::channel();
     let mut s = Scheduler::new(
-        Arc::new(config),
+        Arc::new(config.clone()),
         router,
         spool.clone(),
         Logger::disabled(),
         Arc::new(FakeAgent(tx)),
         &queue,
+        intake(&config, &spool, &queue),
     );
     let env = Envelope {
         id: spool.new_id(),
@@ -524,6 +549,7 @@ async fn a_reload_routes_queued_mail_anew_and_ends_old_workers_after_their_job()
     let resolver = Arc::new(crate::routing::dns::Dns::new(&config.dns).unwrap());
     let (tx, mut new_workers) = mpsc::unbounded_channel();
     let reconfig = crate::queue::Reconfig {
+        intake: intake(&config, &h.spool, &h.queue),
         config: Arc::new(config),
         router,
         agent: Arc::new(FakeAgent(tx)),

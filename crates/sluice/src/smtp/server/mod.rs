@@ -16,10 +16,8 @@
 pub mod anvil;
 pub mod auth;
 mod commands;
-pub mod dkim;
 mod hash_pool;
 pub mod proxy;
-pub mod sender_auth;
 mod session;
 pub mod tls;
 mod transaction;
@@ -63,10 +61,8 @@ pub struct SessionContext {
     pub tls: Option<Arc<tls::ServerTls>>,
     /// AUTH users and password hashes; None when AUTH is not offered.
     pub credentials: Option<Arc<crate::tables::Table>>,
-    /// DKIM keys for mail from clients that may relay.
-    pub dkim: Arc<dkim::Signers>,
-    /// SPF/DKIM/DMARC checks, when a listener asks for them.
-    pub sender_auth: Option<Arc<sender_auth::SenderAuth>>,
+    /// The one way into the queue (checks, signing, spool).
+    pub intake: Arc<crate::intake::Intake>,
 }
 
 pub fn bind(listen: &str, reuse_port: bool) -> std::io::Result<TcpListener> {

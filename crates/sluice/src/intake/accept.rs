@@ -1,0 +1,207 @@
+//! [`Intake::accept`], step by step: the body checks and our trace, the
+//! hop limit, then signing (trusted origins) or sender authentication
+//! (strangers on a `sender_auth` listener), then the spool and the queue.
+
+use std::sync::Arc;
+
+use super::headers;
+use super::sender_auth;
+use super::{Accepted, Intake, Origin, Refusal, Stored, Submission};
+use crate::log;
+use crate::log::qid;
+use crate::message::body;
+
+pub(super) async fn run(intake: &Intake, mut sub: Submission) -> Result<Accepted, Refusal> {
+    let checked = complete(intake, &mut sub).and_then(|()| intake.check_hops(&sub.body));
+    if let Err(refusal) = checked {
+        log_refusal(intake, &sub, &refusal);
+        return Err(refusal);
+    }
+    if sub.recipients.is_empty() {
+        log!(
+            intake.logger,
+            "cleanup",
+            "{}: discarded (no recipients left)",
+            qid(sub.id)
+        );
+        return Ok(Accepted::Discarded(sub.id));
+    }
+    let on_top = match &sub.origin {
+        Origin::Smtp(c) if !(c.trusted || c.authenticated) => {
+            let client = (c.peer.ip(), c.helo.clone(), c.sender_auth, c.dmarc_reject);
+            match Box::pin(check_sender(intake, client, &mut sub)).await {
+                Ok(results) => results,
+                Err(refusal) => {
+                    log_refusal(intake, &sub, &refusal);
+                    return Err(refusal);
+                }
+            }
+        }
+        _ => sign(intake, &sub),
+    };
+    if !on_top.is_empty() {
+        let mut body = Vec::with_capacity(on_top.len() + sub.body.len());
+        body.extend_from_slice(on_top.as_bytes());
+        body.extend_from_slice(&sub.body);
+        sub.body = body;
+    }
+    store(intake, sub).await
+}
+
+/// The body checks, and for a local submission its trace and the fields
+/// it lacks. An SMTP body already starts with its trace; a notice is ours.
+fn complete(intake: &Intake, sub: &mut Submission) -> Result<(), Refusal> {
+    let hostname = &intake.config.hostname;
+    match &sub.origin {
+        Origin::Smtp(_) => intake.check_body(&mut sub.body, sub.flaws.take()),
+        Origin::Local { uid, full_name } => {
+            intake.check_body(&mut sub.body, None)?;
+            let trace = headers::local_trace(hostname, sub.id, *uid);
+            let missing = headers::missing_fields(
+                &sub.body,
+                &sub.sender,
+                full_name.as_deref(),
+                hostname,
+                sub.id,
+            );
+            let mut body = Vec::with_capacity(trace.len() + missing.len() + sub.body.len());
+            body.extend_from_slice(trace.as_bytes());
+            body.extend_from_slice(missing.as_bytes());
+            body.extend_from_slice(&sub.body);
+            sub.body = body;
+            Ok(())
+        }
+        Origin::Notice => Ok(()),
+    }
+}
+
+/// The `DKIM-Signature:` field for a message from a trusted origin, or
+/// nothing: no key covers its From: domain, or it already passed through
+/// us and its submitter did not authenticate (a loop never turns hostile
+/// mail into signed mail, security review H2).
+fn sign(intake: &Intake, sub: &Submission) -> String {
+    if intake.dkim.is_empty() {
+        return String::new();
+    }
+    let authenticated = matches!(&sub.origin, Origin::Smtp(c) if c.authenticated);
+    let hostname = &intake.config.hostname;
+    if !authenticated && body::carries_our_trace(&sub.body, hostname) {
+        log!(
+            intake.logger,
+            "cleanup",
+            "{}: not DKIM-signed: it already passed through {hostname} (a loop)",
+            qid(sub.id)
+        );
+        return String::new();
+    }
+    match intake.dkim.sign(&sub.body) {
+        None => String::new(),
+        Some(Ok((header, domain))) => {
+            log!(
+                intake.logger,
+                "cleanup",
+                "{}: DKIM-Signature added (d={domain})",
+                qid(sub.id)
+            );
+            header
+        }
+        Some(Err(e)) => {
+            log!(
+                intake.logger,
+                "cleanup",
+                "{}: warning: DKIM signing failed: {e}; sent unsigned",
+                qid(sub.id)
+            );
+            String::new()
+        }
+    }
+}
+
+/// For a stranger on a `sender_auth` listener: forged
+/// Authentication-Results naming us removed, SPF/DKIM/DMARC checked; our
+/// own Authentication-Results field to put on top, or the DMARC refusal.
+async fn check_sender(
+    intake: &Intake,
+    (ip, helo, wanted, dmarc_reject): (std::net::IpAddr, String, bool, bool),
+    sub: &mut Submission,
+) -> Result<String, Refusal> {
+    let Some(checker) = intake.sender_auth.as_ref().filter(|_| wanted) else {
+        return Ok(String::new());
+    };
+    let host = &intake.config.hostname;
+    if let Some(stripped) = sender_auth::strip_forged_results(&sub.body, host) {
+        sub.body = stripped;
+    }
+    let verdict = checker
+        .check(
+            ip,
+            &helo,
+            &sub.sender,
+            &sub.body,
+            dmarc_reject,
+            intake.config.smtpd.dkim_verify_max_signatures,
+        )
+        .await;
+    log!(
+        intake.logger,
+        "cleanup",
+        "{}: sender authentication: {}",
+        qid(sub.id),
+        verdict.summary
+    );
+    match verdict.reject {
+        Some(reply) => Err(Refusal::Dmarc(reply)),
+        None => Ok(verdict.header),
+    }
+}
+
+/// Stores the message (synced before this returns), logs it and hands it
+/// to the queue.
+async fn store(intake: &Intake, sub: Submission) -> Result<Accepted, Refusal> {
+    let envelope = Intake::envelope(&sub, sub.recipients.clone());
+    let body = Arc::new(sub.body);
+    match intake.spool.store(envelope.clone(), body.clone()).await {
+        Ok(body_ref) => {
+            intake.log_queued(&sub.origin, &envelope, body.len());
+            let id = envelope.id;
+            intake
+                .handoff
+                .hand_off(Stored {
+                    envelope,
+                    body_ref,
+                    body,
+                })
+                .await;
+            Ok(Accepted::Queued(id))
+        }
+        Err(e) => {
+            let refusal = Refusal::Spool(e);
+            log!(
+                intake.logger,
+                "cleanup",
+                "{}: reject: {refusal}; from=<{}>",
+                qid(envelope.id),
+                envelope.sender
+            );
+            Err(refusal)
+        }
+    }
+}
+
+fn log_refusal(intake: &Intake, sub: &Submission, refusal: &Refusal) {
+    let from = match &sub.origin {
+        Origin::Smtp(c) => format!("[{}]", c.peer.ip()),
+        Origin::Local { uid, .. } => {
+            format!("uid {}", uid.map_or("unknown".into(), |u| u.to_string()))
+        }
+        Origin::Notice => "a notice".into(),
+    };
+    log!(
+        intake.logger,
+        "cleanup",
+        "{}: reject: end of data from {from}: {}; from=<{}>",
+        qid(sub.id),
+        refusal.reply(),
+        sub.sender
+    );
+}

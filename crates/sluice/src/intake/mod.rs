@@ -1,0 +1,261 @@
+//! The intake: the one way into the queue, what Postfix's cleanup(8) is to
+//! Postfix. Every message — from an SMTP session, from sendmail(1), and
+//! the notices we write ourselves (bounces, delay warnings, success
+//! reports) — becomes a queue file only through [`Intake::accept`].
+//!
+//! It owns, for every door alike:
+//! - the body checks: line ends, NUL, line length, size (found while an
+//!   SMTP body streamed in, or scanned here), and the hop limit (more
+//!   `Received:` fields than `smtpd.hop_count_limit`: a loop);
+//! - the header work: our `Received:` trace (`headers.rs`; an SMTP session
+//!   starts its body with it as it streams in, to save a copy), the From:,
+//!   Date: and Message-ID: a local submission lacks, and for strangers'
+//!   mail on a `sender_auth` listener the removal of forged
+//!   Authentication-Results and our own (`sender_auth.rs`);
+//! - the decision to DKIM-sign (`dkim.rs`): a trusted origin (an
+//!   authenticated client, a mynetworks client, a local user, our own
+//!   notices), never a message that already passed through us unless its
+//!   submitter authenticated — a loop never turns hostile mail into signed
+//!   mail;
+//! - the spool write (synced before `Ok`), the log line with the queue ID,
+//!   and the hand-off to the queue ([`Handoff`]).
+//!
+//! Recipient checks stay at the door that must answer them (RCPT), through
+//! the same tables (`routing::mailboxes`); a local submission's
+//! recipients are resolved by [`Intake::resolve`] with the same rules.
+//!
+//! Trust: the body and envelope are the sender's, whatever the door;
+//! `Origin` is what the door established (peer address, AUTH, uid).
+//! Invariant: `Ok` means the message is on disk and queued; every refusal
+//! is a [`Refusal`] with its SMTP reply and sendmail exit status.
+
+pub mod dkim;
+pub mod headers;
+pub mod refusal;
+pub mod sender_auth;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use sluice_proto::data::{self, DataFlaws};
+use sluice_spool::{BodyRef, Dsn, Envelope, Spool};
+
+use crate::config::Config;
+use crate::log;
+use crate::log::{qid, Logger};
+use crate::message::body;
+use crate::routing::mailboxes::{Resolution, VirtualMailboxes};
+use crate::timefmt;
+pub use refusal::Refusal;
+
+/// Where the queue takes stored messages (the queue implements it; the
+/// intake does not depend on the queue).
+pub trait Handoff: Send + Sync {
+    fn hand_off(&self, msg: Stored) -> Pin<Box<dyn Future<Output = ()> + Send + '_>>;
+}
+
+/// A message on disk, for the queue.
+pub struct Stored {
+    pub envelope: Envelope,
+    pub body_ref: BodyRef,
+    pub body: Arc<Vec<u8>>,
+}
+
+/// The door a message came in by, as that door established it.
+pub enum Origin {
+    /// An SMTP client; its body starts with [`headers::smtp_trace`].
+    Smtp(SmtpClient),
+    /// A local user through sendmail(1).
+    Local {
+        uid: Option<u32>,
+        /// sendmail's -F, for a From: that has to be made.
+        full_name: Option<String>,
+    },
+    /// A notice we wrote (its body is complete).
+    Notice,
+}
+
+pub struct SmtpClient {
+    pub peer: SocketAddr,
+    pub helo: String,
+    /// In mynetworks.
+    pub trusted: bool,
+    pub authenticated: bool,
+    /// The listener checks SPF/DKIM/DMARC of strangers' mail ...
+    pub sender_auth: bool,
+    /// ... and refuses DMARC failures under p=reject.
+    pub dmarc_reject: bool,
+}
+
+/// One message at the intake.
+pub struct Submission {
+    pub id: u64,
+    pub origin: Origin,
+    pub sender: String,
+    pub recipients: Vec<String>,
+    pub flags: u32,
+    pub dsn: Option<Box<Dsn>>,
+    pub body: Vec<u8>,
+    /// What the door found reading the body (SMTP DATA); `None`: the
+    /// intake scans it.
+    pub flaws: Option<DataFlaws>,
+}
+
+/// A message taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accepted {
+    Queued(u64),
+    /// Every recipient was an alias to "discard": nothing kept.
+    Discarded(u64),
+}
+
+/// What the intake works with; rebuilt at each reload.
+pub struct Intake {
+    pub config: Arc<Config>,
+    pub spool: Spool,
+    pub mailboxes: Arc<VirtualMailboxes>,
+    pub dkim: Arc<dkim::Signers>,
+    pub sender_auth: Option<Arc<sender_auth::SenderAuth>>,
+    pub handoff: Arc<dyn Handoff>,
+    pub logger: Logger,
+}
+
+mod accept;
+
+impl Intake {
+    /// A new queue ID (for the door's own log lines and trace).
+    pub fn new_id(&self) -> u64 {
+        self.spool.new_id()
+    }
+
+    /// The final recipients of a locally submitted message: aliases
+    /// expanded, unknown local users refused, duplicates dropped.
+    pub async fn resolve(&self, recipients: &[String]) -> Result<Vec<String>, ResolveError> {
+        let mut targets: Vec<String> = Vec::new();
+        for r in recipients {
+            match self.mailboxes.resolve(r).await {
+                Ok(Resolution::NotLocal) => targets.push(r.clone()),
+                Ok(Resolution::Accept(list)) => targets.extend(list),
+                Ok(Resolution::Discard) => {}
+                Ok(Resolution::Unknown) => return Err(ResolveError::NoSuchUser(r.clone())),
+                Err(e) => return Err(ResolveError::Lookup(r.clone(), e.to_string())),
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        targets.retain(|t| seen.insert(t.clone()));
+        if targets.len() > self.config.smtpd.max_recipients {
+            return Err(ResolveError::TooMany(self.config.smtpd.max_recipients));
+        }
+        Ok(targets)
+    }
+
+    /// Checks, completes, signs, stores and queues `sub`.
+    pub async fn accept(&self, sub: Submission) -> Result<Accepted, Refusal> {
+        accept::run(self, sub).await
+    }
+
+    /// The body checks every door shares: `flaws` as an SMTP session
+    /// found them while the body streamed in, or, for a local submission,
+    /// as scanned here (with its size).
+    fn check_body(&self, body: &mut Vec<u8>, flaws: Option<DataFlaws>) -> Result<(), Refusal> {
+        let limit = match self.config.smtpd.text_line_limit {
+            0 => usize::MAX,
+            n => n,
+        };
+        let flaws = match flaws {
+            Some(found) => found,
+            None => {
+                let mut scanned = data::scan_body(body, limit);
+                if scanned.bare_cr_or_lf {
+                    // sendmail input is text from a local program: its
+                    // line ends are made CRLF, as Postfix's sendmail does.
+                    *body = data::normalize_line_ends(body);
+                    scanned.bare_cr_or_lf = false;
+                }
+                scanned.too_big = body.len() > self.config.smtpd.message_size_limit;
+                scanned
+            }
+        };
+        match flaws {
+            DataFlaws { too_big: true, .. } => Err(Refusal::TooBig),
+            DataFlaws {
+                bare_cr_or_lf: true,
+                ..
+            } => Err(Refusal::BareLineEnd),
+            DataFlaws { nul: true, .. } => Err(Refusal::Nul),
+            DataFlaws {
+                line_too_long: true,
+                ..
+            } => Err(Refusal::LineTooLong(limit)),
+            _ => Ok(()),
+        }
+    }
+
+    /// The hop limit, on the body with our trace at its top.
+    fn check_hops(&self, body: &[u8]) -> Result<(), Refusal> {
+        let hops = body::received_headers(body);
+        match hops > self.config.smtpd.hop_count_limit {
+            true => Err(Refusal::TooManyHops(hops)),
+            false => Ok(()),
+        }
+    }
+
+    /// The envelope of `sub` as stored.
+    fn envelope(sub: &Submission, recipients: Vec<String>) -> Envelope {
+        Envelope {
+            id: sub.id,
+            arrival: timefmt::now_millis(),
+            sender: sub.sender.clone(),
+            recipients,
+            flags: sub.flags,
+            dsn: sub.dsn.clone(),
+        }
+    }
+
+    /// The message's first line in the log, under the door's name (as
+    /// Postfix's smtpd logs `client=`): `grep QUEUEID` starts here.
+    fn log_queued(&self, origin: &Origin, env: &Envelope, size: usize) {
+        let (door, from) = match origin {
+            Origin::Smtp(c) => (
+                "smtpd",
+                format!("client=[{}]:{}", c.peer.ip(), c.peer.port()),
+            ),
+            Origin::Local { uid, .. } => (
+                "sendmail",
+                format!("uid={}", uid.map_or("unknown".into(), |u| u.to_string())),
+            ),
+            Origin::Notice => ("bounce", "notice".into()),
+        };
+        log!(
+            self.logger,
+            door,
+            "{}: {from}, from=<{}>, size={size}, nrcpt={} (queue active)",
+            qid(env.id),
+            env.sender,
+            env.recipients.len()
+        );
+    }
+}
+
+/// Why a local submission's recipients could not be resolved.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    #[error("<{0}>: no such user")]
+    NoSuchUser(String),
+    #[error("<{0}>: lookup failed: {1}")]
+    Lookup(String, String),
+    #[error("more than {0} recipients")]
+    TooMany(usize),
+}
+
+impl ResolveError {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            ResolveError::NoSuchUser(_) => refusal::EX_NOUSER,
+            ResolveError::Lookup(..) => refusal::EX_TEMPFAIL,
+            ResolveError::TooMany(_) => refusal::EX_DATAERR,
+        }
+    }
+}

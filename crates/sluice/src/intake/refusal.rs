@@ -1,0 +1,72 @@
+//! Why the intake refused a message, as one type: the SMTP reply a
+//! session sends and the sysexits(3) status sendmail(1) exits with come
+//! from the same value, so the two doors cannot drift apart.
+
+use sluice_spool::SpoolError;
+
+/// sendmail(1) exit statuses (sysexits.h).
+pub const EX_OK: i32 = 0;
+pub const EX_USAGE: i32 = 64;
+pub const EX_DATAERR: i32 = 65;
+pub const EX_NOUSER: i32 = 67;
+pub const EX_SOFTWARE: i32 = 70;
+pub const EX_TEMPFAIL: i32 = 75;
+
+/// A message the intake did not queue.
+#[derive(Debug, thiserror::Error)]
+pub enum Refusal {
+    #[error("message file too big")]
+    TooBig,
+    #[error("bare <CR> or <LF> in message; lines must end with <CR><LF>")]
+    BareLineEnd,
+    #[error("NUL character in message")]
+    Nul,
+    #[error("message line longer than {0} octets")]
+    LineTooLong(usize),
+    #[error("too many hops: {0} Received: headers (mail loop?)")]
+    TooManyHops(usize),
+    /// DMARC p=reject failed and the listener enforces it (the reply).
+    #[error("{0}")]
+    Dmarc(String),
+    #[error("spool: {0}")]
+    Spool(#[from] SpoolError),
+}
+
+impl Refusal {
+    /// The SMTP reply, code and enhanced status included.
+    pub fn reply(&self) -> String {
+        match self {
+            Refusal::TooBig => "552 5.3.4 Error: message file too big".into(),
+            Refusal::BareLineEnd => {
+                "554 5.6.0 Error: bare <CR> or <LF> in message; lines must end with <CR><LF>".into()
+            }
+            Refusal::Nul => "554 5.6.0 Error: NUL character in message".into(),
+            Refusal::LineTooLong(n) => {
+                format!("554 5.6.0 Error: message line longer than {n} octets (RFC 5321)")
+            }
+            Refusal::TooManyHops(_) => "554 5.4.6 Error: too many hops (mail loop?)".into(),
+            Refusal::Dmarc(reply) => reply.clone(),
+            Refusal::Spool(SpoolError::Full) => {
+                "452 4.3.1 Error: insufficient system storage".into()
+            }
+            Refusal::Spool(SpoolError::Invalid(_)) => {
+                "554 5.3.4 Error: message envelope too large to store".into()
+            }
+            Refusal::Spool(_) => "451 4.3.0 Error: queue file write error".into(),
+        }
+    }
+
+    /// sendmail(1)'s exit status: temporary (75) when trying again later
+    /// may work, a data error (65) otherwise.
+    pub fn exit_code(&self) -> i32 {
+        match self.is_temporary() {
+            true => EX_TEMPFAIL,
+            false => EX_DATAERR,
+        }
+    }
+
+    /// Whether the same message may be taken later (a 4xx).
+    pub fn is_temporary(&self) -> bool {
+        matches!(self, Refusal::Spool(e) if !matches!(e, SpoolError::Invalid(_)))
+    }
+}
