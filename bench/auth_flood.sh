@@ -166,6 +166,7 @@ MAILLOG=$W/maillog
 cat >"$CONF" <<EOF
 hostname = "sluice.bench"
 data_dir = "$W/var"
+run_as_root = true
 log_file = "$MAILLOG"
 
 [smtpd]

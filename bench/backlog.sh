@@ -113,6 +113,7 @@ write_conf() {
     cat >"$1" <<EOF
 hostname = "sluice.bench"
 data_dir = "$2"
+run_as_root = true
 log_file = "$3"
 
 [smtpd]

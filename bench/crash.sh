@@ -121,6 +121,7 @@ IDS=$W/sink.ids
 cat >"$CONF" <<EOF
 hostname = "sluice.bench"
 data_dir = "$W/var"
+run_as_root = true
 log_file = "$MAILLOG"
 
 [smtpd]

@@ -166,6 +166,7 @@ phase_spool() {
     cat >"$conf" <<EOF
 hostname = "sluice.bench"
 data_dir = "$var"
+run_as_root = true
 log_file = "$maillog"
 
 [smtpd]
@@ -326,6 +327,7 @@ phase_maildir() {
     cat >"$conf" <<EOF
 hostname = "sluice.bench"
 data_dir = "$W/var-maildir"
+run_as_root = true
 log_file = "$maillog"
 
 [smtpd]

@@ -35,6 +35,7 @@ for p in $(seq 1 "$PROCS"); do
     cat >"$W/$p/sluice.toml" <<CONF
 hostname = "sluice.bench"
 data_dir = "$W/$p/var"
+run_as_root = true
 log_file = "$W/$p/var/maillog"
 [smtpd]
 listen = ["127.0.0.1:$PORT"]

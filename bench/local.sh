@@ -308,6 +308,7 @@ start_sluice() {
     cat >"$W/sluice.toml" <<EOF
 hostname = "sluice.bench"
 data_dir = "$SL_VAR"
+run_as_root = true
 log_file = "$SL_VAR/maillog"
 
 [smtpd]

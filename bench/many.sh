@@ -194,6 +194,7 @@ start_sluice() {
     cat >"$W/sluice.toml" <<EOF
 hostname = "sluice.bench"
 data_dir = "$W/sluice-var"
+run_as_root = true
 [smtpd]
 listen = ["$HOST:$RELAY_PORT"]
 max_sessions = 2000

@@ -119,6 +119,7 @@ CSV=$W/samples.csv
 cat >"$CONF" <<EOF
 hostname = "sluice.bench"
 data_dir = "$W/var"
+run_as_root = true
 log_file = "$MAILLOG"
 
 [smtpd]

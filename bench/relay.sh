@@ -297,6 +297,7 @@ start_sluice() {
     cat >"$W/sluice.toml" <<EOF
 hostname = "sluice.bench"
 data_dir = "$var"
+run_as_root = true
 
 [smtpd]
 listen = ["$HOST:$RELAY_PORT"]

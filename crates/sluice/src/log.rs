@@ -182,15 +182,30 @@ fn open(path: Option<&Path>) -> std::io::Result<Box<dyn Write + Send>> {
             if let Some(dir) = p.parent() {
                 std::fs::create_dir_all(dir)?;
             }
-            Box::new(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(p)?,
-            )
+            Box::new(open_append(p)?)
         }
         None => Box::new(std::io::stderr()),
     })
+}
+
+/// Opens the log for appending; a new file is made mode 0640 whatever the
+/// umask (the daemon's is 077): readable by the `adm` group, as logs are.
+fn open_append(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::OpenOptions::new()
+        .create_new(true)
+        .append(true)
+        .open(path)
+    {
+        Ok(file) => {
+            file.set_permissions(std::fs::Permissions::from_mode(0o640))?;
+            Ok(file)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            std::fs::OpenOptions::new().append(true).open(path)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 fn reopen(out: &mut std::io::BufWriter<Box<dyn Write + Send>>, path: Option<&Path>) {

@@ -390,7 +390,27 @@ async fn serve(arg: ConfigArg) -> Result<(), String> {
     // Thousands of sessions need thousands of descriptors: lift the soft
     // limit to the hard limit (the default soft limit is often 1024).
     let _ = rlimit::increase_nofile_limit(u64::MAX);
-    let mut server = Server::start(config).await.map_err(|e| e.to_string())?;
+    // Everything the daemon creates is its own only (0600/0700); the log
+    // is made 0640 explicitly.
+    // SAFETY: umask only sets the process's file mode creation mask.
+    unsafe {
+        libc::umask(0o077);
+    }
+    use sluice::daemon::privilege;
+    // The embedded default (no --config: the quick start, loopback only,
+    // spool under ./var) runs as whoever started it; a configuration file
+    // must name an account, or say `run_as_root = true`.
+    let account = match privilege::is_root() && arg.config.is_some() {
+        true => privilege::target(config.user.as_deref(), config.run_as_root)
+            .map_err(|e| e.to_string())?,
+        false => None,
+    };
+    if privilege::is_root() && account.is_none() {
+        eprintln!("sluice: warning: running as root (run_as_root = true)");
+    }
+    let mut server = Server::start_as(config, account)
+        .await
+        .map_err(|e| e.to_string())?;
     for addr in &server.addrs {
         eprintln!("sluice: listening on {addr}");
     }

@@ -21,7 +21,7 @@ fn spawn(
     std::fs::write(
         &config,
         format!(
-            "hostname = \"mx.test\"\ndata_dir = \"{}\"\nlog_file = \"{}\"\n[smtpd]\nlisten = [\"{smtp}\"]\n\
+            "hostname = \"mx.test\"\nrun_as_root = true\ndata_dir = \"{}\"\nlog_file = \"{}\"\n[smtpd]\nlisten = [\"{smtp}\"]\n\
              [metrics]\nlisten = \"{metrics}\"\n[delivery]\nrelayhost = \"discard\"\n",
             dir.join("var").display(),
             dir.join("maillog").display(),

@@ -22,6 +22,7 @@ fn write_config(
         format!(
             r#"hostname = "mx.test"
 data_dir = "{data}"
+run_as_root = true
 log_file = "{log}"
 [smtpd]
 listen = ["{listen}"]

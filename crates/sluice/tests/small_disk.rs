@@ -14,7 +14,7 @@ use common::*;
 fn write_config(dir: &Path, listen: std::net::SocketAddr, spool: &str) -> std::path::PathBuf {
     let path = dir.join("sluice.toml");
     let text = format!(
-        "hostname = \"mx.test\"\ndata_dir = \"{}\"\nlog_file = \"{}\"\n[smtpd]\nlisten = [\"{listen}\"]\n\
+        "hostname = \"mx.test\"\nrun_as_root = true\ndata_dir = \"{}\"\nlog_file = \"{}\"\n[smtpd]\nlisten = [\"{listen}\"]\n\
          [delivery]\nrelayhost = \"discard\"\n[spool]\n{spool}\n",
         dir.join("var").display(),
         dir.join("maillog").display(),

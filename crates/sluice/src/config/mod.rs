@@ -55,6 +55,12 @@ pub struct Config {
     pub dkim: DkimConfig,
     /// Prometheus /metrics and the dashboard.
     pub metrics: MetricsConfig,
+    /// The account `serve` runs as when started as root (it binds its
+    /// ports first); default: `sluice` when that account exists.
+    pub user: Option<String>,
+    /// Allow `serve` to keep running as root (no such account). Off: a
+    /// root start with no account to switch to is refused.
+    pub run_as_root: bool,
 }
 
 /// `[metrics]`: where /metrics and the live dashboard are served (off
@@ -334,6 +340,8 @@ impl Default for Config {
             dns: DnsConfig::default(),
             dkim: DkimConfig::default(),
             metrics: MetricsConfig::default(),
+            user: None,
+            run_as_root: false,
         }
     }
 }

@@ -150,18 +150,6 @@ impl Listeners {
         })
     }
 
-    /// Binds and starts every listener of `config` (at start).
-    pub async fn start_all(
-        &mut self,
-        config: &Config,
-        ctx: &Arc<SessionContext>,
-        logger: &Logger,
-    ) -> Result<(), (String, std::io::Error)> {
-        let bound = self.bind_new(config)?;
-        self.apply(config, bound, ctx, logger).await;
-        Ok(())
-    }
-
     /// Waits for every accept loop to end (after the shutdown signal).
     pub async fn join(self) {
         for (_, running) in self.running {

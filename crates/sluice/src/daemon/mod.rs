@@ -11,6 +11,7 @@
 
 mod build;
 mod listeners;
+pub mod privilege;
 mod reload;
 mod spool_size;
 
@@ -74,9 +75,31 @@ pub struct Server {
 
 impl Server {
     pub async fn start(config: Config) -> Result<Server, StartError> {
+        Server::start_as(config, None).await
+    }
+
+    /// Starts the daemon; with `account` (a root start), the listening
+    /// sockets are bound first, then the state directory and log are
+    /// handed to the account and root is given up (`privilege.rs`) before
+    /// anything else is opened.
+    pub async fn start_as(
+        config: Config,
+        account: Option<privilege::Account>,
+    ) -> Result<Server, StartError> {
         config
             .validate()
             .map_err(|e| StartError::Config(e.to_string()))?;
+        let (shutdown, _) = watch::channel(false);
+        let mut listeners = Listeners::new(shutdown.subscribe(), config.smtpd.reuse_port);
+        let bound = listeners
+            .bind_new(&config)
+            .map_err(|(listen, e)| StartError::Listen(listen, e))?;
+        if let Some(account) = &account {
+            let log = config.log_file.as_deref();
+            privilege::hand_over(&config.data_dir, log, account)
+                .and_then(|()| privilege::drop_to(account))
+                .map_err(|e| StartError::Config(e.to_string()))?;
+        }
         // (validate() has checked it is "text" or "json".)
         let json = config.log_format == "json";
         let logger = Logger::start_as(config.log_file.as_deref(), json).map_err(StartError::Log)?;
@@ -101,7 +124,6 @@ impl Server {
         spawn_recovered(&queue, recovered);
         let ctx = Arc::new(parts.session_context(&spool, &logger, &queue, None));
         let mailboxes = Arc::new(ArcSwap::new(parts.mailboxes.clone()));
-        let (shutdown, _) = watch::channel(false);
         spawn_lookup_stats(&mailboxes, &logger, shutdown.subscribe());
         spawn_table_watcher(&mailboxes, shutdown.subscribe());
         // The admin socket before the SMTP listeners: a daemon that cannot
@@ -117,11 +139,16 @@ impl Server {
                     StartError::Config(why)
                 })?;
         let observe = observe(&config, &queue, &spool, &mailboxes, &logger).await?;
-        let mut listeners = Listeners::new(shutdown.subscribe(), config.smtpd.reuse_port);
-        listeners
-            .start_all(&config, &ctx, &logger)
-            .await
-            .map_err(|(listen, e)| StartError::Listen(listen, e))?;
+        listeners.apply(&config, bound, &ctx, &logger).await;
+        if let Some(account) = &account {
+            log!(
+                logger,
+                "master",
+                "running as {} (uid {})",
+                account.name,
+                account.uid
+            );
+        }
         parts.own_addrs.set(listeners.addrs());
         Ok(Server {
             addrs: listeners.addrs(),

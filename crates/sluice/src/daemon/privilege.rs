@@ -1,0 +1,221 @@
+//! Least privilege for `sluice serve`: started as root, the daemon binds
+//! its listening sockets, hands its state directory and log file to the
+//! account it runs as (`user`, default `sluice` when that account exists),
+//! and gives up root for good before it opens anything else. It refuses to
+//! go on as root unless `run_as_root = true` says so.
+//!
+//! Only the sockets are made as root: the spool, the admin socket, the
+//! log and every later file are created by the account itself (with the
+//! umask of 077 `serve` sets, so 0600/0700; the log 0640), and keys are
+//! read as that account at start and at every reload (so they must be
+//! readable by it — `check-config` warns when others may read them).
+//! A reload that adds a port below 1024 then fails and is refused whole,
+//! as any reload whose socket cannot be bound.
+//!
+//! Trust: the account database (getpwnam). Invariant: after [`drop_to`]
+//! returns `Ok`, the process has no root uid, gid or supplementary
+//! groups, and cannot get them back (checked).
+
+use std::ffi::CString;
+use std::path::Path;
+
+/// The account to run as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Account {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// Why privileges could not be given up.
+#[derive(Debug, thiserror::Error)]
+pub enum PrivilegeError {
+    #[error("user {0:?} does not exist")]
+    NoSuchUser(String),
+    #[error(
+        "refusing to run as root: create the `sluice` account, set `user = \"…\"`, or set `run_as_root = true`"
+    )]
+    WouldStayRoot,
+    #[error("user {0:?} is root (uid 0): set another user, or `run_as_root = true`")]
+    UserIsRoot(String),
+    #[error("cannot give {path} to {user}: {err}")]
+    Chown {
+        path: String,
+        user: String,
+        err: std::io::Error,
+    },
+    #[error("cannot become {user}: {err}")]
+    Switch { user: String, err: std::io::Error },
+}
+
+/// Whether the process runs as root.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// The account called `name`, from the account database.
+pub fn lookup(name: &str) -> Option<Account> {
+    let c_name = CString::new(name).ok()?;
+    // SAFETY: getpwnam reads a NUL-terminated name and returns a pointer to
+    // static storage or NULL; the fields are copied out before any other
+    // call that could overwrite that storage.
+    unsafe {
+        let pw = libc::getpwnam(c_name.as_ptr());
+        if pw.is_null() {
+            return None;
+        }
+        Some(Account {
+            name: name.to_string(),
+            uid: (*pw).pw_uid,
+            gid: (*pw).pw_gid,
+        })
+    }
+}
+
+/// The account a root-started daemon switches to: `user`, else `sluice`
+/// if it exists; `None` to stay root (allowed only with `run_as_root`).
+pub fn target(user: Option<&str>, run_as_root: bool) -> Result<Option<Account>, PrivilegeError> {
+    let account = match user {
+        Some(name) => Some(lookup(name).ok_or_else(|| PrivilegeError::NoSuchUser(name.into()))?),
+        None => lookup("sluice"),
+    };
+    match account {
+        Some(a) if a.uid == 0 && !run_as_root => Err(PrivilegeError::UserIsRoot(a.name)),
+        Some(a) if a.uid == 0 => Ok(None),
+        Some(a) => Ok(Some(a)),
+        None if run_as_root => Ok(None),
+        None => Err(PrivilegeError::WouldStayRoot),
+    }
+}
+
+/// Gives `dir` (created if missing, and everything under it) and the log
+/// file, if any, to `account`: what an earlier root run left becomes its.
+pub fn hand_over(
+    dir: &Path,
+    log_file: Option<&Path>,
+    account: &Account,
+) -> Result<(), PrivilegeError> {
+    let err = |path: &Path, err: std::io::Error| PrivilegeError::Chown {
+        path: path.display().to_string(),
+        user: account.name.clone(),
+        err,
+    };
+    std::fs::create_dir_all(dir).map_err(|e| err(dir, e))?;
+    chown_tree(dir, account).map_err(|e| err(dir, e))?;
+    if let Some(log) = log_file {
+        // A log directory made here is the account's (it must be able to
+        // make a new file after logrotate); one that exists keeps its
+        // owner (Debian's /var/log/sluice is sluice:adm 2750).
+        if let Some(parent) = log.parent().filter(|p| !p.exists()) {
+            std::fs::create_dir_all(parent).map_err(|e| err(parent, e))?;
+            std::os::unix::fs::chown(parent, Some(account.uid), Some(account.gid))
+                .map_err(|e| err(parent, e))?;
+        }
+        // The file itself, made now if missing (0640), is the account's.
+        let made = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .map_err(|e| err(log, e))?;
+        if made.metadata().map_err(|e| err(log, e))?.len() == 0 {
+            use std::os::unix::fs::PermissionsExt;
+            made.set_permissions(std::fs::Permissions::from_mode(0o640))
+                .map_err(|e| err(log, e))?;
+        }
+        std::os::unix::fs::lchown(log, Some(account.uid), Some(account.gid))
+            .map_err(|e| err(log, e))?;
+    }
+    Ok(())
+}
+
+fn chown_tree(path: &Path, account: &Account) -> std::io::Result<()> {
+    std::os::unix::fs::lchown(path, Some(account.uid), Some(account.gid))?;
+    if std::fs::symlink_metadata(path)?.is_dir() {
+        for entry in std::fs::read_dir(path)? {
+            chown_tree(&entry?.path(), account)?;
+        }
+    }
+    Ok(())
+}
+
+/// Becomes `account` for good: supplementary groups dropped, then gid,
+/// then uid; then checks that root cannot be had back.
+pub fn drop_to(account: &Account) -> Result<(), PrivilegeError> {
+    let fail = |err: std::io::Error| PrivilegeError::Switch {
+        user: account.name.clone(),
+        err,
+    };
+    let gid = account.gid as libc::gid_t;
+    // SAFETY: setgroups reads one gid from a valid pointer; setgid/setuid
+    // take plain integers. Each result is checked. Threads: the calls
+    // below change the credentials of every thread (glibc broadcasts
+    // set*id to all threads of the process).
+    unsafe {
+        if libc::setgroups(1, &gid) != 0 {
+            return Err(fail(std::io::Error::last_os_error()));
+        }
+        if libc::setgid(gid) != 0 {
+            return Err(fail(std::io::Error::last_os_error()));
+        }
+        if libc::setuid(account.uid as libc::uid_t) != 0 {
+            return Err(fail(std::io::Error::last_os_error()));
+        }
+        if libc::setuid(0) == 0 || libc::geteuid() == 0 {
+            return Err(fail(std::io::Error::other("root could be had back")));
+        }
+    }
+    Ok(())
+}
+
+/// A key file others (or a group other than `account`'s) may read: the
+/// warning `check-config` prints, or `None`.
+pub fn key_warning(what: &str, path: &Path, account: Option<&Account>) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).ok()?;
+    let mode = meta.mode() & 0o777;
+    let group_ok = account.is_some_and(|a| a.gid == meta.gid());
+    let exposed = mode & 0o004 != 0 || (mode & 0o040 != 0 && !group_ok);
+    exposed.then(|| {
+        format!(
+            "warning: {what} {} is readable by {} (mode {mode:04o}): chmod o-r,g-r, or give its group to the daemon's account only",
+            path.display(),
+            if mode & 0o004 != 0 { "everyone" } else { "its group" }
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_readable_by_others_are_named() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("k.pem");
+        std::fs::write(&key, "x").unwrap();
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let w = key_warning("TLS key", &key, None).unwrap();
+        assert!(w.contains("readable by everyone (mode 0644)"), "{w}");
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o640)).unwrap();
+        assert!(key_warning("TLS key", &key, None)
+            .unwrap()
+            .contains("its group"));
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(key_warning("TLS key", &key, None), None);
+    }
+
+    #[test]
+    fn an_unknown_user_is_an_error_and_root_needs_saying_so() {
+        assert!(matches!(
+            target(Some("no-such-user-sluice-test"), false),
+            Err(PrivilegeError::NoSuchUser(_))
+        ));
+        assert!(matches!(
+            target(Some("root"), false),
+            Err(PrivilegeError::UserIsRoot(_))
+        ));
+        assert_eq!(target(Some("root"), true).unwrap(), None);
+    }
+}

@@ -1,0 +1,161 @@
+//! Least privilege: `sluice serve` started as root (as CI runs it) with
+//! `user` set to an account the test creates binds its port, gives root
+//! up for good, and everything it made is that account's, 0600/0700, the
+//! log 0640. Staying root needs `run_as_root = true`.
+
+mod common;
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use common::*;
+
+/// A system account made for the test, removed when dropped.
+struct TestUser {
+    name: String,
+    uid: u32,
+}
+
+impl TestUser {
+    fn create() -> TestUser {
+        let name = format!("sluicet{}", std::process::id());
+        let out = Command::new("useradd")
+            .args([
+                "--system",
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+                &name,
+            ])
+            .output()
+            .expect("useradd (passwd package)");
+        assert!(out.status.success(), "useradd: {out:?}");
+        let id = Command::new("id").args(["-u", &name]).output().unwrap();
+        let uid = String::from_utf8_lossy(&id.stdout).trim().parse().unwrap();
+        TestUser { name, uid }
+    }
+}
+
+impl Drop for TestUser {
+    fn drop(&mut self) {
+        let _ = Command::new("userdel").arg(&self.name).status();
+    }
+}
+
+fn write_config(
+    dir: &Path,
+    listen: std::net::SocketAddr,
+    extra: &str,
+    hop: std::net::SocketAddr,
+) -> std::path::PathBuf {
+    let path = dir.join("sluice.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "hostname = \"mx.test\"\ndata_dir = \"{}\"\nlog_file = \"{}\"\n{extra}\n[smtpd]\nlisten = [\"{listen}\"]\n\
+             [delivery]\nrelayhost = \"smtp:[{}]:{}\"\n",
+            dir.join("var").display(),
+            dir.join("log/maillog").display(),
+            hop.ip(),
+            hop.port()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn ids(pid: u32, field: &str) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find(|l| l.starts_with(field))
+        .unwrap_or("")
+        .to_string()
+}
+
+fn mode_and_owner(path: &Path) -> (u32, u32) {
+    let m = std::fs::metadata(path).unwrap();
+    (m.mode() & 0o777, m.uid())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_root_start_gives_root_up_and_keeps_its_files_to_itself() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        panic!("this test starts the daemon as root, as CI does: run the suite as root");
+    }
+    let user = TestUser::create();
+    let dir = temp_dir("privilege");
+    // The account must be able to reach its directory.
+    std::fs::set_permissions(&*dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let sink = recording_sink().await;
+    let listen = free_addr();
+    let config = write_config(
+        &dir,
+        listen,
+        &format!("user = \"{}\"", user.name),
+        sink.addr,
+    );
+    let mut server = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["serve", "--config", &config.display().to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let listening = format!("listening on {listen}");
+    let log_path = dir.join("log/maillog");
+    let up = wait_until(20, || {
+        std::fs::read_to_string(&log_path).is_ok_and(|l| l.contains(&listening))
+    })
+    .await;
+    assert!(up, "did not start");
+    let pid = server.id();
+    let uid = user.uid;
+    let uids = ids(pid, "Uid:");
+    let groups = ids(pid, "Groups:");
+    let mut c = Client::ready(listen).await;
+    let r = c
+        .message("a@b.test", &["x@c.test"], &body("privilege"))
+        .await;
+    let delivered = wait_until(15, || sink.count() == 1).await;
+    let socket = mode_and_owner(&dir.join("var/admin.sock"));
+    let _ = Command::new("kill").arg(pid.to_string()).status();
+    let _ = server.wait();
+    assert!(r.starts_with("250"), "{r}");
+    assert!(delivered);
+    assert_eq!(
+        uids,
+        format!("Uid:\t{uid}\t{uid}\t{uid}\t{uid}"),
+        "no root uid left"
+    );
+    assert!(
+        !groups.split_whitespace().skip(1).any(|g| g == "0"),
+        "{groups}"
+    );
+    let var = dir.join("var");
+    assert_eq!(mode_and_owner(&var.join("spool")), (0o700, uid));
+    for entry in std::fs::read_dir(var.join("spool")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            assert_eq!(mode_and_owner(&path), (0o600, uid), "{}", path.display());
+        }
+    }
+    assert_eq!(socket, (0o600, uid));
+    assert_eq!(mode_and_owner(&log_path), (0o640, uid));
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(
+        log.contains(&format!("running as {} (uid {uid})", user.name)),
+        "{log}"
+    );
+
+    // Root as the account: refused unless said explicitly.
+    let config = write_config(&dir, free_addr(), "user = \"root\"", sink.addr);
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["serve", "--config", &config.display().to_string()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("is root (uid 0)"), "{err}");
+}
