@@ -394,7 +394,7 @@ check_installed() { # [vhosts mode]
     expect_path /etc/sluice/sluice.toml root sluice 640
     for p in local-domains mailboxes aliases; do expect_path "/etc/sluice/$p" root sluice 640; done
     expect_path /etc/sluice/dkim root sluice 2750
-    expect_path /var/spool/sluice sluice sluice 750
+    expect_path /var/spool/sluice sluice sluice 711
     expect_path /var/log/sluice sluice adm 2750
     expect_path /var/mail/vhosts sluice sluice "${1:-700}"
     dpkg-query -W -f='${Conffiles}\n' sluice | grep -q " $CONF " || fail "$CONF is not a conffile"
@@ -544,7 +544,8 @@ wait_mail() {
     expect_path "$f" sluice sluice 600
     for p in "$MAILDIR" "$MAILDIR/new" "$(dirname "$MAILDIR")"; do expect_path "$p" sluice sluice 700; done
     expect_path /var/log/sluice/mail.log sluice adm 640
-    expect_path /var/spool/sluice/admin.sock sluice sluice 600
+    expect_path /var/spool/sluice/admin.sock sluice sluice 660
+    expect_path /var/spool/sluice/public/submit.sock sluice sluice 666
     grep -q "^Delivered-To: root@localhost" "$f" || fail "$f: $(grep -m1 ^Delivered-To "$f")"
 }
 

@@ -203,7 +203,7 @@ struct BenchArgs {
 }
 
 fn main() -> ExitCode {
-    // Invoked as `mailq` (a symlink, as Postfix ships): `sluice queue list`.
+    // Invoked as `sendmail` or `mailq` (symlinks, as Postfix ships).
     let argv0 = std::env::args().next().unwrap_or_default();
     let name = Path::new(&argv0)
         .file_name()
@@ -214,17 +214,25 @@ fn main() -> ExitCode {
         let args: Vec<String> = std::env::args().skip(skip).collect();
         return sendmail_main(&args);
     }
-    let cli = if name == "mailq" {
-        let rest = std::env::args().skip(1);
-        Cli::parse_from(
-            ["sluice".to_string(), "queue".into()]
-                .into_iter()
-                .chain(rest)
-                .chain(["list".into()]),
-        )
-    } else {
-        Cli::parse()
-    };
+    if name == "mailq" {
+        // Postfix's mailq is `sendmail -bp`: the same -C and the same
+        // default configuration (/etc/sluice/sluice.toml).
+        // (`--config F`, as `sluice queue` takes it, is `-C F`.)
+        let args: Vec<String> = ["-bp".to_string()]
+            .into_iter()
+            .chain(
+                std::env::args()
+                    .skip(1)
+                    .map(|a| match a.strip_prefix("--config") {
+                        Some("") => "-C".to_string(),
+                        Some(v) if v.starts_with('=') => format!("-C{}", &v[1..]),
+                        _ => a,
+                    }),
+            )
+            .collect();
+        return sendmail_main(&args);
+    }
+    let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -10,7 +10,7 @@ mod common;
 use std::process::{Child, Command, Stdio};
 
 use common::*;
-use sluice::admin::protocol::{Filter, Request};
+use sluice::admin::protocol::Request;
 
 fn spawn(
     dir: &std::path::Path,
@@ -111,8 +111,11 @@ async fn every_accept_loop_survives_running_out_of_descriptors() {
     drop(knocks);
     // The flood is gone: all three answer again.
     let data_dir = dir.join("var");
-    let list = Request::List {
-        filter: Filter::default(),
+    // A request only the admin socket answers (the listing goes to the
+    // submission socket).
+    let list = Request::Flush {
+        id: None,
+        domain: None,
     };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let mut state = (false, false, false);

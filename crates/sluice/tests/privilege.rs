@@ -9,39 +9,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+use common::users::TestUser;
 use common::*;
-
-/// A system account made for the test, removed when dropped.
-struct TestUser {
-    name: String,
-    uid: u32,
-}
-
-impl TestUser {
-    fn create() -> TestUser {
-        let name = format!("sluicet{}", std::process::id());
-        let out = Command::new("useradd")
-            .args([
-                "--system",
-                "--no-create-home",
-                "--shell",
-                "/usr/sbin/nologin",
-                &name,
-            ])
-            .output()
-            .expect("useradd (passwd package)");
-        assert!(out.status.success(), "useradd: {out:?}");
-        let id = Command::new("id").args(["-u", &name]).output().unwrap();
-        let uid = String::from_utf8_lossy(&id.stdout).trim().parse().unwrap();
-        TestUser { name, uid }
-    }
-}
-
-impl Drop for TestUser {
-    fn drop(&mut self) {
-        let _ = Command::new("userdel").arg(&self.name).status();
-    }
-}
 
 fn write_config(
     dir: &Path,
@@ -85,7 +54,7 @@ async fn a_root_start_gives_root_up_and_keeps_its_files_to_itself() {
     if unsafe { libc::geteuid() } != 0 {
         panic!("this test starts the daemon as root, as CI does: run the suite as root");
     }
-    let user = TestUser::create();
+    let user = TestUser::create("p");
     let dir = temp_dir("privilege");
     // The account must be able to reach its directory.
     std::fs::set_permissions(&*dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
@@ -141,7 +110,7 @@ async fn a_root_start_gives_root_up_and_keeps_its_files_to_itself() {
             assert_eq!(mode_and_owner(&path), (0o600, uid), "{}", path.display());
         }
     }
-    assert_eq!(socket, (0o600, uid));
+    assert_eq!(socket, (0o660, uid));
     assert_eq!(mode_and_owner(&log_path), (0o640, uid));
     let log = std::fs::read_to_string(&log_path).unwrap();
     assert!(

@@ -2,7 +2,7 @@
 //! list with filters, show, hold (kept across a restart), flush, release,
 //! bounce and delete; and clear errors for an unknown ID or no daemon.
 //! (Mail to defer-* is always deferred by the test sink.) The socket is
-//! never reachable under a wider mode than 0600.
+//! never reachable under a wider mode than 0660 (the submission socket 0666).
 
 mod common;
 
@@ -249,7 +249,7 @@ impl DirWatch {
     }
 }
 
-/// `admin.sock` is never reachable under a wider mode than 0600: it is
+/// `admin.sock` is never reachable under a wider mode than 0660: it is
 /// bound and given its mode in a directory only the daemon can enter, then
 /// renamed into place. Watched with inotify on data_dir, it arrives by a
 /// rename and its mode never changes there (bound in data_dir and then
@@ -267,7 +267,7 @@ async fn the_admin_socket_appears_with_its_final_mode() {
     let path = sluice::admin::socket_path(&data_dir);
     let meta = std::fs::symlink_metadata(&path).unwrap();
     assert!(meta.file_type().is_socket());
-    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    assert_eq!(meta.permissions().mode() & 0o777, 0o660);
     assert_eq!(watch.events("admin.sock"), ["moved_to"]);
     assert!(call(&data_dir, &list(Filter::default())).await.is_ok());
     server.shutdown().await;
@@ -276,7 +276,7 @@ async fn the_admin_socket_appears_with_its_final_mode() {
     let (server, _) = start(cfg).await;
     assert_eq!(watch.events("admin.sock"), ["create", "moved_to"]);
     let meta = std::fs::symlink_metadata(&path).unwrap();
-    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    assert_eq!(meta.permissions().mode() & 0o777, 0o660);
     assert!(call(&data_dir, &list(Filter::default())).await.is_ok());
     let left: Vec<String> = std::fs::read_dir(&data_dir)
         .unwrap()

@@ -7,8 +7,9 @@
 //!
 //! It turns requests into queue operations (`queue/admin.rs`) and reads
 //! envelopes and headers of waiting mail from the spool itself, off the
-//! runtime's workers. Trust: whoever can open the socket is the
-//! administrator; requests are still parsed strictly and bounded (64 KiB).
+//! runtime's workers. Trust: whoever can open the admin socket is an
+//! administrator; on the submission socket, anyone; requests are parsed
+//! strictly and bounded (64 KiB) on both.
 
 mod history;
 pub mod http;
@@ -43,6 +44,22 @@ pub fn socket_path(data_dir: &Path) -> PathBuf {
     data_dir.join("admin.sock")
 }
 
+/// Where the submission socket is: any local user may connect (sendmail,
+/// mailq), in a directory others may enter while `data_dir` lets them
+/// through but not list it (0711).
+pub fn submit_socket_path(data_dir: &Path) -> PathBuf {
+    data_dir.join("public").join("submit.sock")
+}
+
+/// Which socket a session came in on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Door {
+    /// `admin.sock`, 0660: the queue's administration.
+    Admin,
+    /// `public/submit.sock`, 0666: submissions and the queue's listing.
+    Public,
+}
+
 #[derive(Clone)]
 struct Admin {
     queue: QueueHandle,
@@ -63,7 +80,9 @@ pub fn spawn(
         let s = submitter.load();
         (s.queue.clone(), s.intake.spool.clone(), s.logger.clone())
     };
-    let listener = socket::bind(&socket_path(data_dir))?;
+    let admin_listener = socket::bind(&socket_path(data_dir), 0o660)?;
+    public_dir(data_dir)?;
+    let public_listener = socket::bind(&submit_socket_path(data_dir), 0o666)?;
     let admin = Admin {
         queue,
         spool,
@@ -71,25 +90,66 @@ pub fn spawn(
         log_file,
         submitter,
     };
-    let shown = socket_path(data_dir).display().to_string();
-    let mut errors = AcceptErrors::new(admin.logger.clone(), "admin", shown);
+    let public_loop = tokio::spawn(admin.clone().serve(public_listener, Door::Public, data_dir));
+    let admin_loop = admin.serve(admin_listener, Door::Admin, data_dir);
     Ok(tokio::spawn(async move {
-        loop {
-            match listener.accept().await {
-                Ok((stream, _)) => {
-                    errors.accepted();
-                    let admin = admin.clone();
-                    tokio::spawn(async move { admin.session(stream).await });
-                }
-                // Out of descriptors: back off, never stop answering.
-                Err(err) => errors.failed(err).await,
-            }
-        }
+        let _ends_with_it = AbortOnDrop(public_loop);
+        admin_loop.await
     }))
 }
 
+/// Aborts the task when dropped (the public loop ends with the admin one).
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// `data_dir` made 0711 (others may pass, not list) and `public/` 0755.
+fn public_dir(data_dir: &Path) -> Result<(), socket::BindError> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = data_dir.join("public");
+    let err = |err| socket::BindError::Private {
+        path: dir.clone(),
+        err,
+    };
+    std::fs::create_dir_all(&dir).map_err(err)?;
+    std::fs::set_permissions(data_dir, std::fs::Permissions::from_mode(0o711)).map_err(err)?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).map_err(err)
+}
+
 impl Admin {
-    async fn session(&self, stream: UnixStream) {
+    /// Accepts on one socket until aborted.
+    fn serve(
+        self,
+        listener: tokio::net::UnixListener,
+        door: Door,
+        data_dir: &Path,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let shown = match door {
+            Door::Admin => socket_path(data_dir),
+            Door::Public => submit_socket_path(data_dir),
+        };
+        let mut errors =
+            AcceptErrors::new(self.logger.clone(), "admin", shown.display().to_string());
+        async move {
+            loop {
+                match listener.accept().await {
+                    Ok((stream, _)) => {
+                        errors.accepted();
+                        let admin = self.clone();
+                        tokio::spawn(async move { admin.session(stream, door).await });
+                    }
+                    // Out of descriptors: back off, never stop answering.
+                    Err(err) => errors.failed(err).await,
+                }
+            }
+        }
+    }
+
+    async fn session(&self, stream: UnixStream, door: Door) {
         let uid = stream.peer_cred().ok().map(|c| c.uid());
         let (read, mut write) = stream.into_split();
         let mut line = String::new();
@@ -110,6 +170,12 @@ impl Admin {
                     }
                     Err(e) => Response::error(format!("bad message encoding: {e}")),
                 },
+                Ok(request @ Request::List { .. }) => self.handle(request).await,
+                Ok(_) if door == Door::Public => Response::error(
+                    "only submissions and the queue's listing on the submission socket: \
+                     administering the queue needs root or the daemon's group"
+                        .into(),
+                ),
                 Ok(request) => {
                     log!(self.logger, "admin", "request: {}", line.trim());
                     self.handle(request).await

@@ -1,5 +1,5 @@
-//! Binding the admin socket so that it is never reachable under a wider
-//! mode than 0600.
+//! Binding the admin and submission sockets so that neither is ever
+//! reachable under a wider mode than its own.
 //!
 //! `bind(2)` creates the socket's file with mode 0777 less the umask, and
 //! its mode cannot be set before it has a name (`fchmod` on the socket's
@@ -40,8 +40,10 @@ pub enum BindError {
     Place { path: PathBuf, err: io::Error },
 }
 
-/// Listens at `path`, which appears with mode 0600 (see above).
-pub fn bind(path: &Path) -> Result<UnixListener, BindError> {
+/// Listens at `path`, which appears with `mode` (see above): 0660 for
+/// the admin socket (the daemon's account and group), 0666 for the
+/// submission socket (every local user).
+pub fn bind(path: &Path, mode: u32) -> Result<UnixListener, BindError> {
     let mut private = path.as_os_str().to_owned();
     private.push(".d");
     let private = PathBuf::from(private);
@@ -66,7 +68,7 @@ pub fn bind(path: &Path) -> Result<UnixListener, BindError> {
         err,
     });
     let placed = bound.and_then(|listener| {
-        std::fs::set_permissions(&inner, std::fs::Permissions::from_mode(0o600))
+        std::fs::set_permissions(&inner, std::fs::Permissions::from_mode(mode))
             .and_then(|()| std::fs::rename(&inner, path))
             .map(|()| listener)
             .map_err(|err| BindError::Place {

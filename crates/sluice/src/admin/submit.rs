@@ -7,16 +7,21 @@
 //! DKIM-signed like a trusted client's mail, stored with the same
 //! sync-before-acknowledge promise, and queued.
 //!
-//! Trust: the submitter can open the admin socket; the content is still
-//! untrusted mail.
+//! Trust: anyone local can open the submission socket; the submitting uid
+//! comes from the socket's peer credentials. Root and the daemon's own
+//! account may name any envelope sender (`-f`); any other user's mail has
+//! their login at our hostname, whatever they asked. The content is
+//! untrusted mail (it is DKIM-signed like a trusted client's, as Postfix
+//! with OpenDKIM signs local mail).
 
 use std::sync::Arc;
 
 use sluice_proto::address::parse_mailbox;
 
 use super::protocol::Response;
-use crate::intake::refusal::EX_DATAERR;
+use crate::intake::refusal::{EX_DATAERR, EX_NOUSER};
 use crate::intake::{Accepted, Intake, Origin, Submission};
+use crate::log;
 use crate::log::{qid, Logger};
 use crate::queue::QueueHandle;
 
@@ -34,6 +39,30 @@ pub struct Local {
     full_name: Option<String>,
 }
 
+/// Who submits cannot be told.
+#[derive(Debug, thiserror::Error)]
+enum UnknownSubmitter {
+    #[error("who is submitting is unknown (no peer credentials)")]
+    NoCredentials,
+    #[error("uid {0} has no account name")]
+    NoAccount(u32),
+}
+
+/// The login name of `uid`, from the account database.
+fn login_of(uid: u32) -> Option<String> {
+    // SAFETY: getpwuid returns NULL or a pointer to static storage whose
+    // name is a NUL-terminated string; it is copied before any other call
+    // could overwrite that storage.
+    unsafe {
+        let pw = libc::getpwuid(uid);
+        if pw.is_null() || (*pw).pw_name.is_null() {
+            return None;
+        }
+        let name = std::ffi::CStr::from_ptr((*pw).pw_name);
+        Some(name.to_string_lossy().into_owned())
+    }
+}
+
 /// Why a submission was refused, with sendmail(1)'s exit status.
 fn refuse(code: i32, why: String) -> Response {
     let mut r = Response::error(why);
@@ -44,6 +73,28 @@ fn refuse(code: i32, why: String) -> Response {
 impl Submitter {
     pub fn local(uid: Option<u32>, full_name: Option<String>) -> Local {
         Local { uid, full_name }
+    }
+
+    /// The envelope sender: as given for a trusted user (root, or the
+    /// daemon's own account), else the user's login at our hostname,
+    /// whatever `-f` said (sendmail's trusted-user rule).
+    fn sender_for(&self, who: &Local, asked: &str) -> Result<String, UnknownSubmitter> {
+        // SAFETY: geteuid has no preconditions.
+        let daemon = unsafe { libc::geteuid() };
+        let uid = who.uid.ok_or(UnknownSubmitter::NoCredentials)?;
+        if uid == 0 || uid == daemon {
+            return Ok(asked.to_string());
+        }
+        let login = login_of(uid).ok_or(UnknownSubmitter::NoAccount(uid))?;
+        let own = format!("{login}@{}", self.intake.config.hostname);
+        if !asked.eq_ignore_ascii_case(&own) {
+            log!(
+                self.logger,
+                "sendmail",
+                "uid={uid}: sender <{asked}> replaced by <{own}> (not a trusted user)"
+            );
+        }
+        Ok(own)
     }
 
     pub async fn submit(
@@ -62,7 +113,11 @@ impl Submitter {
         if recipients.is_empty() {
             return refuse(EX_DATAERR, "no recipients".into());
         }
-        let sender = match sender {
+        let sender = match self.sender_for(&who, sender) {
+            Ok(s) => s,
+            Err(e) => return refuse(EX_NOUSER, e.to_string()),
+        };
+        let sender = match sender.as_str() {
             "" => String::new(),
             s => match parse_mailbox(s) {
                 Ok(m) => m.address(),

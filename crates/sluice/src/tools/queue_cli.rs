@@ -9,7 +9,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 
 use crate::admin::protocol::{Entry, Request, Response};
-use crate::admin::socket_path;
+use crate::admin::{socket_path, submit_socket_path};
 
 /// Why a request failed: the text, sendmail(1)'s exit status when the
 /// daemon refused with one, and whether the daemon could not be reached.
@@ -46,8 +46,13 @@ impl From<CallError> for String {
 }
 
 /// Sends one request to the daemon whose data_dir is `data_dir`.
+/// Submissions and the listing go to the submission socket (any local
+/// user), the rest to the admin socket (root and the daemon's group).
 pub async fn call(data_dir: &Path, request: &Request) -> Result<Response, CallError> {
-    let path = socket_path(data_dir);
+    let path = match request {
+        Request::Submit { .. } | Request::List { .. } => submit_socket_path(data_dir),
+        _ => socket_path(data_dir),
+    };
     let mut stream = UnixStream::connect(&path).await.map_err(|e| CallError {
         text: format!(
             "cannot reach the daemon at {} ({e}): is `sluice serve` running with this data_dir?",

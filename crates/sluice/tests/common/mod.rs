@@ -7,6 +7,7 @@ pub mod haproxy;
 pub mod nsd;
 pub mod slapd;
 pub mod tls;
+pub mod users;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

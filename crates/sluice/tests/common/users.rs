@@ -1,0 +1,37 @@
+//! Local accounts made by a test (useradd; the suite runs as root), for
+//! what an ordinary local user may and may not do.
+
+use std::process::Command;
+
+/// A system account made for the test, removed when dropped.
+pub struct TestUser {
+    pub name: String,
+    pub uid: u32,
+}
+
+impl TestUser {
+    /// A new system account, `tag` making its name unique in the run.
+    pub fn create(tag: &str) -> TestUser {
+        let name = format!("sl{tag}{}", std::process::id());
+        let out = Command::new("useradd")
+            .args([
+                "--system",
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+                &name,
+            ])
+            .output()
+            .expect("useradd (passwd package)");
+        assert!(out.status.success(), "useradd: {out:?}");
+        let id = Command::new("id").args(["-u", &name]).output().unwrap();
+        let uid = String::from_utf8_lossy(&id.stdout).trim().parse().unwrap();
+        TestUser { name, uid }
+    }
+}
+
+impl Drop for TestUser {
+    fn drop(&mut self) {
+        let _ = Command::new("userdel").arg(&self.name).status();
+    }
+}
