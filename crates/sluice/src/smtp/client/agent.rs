@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use sluice_spool::Spool;
 
-use super::conn::{SmtpConn, TxError};
+use super::conn::{ConnectError, SmtpConn, TxError};
 use super::dane::{host_name, Dane, HostDane};
 use super::dead::DeadHosts;
 use super::guard::OwnAddrs;
@@ -223,11 +223,10 @@ impl SmtpWorker {
                         addr.port()
                     );
                     // Could not connect, or no usable greeting: the host is down.
-                    if e.starts_with("4.4.1") || e.starts_with("4.4.0") || e.contains("no greeting")
-                    {
+                    if e.host_is_down() {
                         self.dead.mark(*addr);
                     }
-                    why = e;
+                    why = e.to_string();
                 }
             }
         }
@@ -248,7 +247,7 @@ impl SmtpWorker {
         host: &str,
         addr: SocketAddr,
         dane: &HostDane,
-    ) -> Result<SmtpConn, String> {
+    ) -> Result<SmtpConn, ConnectError> {
         let choice = match dane {
             HostDane::Authenticated(connector) => TlsChoice {
                 level: Level::Verify,
@@ -259,7 +258,7 @@ impl SmtpWorker {
             HostDane::None => self.tls.choice(self.tls.level(&self.hop.key())),
         };
         let conn = match SmtpConn::connect(host, addr, &self.config, choice).await {
-            Err(why) if choice.level == Level::May && why.starts_with("4.7.5") => {
+            Err(why) if choice.level == Level::May && why.tls_failed() => {
                 crate::log!(self.logger, "smtp", "{why}; trying again without TLS");
                 let plain = self.tls.choice(Level::None);
                 SmtpConn::connect(host, addr, &self.config, plain).await?

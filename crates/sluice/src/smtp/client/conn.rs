@@ -18,6 +18,56 @@ use super::tls::{server_name, Level, Stream, TlsChoice};
 use crate::config::Config;
 use crate::smtp::io::{summary, MaybeTls};
 
+/// Why a connection could not be set up, as a type: the agent decides on
+/// it (is the host down? may TLS be skipped?), never on the words of its
+/// message, which is what the log and the deferral say.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("4.4.1 connect to {target}: {why}")]
+    Unreachable { target: String, why: String },
+    #[error("4.4.2 {relay}: no greeting: {why}")]
+    NoGreeting { relay: String, why: std::io::Error },
+    #[error("4.4.0 {relay} refused to talk to me: {code} {text}")]
+    Refused {
+        relay: String,
+        code: u16,
+        text: String,
+    },
+    #[error("4.4.0 {relay} rejected HELO: {code} {text}")]
+    HeloRejected {
+        relay: String,
+        code: u16,
+        text: String,
+    },
+    /// The session broke during EHLO/HELO.
+    #[error("4.4.2 {relay}: {why}")]
+    Broken { relay: String, why: std::io::Error },
+    #[error("4.7.4 TLS is required, but was not offered by {relay}")]
+    TlsNotOffered { relay: String },
+    #[error("4.7.5 TLS with {relay} failed: {why}")]
+    Tls { relay: String, why: String },
+}
+
+impl ConnectError {
+    /// The host is not taking mail at all (no connection, no greeting, a
+    /// refusal to talk): the dead-host cache skips it for a while.
+    pub fn host_is_down(&self) -> bool {
+        matches!(
+            self,
+            ConnectError::Unreachable { .. }
+                | ConnectError::NoGreeting { .. }
+                | ConnectError::Refused { .. }
+                | ConnectError::HeloRejected { .. }
+        )
+    }
+
+    /// The TLS handshake (or STARTTLS) failed: with `may`, try again in
+    /// plain text.
+    pub fn tls_failed(&self) -> bool {
+        matches!(self, ConnectError::Tls { .. })
+    }
+}
+
 /// Bytes of a body written under one write timeout.
 const BODY_PIECE: usize = 64 << 10;
 
@@ -119,15 +169,21 @@ impl SmtpConn {
         addr: std::net::SocketAddr,
         config: &Config,
         tls: TlsChoice<'_>,
-    ) -> Result<SmtpConn, String> {
+    ) -> Result<SmtpConn, ConnectError> {
         let level = tls.level;
         let connect_timeout = Duration::from_secs(config.delivery.connect_timeout_secs.max(1));
         let (ip, port) = (addr.ip(), addr.port());
         let target = format!("{host}[{ip}]:{port}");
         let stream = match tokio::time::timeout(connect_timeout, TcpStream::connect(addr)).await {
             Ok(Ok(s)) => s,
-            Ok(Err(e)) => return Err(format!("4.4.1 connect to {target}: {e}")),
-            Err(_) => return Err(format!("4.4.1 connect to {target}: timed out")),
+            Ok(Err(e)) => {
+                let why = e.to_string();
+                return Err(ConnectError::Unreachable { target, why });
+            }
+            Err(_) => {
+                let why = "timed out".into();
+                return Err(ConnectError::Unreachable { target, why });
+            }
         };
         let _ = stream.set_nodelay(true);
         let mut conn = SmtpConn {
@@ -145,15 +201,19 @@ impl SmtpConn {
             usable: true,
             throttled: false,
         };
-        let greeting = conn
-            .read_reply()
-            .await
-            .map_err(|e| format!("4.4.2 {}: no greeting: {e}", conn.relay))?;
+        let greeting = match conn.read_reply().await {
+            Ok(g) => g,
+            Err(why) => {
+                let relay = conn.relay.clone();
+                return Err(ConnectError::NoGreeting { relay, why });
+            }
+        };
         if greeting.class() != 2 {
-            return Err(format!(
-                "4.4.0 {} refused to talk to me: {} {}",
-                conn.relay, greeting.code, greeting.text
-            ));
+            return Err(ConnectError::Refused {
+                relay: conn.relay.clone(),
+                code: greeting.code,
+                text: greeting.text,
+            });
         }
         let caps = conn.hello(&config.hostname).await?;
         let offered = caps & smtp_proto::EXT_START_TLS != 0;
@@ -165,19 +225,20 @@ impl SmtpConn {
             }
             Level::May => {}
             _ => {
-                return Err(format!(
-                    "4.7.4 TLS is required, but was not offered by {}",
-                    conn.relay
-                ))
+                let relay = conn.relay.clone();
+                return Err(ConnectError::TlsNotOffered { relay });
             }
         }
         Ok(conn)
     }
 
     /// EHLO (HELO if refused); notes the extensions and returns them.
-    async fn hello(&mut self, name: &str) -> Result<u32, String> {
+    async fn hello(&mut self, name: &str) -> Result<u32, ConnectError> {
         let relay = self.relay.clone();
-        let err = |e: std::io::Error| format!("4.4.2 {relay}: {e}");
+        let err = |why: std::io::Error| ConnectError::Broken {
+            relay: relay.clone(),
+            why,
+        };
         self.send(format!("EHLO {name}\r\n").as_bytes())
             .await
             .map_err(err)?;
@@ -197,22 +258,26 @@ impl SmtpConn {
             .map_err(err)?;
         let helo = self.read_reply().await.map_err(err)?;
         if helo.class() != 2 {
-            return Err(format!(
-                "4.4.0 {} rejected HELO: {} {}",
-                self.relay, helo.code, helo.text
-            ));
+            return Err(ConnectError::HeloRejected {
+                relay: self.relay.clone(),
+                code: helo.code,
+                text: helo.text,
+            });
         }
         (self.pipelining, self.size, self.eightbit, self.smtputf8) = (false, false, false, false);
         self.dsn = false;
         Ok(0)
     }
 
-    /// STARTTLS and the handshake. Errors start with `4.7.5` (the caller
-    /// may fall back to plain text for `may`).
-    async fn start_tls(&mut self, host: &str, tls: TlsChoice<'_>) -> Result<(), String> {
+    /// STARTTLS and the handshake; any failure is [`ConnectError::Tls`]
+    /// (the caller may fall back to plain text for `may`).
+    async fn start_tls(&mut self, host: &str, tls: TlsChoice<'_>) -> Result<(), ConnectError> {
         let level = tls.level;
         let relay = self.relay.clone();
-        let fail = |e: &dyn std::fmt::Display| format!("4.7.5 TLS with {relay} failed: {e}");
+        let fail = |e: &dyn std::fmt::Display| ConnectError::Tls {
+            relay: relay.clone(),
+            why: e.to_string(),
+        };
         self.send(b"STARTTLS\r\n").await.map_err(|e| fail(&e))?;
         let reply = self.read_reply().await.map_err(|e| fail(&e))?;
         if reply.code != 220 {
@@ -327,5 +392,39 @@ impl SmtpConn {
             self.read_reply().await
         })
         .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ConnectError;
+
+    #[test]
+    fn decisions_follow_the_kind_of_error_not_its_words() {
+        let relay = || "mx.test[192.0.2.1]:25".to_string();
+        // A peer's refusal whose text reads like something else.
+        let refused = ConnectError::Refused {
+            relay: relay(),
+            code: 554,
+            text: "4.7.5 TLS with you failed".into(),
+        };
+        assert!(refused.host_is_down() && !refused.tls_failed());
+        // Broken during EHLO: not a dead host, whatever the text.
+        let broken = ConnectError::Broken {
+            relay: relay(),
+            why: std::io::Error::other("no greeting"),
+        };
+        assert!(!broken.host_is_down());
+        let tls = ConnectError::Tls {
+            relay: relay(),
+            why: "4.4.1 connect failed".into(),
+        };
+        assert!(tls.tls_failed() && !tls.host_is_down());
+        let down = ConnectError::Unreachable {
+            target: relay(),
+            why: "Connection refused".into(),
+        };
+        assert!(down.host_is_down());
+        assert!(down.to_string().starts_with("4.4.1 connect to mx.test"));
     }
 }
