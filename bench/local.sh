@@ -308,7 +308,7 @@ start_sluice() {
     cat >"$W/sluice.toml" <<EOF
 hostname = "sluice.bench"
 data_dir = "$SL_VAR"
-run_as_root = true
+$(grep -qa run_as_root "$SLUICE" && echo "run_as_root = true  # (a build that knows it: started as root)")
 log_file = "$SL_VAR/maillog"
 
 [smtpd]

@@ -297,7 +297,7 @@ start_sluice() {
     cat >"$W/sluice.toml" <<EOF
 hostname = "sluice.bench"
 data_dir = "$var"
-run_as_root = true
+$(grep -qa run_as_root "$SLUICE_SERVE" && echo "run_as_root = true  # (a build that knows it: started as root)")
 
 [smtpd]
 listen = ["$HOST:$RELAY_PORT"]
