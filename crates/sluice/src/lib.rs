@@ -9,7 +9,7 @@
 //! - [`routing`]: local domains and mailboxes, next hops, relay policy;
 //! - [`bounce`]: building and storing DSNs;
 //! - [`queue`]: the scheduler ("qmgr") and the delivery-agent interface;
-//! - [`smtp::server`] (receive), [`smtp::client`] and [`maildir`] (the
+//! - [`receive::smtp`] (receive), [`deliver::smtp`] and [`maildir`] (the
 //!   delivery agents): the stages that touch the network and mailboxes;
 //! - [`daemon`]: wires everything together.
 //!
@@ -18,15 +18,16 @@
 
 pub mod accept;
 pub mod admin;
-pub mod bounce;
 pub mod config;
 pub mod daemon;
+pub mod deliver;
 pub mod intake;
 pub mod log;
-pub mod maildir;
 pub mod message;
 pub mod pki;
 pub mod queue;
+pub mod receive;
+pub mod record;
 pub mod routing;
 pub mod smtp;
 pub mod tables;

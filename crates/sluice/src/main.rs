@@ -278,7 +278,7 @@ fn hash_password() -> Result<(), String> {
     if password.is_empty() {
         return Err("no password on stdin".into());
     }
-    println!("{}", sluice::smtp::server::auth::hash_password(password)?);
+    println!("{}", sluice::receive::smtp::auth::hash_password(password)?);
     Ok(())
 }
 

@@ -9,9 +9,9 @@ use std::task::{Context as TaskContext, Poll};
 use sluice::config::Config;
 use sluice::log::Logger;
 use sluice::queue::{Event, QueueHandle};
+use sluice::receive::smtp::{Session, SessionContext};
 use sluice::routing::mailboxes::VirtualMailboxes;
 use sluice::routing::policy::RelayPolicy;
-use sluice::smtp::server::{Session, SessionContext};
 use sluice_spool::{Spool, SpoolConfig};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
@@ -93,9 +93,8 @@ async fn run(name: &str, chunks: &[&[u8]]) -> (Vec<String>, Vec<Event>) {
         spool: spool.clone(),
         logger: Logger::disabled(),
         intake,
-        queue,
         body_memory: Arc::new(tokio::sync::Semaphore::new(1 << 20)),
-        anvil: sluice::smtp::server::anvil::Anvil::new(Default::default()),
+        anvil: sluice::receive::smtp::anvil::Anvil::new(Default::default()),
         tls: None,
         credentials: None,
     });

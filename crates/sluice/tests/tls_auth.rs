@@ -28,7 +28,7 @@ fn with_auth(dir: &Path, sink: std::net::SocketAddr, kinds: &[ListenerKind]) -> 
     let mut cfg = config(dir, Some(sink));
     cfg.smtpd.mynetworks = vec!["127.0.0.3/32".into()];
     let users = dir.join("users");
-    let hash = sluice::smtp::server::auth::hash_password("wonderland").unwrap();
+    let hash = sluice::receive::smtp::auth::hash_password("wonderland").unwrap();
     std::fs::write(&users, format!("alice@ours.test {hash}\n")).unwrap();
     cfg.tables.insert(
         "users".into(),

@@ -15,7 +15,6 @@ mod history;
 pub mod http;
 pub mod protocol;
 pub mod socket;
-pub mod submit;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -32,9 +31,9 @@ use crate::log;
 use crate::log::Logger;
 use crate::queue::admin::{AdminReply, AdminRequest, Place, Snap};
 use crate::queue::QueueHandle;
+use crate::receive::local::{self as submit, Submitter};
 use arc_swap::ArcSwap;
 use protocol::{Entry, Filter, RcptEntry, Request, Response};
-use submit::Submitter;
 
 /// Longest request line, past a submitted message's size.
 const MAX_REQUEST: u64 = 64 << 10;
@@ -73,12 +72,14 @@ struct Admin {
 /// Listens on the admin socket until the task is aborted.
 pub fn spawn(
     data_dir: &Path,
+    queue: &QueueHandle,
     submitter: Arc<ArcSwap<Submitter>>,
     log_file: Option<PathBuf>,
 ) -> Result<JoinHandle<()>, socket::BindError> {
-    let (queue, spool, logger) = {
+    let queue = queue.clone();
+    let (spool, logger) = {
         let s = submitter.load();
-        (s.queue.clone(), s.intake.spool.clone(), s.logger.clone())
+        (s.intake.spool.clone(), s.logger.clone())
     };
     let admin_listener = socket::bind(&socket_path(data_dir), 0o660)?;
     public_dir(data_dir)?;
@@ -166,7 +167,18 @@ impl Admin {
                     Ok(message) => {
                         let submitter = self.submitter.load_full();
                         let who = submit::Submitter::local(uid, full_name);
-                        submitter.submit(who, &sender, &recipients, message).await
+                        match submitter.submit(who, &sender, &recipients, message).await {
+                            Ok(done) => {
+                                let mut r = Response::count(usize::from(done.queued));
+                                r.queue_id = Some(done.queue_id);
+                                r
+                            }
+                            Err(refused) => {
+                                let mut r = Response::error(refused.why);
+                                r.exit_code = Some(refused.exit_code);
+                                r
+                            }
+                        }
                     }
                     Err(e) => Response::error(format!("bad message encoding: {e}")),
                 },

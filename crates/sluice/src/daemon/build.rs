@@ -18,29 +18,29 @@ use tokio::sync::Semaphore;
 
 use crate::config::hop::NextHop;
 use crate::config::Config;
+use crate::deliver::maildir::commit::Committer;
+use crate::deliver::maildir::dirs::MaildirPolicy;
+use crate::deliver::maildir::write::SyncStats;
+use crate::deliver::maildir::MaildirAgent;
+use crate::deliver::smtp::dane::Dane;
+use crate::deliver::smtp::dead::DeadHosts;
+use crate::deliver::smtp::guard::OwnAddrs;
+use crate::deliver::smtp::mta_sts::MtaSts;
+use crate::deliver::smtp::tls::ClientTls;
+use crate::deliver::smtp::SmtpAgent;
 use crate::intake::dkim::Signers;
 use crate::intake::sender_auth::SenderAuth;
 use crate::intake::Intake;
 use crate::log;
 use crate::log::Logger;
-use crate::maildir::commit::Committer;
-use crate::maildir::dirs::MaildirPolicy;
-use crate::maildir::write::SyncStats;
-use crate::maildir::MaildirAgent;
 use crate::queue::{DeliveryAgent, QueueHandle, WorkerStart};
+use crate::receive::smtp::anvil::{self, Anvil};
+use crate::receive::smtp::tls::ServerTls;
+use crate::receive::smtp::SessionContext;
 use crate::routing::dns::Dns;
 use crate::routing::mailboxes::VirtualMailboxes;
 use crate::routing::policy::RelayPolicy;
 use crate::routing::Router;
-use crate::smtp::client::dane::Dane;
-use crate::smtp::client::dead::DeadHosts;
-use crate::smtp::client::guard::OwnAddrs;
-use crate::smtp::client::mta_sts::MtaSts;
-use crate::smtp::client::tls::ClientTls;
-use crate::smtp::client::SmtpAgent;
-use crate::smtp::server::anvil::{self, Anvil};
-use crate::smtp::server::tls::ServerTls;
-use crate::smtp::server::SessionContext;
 
 /// Picks the agent for a next hop.
 pub(super) struct Agents {
@@ -325,7 +325,6 @@ impl Parts {
             mailboxes: self.mailboxes.clone(),
             spool: spool.clone(),
             logger: logger.clone(),
-            queue: queue.clone(),
             body_memory,
             anvil,
             tls: self.tls.clone(),
@@ -354,10 +353,9 @@ impl Parts {
         spool: &Spool,
         logger: &Logger,
         queue: &QueueHandle,
-    ) -> crate::admin::submit::Submitter {
-        crate::admin::submit::Submitter {
+    ) -> crate::receive::local::Submitter {
+        crate::receive::local::Submitter {
             intake: self.intake(spool, logger, queue),
-            queue: queue.clone(),
             logger: logger.clone(),
             size_limit: self.config.smtpd.message_size_limit,
         }

@@ -24,7 +24,7 @@ use crate::config::listener::ListenerConfig;
 use crate::config::Config;
 use crate::log;
 use crate::log::Logger;
-use crate::smtp::server::{accept_loop, bind, Listening, Serving, SessionContext, SessionCount};
+use crate::receive::smtp::{accept_loop, bind, Listening, Serving, SessionContext, SessionCount};
 
 struct Running {
     addr: SocketAddr,

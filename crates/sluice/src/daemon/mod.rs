@@ -26,13 +26,13 @@ use sluice_spool::{Spool, SpoolConfig};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::admin::submit::Submitter;
 use crate::config::Config;
 use crate::log;
 use crate::log::Logger;
 use crate::queue::{QueueHandle, Scheduler};
+use crate::receive::local::Submitter;
+use crate::receive::smtp::SessionContext;
 use crate::routing::mailboxes::VirtualMailboxes;
-use crate::smtp::server::SessionContext;
 use build::{Parts, Purpose};
 use listeners::Listeners;
 
@@ -131,13 +131,17 @@ impl Server {
         let submitter = Arc::new(ArcSwap::from_pointee(
             parts.submitter(&spool, &logger, &queue),
         ));
-        let admin =
-            crate::admin::spawn(&config.data_dir, submitter.clone(), config.log_file.clone())
-                .map_err(|e| {
-                    let why = format!("admin socket in {}: {e}", config.data_dir.display());
-                    log!(logger, "master", "fatal: {why}");
-                    StartError::Config(why)
-                })?;
+        let admin = crate::admin::spawn(
+            &config.data_dir,
+            &queue,
+            submitter.clone(),
+            config.log_file.clone(),
+        )
+        .map_err(|e| {
+            let why = format!("admin socket in {}: {e}", config.data_dir.display());
+            log!(logger, "master", "fatal: {why}");
+            StartError::Config(why)
+        })?;
         let observe = observe(&config, &queue, &spool, &mailboxes, &logger).await?;
         listeners.apply(&config, bound, &ctx, &logger).await;
         if let Some(account) = &account {

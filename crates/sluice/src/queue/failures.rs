@@ -15,12 +15,12 @@ use sluice_spool::{BodyRef, Envelope};
 
 use super::scheduler::{delay, Message, RcptState, Scheduler};
 use super::Event;
-use crate::bounce;
-use crate::bounce::dsn::Notice;
 use crate::log;
 use crate::log::{qid, Logger};
 use crate::message::flags;
 use crate::message::status::Failure;
+use crate::record::bounce;
+use crate::record::bounce::dsn::Notice;
 use crate::timefmt;
 
 impl Scheduler {

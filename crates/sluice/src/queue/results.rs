@@ -6,10 +6,10 @@ use sluice_proto::dsn::NOTIFY_SUCCESS;
 
 use super::failures::wants;
 use super::scheduler::{delay, RcptState, Scheduler};
-use crate::bounce::dsn::Notice;
 use crate::log;
 use crate::log::qid;
 use crate::message::status::{Failure, Outcome};
+use crate::record::bounce::dsn::Notice;
 
 impl Scheduler {
     /// Applies one job's results (called exactly once per job).

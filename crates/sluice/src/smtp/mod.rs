@@ -1,7 +1,5 @@
-//! SMTP in both directions: the server that receives mail
-//! ([`server`]) and the client that relays it ([`client`]), over streams
-//! that may turn to TLS ([`io`]).
+//! What both directions of SMTP share: streams that may turn to TLS
+//! ([`io`]). The server is `crate::receive::smtp`, the client
+//! `crate::deliver::smtp`.
 
-pub mod client;
 pub mod io;
-pub mod server;

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::smtp::client::tls::{any_certificate_connector, Stream};
+use crate::deliver::smtp::tls::{any_certificate_connector, Stream};
 use crate::smtp::io::MaybeTls;
 use crate::timefmt;
 

@@ -110,7 +110,7 @@ impl Sink {
         };
         let tls = match opts.starttls {
             true => Some(
-                crate::smtp::server::tls::ephemeral_acceptor("sink.local")
+                crate::receive::smtp::tls::ephemeral_acceptor("sink.local")
                     .map_err(std::io::Error::other)?,
             ),
             false => None,

@@ -18,17 +18,14 @@ use std::sync::Arc;
 
 use sluice_proto::address::parse_mailbox;
 
-use super::protocol::Response;
 use crate::intake::refusal::{EX_DATAERR, EX_NOUSER};
 use crate::intake::{Accepted, Intake, Origin, Submission};
 use crate::log;
 use crate::log::{qid, Logger};
-use crate::queue::QueueHandle;
 
 /// What is needed to take a submission.
 pub struct Submitter {
     pub intake: Arc<Intake>,
-    pub queue: QueueHandle,
     pub logger: Logger,
     pub size_limit: usize,
 }
@@ -64,10 +61,24 @@ fn login_of(uid: u32) -> Option<String> {
 }
 
 /// Why a submission was refused, with sendmail(1)'s exit status.
-fn refuse(code: i32, why: String) -> Response {
-    let mut r = Response::error(why);
-    r.exit_code = Some(code);
-    r
+fn refuse(exit_code: i32, why: String) -> Result<Submitted, Refused> {
+    Err(Refused { exit_code, why })
+}
+
+/// A submission taken: its queue ID, and whether it was queued (false:
+/// every recipient was an alias to "discard").
+#[derive(Debug)]
+pub struct Submitted {
+    pub queue_id: String,
+    pub queued: bool,
+}
+
+/// A submission refused, with sendmail(1)'s exit status.
+#[derive(Debug, thiserror::Error)]
+#[error("{why}")]
+pub struct Refused {
+    pub exit_code: i32,
+    pub why: String,
 }
 
 impl Submitter {
@@ -103,7 +114,7 @@ impl Submitter {
         sender: &str,
         recipients: &[String],
         message: Vec<u8>,
-    ) -> Response {
+    ) -> Result<Submitted, Refused> {
         if message.len() > self.size_limit {
             return refuse(
                 EX_DATAERR,
@@ -163,16 +174,14 @@ impl Submitter {
             flaws: None,
         };
         match self.intake.accept(submission).await {
-            Ok(Accepted::Queued(id)) => {
-                let mut r = Response::count(1);
-                r.queue_id = Some(qid(id));
-                r
-            }
-            Ok(Accepted::Discarded(id)) => {
-                let mut r = Response::count(0);
-                r.queue_id = Some(qid(id));
-                r
-            }
+            Ok(Accepted::Queued(id)) => Ok(Submitted {
+                queue_id: qid(id),
+                queued: true,
+            }),
+            Ok(Accepted::Discarded(id)) => Ok(Submitted {
+                queue_id: qid(id),
+                queued: false,
+            }),
             Err(refusal) => refuse(refusal.exit_code(), refusal.to_string()),
         }
     }

@@ -40,11 +40,10 @@ use crate::config::listener::ListenerConfig;
 use crate::config::Config;
 use crate::log;
 use crate::log::Logger;
-use crate::queue::QueueHandle;
 use crate::routing::mailboxes::VirtualMailboxes;
 use crate::routing::policy::RelayPolicy;
 
-/// What every session shares (all read-only but the spool, the queue
+/// What every session shares (all read-only but the spool
 /// handle and the memory budget, which are safe to share).
 pub struct SessionContext {
     pub config: Arc<Config>,
@@ -52,7 +51,6 @@ pub struct SessionContext {
     pub spool: Spool,
     pub logger: Logger,
     pub policy: RelayPolicy,
-    pub queue: QueueHandle,
     /// Permits of 1 KiB for bodies being received (see `message_memory_budget_kib`).
     pub body_memory: Arc<Semaphore>,
     /// Per-client limits.

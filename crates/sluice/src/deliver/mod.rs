@@ -1,0 +1,7 @@
+//! The step after the queue: delivery agents. [`smtp`] relays to next
+//! hops (MX or configured; TLS, DANE, MTA-STS, connection reuse, the
+//! dead-host cache); [`maildir`] delivers to virtual mailboxes. The queue
+//! hands them jobs and takes their outcomes; they never write the queue.
+
+pub mod maildir;
+pub mod smtp;
