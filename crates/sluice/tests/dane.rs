@@ -80,8 +80,18 @@ async fn run(name: &str, tlsa: impl Fn(&str) -> String) -> (TestDir, sluice::too
     );
     let (root, signed, anchor) = sign(&dir, &zone);
     let nsd = Nsd::start(&dir, &[(".", &root), ("test", &signed)]);
-    let mut cfg = config(&dir, None);
-    cfg.dns.nameservers = vec![nsd.addr.to_string()];
+    send_to_dane_test(&dir, nsd.addr, anchor, port).await;
+    hop.shutdown().await;
+    drop(nsd);
+    (dir, sink)
+}
+
+/// Starts Sluice with DANE on, resolving through `dns` with `anchor`, and
+/// sends one message to x@dane.test (MX hosts on `port`); returns once
+/// the log has its delivery attempt.
+async fn send_to_dane_test(dir: &Path, dns: std::net::SocketAddr, anchor: PathBuf, port: u16) {
+    let mut cfg = config(dir, None);
+    cfg.dns.nameservers = vec![dns.to_string()];
     cfg.dns.timeout_ms = 1000;
     cfg.dns.trust_anchor_file = Some(anchor);
     cfg.delivery.dane = true;
@@ -93,14 +103,11 @@ async fn run(name: &str, tlsa: impl Fn(&str) -> String) -> (TestDir, sluice::too
     assert!(r.starts_with("250"), "{r}");
     let done = |log: &str| log.contains("to=<x@dane.test>");
     assert!(
-        wait_until(20, || done(&read_log(&dir))).await,
+        wait_until(20, || done(&read_log(dir))).await,
         "{}",
-        read_log(&dir)
+        read_log(dir)
     );
     server.shutdown().await;
-    hop.shutdown().await;
-    drop(nsd);
-    (dir, sink)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -149,24 +156,7 @@ async fn mx_hosts_not_in_the_validated_answer_are_not_used() {
     let real = Nsd::start(&dir.join("real"), &[(".", &root), ("test", &signed)]);
     let forger = Nsd::start(&dir.join("forger"), &[("test", &forged)]);
     let split = DnsSplit::start(real.addr, forger.addr).await;
-    let mut cfg = config(&dir, None);
-    cfg.dns.nameservers = vec![split.addr.to_string()];
-    cfg.dns.timeout_ms = 1000;
-    cfg.dns.trust_anchor_file = Some(anchor);
-    cfg.delivery.dane = true;
-    cfg.transport
-        .insert("dane.test".into(), format!("smtp:dane.test:{port}"));
-    let (server, addr) = start(cfg).await;
-    let mut c = Client::ready(addr).await;
-    let r = c.message("a@b.test", &["x@dane.test"], &body("dane")).await;
-    assert!(r.starts_with("250"), "{r}");
-    let done = |log: &str| log.contains("to=<x@dane.test>");
-    assert!(
-        wait_until(20, || done(&read_log(&dir))).await,
-        "{}",
-        read_log(&dir)
-    );
-    server.shutdown().await;
+    send_to_dane_test(&dir, split.addr, anchor, port).await;
     let log = read_log(&dir);
     assert_eq!(evil.count(), 0, "delivered to the forged MX: {log}");
     assert!(

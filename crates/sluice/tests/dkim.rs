@@ -10,7 +10,6 @@ use std::os::unix::fs::PermissionsExt;
 
 use common::nsd::Nsd;
 use common::*;
-use sluice::config::DkimKeyConfig;
 use sluice::tools::keygen::{keygen, Algorithm};
 
 #[test]
@@ -59,13 +58,7 @@ async fn our_mail_is_signed_and_the_signature_verifies() {
     let nsd = Nsd::start(&dir, &[("ours.test", &zone)]);
     let sink = recording_sink().await;
     let mut cfg = config(&dir, Some(sink.addr));
-    cfg.dkim.keys.push(DkimKeyConfig {
-        domain: "ours.test".into(),
-        selector: "s1".into(),
-        key_file: key,
-        headers: None,
-        expire_secs: None,
-    });
+    cfg.dkim.keys.push(dkim_key("ours.test", "s1", key));
     let (server, addr) = start(cfg).await;
     let mut c = Client::ready(addr).await;
     for from in ["a@Mail.Ours.Test", "a@elsewhere.test"] {
@@ -169,17 +162,8 @@ async fn a_from_added_after_signing_breaks_the_signature() {
         "$ORIGIN ours.test.\n$TTL 300\n@ SOA ns.ours.test. admin.ours.test. 1 3600 600 86400 300\n@ NS ns\nns A 127.0.0.1\ns1._domainkey TXT \"{txt}\"\n"
     );
     let nsd = Nsd::start(&dir, &[("ours.test", &zone)]);
-    let signers = sluice::intake::dkim::Signers::load(
-        &[DkimKeyConfig {
-            domain: "ours.test".into(),
-            selector: "s1".into(),
-            key_file: key,
-            headers: None,
-            expire_secs: None,
-        }],
-        432_000,
-    )
-    .unwrap();
+    let signers =
+        sluice::intake::dkim::Signers::load(&[dkim_key("ours.test", "s1", key)], 432_000).unwrap();
     let message =
         "From: Alice <alice@ours.test>\r\nTo: x@dest.test\r\nSubject: pay\r\n\r\nPay Bob.\r\n";
     let (signature, _) = signers.sign(message.as_bytes()).unwrap().unwrap();
@@ -247,7 +231,7 @@ async fn signatures_expire_two_days_after_the_queue_gives_up() {
         .unwrap();
     assert_eq!(x - t, 86_400 + 2 * 86_400, "{signature}");
     // An expiry within the queue lifetime is a configuration error.
-    let mut short: DkimKeyConfig = toml::from_str(&key_config).unwrap();
+    let mut short: sluice::config::DkimKeyConfig = toml::from_str(&key_config).unwrap();
     short.expire_secs = Some(3_600);
     let refused = sluice::intake::dkim::Signers::load(&[short], 86_400);
     let why = refused.err().expect("refused");

@@ -12,7 +12,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use common::*;
-use sluice::config::DkimKeyConfig;
 use sluice::tools::keygen::{keygen, Algorithm};
 
 /// `sendmail -C conf -f a@ours.test x@ours.test` with `message` on stdin:
@@ -76,13 +75,7 @@ async fn smtp_and_sendmail_mail_go_through_the_same_intake() {
     keygen(Algorithm::Ed25519, "ours.test", "s1", &key).unwrap();
     let sink = recording_sink().await;
     let mut cfg = config(&dir, Some(sink.addr));
-    cfg.dkim.keys.push(DkimKeyConfig {
-        domain: "ours.test".into(),
-        selector: "s1".into(),
-        key_file: key,
-        headers: None,
-        expire_secs: None,
-    });
+    cfg.dkim.keys.push(dkim_key("ours.test", "s1", key));
     let conf = setup(&dir);
     let bin = dir.join("sendmail");
     std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_sluice"), &bin).unwrap();

@@ -7,19 +7,12 @@ mod common;
 
 use common::nsd::Nsd;
 use common::*;
-use sluice::config::DkimKeyConfig;
 use sluice::tools::keygen::{keygen, Algorithm};
 
-fn signing_key(dir: &std::path::Path) -> DkimKeyConfig {
+fn signing_key(dir: &std::path::Path) -> sluice::config::DkimKeyConfig {
     let key = dir.join("ed.pem");
     keygen(Algorithm::Ed25519, "ours.test", "s1", &key).unwrap();
-    DkimKeyConfig {
-        domain: "ours.test".into(),
-        selector: "s1".into(),
-        key_file: key,
-        headers: None,
-        expire_secs: None,
-    }
+    dkim_key("ours.test", "s1", key)
 }
 
 fn message(to: &str, extra: &str) -> String {

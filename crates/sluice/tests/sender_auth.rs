@@ -6,7 +6,6 @@ mod common;
 
 use common::nsd::Nsd;
 use common::*;
-use sluice::config::DkimKeyConfig;
 use sluice::intake::dkim::Signers;
 use sluice::tools::keygen::{keygen, Algorithm};
 
@@ -51,17 +50,7 @@ async fn spf_dkim_and_dmarc_are_checked_and_reject_is_enforced() {
     let host = cfg.hostname.clone();
     let (server, addr) = start(cfg).await;
     // A message signed by auth.test's key, with a forged result naming us.
-    let signers = Signers::load(
-        &[DkimKeyConfig {
-            domain: "auth.test".into(),
-            selector: "s1".into(),
-            key_file: key,
-            headers: None,
-            expire_secs: None,
-        }],
-        432_000,
-    )
-    .unwrap();
+    let signers = Signers::load(&[dkim_key("auth.test", "s1", key)], 432_000).unwrap();
     let forged = format!("Authentication-Results: {host}; dkim=pass; spf=pass\r\n");
     let plain = message("a@auth.test", &forged);
     let (signature, _) = signers.sign(plain.as_bytes()).unwrap().unwrap();
@@ -125,17 +114,8 @@ async fn only_the_first_few_dkim_signatures_are_evaluated() {
         let record = keygen(Algorithm::Ed25519, "auth.test", &format!("s{n}"), &key).unwrap();
         let txt = record.split('"').nth(1).unwrap();
         zone.push_str(&format!("s{n}._domainkey.auth TXT \"{txt}\"\n"));
-        let signers = Signers::load(
-            &[DkimKeyConfig {
-                domain: "auth.test".into(),
-                selector: format!("s{n}"),
-                key_file: key,
-                headers: None,
-                expire_secs: None,
-            }],
-            432_000,
-        )
-        .unwrap();
+        let signers =
+            Signers::load(&[dkim_key("auth.test", format!("s{n}"), key)], 432_000).unwrap();
         signatures.push_str(&signers.sign(plain.as_bytes()).unwrap().unwrap().0);
     }
     let nsd = Nsd::start(&dir, &[("test", &zone)]);

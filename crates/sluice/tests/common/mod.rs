@@ -287,3 +287,19 @@ pub fn body(subject: &str) -> String {
 pub fn qid_of(reply: &str) -> String {
     reply.trim().rsplit(' ').next().unwrap().to_string()
 }
+
+/// A DKIM key entry for `domain` and `selector` with the key at `key_file`
+/// (default headers and expiry).
+pub fn dkim_key(
+    domain: &str,
+    selector: impl Into<String>,
+    key_file: std::path::PathBuf,
+) -> sluice::config::DkimKeyConfig {
+    sluice::config::DkimKeyConfig {
+        domain: domain.into(),
+        selector: selector.into(),
+        key_file,
+        headers: None,
+        expire_secs: None,
+    }
+}
