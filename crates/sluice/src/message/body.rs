@@ -7,21 +7,27 @@ use std::sync::Arc;
 
 use sluice_spool::{BodyRef, Spool};
 
+/// Why a body could not be had (delivery waits: 4.3.0).
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("{0}")]
+    Read(#[from] std::io::Error),
+    #[error("the reading task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
 /// The body from memory if cached, else read back from the spool.
 pub async fn load(
     spool: &Spool,
     cached: &Option<Arc<Vec<u8>>>,
     body_ref: BodyRef,
-) -> Result<Arc<Vec<u8>>, String> {
+) -> Result<Arc<Vec<u8>>, LoadError> {
     if let Some(body) = cached {
         return Ok(body.clone());
     }
     let spool = spool.clone();
-    match tokio::task::spawn_blocking(move || spool.read_body(body_ref)).await {
-        Ok(Ok(body)) => Ok(Arc::new(body)),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(e) => Err(e.to_string()),
-    }
+    let body = tokio::task::spawn_blocking(move || spool.read_body(body_ref)).await??;
+    Ok(Arc::new(body))
 }
 
 /// The header section of a body, CRLF of the last header included (up to

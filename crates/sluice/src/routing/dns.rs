@@ -136,7 +136,7 @@ impl Dns {
         }
         match (hosts.is_empty(), last_error) {
             (false, _) => Ok(hosts),
-            (true, Some(e)) => Err(DnsError::Temporary(domain.into(), e)),
+            (true, Some(e)) => Err(DnsError::Temporary(domain.into(), e.to_string())),
             (true, None) => Err(DnsError::Temporary(
                 domain.into(),
                 "no MX host has an address".into(),
@@ -194,10 +194,8 @@ impl Dns {
 
     /// The addresses of MX host `name` (from [`Dns::exchangers`]), IPv6
     /// first; none is an empty list, a failed lookup the resolver's error.
-    pub async fn mx_host_addresses(&self, name: &str) -> Result<Vec<IpAddr>, String> {
-        self.addresses(&format!("{name}."))
-            .await
-            .map_err(|e| e.to_string())
+    pub async fn mx_host_addresses(&self, name: &str) -> Result<Vec<IpAddr>, ResolveError> {
+        self.addresses(&format!("{name}.")).await
     }
 
     /// The addresses of a host named in the configuration (a relayhost):

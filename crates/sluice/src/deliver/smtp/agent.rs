@@ -12,7 +12,7 @@ use std::time::Duration;
 use sluice_spool::Spool;
 
 use super::conn::{ConnectError, SmtpConn, TxError};
-use super::dane::{host_name, Dane, HostDane};
+use super::dane::{host_name, Dane, DaneError, HostDane};
 use super::dead::DeadHosts;
 use super::guard::OwnAddrs;
 use super::mta_sts::{MtaSts, Policy};
@@ -117,7 +117,7 @@ type Targets = Vec<(String, SocketAddr)>;
 
 impl SmtpWorker {
     /// DANE for one MX host: only when the domain's MX RRset was secure.
-    async fn dane_host(&self, host: &str, port: u16) -> Result<HostDane, String> {
+    async fn dane_host(&self, host: &str, port: u16) -> Result<HostDane, DaneError> {
         match (&self.dane, self.dane_secure) {
             (Some(dane), true) => dane.host(host, port).await,
             _ => Ok(HostDane::None),
@@ -131,7 +131,7 @@ impl SmtpWorker {
         &self,
         domain: &str,
         bracketed: bool,
-    ) -> Result<Option<Vec<String>>, String> {
+    ) -> Result<Option<Vec<String>>, DaneError> {
         let Some(dane) = &self.dane else {
             return Ok(None);
         };
@@ -205,7 +205,7 @@ impl SmtpWorker {
                 Ok(d) => d,
                 Err(e) => {
                     crate::log!(self.logger, "smtp", "{e}");
-                    why = e;
+                    why = e.to_string();
                     continue;
                 }
             };

@@ -41,6 +41,19 @@ pub enum HostDane {
     Unusable,
 }
 
+/// Why DANE could not say (the mail waits: 4.7.5, RFC 7672 §2.1).
+#[derive(Debug, thiserror::Error)]
+pub enum DaneError {
+    #[error("4.7.5 DNSSEC lookup of {domain} MX failed: {why}")]
+    MxLookup { domain: String, why: String },
+    #[error("4.7.5 TLSA lookup for {host} failed: {why}")]
+    Tlsa { host: String, why: String },
+    #[error("{0}")]
+    Name(#[from] crate::routing::dns::DnsError),
+    #[error("4.7.5 {0}")]
+    Connector(String),
+}
+
 /// One usable (DANE-EE) TLSA record.
 #[derive(Debug, Clone)]
 struct Association {
@@ -80,8 +93,8 @@ impl Dane {
     /// (DANE applies to them, and only they may be used: a non-validating
     /// lookup's answer may be forged); `None` if insecure or absent; an
     /// error if bogus or unanswered.
-    pub async fn secure_mx_hosts(&self, domain: &str) -> Result<Option<Vec<String>>, String> {
-        let fqdn = format!("{}.", ascii_name(domain).map_err(|e| e.to_string())?);
+    pub async fn secure_mx_hosts(&self, domain: &str) -> Result<Option<Vec<String>>, DaneError> {
+        let fqdn = format!("{}.", ascii_name(domain)?);
         match self.resolver.mx_lookup(fqdn.as_str()).await {
             Ok(found) if all_secure(found.answers().iter().map(|r| r.proof)) => Ok(Some(
                 found
@@ -95,20 +108,23 @@ impl Dane {
             )),
             Ok(_) => Ok(None),
             Err(e) if e.is_no_records_found() => Ok(None),
-            Err(e) => Err(format!("4.7.5 DNSSEC lookup of {domain} MX failed: {e}")),
+            Err(e) => Err(DaneError::MxLookup {
+                domain: domain.to_string(),
+                why: e.to_string(),
+            }),
         }
     }
 
     /// The TLSA verdict for `host` on `port`.
-    pub async fn host(&self, host: &str, port: u16) -> Result<HostDane, String> {
-        let name = format!(
-            "_{port}._tcp.{}.",
-            ascii_name(host).map_err(|e| e.to_string())?
-        );
+    pub async fn host(&self, host: &str, port: u16) -> Result<HostDane, DaneError> {
+        let name = format!("_{port}._tcp.{}.", ascii_name(host)?);
         let found = match self.resolver.tlsa_lookup(name.as_str()).await {
             Ok(found) => found,
             Err(e) if e.is_no_records_found() => return Ok(HostDane::None),
-            Err(e) => return Err(format!("4.7.5 TLSA lookup for {host} failed: {e}")),
+            Err(e) => {
+                let (host, why) = (host.to_string(), e.to_string());
+                return Err(DaneError::Tlsa { host, why });
+            }
         };
         let records: Vec<_> = found
             .answers()
@@ -140,7 +156,9 @@ impl Dane {
         if usable.is_empty() {
             return Ok(HostDane::Unusable);
         }
-        Ok(HostDane::Authenticated(connector(usable)?))
+        Ok(HostDane::Authenticated(
+            connector(usable).map_err(DaneError::Connector)?,
+        ))
     }
 }
 

@@ -42,7 +42,7 @@ impl SmtpWorker {
             } => {
                 let validated = self.dane_domain(host, *bracketed).await.map_err(|why| {
                     crate::log!(self.logger, "smtp", "{why}");
-                    Unreachable::Temporary(why)
+                    Unreachable::Temporary(why.to_string())
                 })?;
                 self.dane_secure = validated.is_some();
                 self.sts_enforce = false;
@@ -165,7 +165,7 @@ impl SmtpWorker {
         match (targets.is_empty(), failed) {
             (false, _) => Ok(targets),
             (true, Some(e)) => Err(Unreachable::Temporary(
-                DnsError::Temporary(domain.into(), e).to_string(),
+                DnsError::Temporary(domain.into(), e.to_string()).to_string(),
             )),
             (true, None) => Err(Unreachable::Temporary(
                 DnsError::Temporary(domain.into(), "no MX host has an address".into()).to_string(),
