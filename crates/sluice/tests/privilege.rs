@@ -118,6 +118,22 @@ async fn a_root_start_gives_root_up_and_keeps_its_files_to_itself() {
         "{log}"
     );
 
+    // Something in data_dir that is not the account's (planted, or left
+    // by a root run): refused, root changes no owner in there.
+    let planted = var.join("spool/planted");
+    std::fs::write(&planted, "root's").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["serve", "--config", &config.display().to_string()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("spool/planted is not") && err.contains("chown -R"),
+        "{err}"
+    );
+    assert_eq!(mode_and_owner(&planted).1, 0, "root changed no owner");
+
     // Root as the account: refused unless said explicitly.
     let config = write_config(&dir, free_addr(), "user = \"root\"", sink.addr);
     let out = Command::new(env!("CARGO_BIN_EXE_sluice"))

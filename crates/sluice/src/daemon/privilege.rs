@@ -4,8 +4,12 @@
 //! and gives up root for good before it opens anything else. It refuses to
 //! go on as root unless `run_as_root = true` says so.
 //!
-//! Only the sockets are made as root: the spool, the admin socket, the
-//! log and every later file are created by the account itself (with the
+//! Only the sockets (and a missing data_dir or log file, given to the
+//! account at once) are made as root; root never changes the owner of
+//! anything already inside data_dir (the account could have planted a
+//! link there): a tree not all the account's is refused with the command
+//! that fixes it. The spool, the admin socket, the log and every later
+//! file are created by the account itself (with the
 //! umask of 077 `serve` sets, so 0600/0700; the log 0640), and keys are
 //! read as that account at start and at every reload (so they must be
 //! readable by it — `check-config` warns when others may read them).
@@ -43,6 +47,12 @@ pub enum PrivilegeError {
         path: String,
         user: String,
         err: std::io::Error,
+    },
+    #[error("{path} is not {user}'s: as root, run `chown -R {user}: {dir}` once (root does not change owners inside it)")]
+    NotOwned {
+        path: String,
+        dir: String,
+        user: String,
     },
     #[error("cannot become {user}: {err}")]
     Switch { user: String, err: std::io::Error },
@@ -89,8 +99,12 @@ pub fn target(user: Option<&str>, run_as_root: bool) -> Result<Option<Account>, 
     }
 }
 
-/// Gives `dir` (created if missing, and everything under it) and the log
-/// file, if any, to `account`: what an earlier root run left becomes its.
+/// Makes `dir` the account's if it is new (or an empty root-owned
+/// directory), and the log file with it; refuses (naming the fix) when
+/// anything under `dir` belongs to someone else. Root never changes the
+/// owner of what is already inside: the account could have put a link
+/// there (to /etc/shadow, or a directory swapped for a symlink), and
+/// root following it would hand the target over.
 pub fn hand_over(
     dir: &Path,
     log_file: Option<&Path>,
@@ -101,42 +115,77 @@ pub fn hand_over(
         user: account.name.clone(),
         err,
     };
-    std::fs::create_dir_all(dir).map_err(|e| err(dir, e))?;
-    chown_tree(dir, account).map_err(|e| err(dir, e))?;
+    if !dir.exists() {
+        std::fs::create_dir_all(dir).map_err(|e| err(dir, e))?;
+    }
+    let empty = std::fs::read_dir(dir)
+        .map_err(|e| err(dir, e))?
+        .next()
+        .is_none();
+    if empty {
+        std::os::unix::fs::lchown(dir, Some(account.uid), Some(account.gid))
+            .map_err(|e| err(dir, e))?;
+    }
+    if let Some(stranger) = not_owned(dir, account.uid).map_err(|e| err(dir, e))? {
+        return Err(PrivilegeError::NotOwned {
+            path: stranger.display().to_string(),
+            dir: dir.display().to_string(),
+            user: account.name.clone(),
+        });
+    }
     if let Some(log) = log_file {
-        // A log directory made here is the account's (it must be able to
-        // make a new file after logrotate); one that exists keeps its
-        // owner (Debian's /var/log/sluice is sluice:adm 2750).
-        if let Some(parent) = log.parent().filter(|p| !p.exists()) {
-            std::fs::create_dir_all(parent).map_err(|e| err(parent, e))?;
-            std::os::unix::fs::chown(parent, Some(account.uid), Some(account.gid))
-                .map_err(|e| err(parent, e))?;
-        }
-        // The file itself, made now if missing (0640), is the account's.
-        let made = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .map_err(|e| err(log, e))?;
-        if made.metadata().map_err(|e| err(log, e))?.len() == 0 {
-            use std::os::unix::fs::PermissionsExt;
-            made.set_permissions(std::fs::Permissions::from_mode(0o640))
-                .map_err(|e| err(log, e))?;
-        }
-        std::os::unix::fs::lchown(log, Some(account.uid), Some(account.gid))
-            .map_err(|e| err(log, e))?;
+        hand_over_log(log, account).map_err(|e| err(log, e))?;
     }
     Ok(())
 }
 
-fn chown_tree(path: &Path, account: &Account) -> std::io::Result<()> {
-    std::os::unix::fs::lchown(path, Some(account.uid), Some(account.gid))?;
-    if std::fs::symlink_metadata(path)?.is_dir() {
+/// The first entry at or under `path` not owned by `uid` (symlinks are
+/// looked at, never followed).
+fn not_owned(path: &Path, uid: u32) -> std::io::Result<Option<std::path::PathBuf>> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(path)?;
+    if meta.uid() != uid {
+        return Ok(Some(path.to_path_buf()));
+    }
+    if meta.is_dir() {
         for entry in std::fs::read_dir(path)? {
-            chown_tree(&entry?.path(), account)?;
+            if let Some(found) = not_owned(&entry?.path(), uid)? {
+                return Ok(Some(found));
+            }
         }
     }
-    Ok(())
+    Ok(None)
+}
+
+/// The log file, made now if missing (0640, in a directory made for the
+/// account if there was none), is the account's; one that exists must be.
+fn hand_over_log(log: &Path, account: &Account) -> std::io::Result<()> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+    if let Some(parent) = log.parent().filter(|p| !p.exists()) {
+        std::fs::create_dir_all(parent)?;
+        std::os::unix::fs::chown(parent, Some(account.uid), Some(account.gid))?;
+    }
+    match std::fs::OpenOptions::new()
+        .create_new(true)
+        .append(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(log)
+    {
+        Ok(made) => {
+            made.set_permissions(std::fs::Permissions::from_mode(0o640))?;
+            std::os::unix::fs::fchown(&made, Some(account.uid), Some(account.gid))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            match std::fs::symlink_metadata(log)?.uid() == account.uid {
+                true => Ok(()),
+                false => Err(std::io::Error::other(format!(
+                    "it exists and is not {}'s (chown it, or remove it)",
+                    account.name
+                ))),
+            }
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Becomes `account` for good: supplementary groups dropped, then gid,
