@@ -47,24 +47,14 @@ pub fn temp_dir(name: &str) -> TestDir {
     TestDir(Some(dir))
 }
 
-/// Installs Debian package `pkg` when `bin` is missing (as scripts/test
-/// does), and stops the system service the package may have started: the
-/// tests run their own instance.
+/// Stops the test with a clear message when `bin` (Debian package `pkg`)
+/// is missing. Tests install nothing: `scripts/test` installs every
+/// package the suite needs before it runs (installing from inside a test
+/// raced with other tests' dpkg runs).
 pub fn ensure_package(bin: &str, pkg: &str) {
-    if std::path::Path::new(bin).exists() {
-        return;
-    }
-    let status = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq {pkg} && \
-             (systemctl stop {pkg} || /etc/init.d/{pkg} stop || true)"
-        ))
-        .status()
-        .expect("run apt-get");
     assert!(
-        status.success(),
-        "could not install {pkg} (apt-get install -y {pkg})"
+        std::path::Path::new(bin).exists(),
+        "{bin} is missing: install the Debian package {pkg} (scripts/test does)"
     );
 }
 

@@ -2,7 +2,7 @@
 //! dir, loaded offline with `slapadd`, listening on a free loopback port.
 //! Installs Debian's slapd and ldap-utils if they are missing.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -17,21 +17,9 @@ pub struct Slapd {
 pub const BASE: &str = "dc=example,dc=com";
 
 fn ensure_installed() {
-    if Path::new("/usr/sbin/slapd").exists() && Path::new("/usr/sbin/slapadd").exists() {
-        return;
-    }
-    let status = Command::new("sh")
-        .arg("-c")
-        .arg(
-            "echo 'slapd slapd/no_configuration boolean true' | debconf-set-selections; \
-             DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slapd ldap-utils",
-        )
-        .status()
-        .expect("run apt-get");
-    assert!(
-        status.success(),
-        "could not install slapd (apt-get install -y slapd ldap-utils)"
-    );
+    super::ensure_package("/usr/sbin/slapd", "slapd");
+    super::ensure_package("/usr/sbin/slapadd", "slapd");
+    super::ensure_package("/usr/bin/ldapsearch", "ldap-utils");
 }
 
 /// The LDIF for `users` users `user1..` in example.com, plus aliases.
