@@ -33,8 +33,29 @@ pub struct LdapStats {
     pub shared: AtomicU64,
 }
 
+/// Why the directory could not answer (the lookup is then `451`, never a
+/// "no such user").
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LdapError {
+    /// No URI took a connection (each one's reason).
+    #[error("cannot connect: {0}")]
+    Connect(String),
+    #[error("bind: {0}")]
+    Bind(String),
+    #[error("{0} timed out")]
+    Timeout(&'static str),
+    #[error("query: {0}")]
+    Query(String),
+    /// Failed twice (a fresh connection the second time).
+    #[error("table {table}: {error}")]
+    Table {
+        table: String,
+        error: Box<LdapError>,
+    },
+}
+
 /// One query in flight for a key, and its answer once there.
-type Flight = Arc<tokio::sync::OnceCell<Result<Option<Values>, String>>>;
+type Flight = Arc<tokio::sync::OnceCell<Result<Option<Values>, LdapError>>>;
 
 struct CacheEntry {
     expires: Instant,
@@ -109,19 +130,19 @@ impl LdapTable {
                 inflight.remove(&key);
             }
         }
-        answer.map_err(LookupError::Unavailable)
+        answer.map_err(|e| LookupError::Unavailable(e.to_string()))
     }
 
     /// The query behind a lookup (the cache is asked again first: a flight
     /// that just ended may have filled it), its answer cached.
-    async fn query_and_cache(&self, key: &str) -> Result<Option<Values>, String> {
+    async fn query_and_cache(&self, key: &str) -> Result<Option<Values>, LdapError> {
         if let Some(hit) = self.cached(key) {
             self.stats.cache_hits.fetch_add(1, Ordering::Relaxed);
             return Ok(hit);
         }
         let key = key.to_string();
         // One retry on a fresh connection (which may fail over to another URI).
-        let mut last_err = String::new();
+        let mut last_err = LdapError::Timeout("lookup");
         for attempt in 0..2 {
             match self.query(&key, attempt > 0).await {
                 Ok(value) => {
@@ -145,7 +166,10 @@ impl LdapTable {
             "table {}: lookup of {key} failed: {last_err}",
             self.name
         );
-        Err(format!("table {}: {last_err}", self.name))
+        Err(LdapError::Table {
+            table: self.name.clone(),
+            error: Box::new(last_err),
+        })
     }
 
     fn cached(&self, key: &str) -> Option<Option<Values>> {
@@ -186,7 +210,7 @@ impl LdapTable {
 
     /// A connection handle from the pool and its slot, connecting (with
     /// failover) if needed.
-    async fn handle(&self, fresh: bool) -> Result<(usize, Ldap), String> {
+    async fn handle(&self, fresh: bool) -> Result<(usize, Ldap), LdapError> {
         let index = self.next.fetch_add(1, Ordering::Relaxed) % self.pool.len();
         let mut guard = self.pool[index].lock().await;
         if let Some(ldap) = guard.as_mut() {
@@ -210,7 +234,7 @@ impl LdapTable {
     /// then binds as that entry with `password` on a connection of its own
     /// (never a pooled one, whose identity must not change). Ok(false) for
     /// no such entry, an empty password or invalid credentials (rc 49).
-    pub async fn bind_check(&self, key: &str, password: &str) -> Result<bool, String> {
+    pub async fn bind_check(&self, key: &str, password: &str) -> Result<bool, LdapError> {
         if password.is_empty() {
             // An empty password would be an unauthenticated bind (RFC 4513 §5.1.2).
             return Ok(false);
@@ -226,9 +250,9 @@ impl LdapTable {
             vec!["1.1"],
         );
         let found = match tokio::time::timeout(timeout, search).await {
-            Ok(Ok(r)) => r.success().map_err(|e| e.to_string()),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err("query timed out".to_string()),
+            Ok(Ok(r)) => r.success().map_err(|e| LdapError::Query(e.to_string())),
+            Ok(Err(e)) => Err(LdapError::Query(e.to_string())),
+            Err(_) => Err(LdapError::Timeout("query")),
         };
         let entries = match found {
             Ok((entries, _)) => entries,
@@ -251,13 +275,13 @@ impl LdapTable {
         match bound {
             Ok(Ok(r)) if r.rc == 0 => Ok(true),
             Ok(Ok(r)) if r.rc == 49 => Ok(false),
-            Ok(Ok(r)) => Err(format!("bind: rc={} {}", r.rc, r.text)),
-            Ok(Err(e)) => Err(format!("bind: {e}")),
-            Err(_) => Err("bind timed out".into()),
+            Ok(Ok(r)) => Err(LdapError::Bind(format!("rc={} {}", r.rc, r.text))),
+            Ok(Err(e)) => Err(LdapError::Bind(e.to_string())),
+            Err(_) => Err(LdapError::Timeout("bind")),
         }
     }
 
-    async fn connect(&self) -> Result<Ldap, String> {
+    async fn connect(&self) -> Result<Ldap, LdapError> {
         let service = (!self.config.bind_dn.is_empty()).then_some((
             self.config.bind_dn.as_str(),
             self.config.bind_password.as_str(),
@@ -266,7 +290,7 @@ impl LdapTable {
     }
 
     /// Connects (with failover), bound as `service` or anonymous.
-    async fn connect_as(&self, service: Option<(&str, &str)>) -> Result<Ldap, String> {
+    async fn connect_as(&self, service: Option<(&str, &str)>) -> Result<Ldap, LdapError> {
         let timeout = Duration::from_millis(self.config.connect_timeout_ms.max(1));
         let mut errors = Vec::new();
         for uri in &self.config.uris {
@@ -294,10 +318,10 @@ impl LdapTable {
                 Err(_) => errors.push(format!("{uri}: connect timed out")),
             }
         }
-        Err(errors.join("; "))
+        Err(LdapError::Connect(errors.join("; ")))
     }
 
-    async fn query(&self, key: &str, fresh: bool) -> Result<Option<Values>, String> {
+    async fn query(&self, key: &str, fresh: bool) -> Result<Option<Values>, LdapError> {
         let (index, ldap) = self.handle(fresh).await?;
         let result = self.search(ldap, key).await;
         if result.is_err() {
@@ -306,7 +330,7 @@ impl LdapTable {
         result
     }
 
-    async fn search(&self, mut ldap: Ldap, key: &str) -> Result<Option<Values>, String> {
+    async fn search(&self, mut ldap: Ldap, key: &str) -> Result<Option<Values>, LdapError> {
         self.stats.queries.fetch_add(1, Ordering::Relaxed);
         let filter = expand_filter(&self.config.filter, key);
         let attrs: Vec<&str> = if self.config.attributes.is_empty() {
@@ -321,9 +345,9 @@ impl LdapTable {
                 .search(&self.config.base, Scope::Subtree, &filter, attrs),
         )
         .await
-        .map_err(|_| "query timed out".to_string())?
+        .map_err(|_| LdapError::Timeout("query"))?
         .and_then(|r| r.success())
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| LdapError::Query(e.to_string()))?;
         let entries = result.0;
         if entries.is_empty() {
             return Ok(None);

@@ -80,7 +80,7 @@ impl Table {
             Table::Ldap(t) => t
                 .bind_check(key, password)
                 .await
-                .map_err(LookupError::Unavailable),
+                .map_err(|e| LookupError::Unavailable(e.to_string())),
             Table::Static(_) => Err(LookupError::Unavailable(
                 "bind authentication needs an ldap table".into(),
             )),
