@@ -112,6 +112,24 @@ enum Unreachable {
     Permanent(String),
 }
 
+/// Why no connection was had for a job: the last reason met (each is
+/// the deferral text, enhanced status first).
+#[derive(Debug, thiserror::Error)]
+enum NoConnection {
+    #[error("4.4.1 no address to connect to")]
+    NoAddress,
+    #[error("4.4.1 all addresses failed within the last {0} s (dead-host cache)")]
+    AllDead(u64),
+    #[error("{0}")]
+    Dane(DaneError),
+    #[error("{0}")]
+    Connect(ConnectError),
+    /// Where to connect could not be found (a temporary DNS or policy
+    /// failure: its text).
+    #[error("{0}")]
+    Route(String),
+}
+
 /// Host name and address, in the order to try them.
 type Targets = Vec<(String, SocketAddr)>;
 
@@ -193,8 +211,8 @@ impl SmtpWorker {
     async fn connect_first(
         &self,
         targets: &[(String, SocketAddr)],
-    ) -> Result<(SmtpConn, Targets), String> {
-        let mut why = String::from("4.4.1 no address to connect to");
+    ) -> Result<(SmtpConn, Targets), NoConnection> {
+        let mut why = NoConnection::NoAddress;
         let mut tried = 0;
         for (i, (name, addr)) in targets.iter().enumerate() {
             if self.dead.is_dead(*addr) {
@@ -205,7 +223,7 @@ impl SmtpWorker {
                 Ok(d) => d,
                 Err(e) => {
                     crate::log!(self.logger, "smtp", "{e}");
-                    why = e.to_string();
+                    why = NoConnection::Dane(e);
                     continue;
                 }
             };
@@ -226,15 +244,12 @@ impl SmtpWorker {
                     if e.host_is_down() {
                         self.dead.mark(*addr);
                     }
-                    why = e.to_string();
+                    why = NoConnection::Connect(e);
                 }
             }
         }
         if tried == 0 && !targets.is_empty() {
-            why = format!(
-                "4.4.1 all addresses failed within the last {} s (dead-host cache)",
-                self.dead.ttl().as_secs()
-            );
+            why = NoConnection::AllDead(self.dead.ttl().as_secs());
         }
         Err(why)
     }
@@ -369,7 +384,7 @@ impl SmtpWorker {
                 Err(Unreachable::Permanent(why)) => {
                     return Err((bounce_all(job, "none", &why), Feedback::Ok))
                 }
-                Err(Unreachable::Temporary(why)) => Err(why),
+                Err(Unreachable::Temporary(why)) => Err(NoConnection::Route(why)),
             }
         } else {
             self.connect_first(rest).await
@@ -386,6 +401,7 @@ impl SmtpWorker {
                     other => other.key(),
                 };
                 crate::log!(self.logger, "smtp", "connect to {relay}: {why}");
+                let why = why.to_string();
                 Err((defer_all(job, &relay, &why), Feedback::ConnectFailed))
             }
         }
