@@ -24,6 +24,11 @@ use crate::config::hop::NextHop;
 use crate::queue::Job;
 use crate::routing::dns::{DnsError, Exchangers};
 
+/// An enforced MTA-STS policy allows none of the domain's MX hosts.
+#[derive(Debug, thiserror::Error)]
+#[error("4.7.5 MTA-STS policy of {0}: no MX host matches its mx patterns")]
+pub(super) struct NoHostAllowed(String);
+
 /// A mail host to try: its name, and its addresses if already known.
 type Host = (String, Option<Vec<IpAddr>>);
 
@@ -64,7 +69,7 @@ impl SmtpWorker {
                 };
                 let mut hosts = self
                     .apply_sts(host, hosts, policy.as_deref())
-                    .map_err(Unreachable::Temporary)?;
+                    .map_err(|refused| Unreachable::Temporary(refused.to_string()))?;
                 if let Some(validated) = &validated {
                     // DANE: only the hosts of the validated MX RRset.
                     hosts = self.keep_validated(host, hosts, validated)?;
@@ -212,16 +217,14 @@ impl SmtpWorker {
         domain: &str,
         hosts: Vec<Host>,
         policy: Option<&Policy>,
-    ) -> Result<Vec<Host>, String> {
+    ) -> Result<Vec<Host>, NoHostAllowed> {
         self.sts_enforce = false;
         let Some(p) = policy else {
             return Ok(hosts);
         };
         let (ok, bad): (Vec<Host>, Vec<Host>) = hosts.into_iter().partition(|(n, _)| p.allows(n));
         match p.mode {
-            Mode::Enforce if ok.is_empty() => Err(format!(
-                "4.7.5 MTA-STS policy of {domain}: no MX host matches its mx patterns"
-            )),
+            Mode::Enforce if ok.is_empty() => Err(NoHostAllowed(domain.to_string())),
             Mode::Enforce => {
                 self.sts_enforce = true;
                 Ok(ok)
