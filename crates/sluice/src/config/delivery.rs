@@ -1,0 +1,106 @@
+//! `[delivery]`: how mail leaves — relayhost, concurrency and rate limits
+//! per destination, timeouts, TLS levels, DANE, MTA-STS, MX rollup, the
+//! networks a next hop from DNS may be in, and the MX host caps.
+//!
+//! Values only: parsed and defaulted here, checked by `Config::validate`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use super::hop::Cidr;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DeliveryConfig {
+    /// Default next hop for domains without a transport entry.
+    pub relayhost: Option<String>,
+    /// Connections per destination unless overridden.
+    pub default_concurrency: usize,
+    /// A destination starts with this window and grows by one per success.
+    pub initial_concurrency: usize,
+    /// Per-destination overrides, keyed by next hop (`smtp:[host]:port`).
+    pub destination_concurrency: BTreeMap<String, usize>,
+    /// Recipients per SMTP transaction.
+    pub recipients_per_transaction: usize,
+    pub connect_timeout_secs: u64,
+    /// An address that could not be connected to (or refused to talk) is
+    /// skipped for this long; 0 = always try.
+    pub dead_host_secs: u64,
+    /// Limit for each reply and for each 64 KiB written.
+    pub command_timeout_secs: u64,
+    /// Limit for the reply to the final dot (RFC 5321: at least 10 minutes).
+    pub data_done_timeout_secs: u64,
+    /// Keep an idle outbound connection this long for reuse.
+    pub connection_idle_secs: u64,
+    /// Messages sent over one connection before it is closed.
+    pub messages_per_connection: usize,
+    /// Outbound TLS: `none`, `may` (STARTTLS when offered; the default),
+    /// `encrypt` (required) or `verify` (required, certificate checked).
+    pub tls_security_level: String,
+    /// Per-next-hop levels, keyed like `destination_concurrency`.
+    pub tls_policy: BTreeMap<String, String>,
+    /// CA certificates (PEM) for `verify`; default: the system's.
+    pub tls_ca_file: Option<PathBuf>,
+    /// DANE (RFC 7672): DNSSEC-validated TLSA records of MX hosts require
+    /// TLS with a matching certificate. Off by default (extra DNSSEC
+    /// queries), as Postfix's `dane` level is opt-in.
+    pub dane: bool,
+    /// Honour MTA-STS policies (RFC 8461) of MX-routed domains.
+    pub mta_sts: bool,
+    /// Port the MTA-STS policy is fetched from (443; another for tests).
+    pub mta_sts_port: u16,
+    /// Group MX-routed domains by their best MX host (`mx:<host>:<port>`)
+    /// so a provider's domains share one window, rate and connections.
+    pub mx_rollup: bool,
+    /// Networks a next hop found in DNS may be in although they are
+    /// loopback, link-local or private (e.g. an internal mail network).
+    /// Our own listening addresses are never allowed.
+    pub allow_mx_networks: Vec<Cidr>,
+    /// The port next hops found in DNS are reached on (25).
+    pub mx_port: u16,
+    /// Addresses of MX hosts one delivery attempt looks up and tries at
+    /// most, best first (Postfix's smtp_mx_address_limit); 0: no limit.
+    pub mx_address_limit: usize,
+    /// SMTP sessions one delivery attempt holds at most while MX hosts
+    /// defer the whole transaction (Postfix's smtp_mx_session_limit); 0:
+    /// no limit.
+    pub mx_session_limit: usize,
+    /// Messages per minute to one destination (0: no limit) ...
+    pub default_rate_limit: u32,
+    /// ... and per destination, keyed like `destination_concurrency` or
+    /// by MX group (`mx:mx.provider.example:25`).
+    pub destination_rate_limit: BTreeMap<String, u32>,
+}
+
+impl Default for DeliveryConfig {
+    fn default() -> Self {
+        DeliveryConfig {
+            relayhost: None,
+            default_concurrency: 20,
+            initial_concurrency: 5,
+            destination_concurrency: BTreeMap::new(),
+            recipients_per_transaction: 50,
+            connect_timeout_secs: 30,
+            dead_host_secs: 60,
+            command_timeout_secs: 300,
+            data_done_timeout_secs: 600,
+            connection_idle_secs: 5,
+            messages_per_connection: 10_000,
+            tls_security_level: "may".into(),
+            tls_policy: BTreeMap::new(),
+            tls_ca_file: None,
+            mx_rollup: true,
+            allow_mx_networks: Vec::new(),
+            mx_port: 25,
+            mx_address_limit: 5,
+            mx_session_limit: 2,
+            dane: false,
+            mta_sts: true,
+            mta_sts_port: 443,
+            default_rate_limit: 0,
+            destination_rate_limit: BTreeMap::new(),
+        }
+    }
+}
