@@ -8,7 +8,7 @@
 mod common;
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use common::*;
@@ -55,19 +55,6 @@ fn signatures(sink: &sluice::tools::sink::Sink, subject: &str) -> Vec<usize> {
         .collect()
 }
 
-fn setup(dir: &Path) -> PathBuf {
-    let conf = dir.join("cli.toml");
-    std::fs::write(
-        &conf,
-        format!(
-            "hostname = \"mx.test\"\ndata_dir = \"{}\"\n",
-            dir.join("var").display()
-        ),
-    )
-    .unwrap();
-    conf
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn smtp_and_sendmail_mail_go_through_the_same_intake() {
     let dir = temp_dir("intake");
@@ -76,7 +63,7 @@ async fn smtp_and_sendmail_mail_go_through_the_same_intake() {
     let sink = recording_sink().await;
     let mut cfg = config(&dir, Some(sink.addr));
     cfg.dkim.keys.push(dkim_key("ours.test", "s1", key));
-    let conf = setup(&dir);
+    let conf = client_config(&dir, &dir.join("var"));
     let bin = dir.join("sendmail");
     std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_sluice"), &bin).unwrap();
     let (server, addr) = start(cfg).await;

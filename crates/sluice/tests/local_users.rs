@@ -50,16 +50,7 @@ async fn an_ordinary_user_can_send_mail_as_themselves_only() {
     std::fs::set_permissions(&*dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let sink = recording_sink().await;
     let cfg = config(&dir, Some(sink.addr));
-    let conf = dir.join("cli.toml");
-    std::fs::write(
-        &conf,
-        format!(
-            "hostname = \"mx.test\"\ndata_dir = \"{}\"\n",
-            cfg.data_dir.display()
-        ),
-    )
-    .unwrap();
-    let conf = conf.display().to_string();
+    let conf = client_config(&dir, &cfg.data_dir).display().to_string();
     let (sendmail, mailq) = (dir.join("sendmail"), dir.join("mailq"));
     std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_sluice"), &sendmail).unwrap();
     std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_sluice"), &mailq).unwrap();

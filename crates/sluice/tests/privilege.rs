@@ -43,6 +43,16 @@ fn ids(pid: u32, field: &str) -> String {
         .to_string()
 }
 
+/// `sluice serve` with `config`, which must refuse to start: its stderr.
+fn refused_start(config: &Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["serve", "--config", &config.display().to_string()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "started: {out:?}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 fn mode_and_owner(path: &Path) -> (u32, u32) {
     let m = std::fs::metadata(path).unwrap();
     (m.mode() & 0o777, m.uid())
@@ -122,12 +132,7 @@ async fn a_root_start_gives_root_up_and_keeps_its_files_to_itself() {
     // by a root run): refused, root changes no owner in there.
     let planted = var.join("spool/planted");
     std::fs::write(&planted, "root's").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["serve", "--config", &config.display().to_string()])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused_start(&config);
     assert!(
         err.contains("spool/planted is not") && err.contains("chown -R"),
         "{err}"
@@ -136,11 +141,6 @@ async fn a_root_start_gives_root_up_and_keeps_its_files_to_itself() {
 
     // Root as the account: refused unless said explicitly.
     let config = write_config(&dir, free_addr(), "user = \"root\"", sink.addr);
-    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["serve", "--config", &config.display().to_string()])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused_start(&config);
     assert!(err.contains("is root (uid 0)"), "{err}");
 }

@@ -46,16 +46,7 @@ async fn sendmail_and_mailq_work_like_postfix_s() {
     let dir = temp_dir("sendmail");
     let sink = recording_sink().await;
     let cfg = config(&dir, Some(sink.addr));
-    let conf = dir.join("cli.toml");
-    std::fs::write(
-        &conf,
-        format!(
-            "hostname = \"mx.test\"\ndata_dir = \"{}\"\n",
-            cfg.data_dir.display()
-        ),
-    )
-    .unwrap();
-    let conf = conf.display().to_string();
+    let conf = client_config(&dir, &cfg.data_dir).display().to_string();
     let (sendmail, mailq) = (link(&dir, "sendmail"), link(&dir, "mailq"));
     let (server, _) = start(cfg).await;
 

@@ -300,9 +300,7 @@ impl Parts {
     /// the old sessions finishing on the old).
     pub fn session_context(
         &self,
-        spool: &Spool,
-        logger: &Logger,
-        queue: &QueueHandle,
+        intake: &Arc<Intake>,
         previous: Option<&SessionContext>,
     ) -> SessionContext {
         let config = &self.config;
@@ -323,18 +321,18 @@ impl Parts {
             policy: RelayPolicy::new(config.mynetworks(), &config.smtpd.relay_domains),
             config: config.clone(),
             mailboxes: self.mailboxes.clone(),
-            spool: spool.clone(),
-            logger: logger.clone(),
+            spool: intake.spool.clone(),
+            logger: intake.logger.clone(),
             body_memory,
             anvil,
             tls: self.tls.clone(),
             credentials: self.mailboxes.credentials(),
-            intake: self.intake(spool, logger, queue),
+            intake: intake.clone(),
         }
     }
 
-    /// The intake for this configuration (one per session context,
-    /// submitter and queue; they share what it holds).
+    /// The intake for this configuration, built once per start or reload
+    /// and shared by the sessions, the submitter and the queue.
     pub fn intake(&self, spool: &Spool, logger: &Logger, queue: &QueueHandle) -> Arc<Intake> {
         Arc::new(Intake {
             config: self.config.clone(),
@@ -348,15 +346,10 @@ impl Parts {
     }
 
     /// What `sluice queue` and sendmail(1) submissions use.
-    pub fn submitter(
-        &self,
-        spool: &Spool,
-        logger: &Logger,
-        queue: &QueueHandle,
-    ) -> crate::receive::local::Submitter {
+    pub fn submitter(&self, intake: &Arc<Intake>) -> crate::receive::local::Submitter {
         crate::receive::local::Submitter {
-            intake: self.intake(spool, logger, queue),
-            logger: logger.clone(),
+            intake: intake.clone(),
+            logger: intake.logger.clone(),
             size_limit: self.config.smtpd.message_size_limit,
         }
     }

@@ -110,6 +110,7 @@ impl Server {
             .map_err(StartError::Config)?;
         parts.agents(&spool, &logger, None);
         let (queue, rx) = QueueHandle::channel();
+        let intake = parts.intake(&spool, &logger, &queue);
         let mut scheduler = Scheduler::new(
             config.clone(),
             parts.router.clone(),
@@ -117,20 +118,18 @@ impl Server {
             logger.clone(),
             parts.agents.clone().expect("agents just built"),
             &queue,
-            parts.intake(&spool, &logger, &queue),
+            intake.clone(),
         );
         scheduler.set_resolver(parts.dns.clone(), build::secure_mx(parts.dane.as_ref()));
         let scheduler_task = tokio::spawn(scheduler.run(rx));
         spawn_recovered(&queue, recovered);
-        let ctx = Arc::new(parts.session_context(&spool, &logger, &queue, None));
+        let ctx = Arc::new(parts.session_context(&intake, None));
         let mailboxes = Arc::new(ArcSwap::new(parts.mailboxes.clone()));
         spawn_lookup_stats(&mailboxes, &logger, shutdown.subscribe());
         spawn_table_watcher(&mailboxes, shutdown.subscribe());
         // The admin socket before the SMTP listeners: a daemon that cannot
         // be administered does not start taking mail.
-        let submitter = Arc::new(ArcSwap::from_pointee(
-            parts.submitter(&spool, &logger, &queue),
-        ));
+        let submitter = Arc::new(ArcSwap::from_pointee(parts.submitter(&intake)));
         let admin = crate::admin::spawn(
             &config.data_dir,
             &queue,

@@ -78,9 +78,10 @@ impl Server {
         }
         parts.agents(&self.spool, &self.logger, Some(&self.parts));
         self.refresh(Some(&parts));
-        let ctx = parts.session_context(&self.spool, &self.logger, &self.queue, Some(&self.ctx));
+        let intake = parts.intake(&self.spool, &self.logger, &self.queue);
+        let ctx = parts.session_context(&intake, Some(&self.ctx));
         self.ctx = Arc::new(ctx);
-        let submitter = parts.submitter(&self.spool, &self.logger, &self.queue);
+        let submitter = parts.submitter(&intake);
         self.submitter.store(Arc::new(submitter));
         self.mailboxes.store(parts.mailboxes.clone());
         let reconfig = Reconfig {
@@ -89,7 +90,7 @@ impl Server {
             agent: parts.agents.clone().expect("agents just built"),
             resolver: parts.dns.clone(),
             secure_mx: super::build::secure_mx(parts.dane.as_ref()),
-            intake: parts.intake(&self.spool, &self.logger, &self.queue),
+            intake,
         };
         self.queue.reconfigure(reconfig).await;
         self.listeners

@@ -158,11 +158,28 @@ async fn check_sender(
 /// Stores the message (synced before this returns), logs it and hands it
 /// to the queue.
 async fn store(intake: &Intake, sub: Submission) -> Result<Accepted, Refusal> {
-    let envelope = Intake::envelope(&sub, sub.recipients.clone());
-    let body = Arc::new(sub.body);
+    let Submission {
+        id,
+        origin,
+        sender,
+        recipients,
+        flags,
+        dsn,
+        body,
+        flaws: _,
+    } = sub;
+    let envelope = sluice_spool::Envelope {
+        id,
+        arrival: crate::timefmt::now_millis(),
+        sender,
+        recipients,
+        flags,
+        dsn,
+    };
+    let body = Arc::new(body);
     match intake.spool.store(envelope.clone(), body.clone()).await {
         Ok(body_ref) => {
-            intake.log_queued(&sub.origin, &envelope, body.len());
+            intake.log_queued(&origin, &envelope, body.len());
             let id = envelope.id;
             intake
                 .handoff

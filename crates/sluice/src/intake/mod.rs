@@ -47,7 +47,6 @@ use crate::log;
 use crate::log::{qid, Logger};
 use crate::message::body;
 use crate::routing::mailboxes::{Resolution, VirtualMailboxes};
-use crate::timefmt;
 pub use refusal::Refusal;
 
 /// Where the queue takes stored messages (the queue implements it; the
@@ -199,18 +198,6 @@ impl Intake {
         match hops > self.config.smtpd.hop_count_limit {
             true => Err(Refusal::TooManyHops(hops)),
             false => Ok(()),
-        }
-    }
-
-    /// The envelope of `sub` as stored.
-    fn envelope(sub: &Submission, recipients: Vec<String>) -> Envelope {
-        Envelope {
-            id: sub.id,
-            arrival: timefmt::now_millis(),
-            sender: sub.sender.clone(),
-            recipients,
-            flags: sub.flags,
-            dsn: sub.dsn.clone(),
         }
     }
 

@@ -27,6 +27,8 @@ use crate::log::{qid, Logger};
 pub struct Submitter {
     pub intake: Arc<Intake>,
     pub logger: Logger,
+    /// The message size limit: the admin socket reads no more than this
+    /// (base64) per request; the intake refuses larger messages.
     pub size_limit: usize,
 }
 
@@ -115,12 +117,6 @@ impl Submitter {
         recipients: &[String],
         message: Vec<u8>,
     ) -> Result<Submitted, Refused> {
-        if message.len() > self.size_limit {
-            return refuse(
-                EX_DATAERR,
-                format!("message of {} bytes is over the size limit", message.len()),
-            );
-        }
         if recipients.is_empty() {
             return refuse(EX_DATAERR, "no recipients".into());
         }

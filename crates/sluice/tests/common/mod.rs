@@ -293,3 +293,19 @@ pub fn dkim_key(
         expire_secs: None,
     }
 }
+
+/// A configuration file for the command-line clients (sendmail, mailq,
+/// `sluice queue`) of the daemon whose data_dir is `data_dir`:
+/// `dir/cli.toml`.
+pub fn client_config(dir: &std::path::Path, data_dir: &std::path::Path) -> std::path::PathBuf {
+    let conf = dir.join("cli.toml");
+    std::fs::write(
+        &conf,
+        format!(
+            "hostname = \"mx.test\"\ndata_dir = \"{}\"\n",
+            data_dir.display()
+        ),
+    )
+    .unwrap();
+    conf
+}
