@@ -248,7 +248,7 @@ fn check_decoded(salt: &Salt, buf: &[u8]) -> Result<Option<(View, usize)>, TestC
             prop_assert_eq!(*body_at as u64 + body_len, len as u64);
             let body = &buf[*body_at..len];
             let at = record::encode_message(salt, envelope, body, &mut again)
-                .map_err(TestCaseError::fail)?;
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
             prop_assert_eq!(at, *body_at);
         }
         View::Outcome { id, recipients } => {
@@ -274,7 +274,7 @@ fn check_damage(spec: &Spec, keyed: bool, damage: &[Damage]) -> Result<(), TestC
     match spec {
         Spec::Message(envelope, body) => {
             record::encode_message(&salt, envelope, body, &mut good)
-                .map_err(TestCaseError::fail)?;
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
         }
         Spec::Outcome(id, recipients) => record::encode_outcome(&salt, *id, recipients, &mut good),
         Spec::Marks(id, marks) => record::encode_marks(&salt, *id, *marks, &mut good),

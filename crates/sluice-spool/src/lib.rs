@@ -96,7 +96,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use durable::{replace_file, sync_dir};
 use reader::SegmentReader;
-pub use record::{Dsn, Envelope, MAX_RECIPIENTS};
+pub use record::{Dsn, Envelope, Unfit, MAX_RECIPIENTS};
 pub use space::{filesystem_space, FsSpace};
 
 /// Errors the spool reports; the SMTP layer maps them to replies
@@ -114,7 +114,7 @@ pub enum SpoolError {
     /// The message cannot be represented in the spool's format (too many
     /// recipients, an address over 65,535 bytes, …). Nothing was written.
     #[error("message refused by the spool: {0}")]
-    Invalid(String),
+    Invalid(#[from] record::Unfit),
 }
 
 impl SpoolError {

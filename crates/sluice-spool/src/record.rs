@@ -71,7 +71,7 @@ pub(crate) fn encode_message(
     env: &Envelope,
     body: &[u8],
     out: &mut Vec<u8>,
-) -> Result<usize, String> {
+) -> Result<usize, Unfit> {
     check(env, body.len())?;
     let start = out.len();
     out.extend_from_slice(&[0u8; HEADER_LEN]);
@@ -109,18 +109,15 @@ pub(crate) fn encode_message(
 /// Checks that a message fits the format: at most [`MAX_RECIPIENTS`]
 /// recipients (outcomes name them by `u16` index), addresses of at most
 /// 65,535 bytes, and a record payload of at most 4 GiB (`u32` length).
-pub(crate) fn check(env: &Envelope, body_len: usize) -> Result<(), String> {
+pub(crate) fn check(env: &Envelope, body_len: usize) -> Result<(), Unfit> {
     if env.recipients.len() > MAX_RECIPIENTS {
-        return Err(format!(
-            "{} recipients, more than the {MAX_RECIPIENTS} the spool can track",
-            env.recipients.len()
-        ));
+        return Err(Unfit::Recipients(env.recipients.len()));
     }
     let mut payload = 8 + 8 + 4 + 4 + 8 + body_len as u64;
     if let Some(dsn) = &env.dsn {
         let n = env.recipients.len();
         if dsn.notify.len() != n || dsn.orcpt.len() != n {
-            return Err("DSN parameters do not match the recipients".into());
+            return Err(Unfit::DsnMismatch);
         }
         payload += 1 + n as u64;
     }
@@ -133,18 +130,27 @@ pub(crate) fn check(env: &Envelope, body_len: usize) -> Result<(), String> {
         .chain(dsn_strings);
     for addr in strings {
         if addr.len() > u16::MAX as usize {
-            return Err(too_long(addr));
+            return Err(Unfit::Address(addr.len()));
         }
         payload += 2 + addr.len() as u64;
     }
     if payload > u32::MAX as u64 {
-        return Err(format!("a message record of {payload} bytes, over 4 GiB"));
+        return Err(Unfit::Record(payload));
     }
     Ok(())
 }
 
-fn too_long(addr: &str) -> String {
-    format!("an address of {} bytes, over 65,535", addr.len())
+/// Why a message does not fit the spool's format.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unfit {
+    #[error("{0} recipients, more than the {MAX_RECIPIENTS} the spool can track")]
+    Recipients(usize),
+    #[error("DSN parameters do not match the recipients")]
+    DsnMismatch,
+    #[error("an address of {0} bytes, over 65,535")]
+    Address(usize),
+    #[error("a message record of {0} bytes, over 4 GiB")]
+    Record(u64),
 }
 
 /// The most bytes an outcome record naming up to `recipients` takes.
@@ -180,8 +186,8 @@ pub(crate) fn encode_marks(salt: &Salt, id: u64, marks: u32, out: &mut Vec<u8>) 
 
 /// Appends a length-prefixed string; refuses one over 65,535 bytes rather
 /// than cutting it (possibly inside a UTF-8 character).
-fn put_str(out: &mut Vec<u8>, s: &str) -> Result<(), String> {
-    let len = u16::try_from(s.len()).map_err(|_| too_long(s))?;
+fn put_str(out: &mut Vec<u8>, s: &str) -> Result<(), Unfit> {
+    let len = u16::try_from(s.len()).map_err(|_| Unfit::Address(s.len()))?;
     out.extend_from_slice(&len.to_le_bytes());
     out.extend_from_slice(s.as_bytes());
     Ok(())

@@ -261,24 +261,52 @@ fn main() -> ExitCode {
     }
 }
 
-fn load_config(arg: &ConfigArg) -> Result<Config, String> {
+/// Why a command failed (printed as `sluice: <error>`).
+#[derive(Debug, thiserror::Error)]
+enum CliError {
+    #[error(transparent)]
+    Config(#[from] sluice::config::ConfigError),
+    #[error(transparent)]
+    Build(#[from] sluice::daemon::BuildError),
+    #[error(transparent)]
+    Start(#[from] sluice::daemon::StartError),
+    #[error(transparent)]
+    Privilege(#[from] sluice::daemon::privilege::PrivilegeError),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    #[error("no password on stdin")]
+    NoPassword,
+    #[error("{0}")]
+    Hash(argon2::password_hash::Error),
+    #[error("--algorithm {0}: want rsa or ed25519")]
+    Algorithm(String),
+    #[error(transparent)]
+    Keygen(#[from] sluice::tools::keygen::KeygenError),
+    #[error(transparent)]
+    Queue(#[from] sluice::tools::queue_cli::CallError),
+    #[error("--ack-log: {0}")]
+    AckLog(std::io::Error),
+}
+
+fn load_config(arg: &ConfigArg) -> Result<Config, CliError> {
     match &arg.config {
-        Some(path) => Config::load(path).map_err(|e| e.to_string()),
+        Some(path) => Ok(Config::load(path)?),
         None => Ok(Config::default()),
     }
 }
 
 /// `sluice hash-password`: one line on stdin (without its newline).
-fn hash_password() -> Result<(), String> {
+fn hash_password() -> Result<(), CliError> {
     let mut line = String::new();
-    std::io::stdin()
-        .read_line(&mut line)
-        .map_err(|e| e.to_string())?;
+    std::io::stdin().read_line(&mut line)?;
     let password = line.trim_end_matches(['\r', '\n']);
     if password.is_empty() {
-        return Err("no password on stdin".into());
+        return Err(CliError::NoPassword);
     }
-    println!("{}", sluice::receive::smtp::auth::hash_password(password)?);
+    let hash = sluice::receive::smtp::auth::hash_password(password).map_err(CliError::Hash)?;
+    println!("{hash}");
     Ok(())
 }
 
@@ -307,7 +335,7 @@ fn sendmail_main(args: &[String]) -> ExitCode {
 }
 
 /// `sluice queue …`.
-async fn queue(a: QueueArgs) -> Result<(), String> {
+async fn queue(a: QueueArgs) -> Result<(), CliError> {
     use sluice::admin::protocol::{Filter, Request};
     use sluice::tools::queue_cli;
     let config = load_config(&a.config)?;
@@ -345,10 +373,7 @@ async fn queue(a: QueueArgs) -> Result<(), String> {
     let show = matches!(request, Request::Show { .. });
     let response = queue_cli::call(&config.data_dir, &request).await?;
     if a.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&response).map_err(|e| e.to_string())?
-        );
+        println!("{}", serde_json::to_string_pretty(&response)?);
     } else if show {
         print!("{}", queue_cli::show(&response));
     } else if listing {
@@ -360,12 +385,12 @@ async fn queue(a: QueueArgs) -> Result<(), String> {
 }
 
 /// `sluice dkim-keygen`.
-fn dkim_keygen(a: KeygenArgs) -> Result<(), String> {
+fn dkim_keygen(a: KeygenArgs) -> Result<(), CliError> {
     use sluice::tools::keygen::{keygen, Algorithm};
     let algorithm = match a.algorithm.as_str() {
         "rsa" => Algorithm::Rsa(a.bits),
         "ed25519" => Algorithm::Ed25519,
-        other => return Err(format!("--algorithm {other}: want rsa or ed25519")),
+        other => return Err(CliError::Algorithm(other.to_string())),
     };
     let record = keygen(algorithm, &a.domain, &a.selector, &a.out)?;
     eprintln!(
@@ -379,7 +404,7 @@ fn dkim_keygen(a: KeygenArgs) -> Result<(), String> {
 /// Loads the config and builds what `serve` would build from it (tables,
 /// routes, certificates, resolvers, keys), so a config that passes here
 /// does not fail at start or reload.
-fn check_config(arg: ConfigArg) -> Result<(), String> {
+fn check_config(arg: ConfigArg) -> Result<(), CliError> {
     for warning in sluice::daemon::check(load_config(&arg)?)? {
         eprintln!("sluice: {warning}");
     }
@@ -387,7 +412,7 @@ fn check_config(arg: ConfigArg) -> Result<(), String> {
     Ok(())
 }
 
-async fn serve(arg: ConfigArg) -> Result<(), String> {
+async fn serve(arg: ConfigArg) -> Result<(), CliError> {
     let config = load_config(&arg)?;
     // Past a file size limit, writes must fail with EFBIG (a full spool,
     // answered 452) instead of the default SIGXFSZ killing the server.
@@ -409,23 +434,20 @@ async fn serve(arg: ConfigArg) -> Result<(), String> {
     // spool under ./var) runs as whoever started it; a configuration file
     // must name an account, or say `run_as_root = true`.
     let account = match privilege::is_root() && arg.config.is_some() {
-        true => privilege::target(config.user.as_deref(), config.run_as_root)
-            .map_err(|e| e.to_string())?,
+        true => privilege::target(config.user.as_deref(), config.run_as_root)?,
         false => None,
     };
     if privilege::is_root() && account.is_none() {
         eprintln!("sluice: warning: running as root (run_as_root = true)");
     }
-    let mut server = Server::start_as(config, account)
-        .await
-        .map_err(|e| e.to_string())?;
+    let mut server = Server::start_as(config, account).await?;
     for addr in &server.addrs {
         eprintln!("sluice: listening on {addr}");
     }
     use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
-    let mut hup = signal(SignalKind::hangup()).map_err(|e| e.to_string())?;
-    let mut usr1 = signal(SignalKind::user_defined1()).map_err(|e| e.to_string())?;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    let mut usr1 = signal(SignalKind::user_defined1())?;
     loop {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => break,
@@ -439,7 +461,7 @@ async fn serve(arg: ConfigArg) -> Result<(), String> {
     Ok(())
 }
 
-async fn run_sink(a: SinkArgs) -> Result<(), String> {
+async fn run_sink(a: SinkArgs) -> Result<(), CliError> {
     let opts = sink::SinkOptions {
         listen: Some(a.listen),
         exit_after: a.exit_after,
@@ -456,12 +478,10 @@ async fn run_sink(a: SinkArgs) -> Result<(), String> {
         tarpit_delay: Duration::from_millis(a.tarpit_ms),
         blackhole: a.blackhole,
     };
-    sink::run_cli(opts, extra, a.max_seconds)
-        .await
-        .map_err(|e| e.to_string())
+    Ok(sink::run_cli(opts, extra, a.max_seconds).await?)
 }
 
-async fn run_bench(a: BenchArgs) -> Result<(), String> {
+async fn run_bench(a: BenchArgs) -> Result<(), CliError> {
     let d = bench::BenchOptions::default();
     let mut opts = bench::BenchOptions {
         target: a.target,
@@ -500,8 +520,8 @@ async fn run_bench(a: BenchArgs) -> Result<(), String> {
     opts.stop = Some(stop.clone());
     {
         use tokio::signal::unix::{signal, SignalKind};
-        let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
-        let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
         tokio::spawn(async move {
             tokio::select! {
                 _ = term.recv() => {}
@@ -513,7 +533,7 @@ async fn run_bench(a: BenchArgs) -> Result<(), String> {
     }
     let report = bench::run(opts, std::io::stdout())
         .await
-        .map_err(|e| format!("--ack-log: {e}"))?;
+        .map_err(CliError::AckLog)?;
     println!(
         "BENCH messages={} errors={} seconds={:.3} msgs_per_s={:.1} rejected_5xx={} temp_4xx={}",
         report.messages,

@@ -275,7 +275,13 @@ async fn a_key_that_does_not_match_its_certificate_is_refused() {
     cfg.tls.cert_file = Some(cert.clone());
     cfg.tls.key_file = Some(key.clone());
     let err = sluice::daemon::check(cfg.clone()).unwrap_err();
-    assert!(err.contains("does not match the certificate"), "{err}");
+    use sluice::pki::TlsError;
+    let mismatch = |e: &TlsError| matches!(e, TlsError::KeyMismatch { .. });
+    assert!(
+        matches!(&err, sluice::daemon::BuildError::Tls(TlsError::In { err, .. }) if mismatch(err)),
+        "{err}"
+    );
+    assert!(err.to_string().contains("does not match the certificate"));
     // A matching pair to start with, then a mismatched one and a reload.
     std::fs::write(&key, one.key_pair.serialize_pem()).unwrap();
     sluice::daemon::check(cfg.clone()).unwrap();

@@ -87,15 +87,27 @@ impl BadHost {
 /// The process's Prometheus recorder (one per process: the `metrics`
 /// macros write to a global recorder). Installed under the lock, so that
 /// of daemons starting at once none finds it installed by another.
-pub fn recorder() -> Result<PrometheusHandle, String> {
-    static HANDLE: OnceLock<Result<PrometheusHandle, String>> = OnceLock::new();
+pub fn recorder() -> Result<PrometheusHandle, MetricsError> {
+    static HANDLE: OnceLock<Result<PrometheusHandle, MetricsError>> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
             PrometheusBuilder::new()
                 .install_recorder()
-                .map_err(|e| format!("metrics: {e}"))
+                .map_err(|e| MetricsError::Recorder(Arc::new(e)))
         })
         .clone()
+}
+
+/// Why the metrics listener could not start.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum MetricsError {
+    #[error("metrics: {0}")]
+    Recorder(Arc<metrics_exporter_prometheus::BuildError>),
+    #[error("metrics.listen {addr}: {err}")]
+    Listen {
+        addr: SocketAddr,
+        err: Arc<std::io::Error>,
+    },
 }
 
 struct Http {
@@ -115,12 +127,14 @@ pub async fn spawn(
     spool: Spool,
     mailboxes: Arc<ArcSwap<VirtualMailboxes>>,
     logger: Logger,
-) -> Result<(SocketAddr, JoinHandle<()>), String> {
+) -> Result<(SocketAddr, JoinHandle<()>), MetricsError> {
     let handle = recorder()?;
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|e| format!("metrics.listen {addr}: {e}"))?;
-    let bound = listener.local_addr().map_err(|e| e.to_string())?;
+    let failed = |err| MetricsError::Listen {
+        addr,
+        err: Arc::new(err),
+    };
+    let listener = TcpListener::bind(addr).await.map_err(failed)?;
+    let bound = listener.local_addr().map_err(failed)?;
     let http = Arc::new(Http {
         handle,
         queue,
@@ -394,7 +408,7 @@ mod tests {
             })
             .collect();
         for racer in racers {
-            assert_eq!(racer.join().unwrap(), Ok(()));
+            racer.join().unwrap().expect("the recorder is installed");
         }
     }
 

@@ -180,21 +180,17 @@ impl Admin {
                             }
                         }
                     }
-                    Err(e) => Response::error(format!("bad message encoding: {e}")),
+                    Err(e) => Response::error(AdminError::Encoding(e)),
                 },
                 Ok(request @ Request::List { .. }) => self.handle(request).await,
-                Ok(_) if door == Door::Public => Response::error(
-                    "only submissions and the queue's listing on the submission socket: \
-                     administering the queue needs root or the daemon's group"
-                        .into(),
-                ),
+                Ok(_) if door == Door::Public => Response::error(AdminError::NotPublic),
                 Ok(request) => {
                     log!(self.logger, "admin", "request: {}", line.trim());
                     self.handle(request).await
                 }
-                Err(e) => Response::error(format!("bad request: {e}")),
+                Err(e) => Response::error(AdminError::Request(e)),
             },
-            Err(e) => Response::error(format!("cannot read the request: {e}")),
+            Err(e) => Response::error(AdminError::Read(e)),
         };
         let mut out = serde_json::to_vec(&response).unwrap_or_default();
         out.push(b'\n');
@@ -238,9 +234,7 @@ impl Admin {
                         ..Default::default()
                     };
                     if !all_deferred && older_than_secs.is_none() {
-                        return Response::error(
-                            "delete: name IDs, --all-deferred or --older-than".into(),
-                        );
+                        return Response::error(AdminError::NothingToDelete);
                     }
                     self.ids(&filter).await
                 } else {
@@ -257,7 +251,7 @@ impl Admin {
             Request::Hold { id } => self.one(&id, AdminRequest::Hold).await,
             Request::Release { id } => self.one(&id, AdminRequest::Release).await,
             Request::Bounce { id } => self.one(&id, AdminRequest::Bounce).await,
-            Request::Submit { .. } => Response::error("submit is handled above".into()),
+            Request::Submit { .. } => Response::error(AdminError::SubmitHere),
         }
     }
 
@@ -272,10 +266,10 @@ impl Admin {
     async fn count_all(&self, request: AdminRequest, wanted: usize) -> Response {
         let response = self.count(request).await;
         if response.ok && response.count < wanted {
-            return Response::error(format!(
-                "{} of {wanted} queue IDs not found (delivered, or never queued)",
-                wanted - response.count
-            ));
+            return Response::error(AdminError::NotFound {
+                missing: wanted - response.count,
+                wanted,
+            });
         }
         response
     }
@@ -283,21 +277,21 @@ impl Admin {
     async fn count(&self, request: AdminRequest) -> Response {
         match self.queue.admin(request).await {
             Some(AdminReply::Count(n)) => Response::count(n),
-            _ => Response::error("the queue is not running".into()),
+            _ => Response::error(AdminError::NotRunning),
         }
     }
 
-    async fn ids(&self, filter: &Filter) -> Result<Vec<u64>, String> {
+    async fn ids(&self, filter: &Filter) -> Result<Vec<u64>, AdminError> {
         let entries = self.entries(filter, None).await?;
         entries.iter().map(|e| parse_id(&e.id)).collect()
     }
 
     /// The queue's messages matching `filter` (and only message `only`,
     /// if given), envelopes read as needed.
-    async fn entries(&self, filter: &Filter, only: Option<u64>) -> Result<Vec<Entry>, String> {
+    async fn entries(&self, filter: &Filter, only: Option<u64>) -> Result<Vec<Entry>, AdminError> {
         let Some(AdminReply::Snapshot(snaps)) = self.queue.admin(AdminRequest::Snapshot).await
         else {
-            return Err("the queue is not running".into());
+            return Err(AdminError::NotRunning);
         };
         let spool = self.spool.clone();
         let filter = filter.clone();
@@ -310,7 +304,7 @@ impl Admin {
                 .collect()
         })
         .await
-        .map_err(|e| e.to_string())
+        .map_err(AdminError::Panicked)
     }
 
     /// One message: its entry, its headers, and the log lines naming it.
@@ -324,11 +318,11 @@ impl Admin {
             Err(e) => return Response::error(e),
         };
         let Some(found) = entries.into_iter().find(|e| e.id == wanted) else {
-            return Response::error(format!("{wanted}: no such message in the queue"));
+            return Response::error(AdminError::NoSuchMessage(wanted));
         };
         let (spool, log_file, qid) = (self.spool.clone(), self.log_file.clone(), wanted.clone());
         let Some(body_ref) = found.body_ref else {
-            return Response::error(format!("{wanted}: no such message in the queue"));
+            return Response::error(AdminError::NoSuchMessage(wanted));
         };
         let details = tokio::task::spawn_blocking(move || {
             let headers = spool
@@ -346,8 +340,38 @@ impl Admin {
     }
 }
 
-fn parse_id(id: &str) -> Result<u64, String> {
-    u64::from_str_radix(id.trim(), 16).map_err(|_| format!("{id:?} is not a queue ID"))
+/// Why an administration request failed (its text is the reply's).
+#[derive(Debug, thiserror::Error)]
+enum AdminError {
+    #[error("{0:?} is not a queue ID")]
+    NotAQueueId(String),
+    #[error("the queue is not running")]
+    NotRunning,
+    #[error("{missing} of {wanted} queue IDs not found (delivered, or never queued)")]
+    NotFound { missing: usize, wanted: usize },
+    #[error("{0}: no such message in the queue")]
+    NoSuchMessage(String),
+    #[error("delete: name IDs, --all-deferred or --older-than")]
+    NothingToDelete,
+    #[error(
+        "only submissions and the queue's listing on the submission socket: \
+         administering the queue needs root or the daemon's group"
+    )]
+    NotPublic,
+    #[error("submit is handled above")]
+    SubmitHere,
+    #[error("bad message encoding: {0}")]
+    Encoding(base64::DecodeError),
+    #[error("bad request: {0}")]
+    Request(serde_json::Error),
+    #[error("cannot read the request: {0}")]
+    Read(std::io::Error),
+    #[error("reading the queue failed: {0}")]
+    Panicked(tokio::task::JoinError),
+}
+
+fn parse_id(id: &str) -> Result<u64, AdminError> {
+    u64::from_str_radix(id.trim(), 16).map_err(|_| AdminError::NotAQueueId(id.to_string()))
 }
 
 /// A snapshot entry with its envelope (read from the spool for waiting mail).

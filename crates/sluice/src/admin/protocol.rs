@@ -134,9 +134,9 @@ pub struct Response {
 }
 
 impl Response {
-    pub fn error(why: String) -> Response {
+    pub fn error(why: impl std::fmt::Display) -> Response {
         Response {
-            error: Some(why),
+            error: Some(why.to_string()),
             ..Default::default()
         }
     }

@@ -101,10 +101,15 @@ pub struct Cidr {
     prefix: u8,
 }
 
+/// A network that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("bad network {0:?} (want address/prefix)")]
+pub struct BadNetwork(pub String);
+
 impl TryFrom<String> for Cidr {
-    type Error = String;
-    fn try_from(text: String) -> Result<Cidr, String> {
-        Cidr::parse(&text).ok_or_else(|| format!("bad network {text:?} (want address/prefix)"))
+    type Error = BadNetwork;
+    fn try_from(text: String) -> Result<Cidr, BadNetwork> {
+        Cidr::parse(&text).ok_or(BadNetwork(text))
     }
 }
 

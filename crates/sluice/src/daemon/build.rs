@@ -147,6 +147,24 @@ fn delivery_key(c: &Config) -> String {
     format!("{:?}{:?}{:?}{:?}", c.hostname, c.delivery, c.dns, ca)
 }
 
+/// Why a configuration's parts could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error(transparent)]
+    Routing(#[from] crate::routing::RoutingError),
+    #[error(transparent)]
+    Tls(#[from] crate::pki::TlsError),
+    #[error(transparent)]
+    Resolver(#[from] crate::routing::dns::ResolverError),
+    #[error(transparent)]
+    Dkim(#[from] crate::intake::dkim::DkimError),
+    #[error("spool {}: {err}", dir.display())]
+    SpoolSpace {
+        dir: std::path::PathBuf,
+        err: std::io::Error,
+    },
+}
+
 impl Parts {
     /// Builds the parts of `config`, keeping those of `previous` whose
     /// settings are unchanged.
@@ -155,7 +173,7 @@ impl Parts {
         logger: &Logger,
         previous: Option<&Parts>,
         purpose: Purpose,
-    ) -> Result<Parts, String> {
+    ) -> Result<Parts, BuildError> {
         let kept = |key: fn(&Config) -> String| previous.filter(|p| same(&p.config, &config, key));
         let mailboxes = match kept(tables_key) {
             Some(p) => p.mailboxes.clone(),
@@ -357,11 +375,13 @@ impl Parts {
 
 /// `sluice check-config`: builds what `serve` builds, writing nothing;
 /// returns warnings (a spool file system too full to take mail).
-pub fn check(config: Config) -> Result<Vec<String>, String> {
+pub fn check(config: Config) -> Result<Vec<String>, BuildError> {
     let logger = Logger::disabled();
     let dir = config.data_dir.join("spool");
-    let fs =
-        super::spool_size::space_for(&dir).map_err(|e| format!("spool {}: {e}", dir.display()))?;
+    let fs = match super::spool_size::space_for(&dir) {
+        Ok(fs) => fs,
+        Err(err) => return Err(BuildError::SpoolSpace { dir, err }),
+    };
     let size = super::spool_size::fit(&config.spool, fs);
     let warnings = super::spool_size::shortage(&dir, size, fs)
         .into_iter()

@@ -15,7 +15,7 @@ pub mod privilege;
 mod reload;
 mod spool_size;
 
-pub use build::check;
+pub use build::{check, BuildError};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -43,7 +43,22 @@ pub enum StartError {
     #[error("cannot open spool: {0}")]
     Spool(#[from] sluice_spool::SpoolError),
     #[error("configuration: {0}")]
-    Config(String),
+    Config(#[from] crate::config::ConfigError),
+    #[error("configuration: {0}")]
+    Build(#[from] build::BuildError),
+    #[error("configuration: {0}")]
+    Privilege(#[from] privilege::PrivilegeError),
+    #[error("configuration: admin socket in {}: {err}", dir.display())]
+    Admin {
+        dir: std::path::PathBuf,
+        err: crate::admin::socket::BindError,
+    },
+    #[error("configuration: metrics.listen: bad address {0:?}")]
+    MetricsAddress(String),
+    #[error("configuration: {0}")]
+    Metrics(#[from] crate::admin::http::MetricsError),
+    #[error("configuration: spool recovery panicked: {0}")]
+    Recovery(tokio::task::JoinError),
     #[error("cannot listen on {0}: {1}")]
     Listen(String, std::io::Error),
 }
@@ -86,9 +101,7 @@ impl Server {
         config: Config,
         account: Option<privilege::Account>,
     ) -> Result<Server, StartError> {
-        config
-            .validate()
-            .map_err(|e| StartError::Config(e.to_string()))?;
+        config.validate()?;
         let (shutdown, _) = watch::channel(false);
         let mut listeners = Listeners::new(shutdown.subscribe(), config.smtpd.reuse_port);
         let bound = listeners
@@ -97,8 +110,7 @@ impl Server {
         if let Some(account) = &account {
             let log = config.log_file.as_deref();
             privilege::hand_over(&config.data_dir, log, account)
-                .and_then(|()| privilege::drop_to(account))
-                .map_err(|e| StartError::Config(e.to_string()))?;
+                .and_then(|()| privilege::drop_to(account))?;
         }
         // (validate() has checked it is "text" or "json".)
         let json = config.log_format == "json";
@@ -106,8 +118,7 @@ impl Server {
         crate::log::route_crate_logs(&logger);
         let config = Arc::new(config);
         let (spool, recovered) = open_spool(&config, &logger).await?;
-        let mut parts = Parts::build(config.clone(), &logger, None, Purpose::Serve)
-            .map_err(StartError::Config)?;
+        let mut parts = Parts::build(config.clone(), &logger, None, Purpose::Serve)?;
         parts.agents(&spool, &logger, None);
         let (queue, rx) = QueueHandle::channel();
         let intake = parts.intake(&spool, &logger, &queue);
@@ -136,10 +147,15 @@ impl Server {
             submitter.clone(),
             config.log_file.clone(),
         )
-        .map_err(|e| {
-            let why = format!("admin socket in {}: {e}", config.data_dir.display());
-            log!(logger, "master", "fatal: {why}");
-            StartError::Config(why)
+        .map_err(|err| {
+            let dir = config.data_dir.clone();
+            log!(
+                logger,
+                "master",
+                "fatal: admin socket in {}: {err}",
+                dir.display()
+            );
+            StartError::Admin { dir, err }
         })?;
         let observe = observe(&config, &queue, &spool, &mailboxes, &logger).await?;
         listeners.apply(&config, bound, &ctx, &logger).await;
@@ -261,7 +277,7 @@ async fn observe(
     };
     let addr: SocketAddr = listen
         .parse()
-        .map_err(|_| StartError::Config(format!("metrics.listen: bad address {listen:?}")))?;
+        .map_err(|_| StartError::MetricsAddress(listen.clone()))?;
     let access = crate::admin::http::Access {
         hostname: config.hostname.clone(),
         max_connections: config.metrics.max_connections,
@@ -274,8 +290,7 @@ async fn observe(
         mailboxes.clone(),
         logger.clone(),
     )
-    .await
-    .map_err(StartError::Config)?;
+    .await?;
     log!(logger, "master", "metrics and dashboard on http://{bound}/");
     Ok(Some((bound, task)))
 }
@@ -286,8 +301,10 @@ async fn open_spool(
     logger: &Logger,
 ) -> Result<(Spool, Vec<sluice_spool::Recovered>), StartError> {
     let dir = config.data_dir.join("spool");
-    let fs = spool_size::space_for(&dir)
-        .map_err(|e| StartError::Config(format!("spool {}: {e}", dir.display())))?;
+    let fs = match spool_size::space_for(&dir) {
+        Ok(fs) => fs,
+        Err(err) => return Err(build::BuildError::SpoolSpace { dir, err }.into()),
+    };
     let size = spool_size::fit(&config.spool, fs);
     if let Some(warning) = spool_size::shortage(&dir, size, fs) {
         eprintln!("sluice: {warning}");
@@ -301,7 +318,7 @@ async fn open_spool(
     };
     let (spool, recovered, report) = tokio::task::spawn_blocking(move || Spool::open(spool_config))
         .await
-        .map_err(|e| StartError::Config(format!("spool recovery panicked: {e}")))??;
+        .map_err(StartError::Recovery)??;
     log!(
         logger,
         "master",

@@ -47,7 +47,7 @@ impl Server {
         }
     }
 
-    fn refuse(&self, why: &str) {
+    fn refuse(&self, why: &dyn std::fmt::Display) {
         log!(
             self.logger,
             "master",

@@ -17,7 +17,7 @@
 //! stops the start); messages are the client's. Invariant: a message that
 //! cannot be signed is still accepted, unsigned, and that is logged.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use mail_auth::common::crypto::{DkimKey, Ed25519Key, RsaKey, Sha256};
 use mail_auth::common::headers::HeaderWriter;
@@ -60,33 +60,58 @@ pub struct Signers {
     keys: Vec<Key>,
 }
 
+/// Why the DKIM keys could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum DkimError {
+    #[error(
+        "dkim: {domain}: expire_secs ({secs}) must exceed queue.maximal_lifetime_secs \
+         ({lifetime}): mail still queued would carry an expired signature"
+    )]
+    ExpiresInQueue {
+        domain: String,
+        secs: u64,
+        lifetime: u64,
+    },
+    #[error("dkim: {}: {err}", path.display())]
+    Pem {
+        path: PathBuf,
+        err: rustls::pki_types::pem::Error,
+    },
+    #[error("dkim: {}: not an RSA or Ed25519 private key: {err}", path.display())]
+    NotAKey {
+        path: PathBuf,
+        err: mail_auth::Error,
+    },
+    #[error("dkim: {0}: headers must include From")]
+    FromNotSigned(String),
+}
+
 impl Signers {
     /// Loads every key; the first bad one is the error. Signatures
     /// expire (`x=`) after the key's `expire_secs`, by default two days
     /// after the queue (`queue_lifetime_secs`) gives up on a message, so
     /// that no copy we send carries an expired signature.
-    pub fn load(keys: &[DkimKeyConfig], queue_lifetime_secs: u64) -> Result<Signers, String> {
+    pub fn load(keys: &[DkimKeyConfig], queue_lifetime_secs: u64) -> Result<Signers, DkimError> {
         let mut out = Vec::with_capacity(keys.len());
         for k in keys {
             let expire = match k.expire_secs {
                 None => queue_lifetime_secs.saturating_add(EXPIRE_AFTER_QUEUE),
                 Some(secs) if secs != 0 && secs <= queue_lifetime_secs => {
-                    return Err(format!(
-                        "dkim: {}: expire_secs ({secs}) must exceed queue.maximal_lifetime_secs \
-                         ({queue_lifetime_secs}): mail still queued would carry an expired signature",
-                        k.domain
-                    ))
+                    return Err(DkimError::ExpiresInQueue {
+                        domain: k.domain.clone(),
+                        secs,
+                        lifetime: queue_lifetime_secs,
+                    })
                 }
                 Some(secs) => secs,
             };
-            let key = load_key(&k.key_file)
-                .map_err(|e| format!("dkim: {}: {e}", k.key_file.display()))?;
+            let key = load_key(&k.key_file)?;
             let headers: Vec<String> = match &k.headers {
                 Some(h) if !h.is_empty() => h.clone(),
                 _ => DEFAULT_HEADERS.iter().map(|h| h.to_string()).collect(),
             };
             if !headers.iter().any(|h| h.eq_ignore_ascii_case("from")) {
-                return Err(format!("dkim: {}: headers must include From", k.domain));
+                return Err(DkimError::FromNotSigned(k.domain.clone()));
             }
             let headers = oversign_from(headers);
             let signer = DkimSigner::from_key(key)
@@ -108,7 +133,7 @@ impl Signers {
 
     /// The `DKIM-Signature:` field (with CRLF) for `message`, if a key
     /// covers its From domain; `Err` if signing failed.
-    pub fn sign(&self, message: &[u8]) -> Option<Result<(String, &str), String>> {
+    pub fn sign(&self, message: &[u8]) -> Option<Result<(String, &str), mail_auth::Error>> {
         if self.keys.is_empty() {
             return None;
         }
@@ -120,8 +145,7 @@ impl Signers {
         Some(
             key.signer
                 .sign(message)
-                .map(|s| (s.to_header(), key.domain.as_str()))
-                .map_err(|e| e.to_string()),
+                .map(|s| (s.to_header(), key.domain.as_str())),
         )
     }
 }
@@ -139,8 +163,11 @@ fn oversign_from(mut headers: Vec<String>) -> Vec<String> {
 }
 
 /// A PEM private key: PKCS#8 Ed25519 or RSA, or PKCS#1 RSA.
-fn load_key(path: &Path) -> Result<DkimKey, String> {
-    let der = PrivateKeyDer::from_pem_file(path).map_err(|e| e.to_string())?;
+fn load_key(path: &Path) -> Result<DkimKey, DkimError> {
+    let der = PrivateKeyDer::from_pem_file(path).map_err(|err| DkimError::Pem {
+        path: path.to_path_buf(),
+        err,
+    })?;
     if let PrivateKeyDer::Pkcs8(p) = &der {
         if let Ok(ed) = Ed25519Key::from_pkcs8_der(p.secret_pkcs8_der()) {
             return Ok(DkimKey::Ed25519(ed));
@@ -148,7 +175,10 @@ fn load_key(path: &Path) -> Result<DkimKey, String> {
     }
     RsaKey::<Sha256>::from_key_der(der)
         .map(DkimKey::Rsa)
-        .map_err(|e| format!("not an RSA or Ed25519 private key: {e}"))
+        .map_err(|err| DkimError::NotAKey {
+            path: path.to_path_buf(),
+            err,
+        })
 }
 
 /// The domain of the first address in the `From:` header, lower-cased.

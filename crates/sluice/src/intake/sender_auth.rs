@@ -41,13 +41,16 @@ pub struct SenderAuth {
 }
 
 impl SenderAuth {
-    pub fn new(config: &DnsConfig, hostname: &str) -> Result<SenderAuth, String> {
+    pub fn new(config: &DnsConfig, hostname: &str) -> Result<SenderAuth, dns::ResolverError> {
         let (servers, timeout, attempts) = dns::resolver_parts(config)?;
         let mut opts = ResolverOpts::default();
         opts.timeout = timeout;
         opts.attempts = attempts;
-        let auth = MessageAuthenticator::new(servers, opts)
-            .map_err(|e| format!("sender_auth: cannot start the resolver: {e}"))?;
+        let auth =
+            MessageAuthenticator::new(servers, opts).map_err(|e| dns::ResolverError::Start {
+                who: "sender_auth",
+                err: Box::new(e),
+            })?;
         Ok(SenderAuth {
             auth,
             hostname: hostname.to_string(),

@@ -19,6 +19,17 @@ use crate::log;
 use crate::log::qid;
 use crate::message::flags::MARK_DELAY_WARNED;
 
+/// Why a parked message's envelope could not be read back.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadBack {
+    #[error("{0}")]
+    Io(std::io::Error),
+    #[error("reading the queue file failed unexpectedly")]
+    Panicked,
+    #[error("recipient count does not match the spool index")]
+    Mismatch,
+}
+
 /// Envelopes read back per blocking task.
 const LOAD_BATCH: usize = 256;
 
@@ -93,17 +104,16 @@ impl Scheduler {
                 let read = || {
                     batch
                         .into_iter()
-                        .map(|(id, body)| {
-                            (id, spool.read_envelope(body).map_err(|e| e.to_string()))
-                        })
+                        .map(|(id, body)| (id, spool.read_envelope(body).map_err(ReadBack::Io)))
                         .collect()
                 };
                 // Whatever happens, every ID comes back, so `loading` is
                 // always paid back and admission never stalls.
                 let loaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(read))
                     .unwrap_or_else(|_| {
-                        let why = || Err("reading the queue file failed unexpectedly".to_string());
-                        ids.into_iter().map(|id| (id, why())).collect()
+                        ids.into_iter()
+                            .map(|id| (id, Err(ReadBack::Panicked)))
+                            .collect()
                     });
                 let _ = events.blocking_send(Event::Loaded(loaded));
             });
@@ -111,7 +121,7 @@ impl Scheduler {
     }
 
     /// Envelopes read back: the messages become active and are dispatched.
-    pub(super) fn loaded(&mut self, loaded: Vec<(u64, Result<Envelope, String>)>) {
+    pub(super) fn loaded(&mut self, loaded: Vec<(u64, Result<Envelope, ReadBack>)>) {
         for (id, result) in loaded {
             self.loading = self.loading.saturating_sub(1);
             let Some(parked) = self.parked.remove(&id) else {
@@ -130,7 +140,7 @@ impl Scheduler {
                 other => {
                     let why = match other {
                         Err(e) => e,
-                        Ok(_) => "recipient count does not match the spool index".into(),
+                        Ok(_) => ReadBack::Mismatch,
                     };
                     log!(
                         self.logger,

@@ -59,7 +59,7 @@ pub enum Event {
     /// Messages found in the spool at start-up (envelopes still on disk).
     Recovered(Vec<sluice_spool::Recovered>),
     /// Envelopes read back for parked messages (see `admission.rs`).
-    Loaded(Vec<(u64, Result<Envelope, String>)>),
+    Loaded(Vec<(u64, Result<Envelope, admission::ReadBack>)>),
     Report(JobReport),
     /// An administrator's request (`admin.rs`).
     Admin(admin::AdminRequest, oneshot::Sender<admin::AdminReply>),

@@ -67,11 +67,30 @@ pub struct Dns {
     resolver: TokioResolver,
 }
 
+/// Why a resolver could not be set up from `[dns]`.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolverError {
+    #[error("dns.nameservers: bad address {0:?} (want ip:port)")]
+    BadNameserver(String),
+    #[error("dns.trust_anchor_file: {}: {err}", path.display())]
+    TrustAnchors {
+        path: std::path::PathBuf,
+        err: hickory_resolver::proto::serialize::txt::ParseError,
+    },
+    #[error("{who}: cannot start the resolver: {err}")]
+    Start {
+        who: &'static str,
+        err: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
 /// The servers `[dns]` names (or the system's resolv.conf; without one, a
 /// resolver on this host, never a public server picked for the
 /// administrator), its timeout and attempts: for [`Dns`] and for sender
 /// authentication, so both ask the same servers.
-pub fn resolver_parts(config: &DnsConfig) -> Result<(ResolverConfig, Duration, usize), String> {
+pub fn resolver_parts(
+    config: &DnsConfig,
+) -> Result<(ResolverConfig, Duration, usize), ResolverError> {
     let servers = if config.nameservers.is_empty() {
         match hickory_resolver::system_conf::read_system_conf() {
             Ok((system, _)) => system,
@@ -85,7 +104,7 @@ pub fn resolver_parts(config: &DnsConfig) -> Result<(ResolverConfig, Duration, u
         for ns in &config.nameservers {
             let addr: SocketAddr = ns
                 .parse()
-                .map_err(|_| format!("dns.nameservers: bad address {ns:?} (want ip:port)"))?;
+                .map_err(|_| ResolverError::BadNameserver(ns.clone()))?;
             servers.push(server(addr));
         }
         ResolverConfig::from_parts(None, vec![], servers)
@@ -95,7 +114,7 @@ pub fn resolver_parts(config: &DnsConfig) -> Result<(ResolverConfig, Duration, u
 }
 
 impl Dns {
-    pub fn new(config: &DnsConfig) -> Result<Dns, String> {
+    pub fn new(config: &DnsConfig) -> Result<Dns, ResolverError> {
         let (servers, timeout, attempts) = resolver_parts(config)?;
         let mut builder =
             TokioResolver::builder_with_config(servers, TokioRuntimeProvider::default());
@@ -107,9 +126,10 @@ impl Dns {
         // Answers are cached per their TTL; room for many destinations
         // (hickory's default of 32 would be refilled constantly).
         opts.cache_size = 16_384;
-        let resolver = builder
-            .build()
-            .map_err(|e| format!("dns: cannot start the resolver: {e}"))?;
+        let resolver = builder.build().map_err(|e| ResolverError::Start {
+            who: "dns",
+            err: Box::new(e),
+        })?;
         Ok(Dns { resolver })
     }
 

@@ -9,7 +9,23 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use crate::config::hop::NextHop;
-use crate::tables::Table;
+use crate::tables::{Table, TableError};
+
+/// Why the routing tables could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum RoutingError {
+    #[error("local.{0}: must be a static table (it is consulted without I/O)")]
+    NotStatic(&'static str),
+    #[error("{setting}: {err}")]
+    Table {
+        setting: String,
+        err: Box<TableError>,
+    },
+    #[error("local.{what}: no table named {name:?} in [tables]")]
+    NoSuchTable { what: String, name: String },
+    #[error("{setting}: bad next hop {hop:?}")]
+    BadHop { setting: String, hop: String },
+}
 
 pub struct LocalDomains {
     domains: HashSet<String>,
@@ -22,22 +38,23 @@ impl LocalDomains {
         domains: &[String],
         domain_table: Option<Arc<Table>>,
         transport_table: Option<Arc<Table>>,
-    ) -> Result<LocalDomains, String> {
+    ) -> Result<LocalDomains, RoutingError> {
         for (t, what) in [
             (&domain_table, "domain_table"),
             (&transport_table, "transport_table"),
         ] {
             if t.as_ref().is_some_and(|t| !t.is_static()) {
-                return Err(format!(
-                    "local.{what}: must be a static table (it is consulted without I/O)"
-                ));
+                return Err(RoutingError::NotStatic(what));
             }
         }
         // A typo in a route must not send mail to the default route
         // instead: checked now, and at every reload of the file.
         if let Some(t) = &transport_table {
             t.set_check(check_route)
-                .map_err(|e| format!("local.transport_table: {e}"))?;
+                .map_err(|err| RoutingError::Table {
+                    setting: "local.transport_table".into(),
+                    err: Box::new(err),
+                })?;
         }
         Ok(LocalDomains {
             domains: domains.iter().map(|d| d.to_ascii_lowercase()).collect(),
@@ -82,11 +99,15 @@ impl LocalDomains {
 }
 
 /// A transport table entry must name a next hop Sluice understands.
-fn check_route(domain: &str, hops: &[String]) -> Result<(), String> {
+fn check_route(domain: &str, hops: &[String]) -> Result<(), TableError> {
     let hop = hops.first().map(String::as_str).unwrap_or("");
     match NextHop::parse(hop) {
         Some(_) => Ok(()),
-        None => Err(format!("{domain:?}: bad next hop {hop:?}")),
+        None => Err(TableError::Entry {
+            key: domain.to_string(),
+            what: "next hop",
+            value: hop.to_string(),
+        }),
     }
 }
 
@@ -109,7 +130,15 @@ mod tests {
     fn a_bad_route_is_refused_not_ignored() {
         let (_d, t) = routes("a.test smtp:[10.0.0.1]:25\nb.test carrier-pigeon:x\n");
         let err = LocalDomains::new(&[], None, Some(t)).err().unwrap();
-        assert!(err.contains("\"b.test\": bad next hop"), "{err}");
+        assert!(
+            matches!(&err, RoutingError::Table { err, .. }
+                if matches!(&**err, TableError::Entry { key, .. } if key == "b.test")),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("\"b.test\": bad next hop"),
+            "{err}"
+        );
         let (_d, t) = routes("a.test smtp:[10.0.0.1]:25\n");
         let ok = LocalDomains::new(&[], None, Some(t)).unwrap();
         assert_eq!(

@@ -18,7 +18,7 @@ use crate::config::local::LocalConfig;
 use crate::config::tables::TableConfig;
 use crate::log::Logger;
 use crate::message::address::domain_of;
-use crate::routing::domains::LocalDomains;
+use crate::routing::domains::{LocalDomains, RoutingError};
 use crate::tables::{LookupError, Table};
 
 /// What an address in a local domain resolves to.
@@ -56,20 +56,26 @@ impl VirtualMailboxes {
         tables: &BTreeMap<String, TableConfig>,
         data_dir: &Path,
         logger: &Logger,
-    ) -> Result<VirtualMailboxes, String> {
+    ) -> Result<VirtualMailboxes, RoutingError> {
         let mut built = HashMap::new();
-        let mut get = |name: &Option<String>, what: &str| -> Result<Option<Arc<Table>>, String> {
-            let Some(name) = name else { return Ok(None) };
-            if let Some(t) = built.get(name) {
-                return Ok(Some(Arc::clone(t)));
-            }
-            let cfg = tables
-                .get(name)
-                .ok_or_else(|| format!("local.{what}: no table named {name:?} in [tables]"))?;
-            let t = Arc::new(Table::build(name, cfg, logger)?);
-            built.insert(name.clone(), t.clone());
-            Ok(Some(t))
-        };
+        let mut get =
+            |name: &Option<String>, what: &str| -> Result<Option<Arc<Table>>, RoutingError> {
+                let Some(name) = name else { return Ok(None) };
+                if let Some(t) = built.get(name) {
+                    return Ok(Some(Arc::clone(t)));
+                }
+                let cfg = tables.get(name).ok_or_else(|| RoutingError::NoSuchTable {
+                    what: what.to_string(),
+                    name: name.clone(),
+                })?;
+                let t = Table::build(name, cfg, logger).map_err(|err| RoutingError::Table {
+                    setting: format!("local.{what}"),
+                    err: Box::new(err),
+                })?;
+                let t = Arc::new(t);
+                built.insert(name.clone(), t.clone());
+                Ok(Some(t))
+            };
         let domain_table = get(&config.domain_table, "domain_table")?;
         let transport_table = get(&config.transport_table, "transport_table")?;
         let domains = LocalDomains::new(&config.domains, domain_table, transport_table)?;

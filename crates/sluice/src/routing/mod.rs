@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use crate::config::hop::NextHop;
 use crate::message::address::domain_of;
-use domains::LocalDomains;
+pub use domains::{LocalDomains, RoutingError};
 
 /// The routing table, built once from the configuration.
 #[derive(Clone)]
@@ -42,12 +42,14 @@ impl Router {
         transport: &BTreeMap<String, String>,
         relayhost: Option<&str>,
         local: Arc<LocalDomains>,
-    ) -> Result<Router, String> {
+    ) -> Result<Router, RoutingError> {
         let mut table = BTreeMap::new();
         let mut wildcard = None;
         for (domain, hop) in transport {
-            let hop = NextHop::parse(hop)
-                .ok_or_else(|| format!("transport.{domain:?}: bad next hop {hop:?}"))?;
+            let hop = NextHop::parse(hop).ok_or_else(|| RoutingError::BadHop {
+                setting: format!("transport.{domain:?}"),
+                hop: hop.clone(),
+            })?;
             if domain == "*" {
                 wildcard = Some(Arc::new(hop));
             } else {
@@ -55,11 +57,12 @@ impl Router {
             }
         }
         let relayhost = match relayhost {
-            Some(h) => {
-                Some(Arc::new(NextHop::parse(h).ok_or_else(|| {
-                    format!("delivery.relayhost: bad next hop {h:?}")
-                })?))
-            }
+            Some(h) => Some(Arc::new(NextHop::parse(h).ok_or_else(|| {
+                RoutingError::BadHop {
+                    setting: "delivery.relayhost".into(),
+                    hop: h.to_string(),
+                }
+            })?)),
             None => None,
         };
         Ok(Router {

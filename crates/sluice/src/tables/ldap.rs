@@ -16,10 +16,11 @@ use std::time::{Duration, Instant};
 
 use ldap3::{Ldap, LdapConnAsync, LdapConnSettings, Scope, SearchEntry};
 
-use super::{LookupError, Values};
+use super::{LookupError, TableError, Values};
 use crate::config::tables::TableConfig;
 use crate::log;
 use crate::log::Logger;
+use crate::pki::TlsError;
 
 /// Counters for the log and for tests.
 #[derive(Debug, Default)]
@@ -75,11 +76,14 @@ pub struct LdapTable {
 }
 
 impl LdapTable {
-    pub fn new(name: &str, config: TableConfig, logger: Logger) -> Result<LdapTable, String> {
+    pub fn new(name: &str, config: TableConfig, logger: Logger) -> Result<LdapTable, TableError> {
         let pool = (0..config.pool_size.max(1))
             .map(|_| tokio::sync::Mutex::new(None))
             .collect();
-        let tls = tls_config(&config).map_err(|e| format!("tables.{name}: {e}"))?;
+        let tls = tls_config(&config).map_err(|err| TableError::Tls {
+            table: name.to_string(),
+            err,
+        })?;
         Ok(LdapTable {
             name: name.to_string(),
             config,
@@ -378,11 +382,11 @@ impl LdapTable {
 
 /// The TLS settings for `ldaps://` and StartTLS (no trust anchors at all
 /// when neither is used).
-fn tls_config(config: &TableConfig) -> Result<Arc<rustls::ClientConfig>, String> {
+fn tls_config(config: &TableConfig) -> Result<Arc<rustls::ClientConfig>, TlsError> {
     let uses_tls = config.starttls || config.uris.iter().any(|u| u.starts_with("ldaps://"));
     let roots = match (&config.tls_ca_file, uses_tls) {
         (None, false) => rustls::RootCertStore::empty(),
-        (ca, _) => crate::pki::roots(ca.as_deref()).map_err(|e| format!("tls_ca_file {e}"))?,
+        (ca, _) => crate::pki::roots(ca.as_deref())?,
     };
     Ok(Arc::new(crate::pki::verifying_client(roots)?))
 }

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 pub use ldap::{expand_filter, LdapStats, LdapTable};
-pub use static_file::{parse_static, EntryCheck, StaticTable};
+pub use static_file::{parse_static, EntryCheck, LineProblem, StaticTable};
 
 use crate::config::tables::TableConfig;
 use crate::log::Logger;
@@ -34,6 +34,40 @@ pub enum LookupError {
     Unavailable(String),
 }
 
+/// Why a table could not be built or (re)loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum TableError {
+    #[error("tables.{0}: a static table needs `path`")]
+    NoPath(String),
+    #[error("tables.{0}: an ldap table needs `uris`")]
+    NoUris(String),
+    #[error("tables.{table}: unknown kind {kind:?} (want \"static\" or \"ldap\")")]
+    UnknownKind { table: String, kind: String },
+    #[error("{}: {err}", path.display())]
+    Read {
+        path: std::path::PathBuf,
+        err: std::io::Error,
+    },
+    #[error("{origin}: line {line}: key {key:?} {problem}")]
+    Line {
+        origin: String,
+        line: usize,
+        key: String,
+        problem: LineProblem,
+    },
+    #[error("{key:?}: bad {what} {value:?}")]
+    Entry {
+        key: String,
+        what: &'static str,
+        value: String,
+    },
+    #[error("tables.{table}: tls_ca_file {err}")]
+    Tls {
+        table: String,
+        err: crate::pki::TlsError,
+    },
+}
+
 /// A lookup table of either kind.
 pub enum Table {
     Static(StaticTable),
@@ -41,13 +75,13 @@ pub enum Table {
 }
 
 impl Table {
-    pub fn build(name: &str, config: &TableConfig, logger: &Logger) -> Result<Table, String> {
+    pub fn build(name: &str, config: &TableConfig, logger: &Logger) -> Result<Table, TableError> {
         match config.kind.as_str() {
             "static" => {
                 let path = config
                     .path
                     .clone()
-                    .ok_or_else(|| format!("tables.{name}: a static table needs `path`"))?;
+                    .ok_or_else(|| TableError::NoPath(name.to_string()))?;
                 Ok(Table::Static(StaticTable::load(
                     name,
                     &path,
@@ -56,14 +90,15 @@ impl Table {
             }
             "ldap" => {
                 if config.uris.is_empty() {
-                    return Err(format!("tables.{name}: an ldap table needs `uris`"));
+                    return Err(TableError::NoUris(name.to_string()));
                 }
                 let table = LdapTable::new(name, config.clone(), logger.clone())?;
                 Ok(Table::Ldap(Box::new(table)))
             }
-            other => Err(format!(
-                "tables.{name}: unknown kind {other:?} (want \"static\" or \"ldap\")"
-            )),
+            other => Err(TableError::UnknownKind {
+                table: name.to_string(),
+                kind: other.to_string(),
+            }),
         }
     }
 
@@ -97,7 +132,7 @@ impl Table {
 
     /// Requires every entry of a static table to pass `check`, now and at
     /// every reload (nothing for LDAP tables).
-    pub fn set_check(&self, check: EntryCheck) -> Result<(), String> {
+    pub fn set_check(&self, check: EntryCheck) -> Result<(), TableError> {
         match self {
             Table::Static(t) => t.set_check(check),
             Table::Ldap(_) => Ok(()),

@@ -17,12 +17,21 @@ use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
 
-use super::Values;
+use super::{TableError, Values};
 use crate::log;
 use crate::log::Logger;
 
 /// Checks one entry (key, values) of a table; an error refuses the file.
-pub type EntryCheck = fn(&str, &[String]) -> Result<(), String>;
+pub type EntryCheck = fn(&str, &[String]) -> Result<(), TableError>;
+
+/// What is wrong with a line of a table file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum LineProblem {
+    #[error("has no value")]
+    NoValue,
+    #[error("appears twice")]
+    Twice,
+}
 
 /// A text file loaded into memory.
 pub struct StaticTable {
@@ -38,7 +47,7 @@ pub struct StaticTable {
 }
 
 impl StaticTable {
-    pub fn load(name: &str, path: &Path, logger: Logger) -> Result<StaticTable, String> {
+    pub fn load(name: &str, path: &Path, logger: Logger) -> Result<StaticTable, TableError> {
         let (map, mtime) = read_static(path)?;
         Ok(StaticTable {
             name: name.to_string(),
@@ -57,7 +66,7 @@ impl StaticTable {
 
     /// Checks the contents in force with `check`, and every reload from
     /// now on (a file that fails is refused and the old contents kept).
-    pub fn set_check(&self, check: EntryCheck) -> Result<(), String> {
+    pub fn set_check(&self, check: EntryCheck) -> Result<(), TableError> {
         validate(&self.map.load(), check)?;
         let _ = self.check.set(check);
         Ok(())
@@ -123,7 +132,7 @@ impl StaticTable {
 /// comment lines whose first non-blank character is `#` (as in Postfix: a
 /// `#` inside a key or value is data, since local parts may contain it).
 /// A key given twice is an error, not a silent overwrite.
-pub fn parse_static(text: &str, origin: &str) -> Result<HashMap<String, Values>, String> {
+pub fn parse_static(text: &str, origin: &str) -> Result<HashMap<String, Values>, TableError> {
     let mut map = HashMap::new();
     for (n, raw) in text.lines().enumerate() {
         let line = raw.trim();
@@ -139,28 +148,33 @@ pub fn parse_static(text: &str, origin: &str) -> Result<HashMap<String, Values>,
             .filter(|v| !v.is_empty())
             .map(str::to_string)
             .collect();
+        let bad = |key: String, problem| TableError::Line {
+            origin: origin.to_string(),
+            line: n + 1,
+            key,
+            problem,
+        };
         if values.is_empty() {
-            return Err(format!(
-                "{origin}: line {}: key {key:?} has no value",
-                n + 1
-            ));
+            return Err(bad(key, LineProblem::NoValue));
         }
         if map.insert(key.clone(), Arc::new(values)).is_some() {
-            return Err(format!(
-                "{origin}: line {}: key {key:?} appears twice",
-                n + 1
-            ));
+            return Err(bad(key, LineProblem::Twice));
         }
     }
     Ok(map)
 }
 
-fn validate(map: &HashMap<String, Values>, check: EntryCheck) -> Result<(), String> {
+fn validate(map: &HashMap<String, Values>, check: EntryCheck) -> Result<(), TableError> {
     map.iter().try_for_each(|(k, v)| check(k, v))
 }
 
-fn read_static(path: &Path) -> Result<(HashMap<String, Values>, Option<SystemTime>), String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+type Loaded = (HashMap<String, Values>, Option<SystemTime>);
+
+fn read_static(path: &Path) -> Result<Loaded, TableError> {
+    let text = std::fs::read_to_string(path).map_err(|err| TableError::Read {
+        path: path.to_path_buf(),
+        err,
+    })?;
     let mtime = std::fs::metadata(path).and_then(|m| m.modified()).ok();
     Ok((parse_static(&text, &path.display().to_string())?, mtime))
 }
@@ -179,7 +193,14 @@ mod tests {
         assert_eq!(map["a@x.test"].as_slice(), ["/m/a"]);
         assert_eq!(map["list@x.test"].len(), 3);
         let err = parse_static("ok v\nlonely\n", "file.txt").unwrap_err();
-        assert_eq!(err, "file.txt: line 2: key \"lonely\" has no value");
+        assert!(matches!(
+            &err,
+            TableError::Line { line: 2, key, problem: LineProblem::NoValue, .. } if key == "lonely"
+        ));
+        assert_eq!(
+            err.to_string(),
+            "file.txt: line 2: key \"lonely\" has no value"
+        );
     }
 
     #[test]
@@ -207,7 +228,15 @@ mod tests {
         let map = parse_static("  # note\nfoo#bar@x.test v#1\n", "t").unwrap();
         assert_eq!(map["foo#bar@x.test"].as_slice(), ["v#1"]);
         let err = parse_static("a@x v1\nA@x v2\n", "t").unwrap_err();
-        assert_eq!(err, "t: line 2: key \"a@x\" appears twice");
+        assert!(matches!(
+            err,
+            TableError::Line {
+                line: 2,
+                problem: LineProblem::Twice,
+                ..
+            }
+        ));
+        assert_eq!(err.to_string(), "t: line 2: key \"a@x\" appears twice");
     }
 
     #[test]

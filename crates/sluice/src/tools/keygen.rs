@@ -16,6 +16,20 @@ pub enum Algorithm {
     Ed25519,
 }
 
+/// Why no key was made.
+#[derive(Debug, thiserror::Error)]
+pub enum KeygenError {
+    #[error("RSA keys need at least 1024 bits (RFC 8301); 2048 is usual")]
+    TooShort,
+    #[error("key generation failed: {0}")]
+    Generate(mail_auth::Error),
+    #[error("{}: {err}", path.display())]
+    Write {
+        path: std::path::PathBuf,
+        err: std::io::Error,
+    },
+}
+
 /// Generates a key pair, writes the private key to `out` (refusing to
 /// overwrite a file) and returns the TXT record line.
 pub fn keygen(
@@ -23,24 +37,26 @@ pub fn keygen(
     domain: &str,
     selector: &str,
     out: &Path,
-) -> Result<String, String> {
+) -> Result<String, KeygenError> {
     let (pair, label, k) = match algorithm {
-        Algorithm::Rsa(bits) if bits < 1024 => {
-            return Err("RSA keys need at least 1024 bits (RFC 8301); 2048 is usual".into())
-        }
+        Algorithm::Rsa(bits) if bits < 1024 => return Err(KeygenError::TooShort),
         Algorithm::Rsa(bits) => (DkimKeyPair::generate_rsa(bits), "RSA PRIVATE KEY", "rsa"),
         Algorithm::Ed25519 => (DkimKeyPair::generate_ed25519(), "PRIVATE KEY", "ed25519"),
     };
-    let pair = pair.map_err(|e| format!("key generation failed: {e}"))?;
+    let pair = pair.map_err(KeygenError::Generate)?;
+    let failed = |err| KeygenError::Write {
+        path: out.to_path_buf(),
+        err,
+    };
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .open(out)
-        .map_err(|e| format!("{}: {e}", out.display()))?;
+        .map_err(failed)?;
     file.write_all(pem(label, pair.private_key()).as_bytes())
         .and_then(|()| file.sync_all())
-        .map_err(|e| format!("{}: {e}", out.display()))?;
+        .map_err(failed)?;
     Ok(txt_record(domain, selector, k, &pair.encoded_public_key()))
 }
 

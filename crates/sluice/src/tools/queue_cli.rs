@@ -11,39 +11,47 @@ use tokio::net::UnixStream;
 use crate::admin::protocol::{Entry, Request, Response};
 use crate::admin::{socket_path, submit_socket_path};
 
-/// Why a request failed: the text, sendmail(1)'s exit status when the
-/// daemon refused with one, and whether the daemon could not be reached.
-#[derive(Debug)]
-pub struct CallError {
-    pub text: String,
-    pub exit_code: Option<i32>,
-    pub unreachable: bool,
+/// Why a request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    #[error(
+        "cannot reach the daemon at {} ({err}): is `sluice serve` running with this data_dir?",
+        path.display()
+    )]
+    Unreachable {
+        path: std::path::PathBuf,
+        err: std::io::Error,
+    },
+    #[error("talking to the daemon: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("the daemon did not answer within {0} s")]
+    Timeout(u64),
+    #[error("bad answer from the daemon: {0}")]
+    Answer(#[from] serde_json::Error),
+    /// The daemon's refusal; a refused submission carries sendmail(1)'s
+    /// exit status.
+    #[error("{text}{}", exit_code.map(|c| format!(" [exit {c}]")).unwrap_or_default())]
+    Refused {
+        text: String,
+        exit_code: Option<i32>,
+    },
 }
 
-impl From<String> for CallError {
-    fn from(text: String) -> CallError {
-        CallError {
-            text,
-            exit_code: None,
-            unreachable: false,
+impl CallError {
+    /// sendmail(1)'s exit status for this failure.
+    pub fn exit_status(&self, software: i32, tempfail: i32) -> i32 {
+        match self {
+            CallError::Unreachable { .. } => tempfail,
+            CallError::Refused {
+                exit_code: Some(code),
+                ..
+            } => *code,
+            _ => software,
         }
     }
 }
 
-impl std::fmt::Display for CallError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.exit_code {
-            Some(code) => write!(f, "{} [exit {code}]", self.text),
-            None => f.write_str(&self.text),
-        }
-    }
-}
-
-impl From<CallError> for String {
-    fn from(e: CallError) -> String {
-        e.to_string()
-    }
-}
+const ANSWER_SECS: u64 = 300;
 
 /// Sends one request to the daemon whose data_dir is `data_dir`.
 /// Submissions and the listing go to the submission socket (any local
@@ -53,33 +61,25 @@ pub async fn call(data_dir: &Path, request: &Request) -> Result<Response, CallEr
         Request::Submit { .. } | Request::List { .. } => submit_socket_path(data_dir),
         _ => socket_path(data_dir),
     };
-    let mut stream = UnixStream::connect(&path).await.map_err(|e| CallError {
-        text: format!(
-            "cannot reach the daemon at {} ({e}): is `sluice serve` running with this data_dir?",
-            path.display()
-        ),
-        exit_code: None,
-        unreachable: true,
-    })?;
-    let mut line = serde_json::to_vec(request).map_err(|e| e.to_string())?;
+    let mut stream = match UnixStream::connect(&path).await {
+        Ok(stream) => stream,
+        Err(err) => return Err(CallError::Unreachable { path, err }),
+    };
+    let mut line = serde_json::to_vec(request)?;
     line.push(b'\n');
-    stream.write_all(&line).await.map_err(|e| e.to_string())?;
+    stream.write_all(&line).await?;
     let mut reply = String::new();
     let mut reader = BufReader::new(stream);
     let read = reader.read_line(&mut reply);
-    tokio::time::timeout(Duration::from_secs(300), read)
+    tokio::time::timeout(Duration::from_secs(ANSWER_SECS), read)
         .await
-        .map_err(|_| "the daemon did not answer within 300 s".to_string())?
-        .map_err(|e| e.to_string())?;
-    let response: Response =
-        serde_json::from_str(&reply).map_err(|e| format!("bad answer from the daemon: {e}"))?;
+        .map_err(|_| CallError::Timeout(ANSWER_SECS))??;
+    let response: Response = serde_json::from_str(&reply)?;
     match response.ok {
         true => Ok(response),
-        // A refused submission carries sendmail(1)'s exit status.
-        false => Err(CallError {
+        false => Err(CallError::Refused {
             text: response.error.unwrap_or_else(|| "failed".into()),
             exit_code: response.exit_code,
-            unreachable: false,
         }),
     }
 }

@@ -30,22 +30,32 @@ pub struct Options {
     pub recipients: Vec<String>,
 }
 
+/// A command line sendmail does not understand.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UsageError {
+    #[error("{0} needs a value")]
+    NoValue(&'static str),
+    #[error("-b{0} is not supported")]
+    Mode(String),
+    #[error("unknown option -{0}")]
+    Unknown(String),
+}
+
 /// Parses sendmail's command line (without the program name).
-pub fn parse(args: &[String]) -> Result<Options, String> {
+pub fn parse(args: &[String]) -> Result<Options, UsageError> {
     let mut o = Options {
         dot_ends: true,
         ..Default::default()
     };
     let mut it = args.iter().peekable();
-    let value = |flag: &str, rest: &str, it: &mut std::iter::Peekable<std::slice::Iter<String>>| {
-        if rest.is_empty() {
-            it.next()
-                .cloned()
-                .ok_or_else(|| format!("{flag} needs a value"))
-        } else {
-            Ok(rest.to_string())
-        }
-    };
+    let value =
+        |flag: &'static str, rest: &str, it: &mut std::iter::Peekable<std::slice::Iter<String>>| {
+            if rest.is_empty() {
+                it.next().cloned().ok_or(UsageError::NoValue(flag))
+            } else {
+                Ok(rest.to_string())
+            }
+        };
     while let Some(arg) = it.next() {
         if arg == "--" {
             o.recipients.extend(it.by_ref().cloned());
@@ -67,10 +77,10 @@ pub fn parse(args: &[String]) -> Result<Options, String> {
             "b" => match rest {
                 "p" => o.list_queue = true,
                 "m" => {}
-                other => return Err(format!("-b{other} is not supported")),
+                other => return Err(UsageError::Mode(other.to_string())),
             },
             "q" => o.flush = true,
-            _ => return Err(format!("unknown option -{opt}")),
+            _ => return Err(UsageError::Unknown(opt.to_string())),
         }
     }
     Ok(o)
@@ -205,10 +215,7 @@ pub async fn run(opts: Options) -> i32 {
         Ok(_) => EX_OK,
         Err(e) => {
             eprintln!("sendmail: {e}");
-            match (e.unreachable, e.exit_code) {
-                (true, _) => EX_TEMPFAIL,
-                (false, code) => code.unwrap_or(EX_SOFTWARE),
-            }
+            e.exit_status(EX_SOFTWARE, EX_TEMPFAIL)
         }
     }
 }
@@ -231,8 +238,11 @@ mod tests {
         assert_eq!(o.sender.as_deref(), Some("me@x.test"));
         assert_eq!(o.full_name.as_deref(), Some("Me"));
         assert_eq!(o.recipients, vec!["a@b.test", "-weird@c.test"]);
-        assert_eq!(parse(&args("-f")).unwrap_err(), "-f needs a value");
-        assert!(parse(&args("-bs")).is_err());
+        assert_eq!(parse(&args("-f")).unwrap_err(), UsageError::NoValue("-f"));
+        assert_eq!(
+            parse(&args("-bs")).unwrap_err(),
+            UsageError::Mode("s".into())
+        );
         assert!(parse(&args("-bp")).unwrap().list_queue);
     }
 

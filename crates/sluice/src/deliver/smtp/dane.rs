@@ -29,7 +29,8 @@ use tokio_rustls::TlsConnector;
 
 use super::tls::checking_connector;
 use crate::config::DnsConfig;
-use crate::routing::dns::{ascii_name, resolver_parts};
+use crate::pki::TlsError;
+use crate::routing::dns::{ascii_name, resolver_parts, ResolverError};
 
 /// What DANE says about one MX host.
 pub enum HostDane {
@@ -51,7 +52,7 @@ pub enum DaneError {
     #[error("{0}")]
     Name(#[from] crate::routing::dns::DnsError),
     #[error("4.7.5 {0}")]
-    Connector(String),
+    Connector(TlsError),
 }
 
 /// One usable (DANE-EE) TLSA record.
@@ -67,11 +68,18 @@ pub struct Dane {
 }
 
 impl Dane {
-    pub fn new(config: &DnsConfig, trust_anchor_file: Option<&Path>) -> Result<Dane, String> {
+    pub fn new(
+        config: &DnsConfig,
+        trust_anchor_file: Option<&Path>,
+    ) -> Result<Dane, ResolverError> {
         let (servers, timeout, attempts) = resolver_parts(config)?;
         let anchors = match trust_anchor_file {
-            Some(path) => TrustAnchors::from_file(path)
-                .map_err(|e| format!("dns.trust_anchor_file: {}: {e}", path.display()))?,
+            Some(path) => {
+                TrustAnchors::from_file(path).map_err(|err| ResolverError::TrustAnchors {
+                    path: path.to_path_buf(),
+                    err,
+                })?
+            }
             None => TrustAnchors::default(),
         };
         let mut opts = ResolverOpts::default();
@@ -85,7 +93,10 @@ impl Dane {
             .with_options(opts)
             .with_trust_anchor(Arc::new(anchors))
             .build()
-            .map_err(|e| format!("dane: cannot start the resolver: {e}"))?;
+            .map_err(|e| ResolverError::Start {
+                who: "dane",
+                err: Box::new(e),
+            })?;
         Ok(Dane { resolver })
     }
 
@@ -178,7 +189,7 @@ fn all_secure(proofs: impl Iterator<Item = Proof>) -> bool {
     any
 }
 
-fn connector(records: Vec<Association>) -> Result<TlsConnector, String> {
+fn connector(records: Vec<Association>) -> Result<TlsConnector, TlsError> {
     let check = move |cert: &CertificateDer<'_>| records.iter().any(|r| r.matches(cert));
     checking_connector(
         Box::new(check),

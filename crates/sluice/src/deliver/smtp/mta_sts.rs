@@ -75,7 +75,7 @@ impl Policy {
 }
 
 /// Parses a policy body (RFC 8461 §3.2).
-pub fn parse_policy(body: &str) -> Result<Policy, String> {
+pub fn parse_policy(body: &str) -> Result<Policy, PolicyError> {
     let (mut version, mut mode, mut max_age, mut mx) = (None, None, None, Vec::new());
     for line in body.lines() {
         let line = line.trim_end_matches('\r');
@@ -84,7 +84,7 @@ pub fn parse_policy(body: &str) -> Result<Policy, String> {
         }
         let (key, value) = line
             .split_once(':')
-            .ok_or_else(|| format!("bad policy line {line:?}"))?;
+            .ok_or_else(|| PolicyError::Line(line.to_string()))?;
         let value = value.trim();
         match key.trim() {
             "version" => version = Some(value.to_string()),
@@ -93,13 +93,13 @@ pub fn parse_policy(body: &str) -> Result<Policy, String> {
                     "enforce" => Mode::Enforce,
                     "testing" => Mode::Testing,
                     "none" => Mode::None,
-                    other => return Err(format!("bad mode {other:?}")),
+                    other => return Err(PolicyError::Mode(other.to_string())),
                 })
             }
             "max_age" => {
                 let secs: u64 = value
                     .parse()
-                    .map_err(|_| format!("bad max_age {value:?}"))?;
+                    .map_err(|_| PolicyError::MaxAge(value.to_string()))?;
                 max_age = Some(secs.min(MAX_AGE));
             }
             "mx" => mx.push(value.trim_end_matches('.').to_ascii_lowercase()),
@@ -107,12 +107,12 @@ pub fn parse_policy(body: &str) -> Result<Policy, String> {
         }
     }
     if version.as_deref() != Some("STSv1") {
-        return Err("not an STSv1 policy".into());
+        return Err(PolicyError::Version);
     }
-    let mode = mode.ok_or("no mode")?;
-    let max_age = max_age.ok_or("no max_age")?;
+    let mode = mode.ok_or(PolicyError::Missing("mode"))?;
+    let max_age = max_age.ok_or(PolicyError::Missing("max_age"))?;
     if mode != Mode::None && mx.is_empty() {
-        return Err("no mx pattern".into());
+        return Err(PolicyError::Missing("mx pattern"));
     }
     Ok(Policy { mode, mx, max_age })
 }
@@ -136,7 +136,22 @@ pub enum FetchError {
     #[error("policy body over {MAX_BODY} bytes")]
     TooLarge,
     #[error("bad policy: {0}")]
-    Policy(String),
+    Policy(#[from] PolicyError),
+}
+
+/// What is wrong with a policy body.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    #[error("bad policy line {0:?}")]
+    Line(String),
+    #[error("bad mode {0:?}")]
+    Mode(String),
+    #[error("bad max_age {0:?}")]
+    MaxAge(String),
+    #[error("not an STSv1 policy")]
+    Version,
+    #[error("no {0}")]
+    Missing(&'static str),
 }
 
 /// A policy in force for a domain.

@@ -18,12 +18,13 @@ use std::sync::Arc;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, InvalidDnsNameError, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
 use crate::config::DeliveryConfig;
+use crate::pki::TlsError;
 use crate::smtp::io::MaybeTls;
 
 /// What an outbound connection talks over.
@@ -62,10 +63,11 @@ pub struct ClientTls {
 }
 
 impl ClientTls {
-    pub fn build(d: &DeliveryConfig) -> Result<ClientTls, String> {
+    pub fn build(d: &DeliveryConfig) -> Result<ClientTls, TlsError> {
         let level = |s: &str, what: &str| {
-            Level::parse(s).ok_or_else(|| {
-                format!("{what}: {s:?} (want \"none\", \"may\", \"encrypt\" or \"verify\")")
+            Level::parse(s).ok_or_else(|| TlsError::Level {
+                setting: what.to_string(),
+                value: s.to_string(),
             })
         };
         let default = level(&d.tls_security_level, "delivery.tls_security_level")?;
@@ -129,14 +131,17 @@ pub struct TlsChoice<'a> {
 
 /// A connector that accepts any certificate (opportunistic TLS; also the
 /// `sluice bench` generator's).
-pub fn any_certificate_connector() -> Result<TlsConnector, String> {
+pub fn any_certificate_connector() -> Result<TlsConnector, TlsError> {
     checking_connector(Box::new(|_| true), "")
 }
 
 /// A connector whose server certificate passes `check` (not a CA chain:
 /// any certificate for opportunistic TLS, TLSA records for DANE); the
 /// handshake signatures are always verified. `refusal` says why not.
-pub fn checking_connector(check: CertCheck, refusal: &'static str) -> Result<TlsConnector, String> {
+pub fn checking_connector(
+    check: CertCheck,
+    refusal: &'static str,
+) -> Result<TlsConnector, TlsError> {
     let provider = crate::pki::provider();
     let verifier = EndEntityCheck {
         check,
@@ -144,8 +149,7 @@ pub fn checking_connector(check: CertCheck, refusal: &'static str) -> Result<Tls
         provider: provider.clone(),
     };
     let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
+        .with_safe_default_protocol_versions()?
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(verifier))
         .with_no_client_auth();
@@ -156,15 +160,15 @@ pub fn checking_connector(check: CertCheck, refusal: &'static str) -> Result<Tls
 pub type CertCheck = Box<dyn Fn(&CertificateDer<'_>) -> bool + Send + Sync>;
 
 /// The name a certificate must match: the host (a DNS name or an IP).
-pub fn server_name(host: &str) -> Result<ServerName<'static>, String> {
-    ServerName::try_from(host.to_string()).map_err(|e| format!("{host:?}: {e}"))
+pub fn server_name(host: &str) -> Result<ServerName<'static>, InvalidDnsNameError> {
+    ServerName::try_from(host.to_string())
 }
 
-fn verifying_connector(d: &DeliveryConfig) -> Result<TlsConnector, String> {
-    let roots = crate::pki::roots(d.tls_ca_file.as_deref())
-        .map_err(|e| format!("delivery.tls_ca_file: {e}"))?;
+fn verifying_connector(d: &DeliveryConfig) -> Result<TlsConnector, TlsError> {
+    let roots =
+        crate::pki::roots(d.tls_ca_file.as_deref()).map_err(|e| e.of("delivery.tls_ca_file"))?;
     if roots.is_empty() {
-        return Err("delivery: `verify` needs CA certificates (none found)".into());
+        return Err(TlsError::NoRoots.of("delivery"));
     }
     Ok(TlsConnector::from(Arc::new(crate::pki::verifying_client(
         roots,

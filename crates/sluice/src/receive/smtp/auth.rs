@@ -127,14 +127,13 @@ fn argon2_check(hash: &str, password: &[u8], blocks: &mut Vec<argon2::Block>) ->
 }
 
 /// A new argon2id hash of `password` (for `sluice hash-password`).
-pub fn hash_password(password: &str) -> Result<String, String> {
+pub fn hash_password(password: &str) -> Result<String, argon2::password_hash::Error> {
     use argon2::password_hash::rand_core::OsRng;
     use argon2::password_hash::{PasswordHasher, SaltString};
     let salt = SaltString::generate(&mut OsRng);
     argon2::Argon2::default()
         .hash_password(password.as_bytes(), &salt)
         .map(|h| h.to_string())
-        .map_err(|e| e.to_string())
 }
 
 fn b64(s: &str) -> Option<Vec<u8>> {

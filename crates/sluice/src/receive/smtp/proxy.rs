@@ -27,13 +27,24 @@ pub enum Proxied {
     Local,
 }
 
+/// Why a connection's first bytes are not an acceptable header.
+#[derive(Debug, thiserror::Error)]
+pub enum BadHeader {
+    #[error("PROXY header too long")]
+    TooLong,
+    #[error("bad PROXY v1 header: {0}")]
+    V1(v1::BinaryParseError),
+    #[error("bad PROXY v2 header: {0}")]
+    V2(v2::ParseError),
+}
+
 /// Parses a header at the start of `buf`: `Ok(None)` when more bytes are
 /// needed, otherwise what it said and its length.
-pub fn parse(buf: &[u8]) -> Result<Option<(Proxied, usize)>, String> {
+pub fn parse(buf: &[u8]) -> Result<Option<(Proxied, usize)>, BadHeader> {
     let header = HeaderResult::parse(buf);
     if header.is_incomplete() {
         return if buf.len() >= MAX_HEADER {
-            Err("PROXY header too long".into())
+            Err(BadHeader::TooLong)
         } else {
             Ok(None)
         };
@@ -64,8 +75,8 @@ pub fn parse(buf: &[u8]) -> Result<Option<(Proxied, usize)>, String> {
             };
             Ok(Some((who, h.len())))
         }
-        HeaderResult::V1(Err(e)) => Err(format!("bad PROXY v1 header: {e}")),
-        HeaderResult::V2(Err(e)) => Err(format!("bad PROXY v2 header: {e}")),
+        HeaderResult::V1(Err(e)) => Err(BadHeader::V1(e)),
+        HeaderResult::V2(Err(e)) => Err(BadHeader::V2(e)),
     }
 }
 
@@ -80,7 +91,15 @@ mod tests {
         assert_eq!(who, Proxied::Client("192.0.2.7:40000".parse().unwrap()));
         assert_eq!(&v1[len..], b"EHLO x\r\n");
         assert_eq!(parse(b"PROXY TCP4 192.0.2.7").unwrap(), None, "incomplete");
-        assert!(parse(b"EHLO x\r\n").is_err(), "no header: refused");
+        assert!(
+            matches!(parse(b"EHLO x\r\n"), Err(BadHeader::V1(_))),
+            "no header: refused"
+        );
+        // A v2 header that says it is 5,000 bytes long: never complete.
+        let mut endless = b"\r\n\r\n\0\r\nQUIT\n\x21\x11\x13\x88".to_vec();
+        endless.resize(MAX_HEADER, 0);
+        assert!(matches!(parse(&endless[..100]), Ok(None)));
+        assert!(matches!(parse(&endless), Err(BadHeader::TooLong)));
         assert_eq!(
             parse(b"PROXY UNKNOWN\r\n").unwrap().unwrap().0,
             Proxied::Local

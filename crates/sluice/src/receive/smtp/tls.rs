@@ -25,6 +25,7 @@ use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
 use crate::config::Config;
+use crate::pki::TlsError;
 use crate::smtp::io::{summary, MaybeTls};
 
 /// The certificate in use, swapped whole on reload.
@@ -47,16 +48,17 @@ pub struct ServerTls {
 
 impl ServerTls {
     /// Loads (or first generates) the certificate; None when TLS is off.
-    pub fn load(config: &Config) -> Result<Option<Arc<ServerTls>>, String> {
+    pub fn load(config: &Config) -> Result<Option<Arc<ServerTls>>, TlsError> {
         if !config.tls.enabled {
             return Ok(None);
         }
         let (cert, key) = match (&config.tls.cert_file, &config.tls.key_file) {
             (Some(c), Some(k)) => (c.clone(), k.clone()),
             (None, None) => snakeoil(&config.data_dir.join("tls"), &config.hostname)?,
-            _ => return Err("tls: set both cert_file and key_file, or neither".into()),
+            _ => return Err(TlsError::HalfPair.of("tls")),
         };
-        let resolver = Arc::new(Resolver(ArcSwap::from_pointee(certified_key(&cert, &key)?)));
+        let pair = certified_key(&cert, &key).map_err(|e| e.of("tls"))?;
+        let resolver = Arc::new(Resolver(ArcSwap::from_pointee(pair)));
         Ok(Some(Arc::new(ServerTls {
             acceptor: acceptor(resolver.clone())?,
             resolver,
@@ -70,8 +72,8 @@ impl ServerTls {
     }
 
     /// Re-reads the certificate files; on error the old one stays.
-    pub fn reload(&self) -> Result<(), String> {
-        let key = certified_key(&self.cert, &self.key)?;
+    pub fn reload(&self) -> Result<(), TlsError> {
+        let key = certified_key(&self.cert, &self.key).map_err(|e| e.of("tls"))?;
         self.resolver.0.store(Arc::new(key));
         Ok(())
     }
@@ -83,70 +85,77 @@ impl ServerTls {
 
 /// An acceptor with a fresh self-signed certificate held in memory only
 /// (the `sluice sink --starttls` test peer).
-pub fn ephemeral_acceptor(hostname: &str) -> Result<TlsAcceptor, String> {
-    let made = rcgen::generate_simple_self_signed(vec![hostname.to_string()])
-        .map_err(|e| format!("tls: {e}"))?;
-    let der =
-        PrivateKeyDer::try_from(made.key_pair.serialize_der()).map_err(|e| format!("tls: {e}"))?;
-    let signer =
-        rustls::crypto::ring::sign::any_supported_type(&der).map_err(|e| format!("tls: {e}"))?;
+pub fn ephemeral_acceptor(hostname: &str) -> Result<TlsAcceptor, TlsError> {
+    let made = rcgen::generate_simple_self_signed(vec![hostname.to_string()])?;
+    let der = PrivateKeyDer::from(rustls::pki_types::PrivatePkcs8KeyDer::from(
+        made.key_pair.serialize_der(),
+    ));
+    let signer = rustls::crypto::ring::sign::any_supported_type(&der)?;
     let key = CertifiedKey::new(vec![made.cert.der().clone()], signer);
     acceptor(Arc::new(Resolver(ArcSwap::from_pointee(key))))
 }
 
 /// An acceptor serving whatever certificate `resolver` holds.
-fn acceptor(resolver: Arc<Resolver>) -> Result<TlsAcceptor, String> {
+fn acceptor(resolver: Arc<Resolver>) -> Result<TlsAcceptor, TlsError> {
     let server = rustls::ServerConfig::builder_with_provider(crate::pki::provider())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| format!("tls: {e}"))?
+        .with_safe_default_protocol_versions()?
         .with_no_client_auth()
         .with_cert_resolver(resolver);
     Ok(TlsAcceptor::from(Arc::new(server)))
 }
 
 /// Reads a PEM chain and its key.
-fn certified_key(cert: &Path, key: &Path) -> Result<CertifiedKey, String> {
+fn certified_key(cert: &Path, key: &Path) -> Result<CertifiedKey, TlsError> {
+    let pem = |path: &Path| {
+        let path = path.to_path_buf();
+        move |err| TlsError::Pem { path, err }
+    };
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
         .and_then(|it| it.collect())
-        .map_err(|e| format!("tls: {}: {e}", cert.display()))?;
+        .map_err(pem(cert))?;
     if chain.is_empty() {
-        return Err(format!("tls: {}: no certificate", cert.display()));
+        return Err(TlsError::NoCertificate(cert.to_path_buf()));
     }
-    let der =
-        PrivateKeyDer::from_pem_file(key).map_err(|e| format!("tls: {}: {e}", key.display()))?;
-    let signer = rustls::crypto::ring::sign::any_supported_type(&der)
-        .map_err(|e| format!("tls: {}: {e}", key.display()))?;
+    let der = PrivateKeyDer::from_pem_file(key).map_err(pem(key))?;
+    let signer =
+        rustls::crypto::ring::sign::any_supported_type(&der).map_err(|err| TlsError::Unusable {
+            path: key.to_path_buf(),
+            err,
+        })?;
     let pair = CertifiedKey::new(chain, signer);
     // A pair that does not match fails here (check-config, start, reload)
     // rather than at every client's handshake (security review M6).
     match pair.keys_match() {
         Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch)) => {
-            Err(format!(
-                "tls: {} does not match the certificate {}",
-                key.display(),
-                cert.display()
-            ))
+            Err(TlsError::KeyMismatch {
+                cert: cert.to_path_buf(),
+                key: key.to_path_buf(),
+            })
         }
-        Err(e @ rustls::Error::InvalidCertificate(_)) => {
-            Err(format!("tls: {}: {e}", cert.display()))
-        }
+        Err(err @ rustls::Error::InvalidCertificate(_)) => Err(TlsError::Unusable {
+            path: cert.to_path_buf(),
+            err,
+        }),
         // The key cannot say its public half: nothing to compare.
         _ => Ok(pair),
     }
 }
 
 /// The self-signed certificate under `dir`, generated if missing.
-fn snakeoil(dir: &Path, hostname: &str) -> Result<(PathBuf, PathBuf), String> {
+fn snakeoil(dir: &Path, hostname: &str) -> Result<(PathBuf, PathBuf), TlsError> {
     let (cert, key) = (dir.join("snakeoil-cert.pem"), dir.join("snakeoil-key.pem"));
     if cert.exists() && key.exists() {
         return Ok((cert, key));
     }
-    let err = |e: &dyn std::fmt::Display| format!("tls: generating {}: {e}", cert.display());
-    std::fs::create_dir_all(dir).map_err(|e| err(&e))?;
-    let made =
-        rcgen::generate_simple_self_signed(vec![hostname.to_string()]).map_err(|e| err(&e))?;
-    write_private(&key, made.key_pair.serialize_pem().as_bytes()).map_err(|e| err(&e))?;
-    std::fs::write(&cert, made.cert.pem()).map_err(|e| err(&e))?;
+    let made = rcgen::generate_simple_self_signed(vec![hostname.to_string()])
+        .map_err(|e| TlsError::from(e).of("tls"))?;
+    std::fs::create_dir_all(dir)
+        .and_then(|_| write_private(&key, made.key_pair.serialize_pem().as_bytes()))
+        .and_then(|_| std::fs::write(&cert, made.cert.pem()))
+        .map_err(|err| {
+            let path = cert.clone();
+            TlsError::Generate { path, err }.of("tls")
+        })?;
     Ok((cert, key))
 }
 
