@@ -7,6 +7,13 @@
 //! next round finds many lines (one wake-up per round, not per line). Nothing is ever synced: a log line
 //! is not worth a disk flush in the hot path.
 //!
+//! Two formats, one stream of events: `text` (the default) is the
+//! Postfix-like line people read; `json` (`log_format = "json"`) writes
+//! each line as one object with the event's name and fields (queue ID,
+//! recipient, status, DSN code, relay, delay …) beside the same text, for
+//! log pipelines and for the tests, which assert on fields, never on the
+//! wording. Fields are only gathered when the format is JSON ([`event!`]).
+//!
 //! Invariant: logging never blocks a caller and never grows without bound.
 //! If the writer falls behind by more than `CAPACITY` lines, new lines are
 //! counted and dropped, and the next line written says how many were lost.
@@ -26,10 +33,29 @@ const CAPACITY: usize = 65_536;
 /// at most; at 100,000 lines a second the channel holds a few thousand).
 const GATHER: std::time::Duration = std::time::Duration::from_millis(20);
 
+/// Structured fields of an event (JSON format only).
+pub type Fields = serde_json::Map<String, serde_json::Value>;
+
+/// One field's value (anything serde can write; `Null` if it cannot).
+pub fn field<T: serde::Serialize + ?Sized>(value: &T) -> serde_json::Value {
+    serde_json::to_value(value).unwrap_or(serde_json::Value::Null)
+}
+
+/// A named event with its fields, for the JSON format.
+struct Event {
+    component: String,
+    name: &'static str,
+    fields: Fields,
+    /// The human line without its `program/component: ` prefix.
+    text: String,
+}
+
 /// What the writer thread receives.
 enum Item {
     /// A line: milliseconds since the epoch, and the text.
     Line(u64, String),
+    /// An event (JSON format): milliseconds since the epoch, the event.
+    Event(u64, Box<Event>),
     /// Write out everything before this, then say so.
     Flush(mpsc::SyncSender<()>),
     /// Look at the reopen flag now (the writer was perhaps waiting on an
@@ -48,6 +74,8 @@ pub struct Logger {
     /// the file (logrotate renamed it: SIGUSR1).
     reopen: Arc<AtomicBool>,
     program: &'static str,
+    /// Lines are JSON objects (`log_format = "json"`).
+    json: bool,
 }
 
 impl Logger {
@@ -81,17 +109,20 @@ impl Logger {
                         match item {
                             Item::Line(ms, text) if json => write_json(&mut out, ms, &text),
                             Item::Line(ms, text) => write_line(&mut out, ms, &text),
+                            Item::Event(ms, event) => write_event(&mut out, ms, *event),
                             Item::Flush(done) => flushed.push(done),
                             Item::Wake => {}
                         }
                     }
                     if reopen_wanted.swap(false, Ordering::AcqRel) {
-                        reopen(&mut out, path.as_deref());
+                        reopen(&mut out, path.as_deref(), json);
                     }
                     let n = lost.swap(0, Ordering::Relaxed);
                     if n > 0 {
-                        let text = format!("sluice/log: {n} lines dropped (log writer behind)");
-                        write_line(&mut out, timefmt::now_millis(), &text);
+                        let text = format!("{n} lines dropped (log writer behind)");
+                        let mut fields = Fields::new();
+                        fields.insert("lines".into(), n.into());
+                        note(&mut out, json, "log", "log_dropped", fields, text);
                     }
                     let _ = out.flush();
                     let waited_on = !flushed.is_empty();
@@ -113,6 +144,7 @@ impl Logger {
             dropped,
             reopen: reopen_asked,
             program: "sluice",
+            json,
         })
     }
 
@@ -123,6 +155,34 @@ impl Logger {
             dropped: Arc::new(AtomicU64::new(0)),
             reopen: Arc::new(AtomicBool::new(false)),
             program: "sluice",
+            json: false,
+        }
+    }
+
+    /// Whether events' fields are wanted ([`event!`] gathers them only then).
+    pub fn is_json(&self) -> bool {
+        self.json && self.tx.is_some()
+    }
+
+    /// Logs event `name` with its `fields` and the human `text` (JSON
+    /// format; [`event!`] calls [`Logger::log`] for the text format).
+    pub fn event(
+        &self,
+        component: &str,
+        name: &'static str,
+        fields: Fields,
+        text: std::fmt::Arguments<'_>,
+    ) {
+        let Some(tx) = &self.tx else { return };
+        let event = Event {
+            component: component.to_string(),
+            name,
+            fields,
+            text: text.to_string(),
+        };
+        let item = Item::Event(timefmt::now_millis(), Box::new(event));
+        if let Err(mpsc::TrySendError::Full(_)) = tx.try_send(item) {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -208,21 +268,61 @@ fn open_append(path: &Path) -> std::io::Result<std::fs::File> {
     }
 }
 
-fn reopen(out: &mut std::io::BufWriter<Box<dyn Write + Send>>, path: Option<&Path>) {
+fn reopen(out: &mut std::io::BufWriter<Box<dyn Write + Send>>, path: Option<&Path>, json: bool) {
     let _ = out.flush();
-    let now = timefmt::now_millis();
     match open(path) {
         Ok(file) if path.is_some() => {
             *out = std::io::BufWriter::with_capacity(256 << 10, file);
-            write_line(out, now, "sluice/master: log file reopened");
+            let text = "log file reopened".to_string();
+            note(out, json, "master", "log_reopened", Fields::new(), text);
         }
         Ok(_) => {}
-        Err(e) => write_line(
-            out,
-            now,
-            &format!("sluice/master: cannot reopen the log: {e}"),
-        ),
+        Err(e) => {
+            let mut fields = Fields::new();
+            fields.insert("error".into(), e.to_string().into());
+            let text = format!("cannot reopen the log: {e}");
+            note(out, json, "master", "log_reopen_failed", fields, text);
+        }
     }
+}
+
+/// A line of the writer's own, in the log's format.
+fn note(
+    out: &mut impl Write,
+    json: bool,
+    component: &str,
+    name: &'static str,
+    fields: Fields,
+    text: String,
+) {
+    let now = timefmt::now_millis();
+    match json {
+        true => {
+            let component = component.to_string();
+            let event = Event {
+                component,
+                name,
+                fields,
+                text,
+            };
+            write_event(out, now, event)
+        }
+        false => write_line(out, now, &format!("sluice/{component}: {text}")),
+    }
+}
+
+/// An event as one JSON object: `ts`, `program`, `component`, `event`,
+/// `queue_id` (null when none), `text`, then the event's own fields.
+fn write_event(out: &mut impl Write, millis: u64, event: Event) {
+    let mut object = Fields::new();
+    object.insert("ts".into(), timefmt::iso8601(millis).into());
+    object.insert("program".into(), "sluice".into());
+    object.insert("component".into(), event.component.into());
+    object.insert("event".into(), event.name.into());
+    object.insert("queue_id".into(), serde_json::Value::Null);
+    object.insert("text".into(), event.text.into());
+    object.extend(event.fields);
+    let _ = writeln!(out, "{}", serde_json::Value::Object(object));
 }
 
 /// One line as a JSON object: `sluice/smtpd: 1A2B: text` gives program
@@ -240,6 +340,7 @@ fn write_json(out: &mut impl Write, millis: u64, line: &str) {
         "ts": timefmt::iso8601(millis),
         "program": program,
         "component": component,
+        "event": "log",
         "queue_id": queue_id,
         "text": text,
     });
@@ -250,12 +351,32 @@ fn write_line(out: &mut impl Write, millis: u64, line: &str) {
     let _ = writeln!(out, "{} {line}", timefmt::iso8601(millis));
 }
 
-/// `log!(logger, "smtpd", "{id}: client={peer}")`
+/// `log!(logger, "smtpd", "{id}: client={peer}")`: a line with no fields
+/// of its own (event `log` in the JSON format).
 #[macro_export]
 macro_rules! log {
     ($logger:expr, $component:expr, $($arg:tt)*) => {
         $logger.log($component, format_args!($($arg)*))
     };
+}
+
+/// `event!(logger, "smtp", "delivery", { queue_id: qid(id), to: rcpt },
+/// "{}: to=<{rcpt}>, …", qid(id))`: an event with fields. The fields are
+/// evaluated (by reference) only when the log is JSON; the text, as for
+/// [`log!`], is the human line.
+#[macro_export]
+macro_rules! event {
+    ($logger:expr, $component:expr, $name:literal, { $($key:ident : $value:expr),* $(,)? }, $($arg:tt)*) => {{
+        let logger = &$logger;
+        if logger.is_json() {
+            #[allow(unused_mut)]
+            let mut fields = $crate::log::Fields::new();
+            $( fields.insert(stringify!($key).to_string(), $crate::log::field(&$value)); )*
+            logger.event($component, $name, fields, format_args!($($arg)*));
+        } else {
+            logger.log($component, format_args!($($arg)*));
+        }
+    }};
 }
 
 /// Queue IDs are shown in upper-case hex, like Postfix's short IDs.
@@ -299,6 +420,7 @@ mod tests {
             dropped: Arc::new(AtomicU64::new(0)),
             reopen: Arc::new(AtomicBool::new(false)),
             program: "sluice",
+            json: false,
         };
         for i in 0..10 {
             crate::log!(logger, "test", "line {i}");
@@ -308,7 +430,7 @@ mod tests {
             .try_iter()
             .map(|i| match i {
                 Item::Line(_, l) => l,
-                Item::Flush(_) | Item::Wake => String::new(),
+                Item::Event(..) | Item::Flush(_) | Item::Wake => String::new(),
             })
             .collect();
         assert_eq!(kept.len(), 4);
@@ -368,6 +490,41 @@ mod tests {
         assert!(reopened(), "no new log file after the reopen request");
         drop(logger);
         drain.join().unwrap();
+    }
+
+    #[test]
+    fn an_event_is_one_object_with_its_fields_and_the_human_text() {
+        let dir = tempfile::tempdir().unwrap();
+        for json in [true, false] {
+            let path = dir.path().join(format!("maillog-{json}"));
+            let logger = Logger::start_as(Some(&path), json).unwrap();
+            let (id, to) = ("1A2B3C4D", "a@b.test");
+            crate::event!(
+                logger,
+                "smtp",
+                "delivery",
+                { queue_id: id, to: to, delay: 0.5 },
+                "{id}: to=<{to}>, status=sent"
+            );
+            crate::log!(logger, "qmgr", "{id}: a line with no fields");
+            logger.flush();
+            let text = std::fs::read_to_string(&path).unwrap();
+            let lines: Vec<&str> = text.lines().collect();
+            if !json {
+                assert!(lines[0].ends_with(" sluice/smtp: 1A2B3C4D: to=<a@b.test>, status=sent"));
+                continue;
+            }
+            let event: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+            assert_eq!(event["event"], "delivery");
+            assert_eq!(event["component"], "smtp");
+            assert_eq!(event["queue_id"], id);
+            assert_eq!(event["to"], to);
+            assert_eq!(event["delay"], 0.5);
+            assert_eq!(event["text"], "1A2B3C4D: to=<a@b.test>, status=sent");
+            let plain: serde_json::Value = serde_json::from_str(lines[1]).unwrap();
+            assert_eq!(plain["event"], "log");
+            assert_eq!(plain["queue_id"], id);
+        }
     }
 
     #[test]

@@ -16,9 +16,12 @@ async fn next_hop_down_then_up_defers_then_delivers() {
     assert!(r.starts_with("250"), "{r}");
     let qid = qid_of(&r);
     assert!(
-        wait_until(10, || read_log(&dir)
-            .contains(&format!("{qid}: to=<b@dest.test>, relay=127.0.0.1"))
-            && read_log(&dir).contains("status=deferred"))
+        wait_event(10, &dir, "delivery", |e| e["queue_id"] == qid
+            && e["to"] == "b@dest.test"
+            && e["status"] == "deferred"
+            && e["relay"]
+                .as_str()
+                .is_some_and(|r| r.starts_with("127.0.0.1")))
         .await,
         "{}",
         read_log(&dir)
@@ -29,7 +32,7 @@ async fn next_hop_down_then_up_defers_then_delivers() {
         "{}",
         read_log(&dir)
     );
-    assert!(wait_until(5, || read_log(&dir).contains(&format!("{qid}: removed"))).await);
+    assert!(wait_until(5, || removed(&dir, &qid)).await);
     // Removed from the queue: nothing is left to send; the drained stop
     // makes the count final.
     server.shutdown().await;
@@ -78,12 +81,16 @@ async fn permanent_failure_bounces_to_the_sender() {
         "original headers attached"
     );
     assert!(!text.contains("Final-Recipient: rfc822; ok@dest.test"));
-    assert!(wait_until(5, || read_log(&dir).contains(&format!("{qid}: removed"))).await);
-    let log = read_log(&dir);
-    assert!(
-        log.contains(&format!("{qid}: to=<reject-me@dest.test>")) && log.contains("status=bounced")
-    );
-    assert!(log.contains(&format!("{qid}: sender non-delivery notification")));
+    assert!(wait_until(5, || removed(&dir, &qid)).await);
+    assert!(delivered_as(
+        &dir,
+        &qid,
+        "reject-me@dest.test",
+        "bounced",
+        ""
+    ));
+    assert!(has_event(&dir, "notice", |e| e["queue_id"] == qid
+        && e["kind"] == "failure"));
     server.shutdown().await;
 }
 
@@ -99,15 +106,18 @@ async fn null_sender_never_gets_a_bounce() {
     assert!(r.starts_with("250"), "{r}");
     let qid = qid_of(&r);
     assert!(
-        wait_until(10, || read_log(&dir).contains(&format!("{qid}: removed"))).await,
+        wait_until(10, || removed(&dir, &qid)).await,
         "{}",
         read_log(&dir)
     );
-    let log = read_log(&dir);
-    assert!(log.contains(&format!(
-        "{qid}: to=<reject-this@dest.test>: undeliverable mail from the null sender discarded, no bounce sent"
-    )));
-    assert!(!log.contains("non-delivery notification"), "{log}");
+    assert!(has_event(&dir, "notice_skipped", |e| e["queue_id"] == qid
+        && e["to"] == "reject-this@dest.test"
+        && e["why"] == "null_sender"));
+    assert!(
+        events_named(&dir, "notice").is_empty(),
+        "{}",
+        read_log(&dir)
+    );
     // The shutdown drain waits for anything still being delivered.
     server.shutdown().await;
     assert_eq!(sink.count(), 0, "no bounce was sent anywhere");
@@ -137,11 +147,15 @@ async fn temporary_failures_retry_then_expire_into_a_bounce() {
     // The drained stop also flushes the mail log.
     server.shutdown().await;
     let log = read_log(&dir);
-    let attempts = log
-        .matches(&format!("{qid}: to=<defer-me@dest.test>, relay=127.0.0.1"))
+    let attempts = deliveries(&dir, &qid)
+        .iter()
+        .filter(|e| e["to"] == "defer-me@dest.test" && e["status"] == "deferred")
         .count();
     assert!(attempts >= 2, "retried: {attempts} attempts\n{log}");
-    assert!(log.contains("status=expired"), "{log}");
+    assert!(
+        delivered_as(&dir, &qid, "defer-me@dest.test", "expired", ""),
+        "{log}"
+    );
     let bounce = &sink.messages()[0];
     assert!(bounce.sender.is_empty());
     let text = String::from_utf8_lossy(&bounce.body);
@@ -203,17 +217,17 @@ async fn slow_and_dead_destinations_do_not_hold_up_others() {
         "{}",
         fast.count()
     );
-    let dead =
-        |log: &str| log.contains("destination marked dead") || log.contains("is not responding");
     assert!(
-        wait_until(10, || dead(&read_log(&dir))).await,
+        wait_event(10, &dir, "destination_dead", |_| true).await,
         "{}",
         read_log(&dir)
     );
-    let log = read_log(&dir);
     assert!(
-        !log.contains("to=<z@silent.test>"),
-        "still waiting on the silent hop: {log}"
+        !deliveries(&dir, "")
+            .iter()
+            .any(|e| e["to"] == "z@silent.test"),
+        "still waiting on the silent hop: {}",
+        read_log(&dir)
     );
     // The stop does not wait 300 s for the silent hop: the drain deadline
     // abandons those deliveries (they stay queued) and says so.
@@ -222,5 +236,5 @@ async fn slow_and_dead_destinations_do_not_hold_up_others() {
         server.shutdown(),
     );
     assert!(stop.await.is_ok(), "shutdown is bounded by its deadline");
-    assert!(read_log(&dir).contains("abandoned at the deadline"));
+    assert!(has_event(&dir, "drained", |e| e["abandoned"].as_u64() > Some(0)));
 }

@@ -45,10 +45,11 @@ async fn unwritable_maildir_defers_then_delivers() {
     assert!(r.starts_with("250 2.0.0"), "{r}");
     let qid = qid_of(&r);
     assert!(
-        wait_until(10, || read_log(&dir)
-            .contains(&format!("{qid}: to=<a@local.test>, relay=maildir"))
-            && read_log(&dir)
-                .contains("status=deferred (4.3.0 cannot write to maildir"))
+        wait_event(10, &dir, "delivery", |e| e["queue_id"] == qid
+            && e["to"] == "a@local.test"
+            && e["relay"] == "maildir"
+            && e["status"] == "deferred"
+            && e["dsn"] == "4.3.0")
         .await,
         "{}",
         read_log(&dir)
@@ -75,13 +76,14 @@ async fn unwritable_maildir_defers_then_delivers() {
         .await;
     let qid = qid_of(&r);
     assert!(
-        wait_until(10, || read_log(&dir)
-            .contains(&format!("{qid}: to=<y@routed.test>, relay=none")))
+        wait_event(10, &dir, "delivery", |e| e["queue_id"] == qid
+            && e["to"] == "y@routed.test"
+            && e["transport"] == "discard"
+            && e["status"] == "sent")
         .await,
         "{}",
         read_log(&dir)
     );
-    assert!(read_log(&dir).contains("status=sent (discarded)"));
     // A mailbox added to the table's file is known a moment later, with no
     // reload command (the watcher notices the new modification time).
     std::fs::write(
@@ -134,17 +136,12 @@ async fn maildir_deliveries_share_their_disk_syncs() {
         };
         assert!(wait_until(10, delivered).await, "{}", read_log(&dir));
         server.shutdown().await;
-        let log = read_log(&dir);
-        let line = log
-            .lines()
-            .find(|l| l.contains("maildir: delivered 20 files with "))
-            .unwrap_or_else(|| panic!("{mode}: no maildir line: {log}"));
-        let syncs: u64 = line
-            .split("files with ")
-            .nth(1)
-            .and_then(|t| t.split(' ').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap();
+        let stats = events_named(&dir, "maildir_stats");
+        let line = stats
+            .iter()
+            .find(|e| e["files"] == 20)
+            .unwrap_or_else(|| panic!("{mode}: no maildir_stats event: {}", read_log(&dir)));
+        let syncs = line["syncs"].as_u64().unwrap();
         assert!(syncs <= most, "{mode}: {line}");
         if mode == "each" {
             assert!(syncs >= 40, "each message pays its own: {line}");

@@ -136,13 +136,17 @@ async fn relay_to(
 
 /// Sends one message from a@sender.test through `hop`, waits for the one
 /// bounce it must cause, stops the server (flushing the mail log); returns
-/// the queue ID, the log and what reached the bounce sink.
+/// the queue ID, its delivery events and what reached the bounce sink.
 async fn send_until_bounced(
     dir: &std::path::Path,
     hop: std::net::SocketAddr,
     rcpts: &[&str],
     subject: &str,
-) -> (String, String, Vec<sluice::tools::sink::ReceivedMessage>) {
+) -> (
+    String,
+    Vec<serde_json::Value>,
+    Vec<sluice::tools::sink::ReceivedMessage>,
+) {
     let (server, sink, mut c) = relay_to(dir, hop).await;
     let r = c.message("a@sender.test", rcpts, &body(subject)).await;
     let qid = qid_of(&r);
@@ -152,7 +156,7 @@ async fn send_until_bounced(
         read_log(dir)
     );
     server.shutdown().await;
-    (qid, read_log(dir), sink.messages())
+    (qid.clone(), deliveries(dir, &qid), sink.messages())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -164,12 +168,15 @@ async fn a_refusal_stands_when_the_rset_after_it_fails() {
     })
     .await;
     let (qid, log, bounces) = send_until_bounced(&dir, hop, &["gone@dest.test"], "gone").await;
+    let relay = format!("127.0.0.1[127.0.0.1]:{}", hop.port());
     assert!(
-        log.contains(&format!(
-            "{qid}: to=<gone@dest.test>, relay=127.0.0.1[127.0.0.1]:{}",
-            hop.port()
-        )) && log.contains("dsn=5.1.1, status=bounced (550 5.1.1 no such user here)"),
-        "{log}"
+        log.iter().any(|e| e["queue_id"] == qid
+            && e["to"] == "gone@dest.test"
+            && e["relay"] == relay.as_str()
+            && e["dsn"] == "5.1.1"
+            && e["status"] == "bounced"
+            && e["reason"] == "550 5.1.1 no such user here"),
+        "{log:?}"
     );
     assert!(String::from_utf8_lossy(&bounces[0].body).contains("Status: 5.1.1"));
 }
@@ -195,11 +202,17 @@ async fn a_big_body_to_a_slow_reader_is_not_cut_off() {
     let r = c.message("a@sender.test", &["x@dest.test"], &big).await;
     let qid = qid_of(&r);
     assert!(
-        wait_until(30, || read_log(&dir).contains(&format!("{qid}: removed"))).await,
+        wait_until(30, || removed(&dir, &qid)).await,
         "{}",
         read_log(&dir)
     );
-    assert!(read_log(&dir).contains("status=sent (250 2.0.0 taken)"));
+    assert!(delivered_as(
+        &dir,
+        &qid,
+        "x@dest.test",
+        "sent",
+        "250 2.0.0 taken"
+    ));
     server.shutdown().await;
 }
 
@@ -221,13 +234,16 @@ async fn the_final_dot_gets_its_own_longer_wait() {
         .await;
     let qid = qid_of(&r);
     assert!(
-        wait_until(20, || read_log(&dir).contains(&format!("{qid}: removed"))).await,
+        wait_until(20, || removed(&dir, &qid)).await,
         "{}",
         read_log(&dir)
     );
-    let log = read_log(&dir);
-    assert!(log.contains("status=sent (250 2.0.0 taken)"), "{log}");
-    assert!(!log.contains("status=deferred"), "{log}");
+    let log = deliveries(&dir, &qid);
+    assert!(
+        delivered_as(&dir, &qid, "x@dest.test", "sent", "250 2.0.0 taken"),
+        "{log:?}"
+    );
+    assert!(!log.iter().any(|e| e["status"] == "deferred"), "{log:?}");
     server.shutdown().await;
 }
 
@@ -239,19 +255,19 @@ async fn a_peer_without_pipelining_is_spoken_to_in_lock_step() {
         ..Default::default()
     })
     .await;
-    let (qid, log, _) =
+    let (_, log, _) =
         send_until_bounced(&dir, hop, &["ok@dest.test", "gone@dest.test"], "lockstep").await;
+    let was = |to: &str, status: &str, reply: &str| {
+        log.iter()
+            .any(|e| e["to"] == to && e["status"] == status && e["reason"] == reply)
+    };
+    assert!(was("ok@dest.test", "sent", "250 2.0.0 taken"), "{log:?}");
     assert!(
-        log.contains(&format!("{qid}: to=<ok@dest.test>"))
-            && log.contains("status=sent (250 2.0.0 taken)"),
-        "{log}"
+        was("gone@dest.test", "bounced", "550 5.1.1 no such user here"),
+        "{log:?}"
     );
-    assert!(
-        log.contains("to=<gone@dest.test>")
-            && log.contains("status=bounced (550 5.1.1 no such user here)"),
-        "{log}"
-    );
-    assert!(!log.contains("before the reply"), "{log}");
+    // Lock step: nothing was sent before its reply, so nothing deferred.
+    assert!(!log.iter().any(|e| e["status"] == "deferred"), "{log:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -265,16 +281,13 @@ async fn a_refusal_stands_when_the_connection_dies_at_data() {
     // The refused recipient bounces at once; the other waits for a retry.
     let (qid, log, _) =
         send_until_bounced(&dir, hop, &["ok@dest.test", "gone@dest.test"], "cut").await;
-    assert!(
-        log.contains(&format!("{qid}: to=<gone@dest.test>"))
-            && log.contains("status=bounced (550 5.1.1"),
-        "{log}"
-    );
-    assert!(
-        log.contains("to=<ok@dest.test>")
-            && log.contains("status=deferred (451 4.4.2 lost connection"),
-        "{log}"
-    );
+    let was = |to: &str, status: &str, dsn: &str| {
+        log.iter().any(|e| {
+            e["queue_id"] == qid && e["to"] == to && e["status"] == status && e["dsn"] == dsn
+        })
+    };
+    assert!(was("gone@dest.test", "bounced", "5.1.1"), "{log:?}");
+    assert!(was("ok@dest.test", "deferred", "4.4.2"), "{log:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -293,20 +306,22 @@ async fn a_success_reply_to_data_is_not_a_delivery() {
         .message("a@sender.test", &["x@dest.test"], &body("odd"))
         .await;
     let qid = qid_of(&r);
-    let deferred = format!("{qid}: to=<x@dest.test>");
+    let deferred = |e: &serde_json::Value| {
+        e["queue_id"] == qid
+            && e["to"] == "x@dest.test"
+            && e["status"] == "deferred"
+            && e["dsn"] == "4.5.0"
+    };
     assert!(
-        wait_until(10, || read_log(&dir)
-            .contains("status=deferred (451 4.5.0 unexpected reply to DATA"))
-        .await,
+        wait_event(10, &dir, "delivery", deferred).await,
         "{}",
         read_log(&dir)
     );
     server.shutdown().await;
-    let log = read_log(&dir);
-    assert!(log.contains(&deferred), "{log}");
+    let log = deliveries(&dir, &qid);
     assert!(
-        !log.contains("status=sent"),
-        "never recorded as delivered: {log}"
+        !log.iter().any(|e| e["status"] == "sent"),
+        "never recorded as delivered: {log:?}"
     );
-    assert!(!log.contains(&format!("{qid}: removed")), "{log}");
+    assert!(!removed(&dir, &qid), "{log:?}");
 }

@@ -43,7 +43,12 @@ async fn the_queue_is_administered_through_the_socket() {
         queued.push(qid_of(&r));
     }
     let (m1, m2, m3) = (&queued[0], &queued[1], &queued[2]);
-    let deferred = || read_log(&dir).matches("status=deferred").count();
+    let deferred = || {
+        deliveries(&dir, "")
+            .iter()
+            .filter(|e| e["status"] == "deferred")
+            .count()
+    };
     assert!(wait_until(15, || deferred() >= 3).await);
     let all = call(&data_dir, &list(Filter::default())).await.unwrap();
     assert_eq!(all.messages.len(), 3);
@@ -71,7 +76,11 @@ async fn the_queue_is_administered_through_the_socket() {
         .headers
         .unwrap()
         .contains("Subject: defer-a@ours.test"));
-    assert!(shown.history.iter().any(|l| l.contains("status=deferred")));
+    // The history is the log's lines for it: events, in this format.
+    assert!(shown.history.iter().any(|l| {
+        serde_json::from_str::<serde_json::Value>(l)
+            .is_ok_and(|e| e["event"] == "delivery" && e["status"] == "deferred")
+    }));
     let err = call(
         &data_dir,
         &Request::Show {
@@ -118,7 +127,7 @@ async fn the_queue_is_administered_through_the_socket() {
                 .contains("returned to the sender by the administrator")))
         .await
     );
-    assert!(wait_until(15, || read_log(&dir).contains(&format!("{m2}: removed"))).await);
+    assert!(wait_until(15, || removed(&dir, m2)).await);
 
     // delete m1.
     let deleted = call(
@@ -183,7 +192,7 @@ async fn a_flush_forgets_dead_hosts_so_mail_goes_out_at_once() {
         .message("s@ours.test", &["x@ours.test"], &body("dead"))
         .await;
     assert!(r.starts_with("250"), "{r}");
-    assert!(wait_until(15, || read_log(&dir).contains("status=deferred")).await);
+    assert!(wait_event(15, &dir, "delivery", |e| e["status"] == "deferred").await);
     // The next hop is back; postqueue -f would deliver now.
     let sink = sink_on(hop).await;
     let flush = Request::Flush {

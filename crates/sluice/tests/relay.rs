@@ -35,15 +35,18 @@ async fn relays_a_message_with_received_header_and_exact_body() {
     );
     assert!(body.contains(&format!("id {qid}")));
     assert!(body.ends_with(text), "{body:?}");
-    assert!(wait_until(5, || read_log(&dir).contains(&format!("{qid}: removed"))).await);
-    let log = read_log(&dir);
+    assert!(wait_until(5, || removed(&dir, &qid)).await);
+    let sent = deliveries(&dir, &qid);
     assert!(
-        log.contains(&format!(
-            "{qid}: to=<b@dest.test>, relay=127.0.0.1[127.0.0.1]"
-        )),
-        "{log}"
+        sent.iter().any(|e| e["to"] == "b@dest.test"
+            && e["relay"]
+                .as_str()
+                .unwrap()
+                .starts_with("127.0.0.1[127.0.0.1]")
+            && e["status"] == "sent"
+            && e["reason"] == "250 2.0.0 Ok: queued"),
+        "{sent:?}"
     );
-    assert!(log.contains("status=sent (250 2.0.0 Ok: queued)"), "{log}");
     server.shutdown().await;
 }
 
@@ -161,8 +164,10 @@ async fn discard_transport_and_unroutable_domain() {
         .message("a@sender.test", &["x@void.test"], &body("void"))
         .await;
     let qid = qid_of(&r);
-    assert!(wait_until(5, || read_log(&dir).contains(&format!("{qid}: removed"))).await);
-    assert!(read_log(&dir).contains("status=sent (discarded)"));
+    assert!(wait_until(5, || removed(&dir, &qid)).await);
+    assert!(has_event(&dir, "delivery", |e| e["queue_id"] == qid
+        && e["transport"] == "discard"
+        && e["status"] == "sent"));
     let r = c
         .message("a@sender.test", &["x@nowhere.test"], &body("nowhere"))
         .await;
@@ -170,12 +175,15 @@ async fn discard_transport_and_unroutable_domain() {
     // No route: the domain's own mail hosts, and DNS (here: no answer) is
     // a temporary failure, never a bounce.
     assert!(
-        wait_until(5, || read_log(&dir).contains(&format!(
-            "{qid}: to=<x@nowhere.test>, relay=nowhere.test:25"
-        )))
-        .await
+        wait_event(5, &dir, "delivery", |e| e["queue_id"] == qid
+            && e["to"] == "x@nowhere.test"
+            && e["relay"] == "nowhere.test:25"
+            && e["status"] == "deferred"
+            && e["dsn"] == "4.4.3")
+        .await,
+        "{}",
+        read_log(&dir)
     );
-    assert!(read_log(&dir).contains("status=deferred (4.4.3 DNS lookup for nowhere.test failed"));
     server.shutdown().await;
 }
 
@@ -202,7 +210,9 @@ async fn relays_to_an_ipv6_next_hop() {
     );
     server.shutdown().await;
     assert!(
-        read_log(&dir).contains("relay=::1[::1]:"),
+        has_event(&dir, "delivery", |e| e["relay"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("::1[::1]:"))),
         "{}",
         read_log(&dir)
     );

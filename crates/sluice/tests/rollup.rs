@@ -163,9 +163,11 @@ async fn each_domain_keeps_its_own_mail_hosts_when_its_best_mx_is_shared() {
         "all four delivered"
     );
     assert!(
-        wait_until(10, || read_log(&dir).contains(
-            "status=bounced (5.1.10 domain n.split.test accepts no mail"
-        ))
+        wait_event(10, &dir, "delivery", |e| e["status"] == "bounced"
+            && e["dsn"] == "5.1.10"
+            && e["to"]
+                .as_str()
+                .is_some_and(|t| t.ends_with("@n.split.test")))
         .await
     );
     server.shutdown().await;

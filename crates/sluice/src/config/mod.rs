@@ -352,9 +352,24 @@ pub enum ConfigError {
     #[error("cannot read {path}: {err}")]
     Read { path: PathBuf, err: std::io::Error },
     #[error("{path}: {err}")]
-    Parse { path: PathBuf, err: toml::de::Error },
+    Parse {
+        path: PathBuf,
+        /// The line the error starts on (1-based), when toml says where.
+        line: Option<usize>,
+        err: Box<toml::de::Error>,
+    },
     #[error("{0}")]
     Invalid(String),
+}
+
+impl ConfigError {
+    /// The line of the configuration file at fault, when known.
+    pub fn line(&self) -> Option<usize> {
+        match self {
+            ConfigError::Parse { line, .. } => *line,
+            _ => None,
+        }
+    }
 }
 
 impl Config {
@@ -365,7 +380,13 @@ impl Config {
         })?;
         let config: Config = toml::from_str(&text).map_err(|err| ConfigError::Parse {
             path: path.to_path_buf(),
-            err,
+            line: err.span().map(|span| {
+                1 + text.as_bytes()[..span.start.min(text.len())]
+                    .iter()
+                    .filter(|&&b| b == b'\n')
+                    .count()
+            }),
+            err: Box::new(err),
         })?;
         config.validate()?;
         Ok(config)
@@ -489,6 +510,16 @@ mod tests {
         let text = err.to_string();
         assert!(text.contains("max_sesions"), "{text}");
         assert!(text.contains("line 4"), "{text}");
+    }
+
+    #[test]
+    fn a_file_that_does_not_parse_names_its_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sluice.toml");
+        std::fs::write(&path, "hostname = \"a\"\n\n[smtpd]\nmax_sesions = 3\n").unwrap();
+        let err = Config::load(&path).unwrap_err();
+        assert!(matches!(err, ConfigError::Parse { .. }), "{err}");
+        assert_eq!(err.line(), Some(4), "{err}");
     }
 
     #[test]

@@ -22,9 +22,9 @@ use tokio::task::JoinHandle;
 
 use crate::config::listener::ListenerConfig;
 use crate::config::Config;
-use crate::log;
 use crate::log::Logger;
 use crate::receive::smtp::{accept_loop, bind, Listening, Serving, SessionContext, SessionCount};
+use crate::{event, log};
 
 struct Running {
     addr: SocketAddr,
@@ -94,7 +94,14 @@ impl Listeners {
             if running.retire.send(ack).is_ok() {
                 let _ = closed.await;
             }
-            log!(logger, "master", "stopped listening on {}", running.addr);
+            event!(
+                logger,
+                "master",
+                "stopped_listening",
+                { addr: running.addr.to_string() },
+                "stopped listening on {}",
+                running.addr
+            );
             self.retired.push(running.task);
         }
         self.retired.retain(|t| !t.is_finished());
@@ -127,7 +134,14 @@ impl Listeners {
         logger: &Logger,
     ) -> std::io::Result<Running> {
         let addr = socket.local_addr()?;
-        log!(logger, "master", "listening on {addr} ({:?})", lc.kind);
+        event!(
+            logger,
+            "master",
+            "listening",
+            { addr: addr.to_string(), kind: format!("{:?}", lc.kind) },
+            "listening on {addr} ({:?})",
+            lc.kind
+        );
         let serving = Arc::new(ArcSwap::from_pointee(Serving {
             ctx: ctx.clone(),
             listener: Arc::new(lc),

@@ -27,12 +27,12 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
-use crate::log;
 use crate::log::Logger;
 use crate::queue::{QueueHandle, Scheduler};
 use crate::receive::local::Submitter;
 use crate::receive::smtp::SessionContext;
 use crate::routing::mailboxes::VirtualMailboxes;
+use crate::{event, log};
 use build::{Parts, Purpose};
 use listeners::Listeners;
 
@@ -160,9 +160,11 @@ impl Server {
         let observe = observe(&config, &queue, &spool, &mailboxes, &logger).await?;
         listeners.apply(&config, bound, &ctx, &logger).await;
         if let Some(account) = &account {
-            log!(
+            event!(
                 logger,
                 "master",
+                "running_as",
+                { user: account.name, uid: account.uid },
                 "running as {} (uid {})",
                 account.name,
                 account.uid
@@ -209,9 +211,11 @@ impl Server {
         self.listeners.join().await;
         let deadline = tokio::time::Instant::now() + self.drain_deadline;
         let drained = self.queue.drain(deadline).await;
-        log!(
+        event!(
             self.logger,
             "master",
+            "drained",
+            { finished: drained.finished_jobs, abandoned: drained.abandoned_jobs },
             "drained: {} deliveries finished, {} abandoned at the deadline (delivered again after restart)",
             drained.finished_jobs,
             drained.abandoned_jobs
@@ -239,9 +243,11 @@ impl Server {
             md.syncs.load(std::sync::atomic::Ordering::Relaxed),
         );
         if files > 0 {
-            log!(
+            event!(
                 self.logger,
                 "master",
+                "maildir_stats",
+                { files: files, syncs: syncs },
                 "maildir: delivered {files} files with {syncs} disk syncs ({:.1} files per sync)",
                 files as f64 / syncs.max(1) as f64
             );
@@ -291,7 +297,13 @@ async fn observe(
         logger.clone(),
     )
     .await?;
-    log!(logger, "master", "metrics and dashboard on http://{bound}/");
+    event!(
+        logger,
+        "master",
+        "listening",
+        { addr: bound.to_string(), kind: "metrics" },
+        "metrics and dashboard on http://{bound}/"
+    );
     Ok(Some((bound, task)))
 }
 
@@ -308,7 +320,7 @@ async fn open_spool(
     let size = spool_size::fit(&config.spool, fs);
     if let Some(warning) = spool_size::shortage(&dir, size, fs) {
         eprintln!("sluice: {warning}");
-        log!(logger, "master", "{warning}");
+        event!(logger, "master", "warning", { kind: "spool_space" }, "{warning}");
     }
     let spool_config = SpoolConfig {
         dir,
@@ -319,9 +331,17 @@ async fn open_spool(
     let (spool, recovered, report) = tokio::task::spawn_blocking(move || Spool::open(spool_config))
         .await
         .map_err(StartError::Recovery)??;
-    log!(
+    event!(
         logger,
         "master",
+        "started",
+        {
+            segments: report.segments,
+            to_deliver: report.messages_pending,
+            segment_mib: size.segment_bytes >> 20,
+            reserve_mib: size.reserve_bytes >> 20,
+            unsafe_ack: config.spool.unsafe_ack_before_fsync,
+        },
         "daemon started: spool {} segments, {} messages to deliver, segments of {} MiB, {} MiB kept free{}",
         report.segments,
         report.messages_pending,

@@ -27,8 +27,8 @@ use std::time::Duration;
 use super::build::{Parts, Purpose};
 use super::Server;
 use crate::config::Config;
-use crate::log;
 use crate::queue::Reconfig;
+use crate::{event, log};
 
 impl Server {
     /// Reloads the configuration file at `path`; without one (the
@@ -42,15 +42,19 @@ impl Server {
             Ok(new) => self.apply(new).await,
             Err(e) => {
                 let why = e.to_string().replace('\n', " | ");
-                self.refuse(&why);
+                self.refuse("config", e.line(), None, &why);
             }
         }
     }
 
-    fn refuse(&self, why: &dyn std::fmt::Display) {
-        log!(
+    /// Logs a refused reload: what failed (`config`, `build`, `listen`),
+    /// the file's line or the address at fault when known.
+    fn refuse(&self, cause: &str, line: Option<usize>, addr: Option<&str>, why: &str) {
+        event!(
             self.logger,
             "master",
+            "reload",
+            { result: "refused", cause: cause, line: line, addr: addr, error: why },
             "reload: {why}; keeping the running configuration"
         );
     }
@@ -62,16 +66,21 @@ impl Server {
         let built = Parts::build(new.clone(), &self.logger, Some(&self.parts), Purpose::Serve);
         let mut parts = match built {
             Ok(parts) => parts,
-            Err(why) => return self.refuse(&why),
+            Err(why) => return self.refuse("build", None, None, &why.to_string()),
         };
         let bound = match self.listeners.bind_new(&new) {
             Ok(bound) => bound,
-            Err((listen, e)) => return self.refuse(&format!("cannot listen on {listen}: {e}")),
+            Err((listen, e)) => {
+                let why = format!("cannot listen on {listen}: {e}");
+                return self.refuse("listen", None, Some(&listen), &why);
+            }
         };
         if !later.is_empty() {
-            log!(
+            event!(
                 self.logger,
                 "master",
+                "reload",
+                { result: "later", sections: later },
                 "reload: changes to {} take effect at the next restart",
                 later.join(", ")
             );
@@ -99,13 +108,19 @@ impl Server {
         self.addrs = self.listeners.addrs();
         parts.own_addrs.set(self.addrs.clone());
         self.drain_deadline = Duration::from_secs(new.queue.shutdown_drain_secs);
-        let changed = sections_changed(&old, &new);
+        let sections = sections_changed(&old, &new);
         self.parts = parts;
-        let changed = match changed.is_empty() {
+        let changed = match sections.is_empty() {
             true => "nothing changed".to_string(),
-            false => format!("applied changes to {}", changed.join(", ")),
+            false => format!("applied changes to {}", sections.join(", ")),
         };
-        log!(self.logger, "master", "reload: {changed}");
+        event!(
+            self.logger,
+            "master",
+            "reload",
+            { result: "applied", sections: sections },
+            "reload: {changed}"
+        );
     }
 
     /// Re-reads the files of tables and the certificate that a reload
@@ -122,15 +137,19 @@ impl Server {
         };
         if let Some(tls) = same_tls {
             match tls.reload() {
-                Ok(()) => log!(
+                Ok(()) => event!(
                     self.logger,
                     "master",
+                    "reload",
+                    { result: "certificate", file: tls.cert_path() },
                     "reload: TLS certificate {}",
                     tls.cert_path().display()
                 ),
-                Err(err) => log!(
+                Err(err) => event!(
                     self.logger,
                     "master",
+                    "reload",
+                    { result: "certificate_kept", error: err.to_string() },
                     "reload: {err}; keeping the previous certificate"
                 ),
             }

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use super::headers;
 use super::sender_auth;
 use super::{Accepted, Intake, Origin, Refusal, Stored, Submission};
-use crate::log;
 use crate::log::qid;
 use crate::message::body;
+use crate::{event, log};
 
 pub(super) async fn run(intake: &Intake, mut sub: Submission) -> Result<Accepted, Refusal> {
     let checked = complete(intake, &mut sub).and_then(|()| intake.check_hops(&sub.body));
@@ -97,9 +97,11 @@ fn sign(intake: &Intake, sub: &Submission) -> String {
     match intake.dkim.sign(&sub.body) {
         None => String::new(),
         Some(Ok((header, domain))) => {
-            log!(
+            event!(
                 intake.logger,
                 "cleanup",
+                "dkim_signed",
+                { queue_id: qid(sub.id), domain: domain },
                 "{}: DKIM-Signature added (d={domain})",
                 qid(sub.id)
             );

@@ -21,9 +21,9 @@ use sluice_spool::{BodyRef, Envelope};
 use tokio::sync::oneshot;
 
 use super::scheduler::{RcptState, Scheduler};
-use crate::log;
 use crate::log::qid;
 use crate::message::status::Failure;
+use crate::{event, log};
 
 /// What an administrator asked the queue to do.
 #[derive(Debug)]
@@ -328,9 +328,11 @@ impl Scheduler {
         if self.parked.remove(&id).is_some() {
             // (Its place in `ready` is skipped by admit: no longer parked.)
             self.spool.record_outcome(id, Vec::new(), true);
-            log!(
+            event!(
                 self.logger,
                 "qmgr",
+                "removed",
+                { queue_id: qid(id), by: "administrator" },
                 "{}: removed (deleted by the administrator)",
                 qid(id)
             );

@@ -22,6 +22,7 @@ use super::agent::WorkerStart;
 use super::job::{defer_all, Feedback, Job, Reporter, WorkerId};
 use super::scheduler::Scheduler;
 use crate::config::hop::NextHop;
+use crate::event;
 use crate::message::status::Outcome;
 
 pub(super) struct Destination {
@@ -261,6 +262,14 @@ impl Scheduler {
                 .get_mut(&key)
                 .map(|d| d.queue.drain(..).collect())
                 .unwrap_or_default();
+            event!(
+                self.logger,
+                "qmgr",
+                "destination_dead",
+                { destination: &*key, deferred: queued.len() },
+                "{key}: destination marked dead (connect failed); {} queued jobs deferred",
+                queued.len()
+            );
             for job in queued {
                 self.defer_job(job, &reason);
             }

@@ -15,7 +15,7 @@ use sluice_spool::{BodyRef, Envelope};
 
 use super::scheduler::{delay, Message, RcptState, Scheduler};
 use super::Event;
-use crate::log;
+use crate::event;
 use crate::log::{qid, Logger};
 use crate::message::flags;
 use crate::message::status::Failure;
@@ -32,12 +32,14 @@ impl Scheduler {
         let indices: Vec<u16> = failed.iter().map(|(i, _)| *i).collect();
         if msg.envelope.sender.is_empty() {
             for (i, f) in &failed {
-                log!(
+                let to = &msg.envelope.recipients[*i as usize];
+                event!(
                     self.logger,
                     "bounce",
-                    "{}: to=<{}>: undeliverable mail from the null sender discarded, no bounce sent ({} {})",
+                    "notice_skipped",
+                    { queue_id: qid(id), to: to, why: "null_sender", dsn: f.status },
+                    "{}: to=<{to}>: undeliverable mail from the null sender discarded, no bounce sent ({} {})",
                     qid(id),
-                    msg.envelope.recipients[*i as usize],
                     f.status,
                     f.diagnostic
                 );
@@ -50,12 +52,14 @@ impl Scheduler {
             .into_iter()
             .partition(|(i, _)| wants(&msg.envelope, *i, NOTIFY_FAILURE));
         for (i, f) in &unwanted {
-            log!(
+            let to = &msg.envelope.recipients[*i as usize];
+            event!(
                 self.logger,
                 "bounce",
-                "{}: to=<{}>: no bounce sent, the sender asked for none (NOTIFY) ({} {})",
+                "notice_skipped",
+                { queue_id: qid(id), to: to, why: "notify", dsn: f.status },
+                "{}: to=<{to}>: no bounce sent, the sender asked for none (NOTIFY) ({} {})",
                 qid(id),
-                msg.envelope.recipients[*i as usize],
                 f.status,
                 f.diagnostic
             );
@@ -177,13 +181,23 @@ pub(super) fn expire(msg: &mut Message, max_life: u64, logger: &Logger) {
     for (i, state) in msg.rcpts.iter_mut().enumerate() {
         if let RcptState::Deferred { relay, reason } = state {
             let failure = Failure::expired(age_secs, relay, reason);
-            log!(
+            let (to, delay) = (&msg.envelope.recipients[i], delay(&msg.envelope));
+            event!(
                 logger,
                 "qmgr",
-                "{}: to=<{}>, relay=none, delay={}, dsn=4.4.7, status=expired ({})",
+                "delivery",
+                {
+                    queue_id: qid(msg.envelope.id),
+                    to: to,
+                    relay: "none",
+                    transport: "none",
+                    delay: delay,
+                    dsn: "4.4.7",
+                    status: "expired",
+                    reason: failure.diagnostic,
+                },
+                "{}: to=<{to}>, relay=none, delay={delay}, dsn=4.4.7, status=expired ({})",
                 qid(msg.envelope.id),
-                msg.envelope.recipients[i],
-                delay(&msg.envelope),
                 failure.diagnostic
             );
             msg.failed.push((i as u16, failure));

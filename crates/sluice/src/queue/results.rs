@@ -6,7 +6,7 @@ use sluice_proto::dsn::NOTIFY_SUCCESS;
 
 use super::failures::wants;
 use super::scheduler::{delay, RcptState, Scheduler};
-use crate::log;
+use crate::event;
 use crate::log::qid;
 use crate::message::status::{Failure, Outcome};
 use crate::record::bounce::dsn::Notice;
@@ -26,23 +26,33 @@ impl Scheduler {
             let Some(state) = msg.rcpts.get_mut(r as usize) else {
                 continue;
             };
-            log!(
-                self.logger,
-                "smtp",
-                "{}: to=<{}>, relay={}, delay={}, dsn={}, status={} ({})",
-                qid(id),
-                env.recipients[r as usize],
-                outcome.relay(),
-                delay(&env),
-                outcome.dsn(),
-                outcome.status_word(),
-                outcome.text()
-            );
             let transport = if outcome.relay() == "maildir" {
                 "maildir"
             } else {
                 "smtp"
             };
+            let (to, delay) = (&env.recipients[r as usize], delay(&env));
+            event!(
+                self.logger,
+                "smtp",
+                "delivery",
+                {
+                    queue_id: qid(id),
+                    to: to,
+                    relay: outcome.relay(),
+                    transport: transport,
+                    delay: delay,
+                    dsn: outcome.dsn(),
+                    status: outcome.status_word(),
+                    reason: outcome.text(),
+                },
+                "{}: to=<{to}>, relay={}, delay={delay}, dsn={}, status={} ({})",
+                qid(id),
+                outcome.relay(),
+                outcome.dsn(),
+                outcome.status_word(),
+                outcome.text()
+            );
             let status = outcome.status_word();
             metrics::counter!("sluice_deliveries_total", "transport" => transport, "status" => status)
                 .increment(1);

@@ -39,7 +39,7 @@ use crate::config::Config;
 use crate::log::{qid, Logger};
 use crate::message::status::Failure;
 use crate::routing::Router;
-use crate::{log, timefmt};
+use crate::{event, log, timefmt};
 
 const NO_ROUTE: &str = "4.4.0 no route to destination (an address without a domain)";
 
@@ -403,23 +403,43 @@ impl Scheduler {
         }
         let envelope = msg.envelope.clone();
         for &i in &discarded {
-            log!(
+            let (to, delay) = (&envelope.recipients[i as usize], delay(&envelope));
+            event!(
                 self.logger,
                 "discard",
-                "{}: to=<{}>, relay=none, delay={}, dsn=2.0.0, status=sent (discarded)",
-                qid(id),
-                envelope.recipients[i as usize],
-                delay(&envelope)
+                "delivery",
+                {
+                    queue_id: qid(id),
+                    to: to,
+                    relay: "none",
+                    transport: "discard",
+                    delay: delay,
+                    dsn: "2.0.0",
+                    status: "sent",
+                    reason: "discarded",
+                },
+                "{}: to=<{to}>, relay=none, delay={delay}, dsn=2.0.0, status=sent (discarded)",
+                qid(id)
             );
         }
         for &i in &unroutable {
-            log!(
+            let (to, delay) = (&envelope.recipients[i], delay(&envelope));
+            event!(
                 self.logger,
                 "qmgr",
-                "{}: to=<{}>, relay=none, delay={}, dsn=4.4.0, status=deferred ({NO_ROUTE})",
-                qid(id),
-                envelope.recipients[i],
-                delay(&envelope)
+                "delivery",
+                {
+                    queue_id: qid(id),
+                    to: to,
+                    relay: "none",
+                    transport: "none",
+                    delay: delay,
+                    dsn: "4.4.0",
+                    status: "deferred",
+                    reason: NO_ROUTE,
+                },
+                "{}: to=<{to}>, relay=none, delay={delay}, dsn=4.4.0, status=deferred ({NO_ROUTE})",
+                qid(id)
             );
         }
         if !discarded.is_empty() {
@@ -504,7 +524,14 @@ impl Scheduler {
             if let Some(body) = msg.body {
                 self.body_cache_bytes -= body.len();
             }
-            log!(self.logger, "qmgr", "{}: removed", qid(id));
+            event!(
+                self.logger,
+                "qmgr",
+                "removed",
+                { queue_id: qid(id), by: "queue" },
+                "{}: removed",
+                qid(id)
+            );
         }
     }
 

@@ -64,6 +64,8 @@ pub fn config(dir: &std::path::Path, next_hop: Option<SocketAddr>) -> Config {
         hostname: "mx.test".into(),
         data_dir: dir.join("var"),
         log_file: Some(dir.join("maillog")),
+        // Tests read events, not prose.
+        log_format: "json".into(),
         ..Default::default()
     };
     c.smtpd.listen = vec!["127.0.0.1:0".into()];
@@ -144,8 +146,92 @@ pub async fn wait_until(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
     cond()
 }
 
+/// The mail log as people read it: each JSON event's `component: text`
+/// (lines that are not JSON as they are). For failure messages, and for
+/// the tests not yet asserting on events.
 pub fn read_log(dir: &std::path::Path) -> String {
-    std::fs::read_to_string(dir.join("maillog")).unwrap_or_default()
+    let raw = std::fs::read_to_string(dir.join("maillog")).unwrap_or_default();
+    let mut out = String::with_capacity(raw.len());
+    for line in raw.lines() {
+        match serde_json::from_str::<serde_json::Value>(line) {
+            Ok(v) => {
+                let component = v["component"].as_str().unwrap_or("");
+                let text = v["text"].as_str().unwrap_or("");
+                out.push_str(&format!("{} sluice/{component}: {text}\n", v["ts"]));
+            }
+            Err(_) => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
+/// Every event of the mail log (`log_format = "json"`, as `config` sets);
+/// a line that is not a JSON object fails the test.
+pub fn events(dir: &std::path::Path) -> Vec<serde_json::Value> {
+    let raw = std::fs::read_to_string(dir.join("maillog")).unwrap_or_default();
+    raw.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l:?}: {e}")))
+        .collect()
+}
+
+/// The events named `name`.
+pub fn events_named(dir: &std::path::Path, name: &str) -> Vec<serde_json::Value> {
+    events(dir)
+        .into_iter()
+        .filter(|e| e["event"] == name)
+        .collect()
+}
+
+/// Whether an event named `name` satisfying `pred` was logged.
+pub fn has_event(
+    dir: &std::path::Path,
+    name: &str,
+    pred: impl Fn(&serde_json::Value) -> bool,
+) -> bool {
+    events_named(dir, name).iter().any(pred)
+}
+
+/// Waits up to `secs` for an event named `name` satisfying `pred`.
+pub async fn wait_event(
+    secs: u64,
+    dir: &std::path::Path,
+    name: &str,
+    pred: impl Fn(&serde_json::Value) -> bool,
+) -> bool {
+    wait_until(secs, || has_event(dir, name, &pred)).await
+}
+
+/// The delivery events (one per recipient and attempt) of message `qid`,
+/// or of every message when `qid` is empty.
+pub fn deliveries(dir: &std::path::Path, qid: &str) -> Vec<serde_json::Value> {
+    events_named(dir, "delivery")
+        .into_iter()
+        .filter(|e| qid.is_empty() || e["queue_id"] == qid)
+        .collect()
+}
+
+/// Whether recipient `to` of message `qid` (any message when empty) had a
+/// delivery event with `status` whose reason starts with `reason`.
+pub fn delivered_as(
+    dir: &std::path::Path,
+    qid: &str,
+    to: &str,
+    status: &str,
+    reason: &str,
+) -> bool {
+    deliveries(dir, qid).iter().any(|e| {
+        (to.is_empty() || e["to"] == to)
+            && e["status"] == status
+            && e["reason"].as_str().is_some_and(|r| r.starts_with(reason))
+    })
+}
+
+/// Whether message `qid` was removed from the queue.
+pub fn removed(dir: &std::path::Path, qid: &str) -> bool {
+    has_event(dir, "removed", |e| e["queue_id"] == qid)
 }
 
 /// A raw SMTP client that sends exact bytes and reads whole replies.

@@ -181,9 +181,11 @@ impl SmtpWorker {
             .partition(|(name, _)| validated.contains(&host_name(name)));
         if !dropped.is_empty() {
             let names: Vec<&str> = dropped.iter().map(|(n, _)| n.as_str()).collect();
-            crate::log!(
+            crate::event!(
                 self.logger,
                 "smtp",
+                "dane_excluded",
+                { domain: domain, hosts: names },
                 "DANE: {} not in its DNSSEC-validated MX RRset of {domain}: not used",
                 names.join(", ")
             );
@@ -233,9 +235,18 @@ impl SmtpWorker {
                     return Ok((conn, targets[i + 1..].to_vec()));
                 }
                 Err(e) => {
-                    crate::log!(
+                    crate::event!(
                         self.logger,
                         "smtp",
+                        "connect_failed",
+                        {
+                            host: name,
+                            ip: addr.ip(),
+                            port: addr.port(),
+                            down: e.host_is_down(),
+                            tls: e.tls_failed(),
+                            error: e.to_string(),
+                        },
                         "connect to {name}[{}]:{}: {e}",
                         addr.ip(),
                         addr.port()
@@ -274,7 +285,13 @@ impl SmtpWorker {
         };
         let conn = match SmtpConn::connect(host, addr, &self.config, choice).await {
             Err(why) if choice.level == Level::May && why.tls_failed() => {
-                crate::log!(self.logger, "smtp", "{why}; trying again without TLS");
+                crate::event!(
+                    self.logger,
+                    "smtp",
+                    "tls_fallback",
+                    { host: host, ip: addr.ip(), port: addr.port(), error: why.to_string() },
+                    "{why}; trying again without TLS"
+                );
                 let plain = self.tls.choice(Level::None);
                 SmtpConn::connect(host, addr, &self.config, plain).await?
             }
@@ -282,9 +299,11 @@ impl SmtpWorker {
         };
         if let Some((text, verified)) = &conn.tls {
             let trust = if *verified { "Verified" } else { "Untrusted" };
-            crate::log!(
+            crate::event!(
                 self.logger,
                 "smtp",
+                "tls_out",
+                { relay: conn.relay, verified: verified, detail: text },
                 "{trust} TLS connection established to {}: {text}",
                 conn.relay
             );
@@ -400,7 +419,13 @@ impl SmtpWorker {
                     NextHop::Smtp { host, port, .. } => format!("{host}:{port}"),
                     other => other.key(),
                 };
-                crate::log!(self.logger, "smtp", "connect to {relay}: {why}");
+                crate::event!(
+                    self.logger,
+                    "smtp",
+                    "connect_failed",
+                    { queue_id: crate::log::qid(job.msg), relay: relay, error: why.to_string() },
+                    "connect to {relay}: {why}"
+                );
                 let why = why.to_string();
                 Err((defer_all(job, &relay, &why), Feedback::ConnectFailed))
             }
@@ -419,16 +444,20 @@ impl SmtpWorker {
         };
         let qid = crate::log::qid(job.msg);
         if sessions >= limit {
-            crate::log!(
+            crate::event!(
                 self.logger,
                 "smtp",
+                "failover",
+                { queue_id: qid, peer: peer, sessions: sessions, next: false },
                 "{qid}: every recipient deferred by {peer}; no more hosts tried after {sessions} sessions (delivery.mx_session_limit)"
             );
             return false;
         }
-        crate::log!(
+        crate::event!(
             self.logger,
             "smtp",
+            "failover",
+            { queue_id: qid, peer: peer, sessions: sessions, next: true },
             "{qid}: every recipient deferred by {peer}; trying the next host"
         );
         if let Some(conn) = self.conn.take() {

@@ -31,8 +31,8 @@ use super::tls::Io;
 use super::transaction::Transaction;
 use super::SessionContext;
 use crate::config::listener::{ListenerConfig, ListenerKind};
-use crate::log;
 use crate::smtp::io::MaybeTls;
+use crate::{event, log};
 
 pub(super) enum Mode {
     Command,
@@ -122,7 +122,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             return;
         }
         let (ip, port) = (self.peer.ip(), self.peer.port());
-        log!(ctx.logger, "smtpd", "connect from [{ip}]:{port}");
+        event!(
+            ctx.logger,
+            "smtpd",
+            "connect",
+            { client_ip: ip, client_port: port },
+            "connect from [{ip}]:{port}"
+        );
         let _open = OpenSession::new();
         let _slot = match self.trusted {
             true => None,

@@ -17,10 +17,10 @@ use std::time::Duration;
 use sluice_spool::{BodyRef, Envelope};
 
 use crate::intake::{Intake, Origin, Submission};
-use crate::log;
 use crate::log::qid;
 use crate::message::status::Failure;
 use crate::message::{body, flags};
+use crate::{event, log};
 
 /// Largest original returned whole (RET=FULL), in octets.
 pub const RETURN_LIMIT: usize = 100 << 10;
@@ -76,16 +76,19 @@ pub async fn store(
         };
         match intake.accept(notice).await {
             Ok(_) => {
-                log!(
+                let (what, kind) = match kind {
+                    dsn::Notice::Failed => ("non-delivery", "failure"),
+                    dsn::Notice::Delayed => ("delay", "delay"),
+                    dsn::Notice::Delivered => ("delivery status", "success"),
+                    dsn::Notice::Relayed => ("delivery status", "relayed"),
+                };
+                event!(
                     logger,
                     "bounce",
-                    "{}: sender {} notification: {}",
+                    "notice",
+                    { queue_id: qid(original.id), kind: kind, notice_id: qid(id) },
+                    "{}: sender {what} notification: {}",
                     qid(original.id),
-                    match kind {
-                        dsn::Notice::Failed => "non-delivery",
-                        dsn::Notice::Delayed => "delay",
-                        dsn::Notice::Delivered | dsn::Notice::Relayed => "delivery status",
-                    },
                     qid(id)
                 );
                 return true;
