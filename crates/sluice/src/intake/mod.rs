@@ -43,10 +43,10 @@ use sluice_proto::data::{self, DataFlaws};
 use sluice_spool::{BodyRef, Dsn, Envelope, Spool};
 
 use crate::config::Config;
-use crate::log;
 use crate::log::{qid, Logger};
 use crate::message::body;
 use crate::routing::mailboxes::{Resolution, VirtualMailboxes};
+use crate::event;
 pub use refusal::Refusal;
 
 /// Where the queue takes stored messages (the queue implements it; the
@@ -215,9 +215,25 @@ impl Intake {
             ),
             Origin::Notice => ("bounce", "notice".into()),
         };
-        log!(
+        let (client_ip, client_port, uid) = match origin {
+            Origin::Smtp(c) => (Some(c.peer.ip()), Some(c.peer.port()), None),
+            Origin::Local { uid, .. } => (None, None, *uid),
+            Origin::Notice => (None, None, None),
+        };
+        event!(
             self.logger,
             door,
+            "received",
+            {
+                queue_id: qid(env.id),
+                origin: door,
+                client_ip: client_ip,
+                client_port: client_port,
+                uid: uid,
+                from: env.sender,
+                size: size,
+                nrcpt: env.recipients.len(),
+            },
             "{}: {from}, from=<{}>, size={size}, nrcpt={} (queue active)",
             qid(env.id),
             env.sender,
