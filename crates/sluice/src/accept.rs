@@ -18,7 +18,7 @@
 use std::io;
 use std::time::Duration;
 
-use crate::log;
+use crate::event;
 use crate::log::Logger;
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(10);
@@ -50,9 +50,11 @@ impl AcceptErrors {
     /// A connection was accepted: a burst of errors, if any, is over.
     pub fn accepted(&mut self) {
         if self.burst > 0 {
-            log!(
+            event!(
                 self.logger,
                 self.component,
+                "accept_recovered",
+                { listener: self.component, what: self.what, failures: self.burst },
                 "{}: accepting again after {} failed accepts",
                 self.what,
                 self.burst
@@ -67,9 +69,11 @@ impl AcceptErrors {
     pub async fn failed(&mut self, err: io::Error) {
         self.burst += 1;
         if self.burst == 1 {
-            log!(
+            event!(
                 self.logger,
                 self.component,
+                "accept_failed",
+                { listener: self.component, what: self.what, error: err.to_string() },
                 "warning: {}: accept failed: {err}; backing off until it works again",
                 self.what
             );
@@ -105,7 +109,7 @@ mod tests {
     async fn resource_errors_back_off_and_a_burst_is_logged_twice() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("log");
-        let logger = Logger::start(Some(&path)).unwrap();
+        let logger = Logger::start_as(Some(&path), true).unwrap();
         let mut errors = AcceptErrors::new(logger.clone(), "smtpd", "127.0.0.1:25");
         let began = tokio::time::Instant::now();
         for _ in 0..10 {
@@ -129,9 +133,16 @@ mod tests {
         errors.accepted();
         logger.flush();
         let log = std::fs::read_to_string(&path).unwrap();
-        assert_eq!(log.matches("accept failed").count(), 1, "{log}");
+        let events: Vec<serde_json::Value> = log
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let named = |name: &str| events.iter().filter(|e| e["event"] == name).count();
+        assert_eq!(named("accept_failed"), 1, "{log}");
         assert!(
-            log.contains("accepting again after 11 failed accepts"),
+            events
+                .iter()
+                .any(|e| e["event"] == "accept_recovered" && e["failures"] == 11),
             "{log}"
         );
     }

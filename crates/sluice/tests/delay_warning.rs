@@ -20,7 +20,12 @@ async fn the_sender_is_warned_once_about_delayed_mail() {
         .message("sender@ours.test", &["defer-me@ours.test"], &body("late"))
         .await;
     assert!(r.starts_with("250"), "{r}");
-    let deferrals = || read_log(&dir).matches("to=<defer-me@ours.test>").count();
+    let deferrals = || {
+        deliveries(&dir, "")
+            .iter()
+            .filter(|e| e["to"] == "defer-me@ours.test" && e["status"] == "deferred")
+            .count()
+    };
     assert!(
         wait_until(20, || deferrals() >= 4).await,
         "several attempts were made"
@@ -48,7 +53,7 @@ async fn the_sender_is_warned_once_about_delayed_mail() {
         text.contains("Final-Recipient: rfc822; defer-me@ours.test"),
         "{text}"
     );
-    assert!(read_log(&dir).contains("sender delay notification"));
+    assert!(has_event(&dir, "notice", |e| e["kind"] == "delay"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -74,13 +79,17 @@ async fn a_restart_does_not_warn_the_sender_again() {
         read_log(&dir)
     );
     server.shutdown().await;
-    let before = read_log(&dir);
-    let deferrals_before = before.matches("to=<defer-me@ours.test>").count();
+    let deferrals = || {
+        deliveries(&dir, "")
+            .iter()
+            .filter(|e| e["to"] == "defer-me@ours.test" && e["status"] == "deferred")
+            .count()
+    };
+    let deferrals_before = deferrals();
 
     // The same spool, started again: the message is still deferred and
     // older than the warning time, but its sender was told already.
     let (server, _) = start(cfg).await;
-    let deferrals = || read_log(&dir).matches("to=<defer-me@ours.test>").count();
     // Each retry after the restart is a round after which a warning would
     // be stored (and logged) if the flag had been lost.
     assert!(
@@ -89,11 +98,11 @@ async fn a_restart_does_not_warn_the_sender_again() {
         read_log(&dir)
     );
     server.shutdown().await;
-    let log = read_log(&dir);
+    let notices = events_named(&dir, "notice");
     assert_eq!(
-        log.matches("sender delay notification").count(),
+        notices.iter().filter(|e| e["kind"] == "delay").count(),
         1,
-        "one warning over both runs: {log}"
+        "one warning over both runs: {notices:?}"
     );
     assert_eq!(warnings(), 1, "the sink got one warning");
 }

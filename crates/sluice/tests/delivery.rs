@@ -7,8 +7,8 @@ use common::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn next_hop_down_then_up_defers_then_delivers() {
     let dir = temp_dir("deliver-down-up");
-    let hop = free_addr();
-    let (server, addr) = start(config(&dir, Some(hop))).await;
+    let hop = reserve();
+    let (server, addr) = start(config(&dir, Some(hop.addr))).await;
     let mut c = Client::ready(addr).await;
     let r = c
         .message("a@sender.test", &["b@dest.test"], &body("later"))
@@ -26,7 +26,7 @@ async fn next_hop_down_then_up_defers_then_delivers() {
         "{}",
         read_log(&dir)
     );
-    let sink = sink_on(hop).await;
+    let sink = hop.sink().await;
     assert!(
         wait_until(15, || sink.count() == 1).await,
         "{}",
@@ -191,10 +191,10 @@ async fn silent_hop() -> std::net::SocketAddr {
 async fn slow_and_dead_destinations_do_not_hold_up_others() {
     let dir = temp_dir("deliver-fair");
     let fast = recording_sink().await;
-    let dead = free_addr(); // nothing listens: every connect fails
+    let dead = reserve(); // nothing listens: every connect fails
     let silent = silent_hop().await; // accepts, never answers
     let mut cfg = config(&dir, Some(fast.addr));
-    for (domain, hop) in [("dead.test", dead), ("silent.test", silent)] {
+    for (domain, hop) in [("dead.test", dead.addr), ("silent.test", silent)] {
         cfg.transport
             .insert(domain.into(), format!("smtp:[{}]:{}", hop.ip(), hop.port()));
     }

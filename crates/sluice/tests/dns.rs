@@ -106,7 +106,9 @@ async fn mail_hosts_from_a_real_authoritative_server() {
     // A server that refuses (not its zone) or does not answer: temporary.
     let refused = d.mail_hosts("elsewhere.test").await.unwrap_err();
     assert!(!refused.is_permanent(), "{refused:?}");
-    let dead = dns(&free_addr().to_string());
+    // A UDP socket that never answers.
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let dead = dns(&silent.local_addr().unwrap().to_string());
     let err = dead.mail_hosts("pref.mx.test").await.unwrap_err();
     assert!(!err.is_permanent(), "{err:?}");
     assert!(err.to_string().starts_with("4.4.3"), "{err}");

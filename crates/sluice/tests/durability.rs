@@ -142,38 +142,29 @@ async fn a_clean_stop_waits_for_deliveries_and_records_them() {
     got_body.notified().await;
     let stopping = tokio::spawn(server.shutdown());
     assert!(
-        wait_until(10, || read_log(&dir)
-            .contains("draining: 1 deliveries in flight"))
-        .await,
+        wait_event(10, &dir, "draining", |e| e["in_flight"] == 1).await,
         "{}",
         read_log(&dir)
     );
     let _ = release.send(());
     stopping.await.unwrap();
     let log = read_log(&dir);
+    assert!(delivered_as(&dir, &qid, "x@dest.test", "sent", ""), "{log}");
     assert!(
-        log.contains(&format!("{qid}: to=<x@dest.test>")) && log.contains("status=sent"),
-        "{log}"
-    );
-    assert!(
-        log.contains("drained: 1 deliveries finished, 0 abandoned"),
+        has_event(&dir, "drained", |e| e["finished"] == 1
+            && e["abandoned"] == 0),
         "{log}"
     );
     // Started again on the same spool, there is nothing left to send.
     let sink = recording_sink().await;
     let mut cfg = cfg;
     cfg.delivery.relayhost = Some(format!("smtp:[{}]:{}", sink.addr.ip(), sink.addr.port()));
-    let starts = read_log(&dir).matches("daemon started").count();
+    let before = starts(&dir);
     let (server, _) = start(cfg).await;
-    // This start's own line (the log is written asynchronously).
-    assert!(
-        wait_until(10, || read_log(&dir).matches("daemon started").count()
-            > starts)
-        .await
-    );
-    let log = read_log(&dir);
-    let started = log.lines().rfind(|l| l.contains("daemon started")).unwrap();
-    assert!(started.contains(", 0 messages to deliver"), "{started}");
+    // This start's own event (the log is written asynchronously).
+    assert!(wait_until(10, || starts(&dir) > before).await);
+    let started = events_named(&dir, "started").pop().unwrap();
+    assert_eq!(started["to_deliver"], 0, "{started}");
     server.shutdown().await;
     assert_eq!(
         sink.count(),

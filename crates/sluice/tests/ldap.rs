@@ -172,7 +172,8 @@ async fn directory_outage_gives_451_cache_covers_known_users_and_nothing_is_lost
 async fn fails_over_to_the_second_uri() {
     let slapd = Slapd::start("failover", 5);
     let dir = temp_dir("ldap-failover");
-    let dead = format!("ldap://127.0.0.1:{}", free_addr().port());
+    let refusing = reserve();
+    let dead = format!("ldap://127.0.0.1:{}", refusing.addr.port());
     let (server, addr) = start(ldap_config(&dir, vec![dead, slapd.uri()])).await;
     let mut c = Client::ready(addr).await;
     let r = c

@@ -24,19 +24,30 @@ fn message(to: &str, extra: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_mx_pointing_back_at_us_bounces_5_4_6_and_nothing_is_signed_twice() {
     let dir = temp_dir("loop-mx");
-    let own = free_addr();
+    // Sluice and the inside sink share a port (the MX port) on two
+    // loopback addresses: the sink takes a free one on 127.0.0.2 first.
     // back.loop.test's MX is Sluice itself; inside.loop.test's is a sink
     // on another loopback address (allowed by the tests' allow_mx_networks).
     let zone = "$ORIGIN loop.test.\n$TTL 300\n@ SOA ns.loop.test. admin.loop.test. 1 3600 600 86400 300\n\
                 @ NS ns\nns A 127.0.0.1\nback MX 10 mx\nmx A 127.0.0.1\ninside MX 10 in\nin A 127.0.0.2\n";
     let nsd = Nsd::start(&dir, &[("loop.test", zone)]);
-    let inside = sink_on(format!("127.0.0.2:{}", own.port()).parse().unwrap()).await;
     let mut cfg = config(&dir, None);
-    cfg.smtpd.listen = vec![own.to_string()];
     cfg.dns.nameservers = vec![nsd.addr.to_string()];
-    cfg.delivery.mx_port = own.port();
     cfg.dkim.keys.push(signing_key(&dir));
-    let (server, addr) = start(cfg).await;
+    // (If 127.0.0.1 has that port taken, the start fails: another pair.)
+    let mut started = None;
+    for _ in 0..5 {
+        let inside = sink_on("127.0.0.2:0".parse().unwrap()).await;
+        let port = inside.addr.port();
+        cfg.smtpd.listen = vec![format!("127.0.0.1:{port}")];
+        cfg.delivery.mx_port = port;
+        if let Ok(server) = sluice::daemon::Server::start(cfg.clone()).await {
+            started = Some((server, inside));
+            break;
+        }
+    }
+    let (server, inside) = started.expect("a port free on both addresses");
+    let addr = server.addrs[0];
     let mut c = Client::ready(addr).await;
     for to in ["x@back.loop.test", "y@inside.loop.test"] {
         let r = c.message("ceo@ours.test", &[to], &message(to, "")).await;

@@ -12,17 +12,15 @@ use std::process::{Command, Stdio};
 use common::users::TestUser;
 use common::*;
 
-fn write_config(
-    dir: &Path,
-    listen: std::net::SocketAddr,
-    extra: &str,
-    hop: std::net::SocketAddr,
-) -> std::path::PathBuf {
+/// The daemon's configuration: port 0 (its `listening` event says where),
+/// events as JSON.
+fn write_config(dir: &Path, extra: &str, hop: std::net::SocketAddr) -> std::path::PathBuf {
     let path = dir.join("sluice.toml");
     std::fs::write(
         &path,
         format!(
-            "hostname = \"mx.test\"\ndata_dir = \"{}\"\nlog_file = \"{}\"\n{extra}\n[smtpd]\nlisten = [\"{listen}\"]\n\
+            "hostname = \"mx.test\"\ndata_dir = \"{}\"\nlog_file = \"{}\"\nlog_format = \"json\"\n{extra}\n\
+             [smtpd]\nlisten = [\"127.0.0.1:0\"]\n\
              [delivery]\nrelayhost = \"smtp:[{}]:{}\"\n",
             dir.join("var").display(),
             dir.join("log/maillog").display(),
@@ -69,26 +67,15 @@ async fn a_root_start_gives_root_up_and_keeps_its_files_to_itself() {
     // The account must be able to reach its directory.
     std::fs::set_permissions(&*dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let sink = recording_sink().await;
-    let listen = free_addr();
-    let config = write_config(
-        &dir,
-        listen,
-        &format!("user = \"{}\"", user.name),
-        sink.addr,
-    );
+    let config = write_config(&dir, &format!("user = \"{}\"", user.name), sink.addr);
     let mut server = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args(["serve", "--config", &config.display().to_string()])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let listening = format!("listening on {listen}");
     let log_path = dir.join("log/maillog");
-    let up = wait_until(20, || {
-        std::fs::read_to_string(&log_path).is_ok_and(|l| l.contains(&listening))
-    })
-    .await;
-    assert!(up, "did not start");
+    let listen = listening_in(&log_path, 0, "Smtp").await;
     let pid = server.id();
     let uid = user.uid;
     let uids = ids(pid, "Uid:");
@@ -122,10 +109,12 @@ async fn a_root_start_gives_root_up_and_keeps_its_files_to_itself() {
     }
     assert_eq!(socket, (0o660, uid));
     assert_eq!(mode_and_owner(&log_path), (0o640, uid));
-    let log = std::fs::read_to_string(&log_path).unwrap();
     assert!(
-        log.contains(&format!("running as {} (uid {uid})", user.name)),
-        "{log}"
+        events_in(&log_path)
+            .iter()
+            .any(|e| e["event"] == "running_as" && e["user"] == user.name && e["uid"] == uid),
+        "{:?}",
+        events_in(&log_path)
     );
 
     // Something in data_dir that is not the account's (planted, or left
@@ -140,7 +129,7 @@ async fn a_root_start_gives_root_up_and_keeps_its_files_to_itself() {
     assert_eq!(mode_and_owner(&planted).1, 0, "root changed no owner");
 
     // Root as the account: refused unless said explicitly.
-    let config = write_config(&dir, free_addr(), "user = \"root\"", sink.addr);
+    let config = write_config(&dir, "user = \"root\"", sink.addr);
     let err = refused_start(&config);
     assert!(err.contains("is root (uid 0)"), "{err}");
 }

@@ -4,15 +4,15 @@
 mod common;
 
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 use common::*;
 use sluice::admin::protocol::Request;
 use sluice::tools::queue_cli::call;
 
+/// The daemon's configuration: it listens on port 0 (the test reads the
+/// address from its `listening` event) and logs events as JSON.
 fn write_config(
     dir: &std::path::Path,
-    listen: std::net::SocketAddr,
     hop: std::net::SocketAddr,
     segment_mib: u64,
 ) -> std::path::PathBuf {
@@ -24,8 +24,9 @@ fn write_config(
 data_dir = "{data}"
 run_as_root = true
 log_file = "{log}"
+log_format = "json"
 [smtpd]
-listen = ["{listen}"]
+listen = ["127.0.0.1:0"]
 [spool]
 segment_mib = {segment_mib}
 [queue]
@@ -69,14 +70,35 @@ fn spawn(config: &std::path::Path, file_size_limit_kib: Option<u64>) -> Child {
         .unwrap()
 }
 
-async fn connect_when_up(addr: std::net::SocketAddr) -> Client {
-    for _ in 0..200 {
-        if tokio::net::TcpStream::connect(addr).await.is_ok() {
-            return Client::ready(addr).await;
+/// Connects to the SMTP listener of the daemon's start number `start`.
+async fn connect_when_up(dir: &std::path::Path, start: usize) -> Client {
+    Client::ready(listening_on(dir, start, "Smtp").await).await
+}
+
+/// Bytes of the connection from `client` to `server` that the daemon has
+/// not read yet (in flight from the client, or waiting in the daemon's
+/// socket), from /proc/net/tcp.
+fn unread(server: std::net::SocketAddr, client: std::net::SocketAddr) -> Option<u64> {
+    let hex = |a: std::net::SocketAddr| match a {
+        std::net::SocketAddr::V4(v4) => {
+            let ip = u32::from_le_bytes(v4.ip().octets());
+            format!("{ip:08X}:{:04X}", v4.port())
         }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("server did not come up on {addr}");
+        std::net::SocketAddr::V6(_) => String::new(),
+    };
+    let (server, client) = (hex(server), hex(client));
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    let queue = |local: &str, remote: &str, which: usize| {
+        table.lines().find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.get(1) == Some(&local) && f.get(2) == Some(&remote))
+                .then(|| f.get(4)?.split(':').nth(which))
+                .flatten()
+                .and_then(|n| u64::from_str_radix(n, 16).ok())
+        })
+    };
+    // The client's unsent or unacknowledged bytes, and the daemon's unread.
+    Some(queue(&client, &server, 0)? + queue(&server, &client, 1)?)
 }
 
 fn kill9(child: &mut Child) {
@@ -93,23 +115,18 @@ fn stop(child: &mut Child) {
     let _ = child.wait();
 }
 
-/// The last "daemon started" line of the log.
-fn last_start(dir: &std::path::Path) -> String {
-    read_log(dir)
-        .lines()
-        .rfind(|l| l.contains("daemon started"))
-        .unwrap_or("")
-        .to_string()
+/// The last `started` event of the log.
+fn last_start(dir: &std::path::Path) -> serde_json::Value {
+    events_named(dir, "started").pop().unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_with_mail_queued_restarts_and_delivers_exactly_once() {
     let dir = temp_dir("proc-restart");
-    let listen = free_addr();
-    let hop = free_addr(); // the next hop is down for the first run
-    let config = write_config(&dir, listen, hop, 64);
+    let hop = reserve(); // the next hop is down for the first run
+    let config = write_config(&dir, hop.addr, 64);
     let mut server = spawn(&config, None);
-    let mut c = connect_when_up(listen).await;
+    let mut c = connect_when_up(&dir, 0).await;
     let mut ids = Vec::new();
     for i in 0..5 {
         let r = c
@@ -128,10 +145,18 @@ async fn killed_with_mail_queued_restarts_and_delivers_exactly_once() {
     assert!(c.cmd("DATA").await.starts_with("354"));
     c.send(b"Message-ID: <half@sender.test>\r\n\r\nhalf a mess")
         .await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Killed once the daemon has read those bytes.
+    let (daemon, us) = (
+        c.stream.peer_addr().unwrap(),
+        c.stream.local_addr().unwrap(),
+    );
+    assert!(
+        wait_until(10, || unread(daemon, us) == Some(0)).await,
+        "the daemon never read the half message"
+    );
     kill9(&mut server);
 
-    let sink = sink_on(hop).await;
+    let sink = hop.sink().await;
     let mut server = spawn(&config, None);
     assert!(
         wait_until(20, || sink.count() == 5).await,
@@ -140,7 +165,7 @@ async fn killed_with_mail_queued_restarts_and_delivers_exactly_once() {
     );
     // Once the five are recorded as removed, a clean stop makes the count final.
     assert!(
-        wait_until(10, || read_log(&dir).matches(": removed").count() == 5).await,
+        wait_until(10, || events_named(&dir, "removed").len() == 5).await,
         "{}",
         read_log(&dir)
     );
@@ -155,20 +180,10 @@ async fn killed_with_mail_queued_restarts_and_delivers_exactly_once() {
     ids.sort();
     assert_eq!(got, ids);
     // Started again, it finds nothing left to deliver.
-    let starts = read_log(&dir).matches("daemon started").count();
+    let before = starts(&dir);
     let mut server = spawn(&config, None);
-    let _ = connect_when_up(listen).await;
-    // This start's own line (the log is written asynchronously).
-    assert!(
-        wait_until(10, || read_log(&dir).matches("daemon started").count()
-            > starts)
-        .await
-    );
-    assert!(
-        last_start(&dir).contains(", 0 messages to deliver"),
-        "{}",
-        last_start(&dir)
-    );
+    let _ = connect_when_up(&dir, before).await;
+    assert!(last_start(&dir)["to_deliver"] == 0, "{}", last_start(&dir));
     stop(&mut server);
     assert_eq!(
         sink.count(),
@@ -180,12 +195,11 @@ async fn killed_with_mail_queued_restarts_and_delivers_exactly_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn full_spool_answers_452_and_keeps_what_it_acknowledged() {
     let dir = temp_dir("proc-full");
-    let listen = free_addr();
-    let hop = free_addr();
-    let config = write_config(&dir, listen, hop, 1);
+    let hop = reserve();
+    let config = write_config(&dir, hop.addr, 1);
     // The spool file may not grow past 600 KiB: like a disk that is full.
     let mut server = spawn(&config, Some(600));
-    let mut c = connect_when_up(listen).await;
+    let mut c = connect_when_up(&dir, 0).await;
     let filler =
         "0123456789012345678901234567890123456789012345678901234567890123456789\r\n".repeat(1400);
     let mut accepted = 0;
@@ -211,7 +225,7 @@ async fn full_spool_answers_452_and_keeps_what_it_acknowledged() {
     assert!(c.cmd("NOOP").await.starts_with("250"), "session survives");
     kill9(&mut server);
 
-    let sink = sink_on(hop).await;
+    let sink = hop.sink().await;
     let mut server = spawn(&config, None);
     assert!(
         wait_until(20, || sink.count() == accepted).await,
@@ -224,43 +238,39 @@ async fn full_spool_answers_452_and_keeps_what_it_acknowledged() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigusr1_reopens_the_log_for_logrotate() {
     let dir = temp_dir("proc-logrotate");
-    let listen = free_addr();
-    let config = write_config(&dir, listen, free_addr(), 64);
+    let hop = reserve();
+    let config = write_config(&dir, hop.addr, 64);
     let mut server = spawn(&config, None);
-    let _ = connect_when_up(listen).await;
+    let listen = listening_on(&dir, 0, "Smtp").await;
+    let _ = Client::ready(listen).await;
     let (log, rotated) = (dir.join("maillog"), dir.join("maillog.1"));
-    assert!(wait_until(10, || read_log(&dir).contains("connect from")).await);
+    assert!(wait_event(10, &dir, "connect", |_| true).await);
     // logrotate: rename, then SIGUSR1; new lines go to a new file.
     std::fs::rename(&log, &rotated).unwrap();
     let _ = Command::new("kill")
         .arg("-USR1")
         .arg(server.id().to_string())
         .status();
+    let named =
+        |path: &std::path::Path, name: &str| events_in(path).iter().any(|e| e["event"] == name);
     assert!(
-        wait_until(10, || std::fs::read_to_string(&log)
-            .is_ok_and(|t| t.contains("log file reopened")))
-        .await,
+        wait_until(10, || named(&log, "log_reopened")).await,
         "a new log file after SIGUSR1"
     );
-    let _ = connect_when_up(listen).await;
-    assert!(
-        wait_until(10, || std::fs::read_to_string(&log)
-            .is_ok_and(|t| t.contains("connect from")))
-        .await
-    );
+    let _ = Client::ready(listen).await;
+    assert!(wait_until(10, || named(&log, "connect")).await);
     stop(&mut server);
-    let old = std::fs::read_to_string(&rotated).unwrap();
-    assert!(old.contains("daemon started") && !old.contains("log file reopened"));
+    assert!(named(&rotated, "started") && !named(&rotated, "log_reopened"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sighup_refuses_a_bad_configuration_and_keeps_running() {
     let dir = temp_dir("proc-reload");
-    let listen = free_addr();
-    let config = write_config(&dir, listen, free_addr(), 64);
+    let hop = reserve();
+    let config = write_config(&dir, hop.addr, 64);
     let good = std::fs::read_to_string(&config).unwrap();
     let mut server = spawn(&config, None);
-    let _ = connect_when_up(listen).await;
+    let listen = listening_on(&dir, 0, "Smtp").await;
     let hup = |server: &Child| {
         let _ = Command::new("kill")
             .arg("-HUP")
@@ -271,19 +281,20 @@ async fn sighup_refuses_a_bad_configuration_and_keeps_running() {
     let broken = good.replacen("data_dir = ", "data_dir = = ", 1);
     std::fs::write(&config, broken).unwrap();
     hup(&server);
+    let refused = |e: &serde_json::Value| e["result"] == "refused";
     assert!(
-        wait_until(10, || read_log(&dir)
-            .contains("keeping the running configuration"))
-        .await,
+        wait_event(10, &dir, "reload", refused).await,
         "{}",
         read_log(&dir)
     );
-    let refusal = read_log(&dir);
     assert!(
-        refusal.contains("line 2"),
-        "the error names its line: {refusal}"
+        has_event(&dir, "reload", |e| refused(e)
+            && e["cause"] == "config"
+            && e["line"] == 2),
+        "the error names its line: {}",
+        read_log(&dir)
     );
-    let mut c = connect_when_up(listen).await;
+    let mut c = Client::ready(listen).await;
     assert!(c.cmd("NOOP").await.starts_with("250"));
     // A good file with a changed queue limit and spool segment size:
     // the limit applies now, the spool's setting at the next restart
@@ -295,19 +306,25 @@ async fn sighup_refuses_a_bad_configuration_and_keeps_running() {
     )
     .unwrap();
     hup(&server);
+    let sections = |e: &serde_json::Value, result: &str, section: &str| {
+        e["result"] == result
+            && e["sections"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|s| s == section)
+    };
     assert!(
-        wait_until(10, || read_log(&dir)
-            .contains("reload: applied changes to queue"))
-        .await,
+        wait_event(10, &dir, "reload", |e| sections(e, "applied", "queue")).await,
         "{}",
         read_log(&dir)
     );
-    let log = read_log(&dir);
     assert!(
-        log.contains("reload: changes to spool take effect at the next restart"),
-        "{log}"
+        has_event(&dir, "reload", |e| sections(e, "later", "spool")),
+        "{}",
+        read_log(&dir)
     );
-    let mut c = connect_when_up(listen).await;
+    let mut c = Client::ready(listen).await;
     assert!(c.cmd("NOOP").await.starts_with("250"));
     stop(&mut server);
 }
@@ -339,8 +356,8 @@ async fn child_of(pid: u32) -> u32 {
 async fn the_hold_list_is_synced_before_and_after_its_rename() {
     ensure_package("/usr/bin/strace", "strace");
     let dir = temp_dir("proc-hold-sync");
-    let listen = free_addr();
-    let config = write_config(&dir, listen, free_addr(), 64);
+    let hop = reserve();
+    let config = write_config(&dir, hop.addr, 64);
     let trace = dir.join("strace.txt");
     let mut strace = Command::new("strace")
         .args(["-f", "-qq", "-y", "--seccomp-bpf", "-o"])
@@ -355,7 +372,7 @@ async fn the_hold_list_is_synced_before_and_after_its_rename() {
         .spawn()
         .unwrap();
     let daemon = child_of(strace.id()).await;
-    let mut c = connect_when_up(listen).await;
+    let mut c = connect_when_up(&dir, 0).await;
     let r = c
         .message("a@sender.test", &["b@dest.test"], &body("held"))
         .await;

@@ -180,8 +180,8 @@ async fn the_queue_is_administered_through_the_socket() {
 async fn a_flush_forgets_dead_hosts_so_mail_goes_out_at_once() {
     let dir = temp_dir("queue-flush-dead");
     // Nothing listens at the next hop yet.
-    let hop = free_addr();
-    let mut cfg = config(&dir, Some(hop));
+    let hop = reserve();
+    let mut cfg = config(&dir, Some(hop.addr));
     cfg.delivery.dead_host_secs = 600;
     cfg.queue.minimal_backoff_secs = 3600;
     cfg.queue.maximal_backoff_secs = 3600;
@@ -194,7 +194,7 @@ async fn a_flush_forgets_dead_hosts_so_mail_goes_out_at_once() {
     assert!(r.starts_with("250"), "{r}");
     assert!(wait_event(15, &dir, "delivery", |e| e["status"] == "deferred").await);
     // The next hop is back; postqueue -f would deliver now.
-    let sink = sink_on(hop).await;
+    let sink = hop.sink().await;
     let flush = Request::Flush {
         id: None,
         domain: None,

@@ -13,13 +13,15 @@ use common::*;
 use sluice::config::Config;
 use sluice::daemon::Server;
 
-/// A configuration file: SMTP on `listen`, `a.test` routed to `hop`.
-fn write(dir: &Path, listen: &[SocketAddr], hop: SocketAddr, size_limit: usize) {
+/// A configuration file: SMTP on `listen` (port 0 or a port already
+/// bound: `server.addrs` says where), `a.test` routed to `hop`.
+fn write(dir: &Path, listen: &[&str], hop: SocketAddr, size_limit: usize) {
     let listen: Vec<String> = listen.iter().map(|a| format!("\"{a}\"")).collect();
     let text = format!(
         r#"hostname = "mx.test"
 data_dir = "{dir}/var"
 log_file = "{dir}/maillog"
+log_format = "json"
 
 [smtpd]
 listen = [{listen}]
@@ -64,10 +66,11 @@ async fn refuses_connections(addr: SocketAddr) -> bool {
 async fn reload_moves_listeners_routes_and_limits_and_keeps_open_sessions() {
     let dir = temp_dir("reload-live");
     let (old_hop, new_hop) = (recording_sink().await, recording_sink().await);
-    let (first, second) = (free_addr(), free_addr());
-    write(&dir, &[first], old_hop.addr, 100_000);
+    // Two listen settings (another address, port 0 each).
+    write(&dir, &["127.0.0.1:0"], old_hop.addr, 100_000);
     let path = dir.join("sluice.toml");
     let mut server = Server::start(Config::load(&path).unwrap()).await.unwrap();
+    let first = server.addrs[0];
 
     // A session in the middle of a transaction when the reload comes.
     let mut open = Client::ready(first).await;
@@ -77,8 +80,11 @@ async fn reload_moves_listeners_routes_and_limits_and_keeps_open_sessions() {
         .starts_with("250"));
     assert!(open.cmd("RCPT TO:<x@a.test>").await.starts_with("250"));
 
-    write(&dir, &[second], new_hop.addr, 5_000);
+    write(&dir, &["127.0.0.3:0"], new_hop.addr, 5_000);
     server.reload(Some(&path)).await;
+    assert_eq!(server.addrs.len(), 1);
+    let second = server.addrs[0];
+    assert_eq!(second.ip().to_string(), "127.0.0.3");
 
     // The new listener serves, with the new limit.
     let mut fresh = Client::ready(second).await;
@@ -120,9 +126,10 @@ async fn reload_moves_listeners_routes_and_limits_and_keeps_open_sessions() {
     );
     assert_eq!(old_hop.count(), 0);
     let log = read_log(&dir);
-    assert!(log.contains(&format!("listening on {second}")), "{log}");
+    let at = |e: &serde_json::Value, addr: SocketAddr| e["addr"] == addr.to_string();
+    assert!(has_event(&dir, "listening", |e| at(e, second)), "{log}");
     assert!(
-        log.contains(&format!("stopped listening on {first}")),
+        has_event(&dir, "stopped_listening", |e| at(e, first)),
         "{log}"
     );
     stop(server).await;
@@ -132,20 +139,24 @@ async fn reload_moves_listeners_routes_and_limits_and_keeps_open_sessions() {
 async fn a_reload_that_cannot_bind_changes_nothing() {
     let dir = temp_dir("reload-refused");
     let (old_hop, new_hop) = (recording_sink().await, recording_sink().await);
-    let first = free_addr();
-    write(&dir, &[first], old_hop.addr, 100_000);
+    write(&dir, &["127.0.0.1:0"], old_hop.addr, 100_000);
     let path = dir.join("sluice.toml");
     let mut server = Server::start(Config::load(&path).unwrap()).await.unwrap();
+    let first = server.addrs[0];
     // Someone else holds the address the new file asks for.
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let busy = taken.local_addr().unwrap();
-    write(&dir, &[first, busy], new_hop.addr, 5_000);
+    let busy = taken.local_addr().unwrap().to_string();
+    write(&dir, &["127.0.0.1:0", &busy], new_hop.addr, 5_000);
     server.reload(Some(&path)).await;
-    // (The log is written by its own thread: wait for the line.)
-    let refused = || read_log(&dir).contains("keeping the running configuration");
-    assert!(wait_until(5, refused).await, "{}", read_log(&dir));
-    let log = read_log(&dir);
-    assert!(log.contains(&busy.to_string()), "the log names it: {log}");
+    // (The log is written by its own thread: wait for the event.)
+    let refused = |e: &serde_json::Value| {
+        e["result"] == "refused" && e["cause"] == "listen" && e["addr"] == busy.as_str()
+    };
+    assert!(
+        wait_event(5, &dir, "reload", refused).await,
+        "the log names it: {}",
+        read_log(&dir)
+    );
     // The old listener, limit and route are all still in force.
     let mut c = Client::ready(first).await;
     let ehlo = c.cmd("EHLO client.test").await;
@@ -167,10 +178,10 @@ async fn a_reload_that_cannot_bind_changes_nothing() {
 async fn a_reload_that_adds_a_mailbox_domain_builds_its_tables() {
     let dir = temp_dir("reload-tables");
     let hop = recording_sink().await;
-    let listen = free_addr();
-    write(&dir, &[listen], hop.addr, 100_000);
+    write(&dir, &["127.0.0.1:0"], hop.addr, 100_000);
     let path = dir.join("sluice.toml");
     let mut server = Server::start(Config::load(&path).unwrap()).await.unwrap();
+    let listen = server.addrs[0];
     let mut c = Client::ready(listen).await;
     // Not ours yet: relayed (to the default route), not delivered here.
     assert!(c.cmd("MAIL FROM:<s@remote.test>").await.starts_with("250"));
@@ -204,6 +215,11 @@ async fn a_reload_that_adds_a_mailbox_domain_builds_its_tables() {
         "{}",
         read_log(&dir)
     );
-    assert!(read_log(&dir).contains("reload: applied changes to local and tables"));
+    assert!(
+        has_event(&dir, "reload", |e| e["result"] == "applied"
+            && e["sections"] == serde_json::json!(["local and tables"])),
+        "{:?}",
+        events_named(&dir, "reload")
+    );
     stop(server).await;
 }

@@ -11,10 +11,12 @@ use std::process::{Command, Output, Stdio};
 
 use common::*;
 
-fn write_config(dir: &Path, listen: std::net::SocketAddr, spool: &str) -> std::path::PathBuf {
+/// Port 0 (the `listening` event says where), events as JSON.
+fn write_config(dir: &Path, spool: &str) -> std::path::PathBuf {
     let path = dir.join("sluice.toml");
     let text = format!(
-        "hostname = \"mx.test\"\nrun_as_root = true\ndata_dir = \"{}\"\nlog_file = \"{}\"\n[smtpd]\nlisten = [\"{listen}\"]\n\
+        "hostname = \"mx.test\"\nrun_as_root = true\ndata_dir = \"{}\"\nlog_file = \"{}\"\n\
+         log_format = \"json\"\n[smtpd]\nlisten = [\"127.0.0.1:0\"]\n\
          [delivery]\nrelayhost = \"discard\"\n[spool]\n{spool}\n",
         dir.join("var").display(),
         dir.join("maillog").display(),
@@ -46,16 +48,13 @@ fn on_small_fs(dir: &Path, args: &str) -> Command {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_40_mb_file_system_takes_mail_with_the_default_sizes() {
     let dir = temp_dir("small-fs");
-    let listen = free_addr();
-    let config = write_config(&dir, listen, "");
+    let config = write_config(&dir, "");
     let mut server = on_small_fs(&dir, &format!("serve --config {}", config.display()))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let listening = format!("listening on {listen}");
-    let up = wait_until(20, || read_log(&dir).contains(&listening)).await;
-    assert!(up, "did not start: {}", read_log(&dir));
+    let listen = listening_on(&dir, 0, "Smtp").await;
     let mut c = Client::ready(listen).await;
     let r = c
         .message("a@sender.test", &["b@dest.test"], &body("small"))
@@ -64,14 +63,21 @@ async fn a_40_mb_file_system_takes_mail_with_the_default_sizes() {
     let _ = server.wait();
     let log = read_log(&dir);
     assert!(r.starts_with("250"), "{r}\n{log}");
-    assert!(log.contains("segments of 2 MiB, 4 MiB kept free"), "{log}");
-    assert!(!log.contains("warning: spool"), "{log}");
+    let started = events_named(&dir, "started");
+    assert!(
+        started[0]["segment_mib"] == 2 && started[0]["reserve_mib"] == 4,
+        "{log}"
+    );
+    assert!(
+        !has_event(&dir, "warning", |e| e["kind"] == "spool_space"),
+        "{log}"
+    );
 }
 
 #[test]
 fn sizes_too_large_for_the_file_system_are_named() {
     let dir = temp_dir("small-fs-check");
-    let config = write_config(&dir, free_addr(), "segment_mib = 64");
+    let config = write_config(&dir, "segment_mib = 64");
     let out: Output = on_small_fs(&dir, &format!("check-config --config {}", config.display()))
         .output()
         .unwrap();

@@ -43,10 +43,10 @@ use sluice_proto::data::{self, DataFlaws};
 use sluice_spool::{BodyRef, Dsn, Envelope, Spool};
 
 use crate::config::Config;
+use crate::event;
 use crate::log::{qid, Logger};
 use crate::message::body;
 use crate::routing::mailboxes::{Resolution, VirtualMailboxes};
-use crate::event;
 pub use refusal::Refusal;
 
 /// Where the queue takes stored messages (the queue implements it; the

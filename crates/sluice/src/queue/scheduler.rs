@@ -39,7 +39,7 @@ use crate::config::Config;
 use crate::log::{qid, Logger};
 use crate::message::status::Failure;
 use crate::routing::Router;
-use crate::{event, log, timefmt};
+use crate::{event, timefmt};
 
 const NO_ROUTE: &str = "4.4.0 no route to destination (an address without a domain)";
 
@@ -262,9 +262,11 @@ impl Scheduler {
                 dest.workers.remove(&worker);
             }
         }
-        log!(
+        event!(
             self.logger,
             "qmgr",
+            "draining",
+            { in_flight: self.jobs_out, bounces: self.bounces_out },
             "draining: {} deliveries in flight, {} bounces being stored",
             self.jobs_out,
             self.bounces_out

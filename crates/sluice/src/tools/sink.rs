@@ -94,6 +94,15 @@ impl Sink {
         };
         socket.set_reuseaddr(true)?;
         socket.bind(listen)?;
+        Sink::start_on(socket, opts).await
+    }
+
+    /// Starts on a socket already bound (a port a test kept to itself
+    /// while nothing listened on it); `opts.listen` is ignored.
+    pub async fn start_on(
+        socket: tokio::net::TcpSocket,
+        opts: SinkOptions,
+    ) -> std::io::Result<Sink> {
         let listener: TcpListener = socket.listen(4096)?;
         let addr = listener.local_addr()?;
         if let Some(dir) = &opts.save_dir {

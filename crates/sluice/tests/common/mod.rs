@@ -122,10 +122,33 @@ pub async fn sink_on(addr: SocketAddr) -> Sink {
     .unwrap()
 }
 
-/// A loopback address with nothing listening on it (yet).
-pub fn free_addr() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
+/// A loopback port kept by a socket that is bound but not listening:
+/// connections to it are refused (a next hop that is down), and no other
+/// socket can take it, until [`Reserved::sink`] starts listening on it
+/// (the hop comes back at the same address). Nothing is released and
+/// hoped for.
+pub struct Reserved {
+    socket: tokio::net::TcpSocket,
+    pub addr: SocketAddr,
+}
+
+pub fn reserve() -> Reserved {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = socket.local_addr().unwrap();
+    Reserved { socket, addr }
+}
+
+impl Reserved {
+    /// A recording sink, now listening on the kept port.
+    pub async fn sink(self) -> Sink {
+        let opts = SinkOptions {
+            record: true,
+            test_replies: true,
+            ..Default::default()
+        };
+        Sink::start_on(self.socket, opts).await.unwrap()
+    }
 }
 
 pub async fn start(config: Config) -> (Server, SocketAddr) {
@@ -171,10 +194,60 @@ pub fn read_log(dir: &std::path::Path) -> String {
 /// Every event of the mail log (`log_format = "json"`, as `config` sets);
 /// a line that is not a JSON object fails the test.
 pub fn events(dir: &std::path::Path) -> Vec<serde_json::Value> {
-    let raw = std::fs::read_to_string(dir.join("maillog")).unwrap_or_default();
-    raw.lines()
+    events_in(&dir.join("maillog"))
+}
+
+/// The events of the log file `path` (a last line still being written,
+/// without its newline, is left for the next read).
+pub fn events_in(path: &std::path::Path) -> Vec<serde_json::Value> {
+    let raw = std::fs::read_to_string(path).unwrap_or_default();
+    let whole = raw.rfind('\n').map_or("", |end| &raw[..end]);
+    whole
+        .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l:?}: {e}")))
         .collect()
+}
+
+/// How many times a daemon logging to `dir` has started.
+pub fn starts(dir: &std::path::Path) -> usize {
+    events_named(dir, "started").len()
+}
+
+/// The address a daemon logging to `dir` listens on for `kind` ("Smtp",
+/// "metrics" …) since its start number `start` (0-based; see [`starts`]):
+/// daemons under test listen on port 0 and say where in their
+/// `listening` events. Waits up to 20 s.
+pub async fn listening_on(dir: &std::path::Path, start: usize, kind: &str) -> SocketAddr {
+    listening_in(&dir.join("maillog"), start, kind).await
+}
+
+/// As [`listening_on`], for a daemon logging to the file `log`.
+pub async fn listening_in(log: &std::path::Path, start: usize, kind: &str) -> SocketAddr {
+    let mut found = None;
+    let seen = wait_until(20, || {
+        let all = events_in(log);
+        let Some(begin) = all
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e["event"] == "started")
+            .nth(start)
+            .map(|(i, _)| i)
+        else {
+            return false;
+        };
+        found = all[begin..]
+            .iter()
+            .find(|e| e["event"] == "listening" && e["kind"] == kind)
+            .and_then(|e| e["addr"].as_str()?.parse().ok());
+        found.is_some()
+    })
+    .await;
+    assert!(
+        seen,
+        "no {kind} listener of start {start} in {}",
+        log.display()
+    );
+    found.unwrap()
 }
 
 /// The events named `name`.

@@ -9,10 +9,10 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::session::{Mode, Next, Session};
 use super::transaction::Transaction;
-use crate::log;
 use crate::log::qid;
 use crate::message::flags;
 use crate::routing::mailboxes::Resolution;
+use crate::{event, log};
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     pub(super) async fn command(&mut self, line: &[u8]) -> Next {
@@ -172,9 +172,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     // A stranger's RET=FULL would have us send a body of
                     // its choosing to whatever sender it claims: notices
                     // carry the headers only (docs/SECURITY.md).
-                    log!(
+                    event!(
                         self.ctx.logger,
                         "smtpd",
+                        "ret_full_refused",
+                        { queue_id: qid(id), client_ip: self.peer.ip() },
                         "{}: RET=FULL from a client that may not relay, [{}]: notices will return headers only",
                         qid(id),
                         self.peer.ip()

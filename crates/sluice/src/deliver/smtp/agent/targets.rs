@@ -158,9 +158,11 @@ impl SmtpWorker {
             targets.extend(addrs.into_iter().take(room).map(at));
         }
         if cut || looked_up < total {
-            crate::log!(
+            crate::event!(
                 self.logger,
                 "smtp",
+                "mx_truncated",
+                { domain: domain, hosts: total, limit: limit },
                 "{domain}: {total} MX hosts, using the first {limit} addresses (delivery.mx_address_limit)"
             );
         }
@@ -189,9 +191,11 @@ impl SmtpWorker {
             match guard::check(addr, &own, allowed) {
                 Ok(()) => kept.push((name, addr)),
                 Err(why) => {
-                    crate::log!(
+                    crate::event!(
                         self.logger,
                         "smtp",
+                        "mx_refused",
+                        { domain: domain, host: name, ip: addr.ip(), port: addr.port(), error: why.to_string() },
                         "warning: mail for {domain}: not connecting to MX host {name}[{}]:{}: {why}",
                         addr.ip(),
                         addr.port()
