@@ -213,9 +213,14 @@ async fn a_request_for_another_host_name_is_refused_421() {
         assert!(r.starts_with("HTTP/1.1 200 "), "{host}: {r}");
         assert!(r.contains("\"active\""), "{r}");
     }
-    let refused = "sluice/metrics: refused a request from 127.0.0.1:";
+    let refused = |e: &serde_json::Value| {
+        e["component"] == "metrics"
+            && e["peer"]
+                .as_str()
+                .is_some_and(|p| p.starts_with("127.0.0.1:"))
+    };
     assert!(
-        wait_until(10, || read_log(&dir).contains(refused)).await,
+        wait_event(10, &dir, "http_refused", refused).await,
         "{}",
         read_log(&dir)
     );
@@ -273,9 +278,9 @@ async fn past_the_connection_limit_the_dashboard_answers_503_at_once() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let warned = "sluice/metrics: warning: 4 connections open (metrics.max_connections)";
+    let warned = |e: &serde_json::Value| e["kind"] == "metrics_connections" && e["open"] == 4;
     assert!(
-        wait_until(10, || read_log(&dir).contains(warned)).await,
+        wait_event(10, &dir, "warning", warned).await,
         "{}",
         read_log(&dir)
     );

@@ -85,11 +85,11 @@ async fn an_ordinary_user_can_send_mail_as_themselves_only() {
         text.contains(&format!("(Sluice sendmail, from userid {})", user.uid)),
         "{text}"
     );
-    let log = read_log(&dir);
     assert!(
-        log.contains(&format!(
-            "sender <ceo@ours.test> replaced by <{own}> (not a trusted user)"
-        )),
-        "{log}"
+        has_event(&dir, "sender_replaced", |e| e["asked"] == "ceo@ours.test"
+            && e["sender"] == own.as_str()
+            && e["uid"] == user.uid),
+        "{}",
+        read_log(&dir)
     );
 }

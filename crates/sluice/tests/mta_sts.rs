@@ -148,13 +148,20 @@ async fn plain_mx() -> sluice::tools::sink::Sink {
 /// Waits until the message was either sent to `sink` or deferred for
 /// want of TLS; true if deferred.
 async fn deferred_for_tls(dir: &Path, sink: &sluice::tools::sink::Sink, deferrals: usize) -> bool {
-    let tls_deferrals = || read_log(dir).matches("4.7.4 TLS is required").count();
     assert!(
-        wait_until(20, || sink.count() > 0 || tls_deferrals() > deferrals).await,
+        wait_until(20, || sink.count() > 0 || tls_deferrals(dir) > deferrals).await,
         "neither sent nor deferred: {}",
         read_log(dir)
     );
     sink.count() == 0
+}
+
+/// Deliveries deferred because TLS was required and not to be had (4.7.4).
+fn tls_deferrals(dir: &Path) -> usize {
+    deliveries(dir, "")
+        .iter()
+        .filter(|e| e["status"] == "deferred" && e["dsn"] == "4.7.4")
+        .count()
 }
 
 async fn send(addr: SocketAddr, subject: &str) {
@@ -172,7 +179,7 @@ async fn enforce_defers_rather_than_send_in_clear() {
     let (server, addr) = start(s.cfg).await;
     send(addr, "never in clear").await;
     assert!(
-        wait_until(20, || read_log(&s.dir).contains("4.7.4 TLS is required")).await,
+        wait_until(20, || tls_deferrals(&s.dir) > 0).await,
         "deferred for want of TLS: {}",
         read_log(&s.dir)
     );
@@ -204,10 +211,13 @@ async fn enforce_delivers_over_verified_tls_and_caches_the_policy() {
     );
     server.shutdown().await;
     hop.shutdown().await;
-    let log = read_log(&s.dir);
     assert!(
-        log.contains("Verified TLS connection established to mx.sts.test[127.0.0.21]"),
-        "{log}"
+        has_event(&s.dir, "tls_out", |e| e["verified"] == true
+            && e["relay"]
+                .as_str()
+                .is_some_and(|r| r.starts_with("mx.sts.test[127.0.0.21]"))),
+        "{}",
+        read_log(&s.dir)
     );
     assert_eq!(s.served.load(Ordering::SeqCst), 1, "the policy is cached");
 }
@@ -226,7 +236,7 @@ async fn a_cached_policy_survives_a_restart_without_its_policy_host() {
     // spool is emptied so that only new mail is looked at.
     s.policy_server.abort();
     let _ = s.policy_server.await;
-    let deferrals = read_log(&s.dir).matches("4.7.4 TLS is required").count();
+    let deferrals = tls_deferrals(&s.dir);
     std::fs::remove_dir_all(s.cfg.data_dir.join("spool")).unwrap();
 
     let (server, addr) = start(s.cfg.clone()).await;
@@ -264,7 +274,10 @@ async fn a_policy_over_64_kib_is_refused_not_cut() {
     assert!(!deferred, "no policy in force, so sent: {log}");
     assert!(s.served.load(Ordering::SeqCst) >= 1);
     assert!(
-        log.contains("MTA-STS policy of sts.test: fetch failed: mta-sts.sts.test: policy body over 65536 bytes; no policy in force"),
+        has_event(&s.dir, "mta_sts", |e| e["domain"] == "sts.test"
+            && e["result"] == "fetch_failed"
+            && e["cause"] == "too_large"
+            && e["policy_in_force"] == false),
         "{log}"
     );
 }

@@ -68,7 +68,10 @@ async fn mail_to_a_hop_that_offers_starttls_is_encrypted() {
     );
     server.shutdown().await;
     hop_server.shutdown().await;
-    assert!(read_log(&dir).contains("Untrusted TLS connection established to 127.0.0.1"));
+    assert!(has_event(&dir, "tls_out", |e| e["verified"] == false
+        && e["relay"]
+            .as_str()
+            .is_some_and(|r| r.starts_with("127.0.0.1"))));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -82,8 +85,8 @@ async fn encrypt_defers_rather_than_send_in_clear() {
     let (server, addr) = start(cfg).await;
     send_one(addr, "encrypt").await;
     assert!(
-        wait_until(10, || read_log(&dir)
-            .contains("4.7.4 TLS is required, but was not offered"))
+        wait_event(10, &dir, "delivery", |e| e["status"] == "deferred"
+            && e["dsn"] == "4.7.4")
         .await
     );
     server.shutdown().await;
@@ -104,7 +107,13 @@ async fn verify_checks_the_certificate_against_the_ca() {
     cfg.delivery.tls_ca_file = Some(other);
     let (server, addr) = start(cfg).await;
     send_one(addr, "wrong-ca").await;
-    assert!(wait_until(10, || read_log(&wrong).contains("4.7.5 TLS with")).await);
+    assert!(
+        wait_event(10, &wrong, "delivery", |e| e["status"] == "deferred"
+            && e["dsn"] == "4.7.5")
+        .await,
+        "{}",
+        read_log(&wrong)
+    );
     server.shutdown().await;
     assert_eq!(sink.count(), 0);
     // The right CA: delivered, and logged as verified.
@@ -117,7 +126,7 @@ async fn verify_checks_the_certificate_against_the_ca() {
     assert!(wait_until(15, || sink.count() >= 1).await);
     server.shutdown().await;
     hop_server.shutdown().await;
-    assert!(read_log(&right).contains("Verified TLS connection established"));
+    assert!(has_event(&right, "tls_out", |e| e["verified"] == true));
 }
 
 /// Offers STARTTLS, then breaks the handshake, on the first connection;
@@ -160,5 +169,5 @@ async fn may_falls_back_to_plain_text_when_the_handshake_fails() {
     send_one(addr, "fallback").await;
     assert!(wait_until(15, || sink.count() == 1).await);
     server.shutdown().await;
-    assert!(read_log(&dir).contains("trying again without TLS"));
+    assert!(has_event(&dir, "tls_fallback", |_| true));
 }

@@ -38,7 +38,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
 use crate::accept::AcceptErrors;
-use crate::log;
+use crate::event;
 use crate::log::Logger;
 use crate::queue::admin::{AdminReply, AdminRequest, QueueStats};
 use crate::queue::QueueHandle;
@@ -166,7 +166,13 @@ pub async fn spawn(
                 if !refusing {
                     let n = access.max_connections;
                     let text = "connections open (metrics.max_connections): answering 503";
-                    log!(http.logger, "metrics", "warning: {n} {text}");
+                    event!(
+                        http.logger,
+                        "metrics",
+                        "warning",
+                        { kind: "metrics_connections", open: n },
+                        "warning: {n} {text}"
+                    );
                 }
                 refusing = true;
                 // Straight from the accept loop: no task, no waiting.
@@ -265,9 +271,16 @@ impl Http {
         let (status, kind, body) = match checked {
             Ok(()) => self.route(&head).await,
             Err(why) => {
-                log!(
+                let cause = match why {
+                    BadHost::Missing => "no_host",
+                    BadHost::Repeated => "repeated_host",
+                    BadHost::Foreign(_) => "foreign_host",
+                };
+                event!(
                     self.logger,
                     "metrics",
+                    "http_refused",
+                    { peer: peer.to_string(), cause: cause },
                     "refused a request from {peer}: {why}"
                 );
                 let (status, body) = why.reply();

@@ -144,9 +144,19 @@ async fn check_sender(
             intake.config.smtpd.dkim_verify_max_signatures,
         )
         .await;
-    log!(
+    event!(
         intake.logger,
         "cleanup",
+        "sender_auth",
+        {
+            queue_id: qid(sub.id),
+            spf: verdict.spf,
+            dkim: verdict.dkim,
+            dkim_not_evaluated: verdict.skipped,
+            dmarc: verdict.dmarc,
+            policy: verdict.policy,
+            from_domain: verdict.from_domain,
+        },
         "{}: sender authentication: {}",
         qid(sub.id),
         verdict.summary
@@ -195,9 +205,17 @@ async fn store(intake: &Intake, sub: Submission) -> Result<Accepted, Refusal> {
         }
         Err(e) => {
             let refusal = Refusal::Spool(e);
-            log!(
+            event!(
                 intake.logger,
                 "cleanup",
+                "reject",
+                {
+                    stage: "queue",
+                    queue_id: qid(envelope.id),
+                    cause: refusal.cause(),
+                    error: refusal.to_string(),
+                    from: envelope.sender,
+                },
                 "{}: reject: {refusal}; from=<{}>",
                 qid(envelope.id),
                 envelope.sender
@@ -215,12 +233,21 @@ fn log_refusal(intake: &Intake, sub: &Submission, refusal: &Refusal) {
         }
         Origin::Notice => "a notice".into(),
     };
-    log!(
+    let reply = refusal.reply();
+    event!(
         intake.logger,
         "cleanup",
-        "{}: reject: end of data from {from}: {}; from=<{}>",
+        "reject",
+        {
+            stage: "data",
+            queue_id: qid(sub.id),
+            cause: refusal.cause(),
+            code: reply.get(..3).and_then(|c| c.parse::<u16>().ok()),
+            dsn: reply.split(' ').nth(1),
+            from: sub.sender,
+        },
+        "{}: reject: end of data from {from}: {reply}; from=<{}>",
         qid(sub.id),
-        refusal.reply(),
         sub.sender
     );
 }

@@ -33,6 +33,19 @@ pub enum Refusal {
 }
 
 impl Refusal {
+    /// What was refused, as one word (the log's `cause` field).
+    pub fn cause(&self) -> &'static str {
+        match self {
+            Refusal::TooBig => "too_big",
+            Refusal::BareLineEnd => "bare_line_end",
+            Refusal::Nul => "nul",
+            Refusal::LineTooLong(_) => "line_too_long",
+            Refusal::TooManyHops(_) => "too_many_hops",
+            Refusal::Dmarc(_) => "dmarc",
+            Refusal::Spool(_) => "spool",
+        }
+    }
+
     /// The SMTP reply, code and enhanced status included.
     pub fn reply(&self) -> String {
         match self {

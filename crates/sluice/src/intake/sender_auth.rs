@@ -31,8 +31,16 @@ pub struct Verdict {
     pub header: String,
     /// `Some(reply)` to refuse the message (DMARC p=reject failed).
     pub reject: Option<String>,
-    /// One line for the log.
+    /// One line for the log, and its parts (SPF result; each evaluated
+    /// DKIM signature's; how many were not evaluated; DMARC `fail` or
+    /// `pass-or-none`; the policy; the From: domain).
     pub summary: String,
+    pub spf: String,
+    pub dkim: Vec<String>,
+    pub skipped: usize,
+    pub dmarc: &'static str,
+    pub policy: String,
+    pub from_domain: String,
 }
 
 pub struct SenderAuth {
@@ -75,6 +83,12 @@ impl SenderAuth {
                 header: format!("Authentication-Results: {host}; none (unparsable message)\r\n"),
                 reject: None,
                 summary: "unparsable message".into(),
+                spf: "none".into(),
+                dkim: Vec::new(),
+                skipped: 0,
+                dmarc: "pass-or-none",
+                policy: "none".into(),
+                from_domain: String::new(),
             };
         };
         let skipped = keep_signatures(&mut msg, max_signatures);
@@ -101,21 +115,27 @@ impl SenderAuth {
                     dmarc.domain()
                 )
             });
+        let (spf, policy) = (
+            format!("{:?}", spf.result()),
+            format!("{:?}", dmarc.policy()),
+        );
+        let dkim: Vec<String> = dkim.iter().map(|d| format!("{:?}", d.result())).collect();
+        let dmarc_word = if dmarc_failed { "fail" } else { "pass-or-none" };
         let summary = format!(
-            "spf={:?} dkim={} dkim_not_evaluated={skipped} dmarc={} policy={:?} from_domain={}",
-            spf.result(),
-            dkim.iter()
-                .map(|d| format!("{:?}", d.result()))
-                .collect::<Vec<_>>()
-                .join(","),
-            if dmarc_failed { "fail" } else { "pass-or-none" },
-            dmarc.policy(),
+            "spf={spf} dkim={} dkim_not_evaluated={skipped} dmarc={dmarc_word} policy={policy} from_domain={}",
+            dkim.join(","),
             dmarc.domain()
         );
         Verdict {
             header,
             reject,
             summary,
+            spf,
+            dkim,
+            skipped,
+            dmarc: dmarc_word,
+            policy,
+            from_domain: dmarc.domain().to_string(),
         }
     }
 }

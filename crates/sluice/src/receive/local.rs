@@ -18,9 +18,9 @@ use std::sync::Arc;
 
 use sluice_proto::address::parse_mailbox;
 
+use crate::event;
 use crate::intake::refusal::{EX_DATAERR, EX_NOUSER};
 use crate::intake::{Accepted, Intake, Origin, Submission};
-use crate::log;
 use crate::log::{qid, Logger};
 
 /// What is needed to take a submission.
@@ -101,9 +101,11 @@ impl Submitter {
         let login = login_of(uid).ok_or(UnknownSubmitter::NoAccount(uid))?;
         let own = format!("{login}@{}", self.intake.config.hostname);
         if !asked.eq_ignore_ascii_case(&own) {
-            log!(
+            event!(
                 self.logger,
                 "sendmail",
+                "sender_replaced",
+                { uid: uid, asked: asked, sender: own },
                 "uid={uid}: sender <{asked}> replaced by <{own}> (not a trusted user)"
             );
         }

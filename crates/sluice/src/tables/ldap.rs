@@ -18,7 +18,7 @@ use ldap3::{Ldap, LdapConnAsync, LdapConnSettings, Scope, SearchEntry};
 
 use super::{LookupError, TableError, Values};
 use crate::config::tables::TableConfig;
-use crate::log;
+use crate::event;
 use crate::log::Logger;
 use crate::pki::TlsError;
 
@@ -164,9 +164,11 @@ impl LdapTable {
             }
         }
         self.stats.failures.fetch_add(1, Ordering::Relaxed);
-        log!(
+        event!(
             self.logger,
             "lookup",
+            "lookup_failed",
+            { table: self.name, key: key, error: last_err.to_string() },
             "table {}: lookup of {key} failed: {last_err}",
             self.name
         );

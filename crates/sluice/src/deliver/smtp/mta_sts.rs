@@ -29,9 +29,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
-use crate::log;
 use crate::log::Logger;
 use crate::routing::dns::{ascii_name, Dns, DnsError};
+use crate::{event, log};
 
 mod store;
 use store::{Store, Stored};
@@ -137,6 +137,22 @@ pub enum FetchError {
     TooLarge,
     #[error("bad policy: {0}")]
     Policy(#[from] PolicyError),
+}
+
+impl FetchError {
+    /// The kind of failure, as one word (the log's `cause` field).
+    pub fn cause(&self) -> &'static str {
+        match self {
+            FetchError::Dns(_) => "dns",
+            FetchError::Io(_) => "io",
+            FetchError::Name(_) => "name",
+            FetchError::Timeout => "timeout",
+            FetchError::Head => "head",
+            FetchError::Status(_) => "status",
+            FetchError::TooLarge => "too_large",
+            FetchError::Policy(_) => "policy",
+        }
+    }
 }
 
 /// What is wrong with a policy body.
@@ -263,9 +279,17 @@ impl MtaSts {
                     Some(_) => "the cached policy stays in force",
                     None => "no policy in force",
                 };
-                log!(
+                event!(
                     self.logger,
                     "smtp",
+                    "mta_sts",
+                    {
+                        domain: domain,
+                        result: "fetch_failed",
+                        cause: e.cause(),
+                        error: e.to_string(),
+                        policy_in_force: cached.is_some(),
+                    },
                     "MTA-STS policy of {domain}: fetch failed: mta-sts.{domain}: {e}; {left}"
                 );
                 cached

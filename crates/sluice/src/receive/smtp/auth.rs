@@ -27,8 +27,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::hash_pool::{self, Busy, Lane};
 use super::session::{Mode, Next, Session};
-use crate::log;
 use crate::tables::{LookupError, Table};
+use crate::{event, log};
 
 /// Where an AUTH exchange stands, waiting for the client's next line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -237,9 +237,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         let shown: String = user.chars().filter(|c| !c.is_control()).take(256).collect();
         if !ctx.anvil.auth_allowed(ip) {
             // Penalised: nothing is checked, so nothing is learned or spent.
-            log!(
+            event!(
                 ctx.logger,
                 "smtpd",
+                "auth",
+                { client_ip: ip, method: method, username: shown, result: "penalised" },
                 "NOQUEUE: reject: [{ip}]: AUTH {method} for {shown:?} refused: too many failed authentications"
             );
             return self.too_many_failures();
@@ -256,9 +258,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         };
         match checked {
             Ok(true) => {
-                log!(
+                event!(
                     ctx.logger,
                     "smtpd",
+                    "auth",
+                    { client_ip: ip, method: method, username: shown, result: "ok" },
                     "client=[{ip}], sasl_method={method}, sasl_username={shown}"
                 );
                 self.auth = Some(shown);
@@ -266,9 +270,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 Next::Continue
             }
             Ok(false) => {
-                log!(
+                event!(
                     ctx.logger,
                     "smtpd",
+                    "auth",
+                    { client_ip: ip, method: method, username: shown, result: "failed" },
                     "warning: [{ip}]: SASL {method} authentication failed for {shown:?}"
                 );
                 self.failure_delay(began).await;
@@ -279,9 +285,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 self.error_counted()
             }
             Err(err) => {
-                log!(
+                event!(
                     ctx.logger,
                     "smtpd",
+                    "auth",
+                    { client_ip: ip, method: method, result: "unavailable", error: err.to_string() },
                     "warning: [{ip}]: SASL {method}: cannot check now: {err}"
                 );
                 match err {

@@ -253,9 +253,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     /// `450 4.7.1` for a client over a per-minute rate.
     fn over_rate(&mut self, what: &str) -> Next {
         let ip = self.peer.ip();
-        log!(
+        event!(
             self.ctx.logger,
             "smtpd",
+            "reject",
+            { stage: "mail", client_ip: ip, code: 450, dsn: "4.7.1", cause: "rate_limit" },
             "NOQUEUE: reject: from [{ip}]: 450 4.7.1 {what} from {ip} (rate limit)"
         );
         self.reply_fmt(format_args!("450 4.7.1 Error: {what} from {ip}"));
@@ -267,9 +269,19 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         metrics::counter!("sluice_messages_rejected_total", "reason" => "relay_denied")
             .increment(1);
         let ip = self.peer.ip();
-        log!(
+        event!(
             self.ctx.logger,
             "smtpd",
+            "reject",
+            {
+                stage: "rcpt",
+                client_ip: ip,
+                to: address,
+                code: 554,
+                dsn: "5.7.1",
+                cause: "relay_denied",
+                why: why,
+            },
             "NOQUEUE: reject: RCPT from [{ip}]: 554 5.7.1 <{address}>: Relay access denied ({why})"
         );
         self.reply_fmt(format_args!("554 5.7.1 <{address}>: Relay access denied"));
@@ -341,9 +353,19 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         metrics::counter!("sluice_messages_rejected_total", "reason" => "unknown_user")
             .increment(1);
         let ip = self.peer.ip();
-        log!(
+        event!(
             self.ctx.logger,
             "smtpd",
+            "reject",
+            {
+                stage: "rcpt",
+                client_ip: ip,
+                to: address,
+                code: 550,
+                dsn: "5.1.1",
+                cause: "unknown_user",
+                table: table,
+            },
             "NOQUEUE: reject: RCPT from [{ip}]: 550 5.1.1 <{address}>: User unknown in {table}"
         );
         self.reply_fmt(format_args!(
@@ -357,9 +379,19 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         metrics::counter!("sluice_messages_rejected_total", "reason" => "lookup_failed")
             .increment(1);
         let ip = self.peer.ip();
-        log!(
+        event!(
             self.ctx.logger,
             "smtpd",
+            "reject",
+            {
+                stage: "rcpt",
+                client_ip: ip,
+                to: address,
+                code: 451,
+                dsn: "4.3.0",
+                cause: "lookup_failed",
+                error: err,
+            },
             "NOQUEUE: reject: RCPT from [{ip}]: 451 4.3.0 <{address}>: Temporary lookup failure: {err}"
         );
         self.reply_fmt(format_args!(

@@ -158,7 +158,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             ctx.config.hostname, ctx.config.smtpd.banner
         ));
         if let Err(err) = self.converse().await {
-            log!(ctx.logger, "smtpd", "lost connection from [{ip}]: {err}");
+            // (A write that timed out is the client not reading.)
+            let cause = match err.kind() {
+                std::io::ErrorKind::TimedOut => "write_timeout",
+                _ => "lost",
+            };
+            event!(
+                ctx.logger,
+                "smtpd",
+                "session_end",
+                { client_ip: ip, cause: cause, error: err.to_string() },
+                "lost connection from [{ip}]: {err}"
+            );
         }
         log!(
             ctx.logger,
@@ -183,9 +194,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         {
             // Only the balancer may name the client: anyone else could
             // claim a trusted address and relay.
-            log!(
+            event!(
                 self.ctx.logger,
                 "smtpd",
+                "proxy_refused",
+                { lb_ip: lb.ip(), lb_port: lb.port(), cause: "peer_not_allowed" },
                 "warning: [{}]:{}: PROXY header from a peer not in proxy_protocol_from; disconnecting",
                 lb.ip(),
                 lb.port()
@@ -202,9 +215,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                         self.peer = real;
                         self.trusted = self.ctx.policy.is_trusted(real.ip());
                     }
-                    log!(
+                    event!(
                         self.ctx.logger,
                         "smtpd",
+                        "proxied",
+                        {
+                            client_ip: self.peer.ip(),
+                            client_port: self.peer.port(),
+                            lb_ip: lb.ip(),
+                            lb_port: lb.port(),
+                        },
                         "proxied connection from [{}]:{} via [{}]:{}",
                         self.peer.ip(),
                         self.peer.port(),
@@ -215,9 +235,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 }
                 Ok(None) => {}
                 Err(why) => {
-                    log!(
+                    event!(
                         self.ctx.logger,
                         "smtpd",
+                        "proxy_refused",
+                        { lb_ip: lb.ip(), lb_port: lb.port(), cause: "bad_header", error: why.to_string() },
                         "warning: [{}]:{}: {why}; disconnecting",
                         lb.ip(),
                         lb.port()
@@ -229,9 +251,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             match read.await {
                 Ok(Ok(n)) if n > 0 => {}
                 _ => {
-                    log!(
+                    event!(
                         self.ctx.logger,
                         "smtpd",
+                        "proxy_refused",
+                        { lb_ip: lb.ip(), lb_port: lb.port(), cause: "no_header" },
                         "warning: [{}]:{}: no PROXY header; disconnecting",
                         lb.ip(),
                         lb.port()
@@ -249,9 +273,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             Refusal::TooManySessions => "too many connections",
             Refusal::ConnectionRate => "too many connections per minute",
         };
-        log!(
+        let cause = match refusal {
+            Refusal::TooManySessions => "sessions",
+            Refusal::ConnectionRate => "connection_rate",
+        };
+        event!(
             self.ctx.logger,
             "smtpd",
+            "reject",
+            { stage: "connect", client_ip: ip, code: 421, dsn: "4.7.0", cause: cause },
             "NOQUEUE: reject: connect from [{ip}]: 421 4.7.0 {what}"
         );
         let host = self.ctx.config.hostname.clone();
@@ -348,9 +378,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             Ok(Ok(())) => {
                 self.tls = self.io.tls_summary();
                 let summary = self.tls.as_deref().unwrap_or("TLS");
-                log!(
+                event!(
                     self.ctx.logger,
                     "smtpd",
+                    "tls_in",
+                    { client_ip: ip, result: "established", detail: summary },
                     "TLS connection established from [{ip}]: {summary}"
                 );
                 // RFC 3207 §4.2: everything learnt before is forgotten,
@@ -388,9 +420,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         } else {
             "timeout exceeded"
         };
-        log!(
+        event!(
             self.ctx.logger,
             "smtpd",
+            "session_end",
+            {
+                client_ip: self.peer.ip(),
+                cause: if session { "session_limit" } else { "idle_timeout" },
+                code: 421,
+                dsn: "4.4.2",
+            },
             "{what} from [{}] (421 4.4.2)",
             self.peer.ip()
         );
@@ -449,9 +488,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                         if next == Next::StartTls && pos < inbuf.len() {
                             // CVE-2011-0411: nothing sent in clear before the
                             // handshake may count as a command after it.
-                            log!(
+                            event!(
                                 self.ctx.logger,
                                 "smtpd",
+                                "starttls_injection",
+                                { client_ip: self.peer.ip(), octets: inbuf.len() - pos },
                                 "discarded {} octets pipelined after STARTTLS from [{}]",
                                 inbuf.len() - pos,
                                 self.peer.ip()
