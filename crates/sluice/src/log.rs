@@ -347,8 +347,15 @@ fn write_json(out: &mut impl Write, millis: u64, line: &str) {
     let _ = writeln!(out, "{value}");
 }
 
+/// One line of the text format. A line end inside the text (whatever a
+/// peer managed to get into it) becomes a space: one event, one line, and
+/// nobody can write a line of their own into the log.
 fn write_line(out: &mut impl Write, millis: u64, line: &str) {
-    let _ = writeln!(out, "{} {line}", timefmt::iso8601(millis));
+    let ts = timefmt::iso8601(millis);
+    let _ = match memchr::memchr2(b'\n', b'\r', line.as_bytes()) {
+        None => writeln!(out, "{ts} {line}"),
+        Some(_) => writeln!(out, "{ts} {}", line.replace(['\n', '\r'], " ")),
+    };
 }
 
 /// `log!(logger, "smtpd", "{id}: client={peer}")`: a line with no fields
@@ -524,6 +531,29 @@ mod tests {
             let plain: serde_json::Value = serde_json::from_str(lines[1]).unwrap();
             assert_eq!(plain["event"], "log");
             assert_eq!(plain["queue_id"], id);
+        }
+    }
+
+    /// What a peer puts in an address, a reply or a name cannot add a line
+    /// of its own to the log, in either format.
+    #[test]
+    fn a_line_end_in_logged_text_cannot_forge_a_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let forged = "x\n2026-01-01T00:00:00.000Z sluice/smtp: 1A2B3C4D: status=sent\r\n{\"event\":\"delivery\"}";
+        for json in [true, false] {
+            let path = dir.path().join(format!("maillog-{json}"));
+            let logger = Logger::start_as(Some(&path), json).unwrap();
+            crate::event!(logger, "smtpd", "auth", { username: forged }, "user {forged}");
+            crate::log!(logger, "smtpd", "plain {forged}");
+            logger.flush();
+            let text = std::fs::read_to_string(&path).unwrap();
+            assert_eq!(text.lines().count(), 2, "{text}");
+            if json {
+                let first: serde_json::Value =
+                    serde_json::from_str(text.lines().next().unwrap()).unwrap();
+                assert_eq!(first["username"], forged, "kept whole, escaped");
+                assert_eq!(first["event"], "auth");
+            }
         }
     }
 

@@ -287,3 +287,57 @@ async fn past_the_connection_limit_the_dashboard_answers_503_at_once() {
     drop(held);
     server.shutdown().await;
 }
+
+/// A destination's gauges are there while it has mail to deliver or a
+/// connection open, and go once it is idle (before: the last value stayed
+/// for ever, architecture review item 8). Scraped after each change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_destination_gauge_goes_when_the_destination_is_idle() {
+    let dir = temp_dir("dashboard-gauges");
+    // A slow next hop (every reply waits 300 ms): the delivery is in
+    // flight long enough to be seen.
+    let sink = sluice::tools::sink::Sink::start(sluice::tools::sink::SinkOptions {
+        record: true,
+        reply_delay: Some(Duration::from_millis(300)),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut cfg = config(&dir, Some(sink.addr));
+    cfg.metrics.listen = Some("127.0.0.1:0".into());
+    let (server, addr) = start(cfg).await;
+    let web = server.metrics_addr.expect("metrics listener");
+    let series = format!(
+        "sluice_destination_in_flight{{destination=\"smtp:[127.0.0.1]:{}\"}} 1",
+        sink.addr.port()
+    );
+    let mut c = Client::ready(addr).await;
+    let r = c
+        .message("a@b.test", &["x@dest.test"], &body("gauge"))
+        .await;
+    assert!(r.starts_with("250"), "{r}");
+    let mut scraped = String::new();
+    let mut seen = false;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !seen && std::time::Instant::now() < deadline {
+        scraped = get(web, "/metrics").await;
+        seen = scraped.contains(&series);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(seen, "in flight: {series} in {scraped}");
+    assert!(wait_until(15, || sink.count() == 1).await);
+    // Delivered; the idle connection closes after connection_idle_secs (1).
+    let mut gone = false;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !gone && std::time::Instant::now() < deadline {
+        scraped = get(web, "/metrics").await;
+        gone = !scraped.contains("sluice_destination_in_flight{");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(gone, "the idle destination still reported: {scraped}");
+    assert!(
+        scraped.contains("sluice_queue_messages{state=\"active\"} 0"),
+        "{scraped}"
+    );
+    server.shutdown().await;
+}

@@ -319,39 +319,24 @@ impl Http {
         }
     }
 
-    /// Gauges read at scrape time (queue, destinations, spool), then the
-    /// recorder's text.
+    /// The recorder's counters and histograms, then the gauges written
+    /// from their sources now (`gauges.rs`: none can go stale).
     async fn metrics(&self) -> String {
-        let s = self.stats().await;
-        for (state, n) in [
-            ("active", s.active),
-            ("deferred", s.deferred),
-            ("hold", s.hold),
-        ] {
-            metrics::gauge!("sluice_queue_messages", "state" => state).set(n as f64);
-        }
-        for d in &s.destinations {
-            let name = d.name.clone();
-            metrics::gauge!("sluice_destination_in_flight", "destination" => name.clone())
-                .set(d.in_flight as f64);
-            metrics::gauge!("sluice_destination_window", "destination" => name.clone())
-                .set(d.window as f64);
-            metrics::gauge!("sluice_destination_queued", "destination" => name)
-                .set(d.queued as f64);
-        }
-        let st = self.spool.stats();
-        let load =
-            |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed) as f64;
-        metrics::gauge!("sluice_spool_messages_stored").set(load(&st.messages));
-        metrics::gauge!("sluice_spool_syncs").set(load(&st.syncs));
-        metrics::gauge!("sluice_spool_bytes_written").set(load(&st.bytes));
         for (table, counters) in self.mailboxes.load().lookup_counters() {
             for (what, n) in counters {
                 let name = format!("sluice_lookup_{what}_total");
                 metrics::counter!(name, "table" => table.clone()).absolute(n);
             }
         }
-        self.handle.render()
+        let queue = self.stats().await;
+        let sessions = crate::receive::smtp::open_sessions();
+        let mut text = self.handle.render();
+        text.push_str(&super::gauges::render(
+            &queue,
+            self.spool.stats(),
+            sessions,
+        ));
+        text
     }
 
     async fn queue_json(&self) -> String {

@@ -11,6 +11,7 @@
 //! administrator; on the submission socket, anyone; requests are parsed
 //! strictly and bounded (64 KiB) on both.
 
+pub mod gauges;
 mod history;
 pub mod http;
 pub mod protocol;

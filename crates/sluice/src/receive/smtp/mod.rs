@@ -63,6 +63,11 @@ pub struct SessionContext {
     pub intake: Arc<crate::intake::Intake>,
 }
 
+/// SMTP sessions open now, in this process (for `/metrics`).
+pub fn open_sessions() -> u64 {
+    session::OPEN_SESSIONS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 pub fn bind(listen: &str, reuse_port: bool) -> std::io::Result<TcpListener> {
     let addr: SocketAddr = listen
         .parse()

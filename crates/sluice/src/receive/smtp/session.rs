@@ -600,18 +600,22 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     }
 }
 
-/// Counts a session in `sluice_sessions_open` for as long as it lives.
+/// SMTP sessions open in this process (`sluice_sessions_open`).
+pub(super) static OPEN_SESSIONS: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(0);
+
+/// Counts a session in [`OPEN_SESSIONS`] for as long as it lives.
 struct OpenSession;
 
 impl OpenSession {
     fn new() -> OpenSession {
-        metrics::gauge!("sluice_sessions_open").increment(1.0);
+        OPEN_SESSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         OpenSession
     }
 }
 
 impl Drop for OpenSession {
     fn drop(&mut self) {
-        metrics::gauge!("sluice_sessions_open").decrement(1.0);
+        OPEN_SESSIONS.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
