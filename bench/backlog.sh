@@ -133,7 +133,7 @@ EOF
 
 # gen COUNT LABEL: the generator in the foreground; BENCH line in BENCH_LINE
 gen() {
-    "$SLUICE" bench --target "$HOST:$SMTP_PORT" --sessions "$SESSIONS" \
+    "$SLUICE_BENCH" bench --target "$HOST:$SMTP_PORT" --sessions "$SESSIONS" \
         --messages-per-session 1 --count "$1" --size "$SIZE" --recipients 1 --domains 5 \
         --max-seconds "$RUN_TIMEOUT" --interval 10 --ack-log "$W/acks.$2" \
         2>"$W/gen.$2.err" | tee "$W/gen.$2.out" | grep -v '^time' | sed "s/^/[gen $2] /" >&2 || true
@@ -146,7 +146,7 @@ fail=""
 log "workload Q: N=$N R_N=$R_N size=$SIZE sessions=$SESSIONS backoff=$BACKOFF/$MAX_BACKOFF tmp=$W"
 log "=== 1. empty-queue reference: $R_N messages, sink up"
 write_conf "$W/r.toml" "$W/var-r" "$W/maillog.r"
-"$SLUICE" sink --listen "$HOST:$SINK_PORT" --exit-after "$R_N" --max-seconds "$RUN_TIMEOUT" \
+"$SLUICE_BENCH" sink --listen "$HOST:$SINK_PORT" --exit-after "$R_N" --max-seconds "$RUN_TIMEOUT" \
     >"$W/sink.r.out" 2>"$W/sink.r.err" &
 SINK_PID=$!
 wait_listen "$SINK_PORT" 15 "$SINK_PID" || die "sink did not come up"

@@ -2,8 +2,8 @@
 # bench/crash.sh — workload K (crash) of /work/shared/BENCH.md.
 #
 # What it measures
-#   Generator (`sluice bench --ack-log`) -> `sluice serve` on 127.0.0.1:$SMTP_PORT
-#   (durability on: sync before 250) -> sink (`sluice sink --message-ids`) on
+#   Generator (`sluice-bench bench --ack-log`) -> `sluice serve` on 127.0.0.1:$SMTP_PORT
+#   (durability on: sync before 250) -> sink (`sluice-bench sink --message-ids`) on
 #   127.0.0.1:$SINK_PORT, like workload R (one message per connection, one
 #   recipient, 5 domains), $SESSIONS sessions, $N messages of $SIZE bytes.
 #   While the generator runs, `sluice serve` is SIGKILLed $KILLS times at
@@ -153,7 +153,7 @@ ticker &
 TICKER_PID=$!
 
 timeout -k 10 $((RUN_TIMEOUT + 60)) \
-    "$SLUICE" bench --target "$HOST:$SMTP_PORT" --sessions "$SESSIONS" \
+    "$SLUICE_BENCH" bench --target "$HOST:$SMTP_PORT" --sessions "$SESSIONS" \
     --messages-per-session 1 --count "$N" --size "$SIZE" --recipients 1 \
     --domains 5 --max-seconds "$RUN_TIMEOUT" --interval 1 --ack-log "$ACKS" \
     --chart "${RESULTS_FILE%.txt}.svg" \

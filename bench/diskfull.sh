@@ -4,7 +4,7 @@
 # What it measures
 #   Phase "spool": the spool (data_dir) sits on a tmpfs of $FS_MB MiB that
 #   the script mounts; the next hop (a sink on 127.0.0.1:$SINK_PORT) is down.
-#   `sluice bench` ($FILL_SESSIONS sessions, --ack-log) sends $SIZE-byte
+#   `sluice-bench bench` ($FILL_SESSIONS sessions, --ack-log) sends $SIZE-byte
 #   messages until no message has been accepted for $FULL_SECS seconds in a
 #   row (the spool refuses: [spool] reserve_mib keeps room for outcome
 #   records), then stops gracefully (SIGTERM: the ack log is complete).
@@ -195,7 +195,7 @@ EOF
     # -- fill until FULL_SECS seconds without an accepted message
     local t0 gen_rc=0 zero=0 rows=0 row msgs
     t0=$(now)
-    "$SLUICE" bench --target "$HOST:$SMTP_PORT" --sessions "$FILL_SESSIONS" \
+    "$SLUICE_BENCH" bench --target "$HOST:$SMTP_PORT" --sessions "$FILL_SESSIONS" \
         --count 100000000 --size "$SIZE" --max-seconds "$FILL_TIMEOUT" --interval 1 \
         --ack-log "$ACKS" --chart "${RESULTS_FILE%.txt}-fill.svg" \
         >"$W/fill.out" 2>"$W/fill.err" &
@@ -274,7 +274,7 @@ EOF
     [ "$resumed" = yes ] || { log "new mail still refused: $PROBE_REPLY"; fail=${fail:+$fail,}not_resumed; }
     local burst=0 drained_kb
     if [ "$resumed" = yes ]; then
-        "$SLUICE" bench --target "$HOST:$SMTP_PORT" --sessions 10 --count "$RESUME_COUNT" \
+        "$SLUICE_BENCH" bench --target "$HOST:$SMTP_PORT" --sessions 10 --count "$RESUME_COUNT" \
             --size "$SIZE" --interval 5 --ack-log "$ACKS" >"$W/burst.out" 2>"$W/burst.err" || true
         [[ $(grep '^BENCH ' "$W/burst.out" | tail -1) =~ messages=([0-9]+) ]] && burst=${BASH_REMATCH[1]}
         log "burst after the drain: $burst of $RESUME_COUNT accepted"
@@ -345,7 +345,7 @@ EOF
     dd if=/dev/zero of="$fs/filler" bs=64k 2>/dev/null || true
     log "tmpfs avail $(fs_avail_kb "$fs") kB after the filler ($(( $(stat -c %s "$fs/filler") / 1024 )) kB)"
     serve_start "$conf" "$SMTP_PORT" || die "sluice serve did not come up"
-    "$SLUICE" bench --target "$HOST:$SMTP_PORT" --sessions 5 --count "$MAIL_N" \
+    "$SLUICE_BENCH" bench --target "$HOST:$SMTP_PORT" --sessions 5 --count "$MAIL_N" \
         --size "$SIZE" --recipient-template 'box{n}@local.test' --recipient-count 5 \
         --interval 5 --ack-log "$ACKS" >"$W/mail.out" 2>"$W/mail.err" || true
     log "generator: $(grep '^BENCH ' "$W/mail.out" | tail -1 || true)"

@@ -57,7 +57,7 @@
 #   MAILDIR_SYNC=batch Sluice's local.maildir_sync (batch | each)
 #   SLUICE_CONF_EXTRA  TOML appended to Sluice's configuration (experiments;
 #                      \n for new lines)
-#   (the generator is always `sluice bench`: one generator, one meaning of
+#   (the generator is always `sluice-bench bench`: one generator, one meaning of
 #   every figure; the Python generator with different semantics is gone)
 #   LDAP_PORT=55389    slapd's port on 127.0.0.1
 #   POSTFIX_MAILLOG=1  Postfix logs to a file in its temp dir (0: no logging)
@@ -87,7 +87,7 @@
 #       delivered_ratio_vs_postfix=<x>
 #   (a failed run adds failed=<reason>). Exit status 1 if any run failed,
 #   2 if the set-up failed. rejected_5xx/temp_4xx are as the generator counts
-#   them (`sluice bench`: replies, so a refused RCPT plus the 554 to the
+#   them (`sluice-bench bench`: replies, so a refused RCPT plus the 554 to the
 #   pipelined DATA count 2).
 #
 # Notes (Postfix + LDAP)
@@ -125,7 +125,7 @@ DRAIN_TIMEOUT=${DRAIN_TIMEOUT:-300}
 SPOT_CHECKS=${SPOT_CHECKS:-5}
 SLUICE=${SLUICE:-$REPO/target/release/sluice}
 SLUICE_BUILD=${SLUICE_BUILD:-1}
-[ "${GENERATOR:-sluice}" = sluice ] || { echo "GENERATOR is always sluice (sluice bench)" >&2; exit 2; }
+[ "${GENERATOR:-sluice}" = sluice ] || { echo "GENERATOR is always sluice (sluice-bench bench)" >&2; exit 2; }
 GENERATOR=sluice
 LDAP_PORT=${LDAP_PORT:-55389}
 POSTFIX_MAILLOG=${POSTFIX_MAILLOG:-1}
@@ -184,16 +184,16 @@ needs_sluice_binary() {
     [[ " $SYSTEMS " == *" sluice "* || $GENERATOR == sluice ]]
 }
 
-# After ensure_sluice (common.sh): the generator needs `sluice bench` with
+# After ensure_sluice (common.sh): the generator needs `sluice-bench bench` with
 # --recipient-template.
 ensure_sluice_generator() {
     [ "$GENERATOR" = sluice ] || return 0
     # (the usage text into a variable first: `| grep -q` would end the pipe
     # early and, with pipefail, fail it)
     local usage
-    usage=$("$SLUICE" bench --help 2>&1 || true)
+    usage=$("$SLUICE_BENCH" bench --help 2>&1 || true)
     if [[ $usage != *--recipient-template* ]]; then
-        die "$SLUICE bench does not know --recipient-template"
+        die "$SLUICE_BENCH bench does not know --recipient-template"
     fi
 }
 
@@ -581,7 +581,7 @@ run_generator() {
     else
         args+=(--duration "$DURATION")
     fi
-    local cmd=("$SLUICE" bench "${args[@]}")
+    local cmd=("$SLUICE_BENCH" bench "${args[@]}")
     # The generator shares the 2 cores with the system under test: note its
     # CPU time (/usr/bin/time, when installed).
     rm -f "$W/gen.time"

@@ -4,12 +4,12 @@
 # What it measures
 #   1,000 domains d1..d1000.many.test in a real nsd (127.0.0.1:53), each with
 #   one MX. Good domains point at 20 mail hosts mx1..mx20 (127.0.2.1..20:25,
-#   one `sluice sink` process listening on all of them); in the "bad" mode
+#   one `sluice-bench sink` process listening on all of them); in the "bad" mode
 #   5 % of the domains (i mod 100 in 1..5) point at 5 tarpits (127.0.4.1..5:25:
 #   accept, then answer every command after TARPIT_MS) and 2 % (i mod 100 in
 #   6..7) at 2 dead hosts (127.0.3.1..2:25: listen, never accept, so a
 #   connection hangs). In the "clean" mode every domain points at a good host.
-#   The generator (`sluice bench`, SESSIONS sessions, one message per
+#   The generator (`sluice-bench bench`, SESSIONS sessions, one message per
 #   connection, 400 B) sends N messages, domain after domain in turn, so
 #   each domain gets exactly N/1000.
 #   Per system and mode: the time from the generator's start until the last
@@ -177,7 +177,7 @@ start_sink() {  # start_sink GOOD
     for ((h = 2; h <= HOSTS; h++)); do args+=(--also-listen "127.0.2.$h:25"); done
     for h in 1 2 3 4 5; do args+=(--tarpit "127.0.4.$h:25"); done
     args+=(--blackhole 127.0.3.1:25 --blackhole 127.0.3.2:25 --tarpit-ms "$TARPIT_MS")
-    "$SLUICE" sink "${args[@]}" --exit-after "$1" --max-seconds "$RUN_TIMEOUT" \
+    "$SLUICE_BENCH" sink "${args[@]}" --exit-after "$1" --max-seconds "$RUN_TIMEOUT" \
         >"$W/sink.out" 2>"$W/sink.err" &
     SINK_PID=$!
     local i
@@ -263,7 +263,7 @@ run_one() {  # run_one SYSTEM MODE
     case $sys in sluice) start_sluice ;; postfix) start_postfix ;; esac
     log "=== $sys, $mode: generator ($SESSIONS sessions, $N messages over $DOMAINS domains)"
     t0=$(now)
-    timeout -k 10 $((RUN_TIMEOUT + 60)) "$SLUICE" bench --target "$HOST:$RELAY_PORT" \
+    timeout -k 10 $((RUN_TIMEOUT + 60)) "$SLUICE_BENCH" bench --target "$HOST:$RELAY_PORT" \
         --sessions "$SESSIONS" --messages-per-session 1 --count "$N" --size 400 \
         --recipient-template 'u{i}@d{i}.many.test' --recipient-count "$DOMAINS" \
         --max-seconds "$RUN_TIMEOUT" --interval 5 >"$W/gen.out" 2>"$W/gen.err" || fail="generator"

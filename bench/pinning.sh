@@ -5,12 +5,12 @@
 #   Whether a few messages that can never be delivered pin the spool: one
 #   `sluice serve` on 127.0.0.1:$SMTP_PORT with small segments
 #   ([spool] segment_mib = $SEGMENT_MIB) and two destinations in [transport]:
-#     good.test -> `sluice sink` on 127.0.0.1:$SINK_PORT (records Message-IDs)
+#     good.test -> `sluice-bench sink` on 127.0.0.1:$SINK_PORT (records Message-IDs)
 #     bad.test  -> bench/lib/tempfail_smtp.py on 127.0.0.1:$BAD_PORT, which
 #                  answers 451 4.3.0 to every RCPT (or MAIL: TEMPFAIL_AT)
 #   First $DEFERRED messages to bad.test go in, and the script waits until
 #   each has been tried and deferred (mail log). Then $N messages of $SIZE
-#   bytes to good.test (`sluice bench`, $SESSIONS sessions, --ack-log), and
+#   bytes to good.test (`sluice-bench bench`, $SESSIONS sessions, --ack-log), and
 #   the script waits until every acknowledged one reached the sink, then
 #   $SETTLE s more (compaction also runs while idle). Every second it
 #   samples the spool (du -sk data_dir/spool, number of *.seg), the sink's
@@ -161,7 +161,7 @@ sampler_start "$CSV" "$SPOOL" "$IDS"
 # bench_run LABEL COUNT TEMPLATE SESSIONS: one generator run in the
 # foreground; its BENCH line in BENCH_LINE.
 bench_run() {
-    "$SLUICE" bench --target "$HOST:$SMTP_PORT" --sessions "$4" --count "$2" \
+    "$SLUICE_BENCH" bench --target "$HOST:$SMTP_PORT" --sessions "$4" --count "$2" \
         --size "$SIZE" --recipient-template "$3" --recipient-count 1000 \
         --max-seconds "$RUN_TIMEOUT" --interval 5 --ack-log "$W/acks.$1" \
         >"$W/gen.$1.out" 2>"$W/gen.$1.err" || true

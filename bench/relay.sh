@@ -38,9 +38,9 @@
 #   SLUICE_SERVE=$SLUICE              binary for `serve` only (A/B against an
 #                      older build with the same generator and sink)
 #   SLUICE_BUILD=1     run `cargo build --release` first (0: use the binary as is)
-#   GENERATOR=sluice   sluice (`sluice bench`) | smtp-source (Postfix's tool,
+#   GENERATOR=sluice   sluice (`sluice-bench bench`) | smtp-source (Postfix's tool,
 #                      5 processes x SESSIONS/5 sessions, like the original)
-#   SINK=sluice        sluice (`sluice sink`) | smtp-sink (Postfix's tool)
+#   SINK=sluice        sluice (`sluice-bench sink`) | smtp-sink (Postfix's tool)
 #   POSTFIX_MAILLOG=1  Postfix logs to a file in its temp dir (0: no logging;
 #                      there is no syslog socket here, so 0 means "discarded")
 #   KEEP=0             1: keep the temp dir (configs, logs) for inspection
@@ -181,7 +181,7 @@ start_sink() {
     sluice)
         local starttls=()
         [ "$TLS" = on ] && starttls=(--starttls)
-        "$SLUICE" sink --listen "$HOST:$SINK_PORT" --exit-after "$n" "${starttls[@]}" \
+        "$SLUICE_BENCH" sink --listen "$HOST:$SINK_PORT" --exit-after "$n" "${starttls[@]}" \
             --max-seconds "$RUN_TIMEOUT" >"$W/sink.out" 2>"$W/sink.err" &
         SINK_PID=$!
         ;;
@@ -244,7 +244,7 @@ run_generator() {
         local starttls=()
         [ "$TLS" = on ] && starttls=(--starttls)
         timeout -k 10 $((RUN_TIMEOUT + 60)) \
-            "$SLUICE" bench --target "$HOST:$port" --sessions "$SESSIONS" "${starttls[@]}" \
+            "$SLUICE_BENCH" bench --target "$HOST:$port" --sessions "$SESSIONS" "${starttls[@]}" \
             --messages-per-session 1 --count "$n" --size "$size" \
             --recipients 1 --domains 5 --max-seconds "$RUN_TIMEOUT" --interval 1 \
             --chart "$REPO/bench/results/relay-$(date +%F)-$CHART_TAG.svg" \

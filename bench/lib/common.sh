@@ -32,7 +32,8 @@
 #                          install started
 #   ensure_sluice          needs the script's needs_sluice_binary (a predicate);
 #                          when true: cargo build --release if SLUICE_BUILD=1,
-#                          then die unless $SLUICE is executable
+#                          then die unless $SLUICE is executable; sets
+#                          SLUICE_BENCH (the sluice-bench generator and sink)
 #   make_workdir NAME      W=$(mktemp -d ${TMPDIR:-/tmp}/sluice-NAME.XXXXXX),
 #                          mode 755; PF=$W/postfix, PF_ETC=$PF/etc
 #   kill_wait PID [SIG] [SECS]   signal PID (default TERM), wait up to SECS
@@ -108,6 +109,13 @@ ensure_sluice() {
         (cd "$REPO" && cargo build --release >&2)
     fi
     [ -x "$SLUICE" ] || die "$SLUICE not found (build it: cargo build --release)"
+    # The generator and sink (crate sluice-bench): beside $SLUICE, else this
+    # tree's build (an A/B run may point $SLUICE at an older build).
+    if [ -z "${SLUICE_BENCH:-}" ]; then
+        SLUICE_BENCH=$(dirname "$SLUICE")/sluice-bench
+        [ -x "$SLUICE_BENCH" ] || SLUICE_BENCH=${CARGO_TARGET_DIR:-$REPO/target}/release/sluice-bench
+    fi
+    [ -x "$SLUICE_BENCH" ] || die "$SLUICE_BENCH not found (build it: cargo build --release)"
 }
 
 # ------------------------------------------------- temp dir, processes -----

@@ -21,7 +21,7 @@
 #   serve_stop [SECS]        SIGTERM (the daemon drains deliveries in flight),
 #                            wait up to SECS (default 60), then SIGKILL
 #   serve_hwm                VmHWM (kB) of SERVE_PID, or empty
-#   sink_start PORT IDS [ARGS...]  starts `sluice sink` on PORT recording every
+#   sink_start PORT IDS [ARGS...]  starts `sluice-bench sink` on PORT recording every
 #                            Message-ID in IDS (stderr to $W/sink.err);
 #                            sets SINK_PID; dies if it does not come up
 #   lines FILE               number of lines in FILE (0 if missing)
@@ -84,7 +84,7 @@ serve_hwm() {
 sink_start() {
     local port=$1 ids=$2
     shift 2
-    "$SLUICE" sink --listen "$HOST:$port" --message-ids "$ids" "$@" \
+    "$SLUICE_BENCH" sink --listen "$HOST:$port" --message-ids "$ids" "$@" \
         >>"$W/sink.out" 2>>"$W/sink.err" &
     SINK_PID=$!
     wait_listen "$port" 15 "$SINK_PID" || {

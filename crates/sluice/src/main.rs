@@ -1,16 +1,14 @@
-//! The `sluice` command: `serve`, `check-config` and `hash-password`, plus
-//! the `bench` and `sink` tools. Arguments are parsed by clap (generated help, typed values,
-//! unknown options refused).
+//! The `sluice` command: `serve`, `check-config`, `queue`, `hash-password`
+//! and `dkim-keygen`, and sendmail(1)/mailq when invoked by those names.
+//! Arguments are parsed by clap (generated help, typed values, unknown
+//! options refused). The load generator and sink are `sluice-bench`'s.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use sluice::config::Config;
 use sluice::daemon::Server;
-use sluice::tools::{bench, sink};
 
 #[derive(Parser)]
 #[command(name = "sluice", version, about = "Sluice mail transfer agent")]
@@ -25,10 +23,6 @@ enum Command {
     Serve(ConfigArg),
     /// Check a configuration: parse it and build its tables and routes.
     CheckConfig(ConfigArg),
-    /// An SMTP sink that accepts and discards (or records) mail.
-    Sink(SinkArgs),
-    /// An SMTP load generator.
-    Bench(BenchArgs),
     /// Read a password on stdin, print its argon2id hash for an `[auth]` table.
     HashPassword,
     /// Make a DKIM key pair: the private key to a file, the DNS record to stdout.
@@ -113,95 +107,6 @@ struct ConfigArg {
     config: Option<PathBuf>,
 }
 
-#[derive(Args)]
-struct SinkArgs {
-    #[arg(long, default_value = "127.0.0.1:2526")]
-    listen: SocketAddr,
-    /// Exit after this many messages.
-    #[arg(long)]
-    exit_after: Option<u64>,
-    #[arg(long)]
-    max_seconds: Option<u64>,
-    /// Save every message as a file here.
-    #[arg(long)]
-    save_dir: Option<PathBuf>,
-    /// Append every received Message-ID to this file.
-    #[arg(long)]
-    message_ids: Option<PathBuf>,
-    /// Answer test addresses (reject-this@, defer-me@, ...) with errors.
-    #[arg(long)]
-    test_replies: bool,
-    /// Offer STARTTLS (self-signed certificate made at start).
-    #[arg(long)]
-    starttls: bool,
-    /// Listen here too (repeatable), counted with --listen.
-    #[arg(long)]
-    also_listen: Vec<SocketAddr>,
-    /// A tarpit here (repeatable): every reply comes after --tarpit-ms.
-    #[arg(long)]
-    tarpit: Vec<SocketAddr>,
-    #[arg(long, default_value_t = 5000)]
-    tarpit_ms: u64,
-    /// A dead host here (repeatable): listens, never accepts.
-    #[arg(long)]
-    blackhole: Vec<SocketAddr>,
-}
-
-#[derive(Args)]
-struct BenchArgs {
-    /// Use STARTTLS on every connection (any certificate accepted).
-    #[arg(long)]
-    starttls: bool,
-    #[arg(long, default_value = "127.0.0.1:2525")]
-    target: SocketAddr,
-    #[arg(long, default_value_t = 10)]
-    sessions: usize,
-    #[arg(long, default_value_t = 1)]
-    messages_per_session: u64,
-    /// Messages per session drawn from messages-per-session..=this.
-    #[arg(long, default_value_t = 0)]
-    messages_per_session_max: u64,
-    #[arg(long)]
-    count: Option<u64>,
-    /// Message size in octets, headers included.
-    #[arg(long, default_value_t = 400)]
-    size: usize,
-    #[arg(long, default_value_t = 1)]
-    recipients: usize,
-    #[arg(long, default_value_t = 5)]
-    domains: usize,
-    /// Messages per second over all sessions (default: as fast as possible).
-    #[arg(long)]
-    rate: Option<f64>,
-    /// Seconds per progress line.
-    #[arg(long, default_value_t = 1.0)]
-    interval: f64,
-    #[arg(long, conflicts_with = "duration")]
-    max_seconds: Option<u64>,
-    /// Run this long, however many messages that is (unless --count).
-    #[arg(long)]
-    duration: Option<u64>,
-    #[arg(long)]
-    from: Option<String>,
-    /// Recipients from a template, `{n}` in 1..=recipient-count.
-    #[arg(long)]
-    recipient_template: Option<String>,
-    #[arg(long)]
-    recipient_count: Option<u64>,
-    /// Share of recipients (percent) made unknown on purpose.
-    #[arg(long, default_value_t = 0.0)]
-    unknown_percent: f64,
-    /// Append the Message-ID of every acknowledged message to this file.
-    #[arg(long)]
-    ack_log: Option<PathBuf>,
-    /// Write an SVG chart of the per-interval rates here when done.
-    #[arg(long)]
-    chart: Option<PathBuf>,
-    /// Pause of a session after a failed connection (ms).
-    #[arg(long)]
-    retry_pause_ms: Option<u64>,
-}
-
 fn main() -> ExitCode {
     // Invoked as `sendmail` or `mailq` (symlinks, as Postfix ships).
     let argv0 = std::env::args().next().unwrap_or_default();
@@ -246,8 +151,6 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(c) => runtime.block_on(serve(c)),
         Command::CheckConfig(c) => check_config(c),
-        Command::Sink(a) => runtime.block_on(run_sink(a)),
-        Command::Bench(a) => runtime.block_on(run_bench(a)),
         Command::HashPassword => hash_password(),
         Command::DkimKeygen(a) => dkim_keygen(a),
         Command::Queue(a) => runtime.block_on(queue(a)),
@@ -286,8 +189,6 @@ enum CliError {
     Keygen(#[from] sluice::tools::keygen::KeygenError),
     #[error(transparent)]
     Queue(#[from] sluice::tools::queue_cli::CallError),
-    #[error("--ack-log: {0}")]
-    AckLog(std::io::Error),
 }
 
 fn load_config(arg: &ConfigArg) -> Result<Config, CliError> {
@@ -458,91 +359,6 @@ async fn serve(arg: ConfigArg) -> Result<(), CliError> {
     }
     eprintln!("sluice: shutting down");
     server.shutdown().await;
-    Ok(())
-}
-
-async fn run_sink(a: SinkArgs) -> Result<(), CliError> {
-    let opts = sink::SinkOptions {
-        listen: Some(a.listen),
-        exit_after: a.exit_after,
-        record: false,
-        save_dir: a.save_dir,
-        message_ids: a.message_ids,
-        test_replies: a.test_replies,
-        starttls: a.starttls,
-        ..Default::default()
-    };
-    let extra = sink::Extra {
-        listen: a.also_listen,
-        tarpit: a.tarpit,
-        tarpit_delay: Duration::from_millis(a.tarpit_ms),
-        blackhole: a.blackhole,
-    };
-    Ok(sink::run_cli(opts, extra, a.max_seconds).await?)
-}
-
-async fn run_bench(a: BenchArgs) -> Result<(), CliError> {
-    let d = bench::BenchOptions::default();
-    let mut opts = bench::BenchOptions {
-        target: a.target,
-        sessions: a.sessions,
-        messages_per_session: a.messages_per_session.max(1),
-        count: a.count.unwrap_or(d.count),
-        size: a.size,
-        recipients: a.recipients,
-        domains: a.domains,
-        rate: a.rate,
-        interval: Duration::from_secs_f64(a.interval.max(0.1)),
-        max_seconds: a.max_seconds,
-        from: a.from.unwrap_or(d.from),
-        messages_per_session_max: a.messages_per_session_max,
-        recipient_template: a.recipient_template,
-        recipient_count: a.recipient_count.unwrap_or(d.recipient_count),
-        unknown_percent: a.unknown_percent,
-        ack_log: a.ack_log,
-        chart: a.chart,
-        retry_pause: a
-            .retry_pause_ms
-            .map_or(d.retry_pause, Duration::from_millis),
-        stop: None,
-        starttls: a.starttls,
-    };
-    // --duration: run for that long, however many messages that is.
-    if let Some(secs) = a.duration {
-        opts.max_seconds = Some(secs);
-        if a.count.is_none() {
-            opts.count = u64::MAX / 2;
-        }
-    }
-    // SIGTERM / SIGINT: stop gracefully (messages in flight finish, the ack
-    // log is complete, the BENCH line is printed).
-    let stop = std::sync::Arc::new(tokio::sync::Notify::new());
-    opts.stop = Some(stop.clone());
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut term = signal(SignalKind::terminate())?;
-        let mut int = signal(SignalKind::interrupt())?;
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-            eprintln!("bench: stopping (signal): no new messages, waiting for those in flight");
-            stop.notify_one();
-        });
-    }
-    let report = bench::run(opts, std::io::stdout())
-        .await
-        .map_err(CliError::AckLog)?;
-    println!(
-        "BENCH messages={} errors={} seconds={:.3} msgs_per_s={:.1} rejected_5xx={} temp_4xx={}",
-        report.messages,
-        report.errors,
-        report.seconds,
-        report.messages as f64 / report.seconds.max(1e-9),
-        report.rejected_5xx,
-        report.temp_4xx
-    );
     Ok(())
 }
 

@@ -57,7 +57,7 @@ fn sign(dir: &Path, zone: &str) -> (String, String, PathBuf) {
 
 /// Delivers one message to x@dane.test, whose MX (127.0.0.31) is a second
 /// Sluice with a fresh key; the TLSA record holds `tlsa(spki_sha256)`.
-async fn run(name: &str, tlsa: impl Fn(&str) -> String) -> (TestDir, sluice::tools::sink::Sink) {
+async fn run(name: &str, tlsa: impl Fn(&str) -> String) -> (TestDir, sluice_bench::sink::Sink) {
     let dir = temp_dir(name);
     let sink = recording_sink().await;
     let made = rcgen::generate_simple_self_signed(vec!["mx.dane.test".into()]).unwrap();

@@ -296,7 +296,7 @@ async fn a_destination_gauge_goes_when_the_destination_is_idle() {
     let dir = temp_dir("dashboard-gauges");
     // A slow next hop (every reply waits 300 ms): the delivery is in
     // flight long enough to be seen.
-    let sink = sluice::tools::sink::Sink::start(sluice::tools::sink::SinkOptions {
+    let sink = sluice_bench::sink::Sink::start(sluice_bench::sink::SinkOptions {
         record: true,
         reply_delay: Some(Duration::from_millis(300)),
         ..Default::default()

@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use sluice::tools::sink::{Sink, SinkOptions};
+use sluice_bench::sink::{Sink, SinkOptions};
 
 async fn seven_bit_sink() -> Sink {
     Sink::start(SinkOptions {

@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use sluice::tools::sink::{ReceivedMessage, Sink, SinkOptions};
+use sluice_bench::sink::{ReceivedMessage, Sink, SinkOptions};
 
 async fn sink(dsn: bool) -> Sink {
     Sink::start(SinkOptions {

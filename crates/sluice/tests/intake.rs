@@ -46,7 +46,7 @@ fn message(subject: &str, extra_headers: &str, body: &str) -> String {
     )
 }
 
-fn signatures(sink: &sluice::tools::sink::Sink, subject: &str) -> Vec<usize> {
+fn signatures(sink: &sluice_bench::sink::Sink, subject: &str) -> Vec<usize> {
     sink.messages()
         .iter()
         .map(|m| String::from_utf8_lossy(&m.body).into_owned())

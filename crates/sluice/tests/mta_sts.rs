@@ -135,8 +135,8 @@ async fn setup_serving(name: &str, port: u16, mx_cert: &Path, policy: String) ->
 }
 
 /// A sink on the MX's address (127.0.0.21) that offers no STARTTLS.
-async fn plain_mx() -> sluice::tools::sink::Sink {
-    sluice::tools::sink::Sink::start(sluice::tools::sink::SinkOptions {
+async fn plain_mx() -> sluice_bench::sink::Sink {
+    sluice_bench::sink::Sink::start(sluice_bench::sink::SinkOptions {
         listen: Some("127.0.0.21:0".parse().unwrap()),
         record: true,
         ..Default::default()
@@ -147,7 +147,7 @@ async fn plain_mx() -> sluice::tools::sink::Sink {
 
 /// Waits until the message was either sent to `sink` or deferred for
 /// want of TLS; true if deferred.
-async fn deferred_for_tls(dir: &Path, sink: &sluice::tools::sink::Sink, deferrals: usize) -> bool {
+async fn deferred_for_tls(dir: &Path, sink: &sluice_bench::sink::Sink, deferrals: usize) -> bool {
     assert!(
         wait_until(20, || sink.count() > 0 || tls_deferrals(dir) > deferrals).await,
         "neither sent nor deferred: {}",

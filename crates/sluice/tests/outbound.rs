@@ -122,7 +122,7 @@ async fn serve(mut s: TcpStream, hop: Hop) {
 async fn relay_to(
     dir: &std::path::Path,
     hop: std::net::SocketAddr,
-) -> (sluice::daemon::Server, sluice::tools::sink::Sink, Client) {
+) -> (sluice::daemon::Server, sluice_bench::sink::Sink, Client) {
     let sink = recording_sink().await;
     let mut cfg = config(dir, None);
     for (domain, port) in [("dest.test", hop.port()), ("sender.test", sink.addr.port())] {
@@ -145,7 +145,7 @@ async fn send_until_bounced(
 ) -> (
     String,
     Vec<serde_json::Value>,
-    Vec<sluice::tools::sink::ReceivedMessage>,
+    Vec<sluice_bench::sink::ReceivedMessage>,
 ) {
     let (server, sink, mut c) = relay_to(dir, hop).await;
     let r = c.message("a@sender.test", rcpts, &body(subject)).await;

@@ -174,7 +174,7 @@ async fn killed_with_mail_queued_restarts_and_delivers_exactly_once() {
     let mut got: Vec<String> = sink
         .messages()
         .iter()
-        .map(|m| sluice::tools::sink::header_value(&m.body, b"message-id:").unwrap())
+        .map(|m| sluice_bench::sink::header_value(&m.body, b"message-id:").unwrap())
         .collect();
     got.sort();
     ids.sort();

@@ -42,7 +42,7 @@ async fn nsd_ready(nsd: &Nsd) {
 async fn six_messages(
     name: &str,
     tune: impl FnOnce(&mut sluice::config::Config, u16),
-) -> (sluice::tools::sink::Sink, Duration) {
+) -> (sluice_bench::sink::Sink, Duration) {
     let dir = temp_dir(name);
     let nsd = Nsd::start(&dir, &[("roll.test", ZONE)]);
     let sink = recording_sink().await;
@@ -171,7 +171,7 @@ async fn each_domain_keeps_its_own_mail_hosts_when_its_best_mx_is_shared() {
         .await
     );
     server.shutdown().await;
-    let to = |s: &sluice::tools::sink::Sink| -> Vec<String> {
+    let to = |s: &sluice_bench::sink::Sink| -> Vec<String> {
         let mut r: Vec<String> = s
             .messages()
             .into_iter()

@@ -331,11 +331,7 @@ impl Http {
         let queue = self.stats().await;
         let sessions = crate::receive::smtp::open_sessions();
         let mut text = self.handle.render();
-        text.push_str(&super::gauges::render(
-            &queue,
-            self.spool.stats(),
-            sessions,
-        ));
+        text.push_str(&super::gauges::render(&queue, self.spool.stats(), sessions));
         text
     }
 

@@ -1,10 +1,7 @@
-//! Tools built into the binary: `sluice bench` (load generator), `sluice
-//! sink` (accepts and counts mail as fast as it can) and `sluice
-//! dkim-keygen`.
+//! Tools built into the binary: sendmail(1) and mailq, `sluice queue`
+//! (the admin socket's client) and `sluice dkim-keygen`. The load
+//! generator and sink are the `sluice-bench` crate's.
 
-pub mod bench;
-pub mod chart;
 pub mod keygen;
 pub mod queue_cli;
 pub mod sendmail;
-pub mod sink;

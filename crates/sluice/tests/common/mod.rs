@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use sluice::config::Config;
 use sluice::daemon::Server;
-use sluice::tools::sink::{Sink, SinkOptions};
+use sluice_bench::sink::{Sink, SinkOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 

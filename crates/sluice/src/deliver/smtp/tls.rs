@@ -130,7 +130,7 @@ pub struct TlsChoice<'a> {
 }
 
 /// A connector that accepts any certificate (opportunistic TLS; also the
-/// `sluice bench` generator's).
+/// `sluice-bench bench` generator's).
 pub fn any_certificate_connector() -> Result<TlsConnector, TlsError> {
     checking_connector(Box::new(|_| true), "")
 }

@@ -84,7 +84,7 @@ impl ServerTls {
 }
 
 /// An acceptor with a fresh self-signed certificate held in memory only
-/// (the `sluice sink --starttls` test peer).
+/// (the `sluice-bench sink --starttls` test peer).
 pub fn ephemeral_acceptor(hostname: &str) -> Result<TlsAcceptor, TlsError> {
     let made = rcgen::generate_simple_self_signed(vec![hostname.to_string()])?;
     let der = PrivateKeyDer::from(rustls::pki_types::PrivatePkcs8KeyDer::from(

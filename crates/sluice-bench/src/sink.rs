@@ -1,4 +1,4 @@
-//! `sluice sink`: an SMTP server that accepts everything as fast as it can
+//! `sluice-bench sink`: an SMTP server that accepts everything as fast as it can
 //! and counts it (like Postfix's smtp-sink), for benchmarks and tests.
 //!
 //! It speaks just enough ESMTP (PIPELINING, 8BITMIME unless told to be a
@@ -23,8 +23,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 
-use crate::smtp::io::MaybeTls;
-use crate::timefmt;
+use sluice::smtp::io::MaybeTls;
+use sluice::timefmt;
 use tokio_rustls::TlsAcceptor;
 
 #[derive(Debug, Clone, Default)]
@@ -119,7 +119,7 @@ impl Sink {
         };
         let tls = match opts.starttls {
             true => Some(
-                crate::receive::smtp::tls::ephemeral_acceptor("sink.local")
+                sluice::receive::smtp::tls::ephemeral_acceptor("sink.local")
                     .map_err(std::io::Error::other)?,
             ),
             false => None,

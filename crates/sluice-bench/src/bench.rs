@@ -1,4 +1,4 @@
-//! `sluice bench`: an SMTP load generator in the spirit of smtp-source and
+//! `sluice-bench bench`: an SMTP load generator in the spirit of smtp-source and
 //! postal. `sessions` tasks run in parallel; each claims up to
 //! `messages_per_session` messages from the shared total, sends them over
 //! one connection (pipelined when the server offers PIPELINING), and quits.
@@ -24,9 +24,9 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::deliver::smtp::tls::{any_certificate_connector, Stream};
-use crate::smtp::io::MaybeTls;
-use crate::timefmt;
+use sluice::deliver::smtp::tls::{any_certificate_connector, Stream};
+use sluice::smtp::io::MaybeTls;
+use sluice::timefmt;
 
 #[derive(Debug, Clone)]
 pub struct BenchOptions {
@@ -283,7 +283,7 @@ pub async fn run(opts: BenchOptions, mut csv: impl std::io::Write) -> std::io::R
             "sluice bench: {} sessions, {} B, messages per second",
             opts.sessions, opts.size
         );
-        let svg = super::chart::svg(&title, &per_interval, opts.interval.as_secs_f64());
+        let svg = crate::chart::svg(&title, &per_interval, opts.interval.as_secs_f64());
         std::fs::write(path, svg)?;
     }
     if let Some(acks) = &acks {

@@ -1,5 +1,5 @@
 use super::*;
-use crate::tools::sink::{Sink, SinkOptions};
+use crate::sink::{Sink, SinkOptions};
 
 fn temp(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("sluice-bench-{name}-{}", std::process::id()));
