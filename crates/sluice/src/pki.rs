@@ -31,8 +31,6 @@ pub enum TlsError {
     HalfPair,
     #[error("`verify` needs CA certificates (none found)")]
     NoRoots,
-    #[error("{setting}: {value:?} (want \"none\", \"may\", \"encrypt\" or \"verify\")")]
-    Level { setting: String, value: String },
     #[error("generating {}: {err}", path.display())]
     Generate { path: PathBuf, err: std::io::Error },
     #[error("generating a certificate: {0}")]

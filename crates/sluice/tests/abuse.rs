@@ -66,7 +66,7 @@ async fn a_command_trickled_byte_by_byte_is_cut_off() {
 async fn a_message_trickled_below_the_minimum_rate_is_cut_off() {
     let dir = temp_dir("abuse-slow-data");
     let mut cfg = config(&dir, None);
-    cfg.delivery.relayhost = Some("discard".into());
+    cfg.delivery.relayhost = Some(NextHop::Discard);
     cfg.smtpd.data_timeout_secs = 2;
     cfg.smtpd.min_data_rate = 100;
     let (server, addr) = start(cfg).await;

@@ -95,8 +95,10 @@ async fn send_to_dane_test(dir: &Path, dns: std::net::SocketAddr, anchor: PathBu
     cfg.dns.timeout_ms = 1000;
     cfg.dns.trust_anchor_file = Some(anchor);
     cfg.delivery.dane = true;
-    cfg.transport
-        .insert("dane.test".into(), format!("smtp:dane.test:{port}"));
+    cfg.transport.insert(
+        "dane.test".into(),
+        format!("smtp:dane.test:{port}").parse().unwrap(),
+    );
     let (server, addr) = start(cfg).await;
     let mut c = Client::ready(addr).await;
     let r = c.message("a@b.test", &["x@dane.test"], &body("dane")).await;

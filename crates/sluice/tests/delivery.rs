@@ -195,8 +195,7 @@ async fn slow_and_dead_destinations_do_not_hold_up_others() {
     let silent = silent_hop().await; // accepts, never answers
     let mut cfg = config(&dir, Some(fast.addr));
     for (domain, hop) in [("dead.test", dead.addr), ("silent.test", silent)] {
-        cfg.transport
-            .insert(domain.into(), format!("smtp:[{}]:{}", hop.ip(), hop.port()));
+        cfg.transport.insert(domain.into(), NextHop::to_addr(hop));
     }
     cfg.queue.minimal_backoff_secs = 30;
     cfg.delivery.command_timeout_secs = 300;

@@ -136,8 +136,10 @@ async fn delivery_follows_mx_fails_over_and_bounces_a_null_mx() {
     // MX lookup for dest.test (not bracketed), on the sink's port: the
     // first MX (127.0.0.2) refuses, the second is the sink.
     let port = sink.addr.port();
-    cfg.transport
-        .insert("dest.test".into(), format!("smtp:dest.test:{port}"));
+    cfg.transport.insert(
+        "dest.test".into(),
+        format!("smtp:dest.test:{port}").parse().unwrap(),
+    );
     let (server, addr) = start(cfg).await;
     answering(&nsd, "dest.test").await;
     let mut c = Client::ready(addr).await;
@@ -190,8 +192,10 @@ async fn a_dead_mx_is_not_tried_for_every_message() {
     cfg.delivery.dead_host_secs = 60;
     cfg.delivery.connection_idle_secs = 1;
     cfg.delivery.messages_per_connection = 1;
-    cfg.transport
-        .insert("dest.test".into(), format!("smtp:dest.test:{port}"));
+    cfg.transport.insert(
+        "dest.test".into(),
+        format!("smtp:dest.test:{port}").parse().unwrap(),
+    );
     let (server, addr) = start(cfg).await;
     answering(&nsd, "dest.test").await;
     let mut c = Client::ready(addr).await;
@@ -268,8 +272,10 @@ async fn a_whole_transaction_deferred_by_one_mx_goes_to_the_next() {
     let mails = deferring_host("127.0.0.2", port, "421 4.7.0 too busy, try later\r\n").await;
     let mut cfg = config(&dir, None);
     cfg.dns.nameservers = vec![nsd.addr.to_string()];
-    cfg.transport
-        .insert("dest.test".into(), format!("smtp:dest.test:{port}"));
+    cfg.transport.insert(
+        "dest.test".into(),
+        format!("smtp:dest.test:{port}").parse().unwrap(),
+    );
     let (server, addr) = start(cfg).await;
     answering(&nsd, "dest.test").await;
     let mut c = Client::ready(addr).await;

@@ -50,8 +50,8 @@ async fn utf8_addresses_to_a_hop_without_smtputf8() {
     let dir = temp_dir("downgrade-utf8");
     let sink = seven_bit_sink().await;
     let mut cfg = config(&dir, Some(sink.addr));
-    let hop = format!("smtp:[{}]:{}", sink.addr.ip(), sink.addr.port());
-    cfg.transport.insert("bücher.test".into(), hop);
+    cfg.transport
+        .insert("bücher.test".into(), NextHop::to_addr(sink.addr));
     let (server, addr) = start(cfg).await;
     let mut c = Client::ready(addr).await;
     // A UTF-8 domain goes as its A-label; a UTF-8 local part cannot go.

@@ -158,7 +158,7 @@ async fn a_clean_stop_waits_for_deliveries_and_records_them() {
     // Started again on the same spool, there is nothing left to send.
     let sink = recording_sink().await;
     let mut cfg = cfg;
-    cfg.delivery.relayhost = Some(format!("smtp:[{}]:{}", sink.addr.ip(), sink.addr.port()));
+    cfg.delivery.relayhost = Some(NextHop::to_addr(sink.addr));
     let before = starts(&dir);
     let (server, _) = start(cfg).await;
     // This start's own event (the log is written asynchronously).

@@ -302,7 +302,7 @@ async fn smtp_auth_by_ldap_bind() {
     let mut slapd = Slapd::start("bind", 3);
     let dir = temp_dir("ldap-bind");
     let mut cfg = config(&dir, None);
-    cfg.smtpd.mynetworks = vec!["127.0.0.3/32".into()];
+    cfg.smtpd.mynetworks = vec![net("127.0.0.3/32")];
     let users = ldap_table(
         vec![slapd.uri()],
         "ou=people,dc=example,dc=com",

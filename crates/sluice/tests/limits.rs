@@ -153,7 +153,7 @@ async fn idle_timeout_gives_421() {
     // Also inside DATA.
     let mut cfg2 = config(&temp_dir("limits-idle2"), None);
     cfg2.smtpd.data_timeout_secs = 1;
-    cfg2.delivery.relayhost = Some("discard".into());
+    cfg2.delivery.relayhost = Some(NextHop::Discard);
     let (server2, addr2) = start(cfg2).await;
     let mut c = Client::ready(addr2).await;
     assert!(c.cmd("MAIL FROM:<a@b.test>").await.starts_with("250"));
@@ -196,9 +196,9 @@ async fn relay_is_denied_outside_mynetworks() {
     let dir = temp_dir("limits-relay");
     let mut cfg = config(&dir, None);
     // The test client (127.0.0.1) is outside these networks.
-    cfg.smtpd.mynetworks = vec!["127.0.0.2/32".into()];
+    cfg.smtpd.mynetworks = vec![net("127.0.0.2/32")];
     cfg.smtpd.relay_domains = vec!["ours.test".into()];
-    cfg.transport.insert("ours.test".into(), "discard".into());
+    cfg.transport.insert("ours.test".into(), NextHop::Discard);
     let (server, addr) = start(cfg).await;
     let mut c = Client::ready(addr).await;
     assert!(c.cmd("MAIL FROM:<a@b.test>").await.starts_with("250"));
@@ -216,8 +216,8 @@ async fn relay_is_denied_outside_mynetworks() {
     // From a second loopback address that is in mynetworks, relaying works.
     let dir = temp_dir("limits-relay2");
     let mut cfg = config(&dir, None);
-    cfg.smtpd.mynetworks = vec!["127.0.0.2/32".into()];
-    cfg.transport.insert("*".into(), "discard".into());
+    cfg.smtpd.mynetworks = vec![net("127.0.0.2/32")];
+    cfg.transport.insert("*".into(), NextHop::Discard);
     let (server, addr) = start(cfg).await;
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();

@@ -115,11 +115,12 @@ async fn unwritable_maildir_defers_then_delivers() {
 /// for the new directories when each is synced on its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn maildir_deliveries_share_their_disk_syncs() {
-    for (mode, most) in [("batch", 2), ("each", 200)] {
+    use sluice::config::local::MaildirSync;
+    for (mode, most) in [(MaildirSync::Batch, 2), (MaildirSync::Each, 200)] {
         let dir = temp_dir("local-group-commit");
         let mut cfg = config(&dir, None);
         cfg.local.domains = vec!["local.test".into()];
-        cfg.local.maildir_sync = mode.into();
+        cfg.local.maildir_sync = mode;
         cfg.delivery.recipients_per_transaction = 100;
         let (server, addr) = start(cfg).await;
         let mut c = Client::ready(addr).await;
@@ -140,10 +141,10 @@ async fn maildir_deliveries_share_their_disk_syncs() {
         let line = stats
             .iter()
             .find(|e| e["files"] == 20)
-            .unwrap_or_else(|| panic!("{mode}: no maildir_stats event: {}", read_log(&dir)));
+            .unwrap_or_else(|| panic!("{mode:?}: no maildir_stats event: {}", read_log(&dir)));
         let syncs = line["syncs"].as_u64().unwrap();
-        assert!(syncs <= most, "{mode}: {line}");
-        if mode == "each" {
+        assert!(syncs <= most, "{mode:?}: {line}");
+        if mode == MaildirSync::Each {
             assert!(syncs >= 40, "each message pays its own: {line}");
         }
     }

@@ -10,7 +10,7 @@ async fn json_log_lines_carry_the_queue_id() {
     let dir = temp_dir("log-json");
     let sink = recording_sink().await;
     let mut cfg = config(&dir, Some(sink.addr));
-    cfg.log_format = "json".into();
+    cfg.log_format = sluice::config::LogFormat::Json;
     let (server, addr) = start(cfg).await;
     let mut c = Client::ready(addr).await;
     let r = c.message("a@b.test", &["x@ours.test"], &body("json")).await;
@@ -38,7 +38,10 @@ async fn json_log_lines_carry_the_queue_id() {
             && v["text"] == "WARN: tracing reaches the mail log"),
         "{log}"
     );
-    let mut bad = config(&dir, None);
-    bad.log_format = "xml".into();
-    assert!(sluice::daemon::Server::start(bad).await.is_err());
+    // A format that does not exist is an error when the file is read,
+    // with its line.
+    let path = dir.join("bad.toml");
+    std::fs::write(&path, "hostname = \"mx.test\"\nlog_format = \"xml\"\n").unwrap();
+    let err = sluice::config::Config::load(&path).unwrap_err();
+    assert_eq!(err.line(), Some(2), "{err}");
 }

@@ -123,8 +123,10 @@ async fn setup_serving(name: &str, port: u16, mx_cert: &Path, policy: String) ->
     cfg.dns.timeout_ms = 1000;
     cfg.delivery.tls_ca_file = Some(ca);
     cfg.delivery.mta_sts_port = https_port;
-    cfg.transport
-        .insert("sts.test".into(), format!("smtp:sts.test:{port}"));
+    cfg.transport.insert(
+        "sts.test".into(),
+        format!("smtp:sts.test:{port}").parse().unwrap(),
+    );
     Setup {
         dir,
         _nsd: nsd,

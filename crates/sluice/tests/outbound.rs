@@ -126,8 +126,10 @@ async fn relay_to(
     let sink = recording_sink().await;
     let mut cfg = config(dir, None);
     for (domain, port) in [("dest.test", hop.port()), ("sender.test", sink.addr.port())] {
-        cfg.transport
-            .insert(domain.into(), format!("smtp:[127.0.0.1]:{port}"));
+        cfg.transport.insert(
+            domain.into(),
+            format!("smtp:[127.0.0.1]:{port}").parse().unwrap(),
+        );
     }
     let (server, addr) = start(cfg).await;
     let c = Client::ready(addr).await;

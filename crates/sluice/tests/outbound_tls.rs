@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use common::*;
+use sluice::config::delivery::Level;
 use sluice::config::Config;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -81,7 +82,7 @@ async fn encrypt_defers_rather_than_send_in_clear() {
     let mut cfg = config(&dir, Some(sink.addr));
     cfg.delivery
         .tls_policy
-        .insert(hop(sink.addr), "encrypt".into());
+        .insert(hop(sink.addr), Level::Encrypt);
     let (server, addr) = start(cfg).await;
     send_one(addr, "encrypt").await;
     assert!(
@@ -103,7 +104,7 @@ async fn verify_checks_the_certificate_against_the_ca() {
     // The wrong CA: deferred, not sent.
     let wrong = dir.join("wrong");
     let mut cfg: Config = config(&wrong, Some(hop_addr));
-    cfg.delivery.tls_security_level = "verify".into();
+    cfg.delivery.tls_security_level = Level::Verify;
     cfg.delivery.tls_ca_file = Some(other);
     let (server, addr) = start(cfg).await;
     send_one(addr, "wrong-ca").await;
@@ -119,7 +120,7 @@ async fn verify_checks_the_certificate_against_the_ca() {
     // The right CA: delivered, and logged as verified.
     let right = dir.join("right");
     let mut cfg: Config = config(&right, Some(hop_addr));
-    cfg.delivery.tls_security_level = "verify".into();
+    cfg.delivery.tls_security_level = Level::Verify;
     cfg.delivery.tls_ca_file = Some(cert.clone());
     let (server, addr) = start(cfg).await;
     send_one(addr, "right-ca").await;

@@ -65,7 +65,7 @@ async fn the_real_client_behind_haproxy_decides_relaying() {
 /// 127.0.0.9 relay.
 fn proxy_listener_config(dir: &std::path::Path, sink: SocketAddr) -> sluice::config::Config {
     let mut cfg = config(dir, Some(sink));
-    cfg.smtpd.mynetworks = vec!["127.0.0.9/32".into()];
+    cfg.smtpd.mynetworks = vec![net("127.0.0.9/32")];
     cfg.smtpd.idle_timeout_secs = 2;
     cfg.smtpd.listen.clear();
     cfg.smtpd.listeners.push(ListenerConfig {

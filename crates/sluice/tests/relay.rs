@@ -157,7 +157,7 @@ async fn bdat_chunks_are_assembled() {
 async fn discard_transport_and_unroutable_domain() {
     let dir = temp_dir("relay-routes");
     let mut cfg = config(&dir, None);
-    cfg.transport.insert("void.test".into(), "discard".into());
+    cfg.transport.insert("void.test".into(), NextHop::Discard);
     let (server, addr) = start(cfg).await;
     let mut c = Client::ready(addr).await;
     let r = c
@@ -196,7 +196,7 @@ async fn relays_to_an_ipv6_next_hop() {
     let dir = temp_dir("relay-ipv6");
     let sink = sink_on("[::1]:0".parse().unwrap()).await;
     let mut cfg = config(&dir, None);
-    cfg.delivery.relayhost = Some(format!("smtp:[::1]:{}", sink.addr.port()));
+    cfg.delivery.relayhost = Some(NextHop::to_addr(sink.addr));
     let (server, addr) = start(cfg).await;
     let mut c = Client::ready(addr).await;
     let r = c

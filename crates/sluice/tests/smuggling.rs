@@ -57,7 +57,7 @@ async fn normalize_mode_accepts_one_message_never_two() {
     let dir = temp_dir("smuggle-normalize");
     let sink = recording_sink().await;
     let mut cfg = config(&dir, Some(sink.addr));
-    cfg.smtpd.bare_line_ends = "normalize".into();
+    cfg.smtpd.bare_line_ends = sluice::config::BareLineEnds::Normalize;
     let (server, addr) = start(cfg).await;
     for (name, vector) in VECTORS {
         let mut c = Client::ready(addr).await;

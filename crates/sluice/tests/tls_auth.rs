@@ -26,7 +26,7 @@ fn snakeoil(dir: &Path) -> PathBuf {
 /// `alice@ours.test` / `wonderland`, and extra listeners of `kinds`.
 fn with_auth(dir: &Path, sink: std::net::SocketAddr, kinds: &[ListenerKind]) -> Config {
     let mut cfg = config(dir, Some(sink));
-    cfg.smtpd.mynetworks = vec!["127.0.0.3/32".into()];
+    cfg.smtpd.mynetworks = vec![net("127.0.0.3/32")];
     let users = dir.join("users");
     let hash = sluice::receive::smtp::auth::hash_password("wonderland").unwrap();
     std::fs::write(&users, format!("alice@ours.test {hash}\n")).unwrap();

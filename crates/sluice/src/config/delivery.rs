@@ -15,7 +15,7 @@ use super::hop::Cidr;
 #[serde(deny_unknown_fields, default)]
 pub struct DeliveryConfig {
     /// Default next hop for domains without a transport entry.
-    pub relayhost: Option<String>,
+    pub relayhost: Option<super::hop::NextHop>,
     /// Connections per destination unless overridden.
     pub default_concurrency: usize,
     /// A destination starts with this window and grows by one per success.
@@ -38,9 +38,9 @@ pub struct DeliveryConfig {
     pub messages_per_connection: usize,
     /// Outbound TLS: `none`, `may` (STARTTLS when offered; the default),
     /// `encrypt` (required) or `verify` (required, certificate checked).
-    pub tls_security_level: String,
+    pub tls_security_level: Level,
     /// Per-next-hop levels, keyed like `destination_concurrency`.
-    pub tls_policy: BTreeMap<String, String>,
+    pub tls_policy: BTreeMap<String, Level>,
     /// CA certificates (PEM) for `verify`; default: the system's.
     pub tls_ca_file: Option<PathBuf>,
     /// DANE (RFC 7672): DNSSEC-validated TLSA records of MX hosts require
@@ -88,7 +88,7 @@ impl Default for DeliveryConfig {
             data_done_timeout_secs: 600,
             connection_idle_secs: 5,
             messages_per_connection: 10_000,
-            tls_security_level: "may".into(),
+            tls_security_level: Level::May,
             tls_policy: BTreeMap::new(),
             tls_ca_file: None,
             mx_rollup: true,
@@ -102,5 +102,26 @@ impl Default for DeliveryConfig {
             default_rate_limit: 0,
             destination_rate_limit: BTreeMap::new(),
         }
+    }
+}
+
+/// How an outbound connection is secured (Postfix's smtp_tls_security_level):
+/// parsed when the configuration is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    /// Plain text only.
+    None,
+    /// TLS when offered, any certificate; plain otherwise.
+    May,
+    /// TLS required, any certificate.
+    Encrypt,
+    /// TLS required, the certificate verified against the CA roots.
+    Verify,
+}
+
+impl Level {
+    pub fn required(self) -> bool {
+        self >= Level::Encrypt
     }
 }

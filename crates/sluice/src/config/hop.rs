@@ -5,10 +5,13 @@
 //! twice. Invariant: a `NextHop`'s `key()` is its canonical text, used as
 //! the destination key for queues and concurrency limits.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
-/// Where a recipient's mail goes.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// Where a recipient's mail goes. In the configuration (`transport`,
+/// `delivery.relayhost`) it is parsed when the file is read: a bad one
+/// fails `check-config` with its line, and nothing parses it again.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Deserialize)]
+#[serde(try_from = "String")]
 pub enum NextHop {
     /// SMTP to `host:port`; `bracketed` mirrors Postfix's `[host]` (no MX lookup).
     Smtp {
@@ -30,7 +33,36 @@ pub enum NextHop {
     Maildir,
 }
 
+/// A next hop that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("bad next hop {0:?} (want smtp:[host]:port, smtp:host[:port], discard or maildir)")]
+pub struct BadHop(pub String);
+
+impl TryFrom<String> for NextHop {
+    type Error = BadHop;
+    fn try_from(text: String) -> Result<NextHop, BadHop> {
+        NextHop::parse(&text).ok_or(BadHop(text))
+    }
+}
+
+impl std::str::FromStr for NextHop {
+    type Err = BadHop;
+    fn from_str(text: &str) -> Result<NextHop, BadHop> {
+        NextHop::parse(text).ok_or_else(|| BadHop(text.to_string()))
+    }
+}
+
 impl NextHop {
+    /// `smtp:[ip]:port`: SMTP to that address, no MX lookup.
+    pub fn to_addr(addr: SocketAddr) -> NextHop {
+        NextHop::Smtp {
+            host: addr.ip().to_string(),
+            port: addr.port(),
+            bracketed: true,
+            screened: false,
+        }
+    }
+
     /// Parses `smtp:[host]:port`, `smtp:host:port`, `smtp:host`, `discard`.
     pub fn parse(text: &str) -> Option<NextHop> {
         let text = text.trim();

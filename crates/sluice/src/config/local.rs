@@ -33,7 +33,7 @@ pub struct LocalConfig {
     /// batch synced; "each" syncs every message and its directory on its
     /// own (two syncs per message). Both report a message delivered only
     /// once its file and its name in `new/` are on disk.
-    pub maildir_sync: String,
+    pub maildir_sync: MaildirSync,
     /// Maildir deliveries at once (the `maildir` destination's window,
     /// open from the start). More of them share each batch's syncs.
     pub concurrency: usize,
@@ -50,8 +50,18 @@ impl Default for LocalConfig {
             maildir_base: None,
             maildir_template: "{base}/{domain}/{localpart}/Maildir".into(),
             maildir_allow_absolute: false,
-            maildir_sync: "batch".into(),
+            maildir_sync: MaildirSync::Batch,
             concurrency: 100,
         }
     }
+}
+
+/// `local.maildir_sync`: how Maildir deliveries are made durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MaildirSync {
+    /// Deliveries gathered while the last batch synced share two syncs.
+    Batch,
+    /// Every message syncs its file and its directory on its own.
+    Each,
 }

@@ -34,7 +34,7 @@ pub struct Config {
     /// Log file; stderr when unset.
     pub log_file: Option<PathBuf>,
     /// `text` (maillog lines, the default) or `json` (one object a line).
-    pub log_format: String,
+    pub log_format: LogFormat,
     /// Where `RCPT TO:<Postmaster>` (no domain, RFC 5321 §4.5.1) goes;
     /// default `postmaster@<hostname>`. Accepted from any client.
     pub postmaster: Option<String>,
@@ -45,8 +45,9 @@ pub struct Config {
     pub queue: QueueConfig,
     pub delivery: DeliveryConfig,
     /// Routing: domain (`example.com`, `.example.com` for subdomains, or
-    /// `*`) → `smtp:[host]:port`, `smtp:host:port` or `discard`.
-    pub transport: BTreeMap<String, String>,
+    /// `*`) → `smtp:[host]:port`, `smtp:host:port` or `discard` (parsed
+    /// when the file is read).
+    pub transport: BTreeMap<String, NextHop>,
     /// Local (virtual mailbox) domains and their tables.
     pub local: local::LocalConfig,
     /// Named lookup tables (`[tables.NAME]`), used by `[local]`.
@@ -164,9 +165,9 @@ pub struct SmtpdConfig {
     /// Text line limit inside a message, CRLF included (RFC 5321: 1000); 0 = none.
     pub text_line_limit: usize,
     /// `reject` (default) or `normalize` messages with bare CR or LF.
-    pub bare_line_ends: String,
+    pub bare_line_ends: BareLineEnds,
     /// Clients that may relay to any domain.
-    pub mynetworks: Vec<String>,
+    pub mynetworks: Vec<Cidr>,
     /// Domains anyone may send to (everyone else is denied relaying).
     pub relay_domains: Vec<String>,
     /// Table (from `[tables]`) of the valid recipients in `relay_domains`:
@@ -265,7 +266,7 @@ impl Default for Config {
             hostname: "localhost".into(),
             data_dir: PathBuf::from("./var"),
             log_file: None,
-            log_format: "text".into(),
+            log_format: LogFormat::Text,
             postmaster: None,
             smtpd: SmtpdConfig::default(),
             tls: listener::TlsConfig::default(),
@@ -299,8 +300,11 @@ impl Default for SmtpdConfig {
             data_timeout_secs: 300,
             command_line_limit: 512,
             text_line_limit: 1000,
-            bare_line_ends: "reject".into(),
-            mynetworks: vec!["127.0.0.0/8".into(), "::1/128".into()],
+            bare_line_ends: BareLineEnds::Reject,
+            mynetworks: ["127.0.0.0/8", "::1/128"]
+                .iter()
+                .filter_map(|n| Cidr::parse(n))
+                .collect(),
             relay_domains: Vec::new(),
             relay_recipient_table: None,
             greet_pause_ms: 0,
@@ -345,6 +349,26 @@ impl Default for QueueConfig {
             delay_warning_secs: 0,
         }
     }
+}
+
+/// `log_format`: the mail log's lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Postfix-like lines for people (the default).
+    Text,
+    /// One JSON object an event (`log.rs`).
+    Json,
+}
+
+/// `smtpd.bare_line_ends`: what DATA does with a bare CR or LF.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BareLineEnds {
+    /// Refuse the message (554 5.6.0): no smuggling (the default).
+    Reject,
+    /// Make every line end CRLF and take the message.
+    Normalize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -394,43 +418,6 @@ impl Config {
 
     /// Checks what serde cannot: addresses, networks, next hops.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if !matches!(self.local.maildir_sync.as_str(), "batch" | "each") {
-            let why = format!(
-                "local.maildir_sync: {:?} (want \"batch\" or \"each\")",
-                self.local.maildir_sync
-            );
-            return Err(ConfigError::Invalid(why));
-        }
-        if !matches!(self.log_format.as_str(), "text" | "json") {
-            let why = format!(
-                "log_format: {:?} (want \"text\" or \"json\")",
-                self.log_format
-            );
-            return Err(ConfigError::Invalid(why));
-        }
-        for net in &self.smtpd.mynetworks {
-            Cidr::parse(net).ok_or_else(|| {
-                ConfigError::Invalid(format!("smtpd.mynetworks: bad network {net:?}"))
-            })?;
-        }
-        for (domain, hop) in &self.transport {
-            NextHop::parse(hop).ok_or_else(|| {
-                ConfigError::Invalid(format!("transport.{domain:?}: bad next hop {hop:?}"))
-            })?;
-        }
-        if let Some(hop) = &self.delivery.relayhost {
-            NextHop::parse(hop).ok_or_else(|| {
-                ConfigError::Invalid(format!("delivery.relayhost: bad next hop {hop:?}"))
-            })?;
-        }
-        match self.smtpd.bare_line_ends.as_str() {
-            "reject" | "normalize" => {}
-            other => {
-                return Err(ConfigError::Invalid(format!(
-                    "smtpd.bare_line_ends: {other:?} (want \"reject\" or \"normalize\")"
-                )))
-            }
-        }
         if self.metrics.max_connections == 0 {
             let why = "metrics.max_connections: 0 (want at least 1)";
             return Err(ConfigError::Invalid(why.into()));
@@ -481,11 +468,7 @@ impl Config {
     }
 
     pub fn mynetworks(&self) -> Vec<Cidr> {
-        self.smtpd
-            .mynetworks
-            .iter()
-            .filter_map(|n| Cidr::parse(n))
-            .collect()
+        self.smtpd.mynetworks.clone()
     }
 }
 
@@ -552,11 +535,51 @@ mod tests {
         assert!(bad_postmaster.validate().is_err());
     }
 
+    /// A next hop is parsed when the file is read: a bad one is an error
+    /// with its line (before: found by `validate()`, with no line, and
+    /// parsed again by the router).
     #[test]
-    fn bad_next_hop_is_rejected() {
-        let mut c = Config::default();
-        c.transport
-            .insert("x.example".into(), "carrier-pigeon:x".into());
-        assert!(c.validate().is_err());
+    fn a_bad_next_hop_is_an_error_with_its_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sluice.toml");
+        let text = "hostname = \"a\"\n[delivery]\nrelayhost = \"smtp:[10.0.0.1]:25\"\n\
+                    [transport]\n\"x.example\" = \"carrier-pigeon:x\"\n";
+        std::fs::write(&path, text).unwrap();
+        let err = Config::load(&path).unwrap_err();
+        assert_eq!(err.line(), Some(5), "{err}");
+        assert!(
+            err.to_string()
+                .contains("bad next hop \"carrier-pigeon:x\""),
+            "{err}"
+        );
+        std::fs::write(&path, text.replace("carrier-pigeon:x", "discard")).unwrap();
+        let ok = Config::load(&path).unwrap();
+        assert_eq!(ok.transport["x.example"], NextHop::Discard);
+        assert_eq!(ok.delivery.relayhost.unwrap().key(), "smtp:[10.0.0.1]:25");
+    }
+
+    /// TLS levels, networks and the other word-valued settings are types:
+    /// a bad value fails when the file is read, naming its line.
+    #[test]
+    fn bad_values_are_errors_with_their_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sluice.toml");
+        for (text, line) in [
+            (
+                "hostname = \"a\"\n[delivery]\ntls_security_level = \"sometimes\"\n",
+                3,
+            ),
+            ("[delivery.tls_policy]\n\"smtp:[a]:25\" = \"strict\"\n", 2),
+            (
+                "[smtpd]\nmynetworks = [\"10.0.0.0/8\", \"10.0.0.0/99\"]\n",
+                2,
+            ),
+            ("[smtpd]\nbare_line_ends = \"fix\"\n", 2),
+            ("[local]\nmaildir_sync = \"never\"\n", 2),
+        ] {
+            std::fs::write(&path, text).unwrap();
+            let err = Config::load(&path).unwrap_err();
+            assert_eq!(err.line(), Some(line), "{text}: {err}");
+        }
     }
 }

@@ -188,9 +188,9 @@ impl Parts {
         };
         let router = Router::new(
             &config.transport,
-            config.delivery.relayhost.as_deref(),
+            config.delivery.relayhost.as_ref(),
             mailboxes.domains(),
-        )?
+        )
         .with_mx_port(config.delivery.mx_port);
         let tls = match (kept(tls_key), purpose) {
             (Some(p), _) => p.tls.clone(),
@@ -276,18 +276,20 @@ impl Parts {
             self.mailboxes.base().to_path_buf(),
             self.config.local.maildir_allow_absolute,
         ));
-        let committer = match self.config.local.maildir_sync.as_str() {
-            "each" => None,
-            _ => Committer::start(policy.clone(), self.maildir_stats.clone())
-                .map(Arc::new)
-                .map_err(|e| {
-                    log!(
-                        logger,
-                        "master",
-                        "maildir: no commit thread ({e}); syncing each"
-                    )
-                })
-                .ok(),
+        let committer = match self.config.local.maildir_sync {
+            crate::config::local::MaildirSync::Each => None,
+            crate::config::local::MaildirSync::Batch => {
+                Committer::start(policy.clone(), self.maildir_stats.clone())
+                    .map(Arc::new)
+                    .map_err(|e| {
+                        log!(
+                            logger,
+                            "master",
+                            "maildir: no commit thread ({e}); syncing each"
+                        )
+                    })
+                    .ok()
+            }
         };
         self.agents = Some(Arc::new(Agents {
             smtp: SmtpAgent {

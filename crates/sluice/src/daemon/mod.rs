@@ -112,8 +112,7 @@ impl Server {
             privilege::hand_over(&config.data_dir, log, account)
                 .and_then(|()| privilege::drop_to(account))?;
         }
-        // (validate() has checked it is "text" or "json".)
-        let json = config.log_format == "json";
+        let json = config.log_format == crate::config::LogFormat::Json;
         let logger = Logger::start_as(config.log_file.as_deref(), json).map_err(StartError::Log)?;
         crate::log::route_crate_logs(&logger);
         let config = Arc::new(config);

@@ -172,7 +172,7 @@ fn keep_restart_settings(old: &Config, new: &mut Config) -> Vec<&'static str> {
     if (&old.log_file, &old.log_format) != (&new.log_file, &new.log_format) {
         later.push("log_file");
         new.log_file = old.log_file.clone();
-        new.log_format = old.log_format.clone();
+        new.log_format = old.log_format;
     }
     if old.smtpd.reuse_port != new.smtpd.reuse_port {
         later.push("smtpd.reuse_port");

@@ -23,8 +23,6 @@ pub enum RoutingError {
     },
     #[error("local.{what}: no table named {name:?} in [tables]")]
     NoSuchTable { what: String, name: String },
-    #[error("{setting}: bad next hop {hop:?}")]
-    BadHop { setting: String, hop: String },
 }
 
 pub struct LocalDomains {

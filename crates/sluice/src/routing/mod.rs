@@ -36,43 +36,30 @@ pub struct Router {
 }
 
 impl Router {
-    /// Builds the router; `transport` and `relayhost` were validated with
-    /// the configuration, so an entry that does not parse is an error here.
+    /// Builds the router from the configuration's parsed hops.
     pub fn new(
-        transport: &BTreeMap<String, String>,
-        relayhost: Option<&str>,
+        transport: &BTreeMap<String, NextHop>,
+        relayhost: Option<&NextHop>,
         local: Arc<LocalDomains>,
-    ) -> Result<Router, RoutingError> {
+    ) -> Router {
         let mut table = BTreeMap::new();
         let mut wildcard = None;
         for (domain, hop) in transport {
-            let hop = NextHop::parse(hop).ok_or_else(|| RoutingError::BadHop {
-                setting: format!("transport.{domain:?}"),
-                hop: hop.clone(),
-            })?;
+            let hop = Arc::new(hop.clone());
             if domain == "*" {
-                wildcard = Some(Arc::new(hop));
+                wildcard = Some(hop);
             } else {
-                table.insert(domain.to_ascii_lowercase(), Arc::new(hop));
+                table.insert(domain.to_ascii_lowercase(), hop);
             }
         }
-        let relayhost = match relayhost {
-            Some(h) => Some(Arc::new(NextHop::parse(h).ok_or_else(|| {
-                RoutingError::BadHop {
-                    setting: "delivery.relayhost".into(),
-                    hop: h.to_string(),
-                }
-            })?)),
-            None => None,
-        };
-        Ok(Router {
+        Router {
             local,
             maildir: Arc::new(NextHop::Maildir),
             table,
             wildcard,
-            relayhost,
+            relayhost: relayhost.cloned().map(Arc::new),
             mx_port: 25,
-        })
+        }
     }
 
     /// Next hops from DNS (MX hosts, address literals) on `port`
@@ -142,13 +129,17 @@ mod tests {
     #[test]
     fn routing_order() {
         let mut t = BTreeMap::new();
-        t.insert("a.example".to_string(), "smtp:[10.0.0.1]:25".to_string());
-        t.insert(".b.example".to_string(), "discard".to_string());
-        let r = Router::new(&t, Some("smtp:[10.0.0.9]:25"), LocalDomains::none()).unwrap();
+        t.insert(
+            "a.example".to_string(),
+            "smtp:[10.0.0.1]:25".parse().unwrap(),
+        );
+        t.insert(".b.example".to_string(), NextHop::Discard);
+        let relayhost = "smtp:[10.0.0.9]:25".parse().unwrap();
+        let r = Router::new(&t, Some(&relayhost), LocalDomains::none());
         assert_eq!(r.route("x@A.example").unwrap().key(), "smtp:[10.0.0.1]:25");
         assert_eq!(r.route("x@deep.sub.b.example").unwrap().key(), "discard");
         assert_eq!(r.route("x@c.example").unwrap().key(), "smtp:[10.0.0.9]:25");
-        let dns = Router::new(&BTreeMap::new(), None, LocalDomains::none()).unwrap();
+        let dns = Router::new(&BTreeMap::new(), None, LocalDomains::none());
         assert_eq!(dns.route("x@c.example").unwrap().key(), "smtp:c.example:25");
         assert_eq!(
             dns.route("x@[192.0.2.1]").unwrap().key(),

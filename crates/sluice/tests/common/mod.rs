@@ -12,6 +12,12 @@ pub mod users;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+pub use sluice::config::hop::{Cidr, NextHop};
+
+/// A network for `mynetworks` and the like.
+pub fn net(text: &str) -> Cidr {
+    Cidr::parse(text).unwrap_or_else(|| panic!("bad network {text:?}"))
+}
 use sluice::config::Config;
 use sluice::daemon::Server;
 use sluice_bench::sink::{Sink, SinkOptions};
@@ -65,11 +71,11 @@ pub fn config(dir: &std::path::Path, next_hop: Option<SocketAddr>) -> Config {
         data_dir: dir.join("var"),
         log_file: Some(dir.join("maillog")),
         // Tests read events, not prose.
-        log_format: "json".into(),
+        log_format: sluice::config::LogFormat::Json,
         ..Default::default()
     };
     c.smtpd.listen = vec!["127.0.0.1:0".into()];
-    c.delivery.relayhost = next_hop.map(|a| format!("smtp:[{}]:{}", a.ip(), a.port()));
+    c.delivery.relayhost = next_hop.map(NextHop::to_addr);
     c.delivery.connection_idle_secs = 1;
     c.queue.minimal_backoff_secs = 1;
     c.queue.maximal_backoff_secs = 2;
@@ -91,12 +97,9 @@ pub fn config(dir: &std::path::Path, next_hop: Option<SocketAddr>) -> Config {
 /// to `next_hop` (or discarded).
 pub fn untrusted_config(dir: &std::path::Path, next_hop: Option<SocketAddr>) -> Config {
     let mut cfg = config(dir, next_hop);
-    cfg.smtpd.mynetworks = vec!["127.0.0.3/32".into()];
+    cfg.smtpd.mynetworks = vec![net("127.0.0.3/32")];
     cfg.smtpd.relay_domains = vec!["ours.test".into()];
-    let hop = match next_hop {
-        Some(hop) => format!("smtp:[{}]:{}", hop.ip(), hop.port()),
-        None => "discard".into(),
-    };
+    let hop = next_hop.map_or(NextHop::Discard, NextHop::to_addr);
     cfg.transport.insert("ours.test".into(), hop);
     cfg
 }

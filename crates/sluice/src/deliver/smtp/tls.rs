@@ -30,29 +30,7 @@ use crate::smtp::io::MaybeTls;
 /// What an outbound connection talks over.
 pub type Stream = MaybeTls<TcpStream, tokio_rustls::client::TlsStream<TcpStream>>;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Level {
-    None,
-    May,
-    Encrypt,
-    Verify,
-}
-
-impl Level {
-    pub fn parse(s: &str) -> Option<Level> {
-        Some(match s {
-            "none" => Level::None,
-            "may" => Level::May,
-            "encrypt" => Level::Encrypt,
-            "verify" => Level::Verify,
-            _ => return None,
-        })
-    }
-
-    pub fn required(self) -> bool {
-        self >= Level::Encrypt
-    }
-}
+pub use crate::config::delivery::Level;
 
 /// Outbound TLS: levels per next hop and the connectors.
 pub struct ClientTls {
@@ -64,20 +42,9 @@ pub struct ClientTls {
 
 impl ClientTls {
     pub fn build(d: &DeliveryConfig) -> Result<ClientTls, TlsError> {
-        let level = |s: &str, what: &str| {
-            Level::parse(s).ok_or_else(|| TlsError::Level {
-                setting: what.to_string(),
-                value: s.to_string(),
-            })
-        };
-        let default = level(&d.tls_security_level, "delivery.tls_security_level")?;
-        let mut per_hop = BTreeMap::new();
-        for (hop, l) in &d.tls_policy {
-            per_hop.insert(
-                hop.clone(),
-                level(l, &format!("delivery.tls_policy.{hop:?}"))?,
-            );
-        }
+        // (Levels were parsed with the configuration.)
+        let default = d.tls_security_level;
+        let per_hop = d.tls_policy.clone();
         let needs_roots = default == Level::Verify || per_hop.values().any(|l| *l == Level::Verify);
         let verifying = match (needs_roots, d.mta_sts) {
             (true, _) => Some(verifying_connector(d)?),

@@ -68,11 +68,14 @@ fn harness(name: &str, tweak: impl FnOnce(&mut Config)) -> Harness {
     .unwrap();
     let mut config = Config::default();
     let mut transport = BTreeMap::new();
-    transport.insert("*".to_string(), "smtp:[127.0.0.1]:1".to_string());
-    transport.insert("slow.test".to_string(), "smtp:[127.0.0.2]:1".to_string());
+    transport.insert("*".to_string(), "smtp:[127.0.0.1]:1".parse().unwrap());
+    transport.insert(
+        "slow.test".to_string(),
+        "smtp:[127.0.0.2]:1".parse().unwrap(),
+    );
     config.transport = transport;
     tweak(&mut config);
-    let router = Router::new(&config.transport, None, LocalDomains::none()).unwrap();
+    let router = Router::new(&config.transport, None, LocalDomains::none());
     let (tx, workers) = mpsc::unbounded_channel();
     let (queue, rx) = QueueHandle::channel();
     let scheduler = Scheduler::new(
@@ -415,8 +418,8 @@ async fn a_deferred_message_does_not_keep_its_body_in_memory() {
     let mut config = Config::default();
     config
         .transport
-        .insert("*".into(), "smtp:[127.0.0.1]:1".into());
-    let router = Router::new(&config.transport, None, LocalDomains::none()).unwrap();
+        .insert("*".into(), "smtp:[127.0.0.1]:1".parse().unwrap());
+    let router = Router::new(&config.transport, None, LocalDomains::none());
     let (queue, _rx) = QueueHandle::channel();
     let mut s = Scheduler::new(
         Arc::new(config.clone()),
@@ -542,10 +545,10 @@ async fn a_reload_routes_queued_mail_anew_and_ends_old_workers_after_their_job()
     let mut config = Config::default();
     config
         .transport
-        .insert("*".into(), "smtp:[127.0.0.3]:1".into());
+        .insert("*".into(), "smtp:[127.0.0.3]:1".parse().unwrap());
     config.delivery.initial_concurrency = 1;
     config.delivery.default_concurrency = 1;
-    let router = Router::new(&config.transport, None, LocalDomains::none()).unwrap();
+    let router = Router::new(&config.transport, None, LocalDomains::none());
     let resolver = Arc::new(crate::routing::dns::Dns::new(&config.dns).unwrap());
     let (tx, mut new_workers) = mpsc::unbounded_channel();
     let reconfig = crate::queue::Reconfig {

@@ -144,7 +144,7 @@ impl Transaction {
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     pub(super) fn bare_line_policy(&self) -> BareLinePolicy {
-        if self.ctx.config.smtpd.bare_line_ends == "normalize" {
+        if self.ctx.config.smtpd.bare_line_ends == crate::config::BareLineEnds::Normalize {
             BareLinePolicy::Normalize
         } else {
             BareLinePolicy::Reject
