@@ -67,7 +67,7 @@ async fn run(name: &str, tlsa: impl Fn(&str) -> String) -> (TestDir, sluice_benc
     std::fs::write(&cert, made.cert.pem()).unwrap();
     std::fs::write(&key, made.key_pair.serialize_pem()).unwrap();
     let mut hop_cfg = config(&dir.join("hop"), Some(sink.addr));
-    hop_cfg.smtpd.listen = vec!["127.0.0.31:0".into()];
+    hop_cfg.smtpd.listen = vec!["127.0.0.31:0".parse().unwrap()];
     hop_cfg.log_file = Some(dir.join("hop.log"));
     hop_cfg.tls.cert_file = Some(cert);
     hop_cfg.tls.key_file = Some(key);

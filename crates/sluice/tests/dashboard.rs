@@ -79,7 +79,7 @@ async fn metrics_queue_and_a_live_dashboard_in_chromium() {
     let dir = temp_dir("dashboard");
     let sink = recording_sink().await;
     let mut cfg = config(&dir, Some(sink.addr));
-    cfg.metrics.listen = Some("127.0.0.1:0".into());
+    cfg.metrics.listen = Some("127.0.0.1:0".parse().unwrap());
     let (server, addr) = start(cfg).await;
     let web = server.metrics_addr.expect("metrics listener");
 
@@ -173,7 +173,7 @@ async fn metrics_queue_and_a_live_dashboard_in_chromium() {
 async fn a_request_for_another_host_name_is_refused_421() {
     let dir = temp_dir("dashboard-host");
     let mut cfg = config(&dir, None);
-    cfg.metrics.listen = Some("127.0.0.1:0".into());
+    cfg.metrics.listen = Some("127.0.0.1:0".parse().unwrap());
     let (server, _) = start(cfg).await;
     let web = server.metrics_addr.expect("metrics listener");
     let (port, other) = (web.port(), web.port() ^ 1);
@@ -235,7 +235,7 @@ async fn a_request_for_another_host_name_is_refused_421() {
 async fn past_the_connection_limit_the_dashboard_answers_503_at_once() {
     let dir = temp_dir("dashboard-cap");
     let mut cfg = config(&dir, None);
-    cfg.metrics.listen = Some("127.0.0.1:0".into());
+    cfg.metrics.listen = Some("127.0.0.1:0".parse().unwrap());
     cfg.metrics.max_connections = 4;
     let (server, _) = start(cfg).await;
     let web = server.metrics_addr.expect("metrics listener");
@@ -304,7 +304,7 @@ async fn a_destination_gauge_goes_when_the_destination_is_idle() {
     .await
     .unwrap();
     let mut cfg = config(&dir, Some(sink.addr));
-    cfg.metrics.listen = Some("127.0.0.1:0".into());
+    cfg.metrics.listen = Some("127.0.0.1:0".parse().unwrap());
     let (server, addr) = start(cfg).await;
     let web = server.metrics_addr.expect("metrics listener");
     let series = format!(

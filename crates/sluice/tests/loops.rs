@@ -39,7 +39,7 @@ async fn an_mx_pointing_back_at_us_bounces_5_4_6_and_nothing_is_signed_twice() {
     for _ in 0..5 {
         let inside = sink_on("127.0.0.2:0".parse().unwrap()).await;
         let port = inside.addr.port();
-        cfg.smtpd.listen = vec![format!("127.0.0.1:{port}")];
+        cfg.smtpd.listen = vec![std::net::SocketAddr::from(([127, 0, 0, 1], port))];
         cfg.delivery.mx_port = port;
         if let Ok(server) = sluice::daemon::Server::start(cfg.clone()).await {
             started = Some((server, inside));

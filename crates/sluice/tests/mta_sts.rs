@@ -197,7 +197,7 @@ async fn enforce_delivers_over_verified_tls_and_caches_the_policy() {
     let (mx_cert, mx_key) = certificate(&scratch, "mx.sts.test");
     // The MX: a second Sluice on 127.0.0.21 with a certificate for its name.
     let mut hop_cfg = config(&scratch.join("hop"), Some(sink.addr));
-    hop_cfg.smtpd.listen = vec!["127.0.0.21:0".into()];
+    hop_cfg.smtpd.listen = vec!["127.0.0.21:0".parse().unwrap()];
     hop_cfg.log_file = Some(scratch.join("hop.log"));
     hop_cfg.tls.cert_file = Some(mx_cert.clone());
     hop_cfg.tls.key_file = Some(mx_key);

@@ -69,7 +69,7 @@ fn proxy_listener_config(dir: &std::path::Path, sink: SocketAddr) -> sluice::con
     cfg.smtpd.idle_timeout_secs = 2;
     cfg.smtpd.listen.clear();
     cfg.smtpd.listeners.push(ListenerConfig {
-        listen: "127.0.0.1:0".into(),
+        listen: "127.0.0.1:0".parse().unwrap(),
         kind: ListenerKind::Smtp,
         proxy_protocol: true,
         proxy_protocol_from: vec![Cidr::parse("127.0.0.1/32").unwrap()],

@@ -38,7 +38,7 @@ fn with_auth(dir: &Path, sink: std::net::SocketAddr, kinds: &[ListenerKind]) -> 
     cfg.auth.failure_delay_ms = 0;
     for kind in kinds {
         cfg.smtpd.listeners.push(ListenerConfig {
-            listen: "127.0.0.1:0".into(),
+            listen: "127.0.0.1:0".parse().unwrap(),
             kind: *kind,
             proxy_protocol: false,
             proxy_protocol_from: Vec::new(),

@@ -30,7 +30,8 @@ impl ListenerKind {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ListenerConfig {
-    pub listen: String,
+    /// Parsed when the file is read (a bad address names its line).
+    pub listen: std::net::SocketAddr,
     #[serde(default)]
     pub kind: ListenerKind,
     /// Behind a load balancer: each connection starts with a PROXY
@@ -61,12 +62,9 @@ impl ListenerConfig {
     pub fn validate(&self, tls_enabled: bool, auth_table: bool) -> Result<(), super::ConfigError> {
         use super::ConfigError;
         let l = self;
-        l.listen.parse::<std::net::SocketAddr>().map_err(|_| {
-            ConfigError::Invalid(format!("smtpd.listen: bad address {:?}", l.listen))
-        })?;
         if l.proxy_protocol && l.proxy_protocol_from.is_empty() {
             return Err(ConfigError::Invalid(format!(
-                "smtpd.listeners: {:?} has proxy_protocol = true but no proxy_protocol_from: \
+                "smtpd.listeners: {} has proxy_protocol = true but no proxy_protocol_from: \
                  name the load balancers' networks (a PROXY header from anyone else \
                  would let them choose their client address)",
                 l.listen
@@ -74,13 +72,13 @@ impl ListenerConfig {
         }
         if l.kind.requires_auth() && !tls_enabled && !l.auth_without_tls {
             return Err(ConfigError::Invalid(format!(
-                "smtpd.listeners: {:?} is `{:?}`, which needs TLS, but [tls] is disabled",
+                "smtpd.listeners: {} is `{:?}`, which needs TLS, but [tls] is disabled",
                 l.listen, l.kind
             )));
         }
         if l.kind.requires_auth() && !auth_table {
             return Err(ConfigError::Invalid(format!(
-                "smtpd.listeners: {:?} requires AUTH, but [auth] names no table",
+                "smtpd.listeners: {} requires AUTH, but [auth] names no table",
                 l.listen
             )));
         }

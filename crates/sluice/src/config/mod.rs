@@ -71,8 +71,8 @@ pub struct Config {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MetricsConfig {
-    /// e.g. `127.0.0.1:9469`.
-    pub listen: Option<String>,
+    /// e.g. `127.0.0.1:9469` (parsed when the file is read).
+    pub listen: Option<std::net::SocketAddr>,
     /// Connections served at once; more are answered 503 and closed.
     pub max_connections: usize,
 }
@@ -140,7 +140,7 @@ impl Default for DnsConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct SmtpdConfig {
     /// Plain SMTP listeners (port 25 style); see also `listeners`.
-    pub listen: Vec<String>,
+    pub listen: Vec<std::net::SocketAddr>,
     /// Listeners with a kind (`smtp`, `submission`, `submissions`) and
     /// options (`proxy_protocol`, `auth_without_tls`).
     pub listeners: Vec<listener::ListenerConfig>,
@@ -289,7 +289,7 @@ impl Default for Config {
 impl Default for SmtpdConfig {
     fn default() -> Self {
         SmtpdConfig {
-            listen: vec!["127.0.0.1:2525".into()],
+            listen: vec![std::net::SocketAddr::from(([127, 0, 0, 1], 2525))],
             listeners: Vec::new(),
             max_sessions: 10_000,
             reuse_port: false,
@@ -448,7 +448,7 @@ impl Config {
     /// Every listener: `smtpd.listen` (kind smtp) then `smtpd.listeners`.
     pub fn all_listeners(&self) -> Vec<listener::ListenerConfig> {
         let plain = self.smtpd.listen.iter().map(|l| listener::ListenerConfig {
-            listen: l.clone(),
+            listen: *l,
             kind: listener::ListenerKind::Smtp,
             proxy_protocol: false,
             proxy_protocol_from: Vec::new(),
@@ -480,7 +480,7 @@ mod tests {
     fn embedded_default_is_valid_and_safe() {
         let c = Config::default();
         c.validate().unwrap();
-        assert_eq!(c.smtpd.listen, vec!["127.0.0.1:2525"]);
+        assert_eq!(c.smtpd.listen, vec!["127.0.0.1:2525".parse().unwrap()]);
         assert!(!c.spool.unsafe_ack_before_fsync);
         assert!(c.smtpd.relay_domains.is_empty());
     }
@@ -576,6 +576,12 @@ mod tests {
             ),
             ("[smtpd]\nbare_line_ends = \"fix\"\n", 2),
             ("[local]\nmaildir_sync = \"never\"\n", 2),
+            (
+                "[smtpd]\nlisten = [\"127.0.0.1:25\", \"127.0.0.1:99999\"]\n",
+                2,
+            ),
+            ("[metrics]\nlisten = \"localhost\"\n", 2),
+            ("[[smtpd.listeners]]\nlisten = \"[::1]:x\"\n", 2),
         ] {
             std::fs::write(&path, text).unwrap();
             let err = Config::load(&path).unwrap_err();

@@ -109,11 +109,7 @@ pub(super) fn secure_mx(dane: Option<&Arc<Dane>>) -> Option<crate::queue::Secure
 
 /// The listening addresses `config` names.
 fn configured_addrs(config: &Config) -> Vec<std::net::SocketAddr> {
-    config
-        .all_listeners()
-        .iter()
-        .filter_map(|l| l.listen.parse().ok())
-        .collect()
+    config.all_listeners().iter().map(|l| l.listen).collect()
 }
 
 /// Whether `key` gives the same text for both configurations.

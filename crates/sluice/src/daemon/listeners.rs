@@ -37,7 +37,7 @@ struct Running {
 pub(super) struct Bound(Vec<(ListenerConfig, TcpListener)>);
 
 pub(super) struct Listeners {
-    running: Vec<(String, Running)>,
+    running: Vec<(SocketAddr, Running)>,
     /// Accept loops of retired listeners whose sessions may still run.
     retired: Vec<JoinHandle<()>>,
     count: Arc<SessionCount>,
@@ -63,13 +63,13 @@ impl Listeners {
 
     /// Binds the listeners of `config` not running yet; an error names
     /// the address, and nothing bound is kept.
-    pub fn bind_new(&self, config: &Config) -> Result<Bound, (String, std::io::Error)> {
+    pub fn bind_new(&self, config: &Config) -> Result<Bound, (SocketAddr, std::io::Error)> {
         let mut bound = Vec::new();
         for lc in config.all_listeners() {
             if self.running.iter().any(|(listen, _)| *listen == lc.listen) {
                 continue;
             }
-            let socket = bind(&lc.listen, self.reuse_port).map_err(|e| (lc.listen.clone(), e))?;
+            let socket = bind(lc.listen, self.reuse_port).map_err(|e| (lc.listen, e))?;
             bound.push((lc, socket));
         }
         Ok(Bound(bound))
@@ -107,7 +107,7 @@ impl Listeners {
         self.retired.retain(|t| !t.is_finished());
         let mut fresh = bound.0;
         for lc in wanted {
-            let listen = lc.listen.clone();
+            let listen = lc.listen;
             if let Some(i) = keep.iter().position(|(l, _)| *l == listen) {
                 let (l, running) = keep.swap_remove(i);
                 running.serving.store(Arc::new(Serving {

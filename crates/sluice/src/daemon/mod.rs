@@ -53,14 +53,12 @@ pub enum StartError {
         dir: std::path::PathBuf,
         err: crate::admin::socket::BindError,
     },
-    #[error("configuration: metrics.listen: bad address {0:?}")]
-    MetricsAddress(String),
     #[error("configuration: {0}")]
     Metrics(#[from] crate::admin::http::MetricsError),
     #[error("configuration: spool recovery panicked: {0}")]
     Recovery(tokio::task::JoinError),
     #[error("cannot listen on {0}: {1}")]
-    Listen(String, std::io::Error),
+    Listen(SocketAddr, std::io::Error),
 }
 
 /// A running server.
@@ -280,9 +278,7 @@ async fn observe(
     let Some(listen) = &config.metrics.listen else {
         return Ok(None);
     };
-    let addr: SocketAddr = listen
-        .parse()
-        .map_err(|_| StartError::MetricsAddress(listen.clone()))?;
+    let addr: SocketAddr = *listen;
     let access = crate::admin::http::Access {
         hostname: config.hostname.clone(),
         max_connections: config.metrics.max_connections,

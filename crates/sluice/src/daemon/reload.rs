@@ -72,7 +72,7 @@ impl Server {
             Ok(bound) => bound,
             Err((listen, e)) => {
                 let why = format!("cannot listen on {listen}: {e}");
-                return self.refuse("listen", None, Some(&listen), &why);
+                return self.refuse("listen", None, Some(&listen.to_string()), &why);
             }
         };
         if !later.is_empty() {

@@ -74,7 +74,7 @@ pub fn config(dir: &std::path::Path, next_hop: Option<SocketAddr>) -> Config {
         log_format: sluice::config::LogFormat::Json,
         ..Default::default()
     };
-    c.smtpd.listen = vec!["127.0.0.1:0".into()];
+    c.smtpd.listen = vec!["127.0.0.1:0".parse().unwrap()];
     c.delivery.relayhost = next_hop.map(NextHop::to_addr);
     c.delivery.connection_idle_secs = 1;
     c.queue.minimal_backoff_secs = 1;

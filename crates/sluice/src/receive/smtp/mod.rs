@@ -68,10 +68,7 @@ pub fn open_sessions() -> u64 {
     session::OPEN_SESSIONS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-pub fn bind(listen: &str, reuse_port: bool) -> std::io::Result<TcpListener> {
-    let addr: SocketAddr = listen
-        .parse()
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "bad address"))?;
+pub fn bind(addr: SocketAddr, reuse_port: bool) -> std::io::Result<TcpListener> {
     let socket = if addr.is_ipv4() {
         TcpSocket::new_v4()?
     } else {
