@@ -91,7 +91,7 @@ async fn run(name: &str, tlsa: impl Fn(&str) -> String) -> (TestDir, sluice_benc
 /// the log has its delivery attempt.
 async fn send_to_dane_test(dir: &Path, dns: std::net::SocketAddr, anchor: PathBuf, port: u16) {
     let mut cfg = config(dir, None);
-    cfg.dns.nameservers = vec![dns.to_string()];
+    cfg.dns.nameservers = vec![dns];
     cfg.dns.timeout_ms = 1000;
     cfg.dns.trust_anchor_file = Some(anchor);
     cfg.delivery.dane = true;

@@ -31,7 +31,7 @@ nodata   TXT \"no mail here\"
 
 fn dns(nameserver: &str) -> Dns {
     Dns::new(&DnsConfig {
-        nameservers: vec![nameserver.into()],
+        nameservers: vec![nameserver.parse().unwrap()],
         timeout_ms: 500,
         attempts: 1,
         trust_anchor_file: None,
@@ -132,7 +132,7 @@ async fn delivery_follows_mx_fails_over_and_bounces_a_null_mx() {
     let nsd = Nsd::start(&dir, &[("dest.test", DEST_ZONE)]);
     let sink = recording_sink().await;
     let mut cfg = config(&dir, None);
-    cfg.dns.nameservers = vec![nsd.addr.to_string()];
+    cfg.dns.nameservers = vec![nsd.addr];
     // MX lookup for dest.test (not bracketed), on the sink's port: the
     // first MX (127.0.0.2) refuses, the second is the sink.
     let port = sink.addr.port();
@@ -188,7 +188,7 @@ async fn a_dead_mx_is_not_tried_for_every_message() {
         }
     });
     let mut cfg = config(&dir, None);
-    cfg.dns.nameservers = vec![nsd.addr.to_string()];
+    cfg.dns.nameservers = vec![nsd.addr];
     cfg.delivery.dead_host_secs = 60;
     cfg.delivery.connection_idle_secs = 1;
     cfg.delivery.messages_per_connection = 1;
@@ -271,7 +271,7 @@ async fn a_whole_transaction_deferred_by_one_mx_goes_to_the_next() {
     // The first MX talks, then defers every MAIL: the second must get it.
     let mails = deferring_host("127.0.0.2", port, "421 4.7.0 too busy, try later\r\n").await;
     let mut cfg = config(&dir, None);
-    cfg.dns.nameservers = vec![nsd.addr.to_string()];
+    cfg.dns.nameservers = vec![nsd.addr];
     cfg.transport.insert(
         "dest.test".into(),
         format!("smtp:dest.test:{port}").parse().unwrap(),

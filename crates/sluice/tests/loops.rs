@@ -32,7 +32,7 @@ async fn an_mx_pointing_back_at_us_bounces_5_4_6_and_nothing_is_signed_twice() {
                 @ NS ns\nns A 127.0.0.1\nback MX 10 mx\nmx A 127.0.0.1\ninside MX 10 in\nin A 127.0.0.2\n";
     let nsd = Nsd::start(&dir, &[("loop.test", zone)]);
     let mut cfg = config(&dir, None);
-    cfg.dns.nameservers = vec![nsd.addr.to_string()];
+    cfg.dns.nameservers = vec![nsd.addr];
     cfg.dkim.keys.push(signing_key(&dir));
     // (If 127.0.0.1 has that port taken, the start fails: another pair.)
     let mut started = None;

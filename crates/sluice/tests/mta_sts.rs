@@ -119,7 +119,7 @@ async fn setup_serving(name: &str, port: u16, mx_cert: &Path, policy: String) ->
     ];
     std::fs::write(&ca, pems.concat()).unwrap();
     let mut cfg = config(&dir, None);
-    cfg.dns.nameservers = vec![nsd.addr.to_string()];
+    cfg.dns.nameservers = vec![nsd.addr];
     cfg.dns.timeout_ms = 1000;
     cfg.delivery.tls_ca_file = Some(ca);
     cfg.delivery.mta_sts_port = https_port;

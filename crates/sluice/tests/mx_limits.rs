@@ -57,7 +57,7 @@ async fn a_zone_with_hundreds_of_mx_hosts_gets_five_addresses_tried() {
     let zone = many_mx_zone();
     let nsd = Nsd::start(&dir, &[("many.test", &zone)]);
     let mut cfg = config(&dir, None);
-    cfg.dns.nameservers = vec![nsd.addr.to_string()];
+    cfg.dns.nameservers = vec![nsd.addr];
     cfg.dns.timeout_ms = 2000;
     // Nothing listens there: every connection is refused at once.
     let refusing = reserve();
@@ -110,7 +110,7 @@ mx3 A   127.0.0.23
 ";
     let nsd = Nsd::start(&dir, &[("three.test", zone)]);
     let mut cfg = config(&dir, None);
-    cfg.dns.nameservers = vec![nsd.addr.to_string()];
+    cfg.dns.nameservers = vec![nsd.addr];
     cfg.delivery.mx_port = port;
     let (server, addr) = start(cfg).await;
     let mut c = Client::ready(addr).await;

@@ -24,7 +24,7 @@ c   MX  10 mx
 /// Waits until nsd answers (the server's own resolver caches nothing yet).
 async fn nsd_ready(nsd: &Nsd) {
     let dns = sluice::routing::dns::Dns::new(&sluice::config::DnsConfig {
-        nameservers: vec![nsd.addr.to_string()],
+        nameservers: vec![nsd.addr],
         timeout_ms: 500,
         attempts: 1,
         trust_anchor_file: None,
@@ -48,7 +48,7 @@ async fn six_messages(
     let sink = recording_sink().await;
     let port = sink.addr.port();
     let mut cfg = config(&dir, None);
-    cfg.dns.nameservers = vec![nsd.addr.to_string()];
+    cfg.dns.nameservers = vec![nsd.addr];
     // The domains' own MX hosts, on the sink's port.
     cfg.delivery.mx_port = port;
     cfg.delivery.initial_concurrency = 1;
@@ -136,7 +136,7 @@ async fn each_domain_keeps_its_own_mail_hosts_when_its_best_mx_is_shared() {
     let back_b = sink_on(format!("127.0.0.3:{port}").parse().unwrap()).await;
     // Nothing listens on 127.0.0.4: the shared best MX is down.
     let mut cfg = config(&dir, None);
-    cfg.dns.nameservers = vec![nsd.addr.to_string()];
+    cfg.dns.nameservers = vec![nsd.addr];
     cfg.delivery.mx_port = port;
     let (server, addr) = start(cfg).await;
     let mut c = Client::ready(addr).await;

@@ -43,7 +43,7 @@ async fn spf_dkim_and_dmarc_are_checked_and_reject_is_enforced() {
     let nsd = Nsd::start(&dir, &[("test", &zone)]);
     let sink = recording_sink().await;
     let mut cfg = untrusted_config(&dir, Some(sink.addr));
-    cfg.dns.nameservers = vec![nsd.addr.to_string()];
+    cfg.dns.nameservers = vec![nsd.addr];
     cfg.dns.timeout_ms = 1000;
     cfg.smtpd.sender_auth = true;
     cfg.smtpd.dmarc_reject = true;
@@ -127,7 +127,7 @@ async fn only_the_first_few_dkim_signatures_are_evaluated() {
     let nsd = Nsd::start(&dir, &[("test", &zone)]);
     let sink = recording_sink().await;
     let mut cfg = untrusted_config(&dir, Some(sink.addr));
-    cfg.dns.nameservers = vec![nsd.addr.to_string()];
+    cfg.dns.nameservers = vec![nsd.addr];
     cfg.dns.timeout_ms = 1000;
     cfg.smtpd.sender_auth = true;
     assert_eq!(cfg.smtpd.dkim_verify_max_signatures, 5, "the default");

@@ -117,7 +117,7 @@ pub struct DkimKeyConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct DnsConfig {
     /// `ip:port` of each server; empty = the system's resolv.conf.
-    pub nameservers: Vec<String>,
+    pub nameservers: Vec<std::net::SocketAddr>,
     pub timeout_ms: u64,
     pub attempts: usize,
     /// DNSKEY records to validate DNSSEC from (for DANE); default: the
@@ -582,6 +582,7 @@ mod tests {
             ),
             ("[metrics]\nlisten = \"localhost\"\n", 2),
             ("[[smtpd.listeners]]\nlisten = \"[::1]:x\"\n", 2),
+            ("[dns]\nnameservers = [\"127.0.0.1\"]\n", 2),
         ] {
             std::fs::write(&path, text).unwrap();
             let err = Config::load(&path).unwrap_err();

@@ -70,8 +70,6 @@ pub struct Dns {
 /// Why a resolver could not be set up from `[dns]`.
 #[derive(Debug, thiserror::Error)]
 pub enum ResolverError {
-    #[error("dns.nameservers: bad address {0:?} (want ip:port)")]
-    BadNameserver(String),
     #[error("dns.trust_anchor_file: {}: {err}", path.display())]
     TrustAnchors {
         path: std::path::PathBuf,
@@ -100,13 +98,8 @@ pub fn resolver_parts(
             }
         }
     } else {
-        let mut servers = Vec::new();
-        for ns in &config.nameservers {
-            let addr: SocketAddr = ns
-                .parse()
-                .map_err(|_| ResolverError::BadNameserver(ns.clone()))?;
-            servers.push(server(addr));
-        }
+        // (Parsed with the configuration.)
+        let servers = config.nameservers.iter().map(|ns| server(*ns)).collect();
         ResolverConfig::from_parts(None, vec![], servers)
     };
     let timeout = Duration::from_millis(config.timeout_ms.max(1));

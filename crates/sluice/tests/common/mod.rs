@@ -81,7 +81,7 @@ pub fn config(dir: &std::path::Path, next_hop: Option<SocketAddr>) -> Config {
     c.queue.maximal_backoff_secs = 2;
     // No DNS query leaves the machine: nothing answers here (tests that
     // need DNS start their own nsd).
-    c.dns.nameservers = vec!["127.0.0.1:9".into()];
+    c.dns.nameservers = vec!["127.0.0.1:9".parse().unwrap()];
     c.dns.timeout_ms = 300;
     c.dns.attempts = 1;
     // The tests' mail hosts are on loopback: their zones point MX at
