@@ -7,9 +7,8 @@
 
 mod common;
 
-use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use common::*;
 use sluice::tools::keygen::{keygen, Algorithm};
@@ -18,23 +17,11 @@ use sluice::tools::keygen::{keygen, Algorithm};
 /// (exit status, stderr).
 async fn sendmail(bin: PathBuf, conf: PathBuf, message: String) -> (i32, String) {
     tokio::task::spawn_blocking(move || {
-        let mut child = Command::new(bin)
-            .args(["-C", &conf.display().to_string(), "-i", "-f", "a@ours.test"])
-            .arg("x@ours.test")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(message.as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        let err = String::from_utf8_lossy(&out.stderr).into_owned();
-        (out.status.code().unwrap_or(-1), err)
+        let mut cmd = Command::new(bin);
+        cmd.args(["-C", &conf.display().to_string(), "-i", "-f", "a@ours.test"])
+            .arg("x@ours.test");
+        let (status, _, err) = output_of(cmd, message.as_bytes());
+        (status, err)
     })
     .await
     .unwrap()

@@ -8,34 +8,22 @@
 
 mod common;
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use common::users::TestUser;
 use common::*;
 
 /// `program args…` as `user`, `stdin` in: (exit status, stdout, stderr).
 fn run_as(user: &TestUser, program: &Path, args: &[&str], stdin: &[u8]) -> (i32, String, String) {
-    let mut child = Command::new("setpriv")
-        .arg(format!("--reuid={}", user.uid))
+    let mut cmd = Command::new("setpriv");
+    cmd.arg(format!("--reuid={}", user.uid))
         .arg(format!("--regid={}", user.uid))
         .arg("--clear-groups")
         .arg(program)
         .args(args)
-        .env("USER", "root") // a lie: the daemon does not believe it
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(stdin).unwrap();
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+        .env("USER", "root"); // a lie: the daemon does not believe it
+    output_of(cmd, stdin)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

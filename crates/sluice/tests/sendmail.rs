@@ -3,29 +3,17 @@
 
 mod common;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use common::*;
 
 /// Runs `bin` with `args` and `stdin`; (exit status, stdout, stderr).
 async fn run(bin: PathBuf, args: Vec<String>, stdin: &'static [u8]) -> (i32, String, String) {
     tokio::task::spawn_blocking(move || {
-        let mut child = Command::new(bin)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child.stdin.take().unwrap().write_all(stdin).unwrap();
-        let out = child.wait_with_output().unwrap();
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        let mut cmd = Command::new(bin);
+        cmd.args(args);
+        output_of(cmd, stdin)
     })
     .await
     .unwrap()

@@ -53,6 +53,25 @@ pub fn temp_dir(name: &str) -> TestDir {
     TestDir(Some(dir))
 }
 
+/// Runs `cmd` with `stdin` written to it: (exit status, stdout, stderr).
+pub fn output_of(mut cmd: std::process::Command, stdin: &[u8]) -> (i32, String, String) {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// Stops the test with a clear message when `bin` (Debian package `pkg`)
 /// is missing. Tests install nothing: `scripts/test` installs every
 /// package the suite needs before it runs (installing from inside a test
@@ -183,7 +202,8 @@ pub fn read_log(dir: &std::path::Path) -> String {
             Ok(v) => {
                 let component = v["component"].as_str().unwrap_or("");
                 let text = v["text"].as_str().unwrap_or("");
-                out.push_str(&format!("{} sluice/{component}: {text}\n", v["ts"]));
+                let ts = v["ts"].as_str().unwrap_or("");
+                out.push_str(&format!("{ts} sluice/{component}: {text}\n"));
             }
             Err(_) => {
                 out.push_str(line);

@@ -10,10 +10,18 @@
 //! one (as Postfix's `smtpd_upstream_proxy_protocol`), so a client that
 //! reaches such a listener directly cannot choose its address. A `LOCAL` header (health checks) or
 //! `UNKNOWN` keeps the balancer's own address.
+//!
+//! Here too is the session's first step on such a listener
+//! ([`Session::read_proxy_header`]): the header read under a deadline.
 
 use std::net::SocketAddr;
+use std::time::{Duration, Instant};
 
 use ppp::{v1, v2, HeaderResult, PartialResult};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+
+use super::session::Session;
+use crate::event;
 
 /// Longest header accepted (v1 is at most 107 octets; v2 with TLVs more).
 pub const MAX_HEADER: usize = 4096;
@@ -77,6 +85,75 @@ pub fn parse(buf: &[u8]) -> Result<Option<(Proxied, usize)>, BadHeader> {
         }
         HeaderResult::V1(Err(e)) => Err(BadHeader::V1(e)),
         HeaderResult::V2(Err(e)) => Err(BadHeader::V2(e)),
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
+    /// Reads the PROXY header a load balancer sends first and takes the
+    /// real client address from it; false (session over) if there is none.
+    pub(super) async fn read_proxy_header(&mut self) -> bool {
+        let lb = self.peer;
+        if !self
+            .listener
+            .proxy_protocol_from
+            .iter()
+            .any(|n| n.contains(lb.ip()))
+        {
+            // Only the balancer may name the client: anyone else could
+            // claim a trusted address and relay.
+            let why = "PROXY header from a peer not in proxy_protocol_from";
+            return self.refuse_proxy(lb, "peer_not_allowed", why);
+        }
+        let limit = Duration::from_secs(self.ctx.config.smtpd.idle_timeout_secs.clamp(1, 10));
+        let deadline = Instant::now() + limit;
+        loop {
+            match parse(&self.inbuf) {
+                Ok(Some((who, len))) => {
+                    self.inbuf.drain(..len);
+                    if let Proxied::Client(real) = who {
+                        self.peer = real;
+                        self.trusted = self.ctx.policy.is_trusted(real.ip());
+                    }
+                    event!(
+                        self.ctx.logger,
+                        "smtpd",
+                        "proxied",
+                        {
+                            client_ip: self.peer.ip(),
+                            client_port: self.peer.port(),
+                            lb_ip: lb.ip(),
+                            lb_port: lb.port(),
+                        },
+                        "proxied connection from [{}]:{} via [{}]:{}",
+                        self.peer.ip(),
+                        self.peer.port(),
+                        lb.ip(),
+                        lb.port()
+                    );
+                    return true;
+                }
+                Ok(None) => {}
+                Err(why) => return self.refuse_proxy(lb, "bad_header", &why.to_string()),
+            }
+            let read = tokio::time::timeout_at(deadline.into(), self.io.read_buf(&mut self.inbuf));
+            if !matches!(read.await, Ok(Ok(n)) if n > 0) {
+                return self.refuse_proxy(lb, "no_header", "no PROXY header");
+            }
+        }
+    }
+
+    /// Logs why the balancer's connection is closed; false (session over).
+    fn refuse_proxy(&self, lb: SocketAddr, cause: &str, why: &str) -> bool {
+        event!(
+            self.ctx.logger,
+            "smtpd",
+            "proxy_refused",
+            { lb_ip: lb.ip(), lb_port: lb.port(), cause: cause, error: why },
+            "warning: [{}]:{}: {why}; disconnecting",
+            lb.ip(),
+            lb.port()
+        );
+        false
     }
 }
 

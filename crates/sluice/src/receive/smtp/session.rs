@@ -26,7 +26,6 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::anvil::Refusal;
 use super::auth::AuthStep;
-use super::proxy::{self, Proxied};
 use super::tls::Io;
 use super::transaction::Transaction;
 use super::SessionContext;
@@ -57,7 +56,7 @@ pub(super) enum Next {
 }
 
 pub struct Session<S> {
-    io: Io<S>,
+    pub(super) io: Io<S>,
     pub(super) listener: Arc<ListenerConfig>,
     /// "TLSv1.3 with cipher …" once the session is encrypted.
     pub(super) tls: Option<String>,
@@ -66,7 +65,7 @@ pub struct Session<S> {
     pub(super) ctx: Arc<SessionContext>,
     pub(super) peer: SocketAddr,
     pub(super) trusted: bool,
-    inbuf: Vec<u8>,
+    pub(super) inbuf: Vec<u8>,
     out: Vec<u8>,
     framer: LineFramer,
     pub(super) mode: Mode,
@@ -180,90 +179,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         );
         let tls = if self.tls.is_some() { "yes" } else { "no" };
         metrics::counter!("sluice_sessions_total", "tls" => tls).increment(1);
-    }
-
-    /// Reads the PROXY header a load balancer sends first and takes the
-    /// real client address from it; false (session over) if there is none.
-    async fn read_proxy_header(&mut self) -> bool {
-        let lb = self.peer;
-        if !self
-            .listener
-            .proxy_protocol_from
-            .iter()
-            .any(|n| n.contains(lb.ip()))
-        {
-            // Only the balancer may name the client: anyone else could
-            // claim a trusted address and relay.
-            event!(
-                self.ctx.logger,
-                "smtpd",
-                "proxy_refused",
-                { lb_ip: lb.ip(), lb_port: lb.port(), cause: "peer_not_allowed" },
-                "warning: [{}]:{}: PROXY header from a peer not in proxy_protocol_from; disconnecting",
-                lb.ip(),
-                lb.port()
-            );
-            return false;
-        }
-        let limit = Duration::from_secs(self.ctx.config.smtpd.idle_timeout_secs.clamp(1, 10));
-        let deadline = Instant::now() + limit;
-        loop {
-            match proxy::parse(&self.inbuf) {
-                Ok(Some((who, len))) => {
-                    self.inbuf.drain(..len);
-                    if let Proxied::Client(real) = who {
-                        self.peer = real;
-                        self.trusted = self.ctx.policy.is_trusted(real.ip());
-                    }
-                    event!(
-                        self.ctx.logger,
-                        "smtpd",
-                        "proxied",
-                        {
-                            client_ip: self.peer.ip(),
-                            client_port: self.peer.port(),
-                            lb_ip: lb.ip(),
-                            lb_port: lb.port(),
-                        },
-                        "proxied connection from [{}]:{} via [{}]:{}",
-                        self.peer.ip(),
-                        self.peer.port(),
-                        lb.ip(),
-                        lb.port()
-                    );
-                    return true;
-                }
-                Ok(None) => {}
-                Err(why) => {
-                    event!(
-                        self.ctx.logger,
-                        "smtpd",
-                        "proxy_refused",
-                        { lb_ip: lb.ip(), lb_port: lb.port(), cause: "bad_header", error: why.to_string() },
-                        "warning: [{}]:{}: {why}; disconnecting",
-                        lb.ip(),
-                        lb.port()
-                    );
-                    return false;
-                }
-            }
-            let read = tokio::time::timeout_at(deadline.into(), self.io.read_buf(&mut self.inbuf));
-            match read.await {
-                Ok(Ok(n)) if n > 0 => {}
-                _ => {
-                    event!(
-                        self.ctx.logger,
-                        "smtpd",
-                        "proxy_refused",
-                        { lb_ip: lb.ip(), lb_port: lb.port(), cause: "no_header" },
-                        "warning: [{}]:{}: no PROXY header; disconnecting",
-                        lb.ip(),
-                        lb.port()
-                    );
-                    return false;
-                }
-            }
-        }
     }
 
     /// `421 4.7.0` for a client over its session or connection-rate limit.
