@@ -57,7 +57,7 @@ async fn alias_expansion_may_not_pass_the_recipient_limit() {
     .unwrap();
     let mut cfg = config(&dir, None);
     cfg.smtpd.max_recipients = 3;
-    cfg.local.domains = vec!["local.test".into()];
+    cfg.local.domains = vec!["local.test".parse().unwrap()];
     cfg.local.alias_table = Some("aliases".into());
     let mut t: sluice::config::tables::TableConfig = toml::from_str("kind = \"static\"").unwrap();
     t.path = Some(dir.join("aliases"));

@@ -23,7 +23,10 @@ fn ldap_table(uris: Vec<String>, base: &str, filter: &str, attr: &str) -> TableC
 
 fn ldap_config(dir: &Path, uris: Vec<String>) -> Config {
     let mut c = config(dir, None);
-    c.local.domains = vec!["example.com".into(), "catch.example.com".into()];
+    c.local.domains = vec![
+        "example.com".parse().unwrap(),
+        "catch.example.com".parse().unwrap(),
+    ];
     c.local.mailbox_table = Some("users".into());
     c.local.alias_table = Some("aliases".into());
     c.local.maildir_base = Some(dir.join("mail"));

@@ -197,7 +197,7 @@ async fn relay_is_denied_outside_mynetworks() {
     let mut cfg = config(&dir, None);
     // The test client (127.0.0.1) is outside these networks.
     cfg.smtpd.mynetworks = vec![net("127.0.0.2/32")];
-    cfg.smtpd.relay_domains = vec!["ours.test".into()];
+    cfg.smtpd.relay_domains = vec!["ours.test".parse().unwrap()];
     cfg.transport.insert("ours.test".into(), NextHop::Discard);
     let (server, addr) = start(cfg).await;
     let mut c = Client::ready(addr).await;

@@ -12,7 +12,7 @@ async fn unwritable_maildir_defers_then_delivers() {
     std::fs::write(dir.join("domains"), "tabled.test OK\n").unwrap();
     std::fs::write(dir.join("routes"), "routed.test discard\n").unwrap();
     let mut cfg = config(&dir, None);
-    cfg.local.domains = vec!["local.test".into()];
+    cfg.local.domains = vec!["local.test".parse().unwrap()];
     cfg.local.mailbox_table = Some("mailboxes".into());
     cfg.local.alias_table = Some("aliases".into());
     cfg.local.domain_table = Some("domains".into());
@@ -119,7 +119,7 @@ async fn maildir_deliveries_share_their_disk_syncs() {
     for (mode, most) in [(MaildirSync::Batch, 2), (MaildirSync::Each, 200)] {
         let dir = temp_dir("local-group-commit");
         let mut cfg = config(&dir, None);
-        cfg.local.domains = vec!["local.test".into()];
+        cfg.local.domains = vec!["local.test".parse().unwrap()];
         cfg.local.maildir_sync = mode;
         cfg.delivery.recipients_per_transaction = 100;
         let (server, addr) = start(cfg).await;

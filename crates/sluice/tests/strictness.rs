@@ -110,7 +110,7 @@ async fn postmaster_and_address_literals() {
     let dir = temp_dir("strict-postmaster");
     let sink = recording_sink().await;
     let mut cfg = untrusted_config(&dir, Some(sink.addr));
-    cfg.postmaster = Some("admin@ours.test".into());
+    cfg.postmaster = "admin@ours.test".parse().ok();
     let (server, addr) = start(cfg).await;
     let mut c = Client::ready(addr).await;
     let r = c
@@ -299,7 +299,7 @@ async fn unknown_users_in_relay_domains_are_refused_at_rcpt() {
         "relay".into(),
         toml::from_str(&format!("kind = \"static\"\npath = {:?}", table)).unwrap(),
     );
-    cfg.smtpd.relay_domains.push(".ours.test".into());
+    cfg.smtpd.relay_domains.push(".ours.test".parse().unwrap());
     cfg.smtpd.relay_recipient_table = Some("relay".into());
     let (server, addr) = start(cfg).await;
     let mut c = Client::ready(addr).await;

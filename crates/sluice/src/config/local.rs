@@ -9,7 +9,7 @@ use serde::Deserialize;
 #[serde(deny_unknown_fields, default)]
 pub struct LocalConfig {
     /// Domains whose mail is delivered here, to virtual mailboxes.
-    pub domains: Vec<String>,
+    pub domains: Vec<super::names::Domain>,
     /// Table (from `[tables]`) of valid mailboxes; its value, if any, is the
     /// Maildir path (relative to `maildir_base`, or absolute). Without a
     /// table every address in a local domain is accepted.

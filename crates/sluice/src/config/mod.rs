@@ -13,12 +13,14 @@ pub mod delivery;
 pub mod hop;
 pub mod listener;
 pub mod local;
+pub mod names;
 pub mod tables;
 
 use serde::Deserialize;
 
 pub use delivery::DeliveryConfig;
 use hop::{Cidr, NextHop};
+use names::{Domain, DomainPattern, MailAddress};
 
 /// Recipients one spooled message can have (outcome records index them
 /// with 16 bits).
@@ -28,7 +30,7 @@ pub use sluice_spool::MAX_RECIPIENTS;
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// Name in the greeting, in Received: headers and in our EHLO.
-    pub hostname: String,
+    pub hostname: Domain,
     /// Spool and other state live under here.
     pub data_dir: PathBuf,
     /// Log file; stderr when unset.
@@ -37,7 +39,7 @@ pub struct Config {
     pub log_format: LogFormat,
     /// Where `RCPT TO:<Postmaster>` (no domain, RFC 5321 §4.5.1) goes;
     /// default `postmaster@<hostname>`. Accepted from any client.
-    pub postmaster: Option<String>,
+    pub postmaster: Option<MailAddress>,
     pub smtpd: SmtpdConfig,
     pub tls: listener::TlsConfig,
     pub auth: listener::AuthConfig,
@@ -98,7 +100,7 @@ pub struct DkimConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DkimKeyConfig {
-    pub domain: String,
+    pub domain: Domain,
     pub selector: String,
     /// PEM private key (RSA or Ed25519), e.g. from `sluice dkim-keygen`.
     pub key_file: PathBuf,
@@ -169,7 +171,7 @@ pub struct SmtpdConfig {
     /// Clients that may relay to any domain.
     pub mynetworks: Vec<Cidr>,
     /// Domains anyone may send to (everyone else is denied relaying).
-    pub relay_domains: Vec<String>,
+    pub relay_domains: Vec<DomainPattern>,
     /// Table (from `[tables]`) of the valid recipients in `relay_domains`:
     /// an address or `@domain` key (Postfix: relay_recipient_maps). Others
     /// get `550 5.1.1` at RCPT instead of a bounce later (backscatter).
@@ -263,7 +265,7 @@ pub struct QueueConfig {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            hostname: "localhost".into(),
+            hostname: "localhost".parse().expect("a valid name"),
             data_dir: PathBuf::from("./var"),
             log_file: None,
             log_format: LogFormat::Text,
@@ -434,11 +436,6 @@ impl Config {
                 self.smtpd.max_recipients
             )));
         }
-        if let Some(pm) = &self.postmaster {
-            sluice_proto::address::parse_mailbox(pm).map_err(|why| {
-                ConfigError::Invalid(format!("postmaster: {pm:?}: {}", why.text()))
-            })?;
-        }
         for l in self.all_listeners() {
             l.validate(self.tls.enabled, self.auth.table.is_some())?;
         }
@@ -462,8 +459,8 @@ impl Config {
     /// The address `RCPT TO:<Postmaster>` is delivered to.
     pub fn postmaster_address(&self) -> String {
         match &self.postmaster {
-            Some(pm) => pm.clone(),
-            None => format!("postmaster@{}", self.hostname.trim_end_matches('.')),
+            Some(pm) => pm.to_string(),
+            None => format!("postmaster@{}", self.hostname),
         }
     }
 
@@ -528,11 +525,6 @@ mod tests {
         c.tls.enabled = false;
         let err = c.validate().unwrap_err().to_string();
         assert!(err.contains("needs TLS"), "{err}");
-        let bad_postmaster = Config {
-            postmaster: Some("not an address".into()),
-            ..Config::default()
-        };
-        assert!(bad_postmaster.validate().is_err());
     }
 
     /// A next hop is parsed when the file is read: a bad one is an error
@@ -583,6 +575,17 @@ mod tests {
             ("[metrics]\nlisten = \"localhost\"\n", 2),
             ("[[smtpd.listeners]]\nlisten = \"[::1]:x\"\n", 2),
             ("[dns]\nnameservers = [\"127.0.0.1\"]\n", 2),
+            ("\npostmaster = \"not an address\"\n", 2),
+            ("hostname = \"mx .test\"\n", 1),
+            (
+                "[smtpd]\nrelay_domains = [\"ok.test\", \"..bad.test\"]\n",
+                2,
+            ),
+            ("[local]\ndomains = [\"a.test\", \"b_c d.test\"]\n", 2),
+            (
+                "[[dkim.keys]]\ndomain = \"@x.test\"\nselector = \"s\"\nkey_file = \"k\"\n",
+                2,
+            ),
         ] {
             std::fs::write(&path, text).unwrap();
             let err = Config::load(&path).unwrap_err();

@@ -280,7 +280,7 @@ async fn observe(
     };
     let addr: SocketAddr = *listen;
     let access = crate::admin::http::Access {
-        hostname: config.hostname.clone(),
+        hostname: config.hostname.to_string(),
         max_connections: config.metrics.max_connections,
     };
     let (bound, task) = crate::admin::http::spawn(

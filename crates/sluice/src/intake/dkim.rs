@@ -98,7 +98,7 @@ impl Signers {
                 None => queue_lifetime_secs.saturating_add(EXPIRE_AFTER_QUEUE),
                 Some(secs) if secs != 0 && secs <= queue_lifetime_secs => {
                     return Err(DkimError::ExpiresInQueue {
-                        domain: k.domain.clone(),
+                        domain: k.domain.to_string(),
                         secs,
                         lifetime: queue_lifetime_secs,
                     })
@@ -111,16 +111,16 @@ impl Signers {
                 _ => DEFAULT_HEADERS.iter().map(|h| h.to_string()).collect(),
             };
             if !headers.iter().any(|h| h.eq_ignore_ascii_case("from")) {
-                return Err(DkimError::FromNotSigned(k.domain.clone()));
+                return Err(DkimError::FromNotSigned(k.domain.to_string()));
             }
             let headers = oversign_from(headers);
             let signer = DkimSigner::from_key(key)
-                .domain(k.domain.to_ascii_lowercase())
+                .domain(k.domain.to_string())
                 .selector(k.selector.clone())
                 .headers(headers)
                 .expiration(expire);
             out.push(Key {
-                domain: k.domain.to_ascii_lowercase(),
+                domain: k.domain.to_string(),
                 signer,
             });
         }

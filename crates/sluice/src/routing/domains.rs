@@ -3,13 +3,16 @@
 //!
 //! Invariant: both tables here are static (in memory), so
 //! [`LocalDomains::is_local_domain`] and [`LocalDomains::transport_for`]
-//! never wait; the scheduler calls them on its own task.
+//! never wait; the scheduler calls them on its own task. The transport
+//! table's values are parsed into next hops once per contents (at load
+//! and after each reload), never per lookup.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::config::hop::NextHop;
-use crate::tables::{Table, TableError};
+use crate::config::names::Domain;
+use crate::tables::{Table, TableError, Values};
 
 /// Why the routing tables could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -29,11 +32,35 @@ pub struct LocalDomains {
     domains: HashSet<String>,
     domain_table: Option<Arc<Table>>,
     transport_table: Option<Arc<Table>>,
+    /// The transport table's routes, parsed from the contents in force.
+    routes: arc_swap::ArcSwapOption<Routes>,
+}
+
+/// A transport table's entries as next hops, and the contents they were
+/// parsed from (to notice a reload by pointer).
+struct Routes {
+    source: Arc<HashMap<String, Values>>,
+    hops: HashMap<String, Arc<NextHop>>,
+}
+
+impl Routes {
+    fn parse(source: Arc<HashMap<String, Values>>) -> Routes {
+        // Every entry passed `check_route` before these contents were
+        // put in force, so none is dropped here.
+        let hops = source
+            .iter()
+            .filter_map(|(domain, values)| {
+                let hop = NextHop::parse(values.first()?)?;
+                Some((domain.clone(), Arc::new(hop)))
+            })
+            .collect();
+        Routes { source, hops }
+    }
 }
 
 impl LocalDomains {
     pub fn new(
-        domains: &[String],
+        domains: &[Domain],
         domain_table: Option<Arc<Table>>,
         transport_table: Option<Arc<Table>>,
     ) -> Result<LocalDomains, RoutingError> {
@@ -55,9 +82,10 @@ impl LocalDomains {
                 })?;
         }
         Ok(LocalDomains {
-            domains: domains.iter().map(|d| d.to_ascii_lowercase()).collect(),
+            domains: domains.iter().map(|d| d.to_string()).collect(),
             domain_table,
             transport_table,
+            routes: Default::default(),
         })
     }
 
@@ -67,6 +95,7 @@ impl LocalDomains {
             domains: HashSet::new(),
             domain_table: None,
             transport_table: None,
+            routes: Default::default(),
         })
     }
 
@@ -83,10 +112,18 @@ impl LocalDomains {
                 .is_some_and(|hit| hit.is_some())
     }
 
-    /// The route for `domain` in the static transport table, if any.
+    /// The route for `domain` (lowercase) in the static transport table,
+    /// if any. The table's contents are parsed the first time they are
+    /// seen; later lookups are one pointer comparison and a map lookup.
     pub fn transport_for(&self, domain: &str) -> Option<Arc<NextHop>> {
-        let values = self.transport_table.as_ref()?.lookup_now(domain)??;
-        values.first().and_then(|h| NextHop::parse(h)).map(Arc::new)
+        let now = self.transport_table.as_ref()?.contents()?;
+        let cached = self.routes.load();
+        if let Some(routes) = cached.as_ref().filter(|r| Arc::ptr_eq(&r.source, &now)) {
+            return routes.hops.get(domain).cloned();
+        }
+        let fresh = Arc::new(Routes::parse(now));
+        self.routes.store(Some(fresh.clone()));
+        fresh.hops.get(domain).cloned()
     }
 
     pub(crate) fn tables(&self) -> impl Iterator<Item = &Arc<Table>> {
@@ -143,5 +180,20 @@ mod tests {
             ok.transport_for("a.test").unwrap().key(),
             "smtp:[10.0.0.1]:25"
         );
+    }
+
+    /// Routes are parsed once per contents of the file: two lookups give
+    /// the same parsed hop, and a reload is seen at the next lookup.
+    #[test]
+    fn routes_are_parsed_once_and_follow_a_reload() {
+        let (dir, t) = routes("a.test smtp:[10.0.0.1]:25\n");
+        let local = LocalDomains::new(&[], None, Some(t.clone())).unwrap();
+        let first = local.transport_for("a.test").unwrap();
+        let again = local.transport_for("a.test").unwrap();
+        assert!(Arc::ptr_eq(&first, &again), "parsed again for a lookup");
+        std::fs::write(dir.path().join("routes"), "a.test discard\n").unwrap();
+        t.reload();
+        assert_eq!(*local.transport_for("a.test").unwrap(), NextHop::Discard);
+        assert!(local.transport_for("b.test").is_none());
     }
 }

@@ -306,7 +306,7 @@ mod tests {
         tables.insert("m".to_string(), table("mailboxes"));
         tables.insert("al".to_string(), table("aliases"));
         let config = LocalConfig {
-            domains: vec!["ex.test".into(), "catch.test".into()],
+            domains: vec!["ex.test".parse().unwrap(), "catch.test".parse().unwrap()],
             mailbox_table: Some("m".into()),
             alias_table: Some("al".into()),
             maildir_base: Some("/base".into()),

@@ -7,23 +7,21 @@
 use std::net::IpAddr;
 
 use crate::config::hop::Cidr;
+use crate::config::names::DomainPattern;
 use crate::message::address::domain_of;
 
 /// Relay policy: mynetworks may send anywhere; others only to relay_domains.
 #[derive(Debug, Clone)]
 pub struct RelayPolicy {
     mynetworks: Vec<Cidr>,
-    relay_domains: Vec<String>,
+    relay_domains: Vec<DomainPattern>,
 }
 
 impl RelayPolicy {
-    pub fn new(mynetworks: Vec<Cidr>, relay_domains: &[String]) -> RelayPolicy {
+    pub fn new(mynetworks: Vec<Cidr>, relay_domains: &[DomainPattern]) -> RelayPolicy {
         RelayPolicy {
             mynetworks,
-            relay_domains: relay_domains
-                .iter()
-                .map(|d| d.to_ascii_lowercase())
-                .collect(),
+            relay_domains: relay_domains.to_vec(),
         }
     }
 
@@ -39,12 +37,8 @@ impl RelayPolicy {
     /// True if `recipient` is in `relay_domains`.
     pub fn is_relay_domain(&self, recipient: &str) -> bool {
         let domain = domain_of(recipient).to_ascii_lowercase();
-        self.relay_domains
-            .iter()
-            .any(|d| match d.strip_prefix('.') {
-                Some(parent) => domain.ends_with(d.as_str()) || domain == parent,
-                None => *d == domain,
-            })
+        let domain = domain.strip_suffix('.').unwrap_or(&domain);
+        self.relay_domains.iter().any(|d| d.matches(domain))
     }
 }
 
@@ -55,7 +49,7 @@ mod tests {
     #[test]
     fn relay_policy() {
         let lo = Cidr::parse("127.0.0.0/8").unwrap();
-        let policy = RelayPolicy::new(vec![lo], &["ours.example".into()]);
+        let policy = RelayPolicy::new(vec![lo], &["ours.example".parse().unwrap()]);
         assert!(policy.is_trusted("127.0.0.2".parse().unwrap()));
         assert!(policy.allows(true, "x@anywhere.example"));
         assert!(policy.allows(false, "x@OURS.example"));

@@ -130,6 +130,16 @@ impl Table {
         }
     }
 
+    /// A static table's whole contents in force (None for LDAP): the
+    /// same `Arc` until a reload swaps them, so a user may keep a view
+    /// derived from them and rebuild it only when the pointer changes.
+    pub fn contents(&self) -> Option<Arc<std::collections::HashMap<String, Values>>> {
+        match self {
+            Table::Static(t) => Some(t.contents()),
+            Table::Ldap(_) => None,
+        }
+    }
+
     /// Requires every entry of a static table to pass `check`, now and at
     /// every reload (nothing for LDAP tables).
     pub fn set_check(&self, check: EntryCheck) -> Result<(), TableError> {

@@ -64,6 +64,11 @@ impl StaticTable {
         self.map.load().get(&key.to_ascii_lowercase()).cloned()
     }
 
+    /// The contents in force (swapped whole at each reload).
+    pub fn contents(&self) -> Arc<HashMap<String, Values>> {
+        self.map.load_full()
+    }
+
     /// Checks the contents in force with `check`, and every reload from
     /// now on (a file that fails is refused and the old contents kept).
     pub fn set_check(&self, check: EntryCheck) -> Result<(), TableError> {

@@ -86,7 +86,7 @@ pub fn ensure_package(bin: &str, pkg: &str) {
 /// A config for tests: port 0 on loopback, relayhost = `next_hop`, fast retries.
 pub fn config(dir: &std::path::Path, next_hop: Option<SocketAddr>) -> Config {
     let mut c = Config {
-        hostname: "mx.test".into(),
+        hostname: "mx.test".parse().unwrap(),
         data_dir: dir.join("var"),
         log_file: Some(dir.join("maillog")),
         // Tests read events, not prose.
@@ -117,7 +117,7 @@ pub fn config(dir: &std::path::Path, next_hop: Option<SocketAddr>) -> Config {
 pub fn untrusted_config(dir: &std::path::Path, next_hop: Option<SocketAddr>) -> Config {
     let mut cfg = config(dir, next_hop);
     cfg.smtpd.mynetworks = vec![net("127.0.0.3/32")];
-    cfg.smtpd.relay_domains = vec!["ours.test".into()];
+    cfg.smtpd.relay_domains = vec!["ours.test".parse().unwrap()];
     let hop = next_hop.map_or(NextHop::Discard, NextHop::to_addr);
     cfg.transport.insert("ours.test".into(), hop);
     cfg
@@ -468,7 +468,7 @@ pub fn dkim_key(
     key_file: std::path::PathBuf,
 ) -> sluice::config::DkimKeyConfig {
     sluice::config::DkimKeyConfig {
-        domain: domain.into(),
+        domain: domain.parse().unwrap(),
         selector: selector.into(),
         key_file,
         headers: None,
