@@ -97,6 +97,7 @@ async fn run(name: &str, chunks: &[&[u8]]) -> (Vec<String>, Vec<Event>) {
         anvil: sluice::receive::smtp::anvil::Anvil::new(Default::default()),
         tls: None,
         credentials: None,
+        policy_service: None,
     });
     let writes = Arc::new(Mutex::new(Vec::new()));
     let io = Scripted {

@@ -14,13 +14,16 @@ pub mod hop;
 pub mod listener;
 pub mod local;
 pub mod names;
+pub mod services;
+pub mod smtpd;
 pub mod tables;
 
 use serde::Deserialize;
 
 pub use delivery::DeliveryConfig;
 use hop::{Cidr, NextHop};
-use names::{Domain, DomainPattern, MailAddress};
+use names::{Domain, MailAddress};
+pub use smtpd::{BareLineEnds, SmtpdConfig};
 
 /// Recipients one spooled message can have (outcome records index them
 /// with 16 bits).
@@ -140,91 +143,6 @@ impl Default for DnsConfig {
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct SmtpdConfig {
-    /// Plain SMTP listeners (port 25 style); see also `listeners`.
-    pub listen: Vec<std::net::SocketAddr>,
-    /// Listeners with a kind (`smtp`, `submission`, `submissions`) and
-    /// options (`proxy_protocol`, `auth_without_tls`).
-    pub listeners: Vec<listener::ListenerConfig>,
-    /// Concurrent sessions; one more gets `421 4.3.2` and is closed.
-    pub max_sessions: usize,
-    /// Let several Sluice processes listen on the same ports (SO_REUSEPORT;
-    /// the kernel spreads connections), e.g. where one process may not
-    /// hold as many descriptors as there are sessions.
-    pub reuse_port: bool,
-    /// Largest message accepted, octets (Postfix: message_size_limit).
-    pub message_size_limit: usize,
-    /// Recipients per message; more get `452 4.5.3`.
-    pub max_recipients: usize,
-    /// Errors in one session before `421` and disconnect.
-    pub max_errors: u32,
-    /// Seconds a client may stay silent between commands.
-    pub idle_timeout_secs: u64,
-    /// Seconds a client may stay silent inside DATA or BDAT.
-    pub data_timeout_secs: u64,
-    /// Command line limit, CRLF included (RFC 5321: 512).
-    pub command_line_limit: usize,
-    /// Text line limit inside a message, CRLF included (RFC 5321: 1000); 0 = none.
-    pub text_line_limit: usize,
-    /// `reject` (default) or `normalize` messages with bare CR or LF.
-    pub bare_line_ends: BareLineEnds,
-    /// Clients that may relay to any domain.
-    pub mynetworks: Vec<Cidr>,
-    /// Domains anyone may send to (everyone else is denied relaying).
-    pub relay_domains: Vec<DomainPattern>,
-    /// Table (from `[tables]`) of the valid recipients in `relay_domains`:
-    /// an address or `@domain` key (Postfix: relay_recipient_maps). Others
-    /// get `550 5.1.1` at RCPT instead of a bounce later (backscatter).
-    pub relay_recipient_table: Option<String>,
-    /// Wait this long for the client to talk before the 220 greeting; a
-    /// client that does (RFC 5321 §4.3.1 violation, typical of spam bots)
-    /// gets `554 5.5.1` and is closed. 0 = greet at once (no check).
-    pub greet_pause_ms: u64,
-    /// NOOP, RSET, VRFY, HELP and EHLO/HELO a session may send before they
-    /// count as errors (Postfix: smtpd_junk_command_limit).
-    pub junk_command_limit: u32,
-    /// A session ends with `421 4.4.2` after this many seconds, busy or not.
-    pub max_session_secs: u64,
-    /// Inside DATA/BDAT a client must average at least this many octets a
-    /// second after the first `data_timeout_secs` (Postfix:
-    /// smtpd_min_data_rate); 0 = only the silence timeout applies.
-    pub min_data_rate: u64,
-    /// Per-client limits (0 = none); clients in `mynetworks` are exempt,
-    /// as in Postfix. Concurrent sessions per address (Postfix:
-    /// smtpd_client_connection_count_limit):
-    pub client_connection_limit: u32,
-    /// New sessions per address per minute (`421 4.7.0`).
-    pub client_connection_rate_limit: u32,
-    /// MAIL commands per address per minute (`450 4.7.1`).
-    pub client_message_rate_limit: u32,
-    /// RCPT commands per address per minute (`450 4.7.1`).
-    pub client_recipient_rate_limit: u32,
-    /// Failed AUTH attempts per address per minute before `421 4.7.0`;
-    /// past it every AUTH from that client is refused for a minute.
-    pub client_auth_failure_limit: u32,
-    /// IPv6 clients are counted per network of this prefix length for
-    /// all per-client limits (64: one site, as providers assign).
-    pub client_ipv6_prefix: u8,
-    /// Text after the hostname in the 220 greeting.
-    pub banner: String,
-    /// More `Received:` headers than this means a mail loop: `554 5.4.6`.
-    pub hop_count_limit: usize,
-    /// Memory all sessions together may hold for message bodies being
-    /// received (KiB). A message that would exceed it is read to its end,
-    /// dropped and answered `452 4.3.1` (try again later).
-    pub message_memory_budget_kib: u32,
-    /// For the `listen` addresses: check SPF, DKIM and DMARC and add
-    /// Authentication-Results: (per listener in `[[smtpd.listeners]]`).
-    pub sender_auth: bool,
-    /// ... and refuse mail failing DMARC under p=reject.
-    pub dmarc_reject: bool,
-    /// With `sender_auth`: DKIM signatures evaluated per message (each
-    /// costs DNS lookups); the rest are recorded as not evaluated.
-    pub dkim_verify_max_signatures: usize,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
 pub struct SpoolSettings {
     /// DANGER: acknowledge mail before it is on stable storage. Mail that
     /// got `250` is lost on power failure or kernel crash. Off by default.
@@ -288,47 +206,6 @@ impl Default for Config {
     }
 }
 
-impl Default for SmtpdConfig {
-    fn default() -> Self {
-        SmtpdConfig {
-            listen: vec![std::net::SocketAddr::from(([127, 0, 0, 1], 2525))],
-            listeners: Vec::new(),
-            max_sessions: 10_000,
-            reuse_port: false,
-            message_size_limit: 10_240_000,
-            max_recipients: 1000,
-            max_errors: 20,
-            idle_timeout_secs: 300,
-            data_timeout_secs: 300,
-            command_line_limit: 512,
-            text_line_limit: 1000,
-            bare_line_ends: BareLineEnds::Reject,
-            mynetworks: ["127.0.0.0/8", "::1/128"]
-                .iter()
-                .filter_map(|n| Cidr::parse(n))
-                .collect(),
-            relay_domains: Vec::new(),
-            relay_recipient_table: None,
-            greet_pause_ms: 0,
-            junk_command_limit: 100,
-            max_session_secs: 3600,
-            min_data_rate: 500,
-            client_connection_limit: 50,
-            client_connection_rate_limit: 0,
-            client_message_rate_limit: 0,
-            client_recipient_rate_limit: 0,
-            client_auth_failure_limit: 10,
-            client_ipv6_prefix: 64,
-            banner: "ESMTP Sluice".into(),
-            hop_count_limit: 50,
-            message_memory_budget_kib: 1 << 20,
-            sender_auth: false,
-            dmarc_reject: false,
-            dkim_verify_max_signatures: 5,
-        }
-    }
-}
-
 impl Default for SpoolSettings {
     fn default() -> Self {
         SpoolSettings {
@@ -361,16 +238,6 @@ pub enum LogFormat {
     Text,
     /// One JSON object an event (`log.rs`).
     Json,
-}
-
-/// `smtpd.bare_line_ends`: what DATA does with a bare CR or LF.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum BareLineEnds {
-    /// Refuse the message (554 5.6.0): no smuggling (the default).
-    Reject,
-    /// Make every line end CRLF and take the message.
-    Normalize,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -34,6 +34,7 @@ use crate::intake::Intake;
 use crate::log;
 use crate::log::Logger;
 use crate::queue::{DeliveryAgent, QueueHandle, WorkerStart};
+use crate::receive::policy::PolicyClient;
 use crate::receive::smtp::anvil::{self, Anvil};
 use crate::receive::smtp::tls::ServerTls;
 use crate::receive::smtp::SessionContext;
@@ -344,6 +345,7 @@ impl Parts {
             tls: self.tls.clone(),
             credentials: self.mailboxes.credentials(),
             intake: intake.clone(),
+            policy_service: PolicyClient::from_config(&config.smtpd).map(Arc::new),
         }
     }
 

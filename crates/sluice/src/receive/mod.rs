@@ -6,4 +6,5 @@
 //! one intake (`crate::intake`), never to the spool directly.
 
 pub mod local;
+pub mod policy;
 pub mod smtp;

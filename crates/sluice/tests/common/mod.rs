@@ -5,6 +5,7 @@
 pub mod dns_split;
 pub mod haproxy;
 pub mod nsd;
+pub mod postgrey;
 pub mod slapd;
 pub mod tls;
 pub mod users;

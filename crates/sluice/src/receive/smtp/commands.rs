@@ -7,8 +7,10 @@ use sluice_proto::data::{DataDecoder, DataLimits};
 use sluice_proto::dsn::Ret;
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use super::delegate::Verdict;
 use super::session::{Mode, Next, Session};
 use super::transaction::Transaction;
+use crate::config::services::PolicyStage;
 use crate::log::qid;
 use crate::message::flags;
 use crate::routing::mailboxes::Resolution;
@@ -43,7 +45,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             // Boxed (here and at the end of a message): the lookups and the
             // spool store are big futures an idle session must not carry.
             Command::Rcpt(path, params) => Box::pin(self.rcpt(path, params)).await,
-            Command::Data => self.data(),
+            Command::Data => Box::pin(self.data()).await,
             Command::Bdat { size, last } => Box::pin(self.bdat(size, last)).await,
             Command::Rset => {
                 self.txn = None;
@@ -308,6 +310,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 }
             }
         }
+        if !matches!(resolution, Resolution::Unknown) {
+            let asked = self.delegate(PolicyStage::Rcpt, Some(&address)).await;
+            if let Verdict::Refused(next) = asked {
+                return next;
+            }
+        }
         let max = ctx.config.smtpd.max_recipients;
         let ip = self.peer.ip();
         let Some(txn) = self.txn.as_mut() else {
@@ -400,7 +408,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         Next::Continue
     }
 
-    fn data(&mut self) -> Next {
+    async fn data(&mut self) -> Next {
         let Some(txn) = self.txn.as_mut() else {
             return self.refuse_data("503 5.5.1 Error: need MAIL command");
         };
@@ -409,6 +417,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         }
         if txn.recipients.is_empty() && !txn.has_discarded {
             return self.refuse_data("554 5.5.1 Error: no valid recipients");
+        }
+        if let Verdict::Refused(next) = self.delegate(PolicyStage::Data, None).await {
+            self.txn = None;
+            return self.data_refused(next);
         }
         self.start_body();
         let smtpd = &self.ctx.config.smtpd;
@@ -425,7 +437,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     /// for the reply (RFC 2920 §3.1: DATA ends a pipelined group) is the
     /// message, not commands: the session ends rather than run it.
     fn refuse_data(&mut self, reply: &str) -> Next {
-        if self.error(reply) == Next::Close {
+        let next = self.error(reply);
+        self.data_refused(next)
+    }
+
+    /// After a refused DATA (the reply written, `next` its result).
+    fn data_refused(&mut self, next: Next) -> Next {
+        if next == Next::Close {
             return Next::Close;
         }
         if self.pipelined_more {
@@ -443,23 +461,38 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     async fn bdat(&mut self, chunk_size: usize, is_last: bool) -> Next {
         // The chunk follows the command whatever we answer, so it is
         // always read; a refused chunk is read and thrown away.
-        let accepted = match self.txn.as_mut() {
-            Some(txn) if !txn.recipients.is_empty() || txn.has_discarded => {
-                let first = !txn.bdat;
-                txn.bdat = true;
-                if first {
+        let (ready, first) = match self.txn.as_ref() {
+            Some(txn) => (!txn.recipients.is_empty() || txn.has_discarded, !txn.bdat),
+            None => (false, false),
+        };
+        // The first chunk is the DATA of the policy service; a refusal
+        // ends the transaction, so no later chunk can start a message
+        // that lacks this one.
+        let mut refused = None;
+        if ready && first {
+            match self.delegate(PolicyStage::Data, None).await {
+                Verdict::Refused(next) => {
+                    self.txn = None;
+                    refused = Some(next);
+                }
+                Verdict::Go => {
+                    if let Some(txn) = self.txn.as_mut() {
+                        txn.bdat = true;
+                    }
                     self.start_body();
                 }
-                true
             }
-            _ => false,
-        };
+        }
+        let accepted = ready && refused.is_none();
         if chunk_size > 0 {
             self.mode = Mode::Bdat {
                 remaining: chunk_size,
                 last: is_last,
                 discard: !accepted,
             };
+        }
+        if let Some(next) = refused {
+            return next;
         }
         if !accepted {
             return self.error("503 5.5.1 Error: need MAIL and RCPT before BDAT");

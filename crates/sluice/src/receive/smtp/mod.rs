@@ -16,6 +16,7 @@
 pub mod anvil;
 pub mod auth;
 mod commands;
+mod delegate;
 mod hash_pool;
 pub mod proxy;
 mod session;
@@ -61,6 +62,8 @@ pub struct SessionContext {
     pub credentials: Option<Arc<crate::tables::Table>>,
     /// The one way into the queue (checks, signing, spool).
     pub intake: Arc<crate::intake::Intake>,
+    /// `smtpd.policy_service`, if set (`receive/policy.rs`).
+    pub policy_service: Option<Arc<crate::receive::policy::PolicyClient>>,
 }
 
 /// SMTP sessions open now, in this process (for `/metrics`).

@@ -15,7 +15,9 @@ use sluice_spool::Dsn;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::delegate::Verdict;
 use super::session::Session;
+use crate::config::services::PolicyStage;
 use crate::intake::headers::{self, SmtpTrace};
 use crate::intake::{Accepted, Origin, SmtpClient, Submission};
 use crate::log;
@@ -53,6 +55,13 @@ pub(super) struct Transaction {
     pub dsn: Dsn,
     /// ... stored only if the client gave any.
     pub dsn_given: bool,
+    /// Header fields a policy service asked to add (`PREPEND`), put
+    /// right below our Received: field at the end of the message.
+    pub prepend: Vec<String>,
+    /// A policy service said `DISCARD`: accept, then drop the message.
+    pub discard: bool,
+    /// Length of our Received: field at the start of `body`.
+    trace_len: usize,
 }
 
 impl Transaction {
@@ -69,6 +78,9 @@ impl Transaction {
             memory: None,
             dsn: Dsn::default(),
             dsn_given: false,
+            prepend: Vec::new(),
+            discard: false,
+            trace_len: 0,
         }
     }
 
@@ -101,6 +113,17 @@ impl Transaction {
             self.dsn_given = true;
         }
         true
+    }
+
+    /// Puts the fields a policy service asked for right below our
+    /// Received: field (each already checked to be one `Name: value`).
+    fn insert_prepended(&mut self) {
+        if self.prepend.is_empty() {
+            return;
+        }
+        let fields: String = self.prepend.iter().map(|h| format!("{h}\r\n")).collect();
+        let at = self.trace_len.min(self.body.len());
+        self.body.splice(at..at, fields.into_bytes());
     }
 
     /// Drops the body: it will be refused with `why`.
@@ -181,6 +204,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         let header = headers::smtp_trace(hostname, txn.id, &trace);
         txn.body.reserve(header.len() + 1024);
         txn.body.extend_from_slice(header.as_bytes());
+        txn.trace_len = header.len();
     }
 
     /// The final dot of DATA.
@@ -225,12 +249,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
 
     /// The one end of every transaction, DATA or BDAT: the intake checks,
     /// signs, stores and queues it (or refuses it), then the reply.
-    async fn finish(&mut self, mut txn: Transaction, mut flaws: DataFlaws) {
+    async fn finish(&mut self, txn: Transaction, mut flaws: DataFlaws) {
         match txn.reject {
             Some(Reject::OverBudget) => return self.reject(&txn, MEMORY_EXHAUSTED),
             Some(Reject::TooBig) => flaws.too_big = true,
             None => {}
         }
+        let Some(mut txn) = self.end_of_message_policy(txn, &flaws).await else {
+            return;
+        };
+        if txn.discard {
+            self.reply_fmt(format_args!("250 2.0.0 Ok: discarded as {}", qid(txn.id)));
+            return;
+        }
+        txn.insert_prepended();
         let origin = Origin::Smtp(SmtpClient {
             peer: self.peer,
             helo: self.helo.clone().unwrap_or_default(),
@@ -268,6 +300,25 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     self.errors += 1;
                 }
             }
+        }
+    }
+
+    /// Asks the policy service at the end of a complete message; None if
+    /// it refused (the reply written).
+    async fn end_of_message_policy(
+        &mut self,
+        txn: Transaction,
+        flaws: &DataFlaws,
+    ) -> Option<Transaction> {
+        if flaws.too_big || self.ctx.policy_service.is_none() {
+            return Some(txn);
+        }
+        self.txn = Some(txn);
+        let verdict = self.delegate(PolicyStage::EndOfMessage, None).await;
+        let txn = self.txn.take()?;
+        match verdict {
+            Verdict::Go => Some(txn),
+            Verdict::Refused(_) => None,
         }
     }
 

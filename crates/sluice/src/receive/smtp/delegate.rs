@@ -1,0 +1,206 @@
+//! The policy service in a session (`receive/policy.rs` is the client):
+//! the request built from what the session knows, and the answer applied
+//! to the recipient or the transaction, as Postfix's check_policy_service.
+//!
+//! Trust: the request carries the client's HELO and addresses (the client
+//! sanitizes them); the answer is the operator's server's, parsed into a
+//! `PolicyAction` (no line breaks can reach a reply or a header).
+//! Invariants: the server is asked only once Sluice itself would accept
+//! (so `DEFER_IF_PERMIT` is a deferral and nothing it says can open a
+//! relay), and by default not for clients that may relay (mynetworks,
+//! authenticated), as `permit_mynetworks, permit_sasl_authenticated`
+//! before `check_policy_service` in Postfix. A server that cannot answer,
+//! or answers with an action Sluice does not apply, gets the configured
+//! default action.
+
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use super::session::{Next, Session};
+use crate::config::services::{PolicyAction, PolicyStage, Reply};
+use crate::event;
+use crate::log::qid;
+use crate::receive::policy::Request;
+
+/// What the session does after asking.
+pub(super) enum Verdict {
+    /// Go on (the answer, if any, was recorded in the transaction).
+    Go,
+    /// Refused: the reply is written; the command's result is this.
+    Refused(Next),
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
+    /// Asks the policy service about `stage` (and `recipient` at RCPT),
+    /// if it is to be asked, and applies its answer.
+    pub(super) async fn delegate(
+        &mut self,
+        stage: PolicyStage,
+        recipient: Option<&str>,
+    ) -> Verdict {
+        let smtpd = &self.ctx.config.smtpd;
+        let exempt = smtpd.policy_service_exempt_trusted && self.may_relay();
+        let Some(client) = self.ctx.policy_service.clone() else {
+            return Verdict::Go;
+        };
+        if exempt || !smtpd.policy_service_at.contains(&stage) {
+            return Verdict::Go;
+        }
+        let Some(request) = self.policy_request(stage, recipient) else {
+            return Verdict::Go;
+        };
+        let (mut action, failed) = client.ask(&request).await;
+        let id = self.txn.as_ref().map_or(0, |t| t.id);
+        let ip = self.peer.ip();
+        let server = client.addr().to_string();
+        if let Some(err) = failed {
+            event!(
+                self.ctx.logger,
+                "smtpd",
+                "policy_failed",
+                { queue_id: qid(id), client_ip: ip, server: server, error: err.to_string() },
+                "warning: {}: policy service {server}: {err}; default action applies",
+                qid(id)
+            );
+        }
+        if let PolicyAction::Unsupported(text) = &action {
+            event!(
+                self.ctx.logger,
+                "smtpd",
+                "policy_unsupported",
+                { queue_id: qid(id), client_ip: ip, server: server, action: text },
+                "warning: {}: policy service {server}: unsupported action {text:?}; default action applies",
+                qid(id)
+            );
+            action = self.ctx.config.smtpd.policy_service_default_action.clone();
+        }
+        self.apply(stage, recipient, action)
+    }
+
+    /// The attributes Postfix sends (those Sluice knows), or None outside
+    /// a transaction.
+    fn policy_request(&self, stage: PolicyStage, recipient: Option<&str>) -> Option<Request> {
+        let txn = self.txn.as_ref()?;
+        let at_rcpt = stage == PolicyStage::Rcpt;
+        let only = match txn.recipients.as_slice() {
+            [one] if !at_rcpt => Some(one.as_str()),
+            _ => None,
+        };
+        let (protocol, cipher) = match self
+            .tls
+            .as_deref()
+            .and_then(|t| t.split_once(" with cipher "))
+        {
+            Some((p, c)) => (p, c),
+            None => ("", ""),
+        };
+        let mut r = Request::new();
+        r.add("protocol_state", stage.protocol_state())
+            .add("protocol_name", if self.esmtp { "ESMTP" } else { "SMTP" })
+            .add("helo_name", self.helo.as_deref().unwrap_or(""))
+            .add("queue_id", &qid(txn.id))
+            .add("instance", &qid(txn.id))
+            .add("sender", &txn.sender)
+            .add("recipient", recipient.or(only).unwrap_or(""))
+            .add(
+                "recipient_count",
+                &if at_rcpt { 0 } else { txn.recipients.len() }.to_string(),
+            )
+            .add("client_address", &self.peer.ip().to_string())
+            .add("client_port", &self.peer.port().to_string())
+            .add("client_name", "unknown")
+            .add("reverse_client_name", "unknown")
+            .add("server_address", &self.listener.listen.ip().to_string())
+            .add("server_port", &self.listener.listen.port().to_string())
+            .add("sasl_username", self.auth.as_deref().unwrap_or(""))
+            .add("size", &txn.body.len().to_string())
+            .add("encryption_protocol", protocol)
+            .add("encryption_cipher", cipher);
+        Some(r)
+    }
+
+    /// Applies an answer (never `Unsupported`: that became the default).
+    fn apply(
+        &mut self,
+        stage: PolicyStage,
+        recipient: Option<&str>,
+        action: PolicyAction,
+    ) -> Verdict {
+        let id = self.txn.as_ref().map_or(0, |t| t.id);
+        let ip = self.peer.ip();
+        match action {
+            PolicyAction::Reject(reply) | PolicyAction::Defer(reply) => {
+                Verdict::Refused(self.policy_refused(stage, recipient, &reply))
+            }
+            PolicyAction::Prepend(header) => {
+                if let Some(txn) = self.txn.as_mut() {
+                    txn.prepend.push(header);
+                }
+                Verdict::Go
+            }
+            PolicyAction::Discard(text) => {
+                event!(
+                    self.ctx.logger,
+                    "smtpd",
+                    "policy_discard",
+                    { queue_id: qid(id), client_ip: ip, why: text },
+                    "{}: discard: policy service: {text}",
+                    qid(id)
+                );
+                if let Some(txn) = self.txn.as_mut() {
+                    txn.discard = true;
+                }
+                Verdict::Go
+            }
+            PolicyAction::Log(text) => {
+                event!(
+                    self.ctx.logger,
+                    "smtpd",
+                    "policy_warn",
+                    { queue_id: qid(id), client_ip: ip, text: text },
+                    "{}: warn: policy service: {text}",
+                    qid(id)
+                );
+                Verdict::Go
+            }
+            PolicyAction::Dunno
+            | PolicyAction::Ok
+            | PolicyAction::DeferIfReject
+            | PolicyAction::Unsupported(_) => Verdict::Go,
+        }
+    }
+
+    /// A refusal in Postfix's words; a 5xx counts as a client error.
+    fn policy_refused(&mut self, stage: PolicyStage, recipient: Option<&str>, r: &Reply) -> Next {
+        let id = self.txn.as_ref().map_or(0, |t| t.id);
+        let ip = self.peer.ip();
+        let what = match (stage, recipient) {
+            (PolicyStage::Rcpt, Some(to)) => format!("<{to}>: Recipient address rejected"),
+            (PolicyStage::EndOfMessage, _) => "<END-OF-MESSAGE>: End-of-data rejected".into(),
+            _ => "<DATA>: Data command rejected".into(),
+        };
+        let (code, dsn, text) = (r.code, r.dsn.as_str(), r.text.as_str());
+        event!(
+            self.ctx.logger,
+            "smtpd",
+            "reject",
+            {
+                queue_id: qid(id),
+                stage: stage.protocol_state(),
+                client_ip: ip,
+                to: recipient.unwrap_or(""),
+                code: code,
+                dsn: dsn,
+                cause: "policy",
+                why: text,
+            },
+            "{}: reject: {} from [{ip}]: {code} {dsn} {what}: {text}",
+            qid(id),
+            stage.protocol_state()
+        );
+        self.reply_fmt(format_args!("{code} {dsn} {what}: {text}"));
+        if code >= 500 {
+            return self.error_counted();
+        }
+        Next::Continue
+    }
+}
