@@ -24,9 +24,12 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use sluice::deliver::smtp::tls::{any_certificate_connector, Stream};
+use sluice::deliver::smtp::tls::any_certificate_connector;
 use sluice::smtp::io::MaybeTls;
 use sluice::timefmt;
+
+/// The generator's connection: TCP, TLS after STARTTLS.
+type Stream = MaybeTls<TcpStream, tokio_rustls::client::TlsStream<TcpStream>>;
 
 #[derive(Debug, Clone)]
 pub struct BenchOptions {

@@ -7,6 +7,8 @@
 
 use std::net::{IpAddr, SocketAddr};
 
+use super::services::ServiceAddr;
+
 /// Where a recipient's mail goes. In the configuration (`transport`,
 /// `delivery.relayhost`) it is parsed when the file is read: a bad one
 /// fails `check-config` with its line, and nothing parses it again.
@@ -31,11 +33,14 @@ pub enum NextHop {
     Discard,
     /// Local delivery into virtual mailboxes.
     Maildir,
+    /// LMTP (RFC 2033) to a mailbox server, e.g. Dovecot: `lmtp:unix:/path`
+    /// or `lmtp:[host]:port`. Configured only, never from DNS.
+    Lmtp(ServiceAddr),
 }
 
 /// A next hop that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("bad next hop {0:?} (want smtp:[host]:port, smtp:host[:port], discard or maildir)")]
+#[error("bad next hop {0:?} (want smtp:[host]:port, smtp:host[:port], lmtp:unix:/path, lmtp:[host]:port, discard or maildir)")]
 pub struct BadHop(pub String);
 
 impl TryFrom<String> for NextHop {
@@ -63,7 +68,8 @@ impl NextHop {
         }
     }
 
-    /// Parses `smtp:[host]:port`, `smtp:host:port`, `smtp:host`, `discard`.
+    /// Parses `smtp:[host]:port`, `smtp:host:port`, `smtp:host`,
+    /// `lmtp:unix:/path`, `lmtp:[host]:port`, `discard`, `maildir`.
     pub fn parse(text: &str) -> Option<NextHop> {
         let text = text.trim();
         if text == "discard" || text.starts_with("discard:") {
@@ -71,6 +77,9 @@ impl NextHop {
         }
         if text == "maildir" || text == "local" {
             return Some(NextHop::Maildir);
+        }
+        if let Some(service) = text.strip_prefix("lmtp:") {
+            return service.parse().ok().map(NextHop::Lmtp);
         }
         let rest = text.strip_prefix("smtp:")?;
         let (host, port, bracketed) = if let Some(inner) = rest.strip_prefix('[') {
@@ -120,6 +129,7 @@ impl NextHop {
             }
             NextHop::Discard => "discard".into(),
             NextHop::Maildir => "maildir".into(),
+            NextHop::Lmtp(service) => format!("lmtp:{service}"),
         }
     }
 }
@@ -206,6 +216,22 @@ mod tests {
             Some("smtp:[::1]:25".into())
         );
         assert_eq!(NextHop::parse("discard"), Some(NextHop::Discard));
+        let lmtp = |t: &str| NextHop::parse(t).map(|h| h.key());
+        assert_eq!(
+            lmtp("lmtp:unix:/run/dovecot/lmtp"),
+            Some("lmtp:unix:/run/dovecot/lmtp".into())
+        );
+        assert_eq!(
+            lmtp("lmtp:[127.0.0.1]:24"),
+            Some("lmtp:inet:127.0.0.1:24".into())
+        );
+        assert_eq!(
+            lmtp("lmtp:inet:mail.test:24"),
+            Some("lmtp:inet:mail.test:24".into())
+        );
+        for bad in ["lmtp:", "lmtp:unix:relative", "lmtp:[127.0.0.1]"] {
+            assert_eq!(NextHop::parse(bad), None, "{bad}");
+        }
         for bad in [
             "",
             "smtp:",

@@ -10,6 +10,10 @@ use serde::Deserialize;
 pub struct LocalConfig {
     /// Domains whose mail is delivered here, to virtual mailboxes.
     pub domains: Vec<super::names::Domain>,
+    /// How their mail is delivered: `maildir` (Sluice writes the
+    /// Maildirs, the default) or an LMTP server that owns the mailboxes,
+    /// e.g. `lmtp:unix:/run/dovecot/lmtp` (Postfix: virtual_transport).
+    pub transport: super::hop::NextHop,
     /// Table (from `[tables]`) of valid mailboxes; its value, if any, is the
     /// Maildir path (relative to `maildir_base`, or absolute). Without a
     /// table every address in a local domain is accepted.
@@ -43,6 +47,7 @@ impl Default for LocalConfig {
     fn default() -> Self {
         LocalConfig {
             domains: Vec::new(),
+            transport: super::hop::NextHop::Maildir,
             mailbox_table: None,
             alias_table: None,
             domain_table: None,
@@ -56,6 +61,25 @@ impl Default for LocalConfig {
     }
 }
 
+impl LocalConfig {
+    /// Settings that work but that an operator should hear about, for
+    /// `check-config` and the log at start.
+    pub fn warnings(&self) -> Vec<String> {
+        let has_domains = !self.domains.is_empty() || self.domain_table.is_some();
+        let lmtp = matches!(self.transport, super::hop::NextHop::Lmtp(_));
+        if !(has_domains && lmtp && self.mailbox_table.is_none()) {
+            return Vec::new();
+        }
+        vec![format!(
+            "warning: local.transport = \"{}\" and no local.mailbox_table: every address in the \
+             local domains is accepted at RCPT, and the LMTP server's \"unknown user\" becomes a \
+             bounce to the sender, who may be forged (backscatter); list the mailboxes in \
+             local.mailbox_table (Postfix: virtual_mailbox_maps)",
+            self.transport.key()
+        )]
+    }
+}
+
 /// `local.maildir_sync`: how Maildir deliveries are made durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -64,4 +88,28 @@ pub enum MaildirSync {
     Batch,
     /// Every message syncs its file and its directory on its own.
     Each,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::hop::NextHop;
+
+    #[test]
+    fn lmtp_without_a_mailbox_table_is_a_warning() {
+        let mut local = LocalConfig {
+            domains: vec!["local.test".parse().unwrap()],
+            ..LocalConfig::default()
+        };
+        assert!(
+            local.warnings().is_empty(),
+            "Maildir: no bounce for unknown users"
+        );
+        local.transport = NextHop::parse("lmtp:unix:/run/dovecot/lmtp").unwrap();
+        let warnings = local.warnings();
+        assert_eq!(warnings.len(), 1);
+        assert!(warnings[0].contains("backscatter"), "{warnings:?}");
+        local.mailbox_table = Some("users".into());
+        assert!(local.warnings().is_empty());
+    }
 }

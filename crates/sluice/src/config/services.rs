@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 /// Where a service listens: `inet:host:port` (or `host:port`) or
 /// `unix:/path` (Postfix's notation).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Deserialize)]
 #[serde(try_from = "String")]
 pub enum ServiceAddr {
     Inet { host: String, port: u16 },

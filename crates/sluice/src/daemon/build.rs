@@ -188,6 +188,7 @@ impl Parts {
             config.delivery.relayhost.as_ref(),
             mailboxes.domains(),
         )
+        .with_local_transport(&config.local.transport)
         .with_mx_port(config.delivery.mx_port);
         let tls = match (kept(tls_key), purpose) {
             (Some(p), _) => p.tls.clone(),
@@ -374,7 +375,8 @@ impl Parts {
 }
 
 /// `sluice check-config`: builds what `serve` builds, writing nothing;
-/// returns warnings (a spool file system too full to take mail).
+/// returns warnings (a spool file system too full to take mail, an LMTP
+/// transport with no mailbox table).
 pub fn check(config: Config) -> Result<Vec<String>, BuildError> {
     let logger = Logger::disabled();
     let dir = config.data_dir.join("spool");
@@ -383,8 +385,9 @@ pub fn check(config: Config) -> Result<Vec<String>, BuildError> {
         Err(err) => return Err(BuildError::SpoolSpace { dir, err }),
     };
     let size = super::spool_size::fit(&config.spool, fs);
-    let warnings = super::spool_size::shortage(&dir, size, fs)
+    let mut warnings: Vec<String> = super::spool_size::shortage(&dir, size, fs)
         .into_iter()
         .collect();
+    warnings.extend(config.local.warnings());
     Parts::build(Arc::new(config), &logger, None, Purpose::Check).map(|_| warnings)
 }

@@ -113,6 +113,9 @@ impl Server {
         let json = config.log_format == crate::config::LogFormat::Json;
         let logger = Logger::start_as(config.log_file.as_deref(), json).map_err(StartError::Log)?;
         crate::log::route_crate_logs(&logger);
+        for warning in config.local.warnings() {
+            event!(logger, "master", "warning", { kind: "config" }, "{warning}");
+        }
         let config = Arc::new(config);
         let (spool, recovered) = open_spool(&config, &logger).await?;
         let mut parts = Parts::build(config.clone(), &logger, None, Purpose::Serve)?;

@@ -26,10 +26,13 @@ impl Scheduler {
             let Some(state) = msg.rcpts.get_mut(r as usize) else {
                 continue;
             };
-            let transport = if outcome.relay() == "maildir" {
-                "maildir"
-            } else {
-                "smtp"
+            // A label for the log and metrics only: LMTP relays are named
+            // by their service address (`unix:/path`, `inet:host:port`).
+            let relay = outcome.relay();
+            let transport = match relay {
+                "maildir" => "maildir",
+                _ if relay.starts_with("unix:") || relay.starts_with("inet:") => "lmtp",
+                _ => "smtp",
             };
             let (to, delay) = (&env.recipients[r as usize], delay(&env));
             event!(

@@ -27,7 +27,8 @@ pub struct Router {
     /// Local (virtual mailbox) domains, and the static transport table.
     local: Arc<LocalDomains>,
     /// Shared by every local recipient, so routing allocates nothing.
-    maildir: Arc<NextHop>,
+    /// Where local domains' mail goes (`local.transport`).
+    local_hop: Arc<NextHop>,
     table: BTreeMap<String, Arc<NextHop>>,
     wildcard: Option<Arc<NextHop>>,
     relayhost: Option<Arc<NextHop>>,
@@ -36,7 +37,8 @@ pub struct Router {
 }
 
 impl Router {
-    /// Builds the router from the configuration's parsed hops.
+    /// Builds the router from the configuration's parsed hops; local
+    /// domains go to Maildir until [`Router::with_local_transport`].
     pub fn new(
         transport: &BTreeMap<String, NextHop>,
         relayhost: Option<&NextHop>,
@@ -54,12 +56,18 @@ impl Router {
         }
         Router {
             local,
-            maildir: Arc::new(NextHop::Maildir),
+            local_hop: Arc::new(NextHop::Maildir),
             table,
             wildcard,
             relayhost: relayhost.cloned().map(Arc::new),
             mx_port: 25,
         }
+    }
+
+    /// Local domains' mail goes to `hop` (`local.transport`).
+    pub fn with_local_transport(mut self, hop: &NextHop) -> Router {
+        self.local_hop = Arc::new(hop.clone());
+        self
     }
 
     /// Next hops from DNS (MX hosts, address literals) on `port`
@@ -73,7 +81,7 @@ impl Router {
     pub fn route(&self, address: &str) -> Option<Arc<NextHop>> {
         let domain = domain_of(address).to_ascii_lowercase();
         if self.local.is_local_domain(&domain) {
-            return Some(self.maildir.clone());
+            return Some(self.local_hop.clone());
         }
         if let Some(hop) = self.local.transport_for(&domain) {
             return Some(hop);

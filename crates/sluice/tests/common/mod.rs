@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod dns_split;
+pub mod dovecot;
 pub mod haproxy;
 pub mod nsd;
 pub mod postgrey;

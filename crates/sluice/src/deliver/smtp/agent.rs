@@ -1,4 +1,7 @@
-//! The SMTP delivery agent: one worker per outbound connection.
+//! The SMTP delivery agent: one worker per outbound connection. It also
+//! speaks LMTP to a configured `lmtp:` next hop (e.g. Dovecot): the same
+//! session and transaction with LHLO and a reply per recipient, and none
+//! of the MX, DANE and MTA-STS steps.
 //!
 //! Each worker keeps its connection between jobs (the queue's worker loop
 //! feeds it jobs for the same next hop), so busy destinations reuse
@@ -397,7 +400,13 @@ impl SmtpWorker {
         first: bool,
         rest: &mut Targets,
     ) -> Result<(), (Vec<(u16, Outcome)>, Feedback)> {
-        let next = if first {
+        let next = if let NextHop::Lmtp(service) = &*self.hop {
+            // A configured LMTP server: one address, no MX, no TLS.
+            match SmtpConn::connect_lmtp(service, &self.config).await {
+                Ok(conn) => Ok((conn, Vec::new())),
+                Err(e) => Err(NoConnection::Connect(e)),
+            }
+        } else if first {
             match self.first_targets(job).await {
                 Ok(t) => self.connect_first(&t).await,
                 Err(Unreachable::Permanent(why)) => {

@@ -1,6 +1,8 @@
 //! An outbound SMTP connection: connect, greeting, EHLO (falling back to
 //! HELO), STARTTLS as the destination's TLS level says, commands,
-//! replies, RSET and QUIT.
+//! replies, RSET and QUIT. An LMTP connection (RFC 2033) is the same
+//! session with LHLO, no STARTTLS, and a reply per recipient at the end
+//! of the message (`transaction.rs`).
 //!
 //! Trust: the peer's replies are parsed by smtp-proto's reply and EHLO
 //! parsers (at most 4 KiB of text per reply); anything unexpected is an
@@ -12,9 +14,11 @@ use std::time::Duration;
 use smtp_proto::response::parser::ResponseReceiver;
 use smtp_proto::EhloResponse;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::net::{TcpStream, UnixStream};
 
 use super::tls::{server_name, Level, Stream, TlsChoice};
+use super::wire::Wire;
+use crate::config::services::ServiceAddr;
 use crate::config::Config;
 use crate::smtp::io::{summary, MaybeTls};
 
@@ -159,6 +163,8 @@ pub(super) struct SmtpConn {
     /// The peer said 421 (too busy, closing): feedback for the queue's
     /// concurrency window.
     pub throttled: bool,
+    /// LMTP: LHLO, and one reply per accepted recipient after the body.
+    pub lmtp: bool,
 }
 
 impl SmtpConn {
@@ -186,35 +192,8 @@ impl SmtpConn {
             }
         };
         let _ = stream.set_nodelay(true);
-        let mut conn = SmtpConn {
-            stream: MaybeTls::Plain(stream),
-            tls: None,
-            rbuf: Vec::with_capacity(1024),
-            relay: format!("{host}[{ip}]:{port}"),
-            pipelining: false,
-            size: false,
-            eightbit: false,
-            smtputf8: false,
-            dsn: false,
-            timeout: Duration::from_secs(config.delivery.command_timeout_secs.max(1)),
-            data_done_timeout: Duration::from_secs(config.delivery.data_done_timeout_secs.max(1)),
-            usable: true,
-            throttled: false,
-        };
-        let greeting = match conn.read_reply().await {
-            Ok(g) => g,
-            Err(why) => {
-                let relay = conn.relay.clone();
-                return Err(ConnectError::NoGreeting { relay, why });
-            }
-        };
-        if greeting.class() != 2 {
-            return Err(ConnectError::Refused {
-                relay: conn.relay.clone(),
-                code: greeting.code,
-                text: greeting.text,
-            });
-        }
+        let relay = format!("{host}[{ip}]:{port}");
+        let mut conn = SmtpConn::greeted(Wire::Tcp(stream), relay, config, false).await?;
         let caps = conn.hello(&config.hostname).await?;
         let offered = caps & smtp_proto::EXT_START_TLS != 0;
         match level {
@@ -232,17 +211,98 @@ impl SmtpConn {
         Ok(conn)
     }
 
-    /// EHLO (HELO if refused); notes the extensions and returns them.
+    /// Connects to an LMTP server and says LHLO (no TLS: LMTP runs on a
+    /// local socket or a trusted network, as in Postfix's lmtp client).
+    pub async fn connect_lmtp(
+        service: &ServiceAddr,
+        config: &Config,
+    ) -> Result<SmtpConn, ConnectError> {
+        let connect_timeout = Duration::from_secs(config.delivery.connect_timeout_secs.max(1));
+        let target = service.to_string();
+        let unreachable = |why: String| ConnectError::Unreachable {
+            target: target.clone(),
+            why,
+        };
+        let connect = async {
+            match service {
+                ServiceAddr::Inet { host, port } => {
+                    let s = TcpStream::connect((host.as_str(), *port)).await?;
+                    let _ = s.set_nodelay(true);
+                    Ok(Wire::Tcp(s))
+                }
+                ServiceAddr::Unix(path) => UnixStream::connect(path).await.map(Wire::Unix),
+            }
+        };
+        let wire = match tokio::time::timeout(connect_timeout, connect).await {
+            Ok(Ok(w)) => w,
+            Ok(Err(e)) => return Err(unreachable(e.to_string())),
+            Err(_) => return Err(unreachable("timed out".into())),
+        };
+        let mut conn = SmtpConn::greeted(wire, target, config, true).await?;
+        conn.hello(&config.hostname).await?;
+        Ok(conn)
+    }
+
+    /// A session on `wire` once the server's greeting was a 2xx.
+    async fn greeted(
+        wire: Wire,
+        relay: String,
+        config: &Config,
+        lmtp: bool,
+    ) -> Result<SmtpConn, ConnectError> {
+        let mut conn = SmtpConn {
+            stream: MaybeTls::Plain(wire),
+            tls: None,
+            rbuf: Vec::with_capacity(1024),
+            relay,
+            pipelining: false,
+            size: false,
+            eightbit: false,
+            smtputf8: false,
+            dsn: false,
+            timeout: Duration::from_secs(config.delivery.command_timeout_secs.max(1)),
+            data_done_timeout: Duration::from_secs(config.delivery.data_done_timeout_secs.max(1)),
+            usable: true,
+            throttled: false,
+            lmtp,
+        };
+        let greeting = match conn.read_reply().await {
+            Ok(g) => g,
+            Err(why) => {
+                let relay = conn.relay.clone();
+                return Err(ConnectError::NoGreeting { relay, why });
+            }
+        };
+        if greeting.class() != 2 {
+            return Err(ConnectError::Refused {
+                relay: conn.relay.clone(),
+                code: greeting.code,
+                text: greeting.text,
+            });
+        }
+        Ok(conn)
+    }
+
+    /// EHLO (HELO if refused), or LHLO for LMTP (which has no fallback);
+    /// notes the extensions and returns them.
     async fn hello(&mut self, name: &str) -> Result<u32, ConnectError> {
         let relay = self.relay.clone();
         let err = |why: std::io::Error| ConnectError::Broken {
             relay: relay.clone(),
             why,
         };
-        self.send(format!("EHLO {name}\r\n").as_bytes())
+        let verb = if self.lmtp { "LHLO" } else { "EHLO" };
+        self.send(format!("{verb} {name}\r\n").as_bytes())
             .await
             .map_err(err)?;
         let (ehlo, raw) = self.read_reply_raw(self.timeout).await.map_err(err)?;
+        if self.lmtp && ehlo.class() != 2 {
+            return Err(ConnectError::HeloRejected {
+                relay: self.relay.clone(),
+                code: ehlo.code,
+                text: ehlo.text,
+            });
+        }
         if ehlo.class() == 2 {
             // Capabilities we do not understand are ignored, not fatal.
             let caps = ehlo_capabilities(&raw);

@@ -11,5 +11,6 @@ pub mod guard;
 pub mod mta_sts;
 pub mod tls;
 mod transaction;
+mod wire;
 
 pub use agent::SmtpAgent;

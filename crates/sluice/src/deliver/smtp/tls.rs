@@ -20,15 +20,15 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, InvalidDnsNameError, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
-use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
+use super::wire::Wire;
 use crate::config::DeliveryConfig;
 use crate::pki::TlsError;
 use crate::smtp::io::MaybeTls;
 
 /// What an outbound connection talks over.
-pub type Stream = MaybeTls<TcpStream, tokio_rustls::client::TlsStream<TcpStream>>;
+pub type Stream = MaybeTls<Wire, tokio_rustls::client::TlsStream<Wire>>;
 
 pub use crate::config::delivery::Level;
 

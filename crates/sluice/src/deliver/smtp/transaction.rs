@@ -97,6 +97,10 @@ impl SmtpConn {
             }
             return Ok(results);
         }
+        if self.lmtp {
+            self.lmtp_end(job, body, &env.accepted, &mut results).await;
+            return Ok(results);
+        }
         match self.body(body).await {
             Ok(end) => {
                 open(&mut results, &end);
@@ -218,10 +222,46 @@ impl SmtpConn {
 
     /// The dot-stuffed body and the final dot; the reply to it.
     async fn body(&mut self, body: &[u8]) -> std::io::Result<Reply> {
+        self.send_stuffed(body).await?;
+        self.read_reply_within(self.data_done_timeout).await
+    }
+
+    async fn send_stuffed(&mut self, body: &[u8]) -> std::io::Result<()> {
         let mut wire = Vec::with_capacity(body.len() + body.len() / 64 + 8);
         dotstuff::stuff_into(body, &mut wire);
-        self.send_body(&wire).await?;
-        self.read_reply_within(self.data_done_timeout).await
+        self.send_body(&wire).await
+    }
+
+    /// LMTP (RFC 2033 §4.2): the body, then one reply per accepted
+    /// recipient, in RCPT order, each that recipient's outcome. If the
+    /// connection breaks, the replies already read stand and only the
+    /// recipients still waiting are deferred.
+    async fn lmtp_end(
+        &mut self,
+        job: &Job,
+        body: &[u8],
+        accepted: &[usize],
+        results: &mut Vec<(u16, Outcome)>,
+    ) {
+        let relay = self.relay.clone();
+        let mut broken = self.send_stuffed(body).await.err().map(|e| e.to_string());
+        for &i in accepted {
+            if broken.is_none() {
+                match self.read_reply_within(self.data_done_timeout).await {
+                    Ok(reply) => {
+                        results.push((job.rcpts[i], outcome(&reply, &relay)));
+                        continue;
+                    }
+                    Err(e) => broken = Some(e.to_string()),
+                }
+            }
+            let why = broken.as_deref().unwrap_or_default();
+            let lost = Reply::new(451, format!("4.4.2 lost connection with {relay}: {why}"));
+            results.push((job.rcpts[i], outcome(&lost, &relay)));
+        }
+        if broken.is_some() {
+            self.usable = false;
+        }
     }
 
     async fn send_then_read(&mut self, line: &[u8]) -> std::io::Result<Reply> {

@@ -1,0 +1,142 @@
+//! A real Dovecot (Debian's dovecot-core and dovecot-lmtpd) for the LMTP
+//! tests: LMTP only, on a Unix socket in the test's directory (no port to
+//! race for), users in a passwd-file, Maildirs under the test's directory
+//! owned by `nobody` (Dovecot will not deliver as root), the quota plugin
+//! on, in the foreground.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = "/usr/sbin/dovecot";
+
+pub struct Dovecot {
+    pub socket: PathBuf,
+    pub dir: PathBuf,
+    child: Child,
+}
+
+/// A mailbox user: the local part at `local.test`, and a quota in bytes
+/// (None: no quota).
+pub struct User<'a> {
+    pub name: &'a str,
+    pub quota: Option<u64>,
+}
+
+fn id_of(cmd: &str, args: &[&str]) -> String {
+    let out = Command::new(cmd).args(args).output().expect(cmd);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let field = if cmd == "getent" {
+        text.split(':').nth(2)
+    } else {
+        Some(text.as_ref())
+    };
+    field.unwrap_or_default().trim().to_string()
+}
+
+impl Dovecot {
+    pub fn start(test_dir: &Path, users: &[User<'_>]) -> Dovecot {
+        super::ensure_package(BIN, "dovecot-core");
+        super::ensure_package("/usr/lib/dovecot/lmtp", "dovecot-lmtpd");
+        // The mail user (nobody) must reach its Maildir under the test's
+        // directory, which tempfile makes 0700.
+        std::fs::set_permissions(test_dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let dir = test_dir.join("dovecot");
+        for sub in ["run", "state", "mail"] {
+            std::fs::create_dir_all(dir.join(sub)).unwrap();
+        }
+        let uid = id_of("id", &["-u", "nobody"]);
+        let gid = id_of("getent", &["group", "nogroup"]);
+        let chown = Command::new("chown")
+            .arg(format!("{uid}:{gid}"))
+            .arg(dir.join("mail"))
+            .status()
+            .unwrap();
+        assert!(chown.success());
+        let d = dir.display();
+        let mut passwd = String::new();
+        for u in users {
+            let quota = u
+                .quota
+                .map(|b| format!("userdb_quota_rule=*:bytes={b}"))
+                .unwrap_or_default();
+            passwd.push_str(&format!(
+                "{}@local.test:{{PLAIN}}x:{uid}:{gid}::{d}/mail/{}::{quota}\n",
+                u.name, u.name
+            ));
+        }
+        std::fs::write(dir.join("users"), passwd).unwrap();
+        let socket = dir.join("lmtp");
+        let conf = format!(
+            "base_dir = {d}/run\nstate_dir = {d}/state\nlog_path = {d}/dovecot.log\n\
+             protocols = lmtp\nssl = no\n\
+             default_internal_user = nobody\ndefault_internal_group = nogroup\n\
+             default_login_user = nobody\nfirst_valid_uid = 1\n\
+             passdb {{\n  driver = passwd-file\n  args = {d}/users\n}}\n\
+             userdb {{\n  driver = passwd-file\n  args = {d}/users\n}}\n\
+             mail_location = maildir:~/Maildir\nmail_plugins = quota\n\
+             plugin {{\n  quota = maildir:User quota\n}}\n\
+             lmtp_rcpt_check_quota = yes\n\
+             service lmtp {{\n  unix_listener {} {{\n    mode = 0666\n  }}\n}}\n\
+             service anvil {{\n  chroot =\n}}\n",
+            socket.display()
+        );
+        std::fs::write(dir.join("dovecot.conf"), conf).unwrap();
+        let child = Command::new(BIN)
+            .arg("-F")
+            .arg("-c")
+            .arg(dir.join("dovecot.conf"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("dovecot.err")).unwrap())
+            .spawn()
+            .expect("start dovecot");
+        let mut dovecot = Dovecot { socket, dir, child };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::os::unix::net::UnixStream::connect(&dovecot.socket).is_err() {
+            let exited = dovecot.child.try_wait().unwrap();
+            assert!(
+                exited.is_none() && Instant::now() < deadline,
+                "dovecot did not start ({exited:?}); see {}",
+                dovecot.dir.display()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        dovecot
+    }
+
+    /// The messages in `user`'s Maildir (new/), as text.
+    pub fn messages(&self, user: &str) -> Vec<String> {
+        let new = self.dir.join("mail").join(user).join("Maildir/new");
+        let Ok(entries) = std::fs::read_dir(new) else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+            .collect()
+    }
+
+    /// LMTP sessions that delivered mail, by Dovecot's log: the distinct
+    /// session IDs of its "saved mail" lines (`<pid><session[:Tn]>`;
+    /// the start-up probe, which delivers nothing, is not one).
+    pub fn sessions(&self) -> usize {
+        let log = std::fs::read_to_string(self.dir.join("dovecot.log")).unwrap_or_default();
+        let ids: std::collections::HashSet<&str> = log
+            .lines()
+            .filter(|l| l.contains(": saved mail to"))
+            .filter_map(|l| l.split('<').nth(2)?.split(['>', ':']).next())
+            .collect();
+        ids.len()
+    }
+}
+
+impl Drop for Dovecot {
+    fn drop(&mut self) {
+        // SIGTERM: the master stops its lmtp children too.
+        let _ = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
+        let _ = self.child.wait();
+    }
+}
