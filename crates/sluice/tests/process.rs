@@ -329,20 +329,31 @@ async fn sighup_refuses_a_bad_configuration_and_keeps_running() {
     stop(&mut server);
 }
 
-/// The first child of process `pid` (the program strace runs), once it
-/// has started.
+/// The child of process `pid` (strace) that runs the sluice binary, once
+/// it has started.
 async fn child_of(pid: u32) -> u32 {
+    // strace forks short-lived probes of its own before the traced
+    // program: the daemon is the child whose executable is sluice (taking
+    // the first child raced with them; the kill then missed the daemon
+    // and the test waited for strace for ever).
     let path = format!("/proc/{pid}/task/{pid}/children");
     let mut child = None;
+    // (Not by its command line: a probe forked before the exec still has
+    // strace's, which names `serve` too.)
+    let binary = std::fs::canonicalize(env!("CARGO_BIN_EXE_sluice")).unwrap();
+    let is_daemon =
+        |p: &str| std::fs::read_link(format!("/proc/{p}/exe")).ok() == Some(binary.clone());
     assert!(
         wait_until(10, || {
-            child = std::fs::read_to_string(&path)
-                .ok()
-                .and_then(|t| t.split_whitespace().next()?.parse().ok());
+            child = std::fs::read_to_string(&path).ok().and_then(|t| {
+                t.split_whitespace()
+                    .find(|p| is_daemon(p))
+                    .and_then(|p| p.parse().ok())
+            });
             child.is_some()
         })
         .await,
-        "no child of {pid}"
+        "no sluice child of {pid}"
     );
     child.unwrap_or_default()
 }
@@ -385,7 +396,15 @@ async fn the_hold_list_is_synced_before_and_after_its_rename() {
         .arg("-TERM")
         .arg(daemon.to_string())
         .status();
-    let _ = strace.wait();
+    let stopped = wait_until(30, || strace.try_wait().ok().flatten().is_some()).await;
+    if !stopped {
+        let _ = strace.kill();
+        let _ = Command::new("kill")
+            .arg("-KILL")
+            .arg(daemon.to_string())
+            .status();
+    }
+    assert!(stopped, "the daemon ({daemon}) did not stop on SIGTERM");
     let list = data_dir.join("hold.list");
     let held = std::fs::read_to_string(&list).unwrap();
     assert_eq!(held.trim(), id);
