@@ -98,6 +98,7 @@ async fn run(name: &str, chunks: &[&[u8]]) -> (Vec<String>, Vec<Event>) {
         tls: None,
         credentials: None,
         policy_service: None,
+        dnsbl: None,
     });
     let writes = Arc::new(Mutex::new(Vec::new()));
     let io = Scripted {

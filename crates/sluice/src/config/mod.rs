@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 pub mod delivery;
+pub mod dnsbl;
 pub mod hop;
 pub mod listener;
 pub mod local;

@@ -117,6 +117,20 @@ pub struct SmtpdConfig {
     pub policy_service_max_ttl_secs: u64,
     /// Connections to the policy server at most; more requests wait.
     pub policy_service_max_connections: usize,
+    /// DNS block- and allowlists asked at connect, scored like postscreen
+    /// (Postfix: postscreen_dnsbl_sites): `zone[=filter][*weight]`.
+    /// Clients in `mynetworks` are not looked up.
+    pub dnsbl_sites: Vec<super::dnsbl::DnsblSite>,
+    /// A client whose weights add up to this or more gets `554 5.7.1`
+    /// naming a list, and is disconnected (postscreen_dnsbl_threshold).
+    pub dnsbl_threshold: i32,
+    /// The greeting waits at most this long for the lists' answers (run
+    /// beside `greet_pause_ms`); a list that has not answered by then
+    /// counts as not listing the client.
+    pub dnsbl_timeout_ms: u64,
+    /// A client's score is kept this long (postscreen_dnsbl_ttl is 1 h;
+    /// shorter here, as a delisted client should not wait an hour).
+    pub dnsbl_cache_secs: u64,
 }
 
 impl Default for SmtpdConfig {
@@ -165,6 +179,10 @@ impl Default for SmtpdConfig {
             policy_service_max_idle_secs: 300,
             policy_service_max_ttl_secs: 1000,
             policy_service_max_connections: 100,
+            dnsbl_sites: Vec::new(),
+            dnsbl_threshold: 1,
+            dnsbl_timeout_ms: 2000,
+            dnsbl_cache_secs: 600,
         }
     }
 }

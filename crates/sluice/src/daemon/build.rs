@@ -34,6 +34,7 @@ use crate::intake::Intake;
 use crate::log;
 use crate::log::Logger;
 use crate::queue::{DeliveryAgent, QueueHandle, WorkerStart};
+use crate::receive::dnsbl::Dnsbl;
 use crate::receive::policy::PolicyClient;
 use crate::receive::smtp::anvil::{self, Anvil};
 use crate::receive::smtp::tls::ServerTls;
@@ -347,6 +348,7 @@ impl Parts {
             credentials: self.mailboxes.credentials(),
             intake: intake.clone(),
             policy_service: PolicyClient::from_config(&config.smtpd).map(Arc::new),
+            dnsbl: Dnsbl::from_config(&config.smtpd, self.dns.clone()).map(Arc::new),
         }
     }
 

@@ -247,6 +247,24 @@ impl Dns {
         }
     }
 
+    /// The IPv4 addresses at `name` (a DNS list's answer); a definite
+    /// "none" (NXDOMAIN, no data) is an empty list.
+    pub async fn ipv4(&self, name: &str) -> Result<Vec<std::net::Ipv4Addr>, DnsError> {
+        let fqdn = format!("{}.", ascii_name(name)?);
+        match self.resolver.ipv4_lookup(fqdn.as_str()).await {
+            Ok(found) => Ok(found
+                .answers()
+                .iter()
+                .filter_map(|r| match &r.data {
+                    RData::A(a) => Some(a.0),
+                    _ => None,
+                })
+                .collect()),
+            Err(e) if e.is_nx_domain() || no_data(&e) => Ok(Vec::new()),
+            Err(e) => Err(DnsError::Temporary(name.into(), e.to_string())),
+        }
+    }
+
     /// IPv6 then IPv4 addresses of `name`.
     async fn addresses(&self, name: &str) -> Result<Vec<IpAddr>, ResolveError> {
         let found = self.resolver.lookup_ip(name).await?;

@@ -19,6 +19,7 @@ mod commands;
 mod delegate;
 mod hash_pool;
 pub mod proxy;
+mod screen;
 mod session;
 pub mod tls;
 mod transaction;
@@ -64,6 +65,8 @@ pub struct SessionContext {
     pub intake: Arc<crate::intake::Intake>,
     /// `smtpd.policy_service`, if set (`receive/policy.rs`).
     pub policy_service: Option<Arc<crate::receive::policy::PolicyClient>>,
+    /// `smtpd.dnsbl_sites`, if any (`receive/dnsbl.rs`).
+    pub dnsbl: Option<Arc<crate::receive::dnsbl::Dnsbl>>,
 }
 
 /// SMTP sessions open now, in this process (for `/metrics`).

@@ -139,17 +139,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         if self.listener.kind == ListenerKind::Submissions && !Box::pin(self.handshake()).await {
             return;
         }
-        if self.talks_before_greeting().await {
-            log!(
-                ctx.logger,
-                "smtpd",
-                "PREGREET from [{ip}]:{port}: client talked before the greeting; disconnecting"
-            );
-            self.reply_fmt(format_args!(
-                "554 5.5.1 {} Error: SMTP protocol synchronization (talked before the greeting)",
-                ctx.config.hostname
-            ));
-            let _ = self.flush(Duration::from_secs(5)).await;
+        if !Box::pin(self.screen()).await {
             return;
         }
         self.reply_fmt(format_args!(
@@ -202,20 +192,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         let host = self.ctx.config.hostname.clone();
         self.reply_fmt(format_args!("421 4.7.0 {host} Error: {what} from {ip}"));
         let _ = self.flush(Duration::from_secs(5)).await;
-    }
-
-    /// Waits `greet_pause_ms` before the greeting; true if the client sent
-    /// anything meanwhile (RFC 5321 §4.3.1: the client waits for the 220).
-    async fn talks_before_greeting(&mut self) -> bool {
-        let pause = Duration::from_millis(self.ctx.config.smtpd.greet_pause_ms);
-        if pause.is_zero() {
-            return false;
-        }
-        match tokio::time::timeout(pause, self.io.read_buf(&mut self.inbuf)).await {
-            Ok(Ok(n)) => n > 0,
-            Ok(Err(_)) => true,
-            Err(_) => false,
-        }
     }
 
     /// The command loop. Deadlines, not per-read timers: a command line
@@ -355,7 +331,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
 
     /// Writes the collected replies; a client that does not read them
     /// within `limit` is dropped.
-    async fn flush(&mut self, limit: Duration) -> std::io::Result<()> {
+    pub(super) async fn flush(&mut self, limit: Duration) -> std::io::Result<()> {
         if self.out.is_empty() {
             return Ok(());
         }
