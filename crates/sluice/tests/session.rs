@@ -85,6 +85,7 @@ async fn run(name: &str, chunks: &[&[u8]]) -> (Vec<String>, Vec<Event>) {
         sender_auth: None,
         handoff: Arc::new(queue.clone()),
         logger: Logger::disabled(),
+        milters: Default::default(),
     });
     let ctx = Arc::new(SessionContext {
         policy: RelayPolicy::new(config.mynetworks(), &config.smtpd.relay_domains),

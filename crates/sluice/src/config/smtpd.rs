@@ -131,6 +131,32 @@ pub struct SmtpdConfig {
     /// A client's score is kept this long (postscreen_dnsbl_ttl is 1 h;
     /// shorter here, as a delisted client should not wait an hour).
     pub dnsbl_cache_secs: u64,
+    /// Content filters (the Sendmail milter protocol, version 6, e.g.
+    /// rspamd, OpenDKIM) for mail from SMTP clients, in order
+    /// (Postfix: smtpd_milters): `inet:host:port` or `unix:/path`.
+    pub milters: Vec<ServiceAddr>,
+    /// ... and for mail from local users, sendmail(1) (non_smtpd_milters).
+    pub non_smtpd_milters: Vec<ServiceAddr>,
+    /// When a filter is down, slow or speaks nonsense (milter_default_action).
+    pub milter_default_action: MilterDefault,
+    /// Seconds to connect to a filter (milter_connect_timeout).
+    pub milter_connect_timeout_secs: u64,
+    /// Seconds for a filter's answer to one step (milter_command_timeout) ...
+    pub milter_command_timeout_secs: u64,
+    /// ... and to the body and the end of the message (milter_content_timeout).
+    pub milter_content_timeout_secs: u64,
+}
+
+/// `smtpd.milter_default_action`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MilterDefault {
+    /// `451 4.7.1`: the client tries again later (the default, as Postfix).
+    Tempfail,
+    /// Go on as if the filter had not been configured.
+    Accept,
+    /// `550 5.7.1`.
+    Reject,
 }
 
 impl Default for SmtpdConfig {
@@ -183,6 +209,12 @@ impl Default for SmtpdConfig {
             dnsbl_threshold: 1,
             dnsbl_timeout_ms: 2000,
             dnsbl_cache_secs: 600,
+            milters: Vec::new(),
+            non_smtpd_milters: Vec::new(),
+            milter_default_action: MilterDefault::Tempfail,
+            milter_connect_timeout_secs: 30,
+            milter_command_timeout_secs: 30,
+            milter_content_timeout_secs: 300,
         }
     }
 }

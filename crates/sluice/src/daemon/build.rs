@@ -363,6 +363,7 @@ impl Parts {
             sender_auth: self.sender_auth.clone(),
             handoff: Arc::new(queue.clone()),
             logger: logger.clone(),
+            milters: crate::intake::milter::Filters::from_config(&self.config),
         })
     }
 

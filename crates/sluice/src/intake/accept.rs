@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use super::headers;
+use super::milter::{Client, MilterError, Verdict};
 use super::sender_auth;
 use super::{Accepted, Intake, Origin, Refusal, Stored, Submission};
 use crate::log::qid;
@@ -16,6 +17,23 @@ pub(super) async fn run(intake: &Intake, mut sub: Submission) -> Result<Accepted
     if let Err(refusal) = checked {
         log_refusal(intake, &sub, &refusal);
         return Err(refusal);
+    }
+    match Box::pin(filter(intake, &mut sub)).await {
+        Verdict::Pass => {}
+        Verdict::Discard => {
+            log!(
+                intake.logger,
+                "cleanup",
+                "{}: discarded by a content filter (milter)",
+                qid(sub.id)
+            );
+            return Ok(Accepted::Discarded(sub.id));
+        }
+        Verdict::Refuse(reply) => {
+            let refusal = Refusal::Milter(reply);
+            log_refusal(intake, &sub, &refusal);
+            return Err(refusal);
+        }
     }
     if sub.recipients.is_empty() {
         log!(
@@ -46,6 +64,56 @@ pub(super) async fn run(intake: &Intake, mut sub: Submission) -> Result<Accepted
         sub.body = body;
     }
     store(intake, sub).await
+}
+
+/// The content filters for the message's door, if any (notices are ours
+/// and not filtered); a filter that fails is logged.
+async fn filter(intake: &Intake, sub: &mut Submission) -> Verdict {
+    let hostname = intake.config.hostname.as_str();
+    let (milters, client) = match &sub.origin {
+        Origin::Smtp(c) => (
+            intake.milters.smtp.as_ref(),
+            Client {
+                addr: Some(c.peer),
+                helo: &c.helo,
+                auth_user: c.auth_user.as_deref(),
+            },
+        ),
+        Origin::Local { .. } => (
+            intake.milters.local.as_ref(),
+            Client {
+                addr: None,
+                helo: hostname,
+                auth_user: None,
+            },
+        ),
+        Origin::Notice => (
+            None,
+            Client {
+                addr: None,
+                helo: hostname,
+                auth_user: None,
+            },
+        ),
+    };
+    let Some(milters) = milters else {
+        return Verdict::Pass;
+    };
+    let id = qid(sub.id);
+    let logger = intake.logger.clone();
+    let mut on_error = |service: &crate::config::services::ServiceAddr, e: &MilterError| {
+        event!(
+            logger,
+            "cleanup",
+            "milter_failed",
+            { queue_id: id, milter: service.to_string(), error: e.to_string() },
+            "{id}: milter {service}: {e}"
+        );
+    };
+    let envelope = (&mut sub.sender, &mut sub.recipients);
+    milters
+        .filter(&id, &client, envelope, &mut sub.body, &mut on_error)
+        .await
 }
 
 /// The body checks, and for a local submission its trace and the fields

@@ -31,6 +31,7 @@
 
 pub mod dkim;
 pub mod headers;
+pub mod milter;
 pub mod refusal;
 pub mod sender_auth;
 
@@ -82,6 +83,8 @@ pub struct SmtpClient {
     /// In mynetworks.
     pub trusted: bool,
     pub authenticated: bool,
+    /// The AUTH identity, for filters (`{auth_authen}`).
+    pub auth_user: Option<String>,
     /// The listener checks SPF/DKIM/DMARC of strangers' mail ...
     pub sender_auth: bool,
     /// ... and refuses DMARC failures under p=reject.
@@ -119,6 +122,8 @@ pub struct Intake {
     pub sender_auth: Option<Arc<sender_auth::SenderAuth>>,
     pub handoff: Arc<dyn Handoff>,
     pub logger: Logger,
+    /// Content filters (`smtpd.milters`, `smtpd.non_smtpd_milters`).
+    pub milters: milter::Filters,
 }
 
 mod accept;

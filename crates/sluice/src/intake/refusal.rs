@@ -30,6 +30,9 @@ pub enum Refusal {
     Dmarc(String),
     #[error("spool: {0}")]
     Spool(#[from] SpoolError),
+    /// A content filter's answer, or `milter_default_action` (the reply).
+    #[error("{0}")]
+    Milter(String),
 }
 
 impl Refusal {
@@ -43,6 +46,7 @@ impl Refusal {
             Refusal::TooManyHops(_) => "too_many_hops",
             Refusal::Dmarc(_) => "dmarc",
             Refusal::Spool(_) => "spool",
+            Refusal::Milter(_) => "milter",
         }
     }
 
@@ -58,7 +62,7 @@ impl Refusal {
                 format!("554 5.6.0 Error: message line longer than {n} octets (RFC 5321)")
             }
             Refusal::TooManyHops(_) => "554 5.4.6 Error: too many hops (mail loop?)".into(),
-            Refusal::Dmarc(reply) => reply.clone(),
+            Refusal::Dmarc(reply) | Refusal::Milter(reply) => reply.clone(),
             Refusal::Spool(SpoolError::Full) => {
                 "452 4.3.1 Error: insufficient system storage".into()
             }
@@ -80,6 +84,10 @@ impl Refusal {
 
     /// Whether the same message may be taken later (a 4xx).
     pub fn is_temporary(&self) -> bool {
-        matches!(self, Refusal::Spool(e) if !matches!(e, SpoolError::Invalid(_)))
+        match self {
+            Refusal::Spool(e) => !matches!(e, SpoolError::Invalid(_)),
+            Refusal::Milter(reply) => reply.starts_with('4'),
+            _ => false,
+        }
     }
 }

@@ -7,7 +7,6 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 const BIN: &str = "/usr/sbin/dovecot";
 
@@ -93,16 +92,8 @@ impl Dovecot {
             .spawn()
             .expect("start dovecot");
         let mut dovecot = Dovecot { socket, dir, child };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::os::unix::net::UnixStream::connect(&dovecot.socket).is_err() {
-            let exited = dovecot.child.try_wait().unwrap();
-            assert!(
-                exited.is_none() && Instant::now() < deadline,
-                "dovecot did not start ({exited:?}); see {}",
-                dovecot.dir.display()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let (socket, dir) = (dovecot.socket.clone(), dovecot.dir.clone());
+        super::wait_for_socket(&mut dovecot.child, &socket, 30, "dovecot", &dir);
         dovecot
     }
 

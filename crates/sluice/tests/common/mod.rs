@@ -7,6 +7,7 @@ pub mod dovecot;
 pub mod haproxy;
 pub mod nsd;
 pub mod postgrey;
+pub mod rspamd;
 pub mod slapd;
 pub mod tls;
 pub mod users;
@@ -83,6 +84,28 @@ pub fn ensure_package(bin: &str, pkg: &str) {
         std::path::Path::new(bin).exists(),
         "{bin} is missing: install the Debian package {pkg} (scripts/test does)"
     );
+}
+
+/// Waits until the server `child` (named `what`, its files in `dir`)
+/// accepts on the Unix socket `socket`; fails the test if it exits first
+/// or is not up within `secs`.
+pub fn wait_for_socket(
+    child: &mut std::process::Child,
+    socket: &std::path::Path,
+    secs: u64,
+    what: &str,
+    dir: &std::path::Path,
+) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while std::os::unix::net::UnixStream::connect(socket).is_err() {
+        let exited = child.try_wait().unwrap();
+        assert!(
+            exited.is_none() && std::time::Instant::now() < deadline,
+            "{what} did not start ({exited:?}); see {}",
+            dir.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
 
 /// A config for tests: port 0 on loopback, relayhost = `next_hop`, fast retries.

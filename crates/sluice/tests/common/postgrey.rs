@@ -4,7 +4,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 const BIN: &str = "/usr/sbin/postgrey";
 
@@ -37,16 +36,8 @@ impl Postgrey {
             .spawn()
             .expect("start postgrey");
         let mut grey = Postgrey { socket, child };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::os::unix::net::UnixStream::connect(&grey.socket).is_err() {
-            let exited = grey.child.try_wait().unwrap();
-            assert!(
-                exited.is_none() && Instant::now() < deadline,
-                "postgrey did not start ({exited:?}); see {}",
-                dir.join("postgrey.log").display()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let socket = grey.socket.clone();
+        super::wait_for_socket(&mut grey.child, &socket, 30, "postgrey", &dir);
         grey
     }
 }

@@ -14,13 +14,13 @@ use std::time::Duration;
 use smtp_proto::response::parser::ResponseReceiver;
 use smtp_proto::EhloResponse;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpStream, UnixStream};
+use tokio::net::TcpStream;
 
 use super::tls::{server_name, Level, Stream, TlsChoice};
-use super::wire::Wire;
 use crate::config::services::ServiceAddr;
 use crate::config::Config;
 use crate::smtp::io::{summary, MaybeTls};
+use crate::smtp::wire::Wire;
 
 /// Why a connection could not be set up, as a type: the agent decides on
 /// it (is the host down? may TLS be skipped?), never on the words of its
@@ -223,17 +223,7 @@ impl SmtpConn {
             target: target.clone(),
             why,
         };
-        let connect = async {
-            match service {
-                ServiceAddr::Inet { host, port } => {
-                    let s = TcpStream::connect((host.as_str(), *port)).await?;
-                    let _ = s.set_nodelay(true);
-                    Ok(Wire::Tcp(s))
-                }
-                ServiceAddr::Unix(path) => UnixStream::connect(path).await.map(Wire::Unix),
-            }
-        };
-        let wire = match tokio::time::timeout(connect_timeout, connect).await {
+        let wire = match tokio::time::timeout(connect_timeout, Wire::connect(service)).await {
             Ok(Ok(w)) => w,
             Ok(Err(e)) => return Err(unreachable(e.to_string())),
             Err(_) => return Err(unreachable("timed out".into())),

@@ -11,6 +11,5 @@ pub mod guard;
 pub mod mta_sts;
 pub mod tls;
 mod transaction;
-mod wire;
 
 pub use agent::SmtpAgent;

@@ -22,10 +22,10 @@ use rustls::pki_types::{CertificateDer, InvalidDnsNameError, ServerName, UnixTim
 use rustls::{DigitallySignedStruct, SignatureScheme};
 use tokio_rustls::TlsConnector;
 
-use super::wire::Wire;
 use crate::config::DeliveryConfig;
 use crate::pki::TlsError;
 use crate::smtp::io::MaybeTls;
+use crate::smtp::wire::Wire;
 
 /// What an outbound connection talks over.
 pub type Stream = MaybeTls<Wire, tokio_rustls::client::TlsStream<Wire>>;

@@ -51,6 +51,7 @@ fn intake(config: &Config, spool: &Spool, queue: &QueueHandle) -> Arc<crate::int
         sender_auth: None,
         handoff: Arc::new(queue.clone()),
         logger,
+        milters: Default::default(),
     })
 }
 

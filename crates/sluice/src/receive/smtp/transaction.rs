@@ -268,6 +268,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             helo: self.helo.clone().unwrap_or_default(),
             trusted: self.trusted,
             authenticated: self.auth.is_some(),
+            auth_user: self.auth.clone(),
             sender_auth: self.listener.sender_auth,
             dmarc_reject: self.listener.dmarc_reject,
         });

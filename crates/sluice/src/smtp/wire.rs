@@ -1,6 +1,7 @@
-//! The socket under an outbound session: TCP (SMTP, LMTP to a host) or a
-//! Unix socket (LMTP to a local server such as Dovecot). TLS, when used,
-//! runs over it (`tls.rs`).
+//! The socket under an outbound session: TCP (SMTP, LMTP to a host, a
+//! milter on `inet:`) or a Unix socket (LMTP to a local server such as
+//! Dovecot, a milter on `unix:`). TLS, when used, runs over it
+//! (`deliver/smtp/tls.rs`).
 
 use std::io;
 use std::pin::Pin;
@@ -9,10 +10,26 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 
+use crate::config::services::ServiceAddr;
+
 /// The transport of one outbound session.
 pub enum Wire {
     Tcp(TcpStream),
     Unix(UnixStream),
+}
+
+impl Wire {
+    /// Connects to a configured service (`inet:host:port`, `unix:/path`).
+    pub async fn connect(service: &ServiceAddr) -> io::Result<Wire> {
+        match service {
+            ServiceAddr::Inet { host, port } => {
+                let s = TcpStream::connect((host.as_str(), *port)).await?;
+                let _ = s.set_nodelay(true);
+                Ok(Wire::Tcp(s))
+            }
+            ServiceAddr::Unix(path) => UnixStream::connect(path).await.map(Wire::Unix),
+        }
+    }
 }
 
 impl AsyncRead for Wire {
