@@ -341,14 +341,17 @@ async fn serve(arg: ConfigArg) -> Result<(), CliError> {
     if privilege::is_root() && account.is_none() {
         eprintln!("sluice: warning: running as root (run_as_root = true)");
     }
-    let mut server = Server::start_as(config, account).await?;
-    for addr in &server.addrs {
-        eprintln!("sluice: listening on {addr}");
-    }
+    // The handlers go in before the daemon says it listens: a SIGHUP or
+    // SIGTERM sent as soon as the `listening` event appears must reload or
+    // stop it cleanly, not kill it by the signal's default action.
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     let mut hup = signal(SignalKind::hangup())?;
     let mut usr1 = signal(SignalKind::user_defined1())?;
+    let mut server = Server::start_as(config, account).await?;
+    for addr in &server.addrs {
+        eprintln!("sluice: listening on {addr}");
+    }
     loop {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => break,
