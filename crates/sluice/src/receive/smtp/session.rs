@@ -139,7 +139,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         if self.listener.kind == ListenerKind::Submissions && !Box::pin(self.handshake()).await {
             return;
         }
-        if !Box::pin(self.screen()).await {
+        // (Boxed, and only when there is something to screen: most
+        // sessions have neither lists nor a greeting pause.)
+        let screened = ctx.dnsbl.is_some() || ctx.config.smtpd.greet_pause_ms > 0;
+        if screened && !Box::pin(self.screen()).await {
             return;
         }
         self.reply_fmt(format_args!(
