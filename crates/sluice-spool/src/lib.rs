@@ -156,6 +156,8 @@ pub struct Recovered {
     pub done: Vec<bool>,
     /// The union of the mark bits recorded for it ([`Spool::record_marks`]).
     pub marks: u32,
+    /// Its envelope's flags ([`Envelope::flags`]), as stored.
+    pub flags: u32,
 }
 
 /// What start-up found, for the log.

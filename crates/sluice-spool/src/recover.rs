@@ -259,6 +259,7 @@ impl Found {
                     body,
                     done,
                     marks,
+                    flags: envelope.flags,
                 };
                 let located = Located {
                     msg,

@@ -11,8 +11,10 @@ use std::time::Duration;
 
 use common::rspamd::Rspamd;
 use common::*;
+use sluice::admin::protocol::{Filter, Request};
 use sluice::config::services::ServiceAddr;
 use sluice::config::smtpd::MilterDefault;
+use sluice::tools::queue_cli::call;
 
 const GTUBE: &str = "XJS*C4JDBQADN1.NSBN3*2IDNEN*GTUBE-STANDARD-ANTI-UBE-TEST-EMAIL*C.34X";
 /// rspamd's test pattern for its "add header" action.
@@ -71,6 +73,93 @@ async fn rspamd_refuses_gtube_and_marks_suspicious_mail() {
     };
     assert_eq!(spam_header("odd").as_deref(), Some("Yes"));
     assert_eq!(spam_header("clean"), None);
+    server.shutdown().await;
+}
+
+/// Queue IDs in `state` ("hold", "active", "deferred"), from the daemon.
+async fn in_state(data_dir: &std::path::Path, state: &str) -> Vec<String> {
+    let filter = Filter {
+        state: Some(state.into()),
+        ..Default::default()
+    };
+    let r = call(data_dir, &Request::List { filter }).await.unwrap();
+    r.messages.into_iter().map(|e| e.id).collect()
+}
+
+/// rspamd told to quarantine what it would reject (`quarantine_on_reject`):
+/// the client is answered 250, the message is put on hold (Postfix's
+/// milter-hold) and stays held across a restart; once released it is
+/// tried (the sink defers `defer-*` recipients) and, after another
+/// restart, it is not held again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quarantined_mail_is_held_across_a_restart_until_released() {
+    let dir = temp_dir("milter-quarantine");
+    let rspamd = Rspamd::start_with(&dir, "quarantine_on_reject = true;");
+    let sink = recording_sink().await;
+    let mut cfg = config(&dir, Some(sink.addr));
+    cfg.smtpd.milters = vec![unix(&rspamd.socket)];
+    cfg.queue.minimal_backoff_secs = 3600;
+    cfg.queue.maximal_backoff_secs = 3600;
+    let data_dir = cfg.data_dir.clone();
+    let (server, addr) = start(cfg.clone()).await;
+    let mut c = Client::ready(addr).await;
+    let spam = mail("spam", GTUBE);
+    let r = c
+        .message("a@sender.test", &["defer-b@dest.test"], &spam)
+        .await;
+    assert!(r.starts_with("250 2.0.0"), "{r}");
+    let held = qid_of(&r);
+    assert!(
+        wait_event(10, &dir, "hold", |e| e["queue_id"] == held.as_str()
+            && e["cause"] == "milter")
+        .await,
+        "{}",
+        read_log(&dir)
+    );
+    // Mail after it goes out; the held message is not tried.
+    let r = c
+        .message("a@sender.test", &["b@dest.test"], &mail("clean", "Hello."))
+        .await;
+    assert!(r.starts_with("250 2.0.0"), "{r}");
+    assert!(wait_until(20, || sink.count() == 1).await);
+    assert_eq!(in_state(&data_dir, "hold").await, vec![held.clone()]);
+    assert!(events_named(&dir, "delivery")
+        .iter()
+        .all(|e| e["queue_id"] != held.as_str()));
+    server.shutdown().await;
+
+    let in_state_soon = |state: &'static str| {
+        let (data_dir, held) = (data_dir.clone(), held.clone());
+        async move {
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while in_state(&data_dir, state).await != vec![held.clone()] {
+                if std::time::Instant::now() > deadline {
+                    return false;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            true
+        }
+    };
+    let (server, _) = start(cfg.clone()).await;
+    assert!(in_state_soon("hold").await, "not held after the restart");
+    let r = call(&data_dir, &Request::Release { id: held.clone() })
+        .await
+        .unwrap();
+    assert_eq!(r.count, 1);
+    assert!(
+        wait_event(20, &dir, "delivery", |e| e["queue_id"] == held.as_str()
+            && e["status"] == "deferred")
+        .await,
+        "tried once released"
+    );
+    server.shutdown().await;
+
+    let (server, _) = start(cfg).await;
+    assert!(
+        in_state_soon("deferred").await,
+        "released for good: not held again after a restart"
+    );
     server.shutdown().await;
 }
 

@@ -64,10 +64,13 @@ fn spawn(config: &std::path::Path, file_size_limit_kib: Option<u64>) -> Child {
             c
         }
     };
-    cmd.stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
+    // The daemon's stderr (a panic message, say) is kept beside its log.
+    let stderr = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(config.with_file_name("daemon.stderr"))
+        .unwrap();
+    cmd.stdout(Stdio::null()).stderr(stderr).spawn().unwrap()
 }
 
 /// Connects to the SMTP listener of the daemon's start number `start`.

@@ -24,8 +24,13 @@ pub(super) async fn run(intake: &Intake, mut sub: Submission) -> Result<Accepted
         false => Verdict::Pass,
         true => Box::pin(filter(intake, &mut sub)).await,
     };
+    let mut held = None;
     match verdict {
         Verdict::Pass => {}
+        Verdict::Hold(reason) => {
+            sub.flags |= crate::message::flags::QUARANTINE;
+            held = Some(reason);
+        }
         Verdict::Discard => {
             log!(
                 intake.logger,
@@ -69,7 +74,18 @@ pub(super) async fn run(intake: &Intake, mut sub: Submission) -> Result<Accepted
         body.extend_from_slice(&sub.body);
         sub.body = body;
     }
-    store(intake, sub).await
+    let stored = store(intake, sub).await;
+    if let (Ok(Accepted::Queued(id)), Some(reason)) = (&stored, held) {
+        event!(
+            intake.logger,
+            "cleanup",
+            "hold",
+            { queue_id: qid(*id), cause: "milter", reason: reason },
+            "{}: milter-hold: {reason}",
+            qid(*id)
+        );
+    }
+    stored
 }
 
 /// The content filters for the message's door, if any (notices are ours

@@ -9,7 +9,13 @@ pub const EIGHTBITMIME: u32 = 1;
 pub const SMTPUTF8: u32 = 2;
 /// A delivery status notification Sluice generated (sender is `<>`).
 pub const BOUNCE: u32 = 4;
+/// A content filter asked for it to be quarantined: it is held (not
+/// delivered) until an administrator releases it ([`MARK_RELEASED`]).
+pub const QUARANTINE: u32 = 8;
 
 /// Mark: the sender has had the delay warning for this message
 /// (`queue.delay_warning_secs`); never send it again, even after a restart.
 pub const MARK_DELAY_WARNED: u32 = 1;
+/// Mark: released from hold by an administrator; a [`QUARANTINE`]d message
+/// with this mark is not held again after a restart.
+pub const MARK_RELEASED: u32 = 2;

@@ -365,6 +365,9 @@ impl Scheduler {
         if !self.admin.held.remove(&id) {
             return false;
         }
+        // A quarantined message is not held again after a restart.
+        self.spool
+            .record_marks(id, crate::message::flags::MARK_RELEASED);
         if self.parked.contains_key(&id) {
             self.ready.push_back(id);
         }

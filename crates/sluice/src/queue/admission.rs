@@ -17,7 +17,7 @@ use super::scheduler::Scheduler;
 use super::{Event, QueuedMessage};
 use crate::log;
 use crate::log::qid;
-use crate::message::flags::MARK_DELAY_WARNED;
+use crate::message::flags::{MARK_DELAY_WARNED, MARK_RELEASED, QUARANTINE};
 
 /// Why a parked message's envelope could not be read back.
 #[derive(Debug, thiserror::Error)]
@@ -62,6 +62,9 @@ impl Scheduler {
     /// Messages found in the spool at start-up: all wait on disk first.
     pub(super) fn recovered(&mut self, batch: Vec<sluice_spool::Recovered>) {
         for r in batch {
+            if r.flags & QUARANTINE != 0 && r.marks & MARK_RELEASED == 0 {
+                self.admin.held.insert(r.id);
+            }
             let parked = Parked {
                 body_ref: r.body,
                 done: r.done,

@@ -37,6 +37,7 @@ use super::{DrainReport, Event, QueueHandle, QueuedMessage};
 use crate::config::hop::NextHop;
 use crate::config::Config;
 use crate::log::{qid, Logger};
+use crate::message::flags;
 use crate::message::status::Failure;
 use crate::routing::Router;
 use crate::{event, timefmt};
@@ -296,7 +297,11 @@ impl Scheduler {
     }
 
     fn queued(&mut self, inc: QueuedMessage) {
-        if self.has_room() {
+        if inc.envelope.flags & flags::QUARANTINE != 0 {
+            // Quarantined by a content filter: held from the start.
+            self.admin.held.insert(inc.envelope.id);
+        }
+        if self.has_room() && !self.admin.held.contains(&inc.envelope.id) {
             self.activate(inc, 0, false);
             return;
         }

@@ -28,7 +28,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// A test's own directory, removed when the test ends (kept if
-/// `SLUICE_KEEP_TEST_DIRS` is set, for a look at logs and spools).
+/// `SLUICE_KEEP_TEST_DIRS` is set, or the test failed, for a look at logs
+/// and spools; a failed test names it on stderr).
 pub struct TestDir(Option<tempfile::TempDir>);
 
 impl std::ops::Deref for TestDir {
@@ -40,9 +41,13 @@ impl std::ops::Deref for TestDir {
 
 impl Drop for TestDir {
     fn drop(&mut self) {
-        if std::env::var_os("SLUICE_KEEP_TEST_DIRS").is_some() {
+        let failed = std::thread::panicking();
+        if failed || std::env::var_os("SLUICE_KEEP_TEST_DIRS").is_some() {
             if let Some(dir) = self.0.take() {
-                let _ = dir.keep();
+                let kept = dir.keep();
+                if failed {
+                    eprintln!("test directory kept: {}", kept.display());
+                }
             }
         }
     }

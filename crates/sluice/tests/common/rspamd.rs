@@ -18,6 +18,12 @@ pub struct Rspamd {
 
 impl Rspamd {
     pub fn start(test_dir: &Path) -> Rspamd {
+        Rspamd::start_with(test_dir, "")
+    }
+
+    /// As [`Rspamd::start`], with more settings for its proxy worker
+    /// (`quarantine_on_reject = true;`, say).
+    pub fn start_with(test_dir: &Path, proxy: &str) -> Rspamd {
         super::ensure_package(BIN, "rspamd");
         let dir = test_dir.join("rspamd");
         std::fs::create_dir_all(dir.join("db")).unwrap();
@@ -31,7 +37,7 @@ impl Rspamd {
              logging {{\n  type = \"file\";\n  filename = \"{d}/rspamd.log\";\n  level = \"info\";\n}}\n\
              actions {{\n  reject = 15;\n  add_header = 6;\n  greylist = 4;\n}}\n\
              worker \"rspamd_proxy\" {{\n  bind_socket = \"{} mode=0666\";\n  milter = yes;\n  \
-             timeout = 120s;\n  count = 1;\n  upstream \"local\" {{\n    default = yes;\n    self_scan = yes;\n  }}\n}}\n",
+             timeout = 120s;\n  count = 1;\n  {proxy}\n  upstream \"local\" {{\n    default = yes;\n    self_scan = yes;\n  }}\n}}\n",
             socket.display()
         );
         std::fs::write(dir.join("rspamd.conf"), conf).unwrap();

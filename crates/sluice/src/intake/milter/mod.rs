@@ -58,6 +58,9 @@ pub enum Verdict {
     Discard,
     /// Refuse it with this SMTP reply.
     Refuse(String),
+    /// Store it (perhaps changed) and put it on hold (SMFIR_QUARANTINE,
+    /// Postfix's milter-hold), for this reason.
+    Hold(String),
 }
 
 /// What the filters are told about the message's origin.
@@ -114,6 +117,7 @@ impl Milters {
         on_error: &mut (dyn FnMut(&ServiceAddr, &MilterError) + Send),
     ) -> Verdict {
         let (sender, recipients) = envelope;
+        let mut held = None;
         for service in &self.list {
             let answer = self
                 .ask(service, queue_id, client, sender, recipients, raw)
@@ -139,8 +143,10 @@ impl Milters {
                 return answer.verdict;
             }
             apply(&answer, sender, recipients, raw);
+            // The first filter's reason is kept; later filters still run.
+            held = held.or_else(|| quarantine_reason(&answer.changes));
         }
-        Verdict::Pass
+        held.map_or(Verdict::Pass, Verdict::Hold)
     }
 
     /// One filter's conversation about the message.
@@ -248,6 +254,14 @@ impl Milters {
             leading_space,
         })
     }
+}
+
+/// The reason of a quarantine request among a filter's changes.
+fn quarantine_reason(changes: &[Response]) -> Option<String> {
+    changes.iter().find_map(|c| match c {
+        Response::Quarantine(reason) => Some(reason.clone()),
+        _ => None,
+    })
 }
 
 /// Applies a filter's changes to the envelope and the message.
