@@ -9,6 +9,8 @@ mod common;
 
 use std::time::Duration;
 
+use common::nsd::Nsd;
+use common::opendkim::OpenDkim;
 use common::rspamd::Rspamd;
 use common::*;
 use sluice::admin::protocol::{Filter, Request};
@@ -74,6 +76,65 @@ async fn rspamd_refuses_gtube_and_marks_suspicious_mail() {
     assert_eq!(spam_header("odd").as_deref(), Some("Yes"));
     assert_eq!(spam_header("clean"), None);
     server.shutdown().await;
+}
+
+/// A real OpenDKIM signs through the milter (its header inserted by us);
+/// a second Sluice checking senders (`sender_auth`, the project's own DKIM
+/// verifier) fetches the key from a real nsd and finds the signature good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opendkim_signs_through_the_milter_and_the_signature_verifies() {
+    let dir = temp_dir("milter-opendkim");
+    let odk = OpenDkim::start(&dir, "sign.test", "od");
+    let key = odk.txt.replacen("od._domainkey", "od._domainkey.sign", 1);
+    let zone = format!(
+        "$ORIGIN test.\n$TTL 300\n@ SOA ns.test. admin.test. 1 3600 600 86400 300\n\
+         @ NS ns\nns A 127.0.0.1\n{key}\n"
+    );
+    let nsd = Nsd::start(&dir, &[("test", &zone)]);
+    let sink = recording_sink().await;
+    // The checking server: the signing one is a stranger to it.
+    let (b_dir, a_dir) = (dir.join("b"), dir.join("a"));
+    let mut b = untrusted_config(&b_dir, Some(sink.addr));
+    b.hostname = "mx-b.test".parse().unwrap();
+    b.dns.nameservers = vec![nsd.addr];
+    b.dns.timeout_ms = 1000;
+    b.smtpd.sender_auth = true;
+    let (b_server, b_addr) = start(b).await;
+    let mut a = config(&a_dir, Some(b_addr));
+    a.smtpd.milters = vec![unix(&odk.socket)];
+    let (a_server, a_addr) = start(a).await;
+    let mut c = Client::ready(a_addr).await;
+    let text = "From: <a@sign.test>\r\nTo: <x@ours.test>\r\nSubject: signed\r\n\
+                Date: Wed, 25 Nov 2026 10:00:00 +0000\r\nMessage-ID: <s@sign.test>\r\n\r\n\
+                Hello,\r\n  with  spaces  and a long line to canonicalize.\r\n";
+    let r = c.message("a@sign.test", &["x@ours.test"], text).await;
+    assert!(r.starts_with("250"), "{r}");
+    assert!(
+        wait_until(20, || sink.count() == 1).await,
+        "{}",
+        read_log(&a_dir)
+    );
+    let got = String::from_utf8_lossy(&sink.messages()[0].body).to_string();
+    let signature = sluice_bench::sink::header_value(got.as_bytes(), b"dkim-signature:")
+        .expect("signed by OpenDKIM");
+    assert!(
+        signature.contains("d=sign.test") && signature.contains("s=od"),
+        "{signature}"
+    );
+    // The second server's result, with its folded lines.
+    let results: String = got
+        .split("\r\n")
+        .skip_while(|l| !l.starts_with("Authentication-Results: mx-b.test;"))
+        .enumerate()
+        .take_while(|(i, l)| *i == 0 || l.starts_with('\t') || l.starts_with(' '))
+        .map(|(_, l)| l)
+        .collect();
+    assert!(
+        results.contains("dkim=pass header.d=sign.test header.s=od"),
+        "{results}\n{got}"
+    );
+    a_server.shutdown().await;
+    b_server.shutdown().await;
 }
 
 /// Queue IDs in `state` ("hold", "active", "deferred"), from the daemon.

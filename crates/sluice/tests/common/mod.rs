@@ -6,6 +6,7 @@ pub mod dns_split;
 pub mod dovecot;
 pub mod haproxy;
 pub mod nsd;
+pub mod opendkim;
 pub mod postgrey;
 pub mod rspamd;
 pub mod slapd;
