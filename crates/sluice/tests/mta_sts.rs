@@ -38,7 +38,7 @@ fn certificate(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
         dir.join(format!("{name}.key")),
     );
     std::fs::write(&cert, made.cert.pem()).unwrap();
-    std::fs::write(&key, made.key_pair.serialize_pem()).unwrap();
+    std::fs::write(&key, made.signing_key.serialize_pem()).unwrap();
     (cert, key)
 }
 

@@ -27,7 +27,7 @@ fn certificate(dir: &Path, name: &str) -> (std::path::PathBuf, std::path::PathBu
         dir.join(format!("{name}.key")),
     );
     std::fs::write(&cert, made.cert.pem()).unwrap();
-    std::fs::write(&key, made.key_pair.serialize_pem()).unwrap();
+    std::fs::write(&key, made.signing_key.serialize_pem()).unwrap();
     (cert, key)
 }
 

@@ -207,7 +207,7 @@ async fn a_new_certificate_is_served_after_reload() {
     let write = |name: &str| {
         let made = rcgen::generate_simple_self_signed(vec![name.to_string()]).unwrap();
         std::fs::write(&cert, made.cert.pem()).unwrap();
-        std::fs::write(&key, made.key_pair.serialize_pem()).unwrap();
+        std::fs::write(&key, made.signing_key.serialize_pem()).unwrap();
     };
     write("mx.test");
     let mut cfg = config(&dir, None);
@@ -276,7 +276,7 @@ async fn a_key_that_does_not_match_its_certificate_is_refused() {
     let one = rcgen::generate_simple_self_signed(vec!["mx.test".to_string()]).unwrap();
     let two = rcgen::generate_simple_self_signed(vec!["mx.test".to_string()]).unwrap();
     std::fs::write(&cert, one.cert.pem()).unwrap();
-    std::fs::write(&key, two.key_pair.serialize_pem()).unwrap();
+    std::fs::write(&key, two.signing_key.serialize_pem()).unwrap();
     let mut cfg = config(&dir, None);
     cfg.tls.cert_file = Some(cert.clone());
     cfg.tls.key_file = Some(key.clone());
@@ -289,10 +289,10 @@ async fn a_key_that_does_not_match_its_certificate_is_refused() {
     );
     assert!(err.to_string().contains("does not match the certificate"));
     // A matching pair to start with, then a mismatched one and a reload.
-    std::fs::write(&key, one.key_pair.serialize_pem()).unwrap();
+    std::fs::write(&key, one.signing_key.serialize_pem()).unwrap();
     sluice::daemon::check(cfg.clone()).unwrap();
     let (mut server, addr) = start(cfg).await;
-    std::fs::write(&key, two.key_pair.serialize_pem()).unwrap();
+    std::fs::write(&key, two.signing_key.serialize_pem()).unwrap();
     server.reload(None).await;
     starttls(addr, &cert).await;
     server.shutdown().await;

@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+pub mod acme;
 pub mod delivery;
 pub mod dnsbl;
 pub mod hop;
@@ -64,6 +65,8 @@ pub struct Config {
     pub dkim: DkimConfig,
     /// Prometheus /metrics and the dashboard.
     pub metrics: MetricsConfig,
+    /// Certificates from an ACME CA (off unless configured).
+    pub acme: Option<acme::AcmeConfig>,
     /// The account `serve` runs as when started as root (it binds its
     /// ports first); default: `sluice` when that account exists.
     pub user: Option<String>,
@@ -201,6 +204,7 @@ impl Default for Config {
             dns: DnsConfig::default(),
             dkim: DkimConfig::default(),
             metrics: MetricsConfig::default(),
+            acme: None,
             user: None,
             run_as_root: false,
         }
@@ -306,6 +310,13 @@ impl Config {
         }
         for l in self.all_listeners() {
             l.validate(self.tls.enabled, self.auth.table.is_some())?;
+        }
+        if let Some(acme) = &self.acme {
+            acme.validate()?;
+            if self.tls.cert_file.is_some() || !self.tls.enabled {
+                let why = "acme: set with [tls] cert_file, or with TLS off (choose one source)";
+                return Err(ConfigError::Invalid(why.into()));
+            }
         }
         Ok(())
     }

@@ -9,6 +9,7 @@
 //! deadline and record their outcomes, then flush and close the spool. A
 //! clean stop therefore re-delivers nothing that had been delivered.
 
+pub mod acme;
 mod build;
 mod listeners;
 pub mod privilege;
@@ -105,6 +106,15 @@ impl Server {
         let bound = listeners
             .bind_new(&config)
             .map_err(|(listen, e)| StartError::Listen(listen, e))?;
+        // The ACME challenge port (80, usually) is bound while we may.
+        let acme_listener = match &config.acme {
+            Some(acme) => Some(
+                tokio::net::TcpListener::bind(acme.http_listen)
+                    .await
+                    .map_err(|e| StartError::Listen(acme.http_listen, e))?,
+            ),
+            None => None,
+        };
         if let Some(account) = &account {
             let log = config.log_file.as_deref();
             privilege::hand_over(&config.data_dir, log, account)
@@ -159,6 +169,27 @@ impl Server {
         })?;
         let observe = observe(&config, &queue, &spool, &mailboxes, &logger).await?;
         listeners.apply(&config, bound, &ctx, &logger).await;
+        if let (Some(acme), Some(listener), Some(tls)) = (&config.acme, acme_listener, &parts.tls) {
+            let addr = listener
+                .local_addr()
+                .map_err(|e| StartError::Listen(acme.http_listen, e))?;
+            event!(
+                logger,
+                "master",
+                "listening",
+                { addr: addr.to_string(), kind: "acme" },
+                "ACME http-01 challenges on http://{addr}/"
+            );
+            let (data_dir, tls) = (&config.data_dir, tls.clone());
+            acme::spawn(
+                acme.clone(),
+                data_dir,
+                tls,
+                listener,
+                logger.clone(),
+                shutdown.subscribe(),
+            );
+        }
         if let Some(account) = &account {
             event!(
                 logger,

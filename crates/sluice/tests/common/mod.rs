@@ -7,6 +7,7 @@ pub mod dovecot;
 pub mod haproxy;
 pub mod nsd;
 pub mod opendkim;
+pub mod pebble;
 pub mod postgrey;
 pub mod rspamd;
 pub mod slapd;

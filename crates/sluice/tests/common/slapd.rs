@@ -55,7 +55,7 @@ impl Slapd {
         let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into(), "localhost".into()])
             .unwrap();
         std::fs::write(dir.join("cert.pem"), made.cert.pem()).unwrap();
-        std::fs::write(dir.join("key.pem"), made.key_pair.serialize_pem()).unwrap();
+        std::fs::write(dir.join("key.pem"), made.signing_key.serialize_pem()).unwrap();
         let conf = format!(
             "include /etc/ldap/schema/core.schema\n\
              include /etc/ldap/schema/cosine.schema\n\

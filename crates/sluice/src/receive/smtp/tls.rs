@@ -3,8 +3,10 @@
 //!
 //! With no `[tls] cert_file`, a self-signed certificate for `hostname` is
 //! generated on first start under `<data_dir>/tls/` and kept (Postfix's
-//! "snakeoil"), so STARTTLS works out of the box. SIGHUP re-reads the
-//! files; sessions already encrypted keep their keys.
+//! "snakeoil"), so STARTTLS works out of the box. With `[acme]`, the
+//! certificate the CA issued (`<data_dir>/acme/`) once there is one, the
+//! self-signed one until then; a new one is installed without a restart.
+//! SIGHUP re-reads the files; sessions already encrypted keep their keys.
 //!
 //! Trust: the certificate files are the administrator's; a file that does
 //! not load, or a key that does not match its certificate, leaves the
@@ -13,7 +15,7 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use arc_swap::ArcSwap;
 use rustls::pki_types::pem::PemObject;
@@ -42,8 +44,14 @@ impl ResolvesServerCert for Resolver {
 pub struct ServerTls {
     acceptor: TlsAcceptor,
     resolver: Arc<Resolver>,
-    cert: PathBuf,
-    key: PathBuf,
+    /// The certificate and key files in use (changed by [`ServerTls::install`]).
+    files: Mutex<(PathBuf, PathBuf)>,
+}
+
+/// Where `[acme]` keeps the certificate the CA issued, and its key.
+pub fn acme_files(data_dir: &Path) -> (PathBuf, PathBuf) {
+    let dir = data_dir.join("acme");
+    (dir.join("cert.pem"), dir.join("key.pem"))
 }
 
 impl ServerTls {
@@ -52,8 +60,12 @@ impl ServerTls {
         if !config.tls.enabled {
             return Ok(None);
         }
+        let issued = acme_files(&config.data_dir);
         let (cert, key) = match (&config.tls.cert_file, &config.tls.key_file) {
             (Some(c), Some(k)) => (c.clone(), k.clone()),
+            (None, None) if config.acme.is_some() && issued.0.exists() && issued.1.exists() => {
+                issued
+            }
             (None, None) => snakeoil(&config.data_dir.join("tls"), &config.hostname)?,
             _ => return Err(TlsError::HalfPair.of("tls")),
         };
@@ -62,8 +74,7 @@ impl ServerTls {
         Ok(Some(Arc::new(ServerTls {
             acceptor: acceptor(resolver.clone())?,
             resolver,
-            cert,
-            key,
+            files: Mutex::new((cert, key)),
         })))
     }
 
@@ -73,13 +84,28 @@ impl ServerTls {
 
     /// Re-reads the certificate files; on error the old one stays.
     pub fn reload(&self) -> Result<(), TlsError> {
-        let key = certified_key(&self.cert, &self.key).map_err(|e| e.of("tls"))?;
-        self.resolver.0.store(Arc::new(key));
+        let (cert, key) = self.files();
+        self.install(cert, key)
+    }
+
+    /// Serves the certificate in these files from now on (new sessions);
+    /// on error the old one stays.
+    pub fn install(&self, cert: PathBuf, key: PathBuf) -> Result<(), TlsError> {
+        let pair = certified_key(&cert, &key).map_err(|e| e.of("tls"))?;
+        self.resolver.0.store(Arc::new(pair));
+        *self.files.lock().unwrap_or_else(PoisonError::into_inner) = (cert, key);
         Ok(())
     }
 
-    pub fn cert_path(&self) -> &Path {
-        &self.cert
+    pub fn cert_path(&self) -> PathBuf {
+        self.files().0
+    }
+
+    fn files(&self) -> (PathBuf, PathBuf) {
+        self.files
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 }
 
@@ -88,7 +114,7 @@ impl ServerTls {
 pub fn ephemeral_acceptor(hostname: &str) -> Result<TlsAcceptor, TlsError> {
     let made = rcgen::generate_simple_self_signed(vec![hostname.to_string()])?;
     let der = PrivateKeyDer::from(rustls::pki_types::PrivatePkcs8KeyDer::from(
-        made.key_pair.serialize_der(),
+        made.signing_key.serialize_der(),
     ));
     let signer = rustls::crypto::ring::sign::any_supported_type(&der)?;
     let key = CertifiedKey::new(vec![made.cert.der().clone()], signer);
@@ -150,7 +176,7 @@ fn snakeoil(dir: &Path, hostname: &str) -> Result<(PathBuf, PathBuf), TlsError> 
     let made = rcgen::generate_simple_self_signed(vec![hostname.to_string()])
         .map_err(|e| TlsError::from(e).of("tls"))?;
     std::fs::create_dir_all(dir)
-        .and_then(|_| write_private(&key, made.key_pair.serialize_pem().as_bytes()))
+        .and_then(|_| write_private(&key, made.signing_key.serialize_pem().as_bytes()))
         .and_then(|_| std::fs::write(&cert, made.cert.pem()))
         .map_err(|err| {
             let path = cert.clone();

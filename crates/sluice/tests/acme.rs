@@ -1,0 +1,95 @@
+//! Certificates from an ACME CA (`[acme]`) with a real pebble: the daemon
+//! starts on its self-signed certificate, orders one over http-01 (pebble
+//! resolving the name through a real nsd and fetching the challenge from
+//! the daemon's responder), serves it by STARTTLS (it chains to pebble's
+//! root), renews it without a restart, and keeps it when the CA is gone.
+
+mod common;
+
+use common::nsd::Nsd;
+use common::pebble::Pebble;
+use common::tls::TlsClient;
+use common::*;
+use sluice::config::acme::AcmeConfig;
+
+const NAME: &str = "mail.acme.test";
+
+/// The serial of the certificate served by STARTTLS at `addr`, checked
+/// against the roots in `ca` for `NAME`.
+async fn served_serial(addr: std::net::SocketAddr, ca: &std::path::Path) -> String {
+    let mut c = Client::ready(addr).await;
+    assert!(c.cmd("EHLO client.test").await.starts_with("250"));
+    assert!(c.cmd("STARTTLS").await.starts_with("220"));
+    let tls = TlsClient::handshake(c.stream, ca, NAME).await;
+    let der = tls.stream.get_ref().1.peer_certificates().unwrap()[0].clone();
+    let (_, cert) = x509_parser::parse_x509_certificate(&der).unwrap();
+    cert.raw_serial_as_string()
+}
+
+fn issued(dir: &std::path::Path) -> Vec<String> {
+    events_named(dir, "acme_issued")
+        .iter()
+        .map(|e| e["serial"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_from_pebble_is_served_renewed_and_kept_when_the_ca_is_gone() {
+    let dir = temp_dir("acme");
+    let zone = "$ORIGIN test.\n$TTL 300\n@ SOA ns.test. admin.test. 1 3600 600 86400 300\n\
+                @ NS ns\nns A 127.0.0.1\nmail.acme A 127.0.0.1\n";
+    let nsd = Nsd::start(&dir, &[("test", zone)]);
+    // Pebble's API port is chosen before the daemon starts; pebble itself
+    // starts once the daemon says where it answers challenges.
+    let api = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let directory = format!("https://127.0.0.1:{}/dir", api.local_addr().unwrap().port());
+    drop(api);
+    let ca_dir = dir.join("pebble");
+    let mut cfg = config(&dir, None);
+    cfg.acme = Some(AcmeConfig {
+        directory: directory.clone(),
+        domains: vec![NAME.parse().unwrap()],
+        contact: vec!["mailto:postmaster@acme.test".into()],
+        ca_file: Some(ca_dir.join("ca.pem")),
+        http_listen: "127.0.0.1:0".parse().unwrap(),
+        // Always due: every second a renewal (pebble's certificates last
+        // years), so renewal is seen within the test.
+        renew_before_days: 1_000_000,
+        retry_secs: 1,
+        check_secs: 1,
+    });
+    let (server, addr) = start(cfg.clone()).await;
+    let http = listening_on(&dir, 0, "acme").await;
+    let mut pebble = Pebble::start_at(&dir, &directory, http.port(), nsd.addr);
+    assert!(
+        wait_until(60, || issued(&dir).len() >= 2).await,
+        "not issued and renewed: {}",
+        read_log(&dir)
+    );
+    let serials = issued(&dir);
+    assert_ne!(serials[0], serials[1], "a renewal is a new certificate");
+    let root = dir.join("pebble-root.pem");
+    std::fs::write(&root, pebble.root().await).unwrap();
+    let served = served_serial(addr, &root).await;
+    assert!(
+        issued(&dir).contains(&served),
+        "{served} not issued by pebble"
+    );
+
+    // The CA goes away: renewal fails, the certificate stays.
+    pebble.stop();
+    let failures = events_named(&dir, "acme_failed").len();
+    assert!(wait_until(30, || events_named(&dir, "acme_failed").len() > failures).await);
+    let last = issued(&dir).last().unwrap().clone();
+    assert_eq!(
+        served_serial(addr, &root).await,
+        last,
+        "the last issued one"
+    );
+    server.shutdown().await;
+
+    // Started again (the CA still gone), it serves the issued certificate.
+    let (server, addr) = start(cfg).await;
+    assert_eq!(served_serial(addr, &root).await, last);
+    server.shutdown().await;
+}
