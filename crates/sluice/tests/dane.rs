@@ -61,7 +61,10 @@ async fn run(name: &str, tlsa: impl Fn(&str) -> String) -> (TestDir, sluice_benc
     let dir = temp_dir(name);
     let sink = recording_sink().await;
     let made = rcgen::generate_simple_self_signed(vec!["mx.dane.test".into()]).unwrap();
-    let spki = ring::digest::digest(&ring::digest::SHA256, &rcgen::PublicKeyData::subject_public_key_info(&made.signing_key));
+    let spki = ring::digest::digest(
+        &ring::digest::SHA256,
+        &rcgen::PublicKeyData::subject_public_key_info(&made.signing_key),
+    );
     let hex: String = spki.as_ref().iter().map(|b| format!("{b:02x}")).collect();
     let (cert, key) = (dir.join("mx.pem"), dir.join("mx.key"));
     std::fs::write(&cert, made.cert.pem()).unwrap();

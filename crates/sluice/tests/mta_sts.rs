@@ -79,9 +79,9 @@ async fn policy_server(
                         Ok(n) => req.extend_from_slice(&buf[..n]),
                     }
                 }
-                assert!(req.starts_with(
-                    b"GET /.well-known/mta-sts.txt HTTP/1.0\r\nHost: mta-sts.sts.test\r\n"
-                ));
+                let head = String::from_utf8_lossy(&req).to_ascii_lowercase();
+                assert!(head.starts_with("get /.well-known/mta-sts.txt http/1.1\r\n"));
+                assert!(head.contains("\r\nhost: mta-sts.sts.test\r\n"), "{head}");
                 count.fetch_add(1, Ordering::SeqCst);
                 let resp = format!("HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n{policy}");
                 let _ = tls.write_all(resp.as_bytes()).await;

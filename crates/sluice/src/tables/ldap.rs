@@ -1,6 +1,9 @@
 //! LDAP lookup tables: a pool of multiplexed connections with failover,
 //! timeouts, TLS (`ldaps://` or StartTLS, rustls, certificate checked
-//! against the system roots or `tls_ca_file`), and a hit/miss cache.
+//! against the system roots or `tls_ca_file`), and a hit/miss cache (moka:
+//! bounded by `cache_max_entries`, each answer kept for its own TTL, and
+//! TinyLFU admission, so a flood of new addresses cannot flush the users
+//! looked up often, audit §J4).
 //!
 //! A connection whose query failed or timed out is dropped from its pool
 //! slot, so a hung connection is replaced on next use instead of costing
@@ -13,6 +16,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use moka::sync::Cache;
 
 use ldap3::{Ldap, LdapConnAsync, LdapConnSettings, Scope, SearchEntry};
 
@@ -58,9 +63,19 @@ pub enum LdapError {
 /// One query in flight for a key, and its answer once there.
 type Flight = Arc<tokio::sync::OnceCell<Result<Option<Values>, LdapError>>>;
 
+#[derive(Clone)]
 struct CacheEntry {
-    expires: Instant,
+    ttl: Duration,
     value: Option<Values>,
+}
+
+/// Each answer lives for its own TTL (hits and misses have their own).
+struct ByTtl;
+
+impl moka::Expiry<String, CacheEntry> for ByTtl {
+    fn expire_after_create(&self, _: &String, entry: &CacheEntry, _: Instant) -> Option<Duration> {
+        Some(entry.ttl)
+    }
 }
 
 pub struct LdapTable {
@@ -69,7 +84,7 @@ pub struct LdapTable {
     pool: Vec<tokio::sync::Mutex<Option<Ldap>>>,
     tls: Arc<rustls::ClientConfig>,
     next: AtomicUsize,
-    cache: Mutex<HashMap<String, CacheEntry>>,
+    cache: Cache<String, CacheEntry>,
     inflight: Mutex<HashMap<String, Flight>>,
     pub stats: LdapStats,
     logger: Logger,
@@ -84,13 +99,17 @@ impl LdapTable {
             table: name.to_string(),
             err,
         })?;
+        let cache = Cache::builder()
+            .max_capacity(config.cache_max_entries as u64)
+            .expire_after(ByTtl)
+            .build();
         Ok(LdapTable {
             name: name.to_string(),
             config,
             pool,
             tls,
             next: AtomicUsize::new(0),
-            cache: Mutex::new(HashMap::new()),
+            cache,
             inflight: Mutex::new(HashMap::new()),
             stats: LdapStats::default(),
             logger,
@@ -98,7 +117,7 @@ impl LdapTable {
     }
 
     pub fn clear_cache(&self) {
-        self.cache.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        self.cache.invalidate_all();
     }
 
     /// Looks `key` up: from the cache, or by a query that concurrent
@@ -179,39 +198,16 @@ impl LdapTable {
     }
 
     fn cached(&self, key: &str) -> Option<Option<Values>> {
-        let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        cache
-            .get(key)
-            .filter(|e| e.expires > Instant::now())
-            .map(|e| e.value.clone())
+        self.cache.get(key).map(|e| e.value)
     }
 
     fn store(&self, key: &str, value: Option<Values>, ttl: u64) {
         if ttl == 0 {
             return;
         }
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        if cache.len() >= self.config.cache_max_entries {
-            let now = Instant::now();
-            cache.retain(|_, e| e.expires > now);
-            // Still full: drop a tenth, not everything, so a flood of new
-            // addresses cannot flush every cached user at once (audit §J4).
-            let excess = cache.len() + 1 - self.config.cache_max_entries.min(cache.len() + 1);
-            let drop = excess.max(self.config.cache_max_entries / 10).max(1);
-            if cache.len() >= self.config.cache_max_entries {
-                let victims: Vec<String> = cache.keys().take(drop).cloned().collect();
-                for k in victims {
-                    cache.remove(&k);
-                }
-            }
-        }
-        cache.insert(
-            key.to_string(),
-            CacheEntry {
-                expires: Instant::now() + Duration::from_secs(ttl),
-                value,
-            },
-        );
+        let ttl = Duration::from_secs(ttl);
+        self.cache
+            .insert(key.to_string(), CacheEntry { ttl, value });
     }
 
     /// A connection handle from the pool and its slot, connecting (with

@@ -4,57 +4,46 @@
 //! per destination in qmgr; here it is per address, shared by all
 //! workers of the agent).
 //!
-//! Invariants: bounded — at most [`MAX_ENTRIES`] addresses, expired ones
-//! dropped first; a successful connection clears the mark at once.
+//! Invariants: bounded — at most [`MAX_ENTRIES`] addresses (a moka
+//! cache: expired marks go first, then those least worth keeping); a
+//! successful connection clears the mark at once.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-pub const MAX_ENTRIES: usize = 10_000;
+pub const MAX_ENTRIES: u64 = 10_000;
 
 pub struct DeadHosts {
     ttl: Duration,
-    until: Mutex<HashMap<SocketAddr, Instant>>,
+    until: moka::sync::Cache<SocketAddr, ()>,
 }
 
 impl DeadHosts {
     pub fn new(ttl: Duration) -> DeadHosts {
-        DeadHosts {
-            ttl,
-            until: Mutex::new(HashMap::new()),
-        }
+        let until = moka::sync::Cache::builder()
+            .max_capacity(MAX_ENTRIES)
+            .time_to_live(ttl.max(Duration::from_millis(1)))
+            .build();
+        DeadHosts { ttl, until }
     }
 
     pub fn is_dead(&self, addr: SocketAddr) -> bool {
-        let map = self.until.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(&addr).is_some_and(|t| *t > Instant::now())
+        self.until.contains_key(&addr)
     }
 
     pub fn mark(&self, addr: SocketAddr) {
-        if self.ttl.is_zero() {
-            return;
+        if !self.ttl.is_zero() {
+            self.until.insert(addr, ());
         }
-        let now = Instant::now();
-        let mut map = self.until.lock().unwrap_or_else(|e| e.into_inner());
-        if map.len() >= MAX_ENTRIES {
-            map.retain(|_, t| *t > now);
-            if map.len() >= MAX_ENTRIES {
-                return;
-            }
-        }
-        map.insert(addr, now + self.ttl);
     }
 
     pub fn alive(&self, addr: SocketAddr) {
-        let mut map = self.until.lock().unwrap_or_else(|e| e.into_inner());
-        map.remove(&addr);
+        self.until.invalidate(&addr);
     }
 
     /// Forgets every mark (a queue flush).
     pub fn clear(&self) {
-        self.until.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.until.invalidate_all();
     }
 
     pub fn ttl(&self) -> Duration {

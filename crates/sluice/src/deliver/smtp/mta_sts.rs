@@ -9,9 +9,9 @@
 //! or reload keeps them in force), and refetched when the TXT record's
 //! `id` changes. A fetch that fails leaves the cached policy in force
 //! (RFC 8461 §5.1); without one, the domain is treated as having no
-//! policy. The fetch is a plain HTTP/1.0 GET over rustls (hand-written: a
-//! full HTTP client would be the biggest dependency in the tree for one
-//! request shape), no redirects; a body over 64 KiB is a failed fetch,
+//! policy. The fetch is one GET with hyper's HTTP/1 client (already in the
+//! tree for ACME) over our own rustls connection to an address our
+//! resolver found, no redirects; a body over 64 KiB is a failed fetch,
 //! never cut and used. Each failed fetch is logged.
 //!
 //! Trust: TXT answers and policy bodies are the domain's, fetched over
@@ -25,7 +25,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rustls::pki_types::ServerName;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
@@ -39,7 +38,7 @@ use store::{Store, Stored};
 /// Longest policy body accepted (RFC 8461 §3.3); a longer one is a failed
 /// fetch.
 const MAX_BODY: usize = 64 << 10;
-/// Longest HTTP response header read.
+/// Longest HTTP response head read (hyper's smallest buffer).
 const MAX_HEAD: usize = 8 << 10;
 /// Longest max_age honoured (RFC 8461 §3.2: one year).
 const MAX_AGE: u64 = 31_557_600;
@@ -129,8 +128,10 @@ pub enum FetchError {
     Name(#[from] rustls::pki_types::InvalidDnsNameError),
     #[error("timed out")]
     Timeout,
-    #[error("no HTTP header end within {MAX_HEAD} bytes")]
-    Head,
+    #[error("HTTP: {0}")]
+    Http(#[from] hyper::Error),
+    #[error("HTTP: {0}")]
+    Request(String),
     #[error("HTTP status {0:?}")]
     Status(String),
     #[error("policy body over {MAX_BODY} bytes")]
@@ -147,7 +148,7 @@ impl FetchError {
             FetchError::Io(_) => "io",
             FetchError::Name(_) => "name",
             FetchError::Timeout => "timeout",
-            FetchError::Head => "head",
+            FetchError::Http(_) | FetchError::Request(_) => "http",
             FetchError::Status(_) => "status",
             FetchError::TooLarge => "too_large",
             FetchError::Policy(_) => "policy",
@@ -358,36 +359,54 @@ impl MtaSts {
         Err(why)
     }
 
-    /// One GET; the response is read up to the limits and no further: a
-    /// body over [`MAX_BODY`] is an error, never cut and used.
+    /// One GET with hyper's HTTP/1 client over our own verified TLS
+    /// connection (to an address our resolver found): no redirects, a head
+    /// over hyper's smallest buffer (8 KiB) is an error, and a body over
+    /// [`MAX_BODY`] is an error, never cut and used.
     async fn get(&self, host: &str, addr: std::net::SocketAddr) -> Result<String, FetchError> {
+        use http_body_util::{BodyExt, Empty, Limited};
         let tcp = TcpStream::connect(addr).await?;
         let name = ServerName::try_from(host.to_string())?;
-        let mut tls = self.tls.connect(name, tcp).await?;
-        let request = format!(
-            "GET /.well-known/mta-sts.txt HTTP/1.0\r\nHost: {host}\r\nUser-Agent: sluice\r\nConnection: close\r\n\r\n"
-        );
-        tls.write_all(request.as_bytes()).await?;
-        let mut response = Vec::new();
-        (&mut tls)
-            .take((MAX_HEAD + 4 + MAX_BODY + 1) as u64)
-            .read_to_end(&mut response)
+        let tls = self.tls.connect(name, tcp).await?;
+        let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
+            .max_buf_size(MAX_HEAD)
+            .handshake(hyper_util::rt::TokioIo::new(tls))
             .await?;
-        let end = response
-            .windows(4)
-            .take(MAX_HEAD + 1)
-            .position(|w| w == b"\r\n\r\n")
-            .ok_or(FetchError::Head)?;
-        let (head, body) = (&response[..end], &response[end + 4..]);
-        if body.len() > MAX_BODY {
-            return Err(FetchError::TooLarge);
+        // The connection is driven beside the request, and dropped with it.
+        let conn = AbortOnDrop(tokio::spawn(async move {
+            let _ = conn.await;
+        }));
+        let request = hyper::Request::get("/.well-known/mta-sts.txt")
+            .header(hyper::header::HOST, host)
+            .header(hyper::header::USER_AGENT, "sluice")
+            .body(Empty::<bytes::Bytes>::new())
+            .map_err(|e| FetchError::Request(e.to_string()))?;
+        let response = sender.send_request(request).await?;
+        if response.status() != hyper::StatusCode::OK {
+            return Err(FetchError::Status(response.status().to_string()));
         }
-        let head = String::from_utf8_lossy(head);
-        let status = head.lines().next().unwrap_or("");
-        if status.split_whitespace().nth(1) != Some("200") {
-            return Err(FetchError::Status(status.to_string()));
-        }
-        Ok(String::from_utf8_lossy(body).into_owned())
+        let body = Limited::new(response.into_body(), MAX_BODY)
+            .collect()
+            .await
+            .map_err(
+                |e| match e.downcast_ref::<http_body_util::LengthLimitError>() {
+                    Some(_) => FetchError::TooLarge,
+                    None => FetchError::Request(e.to_string()),
+                },
+            )?
+            .to_bytes();
+        drop(conn);
+        Ok(String::from_utf8_lossy(&body).into_owned())
+    }
+}
+
+/// Aborts a spawned task when dropped (a fetch that times out takes its
+/// connection with it).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
