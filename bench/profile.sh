@@ -68,6 +68,9 @@ cleanup_profile() {
 }
 trap cleanup_profile EXIT
 
+# A `sluice serve` already running (another daemon, a test's) is not the
+# workload's: only a process that appears after this point is recorded.
+existing=" $( (pgrep -f 'sluice serve' || true) | tr '\n' ' ') "
 log "workload: $*"
 env "$@" >"$W/workload.out" 2>"$W/workload.err" &
 WORK_PID=$!
@@ -76,7 +79,9 @@ WORK_PID=$!
 # slapd's 500,000 users): wait for it as long as the workload runs.
 pid=""
 while kill -0 "$WORK_PID" 2>/dev/null; do
-    pid=$(pgrep -f -n 'sluice serve' || true)
+    for p in $(pgrep -f 'sluice serve' || true); do
+        [[ $existing == *" $p "* ]] || pid=$p
+    done
     [ -n "$pid" ] && break
     sleep 0.2
 done
