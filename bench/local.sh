@@ -62,6 +62,10 @@
 #   LDAP_PORT=55389    slapd's port on 127.0.0.1
 #   POSTFIX_MAILLOG=1  Postfix logs to a file in its temp dir (0: no logging)
 #   KEEP=0             1: keep the temp dir (slapd db, configs, logs, Maildirs)
+#   FRESH_FS=1         each system's spool and Maildirs on new ext4 file
+#                      systems (loop images of FS_GB=16 GiB, sparse, in the
+#                      temp dir), so no run pays for the inodes the run
+#                      before it freed (0: plain directories)
 #   RESULTS_DIR=bench/results   CSVs, the SVG chart and the RESULT lines go here
 #   STAMP=YYYY-MM-DD   date part of the output file names
 #
@@ -130,6 +134,7 @@ GENERATOR=sluice
 LDAP_PORT=${LDAP_PORT:-55389}
 POSTFIX_MAILLOG=${POSTFIX_MAILLOG:-1}
 KEEP=${KEEP:-0}
+FRESH_FS=${FRESH_FS:-1}
 RESULTS_DIR=${RESULTS_DIR:-$REPO/bench/results}
 STAMP=${STAMP:-$(date +%F)}
 
@@ -302,9 +307,17 @@ start_slapd() {
 }
 
 # --------------------------------------------------------------- sluice ----
+# fresh_dirs DIR...: empty directories, each on a new file system when
+# FRESH_FS=1 (see fresh_fs in lib/common.sh).
+fresh_dirs() {
+    local d
+    for d in "$@"; do
+        if [ "$FRESH_FS" = 1 ]; then fresh_fs "$d"; else rm -rf "$d"; mkdir -p "$d"; fi
+    done
+}
+
 start_sluice() {
-    rm -rf "$SL_VAR" "$SL_MAIL"
-    mkdir -p "$SL_VAR" "$SL_MAIL"
+    fresh_dirs "$SL_VAR" "$SL_MAIL"
     cat >"$W/sluice.toml" <<EOF
 hostname = "sluice.bench"
 data_dir = "$SL_VAR"
@@ -416,8 +429,8 @@ EOF
 }
 
 start_postfix() {
-    rm -rf "$PF/spool" "$PF/maillog" "$PF_MAIL"
-    mkdir -p "$PF/spool" "$PF_MAIL"
+    rm -f "$PF/maillog"
+    fresh_dirs "$PF/spool" "$PF_MAIL"
     chown "$VMAIL_UID:$VMAIL_GID" "$PF_MAIL"
     postfix_check_start || return 1
     wait_listen "$SMTP_PORT" 30 || { tail -20 "$PF/maillog" >&2 2>/dev/null; return 1; }

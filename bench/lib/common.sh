@@ -165,11 +165,40 @@ cg_cpu_s() {
     if [ -n "$CG" ]; then awk '{ printf "%.2f", $1 / 1e9 }' "$CG/cpuacct.usage"; else echo n/a; fi
 }
 
+# ------------------------------------------------- fresh file systems -----
+# fresh_fs DIR: DIR becomes the mount point of a new, empty ext4 file
+# system (a sparse image of $FS_GB GiB under $W, one inode per 4 KiB, inode
+# tables left to the kernel: no zeroing in the background), replacing any
+# mounted there before. A run then starts on a file system without a recent
+# mass deletion: ext4 passes over inodes freed in the last 300 s when it
+# allocates (recently_deleted), so a run right after one that deleted its
+# Maildirs paid for that one (bench/results/local-order-2026-11-26.txt).
+FRESH_MOUNTS=()
+fresh_fs() {
+    local dir=$1 img
+    img="$W/fs-$(echo "$dir" | md5sum | cut -c1-8).img"
+    if mountpoint -q "$dir" 2>/dev/null; then umount "$dir"; fi
+    rm -rf "$dir" "$img"
+    mkdir -p "$dir"
+    truncate -s "${FS_GB:-16}G" "$img"
+    mkfs.ext4 -q -F -i 4096 -E lazy_itable_init=1 "$img"
+    mount -o loop,noinit_itable "$img" "$dir"
+    FRESH_MOUNTS+=("$dir")
+}
+unmount_fresh() {
+    local d
+    for d in "${FRESH_MOUNTS[@]}"; do
+        if mountpoint -q "$d" 2>/dev/null; then umount "$d"; fi
+    done
+    FRESH_MOUNTS=()
+}
+
 cleanup() {
     local rc=$?
     set +e
     trap - EXIT INT TERM
     cleanup_processes
+    unmount_fresh
     if [ -n "$CG" ]; then rmdir "$CG" 2>/dev/null; fi
     if [ "$KEEP" = 1 ]; then
         log "kept temp dir $W"
