@@ -89,7 +89,29 @@ async fn a_certificate_from_pebble_is_served_renewed_and_kept_when_the_ca_is_gon
     server.shutdown().await;
 
     // Started again (the CA still gone), it serves the issued certificate.
-    let (server, addr) = start(cfg).await;
+    let (server, addr) = start(cfg.clone()).await;
     assert_eq!(served_serial(addr, &root).await, last);
+    server.shutdown().await;
+
+    // A damaged file (its key gone) does not keep the daemon from starting:
+    // it serves its self-signed certificate and orders a new one.
+    let file = cfg.data_dir.join("acme").join("cert.pem");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let chain = &text[..text.find("-----BEGIN PRIVATE KEY").unwrap()];
+    std::fs::write(&file, chain).unwrap();
+    let not_in_use = || {
+        events_named(&dir, "acme_ordering")
+            .iter()
+            .filter(|e| e["reason"] == "no issued certificate in use")
+            .count()
+    };
+    let (orders, before) = (not_in_use(), starts(&dir));
+    let (server, _) = start(cfg).await;
+    assert_eq!(starts(&dir), before + 1);
+    assert!(
+        wait_until(20, || not_in_use() > orders).await,
+        "{}",
+        read_log(&dir)
+    );
     server.shutdown().await;
 }

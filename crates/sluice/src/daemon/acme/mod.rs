@@ -11,8 +11,10 @@
 //! Invariants: a failure of any step (CA down, challenge refused, a chain
 //! that does not load) leaves the certificate in use and its files as they
 //! were, is logged (`acme_failed`), and is tried again `retry_secs` later;
-//! the key is written (0600, synced, renamed) before the certificate, so
-//! the files on disk are never a certificate without its key.
+//! the chain and its key are one file (0600), written and synced under a
+//! new name, loaded and matched, then renamed over the old one: a crash
+//! leaves the old pair or the new one, never a key beside the wrong
+//! certificate.
 
 pub mod challenge;
 
@@ -33,7 +35,7 @@ use crate::config::acme::AcmeConfig;
 use crate::event;
 use crate::log::Logger;
 use crate::pki::TlsError;
-use crate::receive::smtp::tls::{acme_files, ServerTls};
+use crate::receive::smtp::tls::{acme_file, ServerTls};
 use challenge::Challenges;
 
 #[derive(Debug, thiserror::Error)]
@@ -77,7 +79,7 @@ pub fn spawn(
     let client = Client {
         config,
         dir: data_dir.join("acme"),
-        files: acme_files(data_dir),
+        file: acme_file(data_dir),
         tls,
         challenges,
         logger,
@@ -94,7 +96,8 @@ pub fn spawn(
 struct Client {
     config: AcmeConfig,
     dir: PathBuf,
-    files: (PathBuf, PathBuf),
+    /// The issued chain and its key, in one file.
+    file: PathBuf,
     tls: Arc<ServerTls>,
     challenges: Challenges,
     logger: Logger,
@@ -130,7 +133,11 @@ impl Client {
 
     /// Why a certificate is needed now, if it is.
     fn due(&self) -> Option<&'static str> {
-        match read_issued(&self.files.0) {
+        if self.tls.cert_path() != self.file {
+            // None issued yet, or the file did not load at start.
+            return Some("no issued certificate in use");
+        }
+        match read_issued(&self.file) {
             Err(_) => Some("no certificate issued yet"),
             Ok(issued) if self.until_due(&issued).is_zero() => Some("renewal due"),
             Ok(_) => None,
@@ -165,11 +172,18 @@ impl Client {
         let result = self.authorize_and_fetch(&mut order).await;
         self.challenges.clear();
         let (key_pem, chain_pem) = result?;
-        write_private(&self.files.1, key_pem.as_bytes())?;
-        write_private(&self.files.0, chain_pem.as_bytes())?;
-        self.tls
-            .install(self.files.0.clone(), self.files.1.clone())?;
-        let issued = read_issued(&self.files.0)?;
+        // Loaded and matched before anything on disk changes.
+        let staged = self.dir.join("cert.pem.new");
+        write_private(&staged, format!("{chain_pem}\n{key_pem}").as_bytes())?;
+        self.tls.install(staged.clone(), staged.clone())?;
+        std::fs::rename(&staged, &self.file)
+            .and_then(|()| sluice_spool::sync_dir(&self.dir))
+            .map_err(|err| AcmeError::File {
+                path: self.file.clone(),
+                err,
+            })?;
+        self.tls.install(self.file.clone(), self.file.clone())?;
+        let issued = read_issued(&self.file)?;
         let not_after = crate::timefmt::iso8601(issued.not_after_secs.saturating_mul(1000));
         event!(
             self.logger,

@@ -48,10 +48,11 @@ pub struct ServerTls {
     files: Mutex<(PathBuf, PathBuf)>,
 }
 
-/// Where `[acme]` keeps the certificate the CA issued, and its key.
-pub fn acme_files(data_dir: &Path) -> (PathBuf, PathBuf) {
-    let dir = data_dir.join("acme");
-    (dir.join("cert.pem"), dir.join("key.pem"))
+/// Where `[acme]` keeps the certificate the CA issued with its key: one
+/// file (chain, then key), replaced whole, so a crash can never leave a
+/// new key beside an old certificate.
+pub fn acme_file(data_dir: &Path) -> PathBuf {
+    data_dir.join("acme").join("cert.pem")
 }
 
 impl ServerTls {
@@ -60,16 +61,24 @@ impl ServerTls {
         if !config.tls.enabled {
             return Ok(None);
         }
-        let issued = acme_files(&config.data_dir);
-        let (cert, key) = match (&config.tls.cert_file, &config.tls.key_file) {
-            (Some(c), Some(k)) => (c.clone(), k.clone()),
-            (None, None) if config.acme.is_some() && issued.0.exists() && issued.1.exists() => {
-                issued
+        let issued = acme_file(&config.data_dir);
+        let issued = config
+            .acme
+            .as_ref()
+            .and_then(|_| Some((certified_key(&issued, &issued).ok()?, issued)));
+        let (pair, cert, key) = match (&config.tls.cert_file, &config.tls.key_file, issued) {
+            (Some(c), Some(k), _) => {
+                let pair = certified_key(c, k).map_err(|e| e.of("tls"))?;
+                (pair, c.clone(), k.clone())
             }
-            (None, None) => snakeoil(&config.data_dir.join("tls"), &config.hostname)?,
+            // One the CA issued; one that does not load is ordered again.
+            (None, None, Some((pair, file))) => (pair, file.clone(), file),
+            (None, None, None) => {
+                let (c, k) = snakeoil(&config.data_dir.join("tls"), &config.hostname)?;
+                (certified_key(&c, &k).map_err(|e| e.of("tls"))?, c, k)
+            }
             _ => return Err(TlsError::HalfPair.of("tls")),
         };
-        let pair = certified_key(&cert, &key).map_err(|e| e.of("tls"))?;
         let resolver = Arc::new(Resolver(ArcSwap::from_pointee(pair)));
         Ok(Some(Arc::new(ServerTls {
             acceptor: acceptor(resolver.clone())?,
