@@ -175,7 +175,7 @@ impl Client {
         // Loaded and matched before anything on disk changes.
         let staged = self.dir.join("cert.pem.new");
         write_private(&staged, format!("{chain_pem}\n{key_pem}").as_bytes())?;
-        self.tls.install(staged.clone(), staged.clone())?;
+        ServerTls::check(&staged, &staged)?;
         std::fs::rename(&staged, &self.file)
             .and_then(|()| sluice_spool::sync_dir(&self.dir))
             .map_err(|err| AcmeError::File {

@@ -193,7 +193,13 @@ impl SmtpConn {
         };
         let _ = stream.set_nodelay(true);
         let relay = format!("{host}[{ip}]:{port}");
-        let mut conn = SmtpConn::greeted(Wire::Tcp(stream), relay, config, false).await?;
+        let mut conn = SmtpConn::greeted(
+            tokio_util::either::Either::Left(stream),
+            relay,
+            config,
+            false,
+        )
+        .await?;
         let caps = conn.hello(&config.hostname).await?;
         let offered = caps & smtp_proto::EXT_START_TLS != 0;
         match level {
@@ -223,7 +229,9 @@ impl SmtpConn {
             target: target.clone(),
             why,
         };
-        let wire = match tokio::time::timeout(connect_timeout, Wire::connect(service)).await {
+        let wire = match tokio::time::timeout(connect_timeout, crate::smtp::wire::connect(service))
+            .await
+        {
             Ok(Ok(w)) => w,
             Ok(Err(e)) => return Err(unreachable(e.to_string())),
             Err(_) => return Err(unreachable("timed out".into())),

@@ -57,7 +57,7 @@ impl Conn {
         connect: Duration,
         command: Duration,
     ) -> Result<Conn, MilterError> {
-        let wire = match tokio::time::timeout(connect, Wire::connect(service)).await {
+        let wire = match tokio::time::timeout(connect, crate::smtp::wire::connect(service)).await {
             Ok(Ok(w)) => w,
             Ok(Err(e)) => return Err(MilterError::Connect(e)),
             Err(_) => return Err(MilterError::Timeout(connect)),

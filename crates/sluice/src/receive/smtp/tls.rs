@@ -97,6 +97,14 @@ impl ServerTls {
         self.install(cert, key)
     }
 
+    /// Checks that these files load as a pair (as [`ServerTls::install`]
+    /// would), without serving them.
+    pub fn check(cert: &Path, key: &Path) -> Result<(), TlsError> {
+        certified_key(cert, key)
+            .map(|_| ())
+            .map_err(|e| e.of("tls"))
+    }
+
     /// Serves the certificate in these files from now on (new sessions);
     /// on error the old one stays.
     pub fn install(&self, cert: PathBuf, key: PathBuf) -> Result<(), TlsError> {
