@@ -57,8 +57,16 @@
 #   MAILDIR_SYNC=batch Sluice's local.maildir_sync (batch | each)
 #   SLUICE_CONF_EXTRA  TOML appended to Sluice's configuration (experiments;
 #                      \n for new lines)
-#   (the generator is always `sluice-bench bench`: one generator, one meaning of
-#   every figure; the Python generator with different semantics is gone)
+#   GENERATOR=sluice   sluice (`sluice-bench bench`) | smtp-source (Postfix's
+#                      own generator, not ours; also `-G smtp-source` on the
+#                      command line). smtp-source needs RECIPIENTS=distinct and
+#                      COUNT>0: one process, $SESSIONS sessions, one message
+#                      per session, -N prepends its sequence number to the
+#                      recipient (1user@, 2user@, ...), so every user also has
+#                      the address <N>user@example.com in the directory; SIZE
+#                      is then its payload (-l) plus the ~200 B of headers it
+#                      adds. It reports no per-minute rows: accepted_per_min is
+#                      COUNT over its run time, and the CSV/chart are skipped.
 #   LDAP_PORT=55389    slapd's port on 127.0.0.1
 #   POSTFIX_MAILLOG=1  Postfix logs to a file in its temp dir (0: no logging)
 #   KEEP=0             1: keep the temp dir (slapd db, configs, logs, Maildirs)
@@ -89,6 +97,10 @@
 #       delivered message, from its counters; n/a for Postfix>
 #       delivered_per_min=<delivered x 60 / (generator seconds + drain_s)>
 #       delivered_ratio_vs_postfix=<x>
+#       accepted_per_min=<accepted per minute while the generator ran>
+#       last_delivery_after_ack_s=<the newest Maildir file's rename time
+#       minus the generator's exit, to the ms: how far delivery lagged
+#       receipt; negative when the last file landed before the last reply>
 #   (a failed run adds failed=<reason>). Exit status 1 if any run failed,
 #   2 if the set-up failed. rejected_5xx/temp_4xx are as the generator counts
 #   them (`sluice-bench bench`: replies, so a refused RCPT plus the 554 to the
@@ -118,6 +130,7 @@ ANNOUNCE_RM=1           # removing the Maildirs can take minutes: say so
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DURATION=${DURATION:-600}
 COUNT=${COUNT:-0}
+RECIPIENTS_ENV=${RECIPIENTS:-}
 RECIPIENTS=${RECIPIENTS:-random}
 USERS=${USERS:-500000}
 SYSTEMS=${SYSTEMS:-"sluice postfix"}
@@ -129,8 +142,15 @@ DRAIN_TIMEOUT=${DRAIN_TIMEOUT:-300}
 SPOT_CHECKS=${SPOT_CHECKS:-5}
 SLUICE=${SLUICE:-$REPO/target/release/sluice}
 SLUICE_BUILD=${SLUICE_BUILD:-1}
-[ "${GENERATOR:-sluice}" = sluice ] || { echo "GENERATOR is always sluice (sluice-bench bench)" >&2; exit 2; }
-GENERATOR=sluice
+GENERATOR=${GENERATOR:-sluice}
+while getopts "G:" opt; do
+    case $opt in
+    G) GENERATOR=$OPTARG ;;
+    *) echo "usage: [ENV...] bash bench/local.sh [-G sluice|smtp-source]" >&2; exit 2 ;;
+    esac
+done
+# smtp-source only sends distinct recipients: that is its default there.
+[ "$GENERATOR" = smtp-source ] && RECIPIENTS=${RECIPIENTS_ENV:-distinct}
 LDAP_PORT=${LDAP_PORT:-55389}
 POSTFIX_MAILLOG=${POSTFIX_MAILLOG:-1}
 KEEP=${KEEP:-0}
@@ -149,6 +169,15 @@ for s in $SYSTEMS; do
     case $s in sluice|postfix) ;; *) die "unknown system '$s' in SYSTEMS" ;; esac
 done
 case $RECIPIENTS in random|distinct) ;; *) die "RECIPIENTS is random or distinct (is '$RECIPIENTS')" ;; esac
+case $GENERATOR in
+sluice) ;;
+smtp-source)
+    [ "$RECIPIENTS" = distinct ] && [ "$COUNT" -gt 0 ] \
+        || die "GENERATOR=smtp-source needs RECIPIENTS=distinct and COUNT>0"
+    [ "$COUNT" -le "$USERS" ] || die "GENERATOR=smtp-source: COUNT ($COUNT) must not exceed USERS ($USERS)"
+    [ "$SIZE" -gt 400 ] || die "GENERATOR=smtp-source: SIZE must exceed 400 (it adds its own headers)" ;;
+*) die "GENERATOR must be sluice or smtp-source (is '$GENERATOR')" ;;
+esac
 [[ $COUNT =~ ^[0-9]+$ ]] || die "COUNT must be a number (is '$COUNT')"
 # Output file names: the random variant keeps the historical ones.
 TAG=local
@@ -171,6 +200,7 @@ ensure_packages() {
         || pkgs+=(postfix-ldap)
     command -v ss >/dev/null 2>&1 || pkgs+=(iproute2)
     command -v python3 >/dev/null 2>&1 || pkgs+=(python3)
+    [ "$GENERATOR" = smtp-source ] && ! command -v smtp-source >/dev/null 2>&1 && pkgs+=(postfix)
     [ ${#pkgs[@]} -eq 0 ] && return 0
     mapfile -t pkgs < <(printf '%s\n' "${pkgs[@]}" | sort -u)
     log "installing ${pkgs[*]}"
@@ -261,12 +291,16 @@ EOF
 
     local t0=$SECONDS
     log "slapd: generating $USERS users into $LD/users.ldif"
-    awk -v n="$USERS" -v suffix="$SUFFIX" -v people="$PEOPLE" -v dom="$DOMAIN" 'BEGIN {
+    # (smtp-source: a second address <i>user@, the recipients of its -N)
+    awk -v n="$USERS" -v suffix="$SUFFIX" -v people="$PEOPLE" -v dom="$DOMAIN" \
+        -v seq="$([ "$GENERATOR" = smtp-source ] && echo 1 || echo 0)" 'BEGIN {
         printf "dn: %s\nobjectClass: dcObject\nobjectClass: organization\ndc: example\no: Example\n\n", suffix
         printf "dn: %s\nobjectClass: organizationalUnit\nou: people\n\n", people
         step = n >= 500000 ? 100000 : (n >= 50000 ? 10000 : n)
         for (i = 1; i <= n; i++) {
-            printf "dn: uid=user%d,%s\nobjectClass: inetOrgPerson\nobjectClass: posixAccount\ncn: User %d\nsn: User%d\nuid: user%d\nuidNumber: %d\ngidNumber: 5000\nhomeDirectory: %s/user%d/Maildir/\nmail: user%d@%s\n\n", i, people, i, i, i, 10000 + i, dom, i, i, dom
+            printf "dn: uid=user%d,%s\nobjectClass: inetOrgPerson\nobjectClass: posixAccount\ncn: User %d\nsn: User%d\nuid: user%d\nuidNumber: %d\ngidNumber: 5000\nhomeDirectory: %s/user%d/Maildir/\nmail: user%d@%s\n", i, people, i, i, i, 10000 + i, dom, i, i, dom
+            if (seq) printf "mail: %duser@%s\n", i, dom
+            printf "\n"
             if (i % step == 0) printf "[local] ldif: %d/%d users\n", i, n > "/dev/stderr"
         }
     }' >"$LD/users.ldif"
@@ -484,6 +518,12 @@ check_file() {
     if grep -qiE "^Delivered-To:[[:space:]]*<?${addr//./\\.}>?[[:space:]]*$" <<<"$hdr"; then
         return 0
     fi
+    # smtp-source's recipients: <N>user@ is user<N>'s second address.
+    local alt="${user#user}user@$dom"
+    if [ "$GENERATOR" = smtp-source ] && [[ $user == user* ]] \
+        && grep -qiE "^Delivered-To:[[:space:]]*<?${alt//./\\.}>?[[:space:]]*$" <<<"$hdr"; then
+        return 0
+    fi
     if ! grep -qi '^Delivered-To:' <<<"$hdr" \
         && grep -qiE "^To:.*[<[:space:],:]${addr//./\\.}([>[:space:],]|$)" <<<"$hdr"; then
         return 0
@@ -582,6 +622,7 @@ ticker() {  # a line every 30 s while the generator runs
 # run_generator: runs in the foreground; the CSV rows go to stderr as
 # they come; the rows and the BENCH line end up in $W/gen.out.
 run_generator() {
+    if [ "$GENERATOR" = smtp-source ]; then run_smtp_source; return 0; fi
     local args=(--target "$HOST:$SMTP_PORT" --sessions "$SESSIONS" --size "$SIZE"
         --recipients 1 --recipient-count "$USERS" --interval "$INTERVAL")
     case $RECIPIENTS in
@@ -606,6 +647,7 @@ run_generator() {
     local tail_pid=$!
     wait "$GEN_PID" || GEN_RC=$?
     GEN_PID=""
+    GEN_END=$(date +%s.%N)
     wait "$tail_pid" 2>/dev/null || true
     [ -s "$W/gen.err" ] && tail -5 "$W/gen.err" | sed 's/^/  gen: /' >&2
     if [ -s "$W/gen.time" ]; then
@@ -615,6 +657,37 @@ run_generator() {
     return 0
 }
 
+# run_smtp_source: Postfix's smtp-source, one process, $SESSIONS sessions,
+# $COUNT messages, one per session, recipients 1user@ ... <COUNT>user@ (-N).
+# It prints nothing per minute: the script writes a BENCH line like the
+# sluice generator's from its exit status and run time into $W/gen.out.
+run_smtp_source() {
+    local cmd=(smtp-source -N -s "$SESSIONS" -m "$COUNT" -l "$((SIZE - 200))"
+        -f "sender@gen.bench" -t "user@$DOMAIN" -M gen.bench "$HOST:$SMTP_PORT")
+    rm -f "$W/gen.time"
+    [ -x /usr/bin/time ] && cmd=(/usr/bin/time -f '%U %S %e' -o "$W/gen.time" "${cmd[@]}")
+    GEN_RC=0
+    local t0 t1
+    t0=$(date +%s.%N)
+    timeout -k 10 $((DURATION + 300)) "${cmd[@]}" >"$W/gen.out" 2>"$W/gen.err" &
+    GEN_PID=$!
+    wait "$GEN_PID" || GEN_RC=$?
+    GEN_PID=""
+    t1=$(date +%s.%N)
+    GEN_END=$t1
+    [ -s "$W/gen.err" ] && tail -5 "$W/gen.err" | sed 's/^/  gen: /' >&2
+    local secs acc=0
+    secs=$(fmt %.2f "$(calc "$t1 - $t0")")
+    [ "$GEN_RC" = 0 ] && acc=$COUNT
+    printf 'BENCH messages=%s errors=%s seconds=%s msgs_per_s=%s rejected_5xx=n/a temp_4xx=n/a\n' \
+        "$acc" "$([ "$GEN_RC" = 0 ] && echo 0 || echo n/a)" "$secs" \
+        "$(fmt %.1f "$(calc "$acc / $secs")")" >>"$W/gen.out"
+    if [ -s "$W/gen.time" ]; then
+        awk 'NF == 3 && $3 > 0 { printf "[local] generator CPU: %.1f s user + %.1f s sys in %.0f s = %.0f %% of one core\n", $1, $2, $3, 100 * ($1 + $2) / $3 }' \
+            "$W/gen.time" >&2 || true
+    fi
+}
+
 bench_field() {  # bench_field NAME: the value of NAME= on the BENCH line
     local line
     line=$(grep '^BENCH ' "$W/gen.out" | tail -1 || true)
@@ -622,7 +695,8 @@ bench_field() {  # bench_field NAME: the value of NAME= on the BENCH line
 }
 
 # ------------------------------------------------------------------ runs ----
-declare -A R_FAIL R_ACC R_ERR R_5XX R_4XX R_DELIV R_DRAIN R_CPU R_CSV R_MTA_CPU R_FLUSH R_SLAPD R_LDAPQ R_RATE R_GEN_S
+GEN_END=0
+declare -A R_LASTDEL R_FAIL R_ACC R_ERR R_5XX R_4XX R_DELIV R_DRAIN R_CPU R_CSV R_MTA_CPU R_FLUSH R_SLAPD R_LDAPQ R_RATE R_GEN_S
 
 run_one() {
     local sys=$1 fail="" csv
@@ -651,7 +725,7 @@ run_one() {
         return 0
     fi
 
-    log "=== $sys: generator ($GENERATOR, $SESSIONS sessions, $DURATION s, $USERS users, $UNKNOWN_PERCENT % unknown); load average $(cut -d' ' -f1-3 /proc/loadavg)"
+    log "=== $sys: generator ($GENERATOR, $SESSIONS sessions, $([ "$COUNT" -gt 0 ] && echo "$COUNT messages" || echo "$DURATION s"), $USERS users, $RECIPIENTS recipients); load average $(cut -d' ' -f1-3 /proc/loadavg)"
     ticker "$sys" &
     TICKER_PID=$!
     local c0 c1 f0 s0
@@ -703,6 +777,11 @@ run_one() {
         sleep 2
     done
     R_DRAIN[$sys]=$((SECONDS - t0))
+    # The last delivery, to the millisecond: the newest rename into a new/
+    # after the generator's last acknowledgement (its exit).
+    local newest
+    newest=$(python3 "$REPO/bench/lib/maildirs.py" newest "$(mail_base "$sys")")
+    R_LASTDEL[$sys]=$(fmt %.2f "$(calc "$newest - $GEN_END")")
     # Let a last in-flight rename land, then count once more.
     sleep 2
     R_MTA_CPU[$sys]=$(cg_cpu_s)
@@ -783,7 +862,7 @@ FULL=$(( DURATION / INTERVAL )); [ "$FULL" -ge 1 ] || FULL=1
 declare -A R_AVG R_FIRST R_LAST R_LVF
 for sys in $SYSTEMS; do
     csv=${R_CSV[$sys]}
-    [ -s "$csv" ] || continue
+    if [ -s "$csv" ]; then
     read -r R_AVG[$sys] R_FIRST[$sys] R_LAST[$sys] R_LVF[$sys] < <(
         awk -F, -v full="$FULL" -v iv="$INTERVAL" '
             NR > 1 && $1 != "" && rows < full { rows++; v[rows] = $2; sum += $2 }
@@ -793,6 +872,7 @@ for sys in $SYSTEMS; do
                 printf "%.0f %.0f %.0f %s\n", sum * k / rows, v[1] * k, v[rows] * k,
                     (v[1] > 0 ? sprintf("%.2f", v[rows] / v[1]) : "n/a")
             }' "$csv")
+    fi
     # A counted run: the rate over the whole run, from the generator.
     if [ "$COUNT" -gt 0 ] && [[ ${R_RATE[$sys]:-} =~ ^[0-9.]+$ ]]; then
         R_AVG[$sys]=$(fmt %.0f "$(calc "${R_RATE[$sys]} * 60")")
@@ -828,6 +908,7 @@ for sys in $SYSTEMS; do
     l+=" last_min=${R_LAST[$sys]:-n/a} last_vs_first=${R_LVF[$sys]:-n/a} temp_4xx=${R_4XX[$sys]:-n/a}"
     l+=" ratio_vs_postfix=$ratio rejected_5xx=${R_5XX[$sys]:-n/a} errors=${R_ERR[$sys]:-n/a}"
     l+=" delivered=${R_DELIV[$sys]:-n/a} drain_s=${R_DRAIN[$sys]:-n/a} cpu_busy_pct=${R_CPU[$sys]:-n/a}$gen_tag"
+    l+=" accepted_per_min=${R_AVG[$sys]:-n/a} last_delivery_after_ack_s=${R_LASTDEL[$sys]:-n/a}"
     l+=" recipients=$RECIPIENTS count=$COUNT cpu_s=${R_MTA_CPU[$sys]:-n/a}"
     l+=" delivered_per_min=${R_DPM[$sys]:-n/a} delivered_ratio_vs_postfix=${R_DRATIO[$sys]:-n/a}"
     l+=" cpu_ms_per_msg=$(per_msg "${R_MTA_CPU[$sys]:-n/a}" "${R_DELIV[$sys]:-0}" 1000)"

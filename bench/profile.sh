@@ -26,6 +26,7 @@
 #   FREQ=199          samples per second
 #   STACK=16384       bytes of stack copied per sample (DWARF unwinding)
 #   RESULTS_DIR=bench/results
+#   FOLDED_TO=FILE    also keep the folded stacks (inferno's input) there
 #
 # perf comes from Debian (linux-perf); inferno (inferno-collapse-perf,
 # inferno-flamegraph) is installed with cargo into target/tools when it is
@@ -104,7 +105,7 @@ svg=$RESULTS_DIR/profile-$NAME-$STAMP.svg
 txt=$RESULTS_DIR/profile-$NAME-$STAMP.txt
 log "drawing $svg"
 perf script -i "$W/perf.data" 2>/dev/null \
-    | inferno-collapse-perf >"$W/folded"
+    | inferno-collapse-perf --kernel >"$W/folded"
 inferno-flamegraph --title "sluice serve: $NAME ($STAMP, $(git -C "$REPO" rev-parse --short HEAD))" \
     <"$W/folded" >"$svg"
 {
@@ -116,5 +117,20 @@ inferno-flamegraph --title "sluice serve: $NAME ($STAMP, $(git -C "$REPO" rev-pa
     echo "# top functions by self time (perf report --no-children):"
     perf report -i "$W/perf.data" --no-children --sort symbol --stdio 2>/dev/null \
         | awk '/^ +[0-9]/ && n++ < 40 { sub(/ +- +- *$/, ""); print }'
+    echo "# by the user-space frame the samples are under (the last frame before the"
+    echo "# kernel's: the system call wrapper, or the function itself when in user space):"
+    python3 - "$W/folded" <<'PYEOF2'
+import collections, sys
+by, total = collections.Counter(), 0
+for line in open(sys.argv[1]):
+    stack, _, n = line.rstrip().rpartition(" ")
+    frames = stack.split(";")
+    user = [f for f in frames if not f.endswith("_[k]")]
+    by[user[-1] if user else frames[0]] += int(n)
+    total += int(n)
+for f, n in by.most_common(25):
+    print("%8.2f%%  %s" % (100.0 * n / total, f[:110]))
+PYEOF2
 } >"$txt"
+if [ -n "${FOLDED_TO:-}" ]; then cp "$W/folded" "$FOLDED_TO"; log "folded stacks: $FOLDED_TO"; fi
 log "done: $svg, $txt"

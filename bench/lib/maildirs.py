@@ -3,6 +3,9 @@
 
   maildirs.py count BASE        number of files in BASE/*/*/Maildir/new
   maildirs.py sample BASE N     N of them at random (paths, one per line)
+  maildirs.py newest BASE       the latest change time (st_ctime, seconds
+                                since the epoch) of those files: when the
+                                last one was renamed into new/
 
 Layout: BASE/<domain>/<user>/Maildir/new/<file>. Opens each user's
 Maildir/new directly instead of walking Maildir/, cur/ and tmp/ like
@@ -32,7 +35,7 @@ def files(base):
 
 
 def main():
-    if len(sys.argv) < 3 or sys.argv[1] not in ("count", "sample"):
+    if len(sys.argv) < 3 or sys.argv[1] not in ("count", "sample", "newest"):
         sys.exit(__doc__)
     base = sys.argv[2]
     if not os.path.isdir(base):
@@ -41,6 +44,9 @@ def main():
         return
     if sys.argv[1] == "count":
         print(sum(1 for _ in files(base)))
+        return
+    if sys.argv[1] == "newest":
+        print("%.3f" % max((os.stat(p).st_ctime for p in files(base)), default=0.0))
         return
     n = int(sys.argv[3])
     sample = []  # reservoir sampling

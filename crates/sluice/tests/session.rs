@@ -52,6 +52,12 @@ impl AsyncWrite for Scripted {
 }
 
 async fn run(name: &str, chunks: &[&[u8]]) -> (Vec<String>, Vec<Event>) {
+    run_with(name, chunks, 0).await
+}
+
+/// As [`run`], with `backlog` jobs published as waiting for local
+/// delivery (in-flow pacing).
+async fn run_with(name: &str, chunks: &[&[u8]], backlog: usize) -> (Vec<String>, Vec<Event>) {
     let tmp = tempfile::Builder::new()
         .prefix(&format!("sluice-session-{name}-"))
         .tempdir()
@@ -66,6 +72,9 @@ async fn run(name: &str, chunks: &[&[u8]]) -> (Vec<String>, Vec<Event>) {
     .unwrap();
     let (queue, mut rx) = QueueHandle::channel();
     let config = Arc::new(Config::default());
+    let q = &config.queue;
+    queue.flow().configure(q.in_flow_limit, q.in_flow_delay_ms);
+    queue.flow().publish(backlog);
     let mailboxes = Arc::new(
         VirtualMailboxes::build(
             &config.local,
@@ -86,6 +95,7 @@ async fn run(name: &str, chunks: &[&[u8]]) -> (Vec<String>, Vec<Event>) {
         handoff: Arc::new(queue.clone()),
         logger: Logger::disabled(),
         milters: Default::default(),
+        flow: queue.flow(),
     });
     let ctx = Arc::new(SessionContext {
         policy: RelayPolicy::new(config.mynetworks(), &config.smtpd.relay_domains),
@@ -161,6 +171,20 @@ async fn pipelined_commands_are_answered_in_one_write() {
         }
         _ => panic!("unexpected event"),
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn mail_from_waits_while_local_delivery_is_behind() {
+    // Default pacing: above 1,000 jobs waiting, MAIL waits up to 1 s.
+    let script: &[&[u8]] = &[b"EHLO a.test\r\nMAIL FROM:<a@b.test>\r\nQUIT\r\n"];
+    let t0 = tokio::time::Instant::now();
+    let (writes, _) = run_with("paced", script, 1001).await;
+    assert_eq!(t0.elapsed(), std::time::Duration::from_secs(1));
+    assert!(writes.concat().contains("250 2.1.0 Ok"), "{writes:?}");
+    let t0 = tokio::time::Instant::now();
+    let (writes, _) = run_with("unpaced", script, 1000).await;
+    assert_eq!(t0.elapsed(), std::time::Duration::ZERO);
+    assert!(writes.concat().contains("250 2.1.0 Ok"), "{writes:?}");
 }
 
 #[tokio::test]

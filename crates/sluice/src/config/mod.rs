@@ -182,6 +182,13 @@ pub struct QueueConfig {
     /// long (a DSN with Action: delayed; Postfix's delay_warning_time).
     /// 0: never (the default, as Postfix's).
     pub delay_warning_secs: u64,
+    /// In-flow pacing (`intake/flow.rs`; Postfix's `in_flow_delay`): when
+    /// more than `in_flow_limit` jobs wait for local delivery, a new SMTP
+    /// transaction waits at MAIL FROM up to this long. 0: no pacing.
+    pub in_flow_delay_ms: u64,
+    /// Jobs waiting for local delivery (Maildir, LMTP) above which new
+    /// transactions are paced.
+    pub in_flow_limit: usize,
 }
 
 impl Default for Config {
@@ -231,6 +238,8 @@ impl Default for QueueConfig {
             shutdown_drain_secs: 30,
             active_limit: 20_000,
             delay_warning_secs: 0,
+            in_flow_delay_ms: 1000,
+            in_flow_limit: 1000,
         }
     }
 }

@@ -364,6 +364,7 @@ impl Parts {
             handoff: Arc::new(queue.clone()),
             logger: logger.clone(),
             milters: crate::intake::milter::Filters::from_config(&self.config),
+            flow: queue.flow(),
         })
     }
 

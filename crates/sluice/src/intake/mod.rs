@@ -30,6 +30,7 @@
 //! is a [`Refusal`] with its SMTP reply and sendmail exit status.
 
 pub mod dkim;
+pub mod flow;
 pub mod headers;
 pub mod milter;
 pub mod refusal;
@@ -124,6 +125,9 @@ pub struct Intake {
     pub logger: Logger,
     /// Content filters (`smtpd.milters`, `smtpd.non_smtpd_milters`).
     pub milters: milter::Filters,
+    /// How far local delivery is behind (`flow.rs`); shared by every
+    /// intake the process builds, and by the queue.
+    pub flow: Arc<flow::InFlow>,
 }
 
 mod accept;

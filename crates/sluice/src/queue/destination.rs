@@ -125,6 +125,11 @@ impl Scheduler {
             let mut dest = Destination::new(hop.clone(), limit, initial);
             dest.interval = interval;
             self.dests.insert(key.clone(), dest);
+            if matches!(**hop, NextHop::Maildir | NextHop::Lmtp(_))
+                && !self.local_dests.contains(key)
+            {
+                self.local_dests.push(key.clone());
+            }
         }
         key.clone()
     }

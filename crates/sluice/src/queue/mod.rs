@@ -97,6 +97,9 @@ pub struct DrainReport {
 #[derive(Clone)]
 pub struct QueueHandle {
     tx: mpsc::Sender<Event>,
+    /// Local delivery's backlog, published by the scheduler for in-flow
+    /// pacing (`intake/flow.rs`).
+    flow: Arc<crate::intake::flow::InFlow>,
 }
 
 /// The intake hands every stored message to the queue through this.
@@ -119,7 +122,8 @@ impl QueueHandle {
     /// A handle and the receiver the scheduler runs on.
     pub fn channel() -> (QueueHandle, mpsc::Receiver<Event>) {
         let (tx, rx) = mpsc::channel(EVENT_CAPACITY);
-        (QueueHandle { tx }, rx)
+        let flow = Arc::default();
+        (QueueHandle { tx, flow }, rx)
     }
 
     /// Queues a spooled message; waits while the queue is saturated.
@@ -160,5 +164,10 @@ impl QueueHandle {
 
     pub(crate) fn sender(&self) -> mpsc::Sender<Event> {
         self.tx.clone()
+    }
+
+    /// The in-flow gauge the scheduler publishes to.
+    pub fn flow(&self) -> Arc<crate::intake::flow::InFlow> {
+        self.flow.clone()
     }
 }

@@ -55,6 +55,8 @@ impl Scheduler {
         );
         let fresh = !same_agent || routing(&self.config) != routing(&r.config);
         self.active_limit = r.config.queue.active_limit.max(1);
+        let q = &r.config.queue;
+        self.flow.configure(q.in_flow_limit, q.in_flow_delay_ms);
         self.body_cache_limit = r.config.spool.body_cache_mib << 20;
         self.config = r.config;
         self.router = r.router;

@@ -124,6 +124,11 @@ pub struct Scheduler {
     pub(super) retire_below: WorkerId,
     /// Where notices (bounces, delay warnings) go in, as all mail does.
     pub(super) intake: Arc<crate::intake::Intake>,
+    /// Local delivery's backlog, published after every round of events.
+    pub(super) flow: Arc<crate::intake::flow::InFlow>,
+    /// The destinations delivered locally (Maildir, LMTP): their queues
+    /// are that backlog.
+    pub(super) local_dests: Vec<Arc<str>>,
 }
 
 impl Scheduler {
@@ -139,6 +144,9 @@ impl Scheduler {
         let body_cache_limit = config.spool.body_cache_mib << 20;
         let active_limit = config.queue.active_limit.max(1);
         let admin = super::admin::AdminState::load(&config.data_dir);
+        let flow = queue.flow();
+        let q = &config.queue;
+        flow.configure(q.in_flow_limit, q.in_flow_delay_ms);
         Scheduler {
             config,
             router,
@@ -164,6 +172,8 @@ impl Scheduler {
             admin,
             retire_below: 0,
             intake,
+            flow,
+            local_dests: Vec::new(),
         }
     }
 
@@ -188,10 +198,22 @@ impl Scheduler {
             self.run_due_retries();
             self.run_due_pacing();
             self.admit();
+            self.publish_flow();
             if self.drain_over() {
                 return;
             }
         }
+    }
+
+    /// Tells the sessions how many jobs wait for local delivery.
+    fn publish_flow(&self) {
+        let waiting = self
+            .local_dests
+            .iter()
+            .filter_map(|k| self.dests.get(k))
+            .map(|d| d.queue.len())
+            .sum();
+        self.flow.publish(waiting);
     }
 
     fn next_wakeup(&self) -> Option<Instant> {

@@ -41,7 +41,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         match command {
             Command::Ehlo(host) => self.hello(host, true),
             Command::Helo(host) => self.hello(host, false),
-            Command::Mail(path, params) => self.mail(path, params),
+            Command::Mail(path, params) => {
+                // In-flow pacing: a new transaction waits (a bounded
+                // time) while local delivery is behind (`intake/flow.rs`).
+                self.ctx.intake.flow.pace().await;
+                self.mail(path, params)
+            }
             // Boxed (here and at the end of a message): the lookups and the
             // spool store are big futures an idle session must not carry.
             Command::Rcpt(path, params) => Box::pin(self.rcpt(path, params)).await,
