@@ -38,7 +38,8 @@
 #   SLUICE_SERVE=$SLUICE              binary for `serve` only (A/B against an
 #                      older build with the same generator and sink)
 #   SLUICE_BUILD=1     run `cargo build --release` first (0: use the binary as is)
-#   GENERATOR=sluice   sluice (`sluice-bench bench`) | smtp-source (Postfix's tool,
+#   GENERATOR=sluice   (or -G on the command line)
+#                      sluice (`sluice-bench bench`) | smtp-source (Postfix's tool,
 #                      5 processes x SESSIONS/5 sessions, like the original)
 #   SINK=sluice        sluice (`sluice-bench sink`) | smtp-sink (Postfix's tool)
 #   POSTFIX_MAILLOG=1  Postfix logs to a file in its temp dir (0: no logging;
@@ -54,6 +55,9 @@
 #     RESULT system=<harness|sluice|postfix> workload=R n=<N> size=<bytes>
 #       tls=<off|on> seconds=<s> msgs_per_s=<x> ratio_vs_postfix=<x/postfix|n/a>
 #       peak_rss_kb=<kb|n/a> peak_pss_kb=<kb|n/a> cpu_s=<s> cpu_ms_per_msg=<ms>
+#       accepted_per_min=<N over the generator's run> delivered_per_min=<N
+#       over the time to the sink's last message> drain_s=<the sink's last
+#       message after the generator's last reply>
 #   cpu_s is the CPU time of the system under test, every process of it
 #   (it is started inside a cpuacct cgroup), from start to stop.
 #   (a failed run has seconds=FAILED msgs_per_s=FAILED and a failed=<reason>
@@ -94,6 +98,12 @@ SLUICE=${SLUICE:-$REPO/target/release/sluice}
 SLUICE_SERVE=${SLUICE_SERVE:-$SLUICE}
 SLUICE_BUILD=${SLUICE_BUILD:-1}
 GENERATOR=${GENERATOR:-sluice}
+while getopts "G:" opt; do
+    case $opt in
+    G) GENERATOR=$OPTARG ;;
+    *) echo "usage: [ENV...] bash bench/relay.sh [-G sluice|smtp-source]" >&2; exit 2 ;;
+    esac
+done
 SINK=${SINK:-sluice}
 POSTFIX_MAILLOG=${POSTFIX_MAILLOG:-1}
 KEEP=${KEEP:-0}
@@ -469,7 +479,7 @@ stop_postfix() {
 }
 
 # ------------------------------------------------------------------ runs ----
-declare -A R_SECONDS R_RATE R_RSS R_PSS R_FAIL R_N R_CPU
+declare -A R_SECONDS R_RATE R_RSS R_PSS R_FAIL R_N R_CPU R_ACCPM R_DELPM R_DRAIN
 
 ticker() {  # progress line every 5 s while a run goes on
     set +e
@@ -509,6 +519,7 @@ run_one() {
     log "=== $sys, size $size B: generator ($GENERATOR, $SESSIONS sessions, $n messages)"
     gen_start=$(now)
     run_generator "$port" "$n" "$size"
+    gen_end=$(now)
     if [ "$GEN_RC" != 0 ] && [ -s "$W/gen.err" ]; then tail -5 "$W/gen.err" >&2; fi
     log "generator done in $(fmt %.1f "$(calc "$(now)-$gen_start")") s (rc=$GEN_RC errors=$GEN_ERRORS)"
 
@@ -561,6 +572,11 @@ run_one() {
         secs=$(calc "$last - $gen_start")
         R_SECONDS[$key]=$(fmt %.3f "$secs")
         R_RATE[$key]=$(fmt %.1f "$(calc "$n / $secs")")
+        # Receipt and delivery apart: the generator's last reply, and the
+        # sink's last message after it.
+        R_ACCPM[$key]=$(fmt %.0f "$(calc "$n * 60 / ($gen_end - $gen_start)")")
+        R_DELPM[$key]=$(fmt %.0f "$(calc "$n * 60 / $secs")")
+        R_DRAIN[$key]=$(fmt %.2f "$(calc "$last - $gen_end")")
         log "=== $sys, size $size B: $n messages in ${R_SECONDS[$key]} s = ${R_RATE[$key]} msg/s"
     fi
     # Let TIME_WAIT sockets and the page cache settle a little between runs.
@@ -614,7 +630,7 @@ for TLS in $TLS_MODES; do
         if [ -n "${R_RATE[$pkey]:-}" ]; then
             ratio=$(fmt %.2f "$(calc "${R_RATE[$key]} / ${R_RATE[$pkey]}")")
         fi
-        lines+=("RESULT system=$sys workload=R n=${R_N[$key]} size=$size tls=$TLS seconds=${R_SECONDS[$key]} msgs_per_s=${R_RATE[$key]} ratio_vs_postfix=$ratio peak_rss_kb=${R_RSS[$key]} peak_pss_kb=${R_PSS[$key]} cpu_s=${R_CPU[$key]:-n/a} cpu_ms_per_msg=$(cpu_per_msg "${R_CPU[$key]:-n/a}" "${R_N[$key]}")$tools")
+        lines+=("RESULT system=$sys workload=R n=${R_N[$key]} size=$size tls=$TLS seconds=${R_SECONDS[$key]} msgs_per_s=${R_RATE[$key]} ratio_vs_postfix=$ratio peak_rss_kb=${R_RSS[$key]} peak_pss_kb=${R_PSS[$key]} cpu_s=${R_CPU[$key]:-n/a} cpu_ms_per_msg=$(cpu_per_msg "${R_CPU[$key]:-n/a}" "${R_N[$key]}") accepted_per_min=${R_ACCPM[$key]:-n/a} delivered_per_min=${R_DELPM[$key]:-n/a} drain_s=${R_DRAIN[$key]:-n/a}$tools")
     done
   done
 done
