@@ -645,6 +645,7 @@ run_generator() {
     rm -f "$W/gen.time"
     [ -x /usr/bin/time ] && cmd=(/usr/bin/time -f '%U %S %e' -o "$W/gen.time" "${cmd[@]}")
     GEN_RC=0
+    GEN_START=$(date +%s.%N)
     timeout -k 10 $((DURATION + 300)) "${cmd[@]}" >"$W/gen.out" 2>"$W/gen.err" &
     GEN_PID=$!
     tail -n +1 -f --pid="$GEN_PID" "$W/gen.out" >&2 &
@@ -673,6 +674,7 @@ run_smtp_source() {
     GEN_RC=0
     local t0 t1
     t0=$(date +%s.%N)
+    GEN_START=$t0
     timeout -k 10 $((DURATION + 300)) "${cmd[@]}" >"$W/gen.out" 2>"$W/gen.err" &
     GEN_PID=$!
     wait "$GEN_PID" || GEN_RC=$?
@@ -700,7 +702,8 @@ bench_field() {  # bench_field NAME: the value of NAME= on the BENCH line
 
 # ------------------------------------------------------------------ runs ----
 GEN_END=0
-declare -A R_LASTDEL R_FAIL R_ACC R_ERR R_5XX R_4XX R_DELIV R_DRAIN R_CPU R_CSV R_MTA_CPU R_FLUSH R_SLAPD R_LDAPQ R_RATE R_GEN_S
+GEN_START=0
+declare -A R_PERSEC R_GENSECS R_LASTDEL R_FAIL R_ACC R_ERR R_5XX R_4XX R_DELIV R_DRAIN R_CPU R_CSV R_MTA_CPU R_FLUSH R_SLAPD R_LDAPQ R_RATE R_GEN_S
 
 run_one() {
     local sys=$1 fail="" csv
@@ -787,6 +790,10 @@ run_one() {
     local newest
     newest=$(python3 "$REPO/bench/lib/maildirs.py" newest "$(mail_base "$sys")")
     R_LASTDEL[$sys]=$(fmt %.2f "$(calc "$newest - $GEN_END")")
+    # Deliveries per second from the generator's start, for the chart.
+    R_PERSEC[$sys]="$RESULTS_DIR/$TAG-$STAMP-$sys-delivered.csv"
+    R_GENSECS[$sys]=$(fmt %.1f "$(calc "$GEN_END - $GEN_START")")
+    python3 "$REPO/bench/lib/maildirs.py" persecond "$(mail_base "$sys")" "$GEN_START" >"${R_PERSEC[$sys]}"
     # Let a last in-flight rename land, then count once more.
     sleep 2
     R_MTA_CPU[$sys]=$(cg_cpu_s)
@@ -935,6 +942,23 @@ done
 if [ ${#series[@]} -gt 0 ]; then
     python3 "$REPO/bench/chart.py" --out "$svg" --interval "$INTERVAL" --rows "$FULL" \
         --title "Workload L ($RECIPIENTS recipients): local delivery, $USERS LDAP users, $SESSIONS sessions ($STAMP)" \
+        "${series[@]}" && log "chart: $svg" || log "chart.py failed"
+fi
+
+# Deliveries per second, both systems, from the generator's start (the
+# generator's run time in the legend): does delivery keep pace?
+series=()
+gens=""
+for sys in $SYSTEMS; do
+    [ -s "${R_PERSEC[$sys]:-}" ] || continue
+    series+=("$sys=${R_PERSEC[$sys]}")
+    gens+=" $sys ${R_GENSECS[$sys]} s"
+done
+if [ ${#series[@]} -gt 0 ]; then
+    svg="$RESULTS_DIR/$TAG-$STAMP-s$SESSIONS-delivered.svg"
+    python3 "$REPO/bench/chart.py" --out "$svg" --interval 1 --raw --column 1 \
+        --ylabel "delivered per second" --unit " msg/s" \
+        --title "Workload L ($GENERATOR, $SESSIONS sessions): deliveries per second from the generator's start (generator ran:$gens)" \
         "${series[@]}" && log "chart: $svg" || log "chart.py failed"
 fi
 

@@ -6,6 +6,9 @@
   maildirs.py newest BASE       the latest change time (st_ctime, seconds
                                 since the epoch) of those files: when the
                                 last one was renamed into new/
+  maildirs.py persecond BASE T0 CSV "secs,delivered": files renamed into new/
+                                in each second after T0 (epoch seconds),
+                                for a chart of delivery over time
 
 Layout: BASE/<domain>/<user>/Maildir/new/<file>. Opens each user's
 Maildir/new directly instead of walking Maildir/, cur/ and tmp/ like
@@ -35,7 +38,7 @@ def files(base):
 
 
 def main():
-    if len(sys.argv) < 3 or sys.argv[1] not in ("count", "sample", "newest"):
+    if len(sys.argv) < 3 or sys.argv[1] not in ("count", "sample", "newest", "persecond"):
         sys.exit(__doc__)
     base = sys.argv[2]
     if not os.path.isdir(base):
@@ -44,6 +47,17 @@ def main():
         return
     if sys.argv[1] == "count":
         print(sum(1 for _ in files(base)))
+        return
+    if sys.argv[1] == "persecond":
+        t0 = float(sys.argv[3])
+        counts = {}
+        for p in files(base):
+            s = int(os.stat(p).st_ctime - t0)
+            if s >= 0:
+                counts[s] = counts.get(s, 0) + 1
+        print("secs,delivered")
+        for s in range(max(counts, default=-1) + 1):
+            print("%d,%d" % (s, counts.get(s, 0)))
         return
     if sys.argv[1] == "newest":
         print("%.3f" % max((os.stat(p).st_ctime for p in files(base)), default=0.0))

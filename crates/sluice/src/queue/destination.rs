@@ -134,6 +134,18 @@ impl Scheduler {
         key.clone()
     }
 
+    /// Tells the sessions how many jobs wait for local delivery (in-flow
+    /// pacing, `intake/flow.rs`): the queues of the local destinations.
+    pub(super) fn publish_flow(&self) {
+        let waiting = self
+            .local_dests
+            .iter()
+            .filter_map(|k| self.dests.get(k))
+            .map(|d| d.queue.len())
+            .sum();
+        self.flow.publish(waiting);
+    }
+
     /// The concurrency limit and the rate-limit interval configured for
     /// destination `key` (Maildir delivery: `local.concurrency` unless the
     /// destination is named).

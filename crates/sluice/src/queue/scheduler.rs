@@ -205,17 +205,6 @@ impl Scheduler {
         }
     }
 
-    /// Tells the sessions how many jobs wait for local delivery.
-    fn publish_flow(&self) {
-        let waiting = self
-            .local_dests
-            .iter()
-            .filter_map(|k| self.dests.get(k))
-            .map(|d| d.queue.len())
-            .sum();
-        self.flow.publish(waiting);
-    }
-
     fn next_wakeup(&self) -> Option<Instant> {
         let paced = self.pacing.peek().map(|Reverse((at, _))| *at);
         match (&self.draining, self.retry.next_due()) {
