@@ -791,7 +791,7 @@ run_one() {
     newest=$(python3 "$REPO/bench/lib/maildirs.py" newest "$(mail_base "$sys")")
     R_LASTDEL[$sys]=$(fmt %.2f "$(calc "$newest - $GEN_END")")
     # Deliveries per second from the generator's start, for the chart.
-    R_PERSEC[$sys]="$RESULTS_DIR/$TAG-$STAMP-$sys-delivered.csv"
+    R_PERSEC[$sys]="$RESULTS_DIR/$TAG-$STAMP-s$SESSIONS-$sys-delivered.csv"
     R_GENSECS[$sys]=$(fmt %.1f "$(calc "$GEN_END - $GEN_START")")
     python3 "$REPO/bench/lib/maildirs.py" persecond "$(mail_base "$sys")" "$GEN_START" >"${R_PERSEC[$sys]}"
     # Let a last in-flight rename land, then count once more.
