@@ -284,9 +284,9 @@ impl Scheduler {
                 } else {
                     Place::Deferred
                 },
-                body_ref: p.body_ref,
+                body_ref: p.spot.body_ref(id),
                 envelope: None,
-                done: p.done.clone(),
+                done: p.done.to_vec(),
                 reasons: Vec::new(),
                 last_reason: p.reason.as_deref().map(str::to_string),
                 attempts: p.attempts,

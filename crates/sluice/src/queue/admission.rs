@@ -11,7 +11,11 @@
 //! they count against the limit); `ready` and the retry queue hold only
 //! parked IDs; arrivals are admitted first come, first served.
 
+use std::sync::Arc;
+
 use sluice_spool::{BodyRef, Envelope};
+
+use super::compact::{DoneSet, Spot};
 
 use super::scheduler::Scheduler;
 use super::{Event, QueuedMessage};
@@ -33,15 +37,17 @@ pub enum ReadBack {
 /// Envelopes read back per blocking task.
 const LOAD_BATCH: usize = 256;
 
-/// A message waiting on disk.
+/// A message waiting on disk (64 bytes; see `compact.rs`).
 pub(super) struct Parked {
-    pub body_ref: BodyRef,
-    pub done: Vec<bool>,
+    /// Where its record is (with the map's key, its `BodyRef`).
+    pub spot: Spot,
+    pub done: DoneSet,
     pub attempts: u32,
     /// The sender has had a delay warning.
     pub warned: bool,
-    /// Why it was last deferred (for `sluice queue list`).
-    pub reason: Option<Box<str>>,
+    /// Why it was last deferred (for `sluice queue list`), shared with the
+    /// other messages deferred for the same reason.
+    pub reason: Option<Arc<str>>,
 }
 
 impl Scheduler {
@@ -66,8 +72,8 @@ impl Scheduler {
                 self.admin.held.insert(r.id);
             }
             let parked = Parked {
-                body_ref: r.body,
-                done: r.done,
+                spot: Spot::of(r.body),
+                done: r.done.into(),
                 attempts: 0,
                 warned: r.marks & MARK_DELAY_WARNED != 0,
                 reason: None,
@@ -98,7 +104,7 @@ impl Scheduler {
             let batch: Vec<(u64, BodyRef)> = self
                 .ready
                 .drain(..n)
-                .filter_map(|id| self.parked.get(&id).map(|p| (id, p.body_ref)))
+                .filter_map(|id| self.parked.get(&id).map(|p| (id, p.spot.body_ref(id))))
                 .collect();
             self.loading += batch.len();
             let (spool, events) = (self.spool.clone(), self.events.clone());
@@ -134,9 +140,9 @@ impl Scheduler {
                 Ok(envelope) if envelope.recipients.len() == parked.done.len() => {
                     let msg = QueuedMessage {
                         envelope,
-                        body_ref: parked.body_ref,
+                        body_ref: parked.spot.body_ref(id),
                         body: None,
-                        done: parked.done,
+                        done: parked.done.to_vec(),
                     };
                     self.activate(msg, parked.attempts, parked.warned);
                 }

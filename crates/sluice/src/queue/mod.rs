@@ -19,6 +19,7 @@
 pub mod admin;
 mod admission;
 pub mod agent;
+mod compact;
 mod destination;
 mod failures;
 pub mod job;

@@ -29,6 +29,7 @@ use tokio::time::Instant;
 
 use super::admission::Parked;
 use super::agent::DeliveryAgent;
+use super::compact::{DoneSet, Spot};
 use super::destination::Destination;
 use super::failures::expire;
 use super::job::{Job, JobReport, WorkerId};
@@ -124,6 +125,8 @@ pub struct Scheduler {
     pub(super) retire_below: WorkerId,
     /// Where notices (bounces, delay warnings) go in, as all mail does.
     pub(super) intake: Arc<crate::intake::Intake>,
+    /// Deferral reasons of parked messages, one copy each.
+    pub(super) reasons: super::compact::Reasons,
     /// Local delivery's backlog, published after every round of events.
     pub(super) flow: Arc<crate::intake::flow::InFlow>,
     /// The destinations delivered locally (Maildir, LMTP): their queues
@@ -172,6 +175,7 @@ impl Scheduler {
             admin,
             retire_below: 0,
             intake,
+            reasons: Default::default(),
             flow,
             local_dests: Vec::new(),
         }
@@ -317,8 +321,8 @@ impl Scheduler {
             return;
         }
         let parked = Parked {
-            body_ref: inc.body_ref,
-            done: inc.done,
+            spot: Spot::of(inc.body_ref),
+            done: inc.done.into(),
             attempts: 0,
             warned: false,
             reason: None,
@@ -518,18 +522,18 @@ impl Scheduler {
         if let Some(body) = &msg.body {
             self.body_cache_bytes -= body.len();
         }
-        let done = msg
+        let done: Vec<bool> = msg
             .rcpts
             .iter()
             .map(|s| matches!(s, RcptState::Delivered | RcptState::Bounced))
             .collect();
         let reason = msg.rcpts.iter().find_map(|s| match s {
-            RcptState::Deferred { reason, .. } => Some(reason.as_str().into()),
+            RcptState::Deferred { reason, .. } => Some(self.reasons.get(reason)),
             _ => None,
         });
         let parked = Parked {
-            body_ref: msg.body_ref,
-            done,
+            spot: Spot::of(msg.body_ref),
+            done: DoneSet::from(done),
             attempts,
             warned: msg.warned,
             reason,
