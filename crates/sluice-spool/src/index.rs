@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use crate::BodyRef;
+use crate::{BodyRef, DoneSet};
 
 /// One live message.
 #[derive(Debug, Clone)]
@@ -28,7 +28,7 @@ pub(crate) struct LiveMsg {
     pub body_at: u64,
     pub body_len: u64,
     /// Per recipient: a final outcome is recorded.
-    pub done: Vec<bool>,
+    pub done: DoneSet,
     /// The daemon's mark bits recorded for it so far (see
     /// [`crate::Spool::record_marks`]).
     pub marks: u32,
@@ -47,21 +47,13 @@ impl LiveMsg {
 
     /// Indices of the recipients already done.
     pub fn done_indices(&self) -> Vec<u16> {
-        indices(&self.done, true)
+        self.done.indices(true)
     }
 
     /// Indices of the recipients not yet done.
     pub fn open_indices(&self) -> Vec<u16> {
-        indices(&self.done, false)
+        self.done.indices(false)
     }
-}
-
-fn indices(done: &[bool], want: bool) -> Vec<u16> {
-    done.iter()
-        .enumerate()
-        .filter(|(_, d)| **d == want)
-        .map(|(i, _)| i as u16)
-        .collect()
 }
 
 /// What the writer knows about one existing segment.
@@ -113,11 +105,9 @@ impl LiveIndex {
             return false;
         };
         for &r in recipients {
-            if let Some(slot) = msg.done.get_mut(r as usize) {
-                *slot = true;
-            }
+            msg.done.set(r as usize);
         }
-        msg.done.iter().all(|d| *d)
+        msg.done.all()
     }
 
     /// Adds mark bits to a live message (nothing for one that is not).

@@ -79,6 +79,7 @@
 //! its CRC. A record whose keyed CRC checks out is trusted: message bodies
 //! come from SMTP clients, who do not know the salt.
 
+mod done;
 mod durable;
 mod index;
 mod reader;
@@ -94,6 +95,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+pub use done::DoneSet;
 pub use durable::{replace_file, sync_dir};
 use reader::SegmentReader;
 pub use record::{Dsn, Envelope, Unfit, MAX_RECIPIENTS};

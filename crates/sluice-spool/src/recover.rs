@@ -109,7 +109,7 @@ pub(crate) fn recover(
             record_len: found.record_len,
             body_at: found.body_at,
             body_len: found.msg.body.len,
-            done: found.msg.done.clone(),
+            done: found.msg.done.clone().into(),
             marks: found.msg.marks,
         };
         index.insert(id, live);

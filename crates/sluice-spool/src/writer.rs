@@ -361,7 +361,7 @@ impl Writer {
                     record_len: (buf.len() - record_at) as u64,
                     body_at: body_at as u64,
                     body_len: body.len() as u64,
-                    done: vec![false; envelope.recipients.len()],
+                    done: crate::DoneSet::none(envelope.recipients.len()),
                     marks: 0,
                 },
                 reply,

@@ -15,7 +15,8 @@ use std::sync::Arc;
 
 use sluice_spool::{BodyRef, Envelope};
 
-use super::compact::{DoneSet, Spot};
+use super::compact::Spot;
+use sluice_spool::DoneSet;
 
 use super::scheduler::Scheduler;
 use super::{Event, QueuedMessage};

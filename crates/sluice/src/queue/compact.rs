@@ -1,13 +1,11 @@
 //! Compact forms of what a parked message keeps in memory, for backlogs
 //! of a million messages (issue 22): where its record is without a copy of
-//! its ID ([`Spot`]), its recipients' done flags without a heap allocation
-//! when there are at most 64 of them ([`DoneSet`]), and one shared copy of
-//! each deferral reason ([`Reasons`]).
+//! its ID ([`Spot`]) and one shared copy of each deferral reason
+//! ([`Reasons`]); its done flags are the spool's [`sluice_spool::DoneSet`].
 //!
 //! Invariants: `Spot::of(r).body_ref(r.id) == r` for every `BodyRef` the
 //! spool hands out (a body never starts 4 GiB or more after its record:
-//! otherwise the spot keeps the whole reference); `DoneSet::from(v).to_vec()
-//! == v`.
+//! checked in debug builds).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -50,53 +48,6 @@ impl Spot {
     }
 }
 
-/// Per recipient, whether it is done: bits inline for up to 64 recipients
-/// (16 bytes, no allocation), boxed beyond (a thin pointer, so the enum
-/// stays 16 bytes).
-#[derive(Debug, Clone)]
-pub(super) enum DoneSet {
-    Bits {
-        bits: u64,
-        len: u8,
-    },
-    // Boxed on purpose: a thin pointer keeps every DoneSet at 16 bytes; the
-    // extra allocation is paid only past 64 recipients.
-    #[allow(clippy::box_collection)]
-    Many(Box<Vec<bool>>),
-}
-
-impl From<Vec<bool>> for DoneSet {
-    fn from(v: Vec<bool>) -> DoneSet {
-        if v.len() > 64 {
-            return DoneSet::Many(Box::new(v));
-        }
-        let bits = v
-            .iter()
-            .enumerate()
-            .fold(0u64, |b, (i, &d)| b | ((d as u64) << i));
-        DoneSet::Bits {
-            bits,
-            len: v.len() as u8,
-        }
-    }
-}
-
-impl DoneSet {
-    pub fn len(&self) -> usize {
-        match self {
-            DoneSet::Bits { len, .. } => *len as usize,
-            DoneSet::Many(v) => v.len(),
-        }
-    }
-
-    pub fn to_vec(&self) -> Vec<bool> {
-        match self {
-            DoneSet::Bits { bits, len } => (0..*len).map(|i| bits & (1 << i) != 0).collect(),
-            DoneSet::Many(v) => v.as_ref().clone(),
-        }
-    }
-}
-
 /// Distinct deferral reasons kept at most before the set is emptied.
 const REASONS_MAX: usize = 10_000;
 
@@ -135,16 +86,6 @@ mod tests {
         };
         assert_eq!(Spot::of(r).body_ref(7), r);
         assert_eq!(std::mem::size_of::<Spot>(), 24);
-    }
-
-    #[test]
-    fn done_sets_round_trip_at_every_size() {
-        for n in [0usize, 1, 2, 63, 64, 65, 300] {
-            let v: Vec<bool> = (0..n).map(|i| i % 3 == 1).collect();
-            let d = DoneSet::from(v.clone());
-            assert_eq!((d.len(), d.to_vec()), (n, v), "{n} recipients");
-        }
-        assert_eq!(std::mem::size_of::<DoneSet>(), 16);
     }
 
     #[test]

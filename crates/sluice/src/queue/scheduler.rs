@@ -29,7 +29,7 @@ use tokio::time::Instant;
 
 use super::admission::Parked;
 use super::agent::DeliveryAgent;
-use super::compact::{DoneSet, Spot};
+use super::compact::Spot;
 use super::destination::Destination;
 use super::failures::expire;
 use super::job::{Job, JobReport, WorkerId};
@@ -42,6 +42,7 @@ use crate::message::flags;
 use crate::message::status::Failure;
 use crate::routing::Router;
 use crate::{event, timefmt};
+use sluice_spool::DoneSet;
 
 const NO_ROUTE: &str = "4.4.0 no route to destination (an address without a domain)";
 
