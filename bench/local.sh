@@ -142,13 +142,7 @@ DRAIN_TIMEOUT=${DRAIN_TIMEOUT:-300}
 SPOT_CHECKS=${SPOT_CHECKS:-5}
 SLUICE=${SLUICE:-$REPO/target/release/sluice}
 SLUICE_BUILD=${SLUICE_BUILD:-1}
-GENERATOR=${GENERATOR:-sluice}
-while getopts "G:" opt; do
-    case $opt in
-    G) GENERATOR=$OPTARG ;;
-    *) echo "usage: [ENV...] bash bench/local.sh [-G sluice|smtp-source]" >&2; exit 2 ;;
-    esac
-done
+generator_option "$@"
 # smtp-source only sends distinct recipients: that is its default there.
 [ "$GENERATOR" = smtp-source ] && RECIPIENTS=${RECIPIENTS_ENV:-distinct}
 LDAP_PORT=${LDAP_PORT:-55389}

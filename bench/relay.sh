@@ -97,13 +97,7 @@ RUN_TIMEOUT=${RUN_TIMEOUT:-1800}
 SLUICE=${SLUICE:-$REPO/target/release/sluice}
 SLUICE_SERVE=${SLUICE_SERVE:-$SLUICE}
 SLUICE_BUILD=${SLUICE_BUILD:-1}
-GENERATOR=${GENERATOR:-sluice}
-while getopts "G:" opt; do
-    case $opt in
-    G) GENERATOR=$OPTARG ;;
-    *) echo "usage: [ENV...] bash bench/relay.sh [-G sluice|smtp-source]" >&2; exit 2 ;;
-    esac
-done
+generator_option "$@"
 SINK=${SINK:-sluice}
 POSTFIX_MAILLOG=${POSTFIX_MAILLOG:-1}
 KEEP=${KEEP:-0}

@@ -34,6 +34,9 @@
 #                          when true: cargo build --release if SLUICE_BUILD=1,
 #                          then die unless $SLUICE is executable; sets
 #                          SLUICE_BENCH (the sluice-bench generator and sink)
+#   generator_option "$@"  GENERATOR from the command line's -G NAME, else
+#                          $GENERATOR, else sluice (checking NAME is the
+#                          script's job)
 #   make_workdir NAME      W=$(mktemp -d ${TMPDIR:-/tmp}/sluice-NAME.XXXXXX),
 #                          mode 755; PF=$W/postfix, PF_ETC=$PF/etc
 #   kill_wait PID [SIG] [SECS]   signal PID (default TERM), wait up to SECS
@@ -116,6 +119,17 @@ ensure_sluice() {
         [ -x "$SLUICE_BENCH" ] || SLUICE_BENCH=${CARGO_TARGET_DIR:-$REPO/target}/release/sluice-bench
     fi
     [ -x "$SLUICE_BENCH" ] || die "$SLUICE_BENCH not found (build it: cargo build --release)"
+}
+
+generator_option() {
+    GENERATOR=${GENERATOR:-sluice}
+    local opt OPTIND=1
+    while getopts "G:" opt; do
+        case $opt in
+        G) GENERATOR=$OPTARG ;;
+        *) echo "usage: [ENV...] bash $0 [-G sluice|smtp-source]" >&2; exit 2 ;;
+        esac
+    done
 }
 
 # ------------------------------------------------- temp dir, processes -----

@@ -64,7 +64,8 @@ impl InFlow {
         self.waiting.load(Ordering::Relaxed)
     }
 
-    fn behind(&self) -> bool {
+    /// Local delivery is behind: a new transaction would be paced.
+    pub fn behind(&self) -> bool {
         self.waiting.load(Ordering::Relaxed) > self.limit.load(Ordering::Relaxed)
     }
 

@@ -44,7 +44,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             Command::Mail(path, params) => {
                 // In-flow pacing: a new transaction waits (a bounded
                 // time) while local delivery is behind (`intake/flow.rs`).
-                self.ctx.intake.flow.pace().await;
+                // Boxed, and only then: the wait's timer would otherwise
+                // grow every session's future, and the check is two loads.
+                let flow = &self.ctx.intake.flow;
+                if flow.behind() {
+                    Box::pin(flow.pace()).await;
+                }
                 self.mail(path, params)
             }
             // Boxed (here and at the end of a message): the lookups and the
