@@ -8,30 +8,40 @@
 //! - A message is live (in the index) from its store until the outcome
 //!   that completes it; completing is idempotent (a second complete finds
 //!   nothing and changes nothing).
-//! - Every live message is listed in exactly one segment's `ids`, the
-//!   segment holding its newest copy, and that segment's `live_bytes` counts
-//!   its record length once.
+//! - Every live message counts in exactly one segment's `live`, the
+//!   segment holding its newest copy, and that segment's `live_bytes`
+//!   counts its record length once.
+//!
+//! Memory (issue 22): a live message costs its 8-byte ID and a 48-byte
+//! [`LiveMsg`] in an [`IdTable`], about 63 bytes with the table's spare
+//! room; segments count their messages instead of listing them
+//! (compaction finds a segment's messages with one scan of the index).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 
-use crate::{BodyRef, DoneSet};
+use crate::{BodyRef, DoneSet, IdTable};
 
-/// One live message.
+/// One live message (48 bytes). Its body runs to the record's end. The
+/// body's offset within its record fits 32 bits: a record's payload is at
+/// most `u32::MAX` bytes (`record::check`), and the body offset is the
+/// 13-byte header plus the payload before the body, which holds at least
+/// 32 bytes of fixed fields.
 #[derive(Debug, Clone)]
 pub(crate) struct LiveMsg {
-    pub segment: u32,
     /// Offset of the message record in its segment.
     pub record: u64,
     /// Length of the whole record, header included.
     pub record_len: u64,
-    /// Offset of the body within the record.
-    pub body_at: u64,
-    pub body_len: u64,
     /// Per recipient: a final outcome is recorded.
     pub done: DoneSet,
+    pub segment: u32,
+    /// Offset of the body within the record.
+    pub body_at: u32,
     /// The daemon's mark bits recorded for it so far (see
     /// [`crate::Spool::record_marks`]).
     pub marks: u32,
+    /// Its envelope's flags, as stored (for [`crate::Recovered`]).
+    pub flags: u32,
 }
 
 impl LiveMsg {
@@ -40,8 +50,8 @@ impl LiveMsg {
             id,
             segment: self.segment,
             record: self.record,
-            offset: self.record + self.body_at,
-            len: self.body_len,
+            offset: self.record + self.body_at as u64,
+            len: self.record_len - self.body_at as u64,
         }
     }
 
@@ -60,7 +70,7 @@ impl LiveMsg {
 #[derive(Debug, Default)]
 pub(crate) struct SegInfo {
     /// Live messages whose newest copy is in this segment.
-    pub ids: HashSet<u64>,
+    pub live: usize,
     /// Sum of their record lengths.
     pub live_bytes: u64,
     /// File size.
@@ -69,11 +79,33 @@ pub(crate) struct SegInfo {
 
 #[derive(Debug, Default)]
 pub(crate) struct LiveIndex {
-    msgs: HashMap<u64, LiveMsg>,
+    msgs: IdTable<LiveMsg>,
     segs: BTreeMap<u32, SegInfo>,
 }
 
 impl LiveIndex {
+    /// The index of the messages recovery found live, in segments of the
+    /// given sizes.
+    pub fn build(msgs: IdTable<LiveMsg>, sizes: impl IntoIterator<Item = (u32, u64)>) -> Self {
+        let mut segs: BTreeMap<u32, SegInfo> = (sizes.into_iter())
+            .map(|(n, size)| {
+                (
+                    n,
+                    SegInfo {
+                        size,
+                        ..SegInfo::default()
+                    },
+                )
+            })
+            .collect();
+        for (_, msg) in msgs.iter() {
+            let seg = segs.entry(msg.segment).or_default();
+            seg.live += 1;
+            seg.live_bytes += msg.record_len;
+        }
+        LiveIndex { msgs, segs }
+    }
+
     /// Registers an existing segment (no-op if known) and sets its size.
     pub fn add_segment(&mut self, segment: u32, size: u64) {
         self.segs.entry(segment).or_default().size = size;
@@ -89,19 +121,30 @@ impl LiveIndex {
     pub fn insert(&mut self, id: u64, msg: LiveMsg) {
         self.detach(id);
         let seg = self.segs.entry(msg.segment).or_default();
-        seg.ids.insert(id);
+        seg.live += 1;
         seg.live_bytes += msg.record_len;
         self.msgs.insert(id, msg);
     }
 
     pub fn get(&self, id: u64) -> Option<&LiveMsg> {
-        self.msgs.get(&id)
+        self.msgs.get(id)
+    }
+
+    /// The live messages whose newest copy is in `segment`, in file order
+    /// (one scan of the whole index).
+    pub fn in_segment(&self, segment: u32) -> Vec<(u64, u64)> {
+        let mut found: Vec<(u64, u64)> = (self.msgs.iter())
+            .filter(|(_, m)| m.segment == segment)
+            .map(|(id, m)| (m.record, id))
+            .collect();
+        found.sort_unstable();
+        found
     }
 
     /// Marks recipients done; returns whether the message is now done for
     /// every recipient (false for a message that is not live).
     pub fn record_done(&mut self, id: u64, recipients: &[u16]) -> bool {
-        let Some(msg) = self.msgs.get_mut(&id) else {
+        let Some(msg) = self.msgs.get_mut(id) else {
             return false;
         };
         for &r in recipients {
@@ -112,7 +155,7 @@ impl LiveIndex {
 
     /// Adds mark bits to a live message (nothing for one that is not).
     pub fn add_marks(&mut self, id: u64, marks: u32) {
-        if let Some(msg) = self.msgs.get_mut(&id) {
+        if let Some(msg) = self.msgs.get_mut(id) {
             msg.marks |= marks;
         }
     }
@@ -120,15 +163,15 @@ impl LiveIndex {
     /// Forgets a message that is complete; `None` if it was not live.
     pub fn remove(&mut self, id: u64) -> Option<LiveMsg> {
         self.detach(id);
-        self.msgs.remove(&id)
+        self.msgs.remove(id)
     }
 
     fn detach(&mut self, id: u64) {
-        let Some(old) = self.msgs.get(&id) else {
+        let Some(old) = self.msgs.get(id) else {
             return;
         };
         if let Some(seg) = self.segs.get_mut(&old.segment) {
-            seg.ids.remove(&id);
+            seg.live = seg.live.saturating_sub(1);
             seg.live_bytes = seg.live_bytes.saturating_sub(old.record_len);
         }
     }

@@ -81,6 +81,7 @@
 
 mod done;
 mod durable;
+mod idtable;
 mod index;
 mod reader;
 mod record;
@@ -97,6 +98,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use done::DoneSet;
 pub use durable::{replace_file, sync_dir};
+pub use idtable::IdTable;
 use reader::SegmentReader;
 pub use record::{Dsn, Envelope, Unfit, MAX_RECIPIENTS};
 pub use space::{filesystem_space, FsSpace};
@@ -154,8 +156,8 @@ pub struct Recovered {
     /// with them): read it back with [`Spool::read_envelope`] when needed.
     pub id: u64,
     pub body: BodyRef,
-    /// Per recipient: true if a final outcome was already recorded.
-    pub done: Vec<bool>,
+    /// Per recipient: whether a final outcome was already recorded.
+    pub done: DoneSet,
     /// The union of the mark bits recorded for it ([`Spool::record_marks`]).
     pub marks: u32,
     /// Its envelope's flags ([`Envelope::flags`]), as stored.

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::record::{self, Damage, Record};
 use crate::salt::Salt;
-use crate::{segment_path, BodyRef, Envelope};
+use crate::{segment_path, BodyRef, Envelope, IdTable};
 
 /// Holds open read handles to segments so delivery can `pread` bodies.
 pub(crate) struct SegmentReader {
@@ -31,8 +31,9 @@ pub(crate) struct SegmentReader {
 #[derive(Default)]
 struct State {
     open: HashMap<u32, Arc<File>>,
-    /// Where compaction moved live messages, by queue ID.
-    moved: HashMap<u64, BodyRef>,
+    /// Where compaction moved live messages, by queue ID (an `IdTable`:
+    /// a drain after a long outage may move hundreds of thousands).
+    moved: IdTable<BodyRef>,
 }
 
 impl SegmentReader {
@@ -51,7 +52,7 @@ impl SegmentReader {
     /// The current place of `body` and an open handle to its segment.
     pub fn locate(&self, body: BodyRef) -> std::io::Result<(BodyRef, Arc<File>)> {
         let mut state = self.state();
-        let body = state.moved.get(&body.id).copied().unwrap_or(body);
+        let body = state.moved.get(body.id).copied().unwrap_or(body);
         if let Some(file) = state.open.get(&body.segment) {
             return Ok((body, file.clone()));
         }
@@ -97,7 +98,7 @@ impl SegmentReader {
 
     /// Forgets where a completed message moved.
     pub fn settle(&self, id: u64) {
-        self.state().moved.remove(&id);
+        self.state().moved.remove(id);
     }
 
     /// Drops the handle to a deleted segment.

@@ -38,7 +38,7 @@ use crate::record::{self, Damage, Record, HEADER_LEN};
 use crate::salt::Salt;
 
 mod resync;
-use crate::{segment_path, sync_dir, BodyRef, Recovered, RecoveryReport, SpoolError};
+use crate::{segment_path, sync_dir, DoneSet, IdTable, Recovered, RecoveryReport, SpoolError};
 #[cfg(test)]
 pub(crate) use resync::CHECKSUMMED;
 use resync::{Next, Resync};
@@ -57,7 +57,10 @@ pub(crate) struct RecoveredState {
 /// Messages found so far, by queue ID.
 #[derive(Default)]
 struct Found {
-    messages: HashMap<u64, Located>,
+    /// Where each message's newest copy is, its done set and marks so far:
+    /// once the scan ends, the live ones are the writer's index as they
+    /// are (no copy, for a backlog of a million messages).
+    messages: IdTable<LiveMsg>,
     /// Outcomes seen before any record of their message; most belong to
     /// messages completed and reclaimed long ago and are dropped at the end.
     early: HashMap<u64, Vec<u16>>,
@@ -66,14 +69,6 @@ struct Found {
     /// The highest queue ID any valid record carries (message or outcome):
     /// new IDs start above it.
     max_id: u64,
-}
-
-/// A message and where its record is.
-struct Located {
-    msg: Recovered,
-    record: u64,
-    record_len: u64,
-    body_at: u64,
 }
 
 pub(crate) fn recover(
@@ -86,37 +81,32 @@ pub(crate) fn recover(
         ..Default::default()
     };
     let mut found = Found::default();
-    let mut index = LiveIndex::default();
+    let mut sizes = Vec::with_capacity(numbers.len());
     let mut pinned = BTreeSet::new();
     for (i, &segment) in numbers.iter().enumerate() {
         let newest = i + 1 == numbers.len();
         let scanned = scan_segment(dir, &salt, segment, newest, &mut found, &mut report)?;
-        index.add_segment(segment, scanned.size);
+        sizes.push((segment, scanned.size));
         if scanned.pinned {
             pinned.insert(segment);
         }
     }
     report.pinned = pinned.iter().copied().collect();
-    let mut pending: Vec<Recovered> = Vec::new();
-    for (id, found) in found.messages {
-        if found.msg.done.iter().all(|d| *d) {
-            report.messages_complete += 1;
-            continue;
-        }
-        let live = LiveMsg {
-            segment: found.msg.body.segment,
-            record: found.record,
-            record_len: found.record_len,
-            body_at: found.body_at,
-            body_len: found.msg.body.len,
-            done: found.msg.done.clone().into(),
-            marks: found.msg.marks,
-        };
-        index.insert(id, live);
-        pending.push(found.msg);
-    }
+    let mut messages = std::mem::take(&mut found.messages);
+    let before = messages.len();
+    messages.retain(|_, msg| !msg.done.all());
+    report.messages_complete = before - messages.len();
+    let mut pending: Vec<Recovered> = Vec::with_capacity(messages.len());
+    pending.extend(messages.iter().map(|(id, msg)| Recovered {
+        id,
+        body: msg.body_ref(id),
+        done: msg.done.clone(),
+        marks: msg.marks,
+        flags: msg.flags,
+    }));
     pending.sort_by_key(|m| m.id);
     report.messages_pending = pending.len();
+    let index = LiveIndex::build(messages, sizes);
     let state = RecoveredState {
         max_id: found.max_id,
         index,
@@ -229,60 +219,40 @@ impl Found {
             } => {
                 let id = envelope.id;
                 self.max_id = self.max_id.max(id);
-                let body = BodyRef {
-                    id,
-                    segment,
-                    record: at,
-                    offset: at + body_at as u64,
-                    len: body_len,
-                };
-                let mut done = vec![false; envelope.recipients.len()];
-                let mut marks = self.early_marks.remove(&id).unwrap_or(0);
-                if let Some(earlier) = self.messages.remove(&id) {
-                    marks |= earlier.msg.marks;
-                    unite(
-                        &mut done,
-                        earlier
-                            .msg
-                            .done
-                            .iter()
-                            .enumerate()
-                            .filter(|(_, d)| **d)
-                            .map(|(i, _)| i as u16),
-                    );
-                }
-                if let Some(early) = self.early.remove(&id) {
-                    unite(&mut done, early);
-                }
-                let msg = Recovered {
-                    id,
-                    body,
-                    done,
-                    marks,
-                    flags: envelope.flags,
-                };
-                let located = Located {
-                    msg,
+                let mut msg = LiveMsg {
                     record: at,
                     record_len,
-                    body_at: body_at as u64,
+                    done: DoneSet::none(envelope.recipients.len()),
+                    segment,
+                    // Fits: see `LiveMsg`.
+                    body_at: body_at as u32,
+                    marks: self.early_marks.remove(&id).unwrap_or(0),
+                    flags: envelope.flags,
                 };
-                self.messages.insert(id, located);
+                debug_assert_eq!(record_len - body_at as u64, body_len);
+                if let Some(earlier) = self.messages.get(id) {
+                    msg.marks |= earlier.marks;
+                    unite(&mut msg.done, earlier.done.indices(true));
+                }
+                if let Some(early) = self.early.remove(&id) {
+                    unite(&mut msg.done, early);
+                }
+                self.messages.insert(id, msg);
             }
             Record::Outcome { id, recipients } => {
                 // Its message may be long gone, but while this record is
                 // on disk its ID must not be issued again: a new message
                 // with it would take this outcome as its own.
                 self.max_id = self.max_id.max(id);
-                match self.messages.get_mut(&id) {
-                    Some(found) => unite(&mut found.msg.done, recipients),
+                match self.messages.get_mut(id) {
+                    Some(found) => unite(&mut found.done, recipients),
                     None => self.early.entry(id).or_default().extend(recipients),
                 }
             }
             Record::Marks { id, marks } => {
                 self.max_id = self.max_id.max(id);
-                match self.messages.get_mut(&id) {
-                    Some(found) => found.msg.marks |= marks,
+                match self.messages.get_mut(id) {
+                    Some(found) => found.marks |= marks,
                     None => *self.early_marks.entry(id).or_default() |= marks,
                 }
             }
@@ -291,11 +261,9 @@ impl Found {
 }
 
 /// Marks these recipients done; indices out of range are ignored.
-fn unite(done: &mut [bool], recipients: impl IntoIterator<Item = u16>) {
+fn unite(done: &mut DoneSet, recipients: impl IntoIterator<Item = u16>) {
     for r in recipients {
-        if let Some(slot) = done.get_mut(r as usize) {
-            *slot = true;
-        }
+        done.set(r as usize);
     }
 }
 

@@ -139,6 +139,9 @@ struct Writer {
     /// Segments holding a live record that no longer checks out; never
     /// compacted.
     uncopyable: BTreeSet<u32>,
+    /// The segment being compacted and its live messages not yet copied
+    /// (record offset, ID), from one scan of the index (`compact.rs`).
+    plan: Option<(u32, std::collections::VecDeque<(u64, u64)>)>,
     current: u32,
     file: File,
     len: u64,
@@ -173,6 +176,7 @@ pub(crate) fn start(
         index,
         pinned: state.pinned,
         uncopyable: BTreeSet::new(),
+        plan: None,
         current,
         file,
         len: 0,
@@ -359,10 +363,11 @@ impl Writer {
                     segment: self.current,
                     record: self.len + record_at as u64,
                     record_len: (buf.len() - record_at) as u64,
-                    body_at: body_at as u64,
-                    body_len: body.len() as u64,
+                    // Fits: see `LiveMsg`.
+                    body_at: body_at as u32,
                     done: crate::DoneSet::none(envelope.recipients.len()),
                     marks: 0,
+                    flags: envelope.flags,
                 },
                 reply,
             });
@@ -479,7 +484,7 @@ impl Writer {
     fn reclaim(&mut self) {
         let mut removed = false;
         while let Some((oldest, seg)) = self.index.oldest() {
-            if oldest == self.current || !seg.ids.is_empty() || self.pinned.contains(&oldest) {
+            if oldest == self.current || seg.live != 0 || self.pinned.contains(&oldest) {
                 break;
             }
             if std::fs::remove_file(segment_path(&self.dir, oldest)).is_err() {

@@ -45,7 +45,7 @@ fn one_deferred_message_does_not_pin_every_newer_segment() {
     assert!(report.damage.is_empty(), "{:?}", report.damage);
     assert_eq!(ids(&recovered), vec![deferred.id], "exactly once");
     assert_eq!(spool.read_envelope(recovered[0].body).unwrap(), deferred);
-    assert_eq!(recovered[0].done, vec![true, false, true]);
+    assert_eq!(recovered[0].done.to_vec(), vec![true, false, true]);
     assert_eq!(spool.read_body(recovered[0].body).unwrap(), text);
     spool.shutdown();
 }
@@ -108,7 +108,7 @@ fn recovery_takes_the_newest_copy_and_unites_every_outcome() {
     let (spool, recovered, report) = Spool::open(config(&dir)).unwrap();
     assert!(report.damage.is_empty(), "{:?}", report.damage);
     assert_eq!(ids(&recovered), vec![42], "exactly once");
-    assert_eq!(recovered[0].done, vec![true, true, true, false]);
+    assert_eq!(recovered[0].done.to_vec(), vec![true, true, true, false]);
     assert_eq!(recovered[0].body.segment, 3);
     assert_eq!(spool.read_body(recovered[0].body).unwrap(), b"new copy");
     spool.shutdown();

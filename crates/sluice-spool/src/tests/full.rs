@@ -77,7 +77,7 @@ fn a_reserve_larger_than_the_disk_refuses_every_store_but_records_outcomes() {
 
     let (spool, recovered, _) = Spool::open(config(&dir)).unwrap();
     assert_eq!(ids(&recovered), vec![second.id]);
-    assert_eq!(recovered[0].done, vec![false, true]);
+    assert_eq!(recovered[0].done.to_vec(), vec![false, true]);
     spool.shutdown();
 }
 

@@ -157,7 +157,7 @@ fn stored_messages_survive_reopen_until_complete() {
     assert_eq!(report.messages_complete, 1);
     assert_eq!(recovered.len(), 1);
     assert_eq!(spool.read_envelope(recovered[0].body).unwrap(), e1);
-    assert_eq!(recovered[0].done, vec![true, false]);
+    assert_eq!(recovered[0].done.to_vec(), vec![true, false]);
     assert_eq!(spool.read_body(recovered[0].body).unwrap(), b"body one\r\n");
     assert!(spool.new_id() > e2.id);
     spool.shutdown();

@@ -131,7 +131,7 @@ fn an_outcome_whose_message_is_gone_still_reserves_its_queue_id() {
     let (spool, recovered, _) = Spool::open(config(&dir)).unwrap();
     let new = recovered.iter().find(|r| r.id == fresh.id);
     let new = new.expect("the new message was taken for complete");
-    assert_eq!(new.done, vec![false], "nobody delivered it");
+    assert_eq!(new.done.to_vec(), vec![false], "nobody delivered it");
     spool.shutdown();
 }
 

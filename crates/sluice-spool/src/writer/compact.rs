@@ -58,7 +58,7 @@ impl Writer {
         let allowed = oldest != self.current
             && !self.pinned.contains(&oldest)
             && !self.uncopyable.contains(&oldest);
-        if !allowed || seg.ids.is_empty() {
+        if !allowed || seg.live == 0 {
             return None;
         }
         let worth_it =
@@ -71,12 +71,12 @@ impl Writer {
     /// with it (no live message, not current, not pinned).
     fn freed_by_emptying(&self, oldest: u32) -> u64 {
         let reclaimable =
-            |n: u32, ids_empty: bool| ids_empty && n != self.current && !self.pinned.contains(&n);
+            |n: u32, empty: bool| empty && n != self.current && !self.pinned.contains(&n);
         let following: u64 = self
             .index
             .segments_from(oldest)
             .skip(1)
-            .take_while(|(n, seg)| reclaimable(*n, seg.ids.is_empty()))
+            .take_while(|(n, seg)| reclaimable(*n, seg.live == 0))
             .map(|(_, seg)| seg.size)
             .sum();
         self.index
@@ -136,25 +136,38 @@ impl Writer {
     }
 
     /// The live messages of `segment` one step copies, in file order.
-    fn pick(&self, segment: u32) -> Vec<(u64, LiveMsg)> {
-        let Some(seg) = self.index.segment(segment) else {
+    /// The segment's messages are found with one scan of the index when
+    /// its compaction starts; each step takes the next ones still live
+    /// there.
+    fn pick(&mut self, segment: u32) -> Vec<(u64, LiveMsg)> {
+        if self.plan.as_ref().is_none_or(|(n, _)| *n != segment) {
+            self.plan = Some((segment, self.index.in_segment(segment).into()));
+        }
+        let Some((_, todo)) = self.plan.as_mut() else {
             return Vec::new();
         };
-        let mut all: Vec<(u64, LiveMsg)> = seg
-            .ids
-            .iter()
-            .filter_map(|&id| Some((id, self.index.get(id)?.clone())))
-            .collect();
-        all.sort_by_key(|(_, msg)| msg.record);
         let mut bytes = 0;
         let mut picked = Vec::new();
-        for (id, msg) in all {
+        while let Some(&(record, id)) = todo.front() {
+            let Some(msg) = self.index.get(id) else {
+                todo.pop_front();
+                continue;
+            };
+            if msg.segment != segment || msg.record != record {
+                // Completed, or already moved by an earlier step.
+                todo.pop_front();
+                continue;
+            }
             let full = picked.len() >= STEP_RECORDS || bytes + msg.record_len > STEP_BYTES;
             if full && !picked.is_empty() {
                 break;
             }
             bytes += msg.record_len;
-            picked.push((id, msg));
+            picked.push((id, msg.clone()));
+            todo.pop_front();
+        }
+        if todo.is_empty() {
+            self.plan = None;
         }
         picked
     }

@@ -290,12 +290,20 @@ impl Server {
 
 /// Hands the mail found in the spool to the queue, in batches (the queue
 /// parks it on disk and brings it in as room frees up).
-fn spawn_recovered(queue: &QueueHandle, recovered: Vec<sluice_spool::Recovered>) {
+/// The list is handed over from its end (reversed first, so still oldest
+/// first) and shrunk as it goes, so that a million recovered messages are
+/// not held twice, once here and once parked in the queue.
+fn spawn_recovered(queue: &QueueHandle, mut recovered: Vec<sluice_spool::Recovered>) {
+    const BATCH: usize = 4096;
     let queue = queue.clone();
+    recovered.reverse();
     tokio::spawn(async move {
-        let mut recovered = recovered.into_iter().peekable();
-        while recovered.peek().is_some() {
-            let batch = recovered.by_ref().take(4096).collect();
+        while !recovered.is_empty() {
+            let mut batch = recovered.split_off(recovered.len().saturating_sub(BATCH));
+            batch.reverse();
+            if recovered.capacity() > recovered.len() + 16 * BATCH {
+                recovered.shrink_to_fit();
+            }
             queue.recovered(batch).await;
         }
     });

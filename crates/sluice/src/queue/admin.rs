@@ -276,7 +276,7 @@ impl Scheduler {
                 attempts: m.attempts,
             });
         }
-        for (&id, p) in &self.parked {
+        for (id, p) in self.parked.iter() {
             out.push(Snap {
                 id,
                 place: if self.admin.held.contains(&id) {
@@ -288,8 +288,8 @@ impl Scheduler {
                 envelope: None,
                 done: p.done.to_vec(),
                 reasons: Vec::new(),
-                last_reason: p.reason.as_deref().map(str::to_string),
-                attempts: p.attempts,
+                last_reason: p.reason.as_deref().cloned(),
+                attempts: p.attempts.into(),
             });
         }
         out.sort_by_key(|s| s.id);
@@ -303,11 +303,11 @@ impl Scheduler {
         let queued: HashSet<u64> = self.ready.iter().copied().collect();
         let candidates: Vec<u64> = match ids {
             Some(ids) => ids,
-            None => self.parked.keys().copied().collect(),
+            None => self.parked.keys().collect(),
         };
         let mut n = 0;
         for id in candidates {
-            if self.parked.contains_key(&id)
+            if self.parked.contains_key(id)
                 && !self.admin.held.contains(&id)
                 && !queued.contains(&id)
             {
@@ -325,7 +325,7 @@ impl Scheduler {
 
     fn delete(&mut self, id: u64) -> bool {
         self.admin.held.remove(&id);
-        if self.parked.remove(&id).is_some() {
+        if self.parked.remove(id).is_some() {
             // (Its place in `ready` is skipped by admit: no longer parked.)
             self.spool.record_outcome(id, Vec::new(), true);
             event!(
@@ -352,7 +352,7 @@ impl Scheduler {
     }
 
     fn hold(&mut self, id: u64) -> bool {
-        if !self.parked.contains_key(&id) && !self.messages.contains_key(&id) {
+        if !self.parked.contains_key(id) && !self.messages.contains_key(&id) {
             return false;
         }
         self.admin.held.insert(id);
@@ -368,7 +368,7 @@ impl Scheduler {
         // A quarantined message is not held again after a restart.
         self.spool
             .record_marks(id, crate::message::flags::MARK_RELEASED);
-        if self.parked.contains_key(&id) {
+        if self.parked.contains_key(id) {
             self.ready.push_back(id);
         }
         log!(self.logger, "qmgr", "{}: released from hold", qid(id));
@@ -377,12 +377,12 @@ impl Scheduler {
 
     /// Returns the message's open recipients to the sender now.
     fn bounce_now(&mut self, id: u64) -> bool {
-        if !self.parked.contains_key(&id) && !self.messages.contains_key(&id) {
+        if !self.parked.contains_key(id) && !self.messages.contains_key(&id) {
             return false;
         }
         self.admin.held.remove(&id);
         self.admin.doomed.insert(id, Doom::Bounce);
-        if self.parked.contains_key(&id) && !self.ready.contains(&id) {
+        if self.parked.contains_key(id) && !self.ready.contains(&id) {
             self.ready.push_back(id);
         }
         if let Some(m) = self.messages.get(&id) {

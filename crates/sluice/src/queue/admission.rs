@@ -11,11 +11,9 @@
 //! they count against the limit); `ready` and the retry queue hold only
 //! parked IDs; arrivals are admitted first come, first served.
 
-use std::sync::Arc;
-
 use sluice_spool::{BodyRef, Envelope};
 
-use super::compact::Spot;
+use super::compact::{Reason, Spot};
 use sluice_spool::DoneSet;
 
 use super::scheduler::Scheduler;
@@ -38,17 +36,19 @@ pub enum ReadBack {
 /// Envelopes read back per blocking task.
 const LOAD_BATCH: usize = 256;
 
-/// A message waiting on disk (64 bytes; see `compact.rs`).
+/// A message waiting on disk (48 bytes; see `compact.rs`).
 pub(super) struct Parked {
-    /// Where its record is (with the map's key, its `BodyRef`).
-    pub spot: Spot,
     pub done: DoneSet,
-    pub attempts: u32,
-    /// The sender has had a delay warning.
-    pub warned: bool,
     /// Why it was last deferred (for `sluice queue list`), shared with the
     /// other messages deferred for the same reason.
-    pub reason: Option<Arc<str>>,
+    pub reason: Option<Reason>,
+    /// Where its record is (with the table's key, its `BodyRef`).
+    pub spot: Spot,
+    /// Delivery attempts so far (saturating: the backoff stops growing
+    /// long before).
+    pub attempts: u16,
+    /// The sender has had a delay warning.
+    pub warned: bool,
 }
 
 impl Scheduler {
@@ -74,7 +74,7 @@ impl Scheduler {
             }
             let parked = Parked {
                 spot: Spot::of(r.body),
-                done: r.done.into(),
+                done: r.done,
                 attempts: 0,
                 warned: r.marks & MARK_DELAY_WARNED != 0,
                 reason: None,
@@ -105,7 +105,7 @@ impl Scheduler {
             let batch: Vec<(u64, BodyRef)> = self
                 .ready
                 .drain(..n)
-                .filter_map(|id| self.parked.get(&id).map(|p| (id, p.spot.body_ref(id))))
+                .filter_map(|id| self.parked.get(id).map(|p| (id, p.spot.body_ref(id))))
                 .collect();
             self.loading += batch.len();
             let (spool, events) = (self.spool.clone(), self.events.clone());
@@ -134,7 +134,7 @@ impl Scheduler {
     pub(super) fn loaded(&mut self, loaded: Vec<(u64, Result<Envelope, ReadBack>)>) {
         for (id, result) in loaded {
             self.loading = self.loading.saturating_sub(1);
-            let Some(parked) = self.parked.remove(&id) else {
+            let Some(parked) = self.parked.remove(id) else {
                 continue;
             };
             match result {
@@ -145,7 +145,7 @@ impl Scheduler {
                         body: None,
                         done: parked.done.to_vec(),
                     };
-                    self.activate(msg, parked.attempts, parked.warned);
+                    self.activate(msg, parked.attempts.into(), parked.warned);
                 }
                 other => {
                     let why = match other {
@@ -158,11 +158,9 @@ impl Scheduler {
                         "{}: cannot read queue file: {why}; left in the spool, retried later",
                         qid(id)
                     );
-                    let at = tokio::time::Instant::now() + self.retry_wait(parked.attempts + 1, id);
-                    let parked = Parked {
-                        attempts: parked.attempts + 1,
-                        ..parked
-                    };
+                    let attempts = parked.attempts.saturating_add(1);
+                    let at = tokio::time::Instant::now() + self.retry_wait(attempts.into(), id);
+                    let parked = Parked { attempts, ..parked };
                     self.park(id, parked, Some(at));
                 }
             }

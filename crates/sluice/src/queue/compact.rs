@@ -4,49 +4,59 @@
 //! ([`Reasons`]); its done flags are the spool's [`sluice_spool::DoneSet`].
 //!
 //! Invariants: `Spot::of(r).body_ref(r.id) == r` for every `BodyRef` the
-//! spool hands out (a body never starts 4 GiB or more after its record:
-//! checked in debug builds).
+//! spool hands out (a body never starts 4 GiB or more after its record,
+//! nor is 4 GiB long: checked in debug builds).
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use sluice_spool::BodyRef;
 
-/// A [`BodyRef`] without its ID (the parked map's key): 24 bytes, not 40.
+/// A [`BodyRef`] without its ID (the parked map's key), in 20 bytes, not
+/// 40: 32-bit words only, so that it packs beside the other fields of a
+/// parked message without padding.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Spot {
-    record: u64,
-    len: u64,
+    /// The record's offset in its segment, low and high words.
+    record: [u32; 2],
     segment: u32,
     /// The body's offset after the record's (its envelope's length).
     body_at: u32,
+    /// The body's length.
+    len: u32,
 }
 
 impl Spot {
     pub fn of(r: BodyRef) -> Spot {
-        // The envelope before a body is far below 4 GiB: at most 65,535
-        // recipients (`MAX_RECIPIENTS`) of at most ~1 KiB each with their
-        // DSN parameters, so about 64 MiB. Checked in debug builds.
+        // A record's payload, envelope and body together, is at most
+        // u32::MAX bytes (the spool's format refuses bigger ones), so the
+        // body's length and its offset after the record's header fit 32
+        // bits. Checked in debug builds.
         let body_at = r.offset - r.record;
-        debug_assert!(body_at <= u32::MAX as u64);
+        debug_assert!(body_at <= u32::MAX as u64 && r.len <= u32::MAX as u64);
         Spot {
-            record: r.record,
-            len: r.len,
+            record: [r.record as u32, (r.record >> 32) as u32],
             segment: r.segment,
             body_at: body_at as u32,
+            len: r.len as u32,
         }
     }
 
     pub fn body_ref(self, id: u64) -> BodyRef {
+        let record = self.record[0] as u64 | (self.record[1] as u64) << 32;
         BodyRef {
             id,
             segment: self.segment,
-            record: self.record,
-            offset: self.record + self.body_at as u64,
-            len: self.len,
+            record,
+            offset: record + self.body_at as u64,
+            len: self.len as u64,
         }
     }
 }
+
+/// A deferral reason shared by the parked messages deferred for it (a thin
+/// pointer: 8 bytes).
+pub(super) type Reason = Arc<String>;
 
 /// Distinct deferral reasons kept at most before the set is emptied.
 const REASONS_MAX: usize = 10_000;
@@ -54,10 +64,10 @@ const REASONS_MAX: usize = 10_000;
 /// One copy of each deferral reason of parked messages: a backlog for a
 /// dead next hop is many messages with the same reason.
 #[derive(Default)]
-pub(super) struct Reasons(HashSet<Arc<str>>);
+pub(super) struct Reasons(HashMap<Box<str>, Reason>);
 
 impl Reasons {
-    pub fn get(&mut self, reason: &str) -> Arc<str> {
+    pub fn get(&mut self, reason: &str) -> Reason {
         if let Some(r) = self.0.get(reason) {
             return r.clone();
         }
@@ -65,8 +75,8 @@ impl Reasons {
             // The messages keep theirs; only the sharing starts again.
             self.0.clear();
         }
-        let r: Arc<str> = reason.into();
-        self.0.insert(r.clone());
+        let r: Reason = Arc::new(reason.to_string());
+        self.0.insert(reason.into(), r.clone());
         r
     }
 }
@@ -82,10 +92,10 @@ mod tests {
             segment: 3,
             record: (5 << 32) + 11,
             offset: (5 << 32) + 11 + 300,
-            len: 9_000_000_000,
+            len: 4_000_000_000,
         };
         assert_eq!(Spot::of(r).body_ref(7), r);
-        assert_eq!(std::mem::size_of::<Spot>(), 24);
+        assert_eq!(std::mem::size_of::<Spot>(), 20);
     }
 
     #[test]

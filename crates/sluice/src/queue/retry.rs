@@ -25,28 +25,44 @@ pub fn backoff(attempts: u32, min_secs: u64, max_secs: u64, id: u64) -> Duration
     Duration::from_secs(base) + Duration::from_millis(jitter_ms)
 }
 
-/// Messages by the time of their next attempt.
+/// Messages by the time of their next attempt: 16 bytes each (a backlog
+/// of a million deferred messages is in here), the time kept as
+/// nanoseconds after the first push.
 #[derive(Default)]
 pub struct RetryQueue {
-    heap: BinaryHeap<Reverse<(Instant, u64)>>,
+    origin: Option<Instant>,
+    heap: BinaryHeap<Reverse<(u64, u64)>>,
 }
 
 impl RetryQueue {
     pub fn push(&mut self, at: Instant, id: u64) {
-        self.heap.push(Reverse((at, id)));
+        let origin = *self.origin.get_or_insert_with(Instant::now);
+        // Before the origin means already due: as early as the origin,
+        // which is past.
+        let nanos = at.saturating_duration_since(origin).as_nanos();
+        if self.heap.len() == self.heap.capacity() {
+            // Grow by an eighth, not double (see `sluice_spool::IdTable`).
+            self.heap.reserve_exact((self.heap.len() / 8).max(64));
+        }
+        self.heap
+            .push(Reverse((nanos.min(u64::MAX as u128) as u64, id)));
+    }
+
+    fn at(&self, nanos: u64) -> Option<Instant> {
+        Some(self.origin? + Duration::from_nanos(nanos))
     }
 
     /// When the earliest retry is due.
     pub fn next_due(&self) -> Option<Instant> {
-        self.heap.peek().map(|Reverse((at, _))| *at)
+        let Reverse((nanos, _)) = self.heap.peek()?;
+        self.at(*nanos)
     }
 
     /// The next message whose time has come.
     pub fn pop_due(&mut self, now: Instant) -> Option<u64> {
-        match self.heap.peek() {
-            Some(Reverse((at, _))) if *at <= now => self.heap.pop().map(|Reverse((_, id))| id),
-            _ => None,
-        }
+        let due = self.next_due()? <= now;
+        due.then(|| self.heap.pop().map(|Reverse((_, id))| id))
+            .flatten()
     }
 
     pub fn len(&self) -> usize {
@@ -61,6 +77,24 @@ impl RetryQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_come_due_in_time_order_at_their_exact_time() {
+        let mut q = RetryQueue::default();
+        let now = Instant::now();
+        q.push(now + Duration::from_millis(2_500), 1);
+        q.push(now + Duration::from_nanos(1), 2);
+        q.push(now - Duration::from_secs(1), 3);
+        assert_eq!(q.next_due(), Some(now), "a time already past is due now");
+        assert_eq!(q.pop_due(now), Some(3));
+        assert_eq!(q.pop_due(now), None);
+        assert_eq!(q.next_due(), Some(now + Duration::from_nanos(1)));
+        assert_eq!(q.pop_due(now + Duration::from_nanos(1)), Some(2));
+        assert_eq!(q.pop_due(now + Duration::from_millis(2_499)), None);
+        assert_eq!(q.next_due(), Some(now + Duration::from_millis(2_500)));
+        assert_eq!(q.pop_due(now + Duration::from_millis(2_500)), Some(1));
+        assert!(q.is_empty());
+    }
 
     #[test]
     fn backoff_doubles_from_the_minimum_to_the_maximum() {

@@ -100,7 +100,7 @@ pub struct Scheduler {
     pub(super) events: mpsc::Sender<Event>,
     pub(super) messages: HashMap<u64, Message>,
     /// Messages waiting on disk (see `admission.rs`).
-    pub(super) parked: HashMap<u64, Parked>,
+    pub(super) parked: sluice_spool::IdTable<Parked>,
     /// Parked messages waiting for room in the active queue, oldest first.
     pub(super) ready: std::collections::VecDeque<u64>,
     /// Envelopes being read back (they count against the limit).
@@ -159,7 +159,7 @@ impl Scheduler {
             agent,
             events: queue.sender(),
             messages: HashMap::new(),
-            parked: HashMap::new(),
+            parked: sluice_spool::IdTable::default(),
             ready: std::collections::VecDeque::new(),
             loading: 0,
             active_limit,
@@ -535,7 +535,7 @@ impl Scheduler {
         let parked = Parked {
             spot: Spot::of(msg.body_ref),
             done: DoneSet::from(done),
-            attempts,
+            attempts: attempts.min(u16::MAX as u32) as u16,
             warned: msg.warned,
             reason,
         };
@@ -564,7 +564,7 @@ impl Scheduler {
         }
         let now = Instant::now();
         while let Some(id) = self.retry.pop_due(now) {
-            if self.parked.contains_key(&id) && !self.admin.held.contains(&id) {
+            if self.parked.contains_key(id) && !self.admin.held.contains(&id) {
                 self.ready.push_back(id);
             }
         }
