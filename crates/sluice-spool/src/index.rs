@@ -22,10 +22,10 @@ use std::collections::BTreeMap;
 use crate::{BodyRef, DoneSet, IdTable};
 
 /// One live message (48 bytes). Its body runs to the record's end. The
-/// body's offset within its record fits 32 bits: a record's payload is at
-/// most `u32::MAX` bytes (`record::check`), and the body offset is the
-/// 13-byte header plus the payload before the body, which holds at least
-/// 32 bytes of fixed fields.
+/// body's offset within its record fits 32 bits: `record::check` keeps a
+/// whole record, header included, within `u32::MAX` bytes (records of
+/// older builds could exceed that only with an envelope of 4 GiB, which
+/// no SMTP session can send).
 #[derive(Debug, Clone)]
 pub(crate) struct LiveMsg {
     /// Offset of the message record in its segment.

@@ -134,7 +134,9 @@ pub(crate) fn check(env: &Envelope, body_len: usize) -> Result<(), Unfit> {
         }
         payload += 2 + addr.len() as u64;
     }
-    if payload > u32::MAX as u64 {
+    // A record, header included, fits 32 bits: the index keeps a body's
+    // offset within its record in a u32.
+    if payload > (u32::MAX as usize - HEADER_LEN) as u64 {
         return Err(Unfit::Record(payload));
     }
     Ok(())

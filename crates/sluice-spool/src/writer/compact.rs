@@ -89,6 +89,7 @@ impl Writer {
     /// current segment; returns whether it copied anything.
     pub(super) fn compact_step(&mut self, buf: &mut Vec<u8>) -> bool {
         let Some(oldest) = self.compaction_due() else {
+            self.plan = None;
             return false;
         };
         if self.len >= self.segment_bytes && self.rotate().is_err() {
@@ -101,8 +102,11 @@ impl Writer {
                 msg.record_len + record::outcome_len(msg.done.len()) + record::marks_len()
             })
             .sum();
+        // On any failure below, the picked messages are no longer in the
+        // plan: drop it, so the next step scans the segment afresh.
         let free = (self.disk.free_bytes)(&self.dir).unwrap_or(0);
         if free < bytes.saturating_add(self.reserve / 2) {
+            self.plan = None;
             return false;
         }
         buf.clear();
@@ -111,10 +115,12 @@ impl Writer {
             Err(_) => {
                 // A live record no longer checks out: leave the segment be.
                 self.uncopyable.insert(oldest);
+                self.plan = None;
                 return false;
             }
         };
         if self.write(buf).is_err() {
+            self.plan = None;
             return false;
         }
         let written = buf.len() as u64;

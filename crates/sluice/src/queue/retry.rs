@@ -60,9 +60,15 @@ impl RetryQueue {
 
     /// The next message whose time has come.
     pub fn pop_due(&mut self, now: Instant) -> Option<u64> {
-        let due = self.next_due()? <= now;
-        due.then(|| self.heap.pop().map(|Reverse((_, id))| id))
-            .flatten()
+        if self.next_due()? > now {
+            return None;
+        }
+        let id = self.heap.pop().map(|Reverse((_, id))| id);
+        if self.heap.len() < self.heap.capacity() / 4 && self.heap.capacity() > 4096 {
+            // A drained backlog gives its memory back.
+            self.heap.shrink_to(self.heap.len() * 2);
+        }
+        id
     }
 
     pub fn len(&self) -> usize {
