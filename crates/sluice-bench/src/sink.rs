@@ -58,6 +58,10 @@ pub struct SinkStats {
     pub messages: AtomicU64,
     pub bytes: AtomicU64,
     pub connections: AtomicU64,
+    /// Connections open now, and the most ever open at once (a cluster's
+    /// connection cap is judged here, where the connections arrive).
+    pub open: AtomicU64,
+    pub peak_open: AtomicU64,
     /// Unix milliseconds of the first and latest message.
     pub first_ms: AtomicU64,
     pub last_ms: AtomicU64,
@@ -146,9 +150,12 @@ impl Sink {
                     };
                     let _ = stream.set_nodelay(true);
                     shared.stats.connections.fetch_add(1, Ordering::Relaxed);
+                    let open = shared.stats.open.fetch_add(1, Ordering::Relaxed) + 1;
+                    shared.stats.peak_open.fetch_max(open, Ordering::Relaxed);
                     let shared = shared.clone();
                     tokio::spawn(async move {
                         let _ = session(stream, &shared).await;
+                        shared.stats.open.fetch_sub(1, Ordering::Relaxed);
                     });
                 }
             }),

@@ -8,6 +8,8 @@
 //! - [`tables`]: lookup tables (static files, LDAP);
 //! - [`routing`]: local domains and mailboxes, next hops, relay policy;
 //! - [`bounce`]: building and storing DSNs;
+//! - [`cluster`]: what the nodes of a cluster share in Redis (heartbeats,
+//!   connection leases);
 //! - [`queue`]: the scheduler ("qmgr") and the delivery-agent interface;
 //! - [`receive::smtp`] (receive), [`deliver::smtp`] and [`maildir`] (the
 //!   delivery agents): the stages that touch the network and mailboxes;
@@ -18,6 +20,7 @@
 
 pub mod accept;
 pub mod admin;
+pub mod cluster;
 pub mod config;
 pub mod daemon;
 pub mod deliver;

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 pub mod acme;
+pub mod cluster;
 pub mod delivery;
 pub mod dnsbl;
 pub mod hop;
@@ -67,6 +68,8 @@ pub struct Config {
     pub metrics: MetricsConfig,
     /// Certificates from an ACME CA (off unless configured).
     pub acme: Option<acme::AcmeConfig>,
+    /// One node of several sharing limits in Redis (off unless configured).
+    pub cluster: Option<cluster::ClusterConfig>,
     /// The account `serve` runs as when started as root (it binds its
     /// ports first); default: `sluice` when that account exists.
     pub user: Option<String>,
@@ -212,6 +215,7 @@ impl Default for Config {
             dkim: DkimConfig::default(),
             metrics: MetricsConfig::default(),
             acme: None,
+            cluster: None,
             user: None,
             run_as_root: false,
         }
@@ -319,6 +323,9 @@ impl Config {
         }
         for l in self.all_listeners() {
             l.validate(self.tls.enabled, self.auth.table.is_some())?;
+        }
+        if let Some(cluster) = &self.cluster {
+            cluster.validate()?;
         }
         if let Some(acme) = &self.acme {
             acme.validate()?;

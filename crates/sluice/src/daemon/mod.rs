@@ -142,6 +142,12 @@ impl Server {
             intake.clone(),
         );
         scheduler.set_resolver(parts.dns.clone(), build::secure_mx(parts.dane.as_ref()));
+        if let Some(settings) = &config.cluster {
+            let cluster =
+                crate::cluster::Cluster::new(settings.clone(), &config.hostname.to_string());
+            crate::cluster::start(cluster.clone(), logger.clone());
+            scheduler.set_cluster(cluster);
+        }
         let scheduler_task = tokio::spawn(scheduler.run(rx));
         spawn_recovered(&queue, recovered);
         let ctx = Arc::new(parts.session_context(&intake, None));

@@ -11,7 +11,7 @@
 //! Invariants: `workers` holds the job sender of every live worker;
 //! `idle` ⊆ `workers`; a job is in at most one of `queue` or a worker.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,6 +30,9 @@ pub(super) struct Destination {
     pub queue: VecDeque<Job>,
     pub workers: HashMap<WorkerId, mpsc::Sender<Job>>,
     pub idle: Vec<WorkerId>,
+    /// Workers told to end (their sender dropped) that have not exited:
+    /// their connections are still open.
+    pub closing: HashSet<WorkerId>,
     pub limit: usize,
     pub window: usize,
     pub dead_until: Option<Instant>,
@@ -51,6 +54,7 @@ impl Destination {
             queue: VecDeque::new(),
             workers: HashMap::new(),
             idle: Vec::new(),
+            closing: HashSet::new(),
             limit,
             window: initial.clamp(1, limit),
             dead_until: None,
@@ -58,6 +62,20 @@ impl Destination {
             interval: None,
             next_send: Instant::now(),
             wake_pending: false,
+        }
+    }
+
+    /// Connections open: live workers and those on their way out.
+    pub fn held(&self) -> usize {
+        self.workers.len() + self.closing.len()
+    }
+
+    /// Ends a worker once it is idle (dropping its sender); it counts as
+    /// closing until its exit report.
+    pub fn close(&mut self, worker: WorkerId) {
+        self.idle.retain(|w| *w != worker);
+        if self.workers.remove(&worker).is_some() {
+            self.closing.insert(worker);
         }
     }
 
@@ -195,6 +213,10 @@ impl Scheduler {
         if dest.resolving {
             return;
         }
+        let allowed = super::leases::allowance(self.cluster.as_deref(), key, dest);
+        if let Some(allowed) = allowed {
+            super::leases::shed(dest, allowed);
+        }
         let now = Instant::now();
         while let Some(job) = dest.queue.pop_front() {
             if dest.idle.is_empty() && dest.workers.len() >= dest.window {
@@ -220,7 +242,8 @@ impl Scheduler {
                 }
                 continue;
             }
-            if dest.workers.len() < dest.window {
+            let capped = allowed.is_some_and(|a| dest.held() >= a);
+            if dest.workers.len() < dest.window && !capped {
                 let id = self.next_worker;
                 self.next_worker += 1;
                 let (tx, jobs) = mpsc::channel(1);
@@ -265,7 +288,7 @@ impl Scheduler {
             }
             if draining || !wants_more || worker < self.retire_below {
                 // Dropping the sender ends the worker once it is idle.
-                dest.workers.remove(&worker);
+                dest.close(worker);
             } else if dest.workers.contains_key(&worker) {
                 dest.idle.push(worker);
             }
@@ -307,6 +330,7 @@ impl Scheduler {
         if let Some(dest) = self.dests.get_mut(&key) {
             dest.workers.remove(&worker);
             dest.idle.retain(|w| *w != worker);
+            dest.closing.remove(&worker);
         }
         self.pump(&key);
     }

@@ -23,6 +23,7 @@ mod compact;
 mod destination;
 mod failures;
 pub mod job;
+mod leases;
 mod reconfig;
 mod results;
 pub mod retry;
@@ -75,6 +76,9 @@ pub enum Event {
         msg: u64,
         recipients: Vec<u16>,
     },
+    /// The cluster granted more connections to this destination
+    /// (`leases.rs`).
+    Leased(Arc<str>),
     /// A reload: new settings, routes and agents (`reconfig.rs`).
     Reconfigure(Box<Reconfig>),
     /// Stop dispatching, let deliveries in flight finish (until the

@@ -93,9 +93,9 @@ impl Scheduler {
         self.rollup.aliases.clear();
         let mut queued: Vec<Job> = Vec::new();
         for d in self.dests.values_mut() {
-            for worker in d.idle.drain(..) {
+            for worker in std::mem::take(&mut d.idle) {
                 // Dropping its sender ends the worker.
-                d.workers.remove(&worker);
+                d.close(worker);
             }
             if !d.resolving {
                 queued.extend(d.queue.drain(..));

@@ -133,6 +133,8 @@ pub struct Scheduler {
     /// The destinations delivered locally (Maildir, LMTP): their queues
     /// are that backlog.
     pub(super) local_dests: Vec<Arc<str>>,
+    /// Cluster-wide connection caps, when a node of a cluster (`leases.rs`).
+    pub(super) cluster: Option<Arc<crate::cluster::Cluster>>,
 }
 
 impl Scheduler {
@@ -179,6 +181,7 @@ impl Scheduler {
             reasons: Default::default(),
             flow,
             local_dests: Vec::new(),
+            cluster: None,
         }
     }
 
@@ -239,6 +242,7 @@ impl Scheduler {
         match event {
             Event::Queued(msg) => self.queued(msg),
             Event::Recovered(batch) => self.recovered(batch),
+            Event::Leased(key) => self.pump(&key),
             Event::Loaded(loaded) => self.loaded(loaded),
             Event::Report(JobReport::Done {
                 dest,
@@ -275,8 +279,8 @@ impl Scheduler {
             // Not started: these recipients stay open in the spool.
             self.jobs_out = self.jobs_out.saturating_sub(dest.queue.len());
             dest.queue.clear();
-            for worker in dest.idle.drain(..) {
-                dest.workers.remove(&worker);
+            for worker in std::mem::take(&mut dest.idle) {
+                dest.close(worker);
             }
         }
         event!(

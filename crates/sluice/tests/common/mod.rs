@@ -9,6 +9,7 @@ pub mod nsd;
 pub mod opendkim;
 pub mod pebble;
 pub mod postgrey;
+pub mod redis;
 pub mod rspamd;
 pub mod slapd;
 pub mod tls;

@@ -1,0 +1,214 @@
+//! The state the nodes of a cluster share, kept in Redis (issue 23):
+//! which nodes are alive (heartbeats), and connection leases, so that at
+//! most K connections go to one destination from the whole cluster.
+//!
+//! The queue asks [`Cluster::allowance`] synchronously, on every pump: how
+//! many connections to this destination this node may hold now. A
+//! background task (`sync.rs`) turns the demand it saw into claims on
+//! Redis every heartbeat, or at once when demand grows, and calls back
+//! when a grant grew so the queue pumps again.
+//!
+//! When Redis cannot be reached, a node never stops delivering: it falls
+//! back to its share of each cap (the cap divided among the nodes last
+//! seen alive, or among itself and its configured peers if they are more,
+//! the remainder to the first names in order, so the shares add up to at
+//! most the cap). While its last grants may still be held for it in
+//! Redis (until half a lease has passed) it uses the smaller of grant and
+//! share, so that a node switching early and one switching late never
+//! add up to more than the cap.
+//!
+//! Trusts: Redis for the counts (see `config/cluster.rs`).
+//! Invariants: a node claims at least what it holds (`want >= held`), so
+//! Redis always counts its real connections; a grant is never more than
+//! the cap.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::config::cluster::ClusterConfig;
+
+mod sync;
+
+pub use sync::start;
+
+/// Called with a destination whose grant grew.
+pub type OnGrant = Box<dyn Fn(Arc<str>) + Send + Sync>;
+
+/// One node's view of the cluster; shared by the queue and the task that
+/// talks to Redis.
+pub struct Cluster {
+    node: Arc<str>,
+    config: ClusterConfig,
+    state: Mutex<State>,
+    /// Demand grew beyond a grant: claim now, not at the next heartbeat.
+    wake: Notify,
+}
+
+#[derive(Default)]
+struct State {
+    leases: HashMap<Arc<str>, Lease>,
+    /// Nodes alive at the last heartbeat that reached Redis, sorted; never
+    /// empty (this node counts itself until it has heard otherwise).
+    live: Vec<Arc<str>>,
+    /// When Redis last answered a whole round.
+    last_ok: Option<Instant>,
+    on_grant: Option<OnGrant>,
+}
+
+/// This node's connections to one destination, as agreed with Redis.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Lease {
+    pub cap: usize,
+    /// Connections the queue would like (at least those it holds).
+    pub want: usize,
+    /// Connections the queue holds now.
+    pub held: usize,
+    /// What Redis granted at the last claim.
+    pub granted: usize,
+}
+
+impl Cluster {
+    pub fn new(config: ClusterConfig, hostname: &str) -> Arc<Cluster> {
+        let node: Arc<str> = config.node.as_deref().unwrap_or(hostname).into();
+        // Until Redis answers, this node and its configured peers (counted
+        // in `share_of`).
+        let state = State {
+            live: vec![node.clone()],
+            ..State::default()
+        };
+        Arc::new(Cluster {
+            node,
+            config,
+            state: Mutex::new(state),
+            wake: Notify::new(),
+        })
+    }
+
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    pub fn config(&self) -> &ClusterConfig {
+        &self.config
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sets what is called when a grant grows (the queue pumps then).
+    pub fn on_grant(&self, f: OnGrant) {
+        self.state().on_grant = Some(f);
+    }
+
+    /// The cluster-wide cap for a destination (0: none).
+    pub fn cap_for(&self, key: &str) -> usize {
+        self.config.concurrency_for(key)
+    }
+
+    /// How many connections to `key` this node may hold now, given the
+    /// cap, what it `held`s and what it would like (`want`; raised to
+    /// `held` if lower). Records the demand for the next claim.
+    pub fn allowance(&self, key: &Arc<str>, cap: usize, want: usize, held: usize) -> usize {
+        let now = Instant::now();
+        let lease_ms = self.config.lease_secs * 1000;
+        let mut state = self.state();
+        let nodes = self.config.peers.len() + 1;
+        let share = share_of(&self.node, &state.live, nodes, cap);
+        let since_ok = state.last_ok.map(|t| now.saturating_duration_since(t));
+        let lease = state.leases.entry(key.clone()).or_default();
+        let wants_more = want.max(held) > lease.want.max(lease.granted);
+        lease.cap = cap;
+        lease.want = want.max(held);
+        lease.held = held;
+        let allowed = match since_ok {
+            Some(d) if d < Duration::from_millis(lease_ms / 2) => lease.granted,
+            Some(d) if d < Duration::from_millis(lease_ms) => lease.granted.min(share),
+            _ => share,
+        };
+        drop(state);
+        if wants_more {
+            self.wake.notify_one();
+        }
+        allowed.min(cap)
+    }
+
+    /// Whether Redis answered within half a lease (for the metrics and the
+    /// log).
+    pub fn shared(&self) -> bool {
+        let half = Duration::from_millis(self.config.lease_secs * 500);
+        (self.state().last_ok).is_some_and(|t| t.elapsed() < half)
+    }
+
+    /// Nodes counted alive.
+    pub fn live_nodes(&self) -> usize {
+        self.state().live.len()
+    }
+
+    /// The claims to make: destination, cap, want, held.
+    fn claims(&self) -> Vec<(Arc<str>, Lease)> {
+        let mut state = self.state();
+        // A destination nobody wants and nothing is granted for is done.
+        state.leases.retain(|_, l| l.want > 0 || l.granted > 0);
+        (state.leases.iter())
+            .map(|(k, l)| (k.clone(), *l))
+            .collect()
+    }
+
+    /// Records a round that reached Redis: who is alive and what was
+    /// granted; calls back for grants that grew.
+    fn round_ok(&self, live: Vec<Arc<str>>, grants: Vec<(Arc<str>, usize)>) {
+        let mut grew = Vec::new();
+        let mut state = self.state();
+        state.live = if live.is_empty() {
+            vec![self.node.clone()]
+        } else {
+            live
+        };
+        state.last_ok = Some(Instant::now());
+        for (key, granted) in grants {
+            if let Some(lease) = state.leases.get_mut(&key) {
+                if granted > lease.granted {
+                    grew.push(key.clone());
+                }
+                lease.granted = granted;
+            }
+        }
+        if let Some(f) = &state.on_grant {
+            grew.into_iter().for_each(f);
+        }
+    }
+}
+
+impl Cluster {
+    /// A round that did not reach Redis: allowances now grow with time
+    /// alone (grants fall back to shares), so every destination that
+    /// wants more than it was granted is pumped again.
+    fn round_failed(&self) {
+        let state = self.state();
+        let Some(f) = &state.on_grant else {
+            return;
+        };
+        (state.leases.iter())
+            .filter(|(_, l)| l.want > l.held)
+            .for_each(|(k, _)| f(k.clone()));
+    }
+}
+
+/// This node's share of `cap` among `live` nodes, or among `nodes` if
+/// that is more (the configured size of the cluster: a node's last view
+/// may predate another's joining): an equal part, plus one of the
+/// remainder for the first `cap % n` names in order. A node missing from
+/// the list (counted out) takes no remainder.
+fn share_of(node: &str, live: &[Arc<str>], nodes: usize, cap: usize) -> usize {
+    let n = live.len().max(nodes).max(1);
+    let rank = live.iter().position(|x| &**x == node).unwrap_or(n);
+    cap / n + usize::from(rank < cap % n)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,187 @@
+//! The task that keeps a [`Cluster`] in step with Redis: every heartbeat
+//! (or at once when demand grows) it says this node is alive, learns who
+//! else is, and claims this node's connection leases.
+//!
+//! Both steps are Lua scripts, so each is atomic in Redis, and both take
+//! the time from Redis (`TIME`), so the nodes' clocks need not agree.
+//!
+//! Trusts: Redis's answers (a grant above the cap is cut to the cap).
+//! Invariants: Redis unreachable never stops this task, and never stops
+//! delivery (the queue falls back to shares, `mod.rs`); it is logged once
+//! when it happens and once when Redis is back.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use super::Cluster;
+use crate::log;
+use crate::log::Logger;
+
+/// Marks this node alive and returns the nodes alive (seen within
+/// ARGV[2] ms), sorted by name. KEYS[1]: the node set (name -> last seen).
+const HEARTBEAT: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local dead = tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - 100 * dead)
+local live = redis.call('ZRANGEBYSCORE', KEYS[1], now - dead, '+inf')
+table.sort(live)
+return live
+";
+
+/// Sets this node's holding of one destination's connections to what it
+/// wants, as far as the cap allows, and returns the grant. KEYS[1]: node
+/// -> connections held (a hash); KEYS[2]: node -> lease expiry (a sorted
+/// set). ARGV: node, want, held, cap, lease ms. A holding is dropped
+/// first if its lease lapsed, or it has none, or it does not make sense
+/// (not a count, or a lease longer than two of ours): what is left in
+/// Redis by hand or by a node of another build cannot hold a cap forever.
+/// The node is recorded with at least what it holds (so others see its
+/// real connections) even if that is over the grant.
+const CLAIM: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local node, want, held = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local cap, ttl = tonumber(ARGV[4]), tonumber(ARGV[5])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+local others = 0
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  local n, v = all[i], tonumber(all[i + 1])
+  local exp = tonumber(redis.call('ZSCORE', KEYS[2], n))
+  if not v or v < 0 or v ~= math.floor(v) or not exp or exp > now + 2 * ttl then
+    redis.call('HDEL', KEYS[1], n)
+    redis.call('ZREM', KEYS[2], n)
+  elseif n ~= node then
+    others = others + v
+  end
+end
+local grant = math.max(0, math.min(want, cap - others))
+local keep = math.max(grant, held)
+if keep > 0 then
+  redis.call('HSET', KEYS[1], node, keep)
+  redis.call('ZADD', KEYS[2], now + ttl, node)
+else
+  redis.call('HDEL', KEYS[1], node)
+  redis.call('ZREM', KEYS[2], node)
+end
+redis.call('PEXPIRE', KEYS[1], 2 * ttl)
+redis.call('PEXPIRE', KEYS[2], 2 * ttl)
+return grant
+";
+
+/// Redis keys of a destination's leases.
+fn lease_keys(dest: &str) -> (String, String) {
+    (
+        format!("sluice:lease:{dest}"),
+        format!("sluice:lease-exp:{dest}"),
+    )
+}
+
+/// Starts the task; it runs as long as the runtime.
+pub fn start(cluster: Arc<Cluster>, logger: Logger) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(run(cluster, logger))
+}
+
+async fn run(cluster: Arc<Cluster>, logger: Logger) {
+    let beat = Duration::from_millis(cluster.config.heartbeat_ms);
+    let client = match redis::Client::open(cluster.config.redis_url.as_str()) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            log!(
+                logger,
+                "cluster",
+                "redis_url cannot be used: {e}; each node keeps its share of every cap"
+            );
+            None
+        }
+    };
+    let scripts = (redis::Script::new(HEARTBEAT), redis::Script::new(CLAIM));
+    let mut conn: Option<ConnectionManager> = None;
+    let mut down = false;
+    loop {
+        if let Some(client) = &client {
+            match round(client, &mut conn, &cluster, &scripts, beat).await {
+                Ok(()) if down => {
+                    down = false;
+                    log!(
+                        logger,
+                        "cluster",
+                        "redis reachable again: node {} back on shared limits ({} nodes alive)",
+                        cluster.node,
+                        cluster.live_nodes()
+                    );
+                }
+                Ok(()) => {}
+                Err(e) => {
+                    if !down {
+                        down = true;
+                        log!(
+                            logger,
+                            "cluster",
+                            "redis unavailable: {e}; node {} keeps its share of every cap",
+                            cluster.node
+                        );
+                    }
+                    conn = None;
+                    cluster.round_failed();
+                }
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(beat) => {}
+            _ = cluster.wake.notified() => {
+                // Gather the demand of one burst into one claim.
+                tokio::time::sleep(Duration::from_millis(20).min(beat)).await;
+            }
+        }
+    }
+}
+
+/// One heartbeat and one claim per destination in use.
+async fn round(
+    client: &redis::Client,
+    conn: &mut Option<ConnectionManager>,
+    cluster: &Cluster,
+    (heartbeat, claim): &(redis::Script, redis::Script),
+    beat: Duration,
+) -> redis::RedisResult<()> {
+    if conn.is_none() {
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(beat))
+            .set_response_timeout(Some(beat))
+            .set_number_of_retries(0);
+        *conn = Some(ConnectionManager::new_with_config(client.clone(), config).await?);
+    }
+    let Some(con) = conn.as_mut() else {
+        return Ok(());
+    };
+    let dead_ms = cluster.config.node_dead_secs * 1000;
+    let live: Vec<String> = heartbeat
+        .key("sluice:nodes")
+        .arg(cluster.node())
+        .arg(dead_ms)
+        .invoke_async(con)
+        .await?;
+    let lease_ms = cluster.config.lease_secs * 1000;
+    let mut grants = Vec::new();
+    for (dest, lease) in cluster.claims() {
+        let (held_key, exp_key) = lease_keys(&dest);
+        let granted: usize = claim
+            .key(held_key)
+            .key(exp_key)
+            .arg(cluster.node())
+            .arg(lease.want)
+            .arg(lease.held)
+            .arg(lease.cap)
+            .arg(lease_ms)
+            .invoke_async(con)
+            .await?;
+        grants.push((dest, granted.min(lease.cap)));
+    }
+    cluster.round_ok(live.into_iter().map(Arc::from).collect(), grants);
+    Ok(())
+}

@@ -1,0 +1,150 @@
+//! `[cluster]`: Sluice as one of several identical nodes sharing a small
+//! state in Redis (issue 23): node heartbeats and cluster-wide connection
+//! caps per destination (leases). Without the section a node is alone and
+//! behaves as it always did.
+//!
+//! Trust: the Redis URL is the administrator's; Redis itself is trusted
+//! with the shared counts (anyone who can write to it can change the
+//! caps' bookkeeping, so it belongs on a private network, with a
+//! password in the URL).
+//! Invariant: a setting that cannot work (no URL, a lease too short to be
+//! renewed between heartbeats) fails when the file is read, named.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use super::ConfigError;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// This node's name, unique in the cluster; default: `hostname`.
+    #[serde(default)]
+    pub node: Option<String>,
+    /// Where the shared state lives, e.g. `redis://:password@10.0.0.5/`.
+    pub redis_url: String,
+    /// How often a node says it is alive (and renews its leases).
+    #[serde(default = "default_heartbeat_ms")]
+    pub heartbeat_ms: u64,
+    /// A node not heard from for this long is counted out.
+    #[serde(default = "default_node_dead_secs")]
+    pub node_dead_secs: u64,
+    /// A node's connection leases lapse this long after its last renewal
+    /// (so a dead node's connections are given back).
+    #[serde(default = "default_lease_secs")]
+    pub lease_secs: u64,
+    /// Connections to one destination across the whole cluster, at most
+    /// (0: no cluster-wide cap; each node keeps its own `[delivery]`
+    /// limits, which apply as well) ...
+    #[serde(default)]
+    pub default_concurrency: usize,
+    /// ... and per destination, keyed like `[delivery]
+    /// destination_concurrency`.
+    #[serde(default)]
+    pub destination_concurrency: BTreeMap<String, usize>,
+    /// The other nodes (`host:port`). Until Redis has been reached once,
+    /// the node count for dividing caps is this list's length plus one.
+    #[serde(default)]
+    pub peers: Vec<String>,
+}
+
+fn default_heartbeat_ms() -> u64 {
+    1000
+}
+
+fn default_node_dead_secs() -> u64 {
+    10
+}
+
+fn default_lease_secs() -> u64 {
+    15
+}
+
+impl ClusterConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |why: String| Err(ConfigError::Invalid(format!("cluster.{why}")));
+        let scheme_ok = ["redis://", "rediss://", "redis+unix://", "unix://"]
+            .iter()
+            .any(|s| self.redis_url.starts_with(s));
+        if !scheme_ok {
+            return invalid("redis_url: want redis://host[:port][/db]".into());
+        }
+        if self.heartbeat_ms == 0 {
+            return invalid("heartbeat_ms: 0 (want at least 1)".into());
+        }
+        // Leases are renewed with every heartbeat: a lease must outlive a
+        // few missed ones, or a busy node would lose its connections.
+        if self.lease_secs * 1000 < 3 * self.heartbeat_ms {
+            return invalid(format!(
+                "lease_secs: {} is under three heartbeats ({} ms each)",
+                self.lease_secs, self.heartbeat_ms
+            ));
+        }
+        if self.node_dead_secs * 1000 < 2 * self.heartbeat_ms {
+            return invalid(format!(
+                "node_dead_secs: {} is under two heartbeats ({} ms each)",
+                self.node_dead_secs, self.heartbeat_ms
+            ));
+        }
+        if let Some(node) = &self.node {
+            let fine = |c: char| c.is_ascii_alphanumeric() || "-._".contains(c);
+            if node.is_empty() || node.len() > 64 || !node.chars().all(fine) {
+                return invalid(format!("node: {node:?} (want 1-64 of A-Z a-z 0-9 - . _)"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The cluster-wide connection cap for a destination key (0: none).
+    pub fn concurrency_for(&self, key: &str) -> usize {
+        (self.destination_concurrency.get(key).copied()).unwrap_or(self.default_concurrency)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster(toml_text: &str) -> Result<ClusterConfig, ConfigError> {
+        let c: ClusterConfig = toml::from_str(toml_text).expect("parses");
+        c.validate().map(|_| c)
+    }
+
+    #[test]
+    fn settings_that_cannot_work_are_refused_by_name() {
+        let ok = cluster("redis_url = \"redis://127.0.0.1:6379/\"").unwrap();
+        assert_eq!(ok.lease_secs, 15);
+        assert_eq!(ok.concurrency_for("mx:example.net:25"), 0);
+        for (bad, named) in [
+            ("redis_url = \"http://x/\"", "cluster.redis_url"),
+            (
+                "redis_url = \"redis://x/\"\nlease_secs = 2\nheartbeat_ms = 1000",
+                "cluster.lease_secs",
+            ),
+            (
+                "redis_url = \"redis://x/\"\nnode_dead_secs = 1",
+                "cluster.node_dead_secs",
+            ),
+            ("redis_url = \"redis://x/\"\nnode = \"a b\"", "cluster.node"),
+            (
+                "redis_url = \"redis://x/\"\nheartbeat_ms = 0",
+                "cluster.heartbeat",
+            ),
+        ] {
+            let err = cluster(bad).unwrap_err().to_string();
+            assert!(err.starts_with(named), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_destination_cap_overrides_the_default() {
+        let c = cluster(
+            "redis_url = \"redis://x/\"\ndefault_concurrency = 4\n\
+             [destination_concurrency]\n\"mx:big.example:25\" = 40",
+        )
+        .unwrap();
+        assert_eq!(c.concurrency_for("mx:big.example:25"), 40);
+        assert_eq!(c.concurrency_for("other.example"), 4);
+    }
+}

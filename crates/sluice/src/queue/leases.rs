@@ -1,0 +1,57 @@
+//! Cluster-wide connection caps in the queue (issue 23): before a
+//! destination gets another connection, the cluster ([`Cluster`]) says how
+//! many this node may hold; a node over its allowance (its share shrank
+//! when Redis went away) closes idle connections until it is not.
+//!
+//! A connection counts from its worker's start until the worker has
+//! exited, closing ones included (`Destination::closing`), since that is
+//! what the receiving server sees.
+//!
+//! Invariant: with a cap, a destination never starts a worker while
+//! `held() >= allowance`.
+
+use std::sync::Arc;
+
+use super::destination::Destination;
+use super::scheduler::Scheduler;
+use super::Event;
+use crate::cluster::Cluster;
+
+impl Scheduler {
+    /// Joins a cluster: its caps apply from now on, and a grown grant
+    /// pumps the destination again.
+    pub fn set_cluster(&mut self, cluster: Arc<Cluster>) {
+        let events = self.events.clone();
+        cluster.on_grant(Box::new(move |key| {
+            let _ = events.try_send(Event::Leased(key));
+        }));
+        self.cluster = Some(cluster);
+    }
+}
+
+/// The connections `dest` may hold now under the cluster's cap for `key`
+/// (`None`: no cap), having told the cluster what it would like.
+pub(super) fn allowance(
+    cluster: Option<&Cluster>,
+    key: &Arc<str>,
+    dest: &Destination,
+) -> Option<usize> {
+    let cluster = cluster?;
+    let cap = cluster.cap_for(key);
+    if cap == 0 {
+        return None;
+    }
+    let busy = dest.workers.len() - dest.idle.len();
+    let want = dest.window.min(busy + dest.queue.len());
+    Some(cluster.allowance(key, cap, want, dest.held()))
+}
+
+/// Closes idle connections of `dest` while it holds more than `allowed`.
+pub(super) fn shed(dest: &mut Destination, allowed: usize) {
+    while dest.held() > allowed {
+        let Some(worker) = dest.idle.pop() else {
+            return;
+        };
+        dest.close(worker);
+    }
+}

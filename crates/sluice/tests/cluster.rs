@@ -1,0 +1,145 @@
+//! Two nodes sharing a cluster-wide connection cap through a real
+//! redis-server: the receiving server never sees more connections from
+//! the cluster than the cap; with Redis killed, both nodes keep delivering
+//! with their share of the cap, and go back to shared limits when it
+//! returns.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use common::redis::Redis;
+use common::*;
+use sluice::config::cluster::ClusterConfig;
+use sluice_bench::sink::{Sink, SinkOptions};
+
+/// A next hop that answers every command after 50 ms, so that deliveries
+/// overlap and connections pile up.
+async fn slow_sink() -> Sink {
+    Sink::start(SinkOptions {
+        record: true,
+        reply_delay: Some(Duration::from_millis(50)),
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+}
+
+fn node_config(
+    dir: &std::path::Path,
+    name: &str,
+    sink: std::net::SocketAddr,
+    redis: &Redis,
+    cap: usize,
+) -> sluice::config::Config {
+    let mut cfg = config(&dir.join(name), Some(sink));
+    // Alone, each node would open up to 10 connections at once.
+    cfg.delivery.default_concurrency = 10;
+    cfg.delivery.initial_concurrency = 10;
+    let mut cluster: ClusterConfig =
+        toml::from_str(&format!("redis_url = {:?}", redis.url())).unwrap();
+    cluster.node = Some(name.into());
+    cluster.heartbeat_ms = 200;
+    cluster.node_dead_secs = 2;
+    cluster.lease_secs = 2;
+    cluster.default_concurrency = cap;
+    cluster.peers = vec!["127.0.0.1:25".into()];
+    cfg.cluster = Some(cluster);
+    cfg
+}
+
+/// Sends `n` messages to `addr`, each on a connection of its own, all at
+/// once.
+async fn send_many(addr: std::net::SocketAddr, n: usize, tag: &str) {
+    let mut sends = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let subject = format!("{tag}-{i}");
+        sends.spawn(async move {
+            let mut c = Client::ready(addr).await;
+            let r = c
+                .message("a@example.org", &["b@example.net"], &body(&subject))
+                .await;
+            assert!(r.starts_with("250"), "{subject}: {r}");
+        });
+    }
+    while let Some(sent) = sends.join_next().await {
+        sent.expect("a send failed");
+    }
+}
+
+/// Both nodes' logs, for failure messages.
+fn logs(dir: &std::path::Path) -> String {
+    format!(
+        "{}\n{}",
+        read_log(&dir.join("n1")),
+        read_log(&dir.join("n2"))
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_never_opens_more_connections_than_its_cap() {
+    let dir = temp_dir("cluster-cap");
+    let redis = Redis::start(&dir);
+    let sink = slow_sink().await;
+    let (_n1, a1) = start(node_config(&dir, "n1", sink.addr, &redis, 3)).await;
+    let (_n2, a2) = start(node_config(&dir, "n2", sink.addr, &redis, 3)).await;
+
+    tokio::join!(send_many(a1, 30, "one"), send_many(a2, 30, "two"));
+    assert!(
+        wait_until(120, || sink.count() >= 60).await,
+        "{} of 60 arrived\n{}",
+        sink.count(),
+        logs(&dir)
+    );
+    let peak = sink.stats.peak_open.load(Ordering::Relaxed);
+    assert!(
+        peak <= 3,
+        "{peak} connections at once, cap 3\n{}",
+        logs(&dir)
+    );
+    // Both nodes were in Redis's books.
+    let nodes = redis.cli(&["ZRANGE", "sluice:nodes", "0", "-1"]);
+    assert!(nodes.contains("n1") && nodes.contains("n2"), "{nodes}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_gone_each_node_delivers_with_its_share() {
+    let dir = temp_dir("cluster-split");
+    let mut redis = Redis::start(&dir);
+    let sink = slow_sink().await;
+    let (_n1, a1) = start(node_config(&dir, "n1", sink.addr, &redis, 4)).await;
+    let (_n2, a2) = start(node_config(&dir, "n2", sink.addr, &redis, 4)).await;
+    // Both have seen each other alive.
+    let both_seen = || redis.cli(&["ZCARD", "sluice:nodes"]).trim() == "2";
+    assert!(wait_until(10, both_seen).await, "{}", logs(&dir));
+
+    redis.kill();
+    let unreachable = |node: &str| {
+        let dir = dir.join(node);
+        move || read_log(&dir).contains("redis unavailable")
+    };
+    assert!(wait_until(10, unreachable("n1")).await, "{}", logs(&dir));
+    assert!(wait_until(10, unreachable("n2")).await, "{}", logs(&dir));
+    tokio::join!(send_many(a1, 20, "one"), send_many(a2, 20, "two"));
+    assert!(
+        wait_until(120, || sink.count() >= 40).await,
+        "{} of 40 arrived without Redis\n{}",
+        sink.count(),
+        logs(&dir)
+    );
+    let peak = sink.stats.peak_open.load(Ordering::Relaxed);
+    assert!(
+        peak <= 4,
+        "{peak} connections at once, cap 4\n{}",
+        logs(&dir)
+    );
+
+    redis.restart();
+    let back = |node: &str| {
+        let dir = dir.join(node);
+        move || read_log(&dir).contains("redis reachable again")
+    };
+    assert!(wait_until(10, back("n1")).await, "{}", logs(&dir));
+    assert!(wait_until(10, back("n2")).await, "{}", logs(&dir));
+}
