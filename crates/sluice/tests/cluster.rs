@@ -1,8 +1,8 @@
-//! Two nodes sharing a cluster-wide connection cap through a real
+//! Two nodes sharing a cluster-wide connection cap and rate through a real
 //! redis-server: the receiving server never sees more connections from
-//! the cluster than the cap; with Redis killed, both nodes keep delivering
-//! with their share of the cap, and go back to shared limits when it
-//! returns.
+//! the cluster than the cap, nor messages faster than the rate; with Redis
+//! killed, both nodes keep delivering with their share of the cap, and go
+//! back to shared limits when it returns.
 
 mod common;
 
@@ -142,4 +142,40 @@ async fn with_redis_gone_each_node_delivers_with_its_share() {
     };
     assert!(wait_until(10, back("n1")).await, "{}", logs(&dir));
     assert!(wait_until(10, back("n2")).await, "{}", logs(&dir));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_sends_no_faster_than_its_rate() {
+    let dir = temp_dir("cluster-rate");
+    let redis = Redis::start(&dir);
+    let sink = recording_sink().await;
+    let node = |name: &str| {
+        let mut cfg = node_config(&dir, name, sink.addr, &redis, 0);
+        // 20 a second from the whole cluster; each node alone would send
+        // as fast as the sink answers.
+        cfg.cluster.as_mut().unwrap().default_rate_limit = 1200;
+        cfg
+    };
+    let (_n1, a1) = start(node("n1")).await;
+    let (_n2, a2) = start(node("n2")).await;
+
+    tokio::join!(send_many(a1, 40, "one"), send_many(a2, 40, "two"));
+    assert!(
+        wait_until(60, || sink.count() >= 80).await,
+        "{} of 80 arrived\n{}",
+        sink.count(),
+        logs(&dir)
+    );
+    let first = sink.stats.first_ms.load(Ordering::Relaxed);
+    let last = sink.stats.last_ms.load(Ordering::Relaxed);
+    // 80 messages at 20 a second: the last at least 79 intervals after
+    // the first (2 % allowed for the nodes' clocks against Redis's).
+    let span_ms = last - first;
+    assert!(
+        span_ms >= 79 * 50 * 98 / 100,
+        "80 messages in {span_ms} ms\n{}",
+        logs(&dir)
+    );
+    let key = redis.cli(&["KEYS", "sluice:rate:*"]);
+    assert!(key.contains("sluice:rate:"), "{key}");
 }

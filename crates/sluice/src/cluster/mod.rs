@@ -31,6 +31,7 @@ use tokio::time::Instant;
 
 use crate::config::cluster::ClusterConfig;
 
+mod rate;
 mod sync;
 
 pub use sync::start;
@@ -51,6 +52,8 @@ pub struct Cluster {
 #[derive(Default)]
 struct State {
     leases: HashMap<Arc<str>, Lease>,
+    /// Sending slots under cluster-wide rates (`rate.rs`).
+    slots: HashMap<Arc<str>, rate::Slots>,
     /// Nodes alive at the last heartbeat that reached Redis, sorted; never
     /// empty (this node counts itself until it has heard otherwise).
     live: Vec<Arc<str>>,
@@ -110,6 +113,11 @@ impl Cluster {
         self.config.concurrency_for(key)
     }
 
+    /// The cluster-wide rate for a destination, per minute (0: none).
+    pub fn rate_for(&self, key: &str) -> u32 {
+        self.config.rate_for(key)
+    }
+
     /// How many connections to `key` this node may hold now, given the
     /// cap, what it `held`s and what it would like (`want`; raised to
     /// `held` if lower). Records the demand for the next claim.
@@ -117,8 +125,7 @@ impl Cluster {
         let now = Instant::now();
         let lease_ms = self.config.lease_secs * 1000;
         let mut state = self.state();
-        let nodes = self.config.peers.len() + 1;
-        let share = share_of(&self.node, &state.live, nodes, cap);
+        let share = share_of(&self.node, &state.live, self.config.peers.len() + 1, cap);
         let since_ok = state.last_ok.map(|t| now.saturating_duration_since(t));
         let lease = state.leases.entry(key.clone()).or_default();
         let wants_more = want.max(held) > lease.want.max(lease.granted);
@@ -147,6 +154,12 @@ impl Cluster {
     /// Nodes counted alive.
     pub fn live_nodes(&self) -> usize {
         self.state().live.len()
+    }
+
+    /// The nodes a cap or rate is divided among without Redis: those last
+    /// seen alive, or this node and its configured peers if more.
+    fn node_count(&self) -> usize {
+        self.live_nodes().max(self.config.peers.len() + 1)
     }
 
     /// The claims to make: destination, cap, want, held.

@@ -99,7 +99,11 @@ async fn run(cluster: Arc<Cluster>, logger: Logger) {
             None
         }
     };
-    let scripts = (redis::Script::new(HEARTBEAT), redis::Script::new(CLAIM));
+    let scripts = Scripts {
+        heartbeat: redis::Script::new(HEARTBEAT),
+        claim: redis::Script::new(CLAIM),
+        reserve: redis::Script::new(super::rate::RESERVE),
+    };
     let mut conn: Option<ConnectionManager> = None;
     let mut down = false;
     loop {
@@ -141,12 +145,19 @@ async fn run(cluster: Arc<Cluster>, logger: Logger) {
     }
 }
 
-/// One heartbeat and one claim per destination in use.
+struct Scripts {
+    heartbeat: redis::Script,
+    claim: redis::Script,
+    reserve: redis::Script,
+}
+
+/// One heartbeat, one claim per destination in use, and the sending slots
+/// wanted under cluster-wide rates.
 async fn round(
     client: &redis::Client,
     conn: &mut Option<ConnectionManager>,
     cluster: &Cluster,
-    (heartbeat, claim): &(redis::Script, redis::Script),
+    scripts: &Scripts,
     beat: Duration,
 ) -> redis::RedisResult<()> {
     if conn.is_none() {
@@ -160,7 +171,7 @@ async fn round(
         return Ok(());
     };
     let dead_ms = cluster.config.node_dead_secs * 1000;
-    let live: Vec<String> = heartbeat
+    let live: Vec<String> = (scripts.heartbeat)
         .key("sluice:nodes")
         .arg(cluster.node())
         .arg(dead_ms)
@@ -170,7 +181,7 @@ async fn round(
     let mut grants = Vec::new();
     for (dest, lease) in cluster.claims() {
         let (held_key, exp_key) = lease_keys(&dest);
-        let granted: usize = claim
+        let granted: usize = (scripts.claim)
             .key(held_key)
             .key(exp_key)
             .arg(cluster.node())
@@ -183,5 +194,18 @@ async fn round(
         grants.push((dest, granted.min(lease.cap)));
     }
     cluster.round_ok(live.into_iter().map(Arc::from).collect(), grants);
+    for (dest, n, interval) in cluster.reservations() {
+        let (offset_us, slots): (i64, usize) = (scripts.reserve)
+            .key(format!("sluice:rate:{dest}"))
+            .arg(n)
+            .arg(interval.as_micros() as u64)
+            .arg(super::rate::AHEAD.as_micros() as u64)
+            .invoke_async(con)
+            .await?;
+        // Refused (others reserved a second ahead): again next round.
+        if offset_us >= 0 && slots > 0 {
+            cluster.reserved(&dest, Duration::from_micros(offset_us as u64), slots);
+        }
+    }
     Ok(())
 }

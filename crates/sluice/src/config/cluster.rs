@@ -43,6 +43,13 @@ pub struct ClusterConfig {
     /// destination_concurrency`.
     #[serde(default)]
     pub destination_concurrency: BTreeMap<String, usize>,
+    /// Messages per minute to one destination from the whole cluster
+    /// (0: no cluster-wide rate; `[delivery]` rates apply as well) ...
+    #[serde(default)]
+    pub default_rate_limit: u32,
+    /// ... and per destination, keyed like `destination_concurrency`.
+    #[serde(default)]
+    pub destination_rate_limit: BTreeMap<String, u32>,
     /// The other nodes (`host:port`). Until Redis has been reached once,
     /// the node count for dividing caps is this list's length plus one.
     #[serde(default)]
@@ -94,6 +101,11 @@ impl ClusterConfig {
             }
         }
         Ok(())
+    }
+
+    /// The cluster-wide rate for a destination key, per minute (0: none).
+    pub fn rate_for(&self, key: &str) -> u32 {
+        (self.destination_rate_limit.get(key).copied()).unwrap_or(self.default_rate_limit)
     }
 
     /// The cluster-wide connection cap for a destination key (0: none).

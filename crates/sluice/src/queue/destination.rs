@@ -223,9 +223,14 @@ impl Scheduler {
                 dest.queue.push_front(job);
                 break;
             }
-            if let Err(at) = dest.pace(now) {
+            let paced = match dest.pace(now) {
+                Ok(()) => super::leases::take_slot(self.cluster.as_deref(), key),
+                Err(at) => Err(Some(at)),
+            };
+            if let Err(at) = paced {
                 dest.queue.push_front(job);
-                if !dest.wake_pending {
+                // No time: a reservation is under way and pumps when done.
+                if let Some(at) = at.filter(|_| !dest.wake_pending) {
                     dest.wake_pending = true;
                     self.pacing.push(std::cmp::Reverse((at, key.clone())));
                 }

@@ -1,7 +1,9 @@
-//! Cluster-wide connection caps in the queue (issue 23): before a
-//! destination gets another connection, the cluster ([`Cluster`]) says how
-//! many this node may hold; a node over its allowance (its share shrank
-//! when Redis went away) closes idle connections until it is not.
+//! Cluster-wide connection caps and rates in the queue (issue 23): before
+//! a destination gets another connection, the cluster ([`Cluster`]) says
+//! how many this node may hold; a node over its allowance (its share
+//! shrank when Redis went away) closes idle connections until it is not.
+//! Before a job goes out under a cluster-wide rate, it takes a sending
+//! slot (`cluster/rate.rs`).
 //!
 //! A connection counts from its worker's start until the worker has
 //! exited, closing ones included (`Destination::closing`), since that is
@@ -53,5 +55,21 @@ pub(super) fn shed(dest: &mut Destination, allowed: usize) {
             return;
         };
         dest.close(worker);
+    }
+}
+
+/// A sending slot under the cluster-wide rate for `key`, if it has one:
+/// `Err` with when to try again, or `None` when the cluster pumps `key`
+/// once slots come.
+pub(super) fn take_slot(
+    cluster: Option<&Cluster>,
+    key: &Arc<str>,
+) -> Result<(), Option<tokio::time::Instant>> {
+    let Some(cluster) = cluster else {
+        return Ok(());
+    };
+    match cluster.rate_for(key) {
+        0 => Ok(()),
+        per_minute => cluster.take_slot(key, per_minute),
     }
 }

@@ -1,0 +1,212 @@
+//! Cluster-wide rate limits: at most R messages a minute to one
+//! destination from all nodes together.
+//!
+//! Redis keeps, per destination, the time from which sending slots are
+//! still free (GCRA's "theoretical arrival time"). A node reserves a block
+//! of consecutive slots, one interval (60 s / R) apart, starting at that
+//! time, and moves it past the block (`RESERVE`, atomic). Blocks of
+//! different nodes never overlap, so however the nodes interleave, no two
+//! sends share a slot: the cluster's rate cannot exceed R. A node sends
+//! in a slot only during it (a slot already past when the queue gets to
+//! it is dropped, not caught up on), reserves about a fifth of a second
+//! of slots at a time and the next block when half of one is used, and
+//! does not reserve more than a second ahead of Redis's clock.
+//!
+//! Redis down: each node paces itself at R divided among the nodes (as
+//! for connection caps, `mod.rs`).
+//!
+//! Invariant: a slot is used at most once, and never before its time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::Cluster;
+
+/// Reserves ARGV[1] slots ARGV[2] microseconds apart for KEYS[1] (its
+/// free-from time), unless that is more than ARGV[3] microseconds ahead.
+/// Returns {start offset from now in microseconds, slots}, or {-1, 0}.
+pub(super) const RESERVE: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local n, step, ahead = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local free = tonumber(redis.call('GET', KEYS[1])) or now
+if free < now then free = now end
+if free - now > ahead then return {-1, 0} end
+redis.call('SET', KEYS[1], free + n * step, 'PX', math.floor((free - now + n * step) / 1000) + 60000)
+return {free - now, n}
+";
+
+/// How far ahead of Redis's clock a node may reserve.
+pub(super) const AHEAD: Duration = Duration::from_secs(1);
+
+/// One block of a destination's slots, as this node holds them.
+#[derive(Debug, Default)]
+pub(super) struct Slots {
+    pub per_minute: u32,
+    /// The next slot and how many are left in this block.
+    pub next: Option<Instant>,
+    pub left: usize,
+    /// The block reserved after this one.
+    pub after: Option<(Instant, usize)>,
+    /// Pacing without Redis: the next send may go at this time.
+    pub alone_next: Option<Instant>,
+}
+
+impl Slots {
+    pub fn interval(&self) -> Duration {
+        Duration::from_secs(60) / self.per_minute.max(1)
+    }
+
+    /// Slots one reservation asks for: about 200 ms of sending.
+    pub fn block(&self) -> usize {
+        let per = self.interval().as_micros().max(1);
+        (200_000 / per).clamp(1, 10_000) as usize
+    }
+
+    /// Whether the node should reserve: the current block is half used
+    /// and none is waiting.
+    pub fn wants_block(&self) -> bool {
+        self.after.is_none() && self.left <= self.block() / 2
+    }
+
+    /// Takes the slot due at `now`, dropping those already past; `Err`
+    /// with when the next one is due, or `None` if none is reserved.
+    fn take(&mut self, now: Instant) -> Result<(), Option<Instant>> {
+        let interval = self.interval();
+        loop {
+            if self.left == 0 {
+                let (start, n) = self.after.take().ok_or(None)?;
+                (self.next, self.left) = (Some(start), n);
+            }
+            let next = self.next.ok_or(None)?;
+            if now < next {
+                return Err(Some(next));
+            }
+            self.left -= 1;
+            self.next = Some(next + interval);
+            if now < next + interval {
+                return Ok(());
+            }
+            // That slot's time has passed: it is dropped, not caught up on.
+        }
+    }
+
+    /// Pacing alone: the node's part of the rate.
+    fn take_alone(&mut self, now: Instant, nodes: usize) -> Result<(), Option<Instant>> {
+        let interval = self.interval() * nodes.max(1) as u32;
+        let next = self.alone_next.unwrap_or(now);
+        if now < next {
+            return Err(Some(next));
+        }
+        self.alone_next = Some(now + interval);
+        Ok(())
+    }
+}
+
+impl Cluster {
+    /// Whether one message may go to `key` now under its cluster-wide rate
+    /// (`per_minute`); `Err` with when to try again, or `None` when a
+    /// reservation is under way (the destination is pumped when it comes).
+    pub fn take_slot(&self, key: &Arc<str>, per_minute: u32) -> Result<(), Option<Instant>> {
+        let now = Instant::now();
+        let shared = self.shared();
+        let nodes = self.node_count();
+        let mut state = self.state();
+        let slots = state.slots.entry(key.clone()).or_default();
+        if slots.per_minute != per_minute {
+            *slots = Slots {
+                per_minute,
+                ..Slots::default()
+            };
+        }
+        let taken = match shared {
+            true => slots.take(now),
+            false => slots.take_alone(now, nodes),
+        };
+        let wake = shared && slots.wants_block();
+        drop(state);
+        if wake {
+            self.wake.notify_one();
+        }
+        taken
+    }
+
+    /// Destinations that should reserve: key, slots per block, interval.
+    pub(super) fn reservations(&self) -> Vec<(Arc<str>, usize, Duration)> {
+        let state = self.state();
+        (state.slots.iter())
+            .filter(|(_, s)| s.wants_block() && s.per_minute > 0)
+            .map(|(k, s)| (k.clone(), s.block(), s.interval()))
+            .collect()
+    }
+
+    /// A reserved block: its first slot `offset` after now.
+    pub(super) fn reserved(&self, key: &Arc<str>, offset: Duration, n: usize) {
+        let start = Instant::now() + offset;
+        let mut state = self.state();
+        let Some(slots) = state.slots.get_mut(key) else {
+            return;
+        };
+        if slots.left == 0 {
+            (slots.next, slots.left) = (Some(start), n);
+        } else {
+            slots.after = Some((start, n));
+        }
+        if let Some(f) = &state.on_grant {
+            f(key.clone());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slots(per_minute: u32) -> Slots {
+        Slots {
+            per_minute,
+            ..Slots::default()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_block_is_used_one_slot_per_interval_and_past_slots_are_dropped() {
+        let mut s = slots(600); // 100 ms apart
+        let t0 = Instant::now();
+        assert_eq!(s.take(t0), Err(None), "nothing reserved");
+        s.next = Some(t0);
+        s.left = 3;
+        assert_eq!(s.take(t0), Ok(()));
+        assert_eq!(s.take(t0), Err(Some(t0 + Duration::from_millis(100))));
+        // 250 ms later: the slot at 100 ms is gone, the one at 200 ms is used.
+        assert_eq!(s.take(t0 + Duration::from_millis(250)), Ok(()));
+        assert_eq!(s.left, 0);
+        assert_eq!(s.take(t0 + Duration::from_millis(250)), Err(None));
+        s.after = Some((t0 + Duration::from_secs(1), 2));
+        assert_eq!(
+            s.take(t0 + Duration::from_millis(300)),
+            Err(Some(t0 + Duration::from_secs(1)))
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn alone_a_node_sends_its_part_of_the_rate() {
+        let mut s = slots(600);
+        let t0 = Instant::now();
+        assert_eq!(s.take_alone(t0, 2), Ok(()));
+        assert_eq!(
+            s.take_alone(t0, 2),
+            Err(Some(t0 + Duration::from_millis(200)))
+        );
+        assert_eq!(s.take_alone(t0 + Duration::from_millis(200), 2), Ok(()));
+    }
+
+    #[test]
+    fn a_block_is_a_fifth_of_a_second_of_sending() {
+        assert_eq!(slots(600).block(), 2);
+        assert_eq!(slots(60_000).block(), 200);
+        assert_eq!(slots(1).block(), 1);
+    }
+}
