@@ -179,3 +179,43 @@ async fn the_cluster_sends_no_faster_than_its_rate() {
     let key = redis.cli(&["KEYS", "sluice:rate:*"]);
     assert!(key.contains("sluice:rate:"), "{key}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_one_node_found_dead_is_spared_by_the_other() {
+    let dir = temp_dir("cluster-dead");
+    let redis = Redis::start(&dir);
+    // A next hop that refuses connections.
+    let down = reserve();
+    let node = |name: &str| {
+        let mut cfg = node_config(&dir, name, down.addr, &redis, 0);
+        cfg.delivery.dead_host_secs = 60;
+        cfg
+    };
+    let (_n1, a1) = start(node("n1")).await;
+    let (_n2, a2) = start(node("n2")).await;
+
+    send_many(a1, 1, "one").await;
+    let n1_tried = || !events_named(&dir.join("n1"), "connect_failed").is_empty();
+    assert!(wait_until(10, n1_tried).await, "{}", logs(&dir));
+    let n2_learned = || read_log(&dir.join("n2")).contains("marked dead by a node of the cluster");
+    assert!(wait_until(10, n2_learned).await, "{}", logs(&dir));
+
+    send_many(a2, 1, "two").await;
+    let deferred = |e: &serde_json::Value| e["event"] == "delivery" && e["status"] == "deferred";
+    let n2_deferred = || events(&dir.join("n2")).iter().any(deferred);
+    assert!(wait_until(10, n2_deferred).await, "{}", logs(&dir));
+    // n2's only word on it is the dead-host cache's, no attempt of its own.
+    let fails = events_named(&dir.join("n2"), "connect_failed");
+    let cached = |e: &serde_json::Value| {
+        e["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("dead-host cache")
+    };
+    assert!(
+        !fails.is_empty() && fails.iter().all(cached),
+        "n2 tried the dead host itself: {fails:?}"
+    );
+    let marks = redis.cli(&["ZRANGE", "sluice:dead", "0", "-1"]);
+    assert!(marks.contains(&down.addr.to_string()), "{marks}");
+}

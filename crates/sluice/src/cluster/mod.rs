@@ -1,6 +1,8 @@
 //! The state the nodes of a cluster share, kept in Redis (issue 23):
-//! which nodes are alive (heartbeats), and connection leases, so that at
-//! most K connections go to one destination from the whole cluster.
+//! which nodes are alive (heartbeats), connection leases, so that at most
+//! K connections go to one destination from the whole cluster, sending
+//! slots under cluster-wide rates (`rate.rs`) and dead-host marks
+//! (`dead.rs`).
 //!
 //! The queue asks [`Cluster::allowance`] synchronously, on every pump: how
 //! many connections to this destination this node may hold now. A
@@ -31,6 +33,7 @@ use tokio::time::Instant;
 
 use crate::config::cluster::ClusterConfig;
 
+mod dead;
 mod rate;
 mod sync;
 
@@ -44,6 +47,8 @@ pub type OnGrant = Box<dyn Fn(Arc<str>) + Send + Sync>;
 pub struct Cluster {
     node: Arc<str>,
     config: ClusterConfig,
+    /// How long a dead-host mark lasts (`delivery.dead_host_secs`).
+    dead_ttl: Duration,
     state: Mutex<State>,
     /// Demand grew beyond a grant: claim now, not at the next heartbeat.
     wake: Notify,
@@ -54,6 +59,8 @@ struct State {
     leases: HashMap<Arc<str>, Lease>,
     /// Sending slots under cluster-wide rates (`rate.rs`).
     slots: HashMap<Arc<str>, rate::Slots>,
+    /// Dead-host marks shared with the other nodes (`dead.rs`).
+    dead: dead::DeadMarks,
     /// Nodes alive at the last heartbeat that reached Redis, sorted; never
     /// empty (this node counts itself until it has heard otherwise).
     live: Vec<Arc<str>>,
@@ -75,7 +82,7 @@ pub struct Lease {
 }
 
 impl Cluster {
-    pub fn new(config: ClusterConfig, hostname: &str) -> Arc<Cluster> {
+    pub fn new(config: ClusterConfig, hostname: &str, dead_ttl: Duration) -> Arc<Cluster> {
         let node: Arc<str> = config.node.as_deref().unwrap_or(hostname).into();
         // Until Redis answers, this node and its configured peers (counted
         // in `share_of`).
@@ -86,6 +93,7 @@ impl Cluster {
         Arc::new(Cluster {
             node,
             config,
+            dead_ttl,
             state: Mutex::new(state),
             wake: Notify::new(),
         })

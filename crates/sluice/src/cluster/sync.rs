@@ -103,12 +103,13 @@ async fn run(cluster: Arc<Cluster>, logger: Logger) {
         heartbeat: redis::Script::new(HEARTBEAT),
         claim: redis::Script::new(CLAIM),
         reserve: redis::Script::new(super::rate::RESERVE),
+        dead: redis::Script::new(super::dead::SYNC_DEAD),
     };
     let mut conn: Option<ConnectionManager> = None;
     let mut down = false;
     loop {
         if let Some(client) = &client {
-            match round(client, &mut conn, &cluster, &scripts, beat).await {
+            match round(client, &mut conn, &cluster, &scripts, beat, &logger).await {
                 Ok(()) if down => {
                     down = false;
                     log!(
@@ -149,6 +150,7 @@ struct Scripts {
     heartbeat: redis::Script,
     claim: redis::Script,
     reserve: redis::Script,
+    dead: redis::Script,
 }
 
 /// One heartbeat, one claim per destination in use, and the sending slots
@@ -159,6 +161,7 @@ async fn round(
     cluster: &Cluster,
     scripts: &Scripts,
     beat: Duration,
+    logger: &Logger,
 ) -> redis::RedisResult<()> {
     if conn.is_none() {
         let config = ConnectionManagerConfig::new()
@@ -206,6 +209,38 @@ async fn round(
         if offset_us >= 0 && slots > 0 {
             cluster.reserved(&dest, Duration::from_micros(offset_us as u64), slots);
         }
+    }
+    sync_dead(con, cluster, &scripts.dead, logger).await
+}
+
+/// Sends this node's dead-host marks and clears, learns everyone's.
+async fn sync_dead(
+    con: &mut ConnectionManager,
+    cluster: &Cluster,
+    script: &redis::Script,
+    logger: &Logger,
+) -> redis::RedisResult<()> {
+    let (marks, clears) = cluster.dead_outbox();
+    let mut call = script.key("sluice:dead");
+    call.arg(marks.len());
+    for (addr, ttl) in &marks {
+        call.arg(addr.to_string()).arg(ttl.as_millis() as u64);
+    }
+    for addr in &clears {
+        call.arg(addr.to_string());
+    }
+    let flat: Vec<String> = call.invoke_async(con).await?;
+    let pairs = flat.chunks_exact(2);
+    let known = pairs
+        .map(|p| (p[0].clone(), p[1].parse().unwrap_or(0)))
+        .collect();
+    for (addr, left) in cluster.dead_learned(known) {
+        log!(
+            logger,
+            "cluster",
+            "{addr}: marked dead by a node of the cluster, for {} s",
+            left.as_secs()
+        );
     }
     Ok(())
 }

@@ -35,7 +35,7 @@ fn shares_add_up_to_the_cap() {
 
 #[tokio::test(start_paused = true)]
 async fn before_redis_answers_a_node_takes_its_share_among_its_peers() {
-    let c = Cluster::new(config(2), "mx1");
+    let c = Cluster::new(config(2), "mx1", Duration::from_secs(60));
     let key: Arc<str> = "mx:example.net:25".into();
     // Three nodes (itself and two peers): 10 / 3 = 3, plus one.
     assert_eq!(c.allowance(&key, 10, 8, 0), 4);
@@ -44,7 +44,7 @@ async fn before_redis_answers_a_node_takes_its_share_among_its_peers() {
 
 #[tokio::test(start_paused = true)]
 async fn grants_hold_while_redis_answers_then_shares_take_over() {
-    let c = Cluster::new(config(0), "b");
+    let c = Cluster::new(config(0), "b", Duration::from_secs(60));
     let key: Arc<str> = "d".into();
     let grew = Arc::new(AtomicUsize::new(0));
     let seen = grew.clone();
@@ -74,7 +74,7 @@ async fn grants_hold_while_redis_answers_then_shares_take_over() {
 
 #[tokio::test(start_paused = true)]
 async fn a_node_claims_at_least_what_it_holds() {
-    let c = Cluster::new(config(0), "a");
+    let c = Cluster::new(config(0), "a", Duration::from_secs(60));
     let key: Arc<str> = "d".into();
     c.allowance(&key, 10, 1, 4);
     let claims = c.claims();
@@ -87,7 +87,7 @@ async fn a_node_claims_at_least_what_it_holds() {
 
 #[tokio::test(start_paused = true)]
 async fn without_redis_a_waiting_destination_is_pumped_again() {
-    let c = Cluster::new(config(0), "a");
+    let c = Cluster::new(config(0), "a", Duration::from_secs(60));
     let pumped = Arc::new(AtomicUsize::new(0));
     let seen = pumped.clone();
     c.on_grant(Box::new(move |_| {

@@ -78,6 +78,9 @@ pub(super) struct Parts {
     pub dkim: Arc<Signers>,
     /// Set by [`Parts::agents`].
     pub agents: Option<Arc<Agents>>,
+    /// The node's cluster (`[cluster]`), made once at start and kept
+    /// across reloads.
+    pub cluster: Option<Arc<crate::cluster::Cluster>>,
     /// Maildir files and syncs, over reloads (for the log at shutdown).
     pub maildir_stats: Arc<SyncStats>,
     /// Our listening addresses (the configured ones until the listeners
@@ -240,6 +243,7 @@ impl Parts {
             dane,
             sender_auth,
             agents: None,
+            cluster: None,
             maildir_stats: previous
                 .map(|p| p.maildir_stats.clone())
                 .unwrap_or_default(),
@@ -297,7 +301,10 @@ impl Parts {
                 logger: logger.clone(),
                 tls: self.client_tls.clone(),
                 dns: self.dns.clone(),
-                dead: Arc::new(DeadHosts::new(Duration::from_secs(d.dead_host_secs))),
+                dead: Arc::new(DeadHosts::new(
+                    Duration::from_secs(d.dead_host_secs),
+                    self.cluster.clone(),
+                )),
                 sts,
                 dane: self.dane.clone(),
                 own: self.own_addrs.clone(),

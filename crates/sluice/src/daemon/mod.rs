@@ -27,6 +27,7 @@ use sluice_spool::{Spool, SpoolConfig};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::log::Logger;
 use crate::queue::{QueueHandle, Scheduler};
@@ -129,6 +130,12 @@ impl Server {
         let config = Arc::new(config);
         let (spool, recovered) = open_spool(&config, &logger).await?;
         let mut parts = Parts::build(config.clone(), &logger, None, Purpose::Serve)?;
+        parts.cluster = config.cluster.as_ref().map(|settings| {
+            let dead_ttl = Duration::from_secs(config.delivery.dead_host_secs);
+            let cluster = Cluster::new(settings.clone(), &config.hostname.to_string(), dead_ttl);
+            crate::cluster::start(cluster.clone(), logger.clone());
+            cluster
+        });
         parts.agents(&spool, &logger, None);
         let (queue, rx) = QueueHandle::channel();
         let intake = parts.intake(&spool, &logger, &queue);
@@ -142,11 +149,8 @@ impl Server {
             intake.clone(),
         );
         scheduler.set_resolver(parts.dns.clone(), build::secure_mx(parts.dane.as_ref()));
-        if let Some(settings) = &config.cluster {
-            let cluster =
-                crate::cluster::Cluster::new(settings.clone(), &config.hostname.to_string());
-            crate::cluster::start(cluster.clone(), logger.clone());
-            scheduler.set_cluster(cluster);
+        if let Some(cluster) = &parts.cluster {
+            scheduler.set_cluster(cluster.clone());
         }
         let scheduler_task = tokio::spawn(scheduler.run(rx));
         spawn_recovered(&queue, recovered);

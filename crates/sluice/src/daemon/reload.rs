@@ -85,6 +85,7 @@ impl Server {
                 later.join(", ")
             );
         }
+        parts.cluster = self.parts.cluster.clone();
         parts.agents(&self.spool, &self.logger, Some(&self.parts));
         self.refresh(Some(&parts));
         let intake = parts.intake(&self.spool, &self.logger, &self.queue);
@@ -181,6 +182,10 @@ fn keep_restart_settings(old: &Config, new: &mut Config) -> Vec<&'static str> {
     if format!("{:?}", old.metrics) != format!("{:?}", new.metrics) {
         later.push("metrics");
         new.metrics = old.metrics.clone();
+    }
+    if format!("{:?}", old.cluster) != format!("{:?}", new.cluster) {
+        later.push("cluster");
+        new.cluster = old.cluster.clone();
     }
     later
 }
