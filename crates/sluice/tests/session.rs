@@ -110,6 +110,7 @@ async fn run_with(name: &str, chunks: &[&[u8]], backlog: usize) -> (Vec<String>,
         credentials: None,
         policy_service: None,
         dnsbl: None,
+        stopping: Default::default(),
     });
     let writes = Arc::new(Mutex::new(Vec::new()));
     let io = Scripted {

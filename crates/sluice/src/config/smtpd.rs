@@ -21,6 +21,12 @@ pub struct SmtpdConfig {
     /// the kernel spreads connections), e.g. where one process may not
     /// hold as many descriptors as there are sessions.
     pub reuse_port: bool,
+    /// Behind a load balancer: on stop, first fail its health checks for
+    /// this long (a PROXY `LOCAL` connection, as HAProxy's
+    /// `check-send-proxy` sends, gets `421`), still serving every session,
+    /// so it stops sending new ones before the listeners close (0: close
+    /// at once).
+    pub balancer_drain_secs: u64,
     /// Largest message accepted, octets (Postfix: message_size_limit).
     pub message_size_limit: usize,
     /// Recipients per message; more get `452 4.5.3`.
@@ -166,6 +172,7 @@ impl Default for SmtpdConfig {
             listeners: Vec::new(),
             max_sessions: 10_000,
             reuse_port: false,
+            balancer_drain_secs: 0,
             message_size_limit: 10_240_000,
             max_recipients: 1000,
             max_errors: 20,

@@ -356,6 +356,7 @@ impl Parts {
             intake: intake.clone(),
             policy_service: PolicyClient::from_config(&config.smtpd).map(Arc::new),
             dnsbl: Dnsbl::from_config(&config.smtpd, self.dns.clone()).map(Arc::new),
+            stopping: previous.map(|p| p.stopping.clone()).unwrap_or_default(),
         }
     }
 

@@ -240,6 +240,23 @@ impl Server {
     /// Stops accepting, ends sessions, drains deliveries in flight, then
     /// flushes and closes the spool.
     pub async fn shutdown(mut self) {
+        let drain = Duration::from_secs(self.parts.config.smtpd.balancer_drain_secs);
+        if !drain.is_zero() {
+            // Behind a balancer: fail its health checks first, serving
+            // everyone, until it has stopped sending sessions here.
+            self.ctx
+                .stopping
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+            event!(
+                self.logger,
+                "master",
+                "balancer_drain",
+                { secs: drain.as_secs() },
+                "stopping: failing the balancer's health checks for {} s before closing the listeners",
+                drain.as_secs()
+            );
+            tokio::time::sleep(drain).await;
+        }
         let _ = self.shutdown.send(true);
         // No more administration: the socket goes first, so a client
         // finds no daemon rather than a half-closed one.

@@ -67,6 +67,9 @@ pub struct SessionContext {
     pub policy_service: Option<Arc<crate::receive::policy::PolicyClient>>,
     /// `smtpd.dnsbl_sites`, if any (`receive/dnsbl.rs`).
     pub dnsbl: Option<Arc<crate::receive::dnsbl::Dnsbl>>,
+    /// The daemon is stopping behind a balancer: its health checks fail
+    /// (`proxy.rs`). One flag for the process, kept across reloads.
+    pub stopping: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// SMTP sessions open now, in this process (for `/metrics`).

@@ -13,12 +13,16 @@
 //!
 //! Here too is the session's first step on such a listener
 //! ([`Session::read_proxy_header`]): the header read under a deadline.
+//! While the daemon stops behind a balancer (`smtpd.balancer_drain_secs`),
+//! a `LOCAL` header is the balancer's health check, and is answered `421`.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use ppp::{v1, v2, HeaderResult, PartialResult};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use std::sync::atomic::Ordering;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::session::Session;
 use crate::event;
@@ -110,6 +114,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             match parse(&self.inbuf) {
                 Ok(Some((who, len))) => {
                     self.inbuf.drain(..len);
+                    if who == Proxied::Local && self.ctx.stopping.load(Ordering::Relaxed) {
+                        return self.fail_health_check(lb).await;
+                    }
                     if let Proxied::Client(real) = who {
                         self.peer = real;
                         self.trusted = self.ctx.policy.is_trusted(real.ip());
@@ -140,6 +147,24 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 return self.refuse_proxy(lb, "no_header", "no PROXY header");
             }
         }
+    }
+
+    /// The balancer's health check while the daemon stops: `421`, so that
+    /// it sends no new sessions here; false (session over).
+    async fn fail_health_check(&mut self, lb: SocketAddr) -> bool {
+        let host = &self.ctx.config.hostname;
+        let reply = format!("421 4.3.2 {host} stopping, send no new sessions\r\n");
+        let _ = self.io.write_all(reply.as_bytes()).await;
+        event!(
+            self.ctx.logger,
+            "smtpd",
+            "health_check_failed",
+            { lb_ip: lb.ip(), lb_port: lb.port() },
+            "health check from [{}]:{} answered 421: stopping",
+            lb.ip(),
+            lb.port()
+        );
+        false
     }
 
     /// Logs why the balancer's connection is closed; false (session over).
