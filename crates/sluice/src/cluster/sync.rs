@@ -73,11 +73,13 @@ redis.call('PEXPIRE', KEYS[2], 2 * ttl)
 return grant
 ";
 
-/// Redis keys of a destination's leases.
+/// Redis keys of a destination's leases: one hash tag, so that both are
+/// in one slot of a Redis Cluster (a script may touch only one).
 fn lease_keys(dest: &str) -> (String, String) {
+    let tag = dest.replace(['{', '}'], "");
     (
-        format!("sluice:lease:{dest}"),
-        format!("sluice:lease-exp:{dest}"),
+        format!("sluice:lease:{{{tag}}}:held"),
+        format!("sluice:lease:{{{tag}}}:exp"),
     )
 }
 

@@ -48,6 +48,76 @@ pub fn ldif(users: usize) -> String {
 
 impl Slapd {
     pub fn start(name: &str, users: usize) -> Slapd {
+        Slapd::start_as(name, Some(users), "", "")
+    }
+
+    /// A syncrepl provider (the `syncprov` overlay) with `users` users.
+    pub fn provider(name: &str, users: usize) -> Slapd {
+        Slapd::start_as(
+            name,
+            Some(users),
+            "moduleload syncprov\n",
+            "index entryCSN,entryUUID eq\noverlay syncprov\nsyncprov-checkpoint 10 1\n",
+        )
+    }
+
+    /// A syncrepl consumer of `provider` (refresh and persist), starting
+    /// empty; it retries the provider every second while it is away.
+    pub fn consumer(name: &str, provider: &Slapd) -> Slapd {
+        let db = format!(
+            "index entryCSN,entryUUID eq\n\
+             syncrepl rid=001 provider={} type=refreshAndPersist searchbase=\"{BASE}\" \
+             bindmethod=simple binddn=\"cn=admin,{BASE}\" credentials=secret retry=\"1 +\"\n",
+            provider.uri()
+        );
+        Slapd::start_as(name, None, "", &db)
+    }
+
+    /// Adds an entry (LDIF) through the protocol, as the administrator.
+    pub fn add(&self, ldif: &str) {
+        let mut child = Command::new("ldapadd")
+            .args([
+                "-x",
+                "-H",
+                &self.uri(),
+                "-D",
+                &format!("cn=admin,{BASE}"),
+                "-w",
+                "secret",
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("run ldapadd");
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(ldif.as_bytes())
+            .unwrap();
+        assert!(child.wait().unwrap().success(), "ldapadd failed");
+    }
+
+    /// Whether an entry with this mail address is there (ldapsearch).
+    pub fn has_mail(&self, mail: &str) -> bool {
+        let out = Command::new("ldapsearch")
+            .args([
+                "-x",
+                "-LLL",
+                "-H",
+                &self.uri(),
+                "-b",
+                BASE,
+                &format!("(mail={mail})"),
+                "dn",
+            ])
+            .output()
+            .expect("run ldapsearch");
+        String::from_utf8_lossy(&out.stdout).contains("dn: ")
+    }
+
+    fn start_as(name: &str, users: Option<usize>, global: &str, db: &str) -> Slapd {
         ensure_installed();
         let dir = std::env::temp_dir().join(format!("sluice-slapd-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -62,29 +132,31 @@ impl Slapd {
              include /etc/ldap/schema/inetorgperson.schema\n\
              include /etc/ldap/schema/nis.schema\n\
              include /etc/ldap/schema/misc.schema\n\
-             modulepath /usr/lib/ldap\nmoduleload back_mdb\n\
+             modulepath /usr/lib/ldap\nmoduleload back_mdb\n{global}\
              pidfile {dir}/slapd.pid\n\
              TLSCertificateFile {dir}/cert.pem\nTLSCertificateKeyFile {dir}/key.pem\n\
              database mdb\nmaxsize 268435456\nsuffix \"{BASE}\"\n\
              rootdn \"cn=admin,{BASE}\"\nrootpw secret\ndirectory {dir}/db\n\
-             index mail eq\nindex cn eq\nindex objectClass eq\n",
+             index mail eq\nindex cn eq\nindex objectClass eq\n{db}",
             dir = dir.display()
         );
         std::fs::write(dir.join("slapd.conf"), conf).unwrap();
-        std::fs::write(dir.join("data.ldif"), ldif(users)).unwrap();
-        let out = Command::new("/usr/sbin/slapadd")
-            .arg("-q")
-            .arg("-f")
-            .arg(dir.join("slapd.conf"))
-            .arg("-l")
-            .arg(dir.join("data.ldif"))
-            .output()
-            .expect("run slapadd");
-        assert!(
-            out.status.success(),
-            "slapadd failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        if let Some(users) = users {
+            std::fs::write(dir.join("data.ldif"), ldif(users)).unwrap();
+            let out = Command::new("/usr/sbin/slapadd")
+                .arg("-q")
+                .arg("-f")
+                .arg(dir.join("slapd.conf"))
+                .arg("-l")
+                .arg(dir.join("data.ldif"))
+                .output()
+                .expect("run slapadd");
+            assert!(
+                out.status.success(),
+                "slapadd failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
         let free = || {
             std::net::TcpListener::bind("127.0.0.1:0")
                 .unwrap()
