@@ -70,7 +70,9 @@ impl Cluster {
         if state.dead.to_mark.len() < MAX_MARKS {
             state.dead.to_mark.push((addr, ttl));
         }
-        state.dead.known.insert(addr, Instant::now() + ttl);
+        if state.dead.known.len() < MAX_MARKS {
+            state.dead.known.insert(addr, Instant::now() + ttl);
+        }
         drop(state);
         self.wake.notify_one();
     }

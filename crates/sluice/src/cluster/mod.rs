@@ -13,8 +13,11 @@
 //! When Redis cannot be reached, a node never stops delivering: it falls
 //! back to its share of each cap (the cap divided among the nodes last
 //! seen alive, or among itself and its configured peers if they are more,
-//! the remainder to the first names in order, so the shares add up to at
-//! most the cap). While its last grants may still be held for it in
+//! rounded down, so the shares add up to at most the cap, but at least
+//! one). Until its first round with Redis has ended, a node holds nothing.
+//! The fallback is exact when every node loses Redis; a node cut off
+//! alone keeps its share while the others may claim the whole cap after
+//! its lease lapses (over by that share, at most, until it is back). While its last grants may still be held for it in
 //! Redis (until half a lease has passed) it uses the smaller of grant and
 //! share, so that a node switching early and one switching late never
 //! add up to more than the cap.
@@ -66,6 +69,9 @@ struct State {
     live: Vec<Arc<str>>,
     /// When Redis last answered a whole round.
     last_ok: Option<Instant>,
+    /// A round has ended, well or not: until then a node holds nothing
+    /// (the others may hold the whole cap).
+    first_round: bool,
     on_grant: Option<OnGrant>,
 }
 
@@ -133,14 +139,16 @@ impl Cluster {
         let now = Instant::now();
         let lease_ms = self.config.lease_secs * 1000;
         let mut state = self.state();
-        let share = share_of(&self.node, &state.live, self.config.peers.len() + 1, cap);
+        let share = share_of(&state.live, self.config.peers.len() + 1, cap);
         let since_ok = state.last_ok.map(|t| now.saturating_duration_since(t));
+        let first_round = state.first_round;
         let lease = state.leases.entry(key.clone()).or_default();
         let wants_more = want.max(held) > lease.want.max(lease.granted);
         lease.cap = cap;
         lease.want = want.max(held);
         lease.held = held;
         let allowed = match since_ok {
+            _ if !first_round => 0,
             Some(d) if d < Duration::from_millis(lease_ms / 2) => lease.granted,
             Some(d) if d < Duration::from_millis(lease_ms) => lease.granted.min(share),
             _ => share,
@@ -170,11 +178,17 @@ impl Cluster {
         self.live_nodes().max(self.config.peers.len() + 1)
     }
 
-    /// The claims to make: destination, cap, want, held.
+    /// The claims to make: destination, cap, want, held. A claim sets
+    /// this node's holding in Redis to at most what it wants, so from now
+    /// on the queue may not use more than that of its last grant (demand
+    /// that grows meanwhile wakes another claim).
     fn claims(&self) -> Vec<(Arc<str>, Lease)> {
         let mut state = self.state();
         // A destination nobody wants and nothing is granted for is done.
         state.leases.retain(|_, l| l.want > 0 || l.granted > 0);
+        for lease in state.leases.values_mut() {
+            lease.granted = lease.granted.min(lease.want);
+        }
         (state.leases.iter())
             .map(|(k, l)| (k.clone(), *l))
             .collect()
@@ -191,6 +205,7 @@ impl Cluster {
             live
         };
         state.last_ok = Some(Instant::now());
+        state.first_round = true;
         for (key, granted) in grants {
             if let Some(lease) = state.leases.get_mut(&key) {
                 if granted > lease.granted {
@@ -210,25 +225,30 @@ impl Cluster {
     /// alone (grants fall back to shares), so every destination that
     /// wants more than it was granted is pumped again.
     fn round_failed(&self) {
-        let state = self.state();
+        let mut state = self.state();
+        state.first_round = true;
         let Some(f) = &state.on_grant else {
             return;
         };
         (state.leases.iter())
             .filter(|(_, l)| l.want > l.held)
             .for_each(|(k, _)| f(k.clone()));
+        // Waiting for sending slots that will not come from Redis now.
+        (state.slots.iter())
+            .filter(|(_, s)| s.waiting())
+            .for_each(|(k, _)| f(k.clone()));
     }
 }
 
-/// This node's share of `cap` among `live` nodes, or among `nodes` if
+/// A node's share of `cap` among the `live` nodes, or among `nodes` if
 /// that is more (the configured size of the cluster: a node's last view
-/// may predate another's joining): an equal part, plus one of the
-/// remainder for the first `cap % n` names in order. A node missing from
-/// the list (counted out) takes no remainder.
-fn share_of(node: &str, live: &[Arc<str>], nodes: usize, cap: usize) -> usize {
+/// may predate another's joining): an equal part, rounded down, so that
+/// shares never add up to more than the cap whatever each node's view;
+/// but at least one connection, so that no node stops delivering (with a
+/// cap below the number of nodes, a Redis outage lets each node keep one).
+fn share_of(live: &[Arc<str>], nodes: usize, cap: usize) -> usize {
     let n = live.len().max(nodes).max(1);
-    let rank = live.iter().position(|x| &**x == node).unwrap_or(n);
-    cap / n + usize::from(rank < cap % n)
+    (cap / n).max(usize::from(cap > 0))
 }
 
 #[cfg(test)]

@@ -5,8 +5,10 @@
 //! still free (GCRA's "theoretical arrival time"). A node reserves a block
 //! of consecutive slots, one interval (60 s / R) apart, starting at that
 //! time, and moves it past the block (`RESERVE`, atomic). Blocks of
-//! different nodes never overlap, so however the nodes interleave, no two
-//! sends share a slot: the cluster's rate cannot exceed R. A node sends
+//! different nodes never overlap in Redis's time, and each slot is used
+//! once, so however the nodes interleave, the cluster's rate cannot exceed
+//! R over any stretch longer than a block (a node places its block within
+//! the request's round trip, see `reserved`). A node sends
 //! in a slot only during it (a slot already past when the queue gets to
 //! it is dropped, not caught up on), reserves about a fifth of a second
 //! of slots at a time and the next block when half of one is used, and
@@ -32,7 +34,9 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local n, step, ahead = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local free = tonumber(redis.call('GET', KEYS[1])) or now
-if free < now then free = now end
+-- Behind now, or impossibly far ahead (not ours: no node reserves more
+-- than a second ahead): start from now.
+if free < now or free > now + 60000000 then free = now end
 if free - now > ahead then return {-1, 0} end
 redis.call('SET', KEYS[1], free + n * step, 'PX', math.floor((free - now + n * step) / 1000) + 60000)
 return {free - now, n}
@@ -52,6 +56,8 @@ pub(super) struct Slots {
     pub after: Option<(Instant, usize)>,
     /// Pacing without Redis: the next send may go at this time.
     pub alone_next: Option<Instant>,
+    /// When the queue last asked for a slot (idle entries are dropped).
+    pub touched: Option<Instant>,
 }
 
 impl Slots {
@@ -63,6 +69,11 @@ impl Slots {
     pub fn block(&self) -> usize {
         let per = self.interval().as_micros().max(1);
         (200_000 / per).clamp(1, 10_000) as usize
+    }
+
+    /// The queue is waiting for slots (none left, none reserved).
+    pub fn waiting(&self) -> bool {
+        self.left == 0 && self.after.is_none() && self.touched.is_some()
     }
 
     /// Whether the node should reserve: the current block is half used
@@ -121,6 +132,7 @@ impl Cluster {
                 ..Slots::default()
             };
         }
+        slots.touched = Some(now);
         let taken = match shared {
             true => slots.take(now),
             false => slots.take_alone(now, nodes),
@@ -134,21 +146,36 @@ impl Cluster {
     }
 
     /// Destinations that should reserve: key, slots per block, interval.
+    /// Those the queue has not asked about for ten minutes are forgotten.
     pub(super) fn reservations(&self) -> Vec<(Arc<str>, usize, Duration)> {
-        let state = self.state();
+        let mut state = self.state();
+        let idle = Instant::now().checked_sub(Duration::from_secs(600));
+        state
+            .slots
+            .retain(|_, s| s.touched.zip(idle).is_none_or(|(t, idle)| t > idle));
         (state.slots.iter())
             .filter(|(_, s)| s.wants_block() && s.per_minute > 0)
             .map(|(k, s)| (k.clone(), s.block(), s.interval()))
             .collect()
     }
 
-    /// A reserved block: its first slot `offset` after now.
-    pub(super) fn reserved(&self, key: &Arc<str>, offset: Duration, n: usize) {
-        let start = Instant::now() + offset;
+    /// A reserved block of `n` slots from `start`: the latest its first
+    /// slot can be, as Redis's moment is known only to within the round
+    /// trip (`rtt`); its last slots, as many whole intervals as the round
+    /// trip spans, are left unused, so a block overlaps the next one by
+    /// less than an interval (two sends of the cluster are never closer
+    /// than an interval minus the round trip; each slot is used once, so
+    /// over any longer time the rate holds exactly).
+    pub(super) fn reserved(&self, key: &Arc<str>, start: Instant, n: usize, rtt: Duration) {
         let mut state = self.state();
         let Some(slots) = state.slots.get_mut(key) else {
             return;
         };
+        let lost = (rtt.as_nanos() / slots.interval().as_nanos().max(1)) as usize;
+        let n = n.saturating_sub(lost);
+        if n == 0 {
+            return;
+        }
         if slots.left == 0 {
             (slots.next, slots.left) = (Some(start), n);
         } else {
@@ -201,6 +228,24 @@ mod tests {
             Err(Some(t0 + Duration::from_millis(200)))
         );
         assert_eq!(s.take_alone(t0 + Duration::from_millis(200), 2), Ok(()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_block_loses_the_slots_its_round_trip_spans() {
+        let c = Cluster::new(
+            toml::from_str("redis_url = \"redis://x/\"\npeers = [\"y:25\"]").unwrap(),
+            "a",
+            Duration::from_secs(60),
+        );
+        let key: Arc<str> = "d".into();
+        c.round_ok(vec!["a".into()], Vec::new());
+        assert_eq!(c.take_slot(&key, 600), Err(None), "waiting for a block");
+        assert!(c.state().slots[&key].waiting());
+        let t0 = Instant::now();
+        // 100 ms apart; a 250 ms round trip spans two of the five slots.
+        c.reserved(&key, t0, 5, Duration::from_millis(250));
+        assert_eq!(c.state().slots[&key].left, 3);
+        assert_eq!(c.take_slot(&key, 600), Ok(()));
     }
 
     #[test]

@@ -13,6 +13,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use super::Cluster;
@@ -198,8 +200,9 @@ async fn round(
             .await?;
         grants.push((dest, granted.min(lease.cap)));
     }
-    cluster.round_ok(live.into_iter().map(Arc::from).collect(), grants);
+    let mut blocks = Vec::new();
     for (dest, n, interval) in cluster.reservations() {
+        let sent = Instant::now();
         let (offset_us, slots): (i64, usize) = (scripts.reserve)
             .key(format!("sluice:rate:{dest}"))
             .arg(n)
@@ -209,10 +212,19 @@ async fn round(
             .await?;
         // Refused (others reserved a second ahead): again next round.
         if offset_us >= 0 && slots > 0 {
-            cluster.reserved(&dest, Duration::from_micros(offset_us as u64), slots);
+            // As late as Redis's moment can have been: when it answered.
+            let start = Instant::now() + Duration::from_micros(offset_us as u64);
+            blocks.push((dest, start, slots, sent.elapsed()));
         }
     }
-    sync_dead(con, cluster, &scripts.dead, logger).await
+    sync_dead(con, cluster, &scripts.dead, logger).await?;
+    // Only a round that went through entirely counts as Redis answering:
+    // any error above leaves the node on its shares (and logs it once).
+    cluster.round_ok(live.into_iter().map(Arc::from).collect(), grants);
+    for (dest, start, slots, rtt) in blocks {
+        cluster.reserved(&dest, start, slots, rtt);
+    }
+    Ok(())
 }
 
 /// Sends this node's dead-host marks and clears, learns everyone's.

@@ -17,29 +17,35 @@ fn names(n: &[&str]) -> Vec<Arc<str>> {
 }
 
 #[test]
-fn shares_add_up_to_the_cap() {
-    let live = names(&["a", "b", "c"]);
-    for cap in 0..20 {
-        let sum: usize = ["a", "b", "c"]
-            .iter()
-            .map(|n| share_of(n, &live, 1, cap))
-            .sum();
-        assert_eq!(sum, cap, "cap {cap}");
+fn shares_never_add_up_to_more_than_the_cap() {
+    let three = names(&["a", "b", "c"]);
+    let two = names(&["a", "b"]);
+    for cap in 3..20 {
+        // Views that disagree: two nodes saw two, one saw three.
+        let sum = 2 * share_of(&two, 3, cap) + share_of(&three, 3, cap);
+        assert!(sum <= cap, "cap {cap}: {sum}");
     }
-    assert_eq!(share_of("a", &live, 1, 4), 2);
-    assert_eq!(share_of("c", &live, 1, 4), 1);
-    assert_eq!(share_of("z", &live, 1, 4), 1, "counted out: no remainder");
+    assert_eq!(share_of(&three, 1, 7), 2);
     // A view from before the others joined: divided by the configured size.
-    assert_eq!(share_of("a", &names(&["a"]), 2, 4), 2);
+    assert_eq!(share_of(&names(&["a"]), 2, 4), 2);
+    // A cap below the number of nodes: one each, never none.
+    assert_eq!(share_of(&three, 3, 2), 1);
+    assert_eq!(share_of(&three, 3, 0), 0);
 }
 
 #[tokio::test(start_paused = true)]
 async fn before_redis_answers_a_node_takes_its_share_among_its_peers() {
     let c = Cluster::new(config(2), "mx1", Duration::from_secs(60));
     let key: Arc<str> = "mx:example.net:25".into();
-    // Three nodes (itself and two peers): 10 / 3 = 3, plus one.
-    assert_eq!(c.allowance(&key, 10, 8, 0), 4);
-    assert_eq!(c.allowance(&key, 10, 2, 0), 4, "the share, not the want");
+    assert_eq!(
+        c.allowance(&key, 10, 8, 0),
+        0,
+        "nothing before the first round"
+    );
+    c.round_failed();
+    // Three nodes (itself and two peers): 10 / 3 = 3.
+    assert_eq!(c.allowance(&key, 10, 8, 0), 3);
+    assert_eq!(c.allowance(&key, 10, 2, 0), 3, "the share, not the want");
 }
 
 #[tokio::test(start_paused = true)]
@@ -102,4 +108,17 @@ async fn without_redis_a_waiting_destination_is_pumped_again() {
         1,
         "only the one wanting more"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_claim_under_way_caps_the_grant_at_what_it_asks_for() {
+    let c = Cluster::new(config(0), "a", Duration::from_secs(60));
+    let key: Arc<str> = "d".into();
+    c.allowance(&key, 10, 7, 0);
+    c.round_ok(names(&["a"]), vec![(key.clone(), 7)]);
+    assert_eq!(c.allowance(&key, 10, 2, 2), 7);
+    // The next claim asks for 2: until Redis answers, the queue may not
+    // open more than that, though more mail came meanwhile.
+    c.claims();
+    assert_eq!(c.allowance(&key, 10, 7, 2), 2);
 }

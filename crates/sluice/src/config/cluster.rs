@@ -94,6 +94,16 @@ impl ClusterConfig {
                 self.node_dead_secs, self.heartbeat_ms
             ));
         }
+        let limited = self.default_concurrency > 0
+            || self.default_rate_limit > 0
+            || self.destination_concurrency.values().any(|c| *c > 0)
+            || self.destination_rate_limit.values().any(|r| *r > 0);
+        if limited && self.peers.is_empty() {
+            // Without Redis a node divides each limit among itself and its
+            // peers: with none listed it would take the whole of it.
+            let why = "peers: empty while cluster-wide limits are set (list the other nodes)";
+            return invalid(why.into());
+        }
         if let Some(node) = &self.node {
             let fine = |c: char| c.is_ascii_alphanumeric() || "-._".contains(c);
             if node.is_empty() || node.len() > 64 || !node.chars().all(fine) {
@@ -143,6 +153,10 @@ mod tests {
                 "redis_url = \"redis://x/\"\nheartbeat_ms = 0",
                 "cluster.heartbeat",
             ),
+            (
+                "redis_url = \"redis://x/\"\ndefault_rate_limit = 60",
+                "cluster.peers",
+            ),
         ] {
             let err = cluster(bad).unwrap_err().to_string();
             assert!(err.starts_with(named), "{bad}: {err}");
@@ -152,7 +166,7 @@ mod tests {
     #[test]
     fn a_destination_cap_overrides_the_default() {
         let c = cluster(
-            "redis_url = \"redis://x/\"\ndefault_concurrency = 4\n\
+            "redis_url = \"redis://x/\"\ndefault_concurrency = 4\npeers = [\"10.0.0.2:25\"]\n\
              [destination_concurrency]\n\"mx:big.example:25\" = 40",
         )
         .unwrap();

@@ -240,8 +240,10 @@ impl Server {
     /// Stops accepting, ends sessions, drains deliveries in flight, then
     /// flushes and closes the spool.
     pub async fn shutdown(mut self) {
-        let drain = Duration::from_secs(self.parts.config.smtpd.balancer_drain_secs);
-        if !drain.is_zero() {
+        let config = &self.parts.config;
+        let balanced = config.all_listeners().iter().any(|l| l.proxy_protocol);
+        let drain = Duration::from_secs(config.smtpd.balancer_drain_secs);
+        if balanced && !drain.is_zero() {
             // Behind a balancer: fail its health checks first, serving
             // everyone, until it has stopped sending sessions here.
             self.ctx

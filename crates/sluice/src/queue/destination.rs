@@ -219,7 +219,10 @@ impl Scheduler {
         }
         let now = Instant::now();
         while let Some(job) = dest.queue.pop_front() {
-            if dest.idle.is_empty() && dest.workers.len() >= dest.window {
+            // Room first: a rate's slot is not spent on a job with nowhere
+            // to go.
+            let capped = allowed.is_some_and(|a| dest.held() >= a);
+            if dest.idle.is_empty() && (dest.workers.len() >= dest.window || capped) {
                 dest.queue.push_front(job);
                 break;
             }
@@ -247,24 +250,22 @@ impl Scheduler {
                 }
                 continue;
             }
-            let capped = allowed.is_some_and(|a| dest.held() >= a);
-            if dest.workers.len() < dest.window && !capped {
-                let id = self.next_worker;
-                self.next_worker += 1;
-                let (tx, jobs) = mpsc::channel(1);
-                dest.workers.insert(id, tx);
-                self.agent.spawn(WorkerStart {
-                    id,
-                    dest: key.clone(),
-                    hop: dest.hop.clone(),
-                    first: job,
-                    jobs,
-                    reports: Reporter(self.events.clone()),
-                });
-                continue;
-            }
-            dest.queue.push_front(job);
-            break;
+            let id = self.next_worker;
+            self.next_worker += 1;
+            let (tx, jobs) = mpsc::channel(1);
+            dest.workers.insert(id, tx);
+            self.agent.spawn(WorkerStart {
+                id,
+                dest: key.clone(),
+                hop: dest.hop.clone(),
+                first: job,
+                jobs,
+                reports: Reporter(self.events.clone()),
+            });
+        }
+        if allowed.is_some() {
+            // What it holds now, for the next claim.
+            super::leases::allowance(self.cluster.as_deref(), key, dest);
         }
     }
 

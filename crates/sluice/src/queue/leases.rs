@@ -25,7 +25,12 @@ impl Scheduler {
     pub fn set_cluster(&mut self, cluster: Arc<Cluster>) {
         let events = self.events.clone();
         cluster.on_grant(Box::new(move |key| {
-            let _ = events.try_send(Event::Leased(key));
+            // Never dropped for a full queue of events: the destination
+            // would wait for its next mail.
+            let events = events.clone();
+            tokio::spawn(async move {
+                let _ = events.send(Event::Leased(key)).await;
+            });
         }));
         self.cluster = Some(cluster);
     }

@@ -101,8 +101,11 @@ impl Scheduler {
                 queued.extend(d.queue.drain(..));
             }
         }
-        self.dests
-            .retain(|_, d| !d.queue.is_empty() || !d.workers.is_empty() || d.resolving);
+        // A destination whose connections are still closing stays, so
+        // that they count against its limits until they are gone.
+        self.dests.retain(|_, d| {
+            !d.queue.is_empty() || !d.workers.is_empty() || !d.closing.is_empty() || d.resolving
+        });
         for job in queued {
             self.reroute(job);
         }

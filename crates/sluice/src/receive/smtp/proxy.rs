@@ -35,8 +35,12 @@ pub const MAX_HEADER: usize = 4096;
 pub enum Proxied {
     /// The real client.
     Client(SocketAddr),
-    /// A LOCAL/UNKNOWN header: keep the connection's own address.
+    /// A LOCAL (v2) or UNKNOWN (v1) header, the balancer's own connection
+    /// (its health checks): keep the connection's own address.
     Local,
+    /// A v2 PROXY header for an address family we do not take (a Unix
+    /// socket): a client, but keep the connection's own address.
+    Unnamed,
 }
 
 /// Why a connection's first bytes are not an acceptable header.
@@ -83,7 +87,7 @@ pub fn parse(buf: &[u8]) -> Result<Option<(Proxied, usize)>, BadHeader> {
                 (_, v2::Addresses::IPv6(a)) => {
                     Proxied::Client(SocketAddr::new(a.source_address.into(), a.source_port))
                 }
-                _ => Proxied::Local,
+                _ => Proxied::Unnamed,
             };
             Ok(Some((who, h.len())))
         }
