@@ -219,3 +219,26 @@ async fn a_host_one_node_found_dead_is_spared_by_the_other() {
     let marks = redis.cli(&["ZRANGE", "sluice:dead", "0", "-1"]);
     assert!(marks.contains(&down.addr.to_string()), "{marks}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_node_leaves_the_cluster_at_once() {
+    let dir = temp_dir("cluster-leave");
+    let redis = Redis::start(&dir);
+    let sink = slow_sink().await;
+    let (n1, a1) = start(node_config(&dir, "n1", sink.addr, &redis, 3)).await;
+    let (_n2, _a2) = start(node_config(&dir, "n2", sink.addr, &redis, 3)).await;
+    let both = || redis.cli(&["ZCARD", "sluice:nodes"]).trim() == "2";
+    assert!(wait_until(10, both).await, "{}", logs(&dir));
+    send_many(a1, 5, "one").await;
+    let held = || redis.cli(&["KEYS", "sluice:lease:*"]).contains("held");
+    assert!(wait_until(10, held).await, "{}", logs(&dir));
+
+    n1.shutdown().await;
+    // Gone from Redis's books now, not when its lease lapses.
+    let nodes = redis.cli(&["ZRANGE", "sluice:nodes", "0", "-1"]);
+    assert!(!nodes.contains("n1"), "{nodes}");
+    for key in redis.cli(&["KEYS", "sluice:lease:*:held"]).lines() {
+        let holders = redis.cli(&["HKEYS", key]);
+        assert!(!holders.contains("n1"), "{key}: {holders}");
+    }
+}

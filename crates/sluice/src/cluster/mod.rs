@@ -55,6 +55,10 @@ pub struct Cluster {
     state: Mutex<State>,
     /// Demand grew beyond a grant: claim now, not at the next heartbeat.
     wake: Notify,
+    /// The daemon stops: give back leases and leave the node set
+    /// (`sync.rs`), then say so on `released`.
+    stop: Notify,
+    released: Notify,
 }
 
 #[derive(Default)]
@@ -102,7 +106,17 @@ impl Cluster {
             dead_ttl,
             state: Mutex::new(state),
             wake: Notify::new(),
+            stop: Notify::new(),
+            released: Notify::new(),
         })
+    }
+
+    /// At stop, once deliveries are over: this node's leases go back and
+    /// it leaves the node set at once, so the others need not wait for
+    /// them to lapse. Waits at most `within` (Redis may be away).
+    pub async fn release(&self, within: Duration) {
+        self.stop.notify_one();
+        let _ = tokio::time::timeout(within, self.released.notified()).await;
     }
 
     pub fn node(&self) -> &str {

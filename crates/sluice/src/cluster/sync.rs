@@ -146,8 +146,45 @@ async fn run(cluster: Arc<Cluster>, logger: Logger) {
                 // Gather the demand of one burst into one claim.
                 tokio::time::sleep(Duration::from_millis(20).min(beat)).await;
             }
+            _ = cluster.stop.notified() => {
+                if let Some(con) = conn.as_mut() {
+                    if let Err(e) = leave(con, &cluster, &scripts).await {
+                        log!(logger, "cluster", "leases not given back at stop: {e}; they lapse in {} s", cluster.config.lease_secs);
+                    }
+                }
+                cluster.released.notify_one();
+                return;
+            }
         }
     }
+}
+
+/// At stop: every lease of this node back to nothing, and out of the
+/// node set.
+async fn leave(
+    con: &mut ConnectionManager,
+    cluster: &Cluster,
+    scripts: &Scripts,
+) -> redis::RedisResult<()> {
+    let lease_ms = cluster.config.lease_secs * 1000;
+    for (dest, lease) in cluster.claims() {
+        let (held_key, exp_key) = lease_keys(&dest);
+        let _: usize = (scripts.claim)
+            .key(held_key)
+            .key(exp_key)
+            .arg(cluster.node())
+            .arg(0)
+            .arg(0)
+            .arg(lease.cap)
+            .arg(lease_ms)
+            .invoke_async(con)
+            .await?;
+    }
+    redis::cmd("ZREM")
+        .arg("sluice:nodes")
+        .arg(cluster.node())
+        .query_async(con)
+        .await
 }
 
 struct Scripts {

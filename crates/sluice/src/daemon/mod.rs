@@ -281,6 +281,10 @@ impl Server {
             drained.abandoned_jobs
         );
         let _ = self.scheduler_task.await;
+        if let Some(cluster) = &self.parts.cluster {
+            // Deliveries are over: no connection is held any more.
+            cluster.release(Duration::from_secs(2)).await;
+        }
         let spool = self.spool.clone();
         let _ = tokio::task::spawn_blocking(move || spool.shutdown()).await;
         let stats = self.spool.stats();
