@@ -9,7 +9,6 @@ use std::net::SocketAddr;
 
 use common::haproxy::Balancer;
 use common::*;
-use sluice::config::listener::{ListenerConfig, ListenerKind};
 
 /// A node behind the balancer: one PROXY listener trusting 127.0.0.1 (the
 /// balancer), relaying for 127.0.0.9 (the clients of the test).
@@ -17,15 +16,7 @@ fn node(dir: &std::path::Path, sink: SocketAddr, drain_secs: u64) -> sluice::con
     let mut cfg = config(dir, Some(sink));
     cfg.smtpd.mynetworks = vec![net("127.0.0.9/32")];
     cfg.smtpd.listen.clear();
-    cfg.smtpd.listeners.push(ListenerConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        kind: ListenerKind::Smtp,
-        proxy_protocol: true,
-        proxy_protocol_from: vec![Cidr::parse("127.0.0.1/32").unwrap()],
-        auth_without_tls: false,
-        sender_auth: false,
-        dmarc_reject: false,
-    });
+    cfg.smtpd.listeners.push(proxy_listener());
     cfg.smtpd.balancer_drain_secs = drain_secs;
     cfg
 }

@@ -68,6 +68,31 @@ async fn send_many(addr: std::net::SocketAddr, n: usize, tag: &str) {
     }
 }
 
+/// Waits until both nodes have logged `text`.
+async fn both_log(dir: &std::path::Path, text: &str) {
+    for node in ["n1", "n2"] {
+        let said = || read_log(&dir.join(node)).contains(text);
+        assert!(
+            wait_until(10, said).await,
+            "{node}: no {text:?}\n{}",
+            logs(dir)
+        );
+    }
+}
+
+/// Waits for `n` messages at the sink; they came over at most `cap`
+/// connections at once.
+async fn all_arrived_within_cap(sink: &Sink, n: u64, cap: u64, dir: &std::path::Path) {
+    let arrived = wait_until(120, || sink.count() >= n).await;
+    assert!(arrived, "{} of {n} arrived\n{}", sink.count(), logs(dir));
+    let peak = sink.stats.peak_open.load(Ordering::Relaxed);
+    assert!(
+        peak <= cap,
+        "{peak} connections at once, cap {cap}\n{}",
+        logs(dir)
+    );
+}
+
 /// Both nodes' logs, for failure messages.
 fn logs(dir: &std::path::Path) -> String {
     format!(
@@ -86,18 +111,7 @@ async fn the_cluster_never_opens_more_connections_than_its_cap() {
     let (_n2, a2) = start(node_config(&dir, "n2", sink.addr, &redis, 3)).await;
 
     tokio::join!(send_many(a1, 30, "one"), send_many(a2, 30, "two"));
-    assert!(
-        wait_until(120, || sink.count() >= 60).await,
-        "{} of 60 arrived\n{}",
-        sink.count(),
-        logs(&dir)
-    );
-    let peak = sink.stats.peak_open.load(Ordering::Relaxed);
-    assert!(
-        peak <= 3,
-        "{peak} connections at once, cap 3\n{}",
-        logs(&dir)
-    );
+    all_arrived_within_cap(&sink, 60, 3, &dir).await;
     // Both nodes were in Redis's books.
     let nodes = redis.cli(&["ZRANGE", "sluice:nodes", "0", "-1"]);
     assert!(nodes.contains("n1") && nodes.contains("n2"), "{nodes}");
@@ -115,33 +129,12 @@ async fn with_redis_gone_each_node_delivers_with_its_share() {
     assert!(wait_until(10, both_seen).await, "{}", logs(&dir));
 
     redis.kill();
-    let unreachable = |node: &str| {
-        let dir = dir.join(node);
-        move || read_log(&dir).contains("redis unavailable")
-    };
-    assert!(wait_until(10, unreachable("n1")).await, "{}", logs(&dir));
-    assert!(wait_until(10, unreachable("n2")).await, "{}", logs(&dir));
+    both_log(&dir, "redis unavailable").await;
     tokio::join!(send_many(a1, 20, "one"), send_many(a2, 20, "two"));
-    assert!(
-        wait_until(120, || sink.count() >= 40).await,
-        "{} of 40 arrived without Redis\n{}",
-        sink.count(),
-        logs(&dir)
-    );
-    let peak = sink.stats.peak_open.load(Ordering::Relaxed);
-    assert!(
-        peak <= 4,
-        "{peak} connections at once, cap 4\n{}",
-        logs(&dir)
-    );
+    all_arrived_within_cap(&sink, 40, 4, &dir).await;
 
     redis.restart();
-    let back = |node: &str| {
-        let dir = dir.join(node);
-        move || read_log(&dir).contains("redis reachable again")
-    };
-    assert!(wait_until(10, back("n1")).await, "{}", logs(&dir));
-    assert!(wait_until(10, back("n2")).await, "{}", logs(&dir));
+    both_log(&dir, "redis reachable again").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

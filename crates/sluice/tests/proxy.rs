@@ -7,8 +7,7 @@ use common::haproxy::HaProxy;
 use common::*;
 use std::net::SocketAddr;
 
-use sluice::config::hop::Cidr;
-use sluice::config::listener::{ListenerConfig, ListenerKind};
+use sluice::config::listener::ListenerConfig;
 use tokio::io::AsyncReadExt;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -68,15 +67,7 @@ fn proxy_listener_config(dir: &std::path::Path, sink: SocketAddr) -> sluice::con
     cfg.smtpd.mynetworks = vec![net("127.0.0.9/32")];
     cfg.smtpd.idle_timeout_secs = 2;
     cfg.smtpd.listen.clear();
-    cfg.smtpd.listeners.push(ListenerConfig {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        kind: ListenerKind::Smtp,
-        proxy_protocol: true,
-        proxy_protocol_from: vec![Cidr::parse("127.0.0.1/32").unwrap()],
-        auth_without_tls: false,
-        sender_auth: false,
-        dmarc_reject: false,
-    });
+    cfg.smtpd.listeners.push(proxy_listener());
     cfg
 }
 

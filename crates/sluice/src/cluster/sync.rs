@@ -159,6 +159,29 @@ async fn run(cluster: Arc<Cluster>, logger: Logger) {
     }
 }
 
+/// Sets this node's holding of `dest` (the `CLAIM` script); the grant.
+async fn claim(
+    con: &mut ConnectionManager,
+    cluster: &Cluster,
+    scripts: &Scripts,
+    dest: &str,
+    want: usize,
+    held: usize,
+    cap: usize,
+) -> redis::RedisResult<usize> {
+    let (held_key, exp_key) = lease_keys(dest);
+    (scripts.claim)
+        .key(held_key)
+        .key(exp_key)
+        .arg(cluster.node())
+        .arg(want)
+        .arg(held)
+        .arg(cap)
+        .arg(cluster.config.lease_secs * 1000)
+        .invoke_async(con)
+        .await
+}
+
 /// At stop: every lease of this node back to nothing, and out of the
 /// node set.
 async fn leave(
@@ -166,19 +189,8 @@ async fn leave(
     cluster: &Cluster,
     scripts: &Scripts,
 ) -> redis::RedisResult<()> {
-    let lease_ms = cluster.config.lease_secs * 1000;
     for (dest, lease) in cluster.claims() {
-        let (held_key, exp_key) = lease_keys(&dest);
-        let _: usize = (scripts.claim)
-            .key(held_key)
-            .key(exp_key)
-            .arg(cluster.node())
-            .arg(0)
-            .arg(0)
-            .arg(lease.cap)
-            .arg(lease_ms)
-            .invoke_async(con)
-            .await?;
+        claim(con, cluster, scripts, &dest, 0, 0, lease.cap).await?;
     }
     redis::cmd("ZREM")
         .arg("sluice:nodes")
@@ -221,20 +233,12 @@ async fn round(
         .arg(dead_ms)
         .invoke_async(con)
         .await?;
-    let lease_ms = cluster.config.lease_secs * 1000;
     let mut grants = Vec::new();
     for (dest, lease) in cluster.claims() {
-        let (held_key, exp_key) = lease_keys(&dest);
-        let granted: usize = (scripts.claim)
-            .key(held_key)
-            .key(exp_key)
-            .arg(cluster.node())
-            .arg(lease.want)
-            .arg(lease.held)
-            .arg(lease.cap)
-            .arg(lease_ms)
-            .invoke_async(con)
-            .await?;
+        let granted = claim(
+            con, cluster, scripts, &dest, lease.want, lease.held, lease.cap,
+        )
+        .await?;
         grants.push((dest, granted.min(lease.cap)));
     }
     let mut blocks = Vec::new();

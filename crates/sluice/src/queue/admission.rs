@@ -83,6 +83,19 @@ impl Scheduler {
         }
     }
 
+    /// Deferred messages whose retry time has come wait for room.
+    pub(super) fn run_due_retries(&mut self) {
+        if self.draining.is_some() || self.retry.is_empty() {
+            return;
+        }
+        let now = tokio::time::Instant::now();
+        while let Some(id) = self.retry.pop_due(now) {
+            if self.parked.contains_key(id) && !self.admin.held.contains(&id) {
+                self.ready.push_back(id);
+            }
+        }
+    }
+
     /// True if a new arrival can go straight into the active queue: there
     /// is room and nobody is waiting or being brought in ahead of it.
     pub(super) fn has_room(&self) -> bool {

@@ -562,18 +562,6 @@ impl Scheduler {
         }
     }
 
-    fn run_due_retries(&mut self) {
-        if self.draining.is_some() || self.retry.is_empty() {
-            return;
-        }
-        let now = Instant::now();
-        while let Some(id) = self.retry.pop_due(now) {
-            if self.parked.contains_key(id) && !self.admin.held.contains(&id) {
-                self.ready.push_back(id);
-            }
-        }
-    }
-
     /// Messages in memory, messages waiting on disk, and body bytes
     /// cached (for tests and stats).
     pub fn counts(&self) -> (usize, usize, usize) {

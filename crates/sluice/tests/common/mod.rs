@@ -156,6 +156,20 @@ pub fn untrusted_config(dir: &std::path::Path, next_hop: Option<SocketAddr>) -> 
     cfg
 }
 
+/// An SMTP listener on a free loopback port that takes PROXY headers from
+/// 127.0.0.1 only (the tests' balancer).
+pub fn proxy_listener() -> sluice::config::listener::ListenerConfig {
+    sluice::config::listener::ListenerConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        kind: sluice::config::listener::ListenerKind::Smtp,
+        proxy_protocol: true,
+        proxy_protocol_from: vec![net("127.0.0.1/32")],
+        auth_without_tls: false,
+        sender_auth: false,
+        dmarc_reject: false,
+    }
+}
+
 pub async fn recording_sink() -> Sink {
     Sink::start(SinkOptions {
         record: true,
