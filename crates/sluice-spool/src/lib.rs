@@ -206,7 +206,13 @@ pub struct Spool {
     reader: Arc<SegmentReader>,
     next_id: Arc<AtomicU64>,
     stats: Arc<SpoolStats>,
+    /// Told of every [`Spool::record_outcome`] (set once).
+    observer: Arc<std::sync::OnceLock<OutcomeObserver>>,
 }
+
+/// Called with each outcome as it is recorded: queue ID, recipients,
+/// complete. It runs on the caller's thread and must not block.
+pub type OutcomeObserver = Arc<dyn Fn(u64, &[u16], bool) + Send + Sync>;
 
 /// Counters that show group commit at work.
 #[derive(Debug, Default)]
@@ -257,6 +263,7 @@ impl Spool {
             reader,
             next_id: Arc::new(AtomicU64::new(now_micros.max(max_id + 1))),
             stats,
+            observer: Arc::default(),
         };
         Ok((spool, recovered, report))
     }
@@ -326,6 +333,9 @@ impl Spool {
     /// scheduler) then blocks until the writer takes its next batch; that
     /// is the back-pressure that keeps outcomes from growing memory.
     pub fn record_outcome(&self, id: u64, recipients: Vec<u16>, complete: bool) {
+        if let Some(observe) = self.observer.get() {
+            observe(id, &recipients, complete);
+        }
         let _ = self
             .queue
             .tx
@@ -335,6 +345,13 @@ impl Spool {
                 complete,
                 marks: 0,
             }));
+    }
+
+    /// Sets what is told of every outcome recorded from now on (a
+    /// cluster node forwards them to the peer holding a copy). Only the
+    /// first call counts.
+    pub fn observe_outcomes(&self, observer: OutcomeObserver) {
+        let _ = self.observer.set(observer);
     }
 
     /// Records mark bits for a live message: facts the daemon learns after

@@ -96,6 +96,7 @@ async fn run_with(name: &str, chunks: &[&[u8]], backlog: usize) -> (Vec<String>,
         logger: Logger::disabled(),
         milters: Default::default(),
         flow: queue.flow(),
+        shadow: None,
     });
     let ctx = Arc::new(SessionContext {
         policy: RelayPolicy::new(config.mynetworks(), &config.smtpd.relay_domains),

@@ -38,6 +38,7 @@ use crate::config::cluster::ClusterConfig;
 
 mod dead;
 mod rate;
+pub mod shadow;
 mod sync;
 
 pub use sync::start;
@@ -179,6 +180,15 @@ impl Cluster {
     pub fn shared(&self) -> bool {
         let half = Duration::from_millis(self.config.lease_secs * 500);
         (self.state().last_ok).is_some_and(|t| t.elapsed() < half)
+    }
+
+    /// Whether `node` was alive at the last heartbeat; `None` while Redis
+    /// has not answered lately (death cannot be told from a partition).
+    pub fn is_live(&self, node: &str) -> Option<bool> {
+        if !self.shared() {
+            return None;
+        }
+        Some(self.state().live.iter().any(|n| &**n == node))
     }
 
     /// Nodes counted alive.

@@ -54,6 +54,41 @@ pub struct ClusterConfig {
     /// the node count for dividing caps is this list's length plus one.
     #[serde(default)]
     pub peers: Vec<String>,
+    /// Shadow copies (issue 23): before answering `250`, hand a copy of
+    /// each message to a peer (the first of `peers` that answers, each
+    /// naming that peer's `shadow_listen`), which keeps it on disk until
+    /// this node reports the message done, and delivers it itself if this
+    /// node dies with its disk.
+    #[serde(default)]
+    pub shadow: bool,
+    /// Where this node takes its peers' shadow copies (a private address).
+    #[serde(default)]
+    pub shadow_listen: Option<std::net::SocketAddr>,
+    /// Shared by all nodes; proves a peer's identity (HMAC of a challenge,
+    /// never sent itself). At least 16 characters.
+    #[serde(default)]
+    pub shadow_secret: String,
+    /// How long to wait for a peer's copy to be on its disk before trying
+    /// the next peer.
+    #[serde(default = "default_shadow_timeout_ms")]
+    pub shadow_timeout_ms: u64,
+    /// No peer holds a copy: `true` answers `451` (the client retries),
+    /// `false` (the default, like Exchange) accepts with the local copy
+    /// alone and logs it.
+    #[serde(default)]
+    pub shadow_required: bool,
+    /// A node counted dead (`node_dead_secs`) for this much longer has its
+    /// shadow copies claimed and delivered by the peer holding them.
+    #[serde(default = "default_shadow_claim_secs")]
+    pub shadow_claim_secs: u64,
+}
+
+fn default_shadow_timeout_ms() -> u64 {
+    2000
+}
+
+fn default_shadow_claim_secs() -> u64 {
+    30
 }
 
 fn default_heartbeat_ms() -> u64 {
@@ -103,6 +138,21 @@ impl ClusterConfig {
             // peers: with none listed it would take the whole of it.
             let why = "peers: empty while cluster-wide limits are set (list the other nodes)";
             return invalid(why.into());
+        }
+        if self.shadow {
+            if self.shadow_secret.chars().count() < 16 {
+                return invalid(
+                    "shadow_secret: under 16 characters (shadow copies need it)".into(),
+                );
+            }
+            if self.peers.is_empty() {
+                return invalid(
+                    "peers: empty while shadow = true (list the peers' shadow_listen)".into(),
+                );
+            }
+            if self.shadow_timeout_ms == 0 {
+                return invalid("shadow_timeout_ms: 0 (want at least 1)".into());
+            }
         }
         if let Some(node) = &self.node {
             let fine = |c: char| c.is_ascii_alphanumeric() || "-._".contains(c);
@@ -155,6 +205,14 @@ mod tests {
             ),
             (
                 "redis_url = \"redis://x/\"\ndefault_rate_limit = 60",
+                "cluster.peers",
+            ),
+            (
+                "redis_url = \"redis://x/\"\nshadow = true\npeers = [\"10.0.0.2:2526\"]\nshadow_secret = \"short\"",
+                "cluster.shadow_secret",
+            ),
+            (
+                "redis_url = \"redis://x/\"\nshadow = true\nshadow_secret = \"0123456789abcdef\"",
                 "cluster.peers",
             ),
         ] {

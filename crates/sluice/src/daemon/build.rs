@@ -81,6 +81,8 @@ pub(super) struct Parts {
     /// The node's cluster (`[cluster]`), made once at start and kept
     /// across reloads.
     pub cluster: Option<Arc<crate::cluster::Cluster>>,
+    /// Shadow copies on a peer (`[cluster] shadow`), made once at start.
+    pub shadow: Option<Arc<crate::cluster::shadow::Shadow>>,
     /// Maildir files and syncs, over reloads (for the log at shutdown).
     pub maildir_stats: Arc<SyncStats>,
     /// Our listening addresses (the configured ones until the listeners
@@ -244,6 +246,7 @@ impl Parts {
             sender_auth,
             agents: None,
             cluster: None,
+            shadow: None,
             maildir_stats: previous
                 .map(|p| p.maildir_stats.clone())
                 .unwrap_or_default(),
@@ -373,6 +376,7 @@ impl Parts {
             logger: logger.clone(),
             milters: crate::intake::milter::Filters::from_config(&self.config),
             flow: queue.flow(),
+            shadow: self.shadow.clone(),
         })
     }
 

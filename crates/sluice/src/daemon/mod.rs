@@ -11,6 +11,7 @@
 
 pub mod acme;
 mod build;
+mod cluster;
 mod listeners;
 pub mod privilege;
 mod reload;
@@ -27,7 +28,6 @@ use sluice_spool::{Spool, SpoolConfig};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::log::Logger;
 use crate::queue::{QueueHandle, Scheduler};
@@ -128,14 +128,11 @@ impl Server {
             event!(logger, "master", "warning", { kind: "config" }, "{warning}");
         }
         let config = Arc::new(config);
-        let (spool, recovered) = open_spool(&config, &logger).await?;
+        let (spool, recovered, spool_config) = open_spool(&config, &logger).await?;
         let mut parts = Parts::build(config.clone(), &logger, None, Purpose::Serve)?;
-        parts.cluster = config.cluster.as_ref().map(|settings| {
-            let dead_ttl = Duration::from_secs(config.delivery.dead_host_secs);
-            let cluster = Cluster::new(settings.clone(), &config.hostname.to_string(), dead_ttl);
-            crate::cluster::start(cluster.clone(), logger.clone());
-            cluster
-        });
+        let node = cluster::start(&config, &spool, &spool_config, &logger).await?;
+        parts.cluster = node.as_ref().map(|n| n.cluster.clone());
+        parts.shadow = node.as_ref().and_then(|n| n.shadow.clone());
         parts.agents(&spool, &logger, None);
         let (queue, rx) = QueueHandle::channel();
         let intake = parts.intake(&spool, &logger, &queue);
@@ -161,6 +158,9 @@ impl Server {
         // The admin socket before the SMTP listeners: a daemon that cannot
         // be administered does not start taking mail.
         let submitter = Arc::new(ArcSwap::from_pointee(parts.submitter(&intake)));
+        if let Some(node) = &node {
+            cluster::start_claims(node, &submitter);
+        }
         let admin = crate::admin::spawn(
             &config.data_dir,
             &queue,
@@ -381,7 +381,7 @@ async fn observe(
 async fn open_spool(
     config: &Config,
     logger: &Logger,
-) -> Result<(Spool, Vec<sluice_spool::Recovered>), StartError> {
+) -> Result<(Spool, Vec<sluice_spool::Recovered>, SpoolConfig), StartError> {
     let dir = config.data_dir.join("spool");
     let fs = match spool_size::space_for(&dir) {
         Ok(fs) => fs,
@@ -398,6 +398,7 @@ async fn open_spool(
         segment_bytes: size.segment_bytes,
         reserve_bytes: size.reserve_bytes,
     };
+    let kept = spool_config.clone();
     let (spool, recovered, report) = tokio::task::spawn_blocking(move || Spool::open(spool_config))
         .await
         .map_err(StartError::Recovery)??;
@@ -442,7 +443,7 @@ async fn open_spool(
             report.pinned
         );
     }
-    Ok((spool, recovered))
+    Ok((spool, recovered, kept))
 }
 
 /// Static tables whose files changed are reloaded within a second, off

@@ -279,7 +279,7 @@ async fn store(intake: &Intake, sub: Submission) -> Result<Accepted, Refusal> {
         dsn,
     };
     let body = Arc::new(body);
-    match intake.spool.store(envelope.clone(), body.clone()).await {
+    match commit(intake, &envelope, &body).await {
         Ok(body_ref) => {
             intake.log_queued(&origin, &envelope, body.len());
             let id = envelope.id;
@@ -293,8 +293,7 @@ async fn store(intake: &Intake, sub: Submission) -> Result<Accepted, Refusal> {
                 .await;
             Ok(Accepted::Queued(id))
         }
-        Err(e) => {
-            let refusal = Refusal::Spool(e);
+        Err(refusal) => {
             event!(
                 intake.logger,
                 "cleanup",
@@ -313,6 +312,37 @@ async fn store(intake: &Intake, sub: Submission) -> Result<Accepted, Refusal> {
             Err(refusal)
         }
     }
+}
+
+/// Stores a message in the spool and, on a cluster node with shadow
+/// copies, on a peer at the same time: both synced before this returns.
+/// A copy no peer took is refused only if `shadow_required` (the local
+/// copy is then dropped); otherwise it is logged and the local copy alone
+/// stands.
+pub(super) async fn commit(
+    intake: &Intake,
+    envelope: &sluice_spool::Envelope,
+    body: &Arc<Vec<u8>>,
+) -> Result<sluice_spool::BodyRef, Refusal> {
+    let Some(shadow) = &intake.shadow else {
+        return Ok(intake.spool.store(envelope.clone(), body.clone()).await?);
+    };
+    let local = intake.spool.store(envelope.clone(), body.clone());
+    let (local, copy) = tokio::join!(local, shadow.copy(envelope, body));
+    let body_ref = local?;
+    if let Err(e) = copy {
+        if shadow.required() {
+            intake.spool.record_outcome(envelope.id, Vec::new(), true);
+            return Err(Refusal::Shadow(e.to_string()));
+        }
+        log!(
+            intake.logger,
+            "shadow",
+            "{}: accepted without a shadow copy: {e}",
+            qid(envelope.id)
+        );
+    }
+    Ok(body_ref)
 }
 
 fn log_refusal(intake: &Intake, sub: &Submission, refusal: &Refusal) {

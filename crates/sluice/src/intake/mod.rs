@@ -128,6 +128,8 @@ pub struct Intake {
     /// How far local delivery is behind (`flow.rs`); shared by every
     /// intake the process builds, and by the queue.
     pub flow: Arc<flow::InFlow>,
+    /// Shadow copies on a peer (`[cluster] shadow`), made once per start.
+    pub shadow: Option<Arc<crate::cluster::shadow::Shadow>>,
 }
 
 mod accept;
@@ -212,6 +214,23 @@ impl Intake {
 
     /// The message's first line in the log, under the door's name (as
     /// Postfix's smtpd logs `client=`): `grep QUEUEID` starts here.
+    /// Queues a copy claimed from a dead peer (`cluster::shadow`) as a
+    /// message of this node, under a new queue ID; returns that ID.
+    pub async fn requeue(&self, mut envelope: Envelope, body: Vec<u8>) -> Result<u64, Refusal> {
+        envelope.id = self.new_id();
+        let body = Arc::new(body);
+        let body_ref = accept::commit(self, &envelope, &body).await?;
+        let id = envelope.id;
+        (self.handoff)
+            .hand_off(Stored {
+                envelope,
+                body_ref,
+                body,
+            })
+            .await;
+        Ok(id)
+    }
+
     fn log_queued(&self, origin: &Origin, env: &Envelope, size: usize) {
         let (door, from) = match origin {
             Origin::Smtp(c) => (

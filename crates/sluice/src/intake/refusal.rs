@@ -33,6 +33,9 @@ pub enum Refusal {
     /// A content filter's answer, or `milter_default_action` (the reply).
     #[error("{0}")]
     Milter(String),
+    /// No peer took a shadow copy and `cluster.shadow_required` is set.
+    #[error("no cluster peer holds a copy: {0}")]
+    Shadow(String),
 }
 
 impl Refusal {
@@ -47,6 +50,7 @@ impl Refusal {
             Refusal::Dmarc(_) => "dmarc",
             Refusal::Spool(_) => "spool",
             Refusal::Milter(_) => "milter",
+            Refusal::Shadow(_) => "shadow",
         }
     }
 
@@ -70,6 +74,9 @@ impl Refusal {
                 "554 5.3.4 Error: message envelope too large to store".into()
             }
             Refusal::Spool(_) => "451 4.3.0 Error: queue file write error".into(),
+            Refusal::Shadow(_) => {
+                "451 4.3.0 Error: no cluster peer took a copy; try again later".into()
+            }
         }
     }
 
@@ -87,6 +94,7 @@ impl Refusal {
         match self {
             Refusal::Spool(e) => !matches!(e, SpoolError::Invalid(_)),
             Refusal::Milter(reply) => reply.starts_with('4'),
+            Refusal::Shadow(_) => true,
             _ => false,
         }
     }

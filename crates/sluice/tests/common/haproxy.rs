@@ -51,6 +51,15 @@ pub struct Balancer {
 
 impl Balancer {
     pub fn start(dir: &Path, nodes: &[(&str, SocketAddr)]) -> Balancer {
+        Balancer::start_in(None, dir, nodes)
+    }
+
+    /// [`Balancer::start`] inside `lan` (listening on its hub address).
+    pub fn start_in(
+        lan: Option<&super::netns::Lan>,
+        dir: &Path,
+        nodes: &[(&str, SocketAddr)],
+    ) -> Balancer {
         let servers: String = (nodes.iter())
             .map(|(name, addr)| {
                 format!(
@@ -59,7 +68,7 @@ impl Balancer {
                 )
             })
             .collect();
-        let (child, fronts) = run(dir, 1, |fd| {
+        let (child, fronts) = run_in(lan, dir, 1, |fd| {
             format!(
                 "listen smtp\n  bind fd@{}\n  balance roundrobin\n  \
                  option smtpchk EHLO lb.test\n{servers}",
@@ -89,16 +98,35 @@ impl Drop for Balancer {
 /// Starts HAProxy on `n` listening sockets the test binds (port 0) and
 /// HAProxy inherits; `sections(fds)` writes what follows the defaults.
 fn run(dir: &Path, n: usize, sections: impl Fn(&[i32]) -> String) -> (Child, Vec<SocketAddr>) {
+    run_in(None, dir, n, sections)
+}
+
+/// [`run`], in a network namespace (`None`: the test's own) on `lan`'s
+/// hub address.
+fn run_in(
+    lan: Option<&super::netns::Lan>,
+    dir: &Path,
+    n: usize,
+    sections: impl Fn(&[i32]) -> String,
+) -> (Child, Vec<SocketAddr>) {
     super::ensure_package(BIN, "haproxy");
-    let listeners: Vec<std::net::TcpListener> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
+    let bind = || match lan {
+        None => std::net::TcpListener::bind("127.0.0.1:0").unwrap(),
+        Some(lan) => {
+            let at = SocketAddr::new(lan.hub(), 0);
+            super::netns::Lan::within(&lan.lan, || std::net::TcpListener::bind(at).unwrap())
+        }
+    };
+    let listeners: Vec<std::net::TcpListener> = (0..n).map(|_| bind()).collect();
     let fronts = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
     let fds: Vec<i32> = listeners.iter().map(|l| l.as_raw_fd()).collect();
     let cfg = dir.join("haproxy.cfg");
     std::fs::write(&cfg, format!("{DEFAULTS}{}", sections(&fds))).unwrap();
     let log = std::fs::File::create(dir.join("haproxy.log")).unwrap();
-    let mut command = Command::new(BIN);
+    let mut command = match lan {
+        None => Command::new(BIN),
+        Some(lan) => super::netns::Lan::command(&lan.lan, BIN),
+    };
     command
         .arg("-db")
         .arg("-f")

@@ -5,6 +5,7 @@
 pub mod dns_split;
 pub mod dovecot;
 pub mod haproxy;
+pub mod netns;
 pub mod nsd;
 pub mod opendkim;
 pub mod pebble;

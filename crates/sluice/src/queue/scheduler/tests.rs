@@ -53,6 +53,7 @@ fn intake(config: &Config, spool: &Spool, queue: &QueueHandle) -> Arc<crate::int
         logger,
         milters: Default::default(),
         flow: queue.flow(),
+        shadow: None,
     })
 }
 

@@ -1,0 +1,279 @@
+//! Claiming a dead origin's copies: when a node has been counted dead (no
+//! heartbeat in Redis) for `shadow_claim_secs`, or came back as a new
+//! incarnation (it lost its spool), the peer holding its copies queues
+//! them as its own mail and delivers them.
+//!
+//! Each copy is claimed once in Redis (`SET NX`) before it is queued, so
+//! that if two peers hold a copy (a copy whose acknowledgement was late,
+//! then sent to the next peer) only one delivers it.
+//!
+//! Trusts: Redis's answer to the claim, and the cluster's view of who is
+//! alive (taken only while Redis answers: with Redis away nothing is
+//! claimed, since death cannot be told from a partition).
+//! Invariants: a copy is dropped from the holder's spool only once it is
+//! queued here (synced) or claimed by another peer; a claim cut short
+//! (Redis or the spool failing) resumes at the next tick.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use redis::aio::ConnectionManager;
+use sluice_spool::{Envelope, Recovered, Spool, SpoolConfig};
+use tokio::time::Instant;
+
+use super::holder::{lock, Copies, Holder};
+use crate::cluster::Cluster;
+use crate::log;
+use crate::log::qid;
+use crate::receive::local::Submitter;
+
+/// A claim key lives this long (longer than any queue lifetime).
+const CLAIM_TTL_SECS: u64 = 30 * 86_400;
+/// Copies claimed per Redis round trip.
+const CHUNK: usize = 256;
+
+#[derive(Debug, thiserror::Error)]
+enum ClaimError {
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("shadow spool: {0}")]
+    Spool(#[from] sluice_spool::SpoolError),
+    #[error("reading a copy: {0}")]
+    Read(#[from] std::io::Error),
+    #[error("queueing a copy: {0}")]
+    Queue(String),
+}
+
+/// Every heartbeat: claims what is due. Runs as long as the runtime.
+pub fn start(
+    holder: Arc<Holder>,
+    cluster: Arc<Cluster>,
+    submitter: Arc<ArcSwap<Submitter>>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let config = cluster.config().clone();
+        let beat = Duration::from_millis(config.heartbeat_ms);
+        let after = Duration::from_secs(config.shadow_claim_secs);
+        let client = redis::Client::open(config.redis_url.as_str()).ok();
+        let mut conn: Option<ConnectionManager> = None;
+        loop {
+            tokio::time::sleep(beat).await;
+            let due = due(&holder, &cluster, after);
+            if due.is_empty() {
+                continue;
+            }
+            let Some(client) = &client else { continue };
+            if conn.is_none() {
+                conn = ConnectionManager::new(client.clone()).await.ok();
+            }
+            let Some(con) = conn.as_mut() else { continue };
+            for copies in due {
+                let intake = submitter.load().intake.clone();
+                if let Err(e) = claim(&holder, &copies, con, &intake).await {
+                    log!(
+                        holder.logger,
+                        "shadow",
+                        "claim of node {}'s copies cut short: {e}; resumed at the next heartbeat",
+                        copies.origin
+                    );
+                }
+            }
+        }
+    })
+}
+
+/// The copies to claim now: of an origin that came back as another
+/// incarnation, or counted dead for `after`.
+fn due(holder: &Holder, cluster: &Cluster, after: Duration) -> Vec<Arc<Copies>> {
+    let all: Vec<Arc<Copies>> = lock(&holder.copies).values().cloned().collect();
+    let current = lock(&holder.current).clone();
+    let mut due = Vec::new();
+    for copies in all {
+        let superseded = current
+            .get(&copies.origin)
+            .is_some_and(|inc| *inc != copies.incarnation);
+        let dead_long = match cluster.is_live(&copies.origin) {
+            None => false,
+            Some(true) => {
+                *lock(&copies.absent_since) = None;
+                false
+            }
+            Some(false) => {
+                let mut since = lock(&copies.absent_since);
+                since.get_or_insert_with(Instant::now).elapsed() >= after
+            }
+        };
+        if superseded || dead_long {
+            due.push(copies);
+        }
+    }
+    due
+}
+
+/// Claims one origin incarnation's copies: the spool is closed to new
+/// copies and reopened to list them, each is claimed in Redis and queued,
+/// then the area is removed.
+async fn claim(
+    holder: &Holder,
+    copies: &Arc<Copies>,
+    con: &mut ConnectionManager,
+    intake: &Arc<crate::intake::Intake>,
+) -> Result<(), ClaimError> {
+    let Some(spool) = lock(&copies.spool).take() else {
+        return Ok(());
+    };
+    let config = SpoolConfig {
+        dir: copies.dir.clone(),
+        ..holder.spool.clone()
+    };
+    let reopened = tokio::task::spawn_blocking(move || {
+        spool.shutdown();
+        drop(spool);
+        Spool::open(config)
+    })
+    .await
+    .expect("no panic");
+    let (spool, recovered, _) = reopened?;
+    let result = claim_all(holder, copies, &spool, recovered, con, intake).await;
+    if result.is_err() {
+        *lock(&copies.spool) = Some(spool);
+        return result;
+    }
+    let dir = copies.dir.clone();
+    let _ = tokio::task::spawn_blocking(move || {
+        spool.shutdown();
+        drop(spool);
+        std::fs::remove_dir_all(&dir)
+    })
+    .await;
+    let key = (copies.origin.clone(), copies.incarnation);
+    lock(&holder.copies).remove(&key);
+    Ok(())
+}
+
+async fn claim_all(
+    holder: &Holder,
+    copies: &Copies,
+    spool: &Spool,
+    recovered: Vec<Recovered>,
+    con: &mut ConnectionManager,
+    intake: &Arc<crate::intake::Intake>,
+) -> Result<(), ClaimError> {
+    let (origin, inc) = (&copies.origin, copies.incarnation);
+    if !recovered.is_empty() {
+        log!(
+            holder.logger,
+            "shadow",
+            "node {origin} (incarnation {inc:016x}) is gone: claiming its {} copies",
+            recovered.len()
+        );
+    }
+    let (mut queued, mut elsewhere) = (0usize, 0usize);
+    for chunk in recovered.chunks(CHUNK) {
+        let mut pipe = redis::pipe();
+        for r in chunk {
+            let key = format!("sluice:shadow:{{{origin}@{inc:016x}}}:{:x}", r.id);
+            pipe.cmd("SET")
+                .arg(key)
+                .arg(&holder.node)
+                .arg("NX")
+                .arg("EX")
+                .arg(CLAIM_TTL_SECS);
+        }
+        let won: Vec<Option<String>> = pipe.query_async(con).await?;
+        for (r, won) in chunk.iter().zip(won) {
+            if won.is_some() {
+                let new = requeue(spool, r, intake).await?;
+                log!(
+                    holder.logger,
+                    "shadow",
+                    "{}: claimed from node {origin}, queued as {}",
+                    qid(r.id),
+                    qid(new)
+                );
+                queued += 1;
+            } else {
+                elsewhere += 1;
+            }
+            spool.record_outcome(r.id, Vec::new(), true);
+        }
+    }
+    if !recovered.is_empty() {
+        log!(
+            holder.logger,
+            "shadow",
+            "node {origin}: {queued} copies queued here, {elsewhere} claimed by another peer"
+        );
+    }
+    Ok(())
+}
+
+/// Queues one copy here, without the recipients its origin had finished.
+async fn requeue(
+    spool: &Spool,
+    r: &Recovered,
+    intake: &Arc<crate::intake::Intake>,
+) -> Result<u64, ClaimError> {
+    let (s, body_ref) = (spool.clone(), r.body);
+    let (env, body) = tokio::task::spawn_blocking(move || {
+        Ok::<_, std::io::Error>((s.read_envelope(body_ref)?, s.read_body(body_ref)?))
+    })
+    .await
+    .expect("no panic")?;
+    let env = without_done(env, &r.done);
+    intake
+        .requeue(env, body)
+        .await
+        .map_err(|e| ClaimError::Queue(e.to_string()))
+}
+
+fn without_done(mut env: Envelope, done: &sluice_spool::DoneSet) -> Envelope {
+    let keep = |i: &usize| !done.get(*i);
+    let pick = |v: Vec<String>| -> Vec<String> {
+        v.into_iter()
+            .enumerate()
+            .filter(|(i, _)| keep(i))
+            .map(|(_, x)| x)
+            .collect()
+    };
+    env.recipients = pick(std::mem::take(&mut env.recipients));
+    if let Some(dsn) = env.dsn.as_mut() {
+        let notify = std::mem::take(&mut dsn.notify);
+        dsn.notify = notify
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| keep(i))
+            .map(|(_, x)| x)
+            .collect();
+        dsn.orcpt = pick(std::mem::take(&mut dsn.orcpt));
+    }
+    env
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recipients_already_done_are_not_queued_again() {
+        let env = Envelope {
+            recipients: vec!["a@x".into(), "b@x".into(), "c@x".into()],
+            dsn: Some(Box::new(sluice_spool::Dsn {
+                notify: vec![1, 2, 3],
+                orcpt: vec!["o-a".into(), "o-b".into(), "o-c".into()],
+                ..Default::default()
+            })),
+            ..Envelope::default()
+        };
+        let mut done = sluice_spool::DoneSet::none(3);
+        done.set(1);
+        let left = without_done(env, &done);
+        assert_eq!(left.recipients, vec!["a@x", "c@x"]);
+        let dsn = left.dsn.unwrap();
+        assert_eq!(
+            (dsn.notify, dsn.orcpt),
+            (vec![1, 3], vec!["o-a".to_string(), "o-c".into()])
+        );
+    }
+}

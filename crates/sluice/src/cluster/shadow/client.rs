@@ -1,0 +1,324 @@
+//! The origin's side of shadow copies: before a message is acknowledged,
+//! a copy goes to one peer and waits for that peer's disk; afterwards the
+//! message's outcomes follow, batched, so the peer can drop its copy.
+//!
+//! Trusts: a peer that proved the shared secret (its acknowledgement says
+//! the copy is synced on its disk). Invariants: a copy is reported held
+//! only on the peer's acknowledgement; a peer that fails or is slow is set
+//! aside for a second and the next one tried; outcomes waiting for a peer
+//! that is away are bounded (the oldest are dropped, logged once: the
+//! copies they would have discarded stay until the peer claims or expires
+//! them, a duplicate at worst, never a loss).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sluice_spool::Envelope;
+use tokio::io::{AsyncWriteExt, BufWriter};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use super::wire::{self, Outcome, WireError};
+use crate::log;
+use crate::log::Logger;
+
+/// Outcomes kept for one peer while it is away, at most.
+const BACKLOG: usize = 200_000;
+/// Outcomes per frame.
+const BATCH: usize = 4096;
+/// How often outcomes go out.
+const FLUSH: Duration = Duration::from_millis(100);
+/// A peer that failed is not tried again for this long.
+const BACKOFF: Duration = Duration::from_secs(1);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ShadowError {
+    #[error("no peer took the copy ({0})")]
+    NoPeer(String),
+}
+
+/// This node's shadowing, shared by every intake.
+pub struct Shadow {
+    node: String,
+    incarnation: u64,
+    secret: String,
+    timeout: Duration,
+    required: bool,
+    links: Vec<Link>,
+    /// The peer tried first (the last one that took a copy).
+    current: AtomicUsize,
+    seq: AtomicU64,
+    outbox: Mutex<Vec<Outcome>>,
+    logger: Logger,
+}
+
+struct Link {
+    addr: String,
+    conn: tokio::sync::Mutex<Option<Conn>>,
+    failed_at: Mutex<Option<Instant>>,
+    backlog: Mutex<VecDeque<Outcome>>,
+    /// Logged that this peer is away (once until it is back).
+    away: AtomicBool,
+    /// Logged that outcomes for it were dropped.
+    dropped: AtomicBool,
+    /// A link was made once: the peer has heard this incarnation.
+    greeted: AtomicBool,
+}
+
+struct Conn {
+    tx: mpsc::Sender<Vec<u8>>,
+    pending: Arc<Mutex<HashMap<u64, oneshot::Sender<bool>>>>,
+    alive: Arc<AtomicBool>,
+}
+
+impl Shadow {
+    pub fn new(
+        config: &crate::config::cluster::ClusterConfig,
+        node: &str,
+        incarnation: u64,
+        logger: Logger,
+    ) -> Arc<Shadow> {
+        let links = (config.peers.iter())
+            .map(|addr| Link {
+                addr: addr.clone(),
+                conn: tokio::sync::Mutex::new(None),
+                failed_at: Mutex::new(None),
+                backlog: Mutex::new(VecDeque::new()),
+                away: AtomicBool::new(false),
+                dropped: AtomicBool::new(false),
+                greeted: AtomicBool::new(false),
+            })
+            .collect::<Vec<_>>();
+        // Nodes start at different peers, so copies spread.
+        let start = node.bytes().map(usize::from).sum::<usize>() % links.len().max(1);
+        let shadow = Arc::new(Shadow {
+            node: node.to_string(),
+            incarnation,
+            secret: config.shadow_secret.clone(),
+            timeout: Duration::from_millis(config.shadow_timeout_ms),
+            required: config.shadow_required,
+            links,
+            current: AtomicUsize::new(start),
+            seq: AtomicU64::new(1),
+            outbox: Mutex::new(Vec::new()),
+            logger,
+        });
+        tokio::spawn(flush_outcomes(Arc::downgrade(&shadow)));
+        shadow
+    }
+
+    /// Whether a message no peer copied is refused (`shadow_required`).
+    pub fn required(&self) -> bool {
+        self.required
+    }
+
+    /// Hands a copy to a peer; returns once one has it on disk.
+    pub async fn copy(&self, env: &Envelope, body: &[u8]) -> Result<(), ShadowError> {
+        let n = self.links.len();
+        let start = self.current.load(Ordering::Relaxed);
+        let frame = Arc::new(wire::store(0, env, body));
+        let mut last = String::from("all peers set aside after failures");
+        for k in 0..n {
+            let i = (start + k) % n;
+            let link = &self.links[i];
+            if set_aside(link) {
+                continue;
+            }
+            let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+            let mut framed = frame.as_ref().clone();
+            framed[5..13].copy_from_slice(&seq.to_be_bytes());
+            match tokio::time::timeout(self.timeout, self.send(link, seq, framed)).await {
+                Ok(Ok(())) => {
+                    *lock(&link.failed_at) = None;
+                    link.greeted.store(true, Ordering::Relaxed);
+                    if link.away.swap(false, Ordering::Relaxed) {
+                        log!(
+                            self.logger,
+                            "shadow",
+                            "peer {} takes copies again",
+                            link.addr
+                        );
+                    }
+                    self.current.store(i, Ordering::Relaxed);
+                    return Ok(());
+                }
+                Ok(Err(e)) => last = format!("{}: {e}", link.addr),
+                Err(_) => last = format!("{}: no answer in {:?}", link.addr, self.timeout),
+            }
+            *lock(&link.failed_at) = Some(Instant::now());
+            *link.conn.lock().await = None;
+            if !link.away.swap(true, Ordering::Relaxed) {
+                log!(self.logger, "shadow", "peer set aside: {last}");
+            }
+        }
+        Err(ShadowError::NoPeer(last))
+    }
+
+    async fn send(&self, link: &Link, seq: u64, frame: Vec<u8>) -> Result<(), WireError> {
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut guard = link.conn.lock().await;
+            if !guard
+                .as_ref()
+                .is_some_and(|c| c.alive.load(Ordering::Relaxed))
+            {
+                *guard = Some(self.connect(&link.addr).await?);
+            }
+            let conn = guard.as_ref().expect("just connected");
+            lock(&conn.pending).insert(seq, tx);
+            if conn.tx.send(frame).await.is_err() {
+                return Err(WireError::Malformed("link closed"));
+            }
+        }
+        match rx.await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(WireError::Malformed("peer could not store the copy")),
+            Err(_) => Err(WireError::Malformed("link closed before the answer")),
+        }
+    }
+
+    /// Opens a link: the peer's challenge, our proof, its welcome; then a
+    /// task writes frames and another reads acknowledgements.
+    async fn connect(&self, addr: &str) -> Result<Conn, WireError> {
+        let mut stream = TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        let (kind, nonce) = wire::read_frame(&mut stream, wire::SMALL_FRAME).await?;
+        if kind != wire::CHALLENGE {
+            return Err(WireError::Malformed("no challenge"));
+        }
+        let hello = wire::Hello {
+            node: self.node.clone(),
+            incarnation: self.incarnation,
+            mac: wire::proof(&self.secret, &nonce, &self.node, self.incarnation),
+        };
+        stream.write_all(&wire::hello(&hello)).await?;
+        let (kind, why) = wire::read_frame(&mut stream, wire::SMALL_FRAME).await?;
+        if kind != wire::WELCOME {
+            let why = String::from_utf8_lossy(&why).into_owned();
+            log!(
+                self.logger,
+                "shadow",
+                "peer {addr} refused this node: {why}"
+            );
+            return Err(WireError::Malformed("peer refused the hello"));
+        }
+        let (mut read, write) = stream.into_split();
+        let (tx, mut rx) = mpsc::channel::<Vec<u8>>(1024);
+        let pending: Arc<Mutex<HashMap<u64, oneshot::Sender<bool>>>> = Arc::default();
+        let alive = Arc::new(AtomicBool::new(true));
+        let (p, a) = (pending.clone(), alive.clone());
+        tokio::spawn(async move {
+            while let Ok((wire::ACK, payload)) =
+                wire::read_frame(&mut read, wire::SMALL_FRAME).await
+            {
+                let Ok((seq, ok)) = wire::decode_ack(&payload) else {
+                    break;
+                };
+                if let Some(tx) = lock(&p).remove(&seq) {
+                    let _ = tx.send(ok);
+                }
+            }
+            a.store(false, Ordering::Relaxed);
+            lock(&p).clear();
+        });
+        let a = alive.clone();
+        tokio::spawn(async move {
+            let mut out = BufWriter::with_capacity(256 * 1024, write);
+            while let Some(frame) = rx.recv().await {
+                let mut ok = out.write_all(&frame).await.is_ok();
+                while let (true, Ok(more)) = (ok, rx.try_recv()) {
+                    ok = out.write_all(&more).await.is_ok();
+                }
+                if !ok || out.flush().await.is_err() {
+                    break;
+                }
+            }
+            a.store(false, Ordering::Relaxed);
+        });
+        Ok(Conn { tx, pending, alive })
+    }
+
+    /// Notes an outcome for the peers (the spool's observer).
+    pub fn outcome(&self, id: u64, recipients: &[u16], complete: bool) {
+        lock(&self.outbox).push(Outcome {
+            id,
+            recipients: recipients.to_vec(),
+            complete,
+        });
+    }
+}
+
+/// A peer that failed within `BACKOFF` is not tried.
+fn set_aside(link: &Link) -> bool {
+    (lock(&link.failed_at)).is_some_and(|t| t.elapsed() < BACKOFF)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Every `FLUSH`: the outcomes noted go to every peer (a peer holding no
+/// copy of a message ignores them); a peer away keeps them in its backlog.
+async fn flush_outcomes(shadow: std::sync::Weak<Shadow>) {
+    loop {
+        tokio::time::sleep(FLUSH).await;
+        let Some(shadow) = shadow.upgrade() else {
+            return;
+        };
+        let fresh = std::mem::take(&mut *lock(&shadow.outbox));
+        for link in &shadow.links {
+            let frames = {
+                let mut backlog = lock(&link.backlog);
+                backlog.extend(fresh.iter().cloned());
+                let over = backlog.len().saturating_sub(BACKLOG);
+                if over > 0 {
+                    backlog.drain(..over);
+                    if !link.dropped.swap(true, Ordering::Relaxed) {
+                        log!(shadow.logger, "shadow", "peer {} away: its oldest outcomes dropped (its copies of those messages stay until claimed or expired)", link.addr);
+                    }
+                }
+                // A peer is greeted at start even with nothing to send: a
+                // node back without its spool tells its peers at once.
+                let idle = backlog.is_empty() && link.greeted.load(Ordering::Relaxed);
+                if idle || set_aside(link) {
+                    continue;
+                }
+                let all: Vec<Outcome> = backlog.iter().cloned().collect();
+                all.chunks(BATCH).map(wire::outcomes).collect::<Vec<_>>()
+            };
+            if send_all(&shadow, link, frames).await {
+                lock(&link.backlog).clear();
+            }
+        }
+    }
+}
+
+/// Sends frames on a peer's link, connecting if it is not set aside.
+async fn send_all(shadow: &Shadow, link: &Link, frames: Vec<Vec<u8>>) -> bool {
+    let mut guard = link.conn.lock().await;
+    if !guard
+        .as_ref()
+        .is_some_and(|c| c.alive.load(Ordering::Relaxed))
+    {
+        match tokio::time::timeout(shadow.timeout, shadow.connect(&link.addr)).await {
+            Ok(Ok(conn)) => {
+                link.greeted.store(true, Ordering::Relaxed);
+                *guard = Some(conn)
+            }
+            _ => {
+                *lock(&link.failed_at) = Some(Instant::now());
+                return false;
+            }
+        }
+    }
+    let conn = guard.as_ref().expect("connected");
+    for frame in frames {
+        if conn.tx.send(frame).await.is_err() {
+            return false;
+        }
+    }
+    true
+}

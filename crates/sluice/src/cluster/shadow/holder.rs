@@ -1,0 +1,273 @@
+//! The holder's side of shadow copies: a listener that takes the peers'
+//! copies into one spool per origin node and incarnation
+//! (`<data_dir>/shadow/<node>@<incarnation>/`, the same group-committed
+//! log as the main spool), drops them as their outcomes arrive, and
+//! claims them when their origin is gone (`claim.rs`).
+//!
+//! Trusts: a peer that proved the shared secret, and only as far as
+//! storing copies in the area kept for its own name goes; every frame is
+//! length-checked and limited (`wire.rs`). A peer cannot name another
+//! node (the proof covers the name) nor this one.
+//! Invariants: a copy is acknowledged only once it is synced; at most
+//! `IN_FLIGHT` copies per link are in memory (the link is not read further
+//! until one is on disk).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sluice_spool::{Spool, SpoolConfig};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, Semaphore};
+use tokio::time::Instant;
+
+use super::wire::{self, WireError};
+use crate::log;
+use crate::log::Logger;
+
+/// Copies of one link held in memory (read, not yet on disk), at most.
+const IN_FLIGHT: usize = 256;
+/// Time a peer has to prove itself.
+const HELLO_WITHIN: Duration = Duration::from_secs(10);
+
+/// The copies kept for one incarnation of one origin node.
+pub(super) struct Copies {
+    pub origin: String,
+    pub incarnation: u64,
+    pub dir: PathBuf,
+    /// `None` while being claimed.
+    pub spool: Mutex<Option<Spool>>,
+    /// Since when the origin has been counted dead (`None`: alive).
+    pub absent_since: Mutex<Option<Instant>>,
+}
+
+pub struct Holder {
+    pub(super) node: String,
+    pub(super) dir: PathBuf,
+    secret: String,
+    /// A frame may be this long (the largest message and its envelope).
+    limit: usize,
+    pub(super) spool: SpoolConfig,
+    /// By origin and incarnation.
+    pub(super) copies: Mutex<HashMap<(String, u64), Arc<Copies>>>,
+    /// The incarnation each origin last said hello with.
+    pub(super) current: Mutex<HashMap<String, u64>>,
+    pub(super) logger: Logger,
+}
+
+impl Holder {
+    /// Opens the copies kept from earlier runs (`<dir>/<node>@<hex>`).
+    pub fn open(
+        node: &str,
+        secret: &str,
+        dir: PathBuf,
+        spool: SpoolConfig,
+        message_limit: usize,
+        logger: Logger,
+    ) -> std::io::Result<Arc<Holder>> {
+        std::fs::create_dir_all(&dir)?;
+        let holder = Arc::new(Holder {
+            node: node.to_string(),
+            dir: dir.clone(),
+            secret: secret.to_string(),
+            limit: message_limit + 4 * 1024 * 1024,
+            spool,
+            copies: Mutex::new(HashMap::new()),
+            current: Mutex::new(HashMap::new()),
+            logger,
+        });
+        for entry in std::fs::read_dir(&dir)? {
+            let name = entry?.file_name().to_string_lossy().into_owned();
+            let Some((origin, inc)) = name.split_once('@') else {
+                continue;
+            };
+            let Ok(inc) = u64::from_str_radix(inc, 16) else {
+                continue;
+            };
+            if let Err(e) = holder.copies_for(origin, inc) {
+                log!(
+                    holder.logger,
+                    "shadow",
+                    "copies of {name} cannot be opened: {e}"
+                );
+            }
+        }
+        Ok(holder)
+    }
+
+    /// The copies of one origin incarnation, opened if need be.
+    pub(super) fn copies_for(&self, origin: &str, inc: u64) -> std::io::Result<Arc<Copies>> {
+        let key = (origin.to_string(), inc);
+        if let Some(c) = lock(&self.copies).get(&key) {
+            return Ok(c.clone());
+        }
+        let dir = self.dir.join(format!("{origin}@{inc:016x}"));
+        let config = SpoolConfig {
+            dir: dir.clone(),
+            ..self.spool.clone()
+        };
+        let (spool, recovered, _) = Spool::open(config).map_err(std::io::Error::other)?;
+        if !recovered.is_empty() {
+            log!(
+                self.logger,
+                "shadow",
+                "holding {} copies for node {origin} (incarnation {inc:016x})",
+                recovered.len()
+            );
+        }
+        let copies = Arc::new(Copies {
+            origin: origin.to_string(),
+            incarnation: inc,
+            dir,
+            spool: Mutex::new(Some(spool)),
+            absent_since: Mutex::new(None),
+        });
+        let mut all = lock(&self.copies);
+        Ok(all.entry(key).or_insert(copies).clone())
+    }
+
+    /// Takes peers' links until the runtime ends.
+    pub fn serve(self: &Arc<Self>, listener: TcpListener) {
+        let holder = self.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, peer)) = listener.accept().await else {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                };
+                let holder = holder.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = holder.clone().link(stream, peer).await {
+                        log!(holder.logger, "shadow", "link from {peer} ended: {e}");
+                    }
+                });
+            }
+        });
+    }
+
+    async fn link(
+        self: Arc<Self>,
+        mut stream: TcpStream,
+        peer: SocketAddr,
+    ) -> Result<(), WireError> {
+        stream.set_nodelay(true)?;
+        let nonce: [u8; 32] = random_nonce();
+        stream
+            .write_all(&wire::frame(wire::CHALLENGE, |o| {
+                o.extend_from_slice(&nonce)
+            }))
+            .await?;
+        let hello = tokio::time::timeout(
+            HELLO_WITHIN,
+            wire::read_frame(&mut stream, wire::SMALL_FRAME),
+        )
+        .await
+        .map_err(|_| WireError::Malformed("no hello in time"))??;
+        let hello = match hello {
+            (wire::HELLO, payload) => wire::decode_hello(&payload)?,
+            _ => return Err(WireError::Malformed("not a hello")),
+        };
+        let fine = |c: char| c.is_ascii_alphanumeric() || "-._".contains(c);
+        let why = if !wire::proof_ok(&self.secret, &nonce, &hello) {
+            Some("bad proof (another shadow_secret?)")
+        } else if hello.node.is_empty() || hello.node.len() > 64 || !hello.node.chars().all(fine) {
+            Some("bad node name")
+        } else if hello.node == self.node {
+            Some("that is this node's own name")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            log!(self.logger, "shadow", "refused a link from {peer}: {why}");
+            let refused = wire::frame(wire::REFUSED, |o| o.extend_from_slice(why.as_bytes()));
+            stream.write_all(&refused).await?;
+            return Ok(());
+        }
+        let holder = self.clone();
+        let copies = tokio::task::spawn_blocking(move || holder.welcome(&hello))
+            .await
+            .map_err(|_| WireError::Malformed("opening the copies' spool panicked"))??;
+        stream
+            .write_all(&wire::frame(wire::WELCOME, |_| {}))
+            .await?;
+        let (mut read, write) = stream.into_split();
+        let (acks, rx) = mpsc::channel::<Vec<u8>>(IN_FLIGHT * 2);
+        tokio::spawn(write_acks(write, rx));
+        let permits = Arc::new(Semaphore::new(IN_FLIGHT));
+        loop {
+            let (kind, payload) = wire::read_frame(&mut read, self.limit).await?;
+            match kind {
+                wire::STORE => {
+                    let permit = permits.clone().acquire_owned().await.expect("never closed");
+                    let copy = wire::decode_store(&payload)?;
+                    let (copies, acks) = (copies.clone(), acks.clone());
+                    tokio::spawn(async move {
+                        let spool = lock(&copies.spool).clone();
+                        let ok = match spool {
+                            Some(s) => s.store(copy.envelope, Arc::new(copy.body)).await.is_ok(),
+                            None => false,
+                        };
+                        let _ = acks.send(wire::ack(copy.seq, ok)).await;
+                        drop(permit);
+                    });
+                }
+                wire::OUTCOMES => {
+                    let spool = lock(&copies.spool).clone();
+                    for o in wire::decode_outcomes(&payload)? {
+                        if let Some(s) = &spool {
+                            s.record_outcome(o.id, o.recipients, o.complete);
+                        }
+                    }
+                }
+                _ => return Err(WireError::Malformed("unexpected frame kind")),
+            }
+        }
+    }
+
+    /// A proven peer: its copies' area, and a note when it came back as a
+    /// new incarnation (it lost its spool: what it had is claimable now).
+    fn welcome(&self, hello: &wire::Hello) -> Result<Arc<Copies>, WireError> {
+        let before = lock(&self.current).insert(hello.node.clone(), hello.incarnation);
+        if before.is_some_and(|b| b != hello.incarnation) {
+            log!(
+                self.logger,
+                "shadow",
+                "node {} is back as a new incarnation {:016x}: its earlier copies are claimed",
+                hello.node,
+                hello.incarnation
+            );
+        }
+        let copies = self.copies_for(&hello.node, hello.incarnation)?;
+        *lock(&copies.absent_since) = None;
+        Ok(copies)
+    }
+}
+
+async fn write_acks(write: tokio::net::tcp::OwnedWriteHalf, mut rx: mpsc::Receiver<Vec<u8>>) {
+    let mut out = tokio::io::BufWriter::new(write);
+    while let Some(ack) = rx.recv().await {
+        let mut ok = out.write_all(&ack).await.is_ok();
+        while let (true, Ok(more)) = (ok, rx.try_recv()) {
+            ok = out.write_all(&more).await.is_ok();
+        }
+        if !ok || out.flush().await.is_err() {
+            return;
+        }
+    }
+}
+
+fn random_nonce() -> [u8; 32] {
+    use ring::rand::SecureRandom;
+    let mut nonce = [0u8; 32];
+    ring::rand::SystemRandom::new()
+        .fill(&mut nonce)
+        .expect("the system's random source");
+    nonce
+}
+
+pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}

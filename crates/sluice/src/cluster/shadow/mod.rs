@@ -1,0 +1,51 @@
+//! Shadow copies (issue 23, like Exchange's shadow redundancy): no
+//! acknowledged message is lost when a node dies with its disk.
+//!
+//! Before a node (the *origin*) answers `250`, a copy of the message is
+//! on the disk of one peer (the *holder*), written in parallel with the
+//! origin's own spool (`client.rs`). As the origin records outcomes, they
+//! follow to its peers, batched, and the holder drops what is done
+//! (`holder.rs`). When the origin has had no heartbeat for
+//! `shadow_claim_secs` beyond `node_dead_secs`, or comes back having lost
+//! its spool (a new *incarnation*: a random number kept in the spool
+//! directory), the holder claims the copies and delivers them
+//! (`claim.rs`). Duplicates arise only for messages whose delivery was
+//! under way, or whose outcome had not reached the holder, when the origin
+//! died.
+//!
+//! Trusts: peers that prove the shared secret (`wire.rs`); nothing else
+//! may store or drop copies. The link is not encrypted: it belongs on a
+//! private network, like Redis.
+//! Invariants: the origin's `250` waits for both disks (or, with no peer
+//! answering, for its own and a log line, unless `shadow_required`).
+
+mod claim;
+mod client;
+mod holder;
+mod wire;
+
+use std::path::Path;
+
+pub use claim::start as start_claims;
+pub use client::{Shadow, ShadowError};
+pub use holder::Holder;
+
+/// This spool's incarnation: made once, kept in `<spool>/incarnation`; a
+/// spool that was lost and made anew has another.
+pub fn incarnation(spool_dir: &Path) -> std::io::Result<u64> {
+    const FILE: &str = "incarnation";
+    if let Ok(text) = std::fs::read_to_string(spool_dir.join(FILE)) {
+        if let Ok(n) = u64::from_str_radix(text.trim(), 16) {
+            return Ok(n);
+        }
+    }
+    use ring::rand::SecureRandom;
+    let mut bytes = [0u8; 8];
+    ring::rand::SystemRandom::new()
+        .fill(&mut bytes)
+        .map_err(|_| std::io::Error::other("no random source"))?;
+    let n = u64::from_be_bytes(bytes);
+    std::fs::create_dir_all(spool_dir)?;
+    sluice_spool::replace_file(spool_dir, FILE, format!("{n:016x}\n").as_bytes(), 0o600)?;
+    Ok(n)
+}

@@ -1,0 +1,455 @@
+//! Shadow copies (issue 23): three `sluice serve` processes, each in a
+//! network namespace of its own, behind a real HAProxy, sharing a real
+//! redis-server. A node SIGKILLed mid-load with its spool deleted loses no
+//! acknowledged message: its peers claim their copies and deliver them;
+//! new sessions flow through the other nodes within 10 s.
+
+mod common;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::process::{Child, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::haproxy::Balancer;
+use common::netns::Lan;
+use common::redis::Redis;
+use common::*;
+use sluice_bench::sink::{Sink, SinkOptions};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const SECRET: &str = "test-shadow-secret-0123";
+
+/// Node `i`'s configuration: a PROXY listener on its own address taking
+/// headers from the lan's balancer, the sink as relayhost, shadow copies
+/// to the other nodes.
+/// How a test sets its nodes up.
+struct Setup {
+    /// The next hop (the sink's address).
+    hop: SocketAddr,
+    /// Behind the balancer (a PROXY listener) or reached directly.
+    proxied: bool,
+    claim_secs: u64,
+    required: bool,
+}
+
+fn node_config(
+    dir: &std::path::Path,
+    lan: &Lan,
+    i: usize,
+    redis: &Redis,
+    setup: &Setup,
+) -> std::path::PathBuf {
+    let me = lan.node_ip(i);
+    let peers: Vec<String> = (0..lan.nodes.len())
+        .filter(|&j| j != i)
+        .map(|j| format!("\"{}:2526\"", lan.node_ip(j)))
+        .collect();
+    let dir = dir.join(format!("n{}", i + 1));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("sluice.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"hostname = "n{n}.test"
+data_dir = "{data}"
+run_as_root = true
+log_file = "{log}"
+log_format = "json"
+[smtpd]
+listen = []
+mynetworks = ["{hub}/32"]
+[[smtpd.listeners]]
+listen = "{me}:25"
+kind = "smtp"
+proxy_protocol = {proxied}
+proxy_protocol_from = ["{hub}/32"]
+[queue]
+minimal_backoff_secs = 1
+maximal_backoff_secs = 1
+[delivery]
+relayhost = "smtp:[{sink_ip}]:{sink_port}"
+default_concurrency = 2
+initial_concurrency = 2
+dead_host_secs = 1
+[dns]
+nameservers = ["127.0.0.1:9"]
+timeout_ms = 300
+attempts = 1
+[cluster]
+node = "n{n}"
+redis_url = "{redis}"
+heartbeat_ms = 200
+node_dead_secs = 2
+lease_secs = 2
+shadow = true
+shadow_listen = "{me}:2526"
+shadow_secret = "{SECRET}"
+shadow_claim_secs = {claim_secs}
+shadow_required = {required}
+peers = [{peers}]
+"#,
+            n = i + 1,
+            data = dir.join("var").display(),
+            log = dir.join("maillog").display(),
+            hub = lan.hub(),
+            sink_ip = setup.hop.ip(),
+            sink_port = setup.hop.port(),
+            proxied = setup.proxied,
+            claim_secs = setup.claim_secs,
+            required = setup.required,
+            redis = redis.url(),
+            peers = peers.join(", "),
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn spawn_node(lan: &Lan, i: usize, config: &std::path::Path) -> Child {
+    let stderr = std::fs::File::create(config.with_file_name("daemon.stderr")).unwrap();
+    Lan::command(&lan.nodes[i], env!("CARGO_BIN_EXE_sluice"))
+        .arg("serve")
+        .arg("--config")
+        .arg(config)
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .unwrap()
+}
+
+/// One message through the balancer; `Ok` only on the final `250`. Any
+/// error (a node dying mid-session) is an `Err`: the client tries again.
+async fn send_one(lan: &Lan, to: SocketAddr, subject: &str) -> Result<(), String> {
+    let socket = lan.socket(SocketAddr::new(lan.hub(), 0));
+    let talk = async {
+        let mut s = socket.connect(to).await.map_err(|e| e.to_string())?;
+        let mut buf = Vec::new();
+        let script = [
+            (None, "220"),
+            (Some("EHLO client.test\r\n".to_string()), "250"),
+            (Some("MAIL FROM:<a@b.test>\r\n".into()), "250"),
+            (Some("RCPT TO:<x@dest.test>\r\n".into()), "250"),
+            (Some("DATA\r\n".into()), "354"),
+            (Some(format!("{}.\r\n", body(subject))), "250"),
+        ];
+        for (line, want) in script {
+            if let Some(line) = line {
+                s.write_all(line.as_bytes())
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+            let reply = read_reply(&mut s, &mut buf).await?;
+            if !reply.starts_with(want) {
+                return Err(reply);
+            }
+        }
+        let _ = s.write_all(b"QUIT\r\n").await;
+        Ok(())
+    };
+    tokio::time::timeout(Duration::from_secs(10), talk)
+        .await
+        .map_err(|_| "timed out".to_string())?
+}
+
+async fn read_reply(s: &mut tokio::net::TcpStream, buf: &mut Vec<u8>) -> Result<String, String> {
+    loop {
+        if let Some(reply) = take_reply(buf) {
+            return Ok(reply);
+        }
+        let mut chunk = [0u8; 4096];
+        let n = s.read(&mut chunk).await.map_err(|e| e.to_string())?;
+        if n == 0 {
+            return Err("closed".into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Subjects the sink received, with their counts.
+fn received(sink: &Sink) -> HashMap<String, usize> {
+    let mut seen = HashMap::new();
+    for m in sink.messages() {
+        let text = String::from_utf8_lossy(&m.body);
+        if let Some(subject) = text.lines().find_map(|l| l.strip_prefix("Subject: ")) {
+            *seen.entry(subject.to_string()).or_insert(0) += 1;
+        }
+    }
+    seen
+}
+
+struct Nodes(Vec<Option<Child>>);
+
+impl Drop for Nodes {
+    fn drop(&mut self) {
+        for child in self.0.iter_mut().flatten() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_killed_with_its_spool_loses_no_acknowledged_message() {
+    let dir = temp_dir("shadow-kill");
+    let lan = Lan::create(3);
+    let redis = Redis::start(&dir);
+    // A next hop slow enough that mail waits in each node's queue.
+    let sink = Sink::start_on(
+        lan.socket(SocketAddr::new(lan.hub(), 0)),
+        SinkOptions {
+            record: true,
+            reply_delay: Some(Duration::from_millis(20)),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let setup = Setup {
+        hop: sink.addr,
+        proxied: true,
+        claim_secs: 1,
+        required: false,
+    };
+    let configs: Vec<_> = (0..3)
+        .map(|i| node_config(&dir, &lan, i, &redis, &setup))
+        .collect();
+    let mut nodes = Nodes(
+        (0..3)
+            .map(|i| Some(spawn_node(&lan, i, &configs[i])))
+            .collect(),
+    );
+    let backends: Vec<(String, SocketAddr)> = (0..3)
+        .map(|i| (format!("n{}", i + 1), SocketAddr::new(lan.node_ip(i), 25)))
+        .collect();
+    let named: Vec<(&str, SocketAddr)> = backends.iter().map(|(n, a)| (n.as_str(), *a)).collect();
+    let lb = Balancer::start_in(Some(&lan), &dir, &named);
+    // Every node answers through the balancer before the load starts.
+    let ready = async {
+        while send_one(&lan, lb.front, "warm-up").await.is_err() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), ready)
+        .await
+        .expect("cluster up");
+
+    const TOTAL: usize = 600;
+    let acked: Arc<Mutex<Vec<String>>> = Arc::default();
+    let lan = Arc::new(lan);
+    let killed_at: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let first_after_kill: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let mut senders = tokio::task::JoinSet::new();
+    for w in 0..6 {
+        let (lan, acked, front) = (lan.clone(), acked.clone(), lb.front);
+        let (killed, first) = (killed_at.clone(), first_after_kill.clone());
+        senders.spawn(async move {
+            for k in (w..TOTAL).step_by(6) {
+                let subject = format!("m-{k}");
+                for _attempt in 0..20 {
+                    if send_one(&lan, front, &subject).await.is_ok() {
+                        acked.lock().unwrap().push(subject.clone());
+                        if killed.lock().unwrap().is_some() {
+                            first.lock().unwrap().get_or_insert_with(Instant::now);
+                        }
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        });
+    }
+    // Mid-load: node 1 dies with its disk.
+    let third = || acked.lock().unwrap().len() >= TOTAL / 3;
+    assert!(wait_until(60, third).await, "load did not start");
+    let mut n1 = nodes.0[0].take().unwrap();
+    n1.kill().unwrap();
+    n1.wait().unwrap();
+    *killed_at.lock().unwrap() = Some(Instant::now());
+    let acked_before = acked.lock().unwrap().len();
+    std::fs::remove_dir_all(dir.join("n1/var/spool")).unwrap();
+    while let Some(done) = senders.join_next().await {
+        done.unwrap();
+    }
+    let acked: Vec<String> = acked.lock().unwrap().clone();
+    assert!(
+        acked.len() >= TOTAL * 95 / 100,
+        "only {} of {TOTAL} acknowledged",
+        acked.len()
+    );
+    let resumed = first_after_kill.lock().unwrap().unwrap() - killed_at.lock().unwrap().unwrap();
+    assert!(
+        resumed < Duration::from_secs(10),
+        "flow resumed {resumed:?} after the kill"
+    );
+
+    // Every acknowledged message arrives, those node 1 held included.
+    let all_in = || {
+        let seen = received(&sink);
+        acked.iter().all(|s| seen.contains_key(s))
+    };
+    let arrived = wait_until(120, all_in).await;
+    let seen = received(&sink);
+    let missing: Vec<&String> = acked.iter().filter(|s| !seen.contains_key(*s)).collect();
+    assert!(
+        arrived,
+        "{} acknowledged messages lost: {:?}\n{}",
+        missing.len(),
+        &missing[..missing.len().min(20)],
+        read_log(&dir.join("n2"))
+    );
+    let claimed: usize = ["n2", "n3"]
+        .iter()
+        .map(|n| {
+            read_log(&dir.join(n))
+                .matches("claimed from node n1")
+                .count()
+        })
+        .sum();
+    assert!(
+        claimed > 0,
+        "nothing claimed from n1; the test did not test the copies"
+    );
+    let dups: usize = seen.values().map(|c| c - 1).sum();
+    eprintln!("acked {} ({} before the kill), claimed {claimed}, duplicates {dups}, resumed after {resumed:?}", acked.len(), acked_before);
+    assert!(
+        dups * 100 <= acked.len(),
+        "{dups} duplicates of {} messages",
+        acked.len()
+    );
+}
+
+/// A raw link to a holder: its challenge read, `hello` sent; the answer
+/// frame's kind (or `None` if it closed the link).
+async fn raw_hello(lan: &Lan, holder: SocketAddr, hello: &[u8]) -> Option<u8> {
+    let socket = lan.socket(SocketAddr::new(lan.hub(), 0));
+    let mut s = socket.connect(holder).await.unwrap();
+    let len = s.read_u32().await.unwrap() as usize;
+    let mut challenge = vec![0u8; len];
+    s.read_exact(&mut challenge).await.unwrap();
+    assert_eq!(challenge[0], 0, "a challenge first");
+    s.write_all(hello).await.unwrap();
+    let len = s.read_u32().await.ok()?;
+    let kind = s.read_u8().await.ok()?;
+    let _ = len;
+    Some(kind)
+}
+
+/// A HELLO frame: node name, incarnation, proof.
+fn hello_frame(node: &str, incarnation: u64, mac: &[u8]) -> Vec<u8> {
+    let mut payload = vec![1u8];
+    payload.extend_from_slice(&(node.len() as u32).to_be_bytes());
+    payload.extend_from_slice(node.as_bytes());
+    payload.extend_from_slice(&incarnation.to_be_bytes());
+    payload.extend_from_slice(&(mac.len() as u32).to_be_bytes());
+    payload.extend_from_slice(mac);
+    let mut frame = (payload.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&payload);
+    frame
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_back_without_its_spool_has_its_copies_delivered_by_its_peer() {
+    let dir = temp_dir("shadow-incarnation");
+    let lan = Lan::create(2);
+    let redis = Redis::start(&dir);
+    // The next hop is down (bound, not listening) until the end.
+    let held = lan.socket(SocketAddr::new(lan.hub(), 0));
+    let setup = Setup {
+        hop: held.local_addr().unwrap(),
+        proxied: false,
+        // Far beyond the test: only the new incarnation can set off a claim.
+        claim_secs: 600,
+        required: true,
+    };
+    let configs: Vec<_> = (0..2)
+        .map(|i| node_config(&dir, &lan, i, &redis, &setup))
+        .collect();
+    let mut nodes = Nodes(
+        (0..2)
+            .map(|i| Some(spawn_node(&lan, i, &configs[i])))
+            .collect(),
+    );
+    let n1 = SocketAddr::new(lan.node_ip(0), 25);
+    let up = async {
+        while send_one(&lan, n1, "s-0").await.is_err() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), up)
+        .await
+        .expect("n1 up");
+    for k in 1..10 {
+        let sent = send_one(&lan, n1, &format!("s-{k}")).await;
+        assert!(sent.is_ok(), "s-{k}: {sent:?}");
+    }
+
+    // Strangers get nothing from n2's holder: a wrong proof, n2's own
+    // name with the right proof, a frame of 4 GB.
+    let holder = SocketAddr::new(lan.node_ip(1), 2526);
+    let refused = raw_hello(&lan, holder, &hello_frame("n1", 7, &[0u8; 32])).await;
+    assert_eq!(refused, Some(6), "a wrong proof is refused");
+    let own = {
+        let socket = lan.socket(SocketAddr::new(lan.hub(), 0));
+        let mut s = socket.connect(holder).await.unwrap();
+        let len = s.read_u32().await.unwrap() as usize;
+        let mut challenge = vec![0u8; len];
+        s.read_exact(&mut challenge).await.unwrap();
+        let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, SECRET.as_bytes());
+        let mut msg = challenge[1..].to_vec();
+        msg.extend_from_slice(b"n2");
+        msg.extend_from_slice(&7u64.to_be_bytes());
+        let mac = ring::hmac::sign(&key, &msg);
+        s.write_all(&hello_frame("n2", 7, mac.as_ref()))
+            .await
+            .unwrap();
+        let _ = s.read_u32().await.unwrap();
+        s.read_u8().await.unwrap()
+    };
+    assert_eq!(own, 6, "the holder's own name is refused");
+    let huge = raw_hello(&lan, holder, &[0xff, 0xff, 0xff, 0xf0, 1]).await;
+    assert_eq!(huge, None, "a 4 GB hello closes the link");
+    let areas: Vec<String> = std::fs::read_dir(dir.join("n2/var/shadow"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(areas.len(), 1, "only n1's real copies: {areas:?}");
+    assert!(areas[0].starts_with("n1@"), "{areas:?}");
+
+    // n1 dies with its spool and comes back empty.
+    let mut first = nodes.0[0].take().unwrap();
+    first.kill().unwrap();
+    first.wait().unwrap();
+    std::fs::remove_dir_all(dir.join("n1/var/spool")).unwrap();
+    nodes.0[0] = Some(spawn_node(&lan, 0, &configs[0]));
+    let claimed = || {
+        read_log(&dir.join("n2"))
+            .matches("claimed from node n1")
+            .count()
+            >= 10
+    };
+    assert!(
+        wait_until(30, claimed).await,
+        "{}",
+        read_log(&dir.join("n2"))
+    );
+    assert!(read_log(&dir.join("n2")).contains("new incarnation"));
+
+    // The next hop is back: each message arrives once, from n2.
+    let sink = Sink::start_on(
+        held,
+        SinkOptions {
+            record: true,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let all = || received(&sink).len() >= 10;
+    assert!(wait_until(30, all).await, "{:?}", received(&sink));
+    let seen = received(&sink);
+    for k in 0..10 {
+        assert_eq!(seen.get(&format!("s-{k}")), Some(&1), "{seen:?}");
+    }
+}
