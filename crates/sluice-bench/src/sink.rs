@@ -466,18 +466,23 @@ pub async fn run_cli(
     let started = Instant::now();
     let deadline = max_seconds.map(|s| started + Duration::from_secs(s));
     let mut last = 0u64;
+    // SIGTERM ends it like --exit-after: with the SINK line.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     loop {
         let tick = tokio::time::sleep(Duration::from_secs(1));
         tokio::select! {
             _ = sink.done.notified() => break,
+            _ = term.recv() => break,
             _ = tick => {}
         }
         let n = stats.messages.load(Ordering::Relaxed);
         eprintln!(
-            "sink: {n} messages, {:.1} MB, {} msg/s, {} connections, tarpit {} messages",
+            "sink: {n} messages, {:.1} MB, {} msg/s, {} connections ({} open, {} at most), tarpit {} messages",
             stats.bytes.load(Ordering::Relaxed) as f64 / 1e6,
             n - last,
             stats.connections.load(Ordering::Relaxed),
+            stats.open.load(Ordering::Relaxed),
+            stats.peak_open.load(Ordering::Relaxed),
             tarpit_stats.messages.load(Ordering::Relaxed),
         );
         last = n;
@@ -489,12 +494,13 @@ pub async fn run_cli(
     }
     let s = &stats;
     println!(
-        "SINK messages={} bytes={} first={:.3} last={:.3} connections={} tarpit_messages={} tarpit_connections={}",
+        "SINK messages={} bytes={} first={:.3} last={:.3} connections={} peak_open={} tarpit_messages={} tarpit_connections={}",
         s.messages.load(Ordering::Relaxed),
         s.bytes.load(Ordering::Relaxed),
         s.first_ms.load(Ordering::Relaxed) as f64 / 1000.0,
         s.last_ms.load(Ordering::Relaxed) as f64 / 1000.0,
         s.connections.load(Ordering::Relaxed),
+        s.peak_open.load(Ordering::Relaxed),
         tarpit_stats.messages.load(Ordering::Relaxed),
         tarpit_stats.connections.load(Ordering::Relaxed),
     );
