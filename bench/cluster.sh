@@ -34,9 +34,10 @@
 #
 # Environment
 #   SIZES="400 65536"   N400=20000 N64K=3000
-#   SESSIONS=300        smtp-source sessions (100 per node with 3 nodes: a node
-#                       fed fewer sessions batches less and spends more CPU
-#                       per message, 0.465 ms at 15 vs 0.374 ms at 150)
+#   SESSIONS_LIST="300 600"   smtp-source sessions, each count a series (a
+#                       node fed fewer sessions batches less and spends more
+#                       CPU per message: 0.465 ms at 15 vs 0.374 ms at 150);
+#                       the rate and kill runs use the first
 #   QUOTA=12            each node's CPU, % of one core (3 nodes and the
 #                       harness then fit in the 2 cores with room)
 #   CAP=20              cluster-wide connections to the sink
@@ -65,7 +66,8 @@ KEEP=${KEEP:-0}
 SIZES=${SIZES:-"400 65536"}
 N400=${N400:-20000}
 N64K=${N64K:-3000}
-SESSIONS=${SESSIONS:-300}
+SESSIONS_LIST=${SESSIONS_LIST:-${SESSIONS:-"300 600"}}
+SESSIONS=${SESSIONS_LIST%% *}
 QUOTA=${QUOTA:-12}
 CAP=${CAP:-20}
 RATE=${RATE:-12000}
@@ -331,11 +333,11 @@ run_scale() {
     secs=$(calc "$(sink_last)-$T0"); rate=$(calc "$n/$secs"); peak=$(grep -o 'peak_open=[0-9]*' "$W/sink.out" | cut -d= -f2)
     stop_haproxy
     stop_nodes
-    [ "$nodes" = 1 ] && ONE[$size]=$rate
-    x=$(calc "$rate/${ONE[$size]:-$rate}")
+    [ "$nodes" = 1 ] && ONE[$size-$SESSIONS]=$rate
+    x=$(calc "$rate/${ONE[$size-$SESSIONS]:-$rate}")
     RESULTS+=("RESULT workload=cluster nodes=$nodes shadow=$shadow size=$size quota_pct=$QUOTA sessions=$SESSIONS messages=$n seconds=$(fmt %.2f "$secs") msg_per_s=$(fmt %.0f "$rate") x_one_node=$(fmt %.2f "$x") cpu_ms_per_msg=$(fmt %.3f "$(calc "$cpu/$n")") gen_errors=$GEN_ERRORS peak_conns=$peak cap=$CAP")
     log "${RESULTS[-1]}"
-    echo "$nodes,$shadow,$size,$(fmt %.0f "$rate")" >>"$W/chart.csv"
+    echo "$nodes,$shadow,$size,$SESSIONS,$(fmt %.0f "$rate")" >>"$W/chart.csv"
 }
 
 run_rate() {
@@ -398,18 +400,21 @@ run_kill() {
 
 chart() {
     [ -s "$W/chart.csv" ] || return 0
-    local svg="${RESULTS_FILE%.txt}.svg"
-    python3 - "$W/chart.csv" "$svg" "$QUOTA" <<'EOF'
+    local size svg
+    for size in $SIZES; do
+    svg="${RESULTS_FILE%.txt}-$size.svg"
+    python3 - "$W/chart.csv" "$svg" "$QUOTA" "$size" <<'EOF'
 import csv, sys
 rows = list(csv.reader(open(sys.argv[1])))
 series = {}
-for nodes, shadow, size, rate in rows:
-    series.setdefault((size, shadow), {})[int(nodes)] = float(rate)
+for nodes, shadow, size, sessions, rate in rows:
+    if size == sys.argv[4]:
+        series.setdefault((shadow, int(sessions)), {})[int(nodes)] = float(rate)
 W, H, L, B = 640, 360, 70, 50
 top = max(v for s in series.values() for v in s.values()) * 1.15
-colors = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e"]
+colors = ["#1f77b4", "#aec7e8", "#d62728", "#ff9896"]
 out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">',
-       f'<text x="{W/2}" y="18" text-anchor="middle" font-size="14">Sluice cluster behind HAProxy: messages/s by nodes (each node {sys.argv[3]} % of a core)</text>']
+       f'<text x="{W/2}" y="18" text-anchor="middle" font-size="14">Sluice cluster behind HAProxy: {sys.argv[4]} B, messages/s by nodes (each node {sys.argv[3]} % of a core)</text>']
 pw, ph = W - L - 20, H - B - 40
 for k in range(5):
     y = 30 + ph - ph * k / 4
@@ -427,11 +432,12 @@ for n in (1, 2, 3):
         x = x0 + bw * (j + 0.5)
         out.append(f'<rect x="{x}" y="{30+ph-h}" width="{bw*0.9}" height="{h}" fill="{colors[j % 4]}"/><text x="{x+bw*0.45}" y="{26+ph-h}" text-anchor="middle" font-size="10">{v:.0f}</text>')
 for j, key in enumerate(keys):
-    out.append(f'<rect x="{L + 10 + 150*j}" y="{H-18}" width="10" height="10" fill="{colors[j % 4]}"/><text x="{L + 24 + 150*j}" y="{H-9}">{key[0]} B, shadow {key[1]}</text>')
+    out.append(f'<rect x="{L + 10 + 150*j}" y="{H-18}" width="10" height="10" fill="{colors[j % 4]}"/><text x="{L + 24 + 150*j}" y="{H-9}">shadow {key[0]}, {key[1]} sessions</text>')
 out.append('</svg>')
 open(sys.argv[2], "w").write("\n".join(out))
 EOF
     log "chart: $svg"
+    done
 }
 
 make_lan
@@ -442,12 +448,15 @@ for run in $RUNS; do
     scale)
         for s in $SIZES; do
             n=$([ "$s" = 400 ] && echo "$N400" || echo "$N64K")
-            for shadow in $SHADOW; do
-                for nodes in $NODES; do
-                    [ "$shadow" = on ] && [ "$nodes" = 1 ] && continue
-                    run_scale "$s" "$n" "$nodes" "$shadow"
+            for SESSIONS in $SESSIONS_LIST; do
+                for shadow in $SHADOW; do
+                    for nodes in $NODES; do
+                        [ "$shadow" = on ] && [ "$nodes" = 1 ] && continue
+                        run_scale "$s" "$n" "$nodes" "$shadow"
+                    done
                 done
             done
+            SESSIONS=${SESSIONS_LIST%% *}
         done
         ;;
     rate) run_rate ;;
