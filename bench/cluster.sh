@@ -413,7 +413,7 @@ for nodes, shadow, size, sessions, rate in rows:
 W, H, L, B = 640, 360, 70, 50
 top = max(v for s in series.values() for v in s.values()) * 1.15
 colors = ["#1f77b4", "#aec7e8", "#d62728", "#ff9896"]
-out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">',
+out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W + 80}" height="{H}" font-family="sans-serif" font-size="12">',
        f'<text x="{W/2}" y="18" text-anchor="middle" font-size="14">Sluice cluster behind HAProxy: {sys.argv[4]} B, messages/s by nodes (each node {sys.argv[3]} % of a core)</text>']
 pw, ph = W - L - 20, H - B - 40
 for k in range(5):
@@ -432,7 +432,7 @@ for n in (1, 2, 3):
         x = x0 + bw * (j + 0.5)
         out.append(f'<rect x="{x}" y="{30+ph-h}" width="{bw*0.9}" height="{h}" fill="{colors[j % 4]}"/><text x="{x+bw*0.45}" y="{26+ph-h}" text-anchor="middle" font-size="10">{v:.0f}</text>')
 for j, key in enumerate(keys):
-    out.append(f'<rect x="{L + 10 + 150*j}" y="{H-18}" width="10" height="10" fill="{colors[j % 4]}"/><text x="{L + 24 + 150*j}" y="{H-9}">shadow {key[0]}, {key[1]} sessions</text>')
+    out.append(f'<rect x="{L + 10 + 160*j}" y="{H-18}" width="10" height="10" fill="{colors[j % 4]}"/><text x="{L + 24 + 160*j}" y="{H-9}">shadow {key[0]}, {key[1]} sessions</text>')
 out.append('</svg>')
 open(sys.argv[2], "w").write("\n".join(out))
 EOF

@@ -453,3 +453,65 @@ async fn a_node_back_without_its_spool_has_its_copies_delivered_by_its_peer() {
         assert_eq!(seen.get(&format!("s-{k}")), Some(&1), "{seen:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_stopped_cleanly_is_waited_for_not_claimed() {
+    let dir = temp_dir("shadow-away");
+    let lan = Lan::create(2);
+    let redis = Redis::start(&dir);
+    let held = lan.socket(SocketAddr::new(lan.hub(), 0));
+    let setup = Setup {
+        hop: held.local_addr().unwrap(),
+        proxied: false,
+        claim_secs: 1,
+        required: true,
+    };
+    let configs: Vec<_> = (0..2)
+        .map(|i| node_config(&dir, &lan, i, &redis, &setup))
+        .collect();
+    let mut nodes = Nodes(
+        (0..2)
+            .map(|i| Some(spawn_node(&lan, i, &configs[i])))
+            .collect(),
+    );
+    let n1 = SocketAddr::new(lan.node_ip(0), 25);
+    let up = async {
+        while send_one(&lan, n1, "a-0").await.is_err() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), up)
+        .await
+        .expect("n1 up");
+    for k in 1..5 {
+        assert!(send_one(&lan, n1, &format!("a-{k}")).await.is_ok());
+    }
+
+    // A clean stop (SIGTERM), its spool kept: n2 sees it gone, and waits.
+    let mut first = nodes.0[0].take().unwrap();
+    // SAFETY: signalling a child we spawned and have not reaped.
+    unsafe { libc::kill(first.id() as i32, libc::SIGTERM) };
+    first.wait().unwrap();
+    let waits = || read_log(&dir.join("n2")).contains("node n1 stopped cleanly");
+    assert!(wait_until(30, waits).await, "{}", read_log(&dir.join("n2")));
+    assert!(!read_log(&dir.join("n2")).contains("claimed from node n1"));
+
+    // Back with its spool, n1 delivers its own mail, once.
+    nodes.0[0] = Some(spawn_node(&lan, 0, &configs[0]));
+    let sink = Sink::start_on(
+        held,
+        SinkOptions {
+            record: true,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let all = || received(&sink).len() >= 5;
+    assert!(wait_until(60, all).await, "{:?}", received(&sink));
+    let seen = received(&sink);
+    for k in 0..5 {
+        assert_eq!(seen.get(&format!("a-{k}")), Some(&1), "{seen:?}");
+    }
+    assert!(!read_log(&dir.join("n2")).contains("claimed from node n1"));
+}

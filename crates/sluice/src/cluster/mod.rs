@@ -41,7 +41,7 @@ mod rate;
 pub mod shadow;
 mod sync;
 
-pub use sync::start;
+pub use sync::{away_key, start};
 
 /// Called with a destination whose grant grew.
 pub type OnGrant = Box<dyn Fn(Arc<str>) + Send + Sync>;

@@ -192,11 +192,27 @@ async fn leave(
     for (dest, lease) in cluster.claims() {
         claim(con, cluster, scripts, &dest, 0, 0, lease.cap).await?;
     }
+    if cluster.config.shadow {
+        // Stopped cleanly, spool kept: peers hold off claiming its copies
+        // for `shadow_away_secs` (they would be delivered twice).
+        redis::cmd("SET")
+            .arg(away_key(cluster.node()))
+            .arg(1)
+            .arg("EX")
+            .arg(cluster.config.shadow_away_secs.max(1))
+            .query_async::<()>(&mut *con)
+            .await?;
+    }
     redis::cmd("ZREM")
         .arg("sluice:nodes")
         .arg(cluster.node())
         .query_async(con)
         .await
+}
+
+/// Set while a node is stopped cleanly (`leave`), gone when it is back.
+pub fn away_key(node: &str) -> String {
+    format!("sluice:away:{node}")
 }
 
 struct Scripts {
@@ -233,6 +249,13 @@ async fn round(
         .arg(dead_ms)
         .invoke_async(con)
         .await?;
+    if cluster.config.shadow {
+        // Back (or never away): peers may claim this node's copies if it
+        // dies from now on.
+        let mut away = redis::cmd("DEL");
+        away.arg(away_key(cluster.node()));
+        away.query_async::<()>(&mut *con).await?;
+    }
     let mut grants = Vec::new();
     for (dest, lease) in cluster.claims() {
         let granted = claim(

@@ -81,6 +81,15 @@ pub struct ClusterConfig {
     /// shadow copies claimed and delivered by the peer holding them.
     #[serde(default = "default_shadow_claim_secs")]
     pub shadow_claim_secs: u64,
+    /// A node stopped cleanly (its spool kept) is waited for this long
+    /// before its copies are claimed: a planned restart or upgrade
+    /// delivers nothing twice.
+    #[serde(default = "default_shadow_away_secs")]
+    pub shadow_away_secs: u64,
+}
+
+fn default_shadow_away_secs() -> u64 {
+    3600
 }
 
 fn default_shadow_timeout_ms() -> u64 {

@@ -14,6 +14,7 @@
 //! queued here (synced) or claimed by another peer; a claim cut short
 //! (Redis or the spool failing) resumes at the next tick.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -68,7 +69,23 @@ pub fn start(
                 conn = ConnectionManager::new(client.clone()).await.ok();
             }
             let Some(con) = conn.as_mut() else { continue };
-            for copies in due {
+            for (copies, superseded) in due {
+                // A node stopped cleanly keeps its spool: wait for it.
+                let away = crate::cluster::away_key(&copies.origin);
+                let mut exists = redis::cmd("EXISTS");
+                exists.arg(away);
+                let stopped = exists.query_async::<bool>(&mut *con).await;
+                if !superseded && stopped.unwrap_or(true) {
+                    if !copies.waiting.swap(true, Ordering::Relaxed) {
+                        log!(
+                            holder.logger,
+                            "shadow",
+                            "node {} stopped cleanly: its copies wait for it (shadow_away_secs)",
+                            copies.origin
+                        );
+                    }
+                    continue;
+                }
                 let intake = submitter.load().intake.clone();
                 if let Err(e) = claim(&holder, &copies, con, &intake).await {
                     log!(
@@ -83,9 +100,10 @@ pub fn start(
     })
 }
 
-/// The copies to claim now: of an origin that came back as another
-/// incarnation, or counted dead for `after`.
-fn due(holder: &Holder, cluster: &Cluster, after: Duration) -> Vec<Arc<Copies>> {
+/// The copies to claim now (of an origin that came back as another
+/// incarnation, or counted dead for `after`), and whether their origin is
+/// back as another incarnation.
+fn due(holder: &Holder, cluster: &Cluster, after: Duration) -> Vec<(Arc<Copies>, bool)> {
     let all: Vec<Arc<Copies>> = lock(&holder.copies).values().cloned().collect();
     let current = lock(&holder.current).clone();
     let mut due = Vec::new();
@@ -105,7 +123,7 @@ fn due(holder: &Holder, cluster: &Cluster, after: Duration) -> Vec<Arc<Copies>> 
             }
         };
         if superseded || dead_long {
-            due.push(copies);
+            due.push((copies, superseded));
         }
     }
     due

@@ -42,6 +42,8 @@ pub(super) struct Copies {
     pub spool: Mutex<Option<Spool>>,
     /// Since when the origin has been counted dead (`None`: alive).
     pub absent_since: Mutex<Option<Instant>>,
+    /// Logged that its origin stopped cleanly and is waited for.
+    pub waiting: std::sync::atomic::AtomicBool,
 }
 
 pub struct Holder {
@@ -124,6 +126,7 @@ impl Holder {
             dir,
             spool: Mutex::new(Some(spool)),
             absent_since: Mutex::new(None),
+            waiting: Default::default(),
         });
         let mut all = lock(&self.copies);
         Ok(all.entry(key).or_insert(copies).clone())
