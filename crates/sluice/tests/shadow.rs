@@ -336,12 +336,14 @@ async fn raw_hello(lan: &Lan, holder: SocketAddr, hello: &[u8]) -> Option<u8> {
     Some(kind)
 }
 
-/// A HELLO frame: node name, incarnation, proof.
+/// A HELLO frame: node name, incarnation, our challenge (32 sevens), proof.
 fn hello_frame(node: &str, incarnation: u64, mac: &[u8]) -> Vec<u8> {
     let mut payload = vec![1u8];
     payload.extend_from_slice(&(node.len() as u32).to_be_bytes());
     payload.extend_from_slice(node.as_bytes());
     payload.extend_from_slice(&incarnation.to_be_bytes());
+    payload.extend_from_slice(&32u32.to_be_bytes());
+    payload.extend_from_slice(&[7u8; 32]);
     payload.extend_from_slice(&(mac.len() as u32).to_be_bytes());
     payload.extend_from_slice(mac);
     let mut frame = (payload.len() as u32).to_be_bytes().to_vec();
@@ -396,10 +398,14 @@ async fn a_node_back_without_its_spool_has_its_copies_delivered_by_its_peer() {
         let len = s.read_u32().await.unwrap() as usize;
         let mut challenge = vec![0u8; len];
         s.read_exact(&mut challenge).await.unwrap();
+        // The proof as a peer makes it (the secret is right): the label,
+        // then each field with its length.
         let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, SECRET.as_bytes());
-        let mut msg = challenge[1..].to_vec();
-        msg.extend_from_slice(b"n2");
-        msg.extend_from_slice(&7u64.to_be_bytes());
+        let mut msg = b"sluice-shadow-hello".to_vec();
+        for field in [&challenge[1..], &[7u8; 32][..], b"n2", &7u64.to_be_bytes()] {
+            msg.extend_from_slice(&(field.len() as u32).to_be_bytes());
+            msg.extend_from_slice(field);
+        }
         let mac = ring::hmac::sign(&key, &msg);
         s.write_all(&hello_frame("n2", 7, mac.as_ref()))
             .await

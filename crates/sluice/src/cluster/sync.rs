@@ -189,11 +189,8 @@ async fn leave(
     cluster: &Cluster,
     scripts: &Scripts,
 ) -> redis::RedisResult<()> {
-    for (dest, lease) in cluster.claims() {
-        claim(con, cluster, scripts, &dest, 0, 0, lease.cap).await?;
-    }
     if cluster.config.shadow {
-        // Stopped cleanly, spool kept: peers hold off claiming its copies
+        // First (the rest may not finish): stopped cleanly, spool kept: peers hold off claiming its copies
         // for `shadow_away_secs` (they would be delivered twice).
         redis::cmd("SET")
             .arg(away_key(cluster.node()))
@@ -202,6 +199,9 @@ async fn leave(
             .arg(cluster.config.shadow_away_secs.max(1))
             .query_async::<()>(&mut *con)
             .await?;
+    }
+    for (dest, lease) in cluster.claims() {
+        claim(con, cluster, scripts, &dest, 0, 0, lease.cap).await?;
     }
     redis::cmd("ZREM")
         .arg("sluice:nodes")

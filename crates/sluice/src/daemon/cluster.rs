@@ -46,6 +46,14 @@ pub async fn start(
             holder: None,
         }));
     }
+    // The name (the hostname unless set) goes into every hello: one a
+    // peer would refuse must stop the start, not shadowing silently.
+    let fine = |c: char| c.is_ascii_alphanumeric() || "-._".contains(c);
+    let name = cluster.node();
+    if name.is_empty() || name.len() > 64 || !name.chars().all(fine) {
+        let why = format!("cluster.node: {name:?} (the hostname) cannot name a shadowing node: set node = \"...\" (1-64 of A-Z a-z 0-9 - . _)");
+        return Err(StartError::Config(crate::config::ConfigError::Invalid(why)));
+    }
     let io = |e: std::io::Error| StartError::Spool(sluice_spool::SpoolError::Io(e));
     let incarnation = shadow::incarnation(&spool_config.dir).map_err(io)?;
     let client = Shadow::new(settings, cluster.node(), incarnation, logger.clone());

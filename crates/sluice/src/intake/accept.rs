@@ -279,7 +279,7 @@ async fn store(intake: &Intake, sub: Submission) -> Result<Accepted, Refusal> {
         dsn,
     };
     let body = Arc::new(body);
-    match commit(intake, &envelope, &body).await {
+    match commit(intake, &envelope, &body, false).await {
         Ok(body_ref) => {
             intake.log_queued(&origin, &envelope, body.len());
             let id = envelope.id;
@@ -323,15 +323,26 @@ pub(super) async fn commit(
     intake: &Intake,
     envelope: &sluice_spool::Envelope,
     body: &Arc<Vec<u8>>,
+    claimed: bool,
 ) -> Result<sluice_spool::BodyRef, Refusal> {
     let Some(shadow) = &intake.shadow else {
         return Ok(intake.spool.store(envelope.clone(), body.clone()).await?);
     };
     let local = intake.spool.store(envelope.clone(), body.clone());
     let (local, copy) = tokio::join!(local, shadow.copy(envelope, body));
-    let body_ref = local?;
+    let body_ref = match local {
+        Ok(r) => r,
+        Err(e) => {
+            // Refused: the peer's copy must not outlive the refusal.
+            if copy.is_ok() {
+                shadow.outcome(envelope.id, &[], true);
+            }
+            return Err(e.into());
+        }
+    };
     if let Err(e) = copy {
-        if shadow.required() {
+        // A claimed copy is already acknowledged: never refused here.
+        if shadow.required() && !claimed {
             intake.spool.record_outcome(envelope.id, Vec::new(), true);
             return Err(Refusal::Shadow(e.to_string()));
         }

@@ -219,7 +219,7 @@ impl Intake {
     pub async fn requeue(&self, mut envelope: Envelope, body: Vec<u8>) -> Result<u64, Refusal> {
         envelope.id = self.new_id();
         let body = Arc::new(body);
-        let body_ref = accept::commit(self, &envelope, &body).await?;
+        let body_ref = accept::commit(self, &envelope, &body, true).await?;
         let id = envelope.id;
         (self.handoff)
             .hand_off(Stored {

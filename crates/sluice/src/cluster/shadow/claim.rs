@@ -31,6 +31,15 @@ use crate::receive::local::Submitter;
 
 /// A claim key lives this long (longer than any queue lifetime).
 const CLAIM_TTL_SECS: u64 = 30 * 86_400;
+
+/// Claims one copy: 1 if it is this node's (now, or already from a claim
+/// cut short), 0 if another peer has it. KEYS[1]: the copy's claim key;
+/// ARGV: this node, the key's lifetime.
+const CLAIM: &str = r"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then return 1 end
+if redis.call('GET', KEYS[1]) == ARGV[1] then return 1 end
+return 0
+";
 /// Copies claimed per Redis round trip.
 const CHUNK: usize = 256;
 
@@ -111,6 +120,12 @@ fn due(holder: &Holder, cluster: &Cluster, after: Duration) -> Vec<(Arc<Copies>,
         let superseded = current
             .get(&copies.origin)
             .is_some_and(|inc| *inc != copies.incarnation);
+        // An origin with a link open to us is alive, whatever Redis says
+        // (it may be cut off from Redis, or its heartbeats starved).
+        if !superseded && copies.links.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+            *lock(&copies.absent_since) = None;
+            continue;
+        }
         let dead_long = match cluster.is_live(&copies.origin) {
             None => false,
             Some(true) => {
@@ -152,7 +167,16 @@ async fn claim(
     })
     .await
     .expect("no panic");
-    let (spool, recovered, _) = reopened?;
+    let (spool, recovered, _) = match reopened {
+        Ok(opened) => opened,
+        Err(e) => {
+            // Out of the table: the next hello from its origin (or the next
+            // start) opens it again from disk; nothing is dropped.
+            let key = (copies.origin.clone(), copies.incarnation);
+            lock(&holder.copies).remove(&key);
+            return Err(e.into());
+        }
+    };
     let result = claim_all(holder, copies, &spool, recovered, con, intake).await;
     if result.is_err() {
         *lock(&copies.spool) = Some(spool);
@@ -192,16 +216,16 @@ async fn claim_all(
         let mut pipe = redis::pipe();
         for r in chunk {
             let key = format!("sluice:shadow:{{{origin}@{inc:016x}}}:{:x}", r.id);
-            pipe.cmd("SET")
+            pipe.cmd("EVAL")
+                .arg(CLAIM)
+                .arg(1)
                 .arg(key)
                 .arg(&holder.node)
-                .arg("NX")
-                .arg("EX")
                 .arg(CLAIM_TTL_SECS);
         }
-        let won: Vec<Option<String>> = pipe.query_async(con).await?;
+        let won: Vec<i64> = pipe.query_async(con).await?;
         for (r, won) in chunk.iter().zip(won) {
-            if won.is_some() {
+            if won == 1 {
                 let new = requeue(spool, r, intake).await?;
                 log!(
                     holder.logger,

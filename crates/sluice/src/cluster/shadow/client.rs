@@ -5,10 +5,13 @@
 //! Trusts: a peer that proved the shared secret (its acknowledgement says
 //! the copy is synced on its disk). Invariants: a copy is reported held
 //! only on the peer's acknowledgement; a peer that fails or is slow is set
-//! aside for a second and the next one tried; outcomes waiting for a peer
-//! that is away are bounded (the oldest are dropped, logged once: the
-//! copies they would have discarded stay until the peer claims or expires
-//! them, a duplicate at worst, never a loss).
+//! aside for a second and the next one tried, and no wait on a peer lasts
+//! longer than `shadow_timeout_ms` (nothing is sent under a lock);
+//! outcomes waiting for a peer that is away are bounded (the oldest are
+//! dropped, logged once: the copies they would have discarded stay until
+//! their origin dies and they are claimed, a duplicate at worst, never a
+//! loss); a peer must prove the secret in its welcome before its
+//! acknowledgements count.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -68,10 +71,23 @@ struct Link {
     greeted: AtomicBool,
 }
 
+type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<bool>>>>;
+
 struct Conn {
     tx: mpsc::Sender<Vec<u8>>,
-    pending: Arc<Mutex<HashMap<u64, oneshot::Sender<bool>>>>,
+    pending: Pending,
     alive: Arc<AtomicBool>,
+    /// Its reader and writer, ended with it (a peer that stopped reading
+    /// or answering must not keep them, and their frames, forever).
+    tasks: [tokio::task::JoinHandle<()>; 2],
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
 }
 
 impl Shadow {
@@ -149,7 +165,11 @@ impl Shadow {
                 Err(_) => last = format!("{}: no answer in {:?}", link.addr, self.timeout),
             }
             *lock(&link.failed_at) = Some(Instant::now());
-            *link.conn.lock().await = None;
+            // Never waited for: the lock may be held by a send to this very
+            // peer, stuck (the next one must be tried now).
+            if let Ok(mut conn) = link.conn.try_lock() {
+                *conn = None;
+            }
             if !link.away.swap(true, Ordering::Relaxed) {
                 log!(self.logger, "shadow", "peer set aside: {last}");
             }
@@ -159,7 +179,8 @@ impl Shadow {
 
     async fn send(&self, link: &Link, seq: u64, frame: Vec<u8>) -> Result<(), WireError> {
         let (tx, rx) = oneshot::channel();
-        {
+        // The lock covers connecting only, never a send that may wait.
+        let (sender, pending) = {
             let mut guard = link.conn.lock().await;
             if !guard
                 .as_ref()
@@ -168,10 +189,12 @@ impl Shadow {
                 *guard = Some(self.connect(&link.addr).await?);
             }
             let conn = guard.as_ref().expect("just connected");
-            lock(&conn.pending).insert(seq, tx);
-            if conn.tx.send(frame).await.is_err() {
-                return Err(WireError::Malformed("link closed"));
-            }
+            (conn.tx.clone(), conn.pending.clone())
+        };
+        lock(&pending).insert(seq, tx);
+        let _unclaimed = Unclaimed(&pending, seq);
+        if sender.send(frame).await.is_err() {
+            return Err(WireError::Malformed("link closed"));
         }
         match rx.await {
             Ok(true) => Ok(()),
@@ -185,17 +208,31 @@ impl Shadow {
     async fn connect(&self, addr: &str) -> Result<Conn, WireError> {
         let mut stream = TcpStream::connect(addr).await?;
         stream.set_nodelay(true)?;
-        let (kind, nonce) = wire::read_frame(&mut stream, wire::SMALL_FRAME).await?;
-        if kind != wire::CHALLENGE {
+        let (kind, theirs) = wire::read_frame(&mut stream, wire::SMALL_FRAME).await?;
+        if kind != wire::CHALLENGE || theirs.len() != wire::NONCE {
             return Err(WireError::Malformed("no challenge"));
         }
+        let ours = super::holder::random_nonce();
+        let (node, inc) = (self.node.as_str(), self.incarnation);
         let hello = wire::Hello {
-            node: self.node.clone(),
-            incarnation: self.incarnation,
-            mac: wire::proof(&self.secret, &nonce, &self.node, self.incarnation),
+            node: node.to_string(),
+            incarnation: inc,
+            nonce: ours.to_vec(),
+            mac: wire::hello_mac(&self.secret, &theirs, &ours, node, inc),
         };
         stream.write_all(&wire::hello(&hello)).await?;
         let (kind, why) = wire::read_frame(&mut stream, wire::SMALL_FRAME).await?;
+        let fields: [&[u8]; 4] = [&theirs, &ours, node.as_bytes(), &inc.to_be_bytes()];
+        if kind == wire::WELCOME
+            && !wire::mac_ok(&self.secret, b"sluice-shadow-welcome", &fields, &why)
+        {
+            log!(
+                self.logger,
+                "shadow",
+                "peer {addr} could not prove the shadow_secret: not a peer"
+            );
+            return Err(WireError::Malformed("peer's welcome not proven"));
+        }
         if kind != wire::WELCOME {
             let why = String::from_utf8_lossy(&why).into_owned();
             log!(
@@ -210,7 +247,7 @@ impl Shadow {
         let pending: Arc<Mutex<HashMap<u64, oneshot::Sender<bool>>>> = Arc::default();
         let alive = Arc::new(AtomicBool::new(true));
         let (p, a) = (pending.clone(), alive.clone());
-        tokio::spawn(async move {
+        let reader = tokio::spawn(async move {
             while let Ok((wire::ACK, payload)) =
                 wire::read_frame(&mut read, wire::SMALL_FRAME).await
             {
@@ -225,7 +262,7 @@ impl Shadow {
             lock(&p).clear();
         });
         let a = alive.clone();
-        tokio::spawn(async move {
+        let writer = tokio::spawn(async move {
             let mut out = BufWriter::with_capacity(256 * 1024, write);
             while let Some(frame) = rx.recv().await {
                 let mut ok = out.write_all(&frame).await.is_ok();
@@ -238,7 +275,12 @@ impl Shadow {
             }
             a.store(false, Ordering::Relaxed);
         });
-        Ok(Conn { tx, pending, alive })
+        Ok(Conn {
+            tx,
+            pending,
+            alive,
+            tasks: [reader, writer],
+        })
     }
 
     /// Notes an outcome for the peers (the spool's observer).
@@ -248,6 +290,16 @@ impl Shadow {
             recipients: recipients.to_vec(),
             complete,
         });
+    }
+}
+
+/// Drops a copy's entry from the link's pending answers however its wait
+/// ended (answered, timed out, cancelled).
+struct Unclaimed<'a>(&'a Pending, u64);
+
+impl Drop for Unclaimed<'_> {
+    fn drop(&mut self) {
+        lock(self.0).remove(&self.1);
     }
 }
 
@@ -263,8 +315,13 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// Every `FLUSH`: the outcomes noted go to every peer (a peer holding no
 /// copy of a message ignores them); a peer away keeps them in its backlog.
 async fn flush_outcomes(shadow: std::sync::Weak<Shadow>) {
+    let mut tick = 0u64;
     loop {
         tokio::time::sleep(FLUSH).await;
+        tick += 1;
+        // Every 2 s a link with nothing to say says so: the holder takes a
+        // link silent for 10 s as dead (its origin may have lost power).
+        let keepalive = tick.is_multiple_of(20);
         let Some(shadow) = shadow.upgrade() else {
             return;
         };
@@ -283,14 +340,22 @@ async fn flush_outcomes(shadow: std::sync::Weak<Shadow>) {
                 // A peer is greeted at start even with nothing to send: a
                 // node back without its spool tells its peers at once.
                 let idle = backlog.is_empty() && link.greeted.load(Ordering::Relaxed);
-                if idle || set_aside(link) {
+                if (idle && !keepalive) || set_aside(link) {
                     continue;
                 }
-                let all: Vec<Outcome> = backlog.iter().cloned().collect();
-                all.chunks(BATCH).map(wire::outcomes).collect::<Vec<_>>()
+                match backlog.is_empty() {
+                    true => vec![wire::outcomes(&[])],
+                    false => {
+                        let all: Vec<Outcome> = backlog.iter().take(BATCH * 8).cloned().collect();
+                        all.chunks(BATCH).map(wire::outcomes).collect::<Vec<_>>()
+                    }
+                }
             };
+            let sent = frames.len();
             if send_all(&shadow, link, frames).await {
-                lock(&link.backlog).clear();
+                let mut backlog = lock(&link.backlog);
+                let n = backlog.len().min(sent * BATCH);
+                backlog.drain(..n);
             }
         }
     }
@@ -315,10 +380,60 @@ async fn send_all(shadow: &Shadow, link: &Link, frames: Vec<Vec<u8>>) -> bool {
         }
     }
     let conn = guard.as_ref().expect("connected");
+    // Never waits: a peer that stopped reading keeps its backlog instead.
     for frame in frames {
-        if conn.tx.send(frame).await.is_err() {
+        if conn.tx.try_send(frame).is_err() {
             return false;
         }
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A "holder" that does not know the secret: it challenges, then
+    /// welcomes anything and acknowledges every copy.
+    async fn impostor() -> std::net::SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let challenge = wire::frame(wire::CHALLENGE, |o| o.extend_from_slice(&[1; 32]));
+                    s.write_all(&challenge).await?;
+                    wire::read_frame(&mut s, wire::SMALL_FRAME).await.ok();
+                    let welcome = wire::frame(wire::WELCOME, |o| o.extend_from_slice(&[0; 32]));
+                    s.write_all(&welcome).await?;
+                    while let Ok((kind, p)) = wire::read_frame(&mut s, 1 << 20).await {
+                        if kind == wire::STORE {
+                            let seq = u64::from_be_bytes(p[..8].try_into().unwrap());
+                            s.write_all(&wire::ack(seq, true)).await?;
+                        }
+                    }
+                    Ok::<_, std::io::Error>(())
+                });
+            }
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn a_peer_that_cannot_prove_the_secret_gets_no_copy() {
+        let addr = impostor().await;
+        let config: crate::config::cluster::ClusterConfig = toml::from_str(&format!(
+            "redis_url = \"redis://127.0.0.1:9/\"\nshadow = true\n\
+             shadow_secret = \"0123456789abcdef\"\nshadow_timeout_ms = 2000\npeers = [\"{addr}\"]"
+        ))
+        .unwrap();
+        let shadow = Shadow::new(&config, "n1", 1, Logger::disabled());
+        let env = Envelope {
+            id: 1,
+            recipients: vec!["b@example.net".into()],
+            ..Envelope::default()
+        };
+        // Its acknowledgement would count without the welcome's proof.
+        assert!(shadow.copy(&env, b"body\r\n").await.is_err());
+    }
 }

@@ -15,6 +15,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -32,6 +33,11 @@ use crate::log::Logger;
 const IN_FLIGHT: usize = 256;
 /// Time a peer has to prove itself.
 const HELLO_WITHIN: Duration = Duration::from_secs(10);
+/// Links not yet proven, at most; more are closed unread.
+const UNPROVEN: usize = 64;
+/// A proven link silent this long is dead (origins send a keepalive every
+/// 2 s): a peer that lost its power is not waited for.
+const SILENT: Duration = Duration::from_secs(10);
 
 /// The copies kept for one incarnation of one origin node.
 pub(super) struct Copies {
@@ -44,6 +50,9 @@ pub(super) struct Copies {
     pub absent_since: Mutex<Option<Instant>>,
     /// Logged that its origin stopped cleanly and is waited for.
     pub waiting: std::sync::atomic::AtomicBool,
+    /// Proven links from its origin open now: an origin talking to us is
+    /// not claimed, whatever Redis says.
+    pub links: AtomicUsize,
 }
 
 pub struct Holder {
@@ -57,6 +66,8 @@ pub struct Holder {
     pub(super) copies: Mutex<HashMap<(String, u64), Arc<Copies>>>,
     /// The incarnation each origin last said hello with.
     pub(super) current: Mutex<HashMap<String, u64>>,
+    /// Permits for links not yet proven ([`UNPROVEN`]).
+    unproven: Arc<Semaphore>,
     pub(super) logger: Logger,
 }
 
@@ -79,6 +90,7 @@ impl Holder {
             spool,
             copies: Mutex::new(HashMap::new()),
             current: Mutex::new(HashMap::new()),
+            unproven: Arc::new(Semaphore::new(UNPROVEN)),
             logger,
         });
         for entry in std::fs::read_dir(&dir)? {
@@ -127,6 +139,7 @@ impl Holder {
             spool: Mutex::new(Some(spool)),
             absent_since: Mutex::new(None),
             waiting: Default::default(),
+            links: AtomicUsize::new(0),
         });
         let mut all = lock(&self.copies);
         Ok(all.entry(key).or_insert(copies).clone())
@@ -141,9 +154,14 @@ impl Holder {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 };
+                // Beyond the cap, closed unread (and unlogged: a flood
+                // would only fill the log).
+                let Ok(permit) = holder.unproven.clone().try_acquire_owned() else {
+                    continue;
+                };
                 let holder = holder.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = holder.clone().link(stream, peer).await {
+                    if let Err(e) = holder.clone().link(stream, peer, permit).await {
                         log!(holder.logger, "shadow", "link from {peer} ended: {e}");
                     }
                 });
@@ -155,30 +173,44 @@ impl Holder {
         self: Arc<Self>,
         mut stream: TcpStream,
         peer: SocketAddr,
+        permit: tokio::sync::OwnedSemaphorePermit,
     ) -> Result<(), WireError> {
+        let proven = tokio::time::timeout(HELLO_WITHIN, self.handshake(&mut stream, peer))
+            .await
+            .map_err(|_| WireError::Malformed("no hello in time"))??;
+        drop(permit);
+        let Some(copies) = proven else {
+            return Ok(());
+        };
+        copies.links.fetch_add(1, Ordering::Relaxed);
+        let served = self.take_copies(stream, &copies).await;
+        copies.links.fetch_sub(1, Ordering::Relaxed);
+        served
+    }
+
+    /// Our challenge, the origin's proven hello, our welcome (with our own
+    /// proof); the origin's copies, or `None` when it was refused.
+    async fn handshake(
+        self: &Arc<Self>,
+        stream: &mut TcpStream,
+        peer: SocketAddr,
+    ) -> Result<Option<Arc<Copies>>, WireError> {
         stream.set_nodelay(true)?;
-        let nonce: [u8; 32] = random_nonce();
-        stream
-            .write_all(&wire::frame(wire::CHALLENGE, |o| {
-                o.extend_from_slice(&nonce)
-            }))
-            .await?;
-        let hello = tokio::time::timeout(
-            HELLO_WITHIN,
-            wire::read_frame(&mut stream, wire::SMALL_FRAME),
-        )
-        .await
-        .map_err(|_| WireError::Malformed("no hello in time"))??;
-        let hello = match hello {
+        let nonce: [u8; wire::NONCE] = random_nonce();
+        let challenge = wire::frame(wire::CHALLENGE, |o| o.extend_from_slice(&nonce));
+        stream.write_all(&challenge).await?;
+        let hello = match wire::read_frame(stream, wire::SMALL_FRAME).await? {
             (wire::HELLO, payload) => wire::decode_hello(&payload)?,
             _ => return Err(WireError::Malformed("not a hello")),
         };
+        let (node, inc) = (hello.node.as_str(), hello.incarnation);
+        let fields: [&[u8]; 4] = [&nonce, &hello.nonce, node.as_bytes(), &inc.to_be_bytes()];
         let fine = |c: char| c.is_ascii_alphanumeric() || "-._".contains(c);
-        let why = if !wire::proof_ok(&self.secret, &nonce, &hello) {
+        let why = if !wire::mac_ok(&self.secret, b"sluice-shadow-hello", &fields, &hello.mac) {
             Some("bad proof (another shadow_secret?)")
-        } else if hello.node.is_empty() || hello.node.len() > 64 || !hello.node.chars().all(fine) {
+        } else if node.is_empty() || node.len() > 64 || !node.chars().all(fine) {
             Some("bad node name")
-        } else if hello.node == self.node {
+        } else if node == self.node {
             Some("that is this node's own name")
         } else {
             None
@@ -187,21 +219,29 @@ impl Holder {
             log!(self.logger, "shadow", "refused a link from {peer}: {why}");
             let refused = wire::frame(wire::REFUSED, |o| o.extend_from_slice(why.as_bytes()));
             stream.write_all(&refused).await?;
-            return Ok(());
+            return Ok(None);
         }
+        let proof = wire::welcome_mac(&self.secret, &nonce, &hello.nonce, node, inc);
         let holder = self.clone();
         let copies = tokio::task::spawn_blocking(move || holder.welcome(&hello))
             .await
             .map_err(|_| WireError::Malformed("opening the copies' spool panicked"))??;
         stream
-            .write_all(&wire::frame(wire::WELCOME, |_| {}))
+            .write_all(&wire::frame(wire::WELCOME, |o| o.extend_from_slice(&proof)))
             .await?;
+        Ok(Some(copies))
+    }
+
+    /// A proven link: copies stored and acknowledged, outcomes applied,
+    /// until it closes or falls silent.
+    async fn take_copies(&self, stream: TcpStream, copies: &Arc<Copies>) -> Result<(), WireError> {
         let (mut read, write) = stream.into_split();
         let (acks, rx) = mpsc::channel::<Vec<u8>>(IN_FLIGHT * 2);
         tokio::spawn(write_acks(write, rx));
         let permits = Arc::new(Semaphore::new(IN_FLIGHT));
         loop {
-            let (kind, payload) = wire::read_frame(&mut read, self.limit).await?;
+            let frame = tokio::time::timeout(SILENT, wire::read_frame(&mut read, self.limit));
+            let (kind, payload) = frame.await.map_err(|_| WireError::Malformed("silent"))??;
             match kind {
                 wire::STORE => {
                     let permit = permits.clone().acquire_owned().await.expect("never closed");
@@ -262,7 +302,7 @@ async fn write_acks(write: tokio::net::tcp::OwnedWriteHalf, mut rx: mpsc::Receiv
     }
 }
 
-fn random_nonce() -> [u8; 32] {
+pub(super) fn random_nonce() -> [u8; 32] {
     use ring::rand::SecureRandom;
     let mut nonce = [0u8; 32];
     ring::rand::SystemRandom::new()

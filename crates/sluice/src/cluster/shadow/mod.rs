@@ -9,13 +9,17 @@
 //! `shadow_claim_secs` beyond `node_dead_secs`, or comes back having lost
 //! its spool (a new *incarnation*: a random number kept in the spool
 //! directory), the holder claims the copies and delivers them
-//! (`claim.rs`). Duplicates arise only for messages whose delivery was
-//! under way, or whose outcome had not reached the holder, when the origin
-//! died.
+//! (`claim.rs`). Duplicates arise for messages whose delivery was under
+//! way, or whose outcome had not reached the holder, when the origin died;
+//! and when an origin comes back with its spool after its copies were
+//! claimed (down longer than `shadow_claim_secs`, or `shadow_away_secs`
+//! after a clean stop). Copies are never expired by age.
 //!
-//! Trusts: peers that prove the shared secret (`wire.rs`); nothing else
-//! may store or drop copies. The link is not encrypted: it belongs on a
-//! private network, like Redis.
+//! Trusts: peers that prove the shared secret, both ways (`wire.rs`);
+//! nothing else may store, acknowledge or drop copies. The link is not
+//! encrypted: it belongs on a private network, like Redis. Copies are
+//! synced as the main spool is (`spool.unsafe_ack_before_fsync` applies
+//! to them too).
 //! Invariants: the origin's `250` waits for both disks (or, with no peer
 //! answering, for its own and a log line, unless `shadow_required`).
 

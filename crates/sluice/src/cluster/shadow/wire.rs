@@ -2,11 +2,13 @@
 //! message) and the peer that keeps a copy of it (the *holder*).
 //!
 //! A frame is `len u32 | kind u8 | payload` (big-endian; `len` counts the
-//! kind byte and the payload). The holder opens with a challenge; the
-//! origin answers with its name, its spool's incarnation and an
-//! HMAC-SHA256 of the challenge under the shared secret; then the origin
-//! sends copies and outcomes, the holder acknowledges each copy once it
-//! is on disk.
+//! kind byte and the payload). The holder opens with a 32-byte challenge;
+//! the origin answers with its name, its spool's incarnation, a challenge
+//! of its own and an HMAC-SHA256 under the shared secret of both; the
+//! holder's welcome carries its own proof of both (mutual: an impostor
+//! holder cannot take copies and acknowledge them). Then the origin sends
+//! copies and outcomes, the holder acknowledges each copy once it is on
+//! disk.
 //!
 //! Hand-written: a dozen fields in one fixed order, on a link between our
 //! own nodes; a serialisation crate would add more than it saves.
@@ -72,30 +74,51 @@ fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
     out.extend_from_slice(b);
 }
 
-/// The proof an origin gives: HMAC-SHA256 over the challenge, its name and
-/// incarnation.
-pub fn proof(secret: &str, nonce: &[u8], node: &str, incarnation: u64) -> Vec<u8> {
+/// Bytes of each side's challenge.
+pub const NONCE: usize = 32;
+
+/// An HMAC-SHA256 under the shared secret over a role label and
+/// length-prefixed fields: no field can be shifted into another, and a
+/// proof for one role never passes for the other.
+pub fn mac(secret: &str, label: &[u8], fields: &[&[u8]]) -> Vec<u8> {
     let key = hmac::Key::new(hmac::HMAC_SHA256, secret.as_bytes());
-    let mut ctx = hmac::Context::with_key(&key);
-    ctx.update(nonce);
-    ctx.update(node.as_bytes());
-    ctx.update(&incarnation.to_be_bytes());
-    ctx.sign().as_ref().to_vec()
+    hmac::sign(&key, &mac_input(label, fields))
+        .as_ref()
+        .to_vec()
 }
 
-/// Checks a proof in constant time.
-pub fn proof_ok(secret: &str, nonce: &[u8], hello: &Hello) -> bool {
+/// Checks a [`mac`] in constant time.
+pub fn mac_ok(secret: &str, label: &[u8], fields: &[&[u8]], tag: &[u8]) -> bool {
     let key = hmac::Key::new(hmac::HMAC_SHA256, secret.as_bytes());
-    let mut msg = nonce.to_vec();
-    msg.extend_from_slice(hello.node.as_bytes());
-    msg.extend_from_slice(&hello.incarnation.to_be_bytes());
-    hmac::verify(&key, &msg, &hello.mac).is_ok()
+    hmac::verify(&key, &mac_input(label, fields), tag).is_ok()
+}
+
+fn mac_input(label: &[u8], fields: &[&[u8]]) -> Vec<u8> {
+    let mut msg = label.to_vec();
+    for f in fields {
+        put_bytes(&mut msg, f);
+    }
+    msg
+}
+
+/// The origin's proof: both challenges, its name and incarnation.
+pub fn hello_mac(secret: &str, theirs: &[u8], ours: &[u8], node: &str, inc: u64) -> Vec<u8> {
+    let fields: [&[u8]; 4] = [theirs, ours, node.as_bytes(), &inc.to_be_bytes()];
+    mac(secret, b"sluice-shadow-hello", &fields)
+}
+
+/// The holder's proof, in its welcome: the same fields, another label.
+pub fn welcome_mac(secret: &str, theirs: &[u8], ours: &[u8], node: &str, inc: u64) -> Vec<u8> {
+    let fields: [&[u8]; 4] = [theirs, ours, node.as_bytes(), &inc.to_be_bytes()];
+    mac(secret, b"sluice-shadow-welcome", &fields)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hello {
     pub node: String,
     pub incarnation: u64,
+    /// The origin's own challenge, for the holder to prove itself.
+    pub nonce: Vec<u8>,
     pub mac: Vec<u8>,
 }
 
@@ -103,6 +126,7 @@ pub fn hello(h: &Hello) -> Vec<u8> {
     frame(HELLO, |out| {
         put_bytes(out, h.node.as_bytes());
         out.extend_from_slice(&h.incarnation.to_be_bytes());
+        put_bytes(out, &h.nonce);
         put_bytes(out, &h.mac);
     })
 }
@@ -111,11 +135,16 @@ pub fn decode_hello(payload: &[u8]) -> Result<Hello, WireError> {
     let mut c = Cursor(payload);
     let node = c.string()?;
     let incarnation = c.u64()?;
+    let nonce = c.bytes()?.to_vec();
     let mac = c.bytes()?.to_vec();
     c.end()?;
+    if nonce.len() != NONCE {
+        return Err(WireError::Malformed("challenge of the wrong length"));
+    }
     Ok(Hello {
         node,
         incarnation,
+        nonce,
         mac,
     })
 }
@@ -344,20 +373,37 @@ mod tests {
     }
 
     #[test]
-    fn a_proof_holds_only_for_its_secret_challenge_and_name() {
+    fn a_proof_holds_only_for_its_secret_challenges_name_and_role() {
         let secret = "0123456789abcdef";
-        let nonce = [7u8; 32];
-        let mut h = Hello {
+        let (theirs, ours) = ([7u8; NONCE], [9u8; NONCE]);
+        let tag = hello_mac(secret, &theirs, &ours, "n1", 42);
+        let fields: [&[u8]; 4] = [&theirs, &ours, b"n1", &42u64.to_be_bytes()];
+        assert!(mac_ok(secret, b"sluice-shadow-hello", &fields, &tag));
+        assert!(!mac_ok(
+            "0123456789abcdeX",
+            b"sluice-shadow-hello",
+            &fields,
+            &tag
+        ));
+        // The holder's proof is not the origin's: a reflected hello fails.
+        assert_ne!(tag, welcome_mac(secret, &theirs, &ours, "n1", 42));
+        assert_ne!(tag, hello_mac(secret, &[8u8; NONCE], &ours, "n1", 42));
+        assert_ne!(tag, hello_mac(secret, &theirs, &ours, "n2", 42));
+        // Bytes moved from the challenge into the name change the proof.
+        let shifted: [&[u8]; 4] = [&theirs[..31], &ours, b"\x07n1", &42u64.to_be_bytes()];
+        assert!(!mac_ok(secret, b"sluice-shadow-hello", &shifted, &tag));
+        let h = Hello {
             node: "n1".into(),
             incarnation: 42,
-            mac: proof(secret, &nonce, "n1", 42),
+            nonce: ours.to_vec(),
+            mac: tag,
         };
-        assert!(proof_ok(secret, &nonce, &h));
-        assert!(!proof_ok("0123456789abcdeX", &nonce, &h));
-        assert!(!proof_ok(secret, &[8u8; 32], &h));
-        h.node = "n2".into();
-        assert!(!proof_ok(secret, &nonce, &h));
         let f = hello(&h);
         assert_eq!(decode_hello(payload(&f)).unwrap(), h);
+        let short = Hello {
+            nonce: vec![1; 31],
+            ..h
+        };
+        assert!(decode_hello(payload(&hello(&short))).is_err());
     }
 }
