@@ -334,8 +334,9 @@ run_scale() {
     stop_haproxy
     stop_nodes
     [ "$nodes" = 1 ] && ONE[$size-$SESSIONS]=$rate
-    x=$(calc "$rate/${ONE[$size-$SESSIONS]:-$rate}")
-    RESULTS+=("RESULT workload=cluster nodes=$nodes shadow=$shadow size=$size quota_pct=$QUOTA sessions=$SESSIONS messages=$n seconds=$(fmt %.2f "$secs") msg_per_s=$(fmt %.0f "$rate") x_one_node=$(fmt %.2f "$x") cpu_ms_per_msg=$(fmt %.3f "$(calc "$cpu/$n")") gen_errors=$GEN_ERRORS peak_conns=$peak cap=$CAP")
+    x=n/a
+    [ -n "${ONE[$size-$SESSIONS]:-}" ] && x=$(fmt %.2f "$(calc "$rate/${ONE[$size-$SESSIONS]}")")
+    RESULTS+=("RESULT workload=cluster nodes=$nodes shadow=$shadow size=$size quota_pct=$QUOTA sessions=$SESSIONS messages=$n seconds=$(fmt %.2f "$secs") msg_per_s=$(fmt %.0f "$rate") x_one_node=$x cpu_ms_per_msg=$(fmt %.3f "$(calc "$cpu/$n")") gen_errors=$GEN_ERRORS peak_conns=$peak cap=$CAP")
     log "${RESULTS[-1]}"
     echo "$nodes,$shadow,$size,$SESSIONS,$(fmt %.0f "$rate")" >>"$W/chart.csv"
 }
