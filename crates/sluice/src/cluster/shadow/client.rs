@@ -34,8 +34,12 @@ const BACKLOG: usize = 200_000;
 const BATCH: usize = 4096;
 /// How often outcomes go out.
 const FLUSH: Duration = Duration::from_millis(100);
-/// A peer that failed is not tried again for this long.
+/// A peer that failed is not tried again for this long, doubled after
+/// each failure in a row up to `MAX_BACKOFF`: a peer that swallows
+/// packets costs the sessions that try it `shadow_timeout_ms` only now and
+/// then, not two times out of three.
 const BACKOFF: Duration = Duration::from_secs(1);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ShadowError {
@@ -61,7 +65,8 @@ pub struct Shadow {
 struct Link {
     addr: String,
     conn: tokio::sync::Mutex<Option<Conn>>,
-    failed_at: Mutex<Option<Instant>>,
+    /// The last failure, and how long the peer is set aside after it.
+    failed_at: Mutex<Option<(Instant, Duration)>>,
     backlog: Mutex<VecDeque<Outcome>>,
     /// Logged that this peer is away (once until it is back).
     away: AtomicBool,
@@ -98,15 +103,7 @@ impl Shadow {
         logger: Logger,
     ) -> Arc<Shadow> {
         let links = (config.peers.iter())
-            .map(|addr| Link {
-                addr: addr.clone(),
-                conn: tokio::sync::Mutex::new(None),
-                failed_at: Mutex::new(None),
-                backlog: Mutex::new(VecDeque::new()),
-                away: AtomicBool::new(false),
-                dropped: AtomicBool::new(false),
-                greeted: AtomicBool::new(false),
-            })
+            .map(|addr| Link::new(addr))
             .collect::<Vec<_>>();
         // Nodes start at different peers, so copies spread.
         let start = node.bytes().map(usize::from).sum::<usize>() % links.len().max(1);
@@ -164,7 +161,7 @@ impl Shadow {
                 Ok(Err(e)) => last = format!("{}: {e}", link.addr),
                 Err(_) => last = format!("{}: no answer in {:?}", link.addr, self.timeout),
             }
-            *lock(&link.failed_at) = Some(Instant::now());
+            failed(link);
             // Never waited for: the lock may be held by a send to this very
             // peer, stuck (the next one must be tried now).
             if let Ok(mut conn) = link.conn.try_lock() {
@@ -303,9 +300,31 @@ impl Drop for Unclaimed<'_> {
     }
 }
 
-/// A peer that failed within `BACKOFF` is not tried.
+impl Link {
+    fn new(addr: &str) -> Link {
+        Link {
+            addr: addr.to_string(),
+            conn: tokio::sync::Mutex::new(None),
+            failed_at: Mutex::new(None),
+            backlog: Mutex::new(VecDeque::new()),
+            away: AtomicBool::new(false),
+            dropped: AtomicBool::new(false),
+            greeted: AtomicBool::new(false),
+        }
+    }
+}
+
+/// A peer that failed within its backoff is not tried.
 fn set_aside(link: &Link) -> bool {
-    (lock(&link.failed_at)).is_some_and(|t| t.elapsed() < BACKOFF)
+    (lock(&link.failed_at)).is_some_and(|(t, backoff)| t.elapsed() < backoff)
+}
+
+/// Sets a peer aside: for `BACKOFF` after a success, twice as long as
+/// last time after a failure.
+fn failed(link: &Link) {
+    let mut at = lock(&link.failed_at);
+    let backoff = at.map_or(BACKOFF, |(_, b)| (b * 2).min(MAX_BACKOFF));
+    *at = Some((Instant::now(), backoff));
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -374,7 +393,7 @@ async fn send_all(shadow: &Shadow, link: &Link, frames: Vec<Vec<u8>>) -> bool {
                 *guard = Some(conn)
             }
             _ => {
-                *lock(&link.failed_at) = Some(Instant::now());
+                failed(link);
                 return false;
             }
         }
@@ -417,6 +436,19 @@ mod tests {
             }
         });
         addr
+    }
+
+    #[test]
+    fn a_peer_failing_again_and_again_is_set_aside_longer_each_time() {
+        let link = Link::new("192.0.2.1:2526");
+        assert!(!set_aside(&link));
+        let mut seen = Vec::new();
+        for _ in 0..7 {
+            failed(&link);
+            assert!(set_aside(&link));
+            seen.push(lock(&link.failed_at).unwrap().1.as_secs());
+        }
+        assert_eq!(seen, [1, 2, 4, 8, 16, 30, 30]);
     }
 
     #[tokio::test]
