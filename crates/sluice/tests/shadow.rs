@@ -351,46 +351,105 @@ fn hello_frame(node: &str, incarnation: u64, mac: &[u8]) -> Vec<u8> {
     frame
 }
 
+/// Two nodes reached directly (no balancer), relaying to a next hop that
+/// is down (bound, not listening) until [`Pair::hop_back`]. Fields drop in
+/// order: the nodes are stopped before their namespaces go.
+struct Pair {
+    nodes: Nodes,
+    configs: Vec<std::path::PathBuf>,
+    held: Option<tokio::net::TcpSocket>,
+    _redis: Redis,
+    lan: Lan,
+    dir: TestDir,
+}
+
+impl Pair {
+    fn start(name: &str, claim_secs: u64) -> Pair {
+        let dir = temp_dir(name);
+        let lan = Lan::create(2);
+        let redis = Redis::start(&dir);
+        let held = lan.socket(SocketAddr::new(lan.hub(), 0));
+        let setup = Setup {
+            hop: held.local_addr().unwrap(),
+            proxied: false,
+            claim_secs,
+            required: true,
+        };
+        let configs: Vec<_> = (0..2)
+            .map(|i| node_config(&dir, &lan, i, &redis, &setup))
+            .collect();
+        let nodes = Nodes(
+            (0..2)
+                .map(|i| Some(spawn_node(&lan, i, &configs[i])))
+                .collect(),
+        );
+        Pair {
+            nodes,
+            configs,
+            held: Some(held),
+            _redis: redis,
+            lan,
+            dir,
+        }
+    }
+
+    /// `n` messages to n1, subjects `<tag>-0`..: the first once n1 is up,
+    /// every one acknowledged.
+    async fn send_to_n1(&self, tag: &str, n: usize) {
+        let n1 = SocketAddr::new(self.lan.node_ip(0), 25);
+        let first = format!("{tag}-0");
+        let up = async {
+            while send_one(&self.lan, n1, &first).await.is_err() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), up)
+            .await
+            .expect("n1 up");
+        for k in 1..n {
+            let sent = send_one(&self.lan, n1, &format!("{tag}-{k}")).await;
+            assert!(sent.is_ok(), "{tag}-{k}: {sent:?}");
+        }
+    }
+
+    /// n1 started again on its configuration.
+    fn restart_n1(&mut self) {
+        self.nodes.0[0] = Some(spawn_node(&self.lan, 0, &self.configs[0]));
+    }
+
+    fn log(&self, node: &str) -> String {
+        read_log(&self.dir.join(node))
+    }
+
+    /// The next hop comes back: waits until `<tag>-0..n` have arrived,
+    /// each exactly once.
+    async fn hop_back_and_receive_once(&mut self, tag: &str, n: usize, secs: u64) {
+        let held = self.held.take().expect("the hop comes back once");
+        let opts = SinkOptions {
+            record: true,
+            ..Default::default()
+        };
+        let sink = Sink::start_on(held, opts).await.unwrap();
+        let all = || received(&sink).len() >= n;
+        assert!(wait_until(secs, all).await, "{:?}", received(&sink));
+        let seen = received(&sink);
+        for k in 0..n {
+            assert_eq!(seen.get(&format!("{tag}-{k}")), Some(&1), "{seen:?}");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_back_without_its_spool_has_its_copies_delivered_by_its_peer() {
-    let dir = temp_dir("shadow-incarnation");
-    let lan = Lan::create(2);
-    let redis = Redis::start(&dir);
-    // The next hop is down (bound, not listening) until the end.
-    let held = lan.socket(SocketAddr::new(lan.hub(), 0));
-    let setup = Setup {
-        hop: held.local_addr().unwrap(),
-        proxied: false,
-        // Far beyond the test: only the new incarnation can set off a claim.
-        claim_secs: 600,
-        required: true,
-    };
-    let configs: Vec<_> = (0..2)
-        .map(|i| node_config(&dir, &lan, i, &redis, &setup))
-        .collect();
-    let mut nodes = Nodes(
-        (0..2)
-            .map(|i| Some(spawn_node(&lan, i, &configs[i])))
-            .collect(),
-    );
-    let n1 = SocketAddr::new(lan.node_ip(0), 25);
-    let up = async {
-        while send_one(&lan, n1, "s-0").await.is_err() {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(30), up)
-        .await
-        .expect("n1 up");
-    for k in 1..10 {
-        let sent = send_one(&lan, n1, &format!("s-{k}")).await;
-        assert!(sent.is_ok(), "s-{k}: {sent:?}");
-    }
+    // Claims far beyond the test: only the new incarnation can set one off.
+    let mut pair = Pair::start("shadow-incarnation", 600);
+    pair.send_to_n1("s", 10).await;
+    let (lan, dir) = (&pair.lan, &pair.dir);
 
     // Strangers get nothing from n2's holder: a wrong proof, n2's own
     // name with the right proof, a frame of 4 GB.
     let holder = SocketAddr::new(lan.node_ip(1), 2526);
-    let refused = raw_hello(&lan, holder, &hello_frame("n1", 7, &[0u8; 32])).await;
+    let refused = raw_hello(lan, holder, &hello_frame("n1", 7, &[0u8; 32])).await;
     assert_eq!(refused, Some(6), "a wrong proof is refused");
     let own = {
         let socket = lan.socket(SocketAddr::new(lan.hub(), 0));
@@ -414,7 +473,7 @@ async fn a_node_back_without_its_spool_has_its_copies_delivered_by_its_peer() {
         s.read_u8().await.unwrap()
     };
     assert_eq!(own, 6, "the holder's own name is refused");
-    let huge = raw_hello(&lan, holder, &[0xff, 0xff, 0xff, 0xf0, 1]).await;
+    let huge = raw_hello(lan, holder, &[0xff, 0xff, 0xff, 0xf0, 1]).await;
     assert_eq!(huge, None, "a 4 GB hello closes the link");
     let areas: Vec<String> = std::fs::read_dir(dir.join("n2/var/shadow"))
         .unwrap()
@@ -424,100 +483,35 @@ async fn a_node_back_without_its_spool_has_its_copies_delivered_by_its_peer() {
     assert!(areas[0].starts_with("n1@"), "{areas:?}");
 
     // n1 dies with its spool and comes back empty.
-    let mut first = nodes.0[0].take().unwrap();
+    let mut first = pair.nodes.0[0].take().unwrap();
     first.kill().unwrap();
     first.wait().unwrap();
-    std::fs::remove_dir_all(dir.join("n1/var/spool")).unwrap();
-    nodes.0[0] = Some(spawn_node(&lan, 0, &configs[0]));
-    let claimed = || {
-        read_log(&dir.join("n2"))
-            .matches("claimed from node n1")
-            .count()
-            >= 10
-    };
-    assert!(
-        wait_until(30, claimed).await,
-        "{}",
-        read_log(&dir.join("n2"))
-    );
-    assert!(read_log(&dir.join("n2")).contains("new incarnation"));
+    std::fs::remove_dir_all(pair.dir.join("n1/var/spool")).unwrap();
+    pair.restart_n1();
+    let claimed = || pair.log("n2").matches("claimed from node n1").count() >= 10;
+    assert!(wait_until(30, claimed).await, "{}", pair.log("n2"));
+    assert!(pair.log("n2").contains("new incarnation"));
 
     // The next hop is back: each message arrives once, from n2.
-    let sink = Sink::start_on(
-        held,
-        SinkOptions {
-            record: true,
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
-    let all = || received(&sink).len() >= 10;
-    assert!(wait_until(30, all).await, "{:?}", received(&sink));
-    let seen = received(&sink);
-    for k in 0..10 {
-        assert_eq!(seen.get(&format!("s-{k}")), Some(&1), "{seen:?}");
-    }
+    pair.hop_back_and_receive_once("s", 10, 30).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_stopped_cleanly_is_waited_for_not_claimed() {
-    let dir = temp_dir("shadow-away");
-    let lan = Lan::create(2);
-    let redis = Redis::start(&dir);
-    let held = lan.socket(SocketAddr::new(lan.hub(), 0));
-    let setup = Setup {
-        hop: held.local_addr().unwrap(),
-        proxied: false,
-        claim_secs: 1,
-        required: true,
-    };
-    let configs: Vec<_> = (0..2)
-        .map(|i| node_config(&dir, &lan, i, &redis, &setup))
-        .collect();
-    let mut nodes = Nodes(
-        (0..2)
-            .map(|i| Some(spawn_node(&lan, i, &configs[i])))
-            .collect(),
-    );
-    let n1 = SocketAddr::new(lan.node_ip(0), 25);
-    let up = async {
-        while send_one(&lan, n1, "a-0").await.is_err() {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(30), up)
-        .await
-        .expect("n1 up");
-    for k in 1..5 {
-        assert!(send_one(&lan, n1, &format!("a-{k}")).await.is_ok());
-    }
+    let mut pair = Pair::start("shadow-away", 1);
+    pair.send_to_n1("a", 5).await;
 
     // A clean stop (SIGTERM), its spool kept: n2 sees it gone, and waits.
-    let mut first = nodes.0[0].take().unwrap();
+    let mut first = pair.nodes.0[0].take().unwrap();
     // SAFETY: signalling a child we spawned and have not reaped.
     unsafe { libc::kill(first.id() as i32, libc::SIGTERM) };
     first.wait().unwrap();
-    let waits = || read_log(&dir.join("n2")).contains("node n1 stopped cleanly");
-    assert!(wait_until(30, waits).await, "{}", read_log(&dir.join("n2")));
-    assert!(!read_log(&dir.join("n2")).contains("claimed from node n1"));
+    let waits = || pair.log("n2").contains("node n1 stopped cleanly");
+    assert!(wait_until(30, waits).await, "{}", pair.log("n2"));
+    assert!(!pair.log("n2").contains("claimed from node n1"));
 
     // Back with its spool, n1 delivers its own mail, once.
-    nodes.0[0] = Some(spawn_node(&lan, 0, &configs[0]));
-    let sink = Sink::start_on(
-        held,
-        SinkOptions {
-            record: true,
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
-    let all = || received(&sink).len() >= 5;
-    assert!(wait_until(60, all).await, "{:?}", received(&sink));
-    let seen = received(&sink);
-    for k in 0..5 {
-        assert_eq!(seen.get(&format!("a-{k}")), Some(&1), "{seen:?}");
-    }
-    assert!(!read_log(&dir.join("n2")).contains("claimed from node n1"));
+    pair.restart_n1();
+    pair.hop_back_and_receive_once("a", 5, 60).await;
+    assert!(!pair.log("n2").contains("claimed from node n1"));
 }

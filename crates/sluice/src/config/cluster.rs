@@ -112,6 +112,13 @@ fn default_lease_secs() -> u64 {
     15
 }
 
+/// A node name as it may appear in Redis keys, directory names and the
+/// shadow hello: 1-64 of A-Z a-z 0-9 - . _
+pub fn node_name_ok(name: &str) -> bool {
+    let fine = |c: char| c.is_ascii_alphanumeric() || "-._".contains(c);
+    !name.is_empty() && name.len() <= 64 && name.chars().all(fine)
+}
+
 impl ClusterConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |why: String| Err(ConfigError::Invalid(format!("cluster.{why}")));
@@ -164,8 +171,7 @@ impl ClusterConfig {
             }
         }
         if let Some(node) = &self.node {
-            let fine = |c: char| c.is_ascii_alphanumeric() || "-._".contains(c);
-            if node.is_empty() || node.len() > 64 || !node.chars().all(fine) {
+            if !node_name_ok(node) {
                 return invalid(format!("node: {node:?} (want 1-64 of A-Z a-z 0-9 - . _)"));
             }
         }

@@ -48,9 +48,8 @@ pub async fn start(
     }
     // The name (the hostname unless set) goes into every hello: one a
     // peer would refuse must stop the start, not shadowing silently.
-    let fine = |c: char| c.is_ascii_alphanumeric() || "-._".contains(c);
     let name = cluster.node();
-    if name.is_empty() || name.len() > 64 || !name.chars().all(fine) {
+    if !crate::config::cluster::node_name_ok(name) {
         let why = format!("cluster.node: {name:?} (the hostname) cannot name a shadowing node: set node = \"...\" (1-64 of A-Z a-z 0-9 - . _)");
         return Err(StartError::Config(crate::config::ConfigError::Invalid(why)));
     }

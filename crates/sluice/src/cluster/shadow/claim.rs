@@ -23,7 +23,8 @@ use redis::aio::ConnectionManager;
 use sluice_spool::{Envelope, Recovered, Spool, SpoolConfig};
 use tokio::time::Instant;
 
-use super::holder::{lock, Copies, Holder};
+use super::holder::{Copies, Holder};
+use super::lock;
 use crate::cluster::Cluster;
 use crate::log;
 use crate::log::qid;

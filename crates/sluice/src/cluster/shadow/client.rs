@@ -19,12 +19,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sluice_spool::Envelope;
-use tokio::io::{AsyncWriteExt, BufWriter};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::wire::{self, Outcome, WireError};
+use super::{lock, random};
 use crate::log;
 use crate::log::Logger;
 
@@ -72,8 +73,6 @@ struct Link {
     away: AtomicBool,
     /// Logged that outcomes for it were dropped.
     dropped: AtomicBool,
-    /// A link was made once: the peer has heard this incarnation.
-    greeted: AtomicBool,
 }
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<bool>>>>;
@@ -132,7 +131,6 @@ impl Shadow {
     pub async fn copy(&self, env: &Envelope, body: &[u8]) -> Result<(), ShadowError> {
         let n = self.links.len();
         let start = self.current.load(Ordering::Relaxed);
-        let frame = Arc::new(wire::store(0, env, body));
         let mut last = String::from("all peers set aside after failures");
         for k in 0..n {
             let i = (start + k) % n;
@@ -141,12 +139,12 @@ impl Shadow {
                 continue;
             }
             let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-            let mut framed = frame.as_ref().clone();
-            framed[5..13].copy_from_slice(&seq.to_be_bytes());
-            match tokio::time::timeout(self.timeout, self.send(link, seq, framed)).await {
+            // Encoded per attempt (usually one): the frame is handed to the
+            // link's writer, and a second attempt needs its own seq.
+            let frame = wire::store(seq, env, body);
+            match tokio::time::timeout(self.timeout, self.send(link, seq, frame)).await {
                 Ok(Ok(())) => {
                     *lock(&link.failed_at) = None;
-                    link.greeted.store(true, Ordering::Relaxed);
                     if link.away.swap(false, Ordering::Relaxed) {
                         log!(
                             self.logger,
@@ -209,7 +207,7 @@ impl Shadow {
         if kind != wire::CHALLENGE || theirs.len() != wire::NONCE {
             return Err(WireError::Malformed("no challenge"));
         }
-        let ours = super::holder::random_nonce();
+        let ours: [u8; wire::NONCE] = random();
         let (node, inc) = (self.node.as_str(), self.incarnation);
         let hello = wire::Hello {
             node: node.to_string(),
@@ -240,7 +238,7 @@ impl Shadow {
             return Err(WireError::Malformed("peer refused the hello"));
         }
         let (mut read, write) = stream.into_split();
-        let (tx, mut rx) = mpsc::channel::<Vec<u8>>(1024);
+        let (tx, rx) = mpsc::channel::<Vec<u8>>(1024);
         let pending: Arc<Mutex<HashMap<u64, oneshot::Sender<bool>>>> = Arc::default();
         let alive = Arc::new(AtomicBool::new(true));
         let (p, a) = (pending.clone(), alive.clone());
@@ -260,16 +258,7 @@ impl Shadow {
         });
         let a = alive.clone();
         let writer = tokio::spawn(async move {
-            let mut out = BufWriter::with_capacity(256 * 1024, write);
-            while let Some(frame) = rx.recv().await {
-                let mut ok = out.write_all(&frame).await.is_ok();
-                while let (true, Ok(more)) = (ok, rx.try_recv()) {
-                    ok = out.write_all(&more).await.is_ok();
-                }
-                if !ok || out.flush().await.is_err() {
-                    break;
-                }
-            }
+            wire::write_frames(write, rx).await;
             a.store(false, Ordering::Relaxed);
         });
         Ok(Conn {
@@ -309,7 +298,6 @@ impl Link {
             backlog: Mutex::new(VecDeque::new()),
             away: AtomicBool::new(false),
             dropped: AtomicBool::new(false),
-            greeted: AtomicBool::new(false),
         }
     }
 }
@@ -327,10 +315,6 @@ fn failed(link: &Link) {
     *at = Some((Instant::now(), backoff));
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// Every `FLUSH`: the outcomes noted go to every peer (a peer holding no
 /// copy of a message ignores them); a peer away keeps them in its backlog.
 async fn flush_outcomes(shadow: std::sync::Weak<Shadow>) {
@@ -338,9 +322,11 @@ async fn flush_outcomes(shadow: std::sync::Weak<Shadow>) {
     loop {
         tokio::time::sleep(FLUSH).await;
         tick += 1;
-        // Every 2 s a link with nothing to say says so: the holder takes a
-        // link silent for 10 s as dead (its origin may have lost power).
-        let keepalive = tick.is_multiple_of(20);
+        // At the first tick, then every 2 s, a link with nothing to say says
+        // so: at start a node back without its spool tells its peers at
+        // once (its hello), and a holder takes a link silent for 10 s as
+        // dead (its origin may have lost power).
+        let keepalive = tick % 20 == 1;
         let Some(shadow) = shadow.upgrade() else {
             return;
         };
@@ -353,20 +339,18 @@ async fn flush_outcomes(shadow: std::sync::Weak<Shadow>) {
                 if over > 0 {
                     backlog.drain(..over);
                     if !link.dropped.swap(true, Ordering::Relaxed) {
-                        log!(shadow.logger, "shadow", "peer {} away: its oldest outcomes dropped (its copies of those messages stay until claimed or expired)", link.addr);
+                        log!(shadow.logger, "shadow", "peer {} away: its oldest outcomes dropped (its copies of those messages stay until this node dies and they are claimed: duplicates)", link.addr);
                     }
                 }
-                // A peer is greeted at start even with nothing to send: a
-                // node back without its spool tells its peers at once.
-                let idle = backlog.is_empty() && link.greeted.load(Ordering::Relaxed);
-                if (idle && !keepalive) || set_aside(link) {
+                if (backlog.is_empty() && !keepalive) || set_aside(link) {
                     continue;
                 }
                 match backlog.is_empty() {
                     true => vec![wire::outcomes(&[])],
                     false => {
-                        let all: Vec<Outcome> = backlog.iter().take(BATCH * 8).cloned().collect();
-                        all.chunks(BATCH).map(wire::outcomes).collect::<Vec<_>>()
+                        let all = backlog.make_contiguous();
+                        let some = &all[..all.len().min(BATCH * 8)];
+                        some.chunks(BATCH).map(wire::outcomes).collect::<Vec<_>>()
                     }
                 }
             };
@@ -388,10 +372,7 @@ async fn send_all(shadow: &Shadow, link: &Link, frames: Vec<Vec<u8>>) -> bool {
         .is_some_and(|c| c.alive.load(Ordering::Relaxed))
     {
         match tokio::time::timeout(shadow.timeout, shadow.connect(&link.addr)).await {
-            Ok(Ok(conn)) => {
-                link.greeted.store(true, Ordering::Relaxed);
-                *guard = Some(conn)
-            }
+            Ok(Ok(conn)) => *guard = Some(conn),
             _ => {
                 failed(link);
                 return false;

@@ -26,6 +26,7 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio::time::Instant;
 
 use super::wire::{self, WireError};
+use super::{lock, random};
 use crate::log;
 use crate::log::Logger;
 
@@ -196,7 +197,7 @@ impl Holder {
         peer: SocketAddr,
     ) -> Result<Option<Arc<Copies>>, WireError> {
         stream.set_nodelay(true)?;
-        let nonce: [u8; wire::NONCE] = random_nonce();
+        let nonce: [u8; wire::NONCE] = random();
         let challenge = wire::frame(wire::CHALLENGE, |o| o.extend_from_slice(&nonce));
         stream.write_all(&challenge).await?;
         let hello = match wire::read_frame(stream, wire::SMALL_FRAME).await? {
@@ -205,10 +206,9 @@ impl Holder {
         };
         let (node, inc) = (hello.node.as_str(), hello.incarnation);
         let fields: [&[u8]; 4] = [&nonce, &hello.nonce, node.as_bytes(), &inc.to_be_bytes()];
-        let fine = |c: char| c.is_ascii_alphanumeric() || "-._".contains(c);
         let why = if !wire::mac_ok(&self.secret, b"sluice-shadow-hello", &fields, &hello.mac) {
             Some("bad proof (another shadow_secret?)")
-        } else if node.is_empty() || node.len() > 64 || !node.chars().all(fine) {
+        } else if !crate::config::cluster::node_name_ok(node) {
             Some("bad node name")
         } else if node == self.node {
             Some("that is this node's own name")
@@ -237,7 +237,7 @@ impl Holder {
     async fn take_copies(&self, stream: TcpStream, copies: &Arc<Copies>) -> Result<(), WireError> {
         let (mut read, write) = stream.into_split();
         let (acks, rx) = mpsc::channel::<Vec<u8>>(IN_FLIGHT * 2);
-        tokio::spawn(write_acks(write, rx));
+        tokio::spawn(wire::write_frames(write, rx));
         let permits = Arc::new(Semaphore::new(IN_FLIGHT));
         loop {
             let frame = tokio::time::timeout(SILENT, wire::read_frame(&mut read, self.limit));
@@ -245,7 +245,7 @@ impl Holder {
             match kind {
                 wire::STORE => {
                     let permit = permits.clone().acquire_owned().await.expect("never closed");
-                    let copy = wire::decode_store(&payload)?;
+                    let copy = wire::decode_store(payload)?;
                     let (copies, acks) = (copies.clone(), acks.clone());
                     tokio::spawn(async move {
                         let spool = lock(&copies.spool).clone();
@@ -287,30 +287,4 @@ impl Holder {
         *lock(&copies.absent_since) = None;
         Ok(copies)
     }
-}
-
-async fn write_acks(write: tokio::net::tcp::OwnedWriteHalf, mut rx: mpsc::Receiver<Vec<u8>>) {
-    let mut out = tokio::io::BufWriter::new(write);
-    while let Some(ack) = rx.recv().await {
-        let mut ok = out.write_all(&ack).await.is_ok();
-        while let (true, Ok(more)) = (ok, rx.try_recv()) {
-            ok = out.write_all(&more).await.is_ok();
-        }
-        if !ok || out.flush().await.is_err() {
-            return;
-        }
-    }
-}
-
-pub(super) fn random_nonce() -> [u8; 32] {
-    use ring::rand::SecureRandom;
-    let mut nonce = [0u8; 32];
-    ring::rand::SystemRandom::new()
-        .fill(&mut nonce)
-        .expect("the system's random source");
-    nonce
-}
-
-pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }

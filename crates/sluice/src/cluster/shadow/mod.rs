@@ -34,6 +34,21 @@ pub use claim::start as start_claims;
 pub use client::{Shadow, ShadowError};
 pub use holder::Holder;
 
+/// `N` bytes from the system's random source (challenges, incarnations).
+pub(super) fn random<const N: usize>() -> [u8; N] {
+    use ring::rand::SecureRandom;
+    let mut bytes = [0u8; N];
+    ring::rand::SystemRandom::new()
+        .fill(&mut bytes)
+        .expect("the system's random source");
+    bytes
+}
+
+/// Locks a mutex, taking it over from a thread that panicked holding it.
+pub(super) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// This spool's incarnation: made once, kept in `<spool>/incarnation`; a
 /// spool that was lost and made anew has another.
 pub fn incarnation(spool_dir: &Path) -> std::io::Result<u64> {
@@ -43,12 +58,7 @@ pub fn incarnation(spool_dir: &Path) -> std::io::Result<u64> {
             return Ok(n);
         }
     }
-    use ring::rand::SecureRandom;
-    let mut bytes = [0u8; 8];
-    ring::rand::SystemRandom::new()
-        .fill(&mut bytes)
-        .map_err(|_| std::io::Error::other("no random source"))?;
-    let n = u64::from_be_bytes(bytes);
+    let n = u64::from_be_bytes(random());
     std::fs::create_dir_all(spool_dir)?;
     sluice_spool::replace_file(spool_dir, FILE, format!("{n:016x}\n").as_bytes(), 0o600)?;
     Ok(n)

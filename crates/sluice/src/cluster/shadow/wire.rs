@@ -19,7 +19,8 @@
 
 use ring::hmac;
 use sluice_spool::{Dsn, Envelope};
-use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio::sync::mpsc;
 
 pub const CHALLENGE: u8 = 0;
 pub const HELLO: u8 = 1;
@@ -58,6 +59,21 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     let mut payload = vec![0; len - 1];
     r.read_exact(&mut payload).await?;
     Ok((kind, payload))
+}
+
+/// Writes the frames `rx` hands over, flushing once the queue is empty (one
+/// write for a burst), until `rx` closes or a write fails.
+pub async fn write_frames<W: AsyncWrite + Unpin>(write: W, mut rx: mpsc::Receiver<Vec<u8>>) {
+    let mut out = BufWriter::with_capacity(256 * 1024, write);
+    while let Some(frame) = rx.recv().await {
+        let mut ok = out.write_all(&frame).await.is_ok();
+        while let (true, Ok(more)) = (ok, rx.try_recv()) {
+            ok = out.write_all(&more).await.is_ok();
+        }
+        if !ok || out.flush().await.is_err() {
+            return;
+        }
+    }
 }
 
 /// A frame of `kind` around what `fill` writes.
@@ -185,8 +201,10 @@ pub struct Stored {
     pub body: Vec<u8>,
 }
 
-pub fn decode_store(payload: &[u8]) -> Result<Stored, WireError> {
-    let mut c = Cursor(payload);
+/// Decodes a copy; the body is what is left of `payload`, moved to its
+/// front, not copied out.
+pub fn decode_store(mut payload: Vec<u8>) -> Result<Stored, WireError> {
+    let mut c = Cursor(&payload);
     let seq = c.u64()?;
     let mut env = Envelope {
         id: c.u64()?,
@@ -212,10 +230,12 @@ pub fn decode_store(payload: &[u8]) -> Result<Stored, WireError> {
         }
         env.dsn = Some(Box::new(dsn));
     }
+    let header = payload.len() - c.0.len();
+    payload.drain(..header);
     Ok(Stored {
         seq,
         envelope: env,
-        body: c.0.to_vec(),
+        body: payload,
     })
 }
 
@@ -346,7 +366,7 @@ mod tests {
             u32::from_be_bytes(f[..4].try_into().unwrap()) as usize,
             f.len() - 4
         );
-        let back = decode_store(payload(&f)).unwrap();
+        let back = decode_store(payload(&f).to_vec()).unwrap();
         assert_eq!((back.seq, &back.envelope), (9, &env));
         assert_eq!(back.body, b"Subject: hi\r\n\r\nbody\r\n");
     }
@@ -361,7 +381,7 @@ mod tests {
         let mut p = payload(&f).to_vec();
         // The sender's length (after seq, id, arrival, flags) made huge.
         p[28..32].copy_from_slice(&u32::MAX.to_be_bytes());
-        assert!(matches!(decode_store(&p), Err(WireError::Malformed(_))));
+        assert!(matches!(decode_store(p), Err(WireError::Malformed(_))));
         let list = vec![Outcome {
             id: 3,
             recipients: vec![0, 2],
