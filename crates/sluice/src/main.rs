@@ -211,6 +211,8 @@ enum CliError {
     Keygen(#[from] sluice::tools::keygen::KeygenError),
     #[error(transparent)]
     Queue(#[from] sluice::tools::queue_cli::CallError),
+    #[error(transparent)]
+    Locate(#[from] sluice::tools::locate::LocateError),
 }
 
 fn load_config(arg: &ConfigArg) -> Result<Config, CliError> {
@@ -261,7 +263,7 @@ fn sendmail_main(args: &[String]) -> ExitCode {
 async fn queue(a: QueueArgs) -> Result<(), CliError> {
     use sluice::admin::protocol::{Filter, Request};
     use sluice::tools::queue_cli;
-    let config = load_config(&a.config)?;
+    let data_dir = sluice::tools::locate::data_dir(a.config.config.as_deref())?;
     let request = match a.action {
         QueueAction::List {
             sender,
@@ -294,7 +296,7 @@ async fn queue(a: QueueArgs) -> Result<(), CliError> {
     };
     let listing = matches!(request, Request::List { .. } | Request::Show { .. });
     let show = matches!(request, Request::Show { .. });
-    let response = queue_cli::call(&config.data_dir, &request).await?;
+    let response = queue_cli::call(&data_dir, &request).await?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&response)?);
     } else if show {
@@ -328,7 +330,16 @@ fn dkim_keygen(a: KeygenArgs) -> Result<(), CliError> {
 /// routes, certificates, resolvers, keys), so a config that passes here
 /// does not fail at start or reload.
 fn check_config(arg: ConfigArg) -> Result<(), CliError> {
-    for warning in sluice::daemon::check(load_config(&arg)?)? {
+    use sluice::daemon::privilege;
+    let config = load_config(&arg)?;
+    // As `serve` would run it: a root start with a file drops to `user`,
+    // who must be able to read every key.
+    if privilege::is_root() && arg.config.is_some() {
+        if let Ok(Some(account)) = privilege::target(config.user.as_deref(), config.run_as_root) {
+            privilege::keys_readable(&config, &account)?;
+        }
+    }
+    for warning in sluice::daemon::check(config)? {
         eprintln!("sluice: {warning}");
     }
     println!("configuration ok");

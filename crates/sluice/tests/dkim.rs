@@ -41,6 +41,57 @@ fn keygen_writes_a_private_key_and_prints_the_record() {
     .is_err());
 }
 
+/// The record `dkim-keygen` prints, put in a real nsd's zone exactly as
+/// printed, lets a real OpenDKIM receiver verify Sluice-signed mail: RSA
+/// (a SubjectPublicKeyInfo, `MIIBIj…`; a bare PKCS#1 key gave `dkim=fail
+/// … key not found`/`unable to apply public key`) and Ed25519. The
+/// Ed25519 key file is one OpenSSL reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opendkim_verifies_our_mail_against_the_record_as_printed() {
+    let dir = temp_dir("dkim-opendkim");
+    let (rsa, ed) = (dir.join("rsa.pem"), dir.join("ed.pem"));
+    let rsa_record = keygen(Algorithm::Rsa(2048), "ours.test", "r1", &rsa).unwrap();
+    let ed_record = keygen(Algorithm::Ed25519, "ours.test", "e1", &ed).unwrap();
+    assert!(rsa_record.contains("p=MIIBIj"), "{rsa_record}");
+    let pkey = std::process::Command::new("openssl")
+        .args(["pkey", "-noout", "-in"])
+        .arg(&ed)
+        .output()
+        .unwrap();
+    assert!(pkey.status.success(), "{pkey:?}");
+    let zone = format!(
+        "$ORIGIN ours.test.\n$TTL 300\n@ SOA ns.ours.test. admin.ours.test. 1 3600 600 86400 300\n@ NS ns\nns A 127.0.0.1\n{rsa_record}\n"
+    );
+    let nsd = Nsd::start(&dir, &[("ours.test", &zone)]);
+    let sink = recording_sink().await;
+    let mut cfg = config(&dir, Some(sink.addr));
+    cfg.dkim.keys.push(dkim_key("ours.test", "r1", rsa));
+    let (server, addr) = start(cfg).await;
+    let mut c = Client::ready(addr).await;
+    let msg = "From: Someone <a@ours.test>\r\nTo: x@elsewhere.test\r\nSubject: verify me\r\n\
+               Date: Sun, 22 Nov 2026 10:00:00 +0000\r\nMessage-ID: <v.1@ours.test>\r\n\r\nHello  there.\r\n";
+    let r = c.message("a@ours.test", &["x@elsewhere.test"], msg).await;
+    assert!(r.starts_with("250"), "{r}");
+    assert!(wait_until(15, || sink.count() == 1).await);
+    server.shutdown().await;
+    let signed = sink.messages()[0].body.clone();
+    let verdict = common::opendkim::verify(&dir, nsd.addr.port(), "ours.test", &signed);
+    assert!(
+        verdict.contains("dkim=pass") && verdict.contains("header.d=ours.test"),
+        "{verdict}"
+    );
+    // A body changed in transit fails at the same receiver: the check can fail.
+    let mut tampered = signed.clone();
+    let at = tampered.len() - 3;
+    tampered[at] = b'X';
+    let verdict = common::opendkim::verify(&dir, nsd.addr.port(), "ours.test", &tampered);
+    assert!(
+        verdict.contains("dkim=fail") || verdict.contains("dkim=neutral"),
+        "{verdict}"
+    );
+    assert!(ed_record.contains("k=ed25519; p="), "{ed_record}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn our_mail_is_signed_and_the_signature_verifies() {
     use mail_auth::hickory_resolver::config::{

@@ -89,6 +89,34 @@ async fn listed_clients_are_refused_and_allowlists_outweigh_lists() {
     server.shutdown().await;
 }
 
+/// M4 of the 2026-11-27 review: on a dual-stack listener (here bound to
+/// a v4-mapped address, which shows the peer as `::ffff:a.b.c.d` as
+/// `[::]` does) an IPv4 client is looked up as the IPv4 address it is:
+/// refused like on a v4 listener, and named as IPv4 in the reply and the
+/// event (before: `220`, the list asked for 32 IPv6 nibbles).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dual_stack_listener_looks_up_ipv4_clients_as_ipv4() {
+    let dir = temp_dir("dnsbl-mapped");
+    let nsd = Nsd::start(&dir, &[("bl.test", BL), ("wl.test", WL)]);
+    let mut cfg = dnsbl_config(&dir, nsd.addr);
+    cfg.smtpd.listen = vec!["[::ffff:127.0.0.1]:0".parse().unwrap()];
+    let (server, addr) = start(cfg).await;
+    let v4 = std::net::SocketAddr::from(([127, 0, 0, 1], addr.port()));
+    let (_c, greeting) = Client::connect_from("127.0.0.2", v4).await;
+    assert_eq!(
+        greeting.trim_end(),
+        "554 5.7.1 Service unavailable; client [127.0.0.2] blocked using bl.test"
+    );
+    assert!(
+        wait_event(10, &dir, "reject", |e| e["cause"] == "dnsbl"
+            && e["client_ip"] == "127.0.0.2")
+        .await,
+        "{}",
+        read_log(&dir)
+    );
+    server.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_list_that_does_not_answer_does_not_hold_the_greeting() {
     let dir = temp_dir("dnsbl-silent");

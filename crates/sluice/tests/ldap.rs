@@ -315,6 +315,7 @@ async fn smtp_auth_by_ldap_bind() {
     cfg.tables.insert("users".into(), users);
     cfg.auth.table = Some("users".into());
     cfg.auth.ldap_bind = true;
+    cfg.auth.offer_on_smtp = true;
     cfg.auth.failure_delay_ms = 0;
     let (server, addr) = start(cfg).await;
     let plain = |u: &str, p: &str| {

@@ -16,6 +16,11 @@ use common::*;
 
 /// `program args…` as `user`, `stdin` in: (exit status, stdout, stderr).
 fn run_as(user: &TestUser, program: &Path, args: &[&str], stdin: &[u8]) -> (i32, String, String) {
+    output_of(as_user(user, program, args), stdin)
+}
+
+/// The command line of `program args…` as `user`.
+fn as_user(user: &TestUser, program: &Path, args: &[&str]) -> Command {
     let mut cmd = Command::new("setpriv");
     cmd.arg(format!("--reuid={}", user.uid))
         .arg(format!("--regid={}", user.uid))
@@ -23,15 +28,82 @@ fn run_as(user: &TestUser, program: &Path, args: &[&str], stdin: &[u8]) -> (i32,
         .arg(program)
         .args(args)
         .env("USER", "root"); // a lie: the daemon does not believe it
-    output_of(cmd, stdin)
+    cmd
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_ordinary_user_can_send_mail_as_themselves_only() {
+fn need_root() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         panic!("this test creates a local account: run the suite as root, as CI does");
     }
+}
+
+/// H1 of the 2026-11-27 review: with no `-C`, sendmail and mailq (as an
+/// ordinary user) and `sluice queue` (as root) never look for the daemon
+/// under the current directory, where another account planted
+/// `./var/public/submit.sock` and `./var/admin.sock`; the plant gets no
+/// connection and the tool names the absolute socket it tried.
+#[test]
+fn client_tools_never_use_a_socket_in_the_current_directory() {
+    use std::os::unix::fs::PermissionsExt;
+    need_root();
+    let user = TestUser::create("p");
+    let dir = temp_dir("local-plant");
+    let trap = dir.join("trap");
+    std::fs::create_dir_all(trap.join("var/public")).unwrap();
+    for d in [&*dir, trap.as_path()] {
+        std::fs::set_permissions(d, PermissionsExt::from_mode(0o1777)).unwrap();
+    }
+    let plant = |p: &Path| {
+        let l = std::os::unix::net::UnixListener::bind(p).unwrap();
+        std::fs::set_permissions(p, PermissionsExt::from_mode(0o666)).unwrap();
+        l.set_nonblocking(true).unwrap();
+        l
+    };
+    let submit = plant(&trap.join("var/public/submit.sock"));
+    let admin = plant(&trap.join("var/admin.sock"));
+    let bin = Path::new(env!("CARGO_BIN_EXE_sluice"));
+    let sendmail = dir.join("sendmail");
+    std::os::unix::fs::symlink(bin, &sendmail).unwrap();
+    let runs: [(Command, &[u8]); 3] = [
+        (
+            as_user(&user, &sendmail, &["-i", "boss@remote.test"]),
+            b"Subject: payroll\n\nsalary\n",
+        ),
+        (as_user(&user, &sendmail, &["-bp"]), b""),
+        (
+            {
+                let mut c = Command::new(bin);
+                c.args(["queue", "list"]);
+                c
+            },
+            b"",
+        ),
+    ];
+    for (mut cmd, input) in runs {
+        cmd.current_dir(&trap).env_remove("SLUICE_CONFIG");
+        let (code, out, err) = output_of(cmd, input);
+        assert_ne!(
+            code, 0,
+            "no daemon runs here, yet it succeeded: {out} {err}"
+        );
+        assert!(!err.contains("./var"), "a relative socket: {err}");
+        assert!(
+            err.contains("/var/spool/sluice/") || err.contains("/etc/sluice/"),
+            "names the absolute place it tried: {err}"
+        );
+    }
+    for (name, l) in [("submit", &submit), ("admin", &admin)] {
+        assert!(
+            matches!(l.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+            "the planted {name} socket got a connection"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ordinary_user_can_send_mail_as_themselves_only() {
+    need_root();
     let user = TestUser::create("u");
     let dir = temp_dir("local-users");
     // The user may pass through the test's directory, as through /var/spool.
@@ -80,4 +152,56 @@ async fn an_ordinary_user_can_send_mail_as_themselves_only() {
         "{}",
         read_log(&dir)
     );
+}
+
+/// L1 of the 2026-11-27 review: an ordinary user's mailq lists only the
+/// mail they sent; root's lists everything (Postfix lists everything to
+/// anyone by default: `queue.mailq_anyone = true` does that).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ordinary_users_mailq_shows_only_their_own_mail() {
+    need_root();
+    let user = TestUser::create("q");
+    let dir = temp_dir("local-mailq");
+    std::fs::set_permissions(&*dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    // A next hop that is not there: the mail waits in the queue.
+    let dead = reserve();
+    let cfg = config(&dir, Some(dead.addr));
+    let conf = client_config(&dir, &cfg.data_dir).display().to_string();
+    let sendmail = dir.join("sendmail");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_sluice"), &sendmail).unwrap();
+    let (server, _) = start(cfg).await;
+    let mut root = Command::new(&sendmail);
+    root.args([
+        "-C",
+        &conf,
+        "-f",
+        "hr-director@ours.test",
+        "lawyer@outside.test",
+    ]);
+    let (code, _, err) = output_of(root, b"Subject: secret\n\nx\n");
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = run_as(
+        &user,
+        &sendmail,
+        &["-C", &conf, "friend@outside.test"],
+        b"Subject: mine\n\nx\n",
+    );
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = run_as(&user, &sendmail, &["-C", &conf, "-bp"], b"");
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("friend@outside.test"), "their own mail: {out}");
+    assert!(
+        !out.contains("hr-director") && !out.contains("lawyer@"),
+        "another's mail listed to {}: {out}",
+        user.name
+    );
+    let mut root = Command::new(&sendmail);
+    root.args(["-C", &conf, "-bp"]);
+    let (code, out, err) = output_of(root, b"");
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("lawyer@outside.test") && out.contains("friend@outside.test"),
+        "{out}"
+    );
+    server.shutdown().await;
 }

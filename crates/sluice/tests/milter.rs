@@ -299,3 +299,64 @@ async fn a_dead_or_silent_filter_gets_the_default_action() {
     assert!(wait_until(20, || sink.count() == 1).await);
     server.shutdown().await;
 }
+
+/// M8 of the 2026-11-27 review: an Authentication-Results field in our
+/// name sent by a client is a forgery; it is removed at the door, before
+/// any filter sees it, and the results a filter adds in our name are
+/// kept (before: the filter saw the forged `dkim=pass` and the relayed
+/// copy lost the filter's field, on a `sender_auth` listener).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_results_never_reach_the_filters_and_the_filters_results_stay() {
+    use common::milter_probe::MilterProbe;
+    let dir = temp_dir("milter-forged-ar");
+    let zone = "$ORIGIN test.\n$TTL 300\n@ SOA ns.test. admin.test. 1 3600 600 86400 300\n@ NS ns\nns A 127.0.0.1\n";
+    let nsd = Nsd::start(&dir, &[("test", zone)]);
+    let ours = "mx.test; dkim=pass header.d=corp.test (added by the filter)";
+    let probe = MilterProbe::start(
+        &dir.join("probe.sock"),
+        vec![("Authentication-Results".into(), ours.into())],
+    );
+    let sink = recording_sink().await;
+    let mut cfg = untrusted_config(&dir, Some(sink.addr));
+    cfg.dns.nameservers = vec![nsd.addr];
+    cfg.dns.timeout_ms = 1000;
+    cfg.smtpd.sender_auth = true;
+    cfg.smtpd.milters = vec![unix(&probe.socket)];
+    let (server, addr) = start(cfg).await;
+    let mut c = Client::ready(addr).await;
+    let forged = "Authentication-Results: mx.test; dkim=pass header.d=paypal.com; dmarc=pass header.from=paypal.com\r\n\
+                  Authentication-Results: other.test; spf=pass smtp.mailfrom=a@paypal.com\r\n";
+    let text = format!("{forged}{}", mail("forged", "Pay now."));
+    let r = c
+        .message("service@paypal.com", &["x@ours.test"], &text)
+        .await;
+    assert!(r.starts_with("250"), "{r}");
+    assert!(
+        wait_until(20, || sink.count() == 1).await,
+        "{}",
+        read_log(&dir)
+    );
+    server.shutdown().await;
+    let seen = probe.headers();
+    let results: Vec<&String> = seen
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("Authentication-Results"))
+        .map(|(_, v)| v)
+        .collect();
+    assert!(
+        results.iter().all(|v| !v.contains("paypal.com; dmarc")),
+        "the filter saw the forgery: {results:?}"
+    );
+    assert!(
+        results
+            .iter()
+            .any(|v| v.trim_start().starts_with("other.test;")),
+        "another server's results are not ours to remove: {results:?}"
+    );
+    let got = String::from_utf8_lossy(&sink.messages()[0].body).into_owned();
+    assert!(!got.contains("header.d=paypal.com"), "{got}");
+    assert!(
+        got.contains("(added by the filter)"),
+        "the filter's field was removed: {got}"
+    );
+}

@@ -133,3 +133,66 @@ async fn a_root_start_gives_root_up_and_keeps_its_files_to_itself() {
     let err = refused_start(&config);
     assert!(err.contains("is root (uid 0)"), "{err}");
 }
+
+/// A DKIM key only root can read (mode 0600, root's), with `user` set:
+/// `check-config` and `serve` (started as root) both stop, naming the key
+/// and the account, before the daemon binds or says it listens (before:
+/// "listening", then `Permission denied` after dropping root).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_the_account_cannot_read_stops_the_start() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        panic!("this test starts the daemon as root, as CI does: run the suite as root");
+    }
+    let user = TestUser::create("k");
+    let dir = temp_dir("privilege-key");
+    std::fs::set_permissions(&*dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let key = dir.join("dkim.pem");
+    sluice::tools::keygen::keygen(
+        sluice::tools::keygen::Algorithm::Ed25519,
+        "ours.test",
+        "s1",
+        &key,
+    )
+    .unwrap();
+    let sink = recording_sink().await;
+    let extra = format!(
+        "user = \"{}\"\n[[dkim.keys]]\ndomain = \"ours.test\"\nselector = \"s1\"\nkey_file = \"{}\"\n",
+        user.name,
+        key.display()
+    );
+    let config = write_config(&dir, &extra, sink.addr);
+    let conf = config.display().to_string();
+    let check = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["check-config", "--config", &conf])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&check.stderr);
+    assert!(!check.status.success(), "check-config passed: {said}");
+    assert!(
+        said.contains("DKIM key") && said.contains(&user.name) && said.contains("mode 0600"),
+        "{said}"
+    );
+    let err = refused_start(&config);
+    assert!(
+        err.contains("DKIM key") && !err.contains("listening"),
+        "{err}"
+    );
+    assert!(
+        !events_in(&dir.join("log/maillog"))
+            .iter()
+            .any(|e| e["event"] == "listening"),
+        "it said it listens"
+    );
+    // Given to the account's group, it starts.
+    let _ = Command::new("chgrp")
+        .arg(user.name.as_str())
+        .arg(&key)
+        .status();
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o640)).unwrap();
+    let check = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["check-config", "--config", &conf])
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{check:?}");
+}

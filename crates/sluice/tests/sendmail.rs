@@ -90,3 +90,55 @@ async fn sendmail_and_mailq_work_like_postfix_s() {
     assert_eq!(code, 75, "{err}");
     assert!(err.contains("cannot reach the daemon"), "{err}");
 }
+
+/// M6 of the 2026-11-27 review: one local account holding requests open
+/// on the public socket (a large request with no line end, never
+/// finished) gets at most four at once; the fifth is turned away at once
+/// with a temporary failure (exit 75), so the account cannot pile up
+/// memory (60 such connections of 13 MB took the daemon to 822 MB); when
+/// one is given up, sendmail works again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_account_cannot_hold_the_submission_socket() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = temp_dir("sendmail-door");
+    let sink = recording_sink().await;
+    let cfg = config(&dir, Some(sink.addr));
+    let socket = cfg.data_dir.join("public/submit.sock");
+    let conf = client_config(&dir, &cfg.data_dir).display().to_string();
+    let sendmail = link(&dir, "sendmail");
+    let (server, _) = start(cfg).await;
+    let start =
+        b"{\"cmd\":\"submit\",\"sender\":\"x\",\"recipients\":[\"a@ours.test\"],\"message_b64\":\"";
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let mut s = tokio::net::UnixStream::connect(&socket).await.unwrap();
+        s.write_all(start).await.unwrap();
+        s.write_all(&vec![b'A'; 1 << 20]).await.unwrap();
+        held.push(s);
+    }
+    // (Each 1 MiB write completes only once the daemon reads it, which it
+    // does after taking the slot: all four are held now.)
+    let (code, _, err) = run(
+        sendmail.clone(),
+        strs(&["-C", &conf, "b@ours.test"]),
+        b"Subject: 5th\n\nx\n",
+    )
+    .await;
+    assert_eq!(code, 75, "{err}");
+    assert!(err.contains("submissions in progress"), "{err}");
+    // One held request ends (its client goes): a slot comes back.
+    let mut first = held.remove(0);
+    first.shutdown().await.unwrap();
+    let mut answer = String::new();
+    first.read_to_string(&mut answer).await.unwrap();
+    drop(first);
+    let (code, _, err) = run(
+        sendmail,
+        strs(&["-C", &conf, "b@ours.test"]),
+        b"Subject: again\n\nx\n",
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert!(wait_until(15, || sink.count() == 1).await);
+    server.shutdown().await;
+}

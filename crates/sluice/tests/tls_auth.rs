@@ -42,6 +42,7 @@ fn with_auth(dir: &Path, sink: std::net::SocketAddr, kinds: &[ListenerKind]) -> 
             kind: *kind,
             proxy_protocol: false,
             proxy_protocol_from: Vec::new(),
+            auth: None,
             auth_without_tls: false,
             sender_auth: false,
             dmarc_reject: false,
@@ -105,6 +106,19 @@ async fn submission_needs_tls_then_auth_and_then_may_relay() {
     let mut c = Client::ready(smtp).await;
     assert!(!c.cmd("EHLO client.test").await.contains("AUTH"));
     let r = c
+        .cmd(&format!(
+            "AUTH PLAIN {}",
+            b64("\0alice@ours.test\0wonderland")
+        ))
+        .await;
+    assert!(r.starts_with("503 5.5.1"), "{r}");
+    // Nor once encrypted: AUTH belongs to submission, not port 25, unless
+    // `[auth] offer_on_smtp` or the listener's `auth` says so (as
+    // Postfix's master.cf).
+    let mut t = starttls(smtp, &snakeoil(&dir)).await;
+    let ehlo = t.cmd("EHLO client.test").await;
+    assert!(!ehlo.contains("AUTH"), "AUTH offered on port 25: {ehlo}");
+    let r = t
         .cmd(&format!(
             "AUTH PLAIN {}",
             b64("\0alice@ours.test\0wonderland")
@@ -180,6 +194,7 @@ async fn repeated_auth_failures_end_with_421() {
     let dir = temp_dir("tls-auth-failures");
     let sink = recording_sink().await;
     let mut cfg = with_auth(&dir, sink.addr, &[]);
+    cfg.auth.offer_on_smtp = true; // Postfix's smtpd_sasl_auth_enable = yes
     cfg.smtpd.client_auth_failure_limit = 2;
     let (server, addr) = start(cfg).await;
     let mut t = starttls(addr, &snakeoil(&dir)).await;
@@ -241,6 +256,7 @@ async fn starttls_forgets_an_earlier_authentication() {
     let sink = recording_sink().await;
     let mut cfg = with_auth(&dir, sink.addr, &[ListenerKind::Smtp]);
     cfg.smtpd.listeners[0].auth_without_tls = true;
+    cfg.smtpd.listeners[0].auth = Some(true);
     let (server, _) = start(cfg).await;
     let clear = server.addrs[1];
     let mut c = Client::ready(clear).await;

@@ -11,6 +11,7 @@
 //! administrator; on the submission socket, anyone; requests are parsed
 //! strictly and bounded (64 KiB) on both.
 
+mod door;
 pub mod gauges;
 mod history;
 pub mod http;
@@ -68,6 +69,8 @@ struct Admin {
     log_file: Option<PathBuf>,
     /// Replaced by a reload (tables, hostname, size limit).
     submitter: Arc<ArcSwap<Submitter>>,
+    /// Requests open on the public socket, per uid (`door.rs`).
+    public: door::Door,
 }
 
 /// Listens on the admin socket until the task is aborted.
@@ -91,6 +94,7 @@ pub fn spawn(
         logger,
         log_file,
         submitter,
+        public: door::Door::default(),
     };
     let public_loop = tokio::spawn(admin.clone().serve(public_listener, Door::Public, data_dir));
     let admin_loop = admin.serve(admin_listener, Door::Admin, data_dir);
@@ -154,10 +158,35 @@ impl Admin {
     async fn session(&self, stream: UnixStream, door: Door) {
         let uid = stream.peer_cred().ok().map(|c| c.uid());
         let (read, mut write) = stream.into_split();
+        // Any local account may open the public socket: a bounded number
+        // of requests per uid and in all, each whole within a deadline.
+        let slot = match door {
+            Door::Public => match self.public.enter(uid) {
+                Ok(slot) => Some(slot),
+                Err(busy) => {
+                    let mut r = Response::error(busy);
+                    r.exit_code = Some(crate::intake::refusal::EX_TEMPFAIL);
+                    let mut out = serde_json::to_vec(&r).unwrap_or_default();
+                    out.push(b'\n');
+                    let _ = write.write_all(&out).await;
+                    return;
+                }
+            },
+            Door::Admin => None,
+        };
         let mut line = String::new();
         let limit = MAX_REQUEST + (self.submitter.load().size_limit as u64).saturating_mul(4) / 3;
         let mut reader = BufReader::new(read.take(limit));
-        let response = match reader.read_line(&mut line).await {
+        let read = match door {
+            Door::Public => {
+                tokio::time::timeout(door::read_deadline(), reader.read_line(&mut line))
+                    .await
+                    .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()))
+            }
+            Door::Admin => reader.read_line(&mut line).await,
+        };
+        drop(reader);
+        let response = match read {
             Ok(_) => match serde_json::from_str::<Request>(&line) {
                 Ok(Request::Submit {
                     sender,
@@ -183,7 +212,16 @@ impl Admin {
                     }
                     Err(e) => Response::error(AdminError::Encoding(e)),
                 },
-                Ok(request @ Request::List { .. }) => self.handle(request).await,
+                Ok(Request::List { mut filter }) => {
+                    if door == Door::Public {
+                        match self.public_listing(uid) {
+                            Ok(None) => {}
+                            Ok(Some(own)) => filter.sender = Some(own),
+                            Err(e) => return self.answer(write, Response::error(e)).await,
+                        }
+                    }
+                    self.handle(Request::List { filter }).await
+                }
                 Ok(_) if door == Door::Public => Response::error(AdminError::NotPublic),
                 Ok(request) => {
                     log!(self.logger, "admin", "request: {}", line.trim());
@@ -193,9 +231,29 @@ impl Admin {
             },
             Err(e) => Response::error(AdminError::Read(e)),
         };
+        drop(slot);
+        self.answer(write, response).await
+    }
+
+    async fn answer(&self, mut write: tokio::net::unix::OwnedWriteHalf, response: Response) {
         let mut out = serde_json::to_vec(&response).unwrap_or_default();
         out.push(b'\n');
         let _ = write.write_all(&out).await;
+    }
+
+    /// What a listing on the public socket may show `uid`: everything
+    /// (`None`: root, the daemon's account, or `queue.mailq_anyone`), or
+    /// only the mail whose sender is theirs.
+    fn public_listing(&self, uid: Option<u32>) -> Result<Option<String>, AdminError> {
+        let submitter = self.submitter.load();
+        let uid = uid.ok_or(AdminError::NoCredentials)?;
+        if submitter.intake.config.queue.mailq_anyone || Submitter::trusted_uid(uid) {
+            return Ok(None);
+        }
+        submitter
+            .own_address(uid)
+            .map(Some)
+            .ok_or(AdminError::NoCredentials)
     }
 
     async fn handle(&self, request: Request) -> Response {
@@ -359,6 +417,8 @@ enum AdminError {
          administering the queue needs root or the daemon's group"
     )]
     NotPublic,
+    #[error("who is asking is unknown (no peer credentials or account)")]
+    NoCredentials,
     #[error("submit is handled above")]
     SubmitHere,
     #[error("bad message encoding: {0}")]

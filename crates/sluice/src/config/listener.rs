@@ -43,6 +43,13 @@ pub struct ListenerConfig {
     /// with `proxy_protocol` (Postfix and HAProxy practice).
     #[serde(default)]
     pub proxy_protocol_from: Vec<super::hop::Cidr>,
+    /// Offer AUTH on this listener. Default: on for `submission` and
+    /// `submissions`, and on `smtp` only with `[auth] offer_on_smtp`, as
+    /// Postfix's master.cf enables SASL on its submission services and
+    /// main.cf's `smtpd_sasl_auth_enable` is `no`: port 25 is no place to
+    /// guess passwords.
+    #[serde(default)]
+    pub auth: Option<bool>,
     /// Offer AUTH before TLS (only for trusted networks; off by default).
     #[serde(default)]
     pub auth_without_tls: bool,
@@ -57,6 +64,11 @@ pub struct ListenerConfig {
 }
 
 impl ListenerConfig {
+    /// Whether AUTH belongs here, given `[auth] offer_on_smtp`.
+    pub fn offers_auth(&self, on_smtp: bool) -> bool {
+        self.auth.unwrap_or(self.kind.requires_auth() || on_smtp)
+    }
+
     /// Checks one listener against the TLS and AUTH it needs
     /// (`tls_enabled`, `auth_table`: whether `[tls]` and `[auth]` provide them).
     pub fn validate(&self, tls_enabled: bool, auth_table: bool) -> Result<(), super::ConfigError> {
@@ -73,6 +85,12 @@ impl ListenerConfig {
         if l.kind.requires_auth() && !tls_enabled && !l.auth_without_tls {
             return Err(ConfigError::Invalid(format!(
                 "smtpd.listeners: {} is `{:?}`, which needs TLS, but [tls] is disabled",
+                l.listen, l.kind
+            )));
+        }
+        if l.kind.requires_auth() && l.auth == Some(false) {
+            return Err(ConfigError::Invalid(format!(
+                "smtpd.listeners: {} is `{:?}`, which requires AUTH, but has auth = false",
                 l.listen, l.kind
             )));
         }
@@ -125,6 +143,10 @@ pub struct AuthConfig {
     pub ldap_bind: bool,
     /// Milliseconds before answering a failed attempt.
     pub failure_delay_ms: u64,
+    /// Offer AUTH on `smtp` listeners too (Postfix's main.cf
+    /// `smtpd_sasl_auth_enable = yes`); off by default: AUTH is for the
+    /// `submission` and `submissions` listeners.
+    pub offer_on_smtp: bool,
 }
 
 impl Default for AuthConfig {
@@ -133,6 +155,7 @@ impl Default for AuthConfig {
             table: None,
             ldap_bind: false,
             failure_delay_ms: 1000,
+            offer_on_smtp: false,
         }
     }
 }

@@ -192,6 +192,12 @@ pub struct QueueConfig {
     /// Jobs waiting for local delivery (Maildir, LMTP) above which new
     /// transactions are paced.
     pub in_flow_limit: usize,
+    /// Any local user's `mailq` lists the whole queue (Postfix's default
+    /// `authorized_mailq_users = static:anyone`). Off by default: an
+    /// ordinary user sees only the mail they sent (senders and recipients
+    /// of others' mail are not theirs to read); root and the daemon's
+    /// group see everything.
+    pub mailq_anyone: bool,
 }
 
 impl Default for Config {
@@ -244,6 +250,7 @@ impl Default for QueueConfig {
             delay_warning_secs: 0,
             in_flow_delay_ms: 1000,
             in_flow_limit: 1000,
+            mailq_anyone: false,
         }
     }
 }
@@ -344,6 +351,7 @@ impl Config {
             kind: listener::ListenerKind::Smtp,
             proxy_protocol: false,
             proxy_protocol_from: Vec::new(),
+            auth: None,
             auth_without_tls: false,
             sender_auth: self.smtpd.sender_auth,
             dmarc_reject: self.smtpd.dmarc_reject,

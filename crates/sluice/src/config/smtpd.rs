@@ -43,6 +43,13 @@ pub struct SmtpdConfig {
     pub text_line_limit: usize,
     /// `reject` (default) or `normalize` messages with bare CR or LF.
     pub bare_line_ends: BareLineEnds,
+    /// Disconnect (554 5.5.0) a client outside mynetworks and not
+    /// authenticated that sends commands where RFC 2920 lets no command
+    /// follow unanswered (after EHLO, HELO, DATA, VRFY, EXPN, NOOP) or
+    /// after the end of DATA before our reply: Postfix's
+    /// `smtpd_forbid_unauth_pipelining` (default yes from 3.9), a
+    /// defence against smuggling through other servers' parsers.
+    pub forbid_unauth_pipelining: bool,
     /// Clients that may relay to any domain.
     pub mynetworks: Vec<Cidr>,
     /// Domains anyone may send to (everyone else is denied relaying).
@@ -181,6 +188,7 @@ impl Default for SmtpdConfig {
             command_line_limit: 512,
             text_line_limit: 1000,
             bare_line_ends: BareLineEnds::Reject,
+            forbid_unauth_pipelining: true,
             mynetworks: ["127.0.0.0/8", "::1/128"]
                 .iter()
                 .filter_map(|n| Cidr::parse(n))

@@ -102,6 +102,9 @@ impl Server {
         account: Option<privilege::Account>,
     ) -> Result<Server, StartError> {
         config.validate()?;
+        if let Some(account) = &account {
+            privilege::keys_readable(&config, account)?;
+        }
         let (shutdown, _) = watch::channel(false);
         let mut listeners = Listeners::new(shutdown.subscribe(), config.smtpd.reuse_port);
         let bound = listeners

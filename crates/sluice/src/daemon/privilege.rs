@@ -56,6 +56,86 @@ pub enum PrivilegeError {
     },
     #[error("cannot become {user}: {err}")]
     Switch { user: String, err: std::io::Error },
+    #[error("{what} {path} cannot be read by {user}, the account the daemon runs as ({why}): `chgrp {user} {path}` and `chmod 0640 {path}`")]
+    Unreadable {
+        what: &'static str,
+        path: String,
+        user: String,
+        why: String,
+    },
+}
+
+/// Every key and certificate file `config` names, with what it is for.
+fn key_files(config: &crate::config::Config) -> Vec<(&'static str, &Path)> {
+    let tls = [
+        ("TLS certificate", config.tls.cert_file.as_deref()),
+        ("TLS key", config.tls.key_file.as_deref()),
+    ];
+    let tls = tls.into_iter().filter_map(|(w, p)| p.map(|p| (w, p)));
+    let dkim = config
+        .dkim
+        .keys
+        .iter()
+        .map(|k| ("DKIM key", k.key_file.as_path()));
+    tls.chain(dkim).collect()
+}
+
+/// Checks that `account` (gid only: `drop_to` clears supplementary
+/// groups) can read every key file `config` names, so a root start stops
+/// before it binds or says it listens, not after dropping root. Judged
+/// from owner and mode bits (root cannot ask the kernel as another uid);
+/// a file that does not exist is left to the load that names it.
+pub fn keys_readable(
+    config: &crate::config::Config,
+    account: &Account,
+) -> Result<(), PrivilegeError> {
+    use std::os::unix::fs::MetadataExt;
+    for (what, path) in key_files(config) {
+        let Ok(meta) = std::fs::metadata(path) else {
+            continue;
+        };
+        let mode = meta.mode();
+        let readable = match (meta.uid() == account.uid, meta.gid() == account.gid) {
+            (true, _) => mode & 0o400 != 0,
+            (false, true) => mode & 0o040 != 0,
+            (false, false) => mode & 0o004 != 0,
+        };
+        let dir_ok = path.parent().is_none_or(|d| searchable(d, account));
+        if !(readable && dir_ok) {
+            let why = match readable {
+                true => "a directory on its path is closed to it".to_string(),
+                false => format!(
+                    "owner uid {}, group gid {}, mode {:04o}",
+                    meta.uid(),
+                    meta.gid(),
+                    mode & 0o7777
+                ),
+            };
+            return Err(PrivilegeError::Unreadable {
+                what,
+                path: path.display().to_string(),
+                user: account.name.clone(),
+                why,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Whether `account` may pass through `dir` and every directory above it.
+fn searchable(dir: &Path, account: &Account) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(dir) = std::fs::canonicalize(dir) else {
+        return true;
+    };
+    dir.ancestors().all(|d| match std::fs::metadata(d) {
+        Ok(m) => match (m.uid() == account.uid, m.gid() == account.gid) {
+            (true, _) => m.mode() & 0o100 != 0,
+            (false, true) => m.mode() & 0o010 != 0,
+            (false, false) => m.mode() & 0o001 != 0,
+        },
+        Err(_) => true,
+    })
 }
 
 /// Whether the process runs as root.
@@ -253,6 +333,44 @@ mod tests {
             .contains("its group"));
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
         assert_eq!(key_warning("TLS key", &key, None), None);
+    }
+
+    #[test]
+    fn a_key_the_account_cannot_read_is_named() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let key = dir.path().join("k.pem");
+        std::fs::write(&key, "x").unwrap();
+        let meta = std::fs::metadata(&key).unwrap();
+        let mut config = crate::config::Config::default();
+        config.tls.key_file = Some(key.clone());
+        config.tls.cert_file = Some(key.clone());
+        let other = Account {
+            name: "other".into(),
+            uid: meta.uid() + 1,
+            gid: meta.gid() + 1,
+        };
+        let set = |m| std::fs::set_permissions(&key, std::fs::Permissions::from_mode(m)).unwrap();
+        set(0o600);
+        let e = keys_readable(&config, &other).unwrap_err().to_string();
+        assert!(
+            e.contains("cannot be read by other") && e.contains("mode 0600"),
+            "{e}"
+        );
+        let owner = Account {
+            uid: meta.uid(),
+            ..other.clone()
+        };
+        assert!(keys_readable(&config, &owner).is_ok());
+        let group = Account {
+            gid: meta.gid(),
+            ..other.clone()
+        };
+        assert!(keys_readable(&config, &group).is_err());
+        set(0o640);
+        assert!(keys_readable(&config, &group).is_ok());
+        assert!(keys_readable(&config, &other).is_err());
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! [`Intake::accept`], step by step: the body checks and our trace, the
-//! hop limit, then signing (trusted origins) or sender authentication
+//! hop limit, forged Authentication-Results in our name removed, the
+//! content filters, then signing (trusted origins) or sender authentication
 //! (strangers on a `sender_auth` listener), then the spool and the queue.
 
 use std::sync::Arc;
@@ -18,6 +19,7 @@ pub(super) async fn run(intake: &Intake, mut sub: Submission) -> Result<Accepted
         log_refusal(intake, &sub, &refusal);
         return Err(refusal);
     }
+    strip_ours(intake, &mut sub);
     let filtered = intake.milters.smtp.is_some() || intake.milters.local.is_some();
     let verdict = match filtered {
         // (No allocation per message when no filter is configured.)
@@ -86,6 +88,29 @@ pub(super) async fn run(intake: &Intake, mut sub: Submission) -> Result<Accepted
         );
     }
     stored
+}
+
+/// Authentication-Results: fields in our name (our hostname as the
+/// authserv-id) that arrive with the message are forgeries (RFC 8601 §5):
+/// removed at the door, before any filter reads them, so a milter that
+/// trusts our id (OpenDMARC's TrustedAuthservIDs) sees only ours, and the
+/// results our own filters add later are kept. Every client but
+/// mynetworks: authenticated and local users may forge too; mynetworks is
+/// where a content filter (amavis) hands mail back with our results of
+/// the first pass. Notices are ours.
+fn strip_ours(intake: &Intake, sub: &mut Submission) {
+    let from_outside = match &sub.origin {
+        Origin::Smtp(c) => !c.trusted,
+        Origin::Local { .. } => true,
+        Origin::Notice => false,
+    };
+    if !from_outside {
+        return;
+    }
+    let host = intake.config.hostname.as_str();
+    if let Some(stripped) = sender_auth::strip_forged_results(&sub.body, host) {
+        sub.body = stripped;
+    }
 }
 
 /// The content filters for the message's door, if any (notices are ours
@@ -209,8 +234,8 @@ fn sign(intake: &Intake, sub: &Submission) -> String {
     }
 }
 
-/// For a stranger on a `sender_auth` listener: forged
-/// Authentication-Results naming us removed, SPF/DKIM/DMARC checked; our
+/// For a stranger on a `sender_auth` listener (forged results in our name
+/// are gone already, see `strip_ours`): SPF/DKIM/DMARC checked; our
 /// own Authentication-Results field to put on top, or the DMARC refusal.
 async fn check_sender(
     intake: &Intake,
@@ -220,10 +245,6 @@ async fn check_sender(
     let Some(checker) = intake.sender_auth.as_ref().filter(|_| wanted) else {
         return Ok(String::new());
     };
-    let host = &intake.config.hostname;
-    if let Some(stripped) = sender_auth::strip_forged_results(&sub.body, host) {
-        sub.body = stripped;
-    }
     let verdict = checker
         .check(
             ip,

@@ -169,7 +169,12 @@ fn load_key(path: &Path) -> Result<DkimKey, DkimError> {
         err,
     })?;
     if let PrivateKeyDer::Pkcs8(p) = &der {
-        if let Ok(ed) = Ed25519Key::from_pkcs8_der(p.secret_pkcs8_der()) {
+        // Version 2 (with the public key, checked) or version 1 (the seed
+        // only: `sluice dkim-keygen`, `openssl genpkey -algorithm ed25519`).
+        let der = p.secret_pkcs8_der();
+        if let Ok(ed) = Ed25519Key::from_pkcs8_der(der)
+            .or_else(|_| Ed25519Key::from_pkcs8_maybe_unchecked_der(der))
+        {
             return Ok(DkimKey::Ed25519(ed));
         }
     }

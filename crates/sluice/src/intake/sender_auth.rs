@@ -178,20 +178,21 @@ fn note_skipped(header: String, skipped: usize) -> String {
 /// comments before or after the id, the id quoted, a version after it.
 pub fn strip_forged_results(body: &[u8], authserv_id: &str) -> Option<Vec<u8>> {
     let head_end = memchr::memmem::find(body, b"\r\n\r\n").map_or(body.len(), |i| i + 2);
-    let mut out = Vec::with_capacity(body.len());
-    let mut removed = false;
-    for field in fields(&body[..head_end]) {
-        let forged = results_value(field)
+    let forged = |field: &[u8]| {
+        results_value(field)
             .and_then(authserv_id_of)
-            .is_some_and(|id| id.eq_ignore_ascii_case(authserv_id));
-        if forged {
-            removed = true;
-        } else {
-            out.extend_from_slice(field);
-        }
+            .is_some_and(|id| id.eq_ignore_ascii_case(authserv_id))
+    };
+    // Every message at the door passes here: no copy unless one is found.
+    if !fields(&body[..head_end]).any(forged) {
+        return None;
+    }
+    let mut out = Vec::with_capacity(body.len());
+    for field in fields(&body[..head_end]).filter(|f| !forged(f)) {
+        out.extend_from_slice(field);
     }
     out.extend_from_slice(&body[head_end..]);
-    removed.then_some(out)
+    Some(out)
 }
 
 /// The header's fields, each with its continuation lines and line ends.

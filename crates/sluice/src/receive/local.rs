@@ -47,18 +47,30 @@ enum UnknownSubmitter {
     NoAccount(u32),
 }
 
-/// The login name of `uid`, from the account database.
+/// The login name of `uid`, from the account database: getpwuid_r (the
+/// reentrant form: two users submitting at once on two workers must not
+/// share glibc's static buffer), with a buffer grown on ERANGE.
 fn login_of(uid: u32) -> Option<String> {
-    // SAFETY: getpwuid returns NULL or a pointer to static storage whose
-    // name is a NUL-terminated string; it is copied before any other call
-    // could overwrite that storage.
-    unsafe {
-        let pw = libc::getpwuid(uid);
-        if pw.is_null() || (*pw).pw_name.is_null() {
+    let mut size = 1024usize;
+    loop {
+        let mut buf = vec![0 as libc::c_char; size];
+        // SAFETY: all-zero is a valid passwd (null pointers, zero ids).
+        let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+        let mut found: *mut libc::passwd = std::ptr::null_mut();
+        // SAFETY: every pointer is to live, writable storage of the stated
+        // size; on success `found` points to `pw`, whose strings point
+        // into `buf`, both alive until the name is copied below.
+        let rc = unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), size, &mut found) };
+        if rc == libc::ERANGE && size < 1 << 20 {
+            size *= 4;
+            continue;
+        }
+        if rc != 0 || found.is_null() || pw.pw_name.is_null() {
             return None;
         }
-        let name = std::ffi::CStr::from_ptr((*pw).pw_name);
-        Some(name.to_string_lossy().into_owned())
+        // SAFETY: pw_name is a NUL-terminated string inside `buf`.
+        let name = unsafe { std::ffi::CStr::from_ptr(pw.pw_name) };
+        return Some(name.to_string_lossy().into_owned());
     }
 }
 
@@ -88,18 +100,29 @@ impl Submitter {
         Local { uid, full_name }
     }
 
+    /// Whether `uid` is a trusted user (root, or the daemon's account),
+    /// who may name any sender and see the whole queue.
+    pub fn trusted_uid(uid: u32) -> bool {
+        // SAFETY: geteuid has no preconditions.
+        uid == 0 || uid == unsafe { libc::geteuid() }
+    }
+
+    /// The address of local user `uid`: their login at our hostname.
+    pub fn own_address(&self, uid: u32) -> Option<String> {
+        login_of(uid).map(|login| format!("{login}@{}", self.intake.config.hostname))
+    }
+
     /// The envelope sender: as given for a trusted user (root, or the
     /// daemon's own account), else the user's login at our hostname,
     /// whatever `-f` said (sendmail's trusted-user rule).
     fn sender_for(&self, who: &Local, asked: &str) -> Result<String, UnknownSubmitter> {
-        // SAFETY: geteuid has no preconditions.
-        let daemon = unsafe { libc::geteuid() };
         let uid = who.uid.ok_or(UnknownSubmitter::NoCredentials)?;
-        if uid == 0 || uid == daemon {
+        if Self::trusted_uid(uid) {
             return Ok(asked.to_string());
         }
-        let login = login_of(uid).ok_or(UnknownSubmitter::NoAccount(uid))?;
-        let own = format!("{login}@{}", self.intake.config.hostname);
+        let own = self
+            .own_address(uid)
+            .ok_or(UnknownSubmitter::NoAccount(uid))?;
         if !asked.eq_ignore_ascii_case(&own) {
             event!(
                 self.logger,
@@ -112,6 +135,16 @@ impl Submitter {
         Ok(own)
     }
 
+    /// A bare name (no `@`) at our hostname, as Postfix's
+    /// append_at_myorigin: the client reads no configuration, so the
+    /// daemon qualifies. The null sender stays null.
+    fn qualify(&self, address: &str) -> String {
+        match address.is_empty() || address.contains('@') {
+            true => address.to_string(),
+            false => format!("{address}@{}", self.intake.config.hostname),
+        }
+    }
+
     pub async fn submit(
         &self,
         who: Local,
@@ -122,7 +155,8 @@ impl Submitter {
         if recipients.is_empty() {
             return refuse(EX_DATAERR, "no recipients".into());
         }
-        let sender = match self.sender_for(&who, sender) {
+        let sender = self.qualify(sender);
+        let sender = match self.sender_for(&who, &sender) {
             Ok(s) => s,
             Err(e) => return refuse(EX_NOUSER, e.to_string()),
         };
@@ -139,7 +173,8 @@ impl Submitter {
             },
         };
         let mut parsed = Vec::with_capacity(recipients.len());
-        for r in recipients {
+        for r in recipients.iter().map(|r| self.qualify(r)) {
+            let r = r.as_str();
             match parse_mailbox(r) {
                 Ok(m) => parsed.push(m.address()),
                 Err(e) => {

@@ -54,10 +54,75 @@ pub fn keygen(
         .mode(0o600)
         .open(out)
         .map_err(failed)?;
-    file.write_all(pem(label, pair.private_key()).as_bytes())
+    let private = match algorithm {
+        Algorithm::Rsa(_) => pair.private_key().to_vec(),
+        Algorithm::Ed25519 => ed25519_v1(pair.private_key()).ok_or(KeygenError::Generate(
+            mail_auth::Error::Io("unexpected Ed25519 key encoding".into()),
+        ))?,
+    };
+    file.write_all(pem(label, &private).as_bytes())
         .and_then(|()| file.sync_all())
         .map_err(failed)?;
-    Ok(txt_record(domain, selector, k, &pair.encoded_public_key()))
+    let public = match algorithm {
+        Algorithm::Rsa(_) => rsa_spki(pair.public_key()),
+        Algorithm::Ed25519 => pair.public_key().to_vec(),
+    };
+    let public = base64::engine::general_purpose::STANDARD.encode(public);
+    Ok(txt_record(domain, selector, k, &public))
+}
+
+/// An Ed25519 private key as RFC 8410's PKCS#8 (version 1, the seed
+/// only), the form OpenSSL and OpenDKIM read; ring writes version 2 (with
+/// the public key), which OpenSSL 3.0 refuses. `None` if `v2` is not
+/// ring's layout.
+fn ed25519_v1(v2: &[u8]) -> Option<Vec<u8>> {
+    const V2_HEAD: [u8; 16] = [
+        0x30, 0x51, 0x02, 0x01, 0x01, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04,
+        0x20,
+    ];
+    const V1_HEAD: [u8; 16] = [
+        0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04,
+        0x20,
+    ];
+    let seed = v2.strip_prefix(&V2_HEAD)?.get(..32)?;
+    Some([&V1_HEAD[..], seed].concat())
+}
+
+/// An RSA public key as DKIM's `p=` wants it (RFC 6376 3.6.1): a
+/// SubjectPublicKeyInfo (`MIIBIj…`), the PKCS#1 RSAPublicKey wrapped with
+/// the rsaEncryption algorithm. Receivers built on OpenSSL (OpenDKIM)
+/// refuse a bare PKCS#1 key. Hand-written: ten bytes of fixed DER, no
+/// crate needed for it.
+fn rsa_spki(pkcs1: &[u8]) -> Vec<u8> {
+    // SEQUENCE { OID 1.2.840.113549.1.1.1, NULL }
+    const ALGORITHM: [u8; 15] = [
+        0x30, 0x0d, 0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01, 0x05, 0x00,
+    ];
+    let mut bits = vec![0x00]; // no unused bits
+    bits.extend_from_slice(pkcs1);
+    let mut inner = ALGORITHM.to_vec();
+    inner.extend(der(0x03, &bits));
+    der(0x30, &inner)
+}
+
+/// One DER element: tag, definite length, content.
+fn der(tag: u8, content: &[u8]) -> Vec<u8> {
+    let len = content.len();
+    let mut out = vec![tag];
+    match len {
+        0..=0x7f => out.push(len as u8),
+        _ => {
+            let bytes: Vec<u8> = len
+                .to_be_bytes()
+                .into_iter()
+                .skip_while(|&b| b == 0)
+                .collect();
+            out.push(0x80 | bytes.len() as u8);
+            out.extend(bytes);
+        }
+    }
+    out.extend_from_slice(content);
+    out
 }
 
 /// DER in PEM armour (RFC 7468), 64 characters a line.

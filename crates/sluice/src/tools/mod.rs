@@ -3,5 +3,6 @@
 //! generator and sink are the `sluice-bench` crate's.
 
 pub mod keygen;
+pub mod locate;
 pub mod queue_cli;
 pub mod sendmail;

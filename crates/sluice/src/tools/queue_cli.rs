@@ -67,13 +67,18 @@ pub async fn call(data_dir: &Path, request: &Request) -> Result<Response, CallEr
     };
     let mut line = serde_json::to_vec(request)?;
     line.push(b'\n');
-    stream.write_all(&line).await?;
+    // A daemon that turns the request away (too many in progress) answers
+    // and closes without reading it: its answer is still there to read.
+    let written = stream.write_all(&line).await;
     let mut reply = String::new();
     let mut reader = BufReader::new(stream);
     let read = reader.read_line(&mut reply);
     tokio::time::timeout(Duration::from_secs(ANSWER_SECS), read)
         .await
         .map_err(|_| CallError::Timeout(ANSWER_SECS))??;
+    if reply.is_empty() {
+        written?;
+    }
     let response: Response = serde_json::from_str(&reply)?;
     match response.ok {
         true => Ok(response),

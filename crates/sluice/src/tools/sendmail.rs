@@ -7,7 +7,7 @@
 //! (recipients from To:, Cc:, Bcc:; Bcc: removed), `-i`/`-oi` (a lone dot
 //! does not end the message), `-f ADDR`/`-r ADDR` (sender), `-F NAME`
 //! (full name for a From: that has to be made), `-C FILE` (configuration;
-//! default `$SLUICE_CONFIG`, then /etc/sluice/sluice.toml), `-bp` (mailq),
+//! default as `tools::locate` says: never the current directory), `-bp` (mailq),
 //! `-q` (flush), `-bm` (the default); other `-o…`, `-v`, `-N…`, `-B…` are
 //! accepted and ignored, as Postfix does.
 
@@ -147,17 +147,8 @@ pub async fn run(opts: Options) -> i32 {
     use crate::tools::queue_cli;
     use base64::Engine;
     use std::io::Read;
-    let path = opts
-        .config
-        .clone()
-        .or_else(|| std::env::var_os("SLUICE_CONFIG").map(PathBuf::from))
-        .or_else(|| Some(PathBuf::from("/etc/sluice/sluice.toml")).filter(|p| p.exists()));
-    let loaded = match path {
-        Some(p) => crate::config::Config::load(&p).map_err(|e| e.to_string()),
-        None => Ok(crate::config::Config::default()),
-    };
-    let config = match loaded {
-        Ok(c) => c,
+    let data_dir = match crate::tools::locate::data_dir(opts.config.as_deref()) {
+        Ok(d) => d,
         Err(e) => {
             eprintln!("sendmail: {e}");
             return EX_TEMPFAIL;
@@ -178,7 +169,6 @@ pub async fn run(opts: Options) -> i32 {
             eprintln!("sendmail: cannot read the message: {e}");
             return EX_TEMPFAIL;
         }
-        let host = config.hostname.clone();
         let mut message = read_message(&input, opts.dot_ends);
         let mut recipients = opts.recipients.clone();
         if opts.from_headers {
@@ -189,25 +179,20 @@ pub async fn run(opts: Options) -> i32 {
         let user = std::env::var("USER")
             .or_else(|_| std::env::var("LOGNAME"))
             .unwrap_or_else(|_| "root".into());
-        let sender = opts
-            .sender
-            .clone()
-            .unwrap_or_else(|| format!("{user}@{host}"));
-        let qualify = |a: &str| match a.contains('@') || a.is_empty() {
-            true => a.to_string(),
-            false => format!("{a}@{host}"),
-        };
-        let from = qualify(&sender);
+        // Bare names are qualified by the daemon with its hostname (as
+        // Postfix's append_at_myorigin): this client reads no configuration
+        // it may not be allowed to read.
+        let sender = opts.sender.clone().unwrap_or(user);
         // The daemon's intake adds the From:, Date: and Message-ID: the
         // message lacks, as Postfix's cleanup does.
         Request::Submit {
-            sender: from,
-            recipients: recipients.iter().map(|r| qualify(r)).collect(),
+            sender,
+            recipients,
             message_b64: base64::engine::general_purpose::STANDARD.encode(message),
             full_name: opts.full_name.clone(),
         }
     };
-    match queue_cli::call(&config.data_dir, &request).await {
+    match queue_cli::call(&data_dir, &request).await {
         Ok(r) if opts.list_queue => {
             print!("{}", queue_cli::mailq(&r.messages));
             EX_OK

@@ -5,6 +5,7 @@
 pub mod dns_split;
 pub mod dovecot;
 pub mod haproxy;
+pub mod milter_probe;
 pub mod netns;
 pub mod nsd;
 pub mod opendkim;
@@ -165,6 +166,7 @@ pub fn proxy_listener() -> sluice::config::listener::ListenerConfig {
         kind: sluice::config::listener::ListenerKind::Smtp,
         proxy_protocol: true,
         proxy_protocol_from: vec![net("127.0.0.1/32")],
+        auth: None,
         auth_without_tls: false,
         sender_auth: false,
         dmarc_reject: false,

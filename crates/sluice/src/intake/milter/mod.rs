@@ -269,11 +269,15 @@ fn apply(answer: &Answer, sender: &mut String, recipients: &mut Vec<String>, raw
     if answer.changes.is_empty() {
         return;
     }
+    // An address from the filter is parsed as strictly as one from an
+    // SMTP client: one that does not parse (CR, LF, NUL, a second
+    // command hidden in it) is not taken, so nothing a filter says can
+    // become a command on an outbound connection.
     let bare = |a: &str| {
-        a.trim()
-            .trim_start_matches('<')
-            .trim_end_matches('>')
-            .to_string()
+        let a = a.trim().trim_start_matches('<').trim_end_matches('>');
+        sluice_proto::address::parse_mailbox(a)
+            .map(|m| m.address())
+            .unwrap_or_default()
     };
     let mut message = Message::parse(raw);
     let mut body: Option<Vec<u8>> = None;
@@ -297,10 +301,19 @@ fn apply(answer: &Answer, sender: &mut String, recipients: &mut Vec<String>, raw
                 }
             }
             Response::DeleteRcpt(r) => {
-                let r = bare(r);
-                recipients.retain(|x| !x.eq_ignore_ascii_case(&r));
+                let r = r.trim().trim_start_matches('<').trim_end_matches('>');
+                recipients.retain(|x| !x.eq_ignore_ascii_case(r));
             }
-            Response::ChangeFrom(from, _) => *sender = bare(from),
+            Response::ChangeFrom(from, _) => {
+                let wanted = from.trim().trim_start_matches('<').trim_end_matches('>');
+                match wanted.is_empty() {
+                    true => sender.clear(), // the null sender
+                    false => match bare(from) {
+                        parsed if parsed.is_empty() => {}
+                        parsed => *sender = parsed,
+                    },
+                }
+            }
             _ => {}
         }
     }
@@ -308,4 +321,37 @@ fn apply(answer: &Answer, sender: &mut String, recipients: &mut Vec<String>, raw
         message.replace_body(&body);
     }
     *raw = message.join();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// L3 of the 2026-11-27 review: a recipient or sender from a filter
+    /// that hides a second SMTP command (CR LF) is not taken; a good one
+    /// is, and `<>` makes the null sender.
+    #[test]
+    fn a_filters_addresses_are_parsed_like_a_clients() {
+        let answer = Answer {
+            verdict: Verdict::Pass,
+            changes: vec![
+                Response::AddRcpt("<extra@remote.test>\r\nRCPT TO:<injected@evil.test>".into()),
+                Response::AddRcpt("<good@remote.test>".into()),
+                Response::ChangeFrom("<a@b.test>\r\nDATA".into(), String::new()),
+            ],
+            leading_space: false,
+        };
+        let (mut sender, mut rcpts) = ("s@x.test".to_string(), vec!["r@x.test".to_string()]);
+        let mut raw = b"Subject: x\r\n\r\nbody\r\n".to_vec();
+        apply(&answer, &mut sender, &mut rcpts, &mut raw);
+        assert_eq!(rcpts, vec!["r@x.test", "good@remote.test"]);
+        assert_eq!(sender, "s@x.test");
+        let null = Answer {
+            verdict: Verdict::Pass,
+            changes: vec![Response::ChangeFrom("<>".into(), String::new())],
+            leading_space: false,
+        };
+        apply(&null, &mut sender, &mut rcpts, &mut raw);
+        assert_eq!(sender, "");
+    }
 }

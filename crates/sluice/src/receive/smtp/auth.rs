@@ -146,7 +146,11 @@ fn b64(s: &str) -> Option<Vec<u8>> {
 impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     /// AUTH is offered on this session now.
     pub(super) fn offers_auth(&self) -> bool {
-        self.ctx.credentials.is_some() && (self.tls.is_some() || self.listener.auth_without_tls)
+        self.ctx.credentials.is_some()
+            && self
+                .listener
+                .offers_auth(self.ctx.config.auth.offer_on_smtp)
+            && (self.tls.is_some() || self.listener.auth_without_tls)
     }
 
     /// `AUTH mechanism [initial-response]`.

@@ -22,6 +22,21 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             Ok(c) => c,
             Err(err) => return self.parse_error(err),
         };
+        // RFC 2920 §3.1: these end a pipelined group.
+        let ends_group = match command {
+            Command::Ehlo(_) => Some("EHLO"),
+            Command::Helo(_) => Some("HELO"),
+            Command::Data => Some("DATA"),
+            Command::Vrfy => Some("VRFY"),
+            Command::Expn => Some("EXPN"),
+            Command::Noop => Some("NOOP"),
+            _ => None,
+        };
+        if let Some(verb) = ends_group.filter(|_| self.pipelined_more) {
+            if self.forbids_pipelining() {
+                return self.out_of_sync(verb);
+            }
+        }
         if matches!(
             command,
             Command::Noop
@@ -441,6 +456,29 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         }));
         self.reply("354 End data with <CR><LF>.<CR><LF>");
         Next::Continue
+    }
+
+    /// Whether this client is held to RFC 2920's pipelining rules
+    /// (`smtpd.forbid_unauth_pipelining`): not in mynetworks, not
+    /// authenticated.
+    pub(super) fn forbids_pipelining(&self) -> bool {
+        self.ctx.config.smtpd.forbid_unauth_pipelining && !self.trusted && self.auth.is_none()
+    }
+
+    /// A client that did not wait for a reply where it must: 554 5.5.0,
+    /// the transaction dropped (nothing it sent is stored), disconnected.
+    pub(super) fn out_of_sync(&mut self, after: &str) -> Next {
+        self.txn = None;
+        event!(
+            self.ctx.logger,
+            "smtpd",
+            "pipelining_violation",
+            { client_ip: self.peer.ip(), after: after },
+            "improper command pipelining after {after} from [{}]; disconnecting",
+            self.peer.ip()
+        );
+        self.reply("554 5.5.0 Error: SMTP protocol synchronization");
+        Next::Close
     }
 
     /// Refuses DATA. Whatever the client sent behind it without waiting

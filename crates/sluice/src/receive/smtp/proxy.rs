@@ -122,6 +122,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                         return self.fail_health_check(lb).await;
                     }
                     if let Proxied::Client(real) = who {
+                        let real = super::session::canonical(real);
                         self.peer = real;
                         self.trusted = self.ctx.policy.is_trusted(real.ip());
                     }

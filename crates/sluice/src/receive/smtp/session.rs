@@ -80,6 +80,14 @@ pub struct Session<S> {
     pub(super) pipelined_more: bool,
 }
 
+/// An IPv4 client seen as `::ffff:a.b.c.d` (a dual-stack listener, or a
+/// PROXY header) as the IPv4 address it is, once, so every decision that
+/// follows (blocklists, mynetworks, policy, milters, `Received:`) sees the
+/// same address a v4 listener would.
+pub(super) fn canonical(peer: SocketAddr) -> SocketAddr {
+    SocketAddr::new(peer.ip().to_canonical(), peer.port())
+}
+
 impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     pub fn new(
         io: S,
@@ -87,6 +95,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         ctx: Arc<SessionContext>,
         listener: Arc<ListenerConfig>,
     ) -> Self {
+        let peer = canonical(peer);
         let trusted = ctx.policy.is_trusted(peer.ip());
         let framer = LineFramer::new(ctx.config.smtpd.command_line_limit);
         Session {
@@ -395,7 +404,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                         }
                     }
                 },
-                Mode::Data(_) => pos += self.data_bytes(&inbuf[pos..]).await,
+                Mode::Data(_) => {
+                    let (used, then) = self.data_bytes(&inbuf[pos..]).await;
+                    pos += used;
+                    next = then;
+                }
                 Mode::Bdat { .. } => pos += self.chunk_bytes(&inbuf[pos..]).await,
             }
         }
@@ -404,11 +417,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         next
     }
 
-    /// Feeds DATA bytes to the decoder; returns how many were used.
-    async fn data_bytes(&mut self, input: &[u8]) -> usize {
+    /// Feeds DATA bytes to the decoder; returns how many were used, and
+    /// whether the session goes on.
+    async fn data_bytes(&mut self, input: &[u8]) -> (usize, Next) {
         let (Mode::Data(decoder), Some(txn)) = (&mut self.mode, self.txn.as_mut()) else {
             self.mode = Mode::Command;
-            return 0;
+            return (0, Next::Continue);
         };
         let fed = decoder.feed(input, &mut txn.body);
         txn.account_memory(&self.ctx.body_memory);
@@ -416,10 +430,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             Some(used) => {
                 let flaws = decoder.flaws();
                 self.mode = Mode::Command;
+                // Commands behind the end of data, sent before our reply:
+                // what a smuggler relies on (Postfix's
+                // smtpd_forbid_unauth_pipelining); the message is not taken.
+                if used < input.len() && self.forbids_pipelining() {
+                    return (input.len(), self.out_of_sync("end of DATA"));
+                }
                 Box::pin(self.end_of_data(flaws)).await;
-                used
+                (used, Next::Continue)
             }
-            None => input.len(),
+            None => (input.len(), Next::Continue),
         }
     }
 
