@@ -152,6 +152,9 @@ write_node() {
         fi
     done
     rm -rf "$d"; mkdir -p "$d"
+    # The shadow link's TLS: one cluster CA per run, a certificate per node.
+    [ -e "$W/pki/ca.pem" ] || "$SLUICE" cluster-ca "$W/pki" >/dev/null
+    [ -e "$W/pki/n$i.pem" ] || "$SLUICE" cluster-cert --ca "$W/pki" --node "n$i" "$W/pki" >/dev/null
     cat >"$d/s.toml" <<EOT
 hostname = "n$i.bench.test"
 data_dir = "$d/var"
@@ -179,6 +182,9 @@ peers = [$peers]
 shadow = $([ "$shadow" = on ] && echo true || echo false)
 shadow_listen = "198.18.0.$i:2527"
 shadow_secret = "bench-secret-0123456789"
+shadow_ca = "$W/pki/ca.pem"
+shadow_cert = "$W/pki/n$i.pem"
+shadow_key = "$W/pki/n$i.key"
 heartbeat_ms = 500
 node_dead_secs = 3
 lease_secs = 5

@@ -29,6 +29,22 @@ enum Command {
     DkimKeygen(KeygenArgs),
     /// Administer the queue of a running daemon (like postqueue/postsuper).
     Queue(QueueArgs),
+    /// Make the cluster's own CA for the shadow link: DIR/ca.pem, DIR/ca.key.
+    ClusterCa {
+        /// Where to write them (never overwritten).
+        dir: PathBuf,
+    },
+    /// Make a node's shadow-link key and certificate, signed by the cluster CA.
+    ClusterCert {
+        /// The CA's directory (`sluice cluster-ca`).
+        #[arg(long)]
+        ca: PathBuf,
+        /// The node's name (`[cluster] node`).
+        #[arg(long)]
+        node: String,
+        /// Where to write NODE.pem and NODE.key (never overwritten).
+        out: PathBuf,
+    },
 }
 
 #[derive(Args)]
@@ -176,6 +192,10 @@ fn main() -> ExitCode {
         Command::HashPassword => hash_password(),
         Command::DkimKeygen(a) => dkim_keygen(a),
         Command::Queue(a) => runtime.block_on(queue(a)),
+        Command::ClusterCa { dir } => made(sluice::tools::cluster_pki::make_ca(&dir)),
+        Command::ClusterCert { ca, node, out } => {
+            made(sluice::tools::cluster_pki::make_node(&ca, &node, &out))
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -213,6 +233,8 @@ enum CliError {
     Queue(#[from] sluice::tools::queue_cli::CallError),
     #[error(transparent)]
     Locate(#[from] sluice::tools::locate::LocateError),
+    #[error(transparent)]
+    Pki(#[from] sluice::tools::cluster_pki::PkiError),
 }
 
 fn load_config(arg: &ConfigArg) -> Result<Config, CliError> {
@@ -310,6 +332,14 @@ async fn queue(a: QueueArgs) -> Result<(), CliError> {
 }
 
 /// `sluice dkim-keygen`.
+/// Names the files a `cluster-*` command wrote.
+fn made(files: Result<Vec<PathBuf>, sluice::tools::cluster_pki::PkiError>) -> Result<(), CliError> {
+    for file in files? {
+        println!("{}", file.display());
+    }
+    Ok(())
+}
+
 fn dkim_keygen(a: KeygenArgs) -> Result<(), CliError> {
     use sluice::tools::keygen::{keygen, Algorithm};
     let algorithm = match a.algorithm.as_str() {

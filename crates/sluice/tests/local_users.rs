@@ -205,3 +205,73 @@ async fn an_ordinary_users_mailq_shows_only_their_own_mail() {
     );
     server.shutdown().await;
 }
+
+/// M5 of the 2026-11-27 review: an ordinary local account's mail is
+/// DKIM-signed only when its From: is the account's own address; with
+/// any other From: (`ceo@` of a domain we sign for) it goes unsigned, and
+/// the event says why. Root's mail is signed whatever its From:.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_user_gets_our_signature_only_on_their_own_from() {
+    need_root();
+    let user = TestUser::create("d");
+    let dir = temp_dir("local-dkim");
+    std::fs::set_permissions(&*dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let key = dir.join("dkim.pem");
+    sluice::tools::keygen::keygen(
+        sluice::tools::keygen::Algorithm::Ed25519,
+        "mx.test",
+        "s1",
+        &key,
+    )
+    .unwrap();
+    let sink = recording_sink().await;
+    let mut cfg = config(&dir, Some(sink.addr));
+    cfg.dkim.keys.push(dkim_key("mx.test", "s1", key));
+    let conf = client_config(&dir, &cfg.data_dir).display().to_string();
+    let sendmail = dir.join("sendmail");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_sluice"), &sendmail).unwrap();
+    let (server, _) = start(cfg).await;
+    let own = format!("{}@mx.test", user.name);
+    let forged = b"From: CEO <ceo@mx.test>\nSubject: urgent wire transfer\n\nx\n";
+    let (code, _, err) = run_as(&user, &sendmail, &["-C", &conf, "t1@ours.test"], forged);
+    assert_eq!(code, 0, "{err}");
+    let mine = format!("From: Me <{own}>\nSubject: mine\n\nx\n");
+    let (code, _, err) = run_as(
+        &user,
+        &sendmail,
+        &["-C", &conf, "t2@ours.test"],
+        mine.as_bytes(),
+    );
+    assert_eq!(code, 0, "{err}");
+    let mut root = Command::new(&sendmail);
+    root.args(["-C", &conf, "t3@ours.test"]);
+    let (code, _, err) = output_of(root, forged);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        wait_until(15, || sink.count() == 3).await,
+        "{}",
+        read_log(&dir)
+    );
+    server.shutdown().await;
+    let signed = |to: &str| {
+        let m = sink
+            .messages()
+            .into_iter()
+            .find(|m| m.recipients == [to])
+            .unwrap();
+        String::from_utf8_lossy(&m.body).contains("DKIM-Signature:")
+    };
+    assert!(
+        !signed("t1@ours.test"),
+        "a local user's ceo@ From: was signed"
+    );
+    assert!(signed("t2@ours.test"), "the user's own From: is signed");
+    assert!(signed("t3@ours.test"), "root's mail is signed");
+    assert!(
+        has_event(&dir, "dkim_not_signed", |e| e["cause"] == "local_from"
+            && e["from"] == "ceo@mx.test"
+            && e["user"] == own.as_str()),
+        "{}",
+        read_log(&dir)
+    );
+}

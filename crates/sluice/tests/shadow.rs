@@ -32,6 +32,8 @@ struct Setup {
     proxied: bool,
     claim_secs: u64,
     required: bool,
+    /// Every node's only peer is this address (a relay), not the others.
+    relay: Option<std::net::IpAddr>,
 }
 
 fn node_config(
@@ -42,10 +44,14 @@ fn node_config(
     setup: &Setup,
 ) -> std::path::PathBuf {
     let me = lan.node_ip(i);
-    let peers: Vec<String> = (0..lan.nodes.len())
-        .filter(|&j| j != i)
-        .map(|j| format!("\"{}:2526\"", lan.node_ip(j)))
-        .collect();
+    let peers: Vec<String> = match setup.relay {
+        Some(relay) => vec![format!("\"{relay}:2526\"")],
+        None => (0..lan.nodes.len())
+            .filter(|&j| j != i)
+            .map(|j| format!("\"{}:2526\"", lan.node_ip(j)))
+            .collect(),
+    };
+    let pki = node_pki(dir, &format!("n{}", i + 1));
     let dir = dir.join(format!("n{}", i + 1));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("sluice.toml");
@@ -86,6 +92,9 @@ lease_secs = 2
 shadow = true
 shadow_listen = "{me}:2526"
 shadow_secret = "{SECRET}"
+shadow_ca = "{ca}"
+shadow_cert = "{cert}"
+shadow_key = "{key}"
 shadow_claim_secs = {claim_secs}
 shadow_required = {required}
 peers = [{peers}]
@@ -101,10 +110,32 @@ peers = [{peers}]
             required = setup.required,
             redis = redis.url(),
             peers = peers.join(", "),
+            ca = pki[0].display(),
+            cert = pki[1].display(),
+            key = pki[2].display(),
         ),
     )
     .unwrap();
     path
+}
+
+/// The cluster CA (made once per test directory) and node `name`'s
+/// certificate and key, as `sluice cluster-ca` and `cluster-cert` make
+/// them: [ca.pem, name.pem, name.key].
+fn node_pki(dir: &std::path::Path, name: &str) -> [std::path::PathBuf; 3] {
+    use sluice::tools::cluster_pki::{make_ca, make_node};
+    let pki = dir.join("pki");
+    if !pki.join("ca.pem").exists() {
+        make_ca(&pki).unwrap();
+    }
+    if !pki.join(format!("{name}.pem")).exists() {
+        make_node(&pki, name, &pki).unwrap();
+    }
+    [
+        pki.join("ca.pem"),
+        pki.join(format!("{name}.pem")),
+        pki.join(format!("{name}.key")),
+    ]
 }
 
 fn spawn_node(lan: &Lan, i: usize, config: &std::path::Path) -> Child {
@@ -211,6 +242,7 @@ async fn a_node_killed_with_its_spool_loses_no_acknowledged_message() {
         proxied: true,
         claim_secs: 1,
         required: false,
+        relay: None,
     };
     let configs: Vec<_> = (0..3)
         .map(|i| node_config(&dir, &lan, i, &redis, &setup))
@@ -320,35 +352,16 @@ async fn a_node_killed_with_its_spool_loses_no_acknowledged_message() {
     );
 }
 
-/// A raw link to a holder: its challenge read, `hello` sent; the answer
-/// frame's kind (or `None` if it closed the link).
-async fn raw_hello(lan: &Lan, holder: SocketAddr, hello: &[u8]) -> Option<u8> {
-    let socket = lan.socket(SocketAddr::new(lan.hub(), 0));
+/// A raw TCP connection to a holder from `from` (inside the lan): what it
+/// reads before the holder closes it (empty: closed unread).
+async fn stranger_reads(lan: &Lan, from: std::net::IpAddr, holder: SocketAddr) -> Vec<u8> {
+    let socket = lan.socket(SocketAddr::new(from, 0));
     let mut s = socket.connect(holder).await.unwrap();
-    let len = s.read_u32().await.unwrap() as usize;
-    let mut challenge = vec![0u8; len];
-    s.read_exact(&mut challenge).await.unwrap();
-    assert_eq!(challenge[0], 0, "a challenge first");
-    s.write_all(hello).await.unwrap();
-    let len = s.read_u32().await.ok()?;
-    let kind = s.read_u8().await.ok()?;
-    let _ = len;
-    Some(kind)
-}
-
-/// A HELLO frame: node name, incarnation, our challenge (32 sevens), proof.
-fn hello_frame(node: &str, incarnation: u64, mac: &[u8]) -> Vec<u8> {
-    let mut payload = vec![1u8];
-    payload.extend_from_slice(&(node.len() as u32).to_be_bytes());
-    payload.extend_from_slice(node.as_bytes());
-    payload.extend_from_slice(&incarnation.to_be_bytes());
-    payload.extend_from_slice(&32u32.to_be_bytes());
-    payload.extend_from_slice(&[7u8; 32]);
-    payload.extend_from_slice(&(mac.len() as u32).to_be_bytes());
-    payload.extend_from_slice(mac);
-    let mut frame = (payload.len() as u32).to_be_bytes().to_vec();
-    frame.extend_from_slice(&payload);
-    frame
+    let _ = s.write_all(&[0xff, 0xff, 0xff, 0xf0, 1]).await;
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut got)).await;
+    assert!(read.is_ok(), "the holder kept a stranger's connection open");
+    got
 }
 
 /// Two nodes reached directly (no balancer), relaying to a next hop that
@@ -374,6 +387,7 @@ impl Pair {
             proxied: false,
             claim_secs,
             required: true,
+            relay: None,
         };
         let configs: Vec<_> = (0..2)
             .map(|i| node_config(&dir, &lan, i, &redis, &setup))
@@ -446,35 +460,23 @@ async fn a_node_back_without_its_spool_has_its_copies_delivered_by_its_peer() {
     pair.send_to_n1("s", 10).await;
     let (lan, dir) = (&pair.lan, &pair.dir);
 
-    // Strangers get nothing from n2's holder: a wrong proof, n2's own
-    // name with the right proof, a frame of 4 GB.
+    // A stranger (the lan's own address, not in n2's peers) gets nothing
+    // from n2's holder: closed unread, whatever it sends; logged once.
     let holder = SocketAddr::new(lan.node_ip(1), 2526);
-    let refused = raw_hello(lan, holder, &hello_frame("n1", 7, &[0u8; 32])).await;
-    assert_eq!(refused, Some(6), "a wrong proof is refused");
-    let own = {
-        let socket = lan.socket(SocketAddr::new(lan.hub(), 0));
-        let mut s = socket.connect(holder).await.unwrap();
-        let len = s.read_u32().await.unwrap() as usize;
-        let mut challenge = vec![0u8; len];
-        s.read_exact(&mut challenge).await.unwrap();
-        // The proof as a peer makes it (the secret is right): the label,
-        // then each field with its length.
-        let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, SECRET.as_bytes());
-        let mut msg = b"sluice-shadow-hello".to_vec();
-        for field in [&challenge[1..], &[7u8; 32][..], b"n2", &7u64.to_be_bytes()] {
-            msg.extend_from_slice(&(field.len() as u32).to_be_bytes());
-            msg.extend_from_slice(field);
-        }
-        let mac = ring::hmac::sign(&key, &msg);
-        s.write_all(&hello_frame("n2", 7, mac.as_ref()))
-            .await
-            .unwrap();
-        let _ = s.read_u32().await.unwrap();
-        s.read_u8().await.unwrap()
+    for _ in 0..3 {
+        assert!(stranger_reads(lan, lan.hub(), holder).await.is_empty());
+    }
+    let refusals = || {
+        pair.log("n2")
+            .matches("from addresses not in peers")
+            .count()
     };
-    assert_eq!(own, 6, "the holder's own name is refused");
-    let huge = raw_hello(lan, holder, &[0xff, 0xff, 0xff, 0xf0, 1]).await;
-    assert_eq!(huge, None, "a 4 GB hello closes the link");
+    assert!(
+        wait_until(5, || refusals() >= 1).await,
+        "{}",
+        pair.log("n2")
+    );
+    assert_eq!(refusals(), 1, "one line per burst: {}", pair.log("n2"));
     let areas: Vec<String> = std::fs::read_dir(dir.join("n2/var/shadow"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -514,4 +516,159 @@ async fn a_node_stopped_cleanly_is_waited_for_not_claimed() {
     pair.restart_n1();
     pair.hop_back_and_receive_once("a", 5, 60).await;
     assert!(!pair.log("n2").contains("claimed from node n1"));
+}
+
+/// A relay the two links pass through, in the third namespace (the
+/// address the nodes know as their peer: an attacker who took it over).
+/// It forwards both ways; once `inject` is set, it writes a STORE (a
+/// forged message), an ACK and an OUTCOMES frame into each direction of
+/// every link. Returns how many injections it made.
+async fn relay(
+    lan: &Lan,
+    to: SocketAddr,
+    inject: Arc<std::sync::atomic::AtomicBool>,
+) -> Arc<std::sync::atomic::AtomicUsize> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let ns = lan.nodes[2].clone();
+    let (me, origin) = (lan.node_ip(2), lan.node_ip(0));
+    let listener = Lan::within(&ns, || {
+        let l = std::net::TcpListener::bind(SocketAddr::new(me, 2526)).unwrap();
+        l.set_nonblocking(true).unwrap();
+        l
+    });
+    let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+    let injected = Arc::new(AtomicUsize::new(0));
+    let count = injected.clone();
+    let forged = sluice::cluster::shadow::forged_frames(
+        "ceo@victim.test",
+        "victim@elsewhere.test",
+        b"From: CEO <ceo@victim.test>\r\nSubject: injected\r\n\r\npay now\r\n",
+    );
+    let forged = Arc::new(forged);
+    tokio::spawn(async move {
+        while let Ok((inbound, from)) = listener.accept().await {
+            // Only n1's links (n2's own, to itself through here, are not
+            // the link under attack).
+            if from.ip() != origin {
+                continue;
+            }
+            let socket = Lan::within(&ns, || tokio::net::TcpSocket::new_v4().unwrap());
+            let Ok(outbound) = socket.connect(to).await else {
+                continue;
+            };
+            let (ri, wi) = inbound.into_split();
+            let (ro, wo) = outbound.into_split();
+            for (r, w) in [(ri, wo), (ro, wi)].map(|(r, w)| {
+                (
+                    Box::new(r) as Box<dyn tokio::io::AsyncRead + Send + Unpin>,
+                    Box::new(w) as Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
+                )
+            }) {
+                let (inject, count, forged) = (inject.clone(), count.clone(), forged.clone());
+                tokio::spawn(async move {
+                    let (mut r, mut w) = (r, w);
+                    let mut buf = vec![0u8; 65536];
+                    let mut done = false;
+                    while let Ok(n) = r.read(&mut buf).await {
+                        if n == 0 || w.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                        if !done && inject.load(Ordering::Relaxed) {
+                            done = true;
+                            count.fetch_add(1, Ordering::Relaxed);
+                            if w.write_all(&forged).await.is_err() {
+                                break;
+                            }
+                        }
+                    }
+                });
+            }
+        }
+    });
+    injected
+}
+
+/// H2 of the 2026-11-27 review: a host that took over the peer's address
+/// relays the link, and injects a STORE, an ACK and an OUTCOMES frame.
+/// Through an honest relay copies flow (TLS end to end, the relay sees
+/// nothing); once it injects, every frame is refused with the link (TLS
+/// records it cannot make), no `250` is given without a real copy
+/// (`shadow_required`: 451), and when n1 dies, n2 delivers the real copy
+/// once and never the forged message (before, with the HMAC proof of the
+/// handshake only: the forged copy was claimed and delivered).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_on_the_shadow_link_cannot_inject_frames() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = temp_dir("shadow-relay");
+    let lan = Lan::create(3);
+    let redis = Redis::start(&dir);
+    let held = lan.socket(SocketAddr::new(lan.hub(), 0));
+    let setup = Setup {
+        hop: held.local_addr().unwrap(),
+        proxied: false,
+        claim_secs: 1,
+        required: true,
+        relay: Some(lan.node_ip(2)),
+    };
+    let configs: Vec<_> = (0..2)
+        .map(|i| node_config(&dir, &lan, i, &redis, &setup))
+        .collect();
+    let inject = Arc::new(AtomicBool::new(false));
+    let injected = relay(&lan, SocketAddr::new(lan.node_ip(1), 2526), inject.clone()).await;
+    let mut nodes = Nodes(
+        (0..2)
+            .map(|i| Some(spawn_node(&lan, i, &configs[i])))
+            .collect(),
+    );
+    let n1 = SocketAddr::new(lan.node_ip(0), 25);
+    let up = async {
+        while send_one(&lan, n1, "real-0").await.is_err() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), up)
+        .await
+        .expect("n1 up, its copy on n2 through the relay");
+    inject.store(true, Ordering::Relaxed);
+    // The live link carries keepalives both ways within 2 s: the relay
+    // injects into each direction then.
+    let broken = || injected.load(Ordering::Relaxed) >= 2;
+    assert!(
+        wait_until(15, broken).await,
+        "nothing went through the relay"
+    );
+    let refused = send_one(&lan, n1, "real-1").await;
+    assert!(
+        refused.as_ref().is_err_and(|r| r.starts_with("451")),
+        "a 250 without a real copy: {refused:?}"
+    );
+    let n2_log = read_log(&dir.join("n2"));
+    assert!(n2_log.contains("link from"), "{n2_log}");
+    // n1 dies: n2 claims what it really holds.
+    let mut first = nodes.0[0].take().unwrap();
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let claimed = || read_log(&dir.join("n2")).contains("claimed from node n1");
+    assert!(
+        wait_until(30, claimed).await,
+        "{}",
+        read_log(&dir.join("n2"))
+    );
+    let sink = Sink::start_on(
+        held,
+        SinkOptions {
+            record: true,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert!(wait_until(30, || received(&sink).contains_key("real-0")).await);
+    let seen = received(&sink);
+    assert_eq!(seen.get("real-0"), Some(&1), "{seen:?}");
+    assert!(
+        !seen.contains_key("injected") && !seen.contains_key("real-1"),
+        "{seen:?}"
+    );
+    drop(nodes);
 }

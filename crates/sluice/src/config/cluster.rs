@@ -68,6 +68,17 @@ pub struct ClusterConfig {
     /// never sent itself). At least 16 characters.
     #[serde(default)]
     pub shadow_secret: String,
+    /// The shadow link is TLS, both ends authenticated by the cluster's
+    /// own CA: its certificate (PEM, from `sluice cluster-ca`), ...
+    #[serde(default)]
+    pub shadow_ca: Option<std::path::PathBuf>,
+    /// ... this node's certificate, which names it (`sluice cluster-cert
+    /// --node <node>`), ...
+    #[serde(default)]
+    pub shadow_cert: Option<std::path::PathBuf>,
+    /// ... and its key.
+    #[serde(default)]
+    pub shadow_key: Option<std::path::PathBuf>,
     /// How long to wait for a peer's copy to be on its disk before trying
     /// the next peer.
     #[serde(default = "default_shadow_timeout_ms")]
@@ -166,6 +177,20 @@ impl ClusterConfig {
                     "peers: empty while shadow = true (list the peers' shadow_listen)".into(),
                 );
             }
+            if self.shadow_ca.is_none() || self.shadow_cert.is_none() || self.shadow_key.is_none() {
+                return invalid(
+                    "shadow_ca, shadow_cert, shadow_key: required with shadow = true (the link is \
+                     TLS with the cluster's CA: `sluice cluster-ca`, `sluice cluster-cert`)"
+                        .into(),
+                );
+            }
+            if self.node.is_none() {
+                return invalid(
+                    "node: required with shadow = true (the name in this node's certificate; \
+                     the SMTP hostname, which identical nodes share, cannot tell them apart)"
+                        .into(),
+                );
+            }
             if self.shadow_timeout_ms == 0 {
                 return invalid("shadow_timeout_ms: 0 (want at least 1)".into());
             }
@@ -229,6 +254,15 @@ mod tests {
             (
                 "redis_url = \"redis://x/\"\nshadow = true\nshadow_secret = \"0123456789abcdef\"",
                 "cluster.peers",
+            ),
+            (
+                "redis_url = \"redis://x/\"\nshadow = true\npeers = [\"10.0.0.2:2526\"]\nshadow_secret = \"0123456789abcdef\"",
+                "cluster.shadow_ca",
+            ),
+            (
+                "redis_url = \"redis://x/\"\nshadow = true\npeers = [\"10.0.0.2:2526\"]\nshadow_secret = \"0123456789abcdef\"\n\
+                 shadow_ca = \"ca.pem\"\nshadow_cert = \"n.pem\"\nshadow_key = \"n.key\"",
+                "cluster.node",
             ),
         ] {
             let err = cluster(bad).unwrap_err().to_string();

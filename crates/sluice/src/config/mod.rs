@@ -99,10 +99,25 @@ impl Default for MetricsConfig {
 }
 
 /// `[dkim]`: keys that sign mail from our own users (`[[dkim.keys]]`).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DkimConfig {
     pub keys: Vec<DkimKeyConfig>,
+    /// Sign mail from ordinary local users (sendmail) whose From: is
+    /// their own address (login@hostname); `false`: never sign theirs.
+    /// Root's and the daemon's mail is signed whatever its From:. A local
+    /// user's mail with any other From: is never signed: a local account
+    /// (a web application) must not get our signature on `ceo@`.
+    pub sign_local_users: bool,
+}
+
+impl Default for DkimConfig {
+    fn default() -> Self {
+        DkimConfig {
+            keys: Vec::new(),
+            sign_local_users: true,
+        }
+    }
 }
 
 /// One signing key: mail whose From: domain is `domain` (or below it) is

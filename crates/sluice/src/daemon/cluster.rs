@@ -14,6 +14,9 @@ use sluice_spool::{Spool, SpoolConfig};
 use super::StartError;
 use crate::cluster::shadow::{self, Holder, Shadow};
 use crate::cluster::Cluster;
+use rustls::pki_types::pem::PemObject;
+
+use crate::config::cluster::ClusterConfig;
 use crate::config::Config;
 use crate::log::Logger;
 use crate::receive::local::Submitter;
@@ -55,7 +58,14 @@ pub async fn start(
     }
     let io = |e: std::io::Error| StartError::Spool(sluice_spool::SpoolError::Io(e));
     let incarnation = shadow::incarnation(&spool_config.dir).map_err(io)?;
-    let client = Shadow::new(settings, cluster.node(), incarnation, logger.clone());
+    let tls = link_tls(settings)?;
+    let client = Shadow::new(
+        settings,
+        cluster.node(),
+        incarnation,
+        tls.clone(),
+        logger.clone(),
+    );
     let observer = client.clone();
     spool.observe_outcomes(Arc::new(move |id, recipients, complete| {
         observer.outcome(id, recipients, complete)
@@ -67,6 +77,10 @@ pub async fn start(
                 .await
                 .map_err(|e| StartError::Listen(addr, e))?;
             let (node, secret) = (cluster.node().to_string(), settings.shadow_secret.clone());
+            let door = shadow::Door {
+                tls,
+                peers: peer_addresses(&settings.peers, logger).await,
+            };
             let dir = config.data_dir.join("shadow");
             let (sc, limit, log) = (
                 spool_config.clone(),
@@ -74,7 +88,7 @@ pub async fn start(
                 logger.clone(),
             );
             let holder = tokio::task::spawn_blocking(move || {
-                Holder::open(&node, &secret, dir, sc, limit, log)
+                Holder::open(&node, &secret, door, dir, sc, limit, log)
             })
             .await
             .map_err(StartError::Recovery)?
@@ -88,6 +102,54 @@ pub async fn start(
         shadow: Some(client),
         holder,
     }))
+}
+
+/// The shadow link's TLS from `shadow_ca`, `shadow_cert`, `shadow_key`;
+/// the certificate must name this node.
+fn link_tls(settings: &ClusterConfig) -> Result<Arc<shadow::LinkTls>, StartError> {
+    let invalid = |why: String| StartError::Config(crate::config::ConfigError::Invalid(why));
+    let (Some(ca), Some(cert), Some(key)) = (
+        &settings.shadow_ca,
+        &settings.shadow_cert,
+        &settings.shadow_key,
+    ) else {
+        return Err(invalid(
+            "cluster: shadow_ca, shadow_cert, shadow_key: required".into(),
+        ));
+    };
+    let tls = shadow::LinkTls::load(ca, cert, key)
+        .map_err(|e| invalid(format!("cluster.shadow_cert: {e}")))?;
+    let chain = std::fs::read(cert).unwrap_or_default();
+    let named = rustls::pki_types::CertificateDer::pem_slice_iter(&chain)
+        .next()
+        .and_then(Result::ok)
+        .and_then(|c| shadow::node_name(Some(&[c])));
+    let node = settings.node.as_deref().unwrap_or_default();
+    if named.as_deref() != Some(node) {
+        return Err(invalid(format!(
+            "cluster.shadow_cert {} names node {:?}, but this node is {node:?} (`sluice cluster-cert --node {node}`)",
+            cert.display(),
+            named.unwrap_or_default()
+        )));
+    }
+    Ok(Arc::new(tls))
+}
+
+/// The addresses of `peers` (`host:port`, names resolved once at start):
+/// the only ones a holder takes links from.
+async fn peer_addresses(peers: &[String], logger: &Logger) -> Vec<std::net::IpAddr> {
+    let mut out = Vec::new();
+    for peer in peers {
+        match tokio::net::lookup_host(peer.as_str()).await {
+            Ok(addrs) => out.extend(addrs.map(|a| a.ip().to_canonical())),
+            Err(e) => crate::log!(
+                logger,
+                "shadow",
+                "peer {peer}: cannot resolve it ({e}); no links are taken from it"
+            ),
+        }
+    }
+    out
 }
 
 /// Once the intake exists: the holder's claims.

@@ -169,7 +169,7 @@ fn complete(intake: &Intake, sub: &mut Submission) -> Result<(), Refusal> {
     let hostname = &intake.config.hostname;
     match &sub.origin {
         Origin::Smtp(_) => intake.check_body(&mut sub.body, sub.flaws.take()),
-        Origin::Local { uid, full_name } => {
+        Origin::Local { uid, full_name, .. } => {
             intake.check_body(&mut sub.body, None)?;
             let trace = headers::local_trace(hostname, sub.id, *uid);
             let missing = headers::missing_fields(
@@ -197,6 +197,25 @@ fn complete(intake: &Intake, sub: &mut Submission) -> Result<(), Refusal> {
 fn sign(intake: &Intake, sub: &Submission) -> String {
     if intake.dkim.is_empty() {
         return String::new();
+    }
+    if let Origin::Local {
+        user: super::LocalUser::Account(own),
+        ..
+    } = &sub.origin
+    {
+        let from = super::dkim::from_address(&sub.body).unwrap_or_default();
+        let theirs = from.eq_ignore_ascii_case(own);
+        if !(theirs && intake.config.dkim.sign_local_users) {
+            event!(
+                intake.logger,
+                "cleanup",
+                "dkim_not_signed",
+                { queue_id: qid(sub.id), cause: "local_from", from: from, user: own },
+                "{}: not DKIM-signed: local user {own} sent it with From: <{from}>",
+                qid(sub.id)
+            );
+            return String::new();
+        }
     }
     let authenticated = matches!(&sub.origin, Origin::Smtp(c) if c.authenticated);
     let hostname = &intake.config.hostname;

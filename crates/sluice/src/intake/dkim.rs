@@ -188,6 +188,13 @@ fn load_key(path: &Path) -> Result<DkimKey, DkimError> {
 
 /// The domain of the first address in the `From:` header, lower-cased.
 pub fn from_domain(message: &[u8]) -> Option<String> {
+    let addr = from_address(message)?;
+    let domain = addr.rsplit_once('@')?.1.trim().trim_end_matches('.');
+    (!domain.is_empty()).then(|| domain.to_ascii_lowercase())
+}
+
+/// The first address in the `From:` header, as written.
+pub fn from_address(message: &[u8]) -> Option<String> {
     let head_end = memchr::memmem::find(message, b"\r\n\r\n").map_or(message.len(), |i| i + 2);
     let head = &message[..head_end];
     let mut value = Vec::new();
@@ -215,8 +222,7 @@ pub fn from_domain(message: &[u8]) -> Option<String> {
             .find(|w| w.contains('@'))?
             .to_string(),
     };
-    let domain = addr.rsplit_once('@')?.1.trim().trim_end_matches('.');
-    (!domain.is_empty()).then(|| domain.to_ascii_lowercase())
+    Some(addr.trim().to_string())
 }
 
 #[cfg(test)]

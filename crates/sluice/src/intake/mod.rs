@@ -64,6 +64,14 @@ pub struct Stored {
     pub body: Arc<Vec<u8>>,
 }
 
+/// A local submitter (sendmail): root or the daemon's own account, or an
+/// ordinary account with its own address (login@hostname).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LocalUser {
+    Trusted,
+    Account(String),
+}
+
 /// The door a message came in by, as that door established it.
 pub enum Origin {
     /// An SMTP client; its body starts with [`headers::smtp_trace`].
@@ -73,6 +81,8 @@ pub enum Origin {
         uid: Option<u32>,
         /// sendmail's -F, for a From: that has to be made.
         full_name: Option<String>,
+        /// Who submits, as the socket's peer credentials say.
+        user: LocalUser,
     },
     /// A notice we wrote (its body is complete).
     Notice,

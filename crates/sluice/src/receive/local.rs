@@ -20,7 +20,7 @@ use sluice_proto::address::parse_mailbox;
 
 use crate::event;
 use crate::intake::refusal::{EX_DATAERR, EX_NOUSER};
-use crate::intake::{Accepted, Intake, Origin, Submission};
+use crate::intake::{Accepted, Intake, LocalUser, Origin, Submission};
 use crate::log::{qid, Logger};
 
 /// What is needed to take a submission.
@@ -160,6 +160,11 @@ impl Submitter {
             Ok(s) => s,
             Err(e) => return refuse(EX_NOUSER, e.to_string()),
         };
+        // (sender_for refused a submitter without credentials or account.)
+        let user = match who.uid.filter(|&u| !Self::trusted_uid(u)) {
+            None => LocalUser::Trusted,
+            Some(_) => LocalUser::Account(sender.clone()),
+        };
         let sender = match sender.as_str() {
             "" => String::new(),
             s => match parse_mailbox(s) {
@@ -198,6 +203,7 @@ impl Submitter {
             origin: Origin::Local {
                 uid: who.uid,
                 full_name: who.full_name,
+                user,
             },
             sender,
             recipients: targets,

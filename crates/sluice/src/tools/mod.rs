@@ -2,6 +2,7 @@
 //! (the admin socket's client) and `sluice dkim-keygen`. The load
 //! generator and sink are the `sluice-bench` crate's.
 
+pub mod cluster_pki;
 pub mod keygen;
 pub mod locate;
 pub mod queue_cli;

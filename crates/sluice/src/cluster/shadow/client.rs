@@ -24,6 +24,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use super::tls::LinkTls;
 use super::wire::{self, Outcome, WireError};
 use super::{lock, random};
 use crate::log;
@@ -53,6 +54,11 @@ pub struct Shadow {
     node: String,
     incarnation: u64,
     secret: String,
+    /// The link's TLS (the cluster CA's certificates, both ways).
+    tls: Arc<LinkTls>,
+    /// The address links leave from: `shadow_listen`'s, so a holder
+    /// that takes links only from its peers' addresses knows this one.
+    source: Option<std::net::IpAddr>,
     timeout: Duration,
     required: bool,
     links: Vec<Link>,
@@ -73,6 +79,8 @@ struct Link {
     away: AtomicBool,
     /// Logged that outcomes for it were dropped.
     dropped: AtomicBool,
+    /// The node its certificate names, once linked.
+    node: Mutex<Option<String>>,
 }
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<bool>>>>;
@@ -99,6 +107,7 @@ impl Shadow {
         config: &crate::config::cluster::ClusterConfig,
         node: &str,
         incarnation: u64,
+        tls: Arc<LinkTls>,
         logger: Logger,
     ) -> Arc<Shadow> {
         let links = (config.peers.iter())
@@ -110,6 +119,10 @@ impl Shadow {
             node: node.to_string(),
             incarnation,
             secret: config.shadow_secret.clone(),
+            tls,
+            source: (config.shadow_listen)
+                .map(|a| a.ip())
+                .filter(|ip| !ip.is_unspecified()),
             timeout: Duration::from_millis(config.shadow_timeout_ms),
             required: config.shadow_required,
             links,
@@ -201,8 +214,9 @@ impl Shadow {
     /// Opens a link: the peer's challenge, our proof, its welcome; then a
     /// task writes frames and another reads acknowledgements.
     async fn connect(&self, addr: &str) -> Result<Conn, WireError> {
-        let mut stream = TcpStream::connect(addr).await?;
-        stream.set_nodelay(true)?;
+        let tcp = connect_from(self.source, addr).await?;
+        tcp.set_nodelay(true)?;
+        let (mut stream, holder) = self.tls.connect(tcp).await?;
         let (kind, theirs) = wire::read_frame(&mut stream, wire::SMALL_FRAME).await?;
         if kind != wire::CHALLENGE || theirs.len() != wire::NONCE {
             return Err(WireError::Malformed("no challenge"));
@@ -237,7 +251,14 @@ impl Shadow {
             );
             return Err(WireError::Malformed("peer refused the hello"));
         }
-        let (mut read, write) = stream.into_split();
+        if !self.linked_to(addr, &holder) {
+            log!(
+                self.logger,
+                "shadow",
+                "peer {addr} is node {holder}: copies go there"
+            );
+        }
+        let (mut read, write) = tokio::io::split(stream);
         let (tx, rx) = mpsc::channel::<Vec<u8>>(1024);
         let pending: Arc<Mutex<HashMap<u64, oneshot::Sender<bool>>>> = Arc::default();
         let alive = Arc::new(AtomicBool::new(true));
@@ -266,6 +287,18 @@ impl Shadow {
             pending,
             alive,
             tasks: [reader, writer],
+        })
+    }
+
+    /// Whether the peer at `addr` was already known as node `name` (it is
+    /// logged when first seen or when it changes).
+    fn linked_to(&self, addr: &str, name: &str) -> bool {
+        let link = self.links.iter().find(|l| l.addr == addr);
+        link.is_some_and(|l| {
+            let mut known = lock(&l.node);
+            let same = known.as_deref() == Some(name);
+            *known = Some(name.to_string());
+            same
         })
     }
 
@@ -298,8 +331,31 @@ impl Link {
             backlog: Mutex::new(VecDeque::new()),
             away: AtomicBool::new(false),
             dropped: AtomicBool::new(false),
+            node: Mutex::new(None),
         }
     }
+}
+
+/// A TCP connection to `addr`, from `source` when one is set.
+async fn connect_from(source: Option<std::net::IpAddr>, addr: &str) -> std::io::Result<TcpStream> {
+    let Some(ip) = source else {
+        return TcpStream::connect(addr).await;
+    };
+    let mut last = None;
+    for target in tokio::net::lookup_host(addr).await? {
+        let socket = match target {
+            std::net::SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+            std::net::SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+        };
+        if socket.bind(std::net::SocketAddr::new(ip, 0)).is_err() {
+            return TcpStream::connect(target).await;
+        }
+        match socket.connect(target).await {
+            Ok(stream) => return Ok(stream),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::ErrorKind::NotFound.into()))
 }
 
 /// A peer that failed within its backoff is not tried.
@@ -393,14 +449,17 @@ async fn send_all(shadow: &Shadow, link: &Link, frames: Vec<Vec<u8>>) -> bool {
 mod tests {
     use super::*;
 
-    /// A "holder" that does not know the secret: it challenges, then
-    /// welcomes anything and acknowledges every copy.
-    async fn impostor() -> std::net::SocketAddr {
+    /// A "holder" with a certificate of the cluster's CA (`tls`) that
+    /// does not know the secret: it challenges, then welcomes anything and
+    /// acknowledges every copy.
+    async fn impostor(tls: Arc<LinkTls>) -> std::net::SocketAddr {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move {
-            while let Ok((mut s, _)) = listener.accept().await {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let tls = tls.clone();
                 tokio::spawn(async move {
+                    let (mut s, _) = tls.accept(tcp).await?;
                     let challenge = wire::frame(wire::CHALLENGE, |o| o.extend_from_slice(&[1; 32]));
                     s.write_all(&challenge).await?;
                     wire::read_frame(&mut s, wire::SMALL_FRAME).await.ok();
@@ -434,13 +493,15 @@ mod tests {
 
     #[tokio::test]
     async fn a_peer_that_cannot_prove_the_secret_gets_no_copy() {
-        let addr = impostor().await;
+        let ca = crate::tools::cluster_pki::new_ca().unwrap();
+        let addr = impostor(super::super::tls::for_test(&ca, "n2")).await;
         let config: crate::config::cluster::ClusterConfig = toml::from_str(&format!(
             "redis_url = \"redis://127.0.0.1:9/\"\nshadow = true\n\
              shadow_secret = \"0123456789abcdef\"\nshadow_timeout_ms = 2000\npeers = [\"{addr}\"]"
         ))
         .unwrap();
-        let shadow = Shadow::new(&config, "n1", 1, Logger::disabled());
+        let tls = super::super::tls::for_test(&ca, "n1");
+        let shadow = Shadow::new(&config, "n1", 1, tls, Logger::disabled());
         let env = Envelope {
             id: 1,
             recipients: vec!["b@example.net".into()],

@@ -4,10 +4,13 @@
 //! log as the main spool), drops them as their outcomes arrive, and
 //! claims them when their origin is gone (`claim.rs`).
 //!
-//! Trusts: a peer that proved the shared secret, and only as far as
-//! storing copies in the area kept for its own name goes; every frame is
-//! length-checked and limited (`wire.rs`). A peer cannot name another
-//! node (the proof covers the name) nor this one.
+//! Trusts: a peer at one of the `peers` addresses that presents a
+//! certificate of the cluster's CA (`tls.rs`; every frame is then under
+//! TLS) and proves the shared secret, and only as far as storing copies
+//! in the area kept for its own name goes: the name in its hello must be
+//! the one in its certificate, and not this node's. Every frame is
+//! length-checked and limited (`wire.rs`). Connections from any other
+//! address are closed unread, logged once per burst.
 //! Invariants: a copy is acknowledged only once it is synced; at most
 //! `IN_FLIGHT` copies per link are in memory (the link is not read further
 //! until one is on disk).
@@ -20,11 +23,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sluice_spool::{Spool, SpoolConfig};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Semaphore};
 use tokio::time::Instant;
 
+use super::tls::LinkTls;
 use super::wire::{self, WireError};
 use super::{lock, random};
 use crate::log;
@@ -32,8 +36,10 @@ use crate::log::Logger;
 
 /// Copies of one link held in memory (read, not yet on disk), at most.
 const IN_FLIGHT: usize = 256;
-/// Time a peer has to prove itself.
-const HELLO_WITHIN: Duration = Duration::from_secs(10);
+/// Time a peer has for the TLS handshake and its hello (two round trips).
+const HELLO_WITHIN: Duration = Duration::from_secs(5);
+/// Connections from strangers are logged at most once this often.
+const STRANGERS_LOGGED: Duration = Duration::from_secs(60);
 /// Links not yet proven, at most; more are closed unread.
 const UNPROVEN: usize = 64;
 /// A proven link silent this long is dead (origins send a keepalive every
@@ -69,7 +75,18 @@ pub struct Holder {
     pub(super) current: Mutex<HashMap<String, u64>>,
     /// Permits for links not yet proven ([`UNPROVEN`]).
     unproven: Arc<Semaphore>,
+    door: Door,
+    /// Strangers turned away since the last log line, and when that was.
+    strangers: Mutex<(u64, Option<Instant>)>,
     pub(super) logger: Logger,
+}
+
+/// Who may open a link: the peers' addresses, with the cluster's TLS.
+pub struct Door {
+    pub tls: Arc<LinkTls>,
+    /// The addresses of `peers` (links come from a peer's `shadow_listen`
+    /// address, `client.rs`).
+    pub peers: Vec<std::net::IpAddr>,
 }
 
 impl Holder {
@@ -77,6 +94,7 @@ impl Holder {
     pub fn open(
         node: &str,
         secret: &str,
+        door: Door,
         dir: PathBuf,
         spool: SpoolConfig,
         message_limit: usize,
@@ -92,6 +110,8 @@ impl Holder {
             copies: Mutex::new(HashMap::new()),
             current: Mutex::new(HashMap::new()),
             unproven: Arc::new(Semaphore::new(UNPROVEN)),
+            door,
+            strangers: Mutex::new((0, None)),
             logger,
         });
         for entry in std::fs::read_dir(&dir)? {
@@ -155,6 +175,12 @@ impl Holder {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 };
+                // Not a peer's address: closed unread, so strangers never
+                // hold the slots the peers need.
+                if !holder.door.peers.contains(&peer.ip().to_canonical()) {
+                    holder.stranger(peer);
+                    continue;
+                }
                 // Beyond the cap, closed unread (and unlogged: a flood
                 // would only fill the log).
                 let Ok(permit) = holder.unproven.clone().try_acquire_owned() else {
@@ -170,15 +196,38 @@ impl Holder {
         });
     }
 
+    /// A connection from an address not in `peers`: counted, and logged
+    /// once per [`STRANGERS_LOGGED`] (a flood does not fill the log).
+    fn stranger(&self, peer: SocketAddr) {
+        let mut seen = lock(&self.strangers);
+        seen.0 += 1;
+        if seen.1.is_some_and(|t| t.elapsed() < STRANGERS_LOGGED) {
+            return;
+        }
+        log!(
+            self.logger,
+            "shadow",
+            "refused {} link(s) from addresses not in peers (the last from {peer})",
+            seen.0
+        );
+        *seen = (0, Some(Instant::now()));
+    }
+
     async fn link(
         self: Arc<Self>,
-        mut stream: TcpStream,
+        stream: TcpStream,
         peer: SocketAddr,
         permit: tokio::sync::OwnedSemaphorePermit,
     ) -> Result<(), WireError> {
-        let proven = tokio::time::timeout(HELLO_WITHIN, self.handshake(&mut stream, peer))
+        let opening = async {
+            stream.set_nodelay(true)?;
+            let (mut stream, named) = self.door.tls.accept(stream).await?;
+            let proven = self.handshake(&mut stream, peer, &named).await?;
+            Ok::<_, WireError>((stream, proven))
+        };
+        let (stream, proven) = tokio::time::timeout(HELLO_WITHIN, opening)
             .await
-            .map_err(|_| WireError::Malformed("no hello in time"))??;
+            .map_err(|_| WireError::Malformed("no TLS handshake and hello in time"))??;
         drop(permit);
         let Some(copies) = proven else {
             return Ok(());
@@ -191,12 +240,12 @@ impl Holder {
 
     /// Our challenge, the origin's proven hello, our welcome (with our own
     /// proof); the origin's copies, or `None` when it was refused.
-    async fn handshake(
+    async fn handshake<S: AsyncRead + AsyncWrite + Unpin>(
         self: &Arc<Self>,
-        stream: &mut TcpStream,
+        stream: &mut S,
         peer: SocketAddr,
+        named: &str,
     ) -> Result<Option<Arc<Copies>>, WireError> {
-        stream.set_nodelay(true)?;
         let nonce: [u8; wire::NONCE] = random();
         let challenge = wire::frame(wire::CHALLENGE, |o| o.extend_from_slice(&nonce));
         stream.write_all(&challenge).await?;
@@ -212,6 +261,8 @@ impl Holder {
             Some("bad node name")
         } else if node == self.node {
             Some("that is this node's own name")
+        } else if node != named {
+            Some("its hello names another node than its certificate")
         } else {
             None
         };
@@ -234,8 +285,11 @@ impl Holder {
 
     /// A proven link: copies stored and acknowledged, outcomes applied,
     /// until it closes or falls silent.
-    async fn take_copies(&self, stream: TcpStream, copies: &Arc<Copies>) -> Result<(), WireError> {
-        let (mut read, write) = stream.into_split();
+    async fn take_copies<S>(&self, stream: S, copies: &Arc<Copies>) -> Result<(), WireError>
+    where
+        S: AsyncRead + AsyncWrite + Send + 'static,
+    {
+        let (mut read, write) = tokio::io::split(stream);
         let (acks, rx) = mpsc::channel::<Vec<u8>>(IN_FLIGHT * 2);
         tokio::spawn(wire::write_frames(write, rx));
         let permits = Arc::new(Semaphore::new(IN_FLIGHT));

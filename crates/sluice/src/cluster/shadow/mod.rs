@@ -15,24 +15,53 @@
 //! claimed (down longer than `shadow_claim_secs`, or `shadow_away_secs`
 //! after a clean stop). Copies are never expired by age.
 //!
-//! Trusts: peers that prove the shared secret, both ways (`wire.rs`);
-//! nothing else may store, acknowledge or drop copies. The link is not
-//! encrypted: it belongs on a private network, like Redis. Copies are
-//! synced as the main spool is (`spool.unsafe_ack_before_fsync` applies
-//! to them too).
+//! Trusts: peers at the addresses in `peers` whose certificates the
+//! cluster's own CA signed (`tls.rs`: mutual TLS over every frame) and
+//! that prove the shared secret, both ways (`wire.rs`); a node stores
+//! copies only under the name its certificate gives it. Nothing else may
+//! store, acknowledge or drop copies. Copies are synced as the main spool
+//! is (`spool.unsafe_ack_before_fsync` applies to them too).
 //! Invariants: the origin's `250` waits for both disks (or, with no peer
 //! answering, for its own and a log line, unless `shadow_required`).
 
 mod claim;
 mod client;
 mod holder;
+mod tls;
 mod wire;
 
 use std::path::Path;
 
 pub use claim::start as start_claims;
 pub use client::{Shadow, ShadowError};
-pub use holder::Holder;
+pub use holder::{Door, Holder};
+pub use tls::{node_name, LinkTls};
+
+/// The frames an attacker on the link would write, well formed as the
+/// protocol knows them: a STORE of a message from `sender` to `rcpt`
+/// with `body`, an ACK of copy 1, and an OUTCOMES that says message 1 is
+/// done. For the tests that show none of them is taken (`tls.rs`: they
+/// are not TLS records of the link).
+#[doc(hidden)]
+pub fn forged_frames(sender: &str, rcpt: &str, body: &[u8]) -> Vec<u8> {
+    let env = sluice_spool::Envelope {
+        id: 0x1234567,
+        sender: sender.to_string(),
+        recipients: vec![rcpt.to_string()],
+        ..Default::default()
+    };
+    let done = wire::Outcome {
+        id: 1,
+        recipients: vec![0],
+        complete: true,
+    };
+    [
+        wire::store(0xFFFF_FFFF_0000_0001, &env, body),
+        wire::ack(1, true),
+        wire::outcomes(&[done]),
+    ]
+    .concat()
+}
 
 /// `N` bytes from the system's random source (challenges, incarnations).
 pub(super) fn random<const N: usize>() -> [u8; N] {
