@@ -572,13 +572,13 @@ deliver_all() {
     token sendmail; t=$T
     printf 'Subject: %s\n\n%s\n' "$t" "$t" | /usr/sbin/sendmail -i root || fail "sendmail as root: exit $?"
     wait_mail "$t"
-    # An unprivileged user (issue 19's part): noted, not required.
-    token unprivileged; t=$T
-    rc=0
-    out=$(printf 'Subject: %s\n\n%s\n' "$t" "$t" | (cd / && setpriv --reuid=nobody --regid=nogroup \
-        --clear-groups env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin USER=nobody /usr/sbin/sendmail -i root) 2>&1) || rc=$?
-    if [ "$rc" = 0 ]; then wait_mail "$t"; UNPRIV="works"
-    else UNPRIV="fails: exit $rc: $out"; fi
+    # An ordinary account made here runs sendmail with no -C, from a
+    # directory where another account (nobody) planted
+    # ./var/public/submit.sock (2026-11-27 review H1): the mail reaches the
+    # daemon (the package's socket, found without reading the 0640
+    # config), and the plant gets no connection.
+    unprivileged_sendmail
+    UNPRIV="works (no -C, a planted ./var/public/submit.sock untouched)"
     local deadline=$((SECONDS + 30))
     until /usr/sbin/sendmail -bp | grep -q "Mail queue is empty"; do
         [ $SECONDS -lt $deadline ] || fail "queue not empty: $(/usr/sbin/sendmail -bp)"
@@ -591,6 +591,35 @@ deliver_all() {
     if grep 'status=' /var/log/sluice/mail.log | grep -v 'relay=maildir' | grep -q .; then
         fail "a delivery that is not to a Maildir: $(grep 'status=' /var/log/sluice/mail.log | grep -v relay=maildir | head -1)"
     fi
+}
+
+# sendmail as an ordinary account, from a directory with another account's
+# planted socket: delivered, and the plant never connected to.
+unprivileged_sendmail() {
+    local user="sldeb$$" trap_dir plant t rc=0 out
+    getent passwd "$user" >/dev/null || useradd --system --no-create-home --shell /usr/sbin/nologin "$user"
+    trap_dir=$(mktemp -d /tmp/sluice-plant.XXXXXX); chmod 1777 "$trap_dir"
+    mkdir -p "$trap_dir/var/public"; chown -R nobody "$trap_dir/var"
+    plant="$trap_dir/var/public/submit.sock"
+    setpriv --reuid=nobody --regid=nogroup --clear-groups python3 -c '
+import os, socket, sys
+s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); os.chmod(sys.argv[1], 0o666); s.listen(8)
+s.settimeout(60)
+try:
+    c, _ = s.accept(); open(sys.argv[2], "w").write("connected\n")
+except socket.timeout:
+    pass' "$plant" "$trap_dir/caught" &
+    local plant_pid=$!
+    local deadline=$((SECONDS + 10))
+    until [ -S "$plant" ]; do [ $SECONDS -lt $deadline ] || fail "no plant"; sleep 0.1; done
+    token unprivileged; t=$T
+    out=$(printf 'Subject: %s\n\n%s\n' "$t" "$t" | (cd "$trap_dir" && setpriv --reuid="$user" --regid="$user" \
+        --clear-groups env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin USER="$user" /usr/sbin/sendmail -i root) 2>&1) || rc=$?
+    kill "$plant_pid" 2>/dev/null || true; wait "$plant_pid" 2>/dev/null || true
+    [ ! -e "$trap_dir/caught" ] || fail "sendmail as $user connected to the planted ./var/public/submit.sock"
+    [ "$rc" = 0 ] || fail "sendmail as $user (no -C): exit $rc: $out"
+    wait_mail "$t"
+    rm -rf "$trap_dir"; userdel "$user" 2>/dev/null || true
 }
 
 start_and_deliver() { # as the unit, check the process, deliver

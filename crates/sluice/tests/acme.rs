@@ -11,6 +11,8 @@ use common::pebble::Pebble;
 use common::tls::TlsClient;
 use common::*;
 use sluice::config::acme::AcmeConfig;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 const NAME: &str = "mail.acme.test";
 
@@ -31,6 +33,45 @@ fn issued(dir: &std::path::Path) -> Vec<String> {
         .iter()
         .map(|e| e["serial"].as_str().unwrap_or_default().to_string())
         .collect()
+}
+
+/// Keeps idle connections open to the challenge port on 127.0.0.1 from
+/// 127.0.0.2-17 (four each) and twelve more from 127.0.0.2, each with half
+/// a request, reopening those the responder closes, every 50 ms, until
+/// `go` is cleared; returns how many it opened in all.
+async fn hold_slots(port: u16, go: Arc<AtomicBool>) -> usize {
+    let target = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let sources: Vec<std::net::IpAddr> = (2..18u8)
+        .flat_map(|i| [i; 4])
+        .chain([2u8; 12])
+        .map(|i| std::net::IpAddr::from([127, 0, 0, i]))
+        .collect();
+    let mut held: Vec<Option<tokio::net::TcpStream>> = sources.iter().map(|_| None).collect();
+    let mut opened = 0;
+    while go.load(Ordering::Relaxed) {
+        for (slot, ip) in held.iter_mut().zip(&sources) {
+            // Open while a read would wait; closed (or answered) else.
+            let closed = slot.as_ref().is_none_or(|s| {
+                let mut b = [0u8; 64];
+                !matches!(s.try_read(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+            });
+            if !closed {
+                continue;
+            }
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            socket.bind(std::net::SocketAddr::new(*ip, 0)).unwrap();
+            if let Ok(mut s) = socket.connect(target).await {
+                use tokio::io::AsyncWriteExt;
+                let _ = s
+                    .write_all(b"GET /.well-known/acme-challenge/x HTTP/1.1\r\n")
+                    .await;
+                *slot = Some(s);
+                opened += 1;
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    opened
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -60,12 +101,20 @@ async fn a_certificate_from_pebble_is_served_renewed_and_kept_when_the_ca_is_gon
     });
     let (server, addr) = start(cfg.clone()).await;
     let http = listening_on(&dir, 0, "acme").await;
+    // M3 of the 2026-11-27 review: 64 idle connections, reopened as they
+    // are closed, from 16 addresses (and more from one), while the CA
+    // validates (before: every validation request was closed unanswered).
+    let attack = Arc::new(AtomicBool::new(true));
+    let holder = tokio::spawn(hold_slots(http.port(), attack.clone()));
     let mut pebble = Pebble::start_at(&dir, &directory, http.port(), nsd.addr);
     assert!(
         wait_until(60, || issued(&dir).len() >= 2).await,
         "not issued and renewed: {}",
         read_log(&dir)
     );
+    attack.store(false, Ordering::Relaxed);
+    let held = holder.await.unwrap();
+    assert!(held >= 64, "the attack never held the slots ({held})");
     let serials = issued(&dir);
     assert_ne!(serials[0], serials[1], "a renewal is a new certificate");
     let root = dir.join("pebble-root.pem");

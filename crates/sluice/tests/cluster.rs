@@ -235,3 +235,30 @@ async fn a_stopped_node_leaves_the_cluster_at_once() {
         assert!(!holders.contains("n1"), "{key}: {holders}");
     }
 }
+
+/// M1 of the 2026-11-27 review: a second process under a live node's
+/// name (a cloned configuration) is refused at start, after waiting
+/// `node_dead_secs` for the name to lapse, and names the setting; once the
+/// first stops cleanly the name is free at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_process_under_a_live_nodes_name_is_refused() {
+    let dir = temp_dir("cluster-name");
+    let redis = Redis::start(&dir);
+    let sink = slow_sink().await;
+    let (n1, _) = start(node_config(&dir, "n1", sink.addr, &redis, 3)).await;
+    let clone = node_config(&dir.join("clone"), "n1", sink.addr, &redis, 3);
+    let refused = sluice::daemon::Server::start(clone.clone()).await;
+    let err = refused.err().expect("a second n1 started").to_string();
+    assert!(
+        err.contains("\"n1\" is in use by another live process"),
+        "{err}"
+    );
+    n1.shutdown().await;
+    let started = tokio::time::timeout(
+        std::time::Duration::from_secs(1),
+        sluice::daemon::Server::start(clone),
+    )
+    .await
+    .expect("the name was not given back at stop");
+    started.unwrap().shutdown().await;
+}

@@ -37,6 +37,7 @@ use tokio::time::Instant;
 use crate::config::cluster::ClusterConfig;
 
 mod dead;
+pub mod owner;
 mod rate;
 pub mod shadow;
 mod sync;
@@ -60,6 +61,10 @@ pub struct Cluster {
     /// (`sync.rs`), then say so on `released`.
     stop: Notify,
     released: Notify,
+    /// This process's claim on its node name in Redis (`owner.rs`).
+    token: u64,
+    /// Logged that another process holds this node's name.
+    name_taken: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Default)]
@@ -109,6 +114,13 @@ impl Cluster {
             wake: Notify::new(),
             stop: Notify::new(),
             released: Notify::new(),
+            token: {
+                use ring::rand::SecureRandom;
+                let mut b = [0u8; 8];
+                let _ = ring::rand::SystemRandom::new().fill(&mut b);
+                u64::from_be_bytes(b)
+            },
+            name_taken: Default::default(),
         })
     }
 

@@ -105,6 +105,8 @@ async fn run(cluster: Arc<Cluster>, logger: Logger) {
     };
     let scripts = Scripts {
         heartbeat: redis::Script::new(HEARTBEAT),
+        keep_name: redis::Script::new(super::owner::KEEP),
+        give_name: redis::Script::new(super::owner::GIVE_BACK),
         claim: redis::Script::new(CLAIM),
         reserve: redis::Script::new(super::rate::RESERVE),
         dead: redis::Script::new(super::dead::SYNC_DEAD),
@@ -203,6 +205,11 @@ async fn leave(
     for (dest, lease) in cluster.claims() {
         claim(con, cluster, scripts, &dest, 0, 0, lease.cap).await?;
     }
+    (scripts.give_name)
+        .key(super::owner::owner_key(cluster.node()))
+        .arg(cluster.token.to_string())
+        .invoke_async::<i64>(&mut *con)
+        .await?;
     redis::cmd("ZREM")
         .arg("sluice:nodes")
         .arg(cluster.node())
@@ -217,6 +224,8 @@ pub fn away_key(node: &str) -> String {
 
 struct Scripts {
     heartbeat: redis::Script,
+    keep_name: redis::Script,
+    give_name: redis::Script,
     claim: redis::Script,
     reserve: redis::Script,
     dead: redis::Script,
@@ -249,6 +258,28 @@ async fn round(
         .arg(dead_ms)
         .invoke_async(con)
         .await?;
+    let kept: i64 = (scripts.keep_name)
+        .key(super::owner::owner_key(cluster.node()))
+        .arg(cluster.token.to_string())
+        .arg(dead_ms)
+        .invoke_async(con)
+        .await?;
+    let taken = kept == 0;
+    if taken
+        != cluster
+            .name_taken
+            .swap(taken, std::sync::atomic::Ordering::Relaxed)
+    {
+        match taken {
+            true => log!(
+                logger,
+                "cluster",
+                "error: another live process uses node name {} (two incarnations alternate: copies and caps are confused): give each node its own `node`",
+                cluster.node()
+            ),
+            false => log!(logger, "cluster", "node name {} is this process's again", cluster.node()),
+        }
+    }
     if cluster.config.shadow {
         // Back (or never away): peers may claim this node's copies if it
         // dies from now on.

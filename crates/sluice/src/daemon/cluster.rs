@@ -41,6 +41,9 @@ pub async fn start(
     };
     let dead_ttl = Duration::from_secs(config.delivery.dead_host_secs);
     let cluster = Cluster::new(settings.clone(), &config.hostname.to_string(), dead_ttl);
+    crate::cluster::owner::register(&cluster, logger)
+        .await
+        .map_err(|e| StartError::Config(crate::config::ConfigError::Invalid(e.to_string())))?;
     crate::cluster::start(cluster.clone(), logger.clone());
     if !settings.shadow {
         return Ok(Some(Node {
