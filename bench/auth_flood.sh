@@ -133,9 +133,9 @@ install_cleanup_traps
 # just built into the temp dir and run that copy.
 if [ "$SLUICE_BUILD" = 1 ]; then
     log "cargo build --release --locked"
-    (cd "$REPO" && cargo build --release --locked >&2)
+    (cd "$REPO" && cargo build --release --locked --workspace >&2)
 fi
-[ -x "$SLUICE" ] || die "$SLUICE not found (build it: cargo build --release --locked)"
+[ -x "$SLUICE" ] || die "$SLUICE not found (build it: cargo build --release --locked --workspace)"
 log "binary: $SLUICE, built $(stat -c %y "$SLUICE" | cut -d. -f1)"
 cp "$SLUICE" "$W/sluice"
 SLUICE=$W/sluice

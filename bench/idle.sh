@@ -21,7 +21,7 @@ cd "$(dirname "$0")/.."
 SESSIONS=${SESSIONS:-10000}
 SLUICE=${SLUICE:-target/release/sluice}
 PORT=${PORT:-55135}
-[ -x "$SLUICE" ] || cargo build --release
+[ -x "$SLUICE" ] || cargo build --release --workspace
 ulimit -Hn 1048576 2>/dev/null || true
 ulimit -n "$(ulimit -Hn)"
 PER_PROC=$(( $(ulimit -n) - 1000 ))

@@ -109,16 +109,16 @@ ensure_sluice() {
     needs_sluice_binary || return 0
     if [ "$SLUICE_BUILD" = 1 ]; then
         log "cargo build --release"
-        (cd "$REPO" && cargo build --release >&2)
+        (cd "$REPO" && cargo build --release --workspace >&2)
     fi
-    [ -x "$SLUICE" ] || die "$SLUICE not found (build it: cargo build --release)"
+    [ -x "$SLUICE" ] || die "$SLUICE not found (build it: cargo build --release --workspace)"
     # The generator and sink (crate sluice-bench): beside $SLUICE, else this
     # tree's build (an A/B run may point $SLUICE at an older build).
     if [ -z "${SLUICE_BENCH:-}" ]; then
         SLUICE_BENCH=$(dirname "$SLUICE")/sluice-bench
         [ -x "$SLUICE_BENCH" ] || SLUICE_BENCH=${CARGO_TARGET_DIR:-$REPO/target}/release/sluice-bench
     fi
-    [ -x "$SLUICE_BENCH" ] || die "$SLUICE_BENCH not found (build it: cargo build --release)"
+    [ -x "$SLUICE_BENCH" ] || die "$SLUICE_BENCH not found (build it: cargo build --release --workspace)"
 }
 
 generator_option() {
