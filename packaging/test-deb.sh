@@ -601,7 +601,7 @@ unprivileged_sendmail() {
     trap_dir=$(mktemp -d /tmp/sluice-plant.XXXXXX); chmod 1777 "$trap_dir"
     mkdir -p "$trap_dir/var/public"; chown -R nobody "$trap_dir/var"
     plant="$trap_dir/var/public/submit.sock"
-    setpriv --reuid=nobody --regid=nogroup --clear-groups python3 -c '
+    setpriv --reuid=nobody --regid=nogroup --clear-groups /usr/bin/python3 -c '
 import os, socket, sys
 s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); os.chmod(sys.argv[1], 0o666); s.listen(8)
 s.settimeout(60)

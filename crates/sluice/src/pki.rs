@@ -8,10 +8,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::CertificateDer;
-use rustls::RootCertStore;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
 
 /// Why TLS material could not be loaded or a TLS configuration built.
 #[derive(Debug, thiserror::Error)]
@@ -82,4 +83,79 @@ pub fn verifying_client(roots: RootCertStore) -> Result<rustls::ClientConfig, Tl
         .with_safe_default_protocol_versions()?
         .with_root_certificates(roots)
         .with_no_client_auth())
+}
+
+/// A test of a server's certificate chain (end entity, intermediates, now)
+/// that is not the name check of the web PKI: any certificate, TLSA
+/// records, a CA of our own whatever the name.
+pub type ServerCheck = Box<
+    dyn Fn(&CertificateDer<'_>, &[CertificateDer<'_>], UnixTime) -> Result<(), rustls::Error>
+        + Send
+        + Sync,
+>;
+
+/// A server verifier that runs a [`ServerCheck`] on the chain, and checks
+/// the handshake's signatures with the provider's algorithms (always).
+pub struct CheckedServer {
+    check: ServerCheck,
+    provider: Arc<CryptoProvider>,
+}
+
+impl CheckedServer {
+    pub fn new(check: ServerCheck, provider: Arc<CryptoProvider>) -> CheckedServer {
+        CheckedServer { check, provider }
+    }
+}
+
+impl std::fmt::Debug for CheckedServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CheckedServer")
+    }
+}
+
+impl ServerCertVerifier for CheckedServer {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        (self.check)(end_entity, intermediates, now).map(|()| ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
 }

@@ -16,12 +16,10 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::server::WebPkiClientVerifier;
-use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::RootCertStore;
 use tokio::net::TcpStream;
 use tokio_rustls::{client, server, TlsAcceptor, TlsConnector};
 
@@ -83,10 +81,23 @@ impl LinkTls {
             .with_safe_default_protocol_versions()?
             .with_client_cert_verifier(clients)
             .with_single_cert(chain.clone(), key.clone_key())?;
-        let verifier = CaOnly {
-            roots,
-            provider: provider.clone(),
-        };
+        // The holder's chain must end at the cluster CA, whatever name it
+        // carries (the origin knows its peers by address).
+        let anchors = roots.clone();
+        let algorithms = provider.signature_verification_algorithms.all;
+        let verifier = crate::pki::CheckedServer::new(
+            Box::new(move |end_entity, intermediates, now| {
+                let cert = rustls::server::ParsedCertificate::try_from(end_entity)?;
+                rustls::client::verify_server_cert_signed_by_trust_anchor(
+                    &cert,
+                    &anchors,
+                    intermediates,
+                    now,
+                    algorithms,
+                )
+            }),
+            provider.clone(),
+        );
         let client = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()?
             .dangerous()
@@ -149,70 +160,6 @@ pub fn node_name(chain: Option<&[CertificateDer<'_>]>) -> Option<String> {
         let cn = cert.subject().iter_common_name().next()?;
         cn.as_str().ok().map(str::to_string)
     })
-}
-
-/// Verifies a holder's chain against the cluster CA, whatever name it
-/// carries (the origin knows its peers by address), and the handshake's
-/// signatures.
-#[derive(Debug)]
-struct CaOnly {
-    roots: Arc<RootCertStore>,
-    provider: Arc<CryptoProvider>,
-}
-
-impl ServerCertVerifier for CaOnly {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        let cert = rustls::server::ParsedCertificate::try_from(end_entity)?;
-        rustls::client::verify_server_cert_signed_by_trust_anchor(
-            &cert,
-            &self.roots,
-            intermediates,
-            now,
-            self.provider.signature_verification_algorithms.all,
-        )?;
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
 }
 
 /// A node's link TLS made in memory from `ca` (tests).

@@ -16,10 +16,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::CryptoProvider;
-use rustls::pki_types::{CertificateDer, InvalidDnsNameError, ServerName, UnixTime};
-use rustls::{DigitallySignedStruct, SignatureScheme};
+use rustls::pki_types::{CertificateDer, InvalidDnsNameError, ServerName};
 use tokio_rustls::TlsConnector;
 
 use crate::config::DeliveryConfig;
@@ -110,11 +107,13 @@ pub fn checking_connector(
     refusal: &'static str,
 ) -> Result<TlsConnector, TlsError> {
     let provider = crate::pki::provider();
-    let verifier = EndEntityCheck {
-        check,
-        refusal,
-        provider: provider.clone(),
-    };
+    let verifier = crate::pki::CheckedServer::new(
+        Box::new(move |end_entity, _, _| match check(end_entity) {
+            true => Ok(()),
+            false => Err(rustls::Error::General(refusal.into())),
+        }),
+        provider.clone(),
+    );
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
         .dangerous()
@@ -140,68 +139,4 @@ fn verifying_connector(d: &DeliveryConfig) -> Result<TlsConnector, TlsError> {
     Ok(TlsConnector::from(Arc::new(crate::pki::verifying_client(
         roots,
     )?)))
-}
-
-/// Checks the end-entity certificate with a function, and handshake
-/// signatures with the provider's algorithms.
-struct EndEntityCheck {
-    check: CertCheck,
-    refusal: &'static str,
-    provider: Arc<CryptoProvider>,
-}
-
-impl std::fmt::Debug for EndEntityCheck {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("EndEntityCheck")
-    }
-}
-
-impl ServerCertVerifier for EndEntityCheck {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        match (self.check)(end_entity) {
-            true => Ok(ServerCertVerified::assertion()),
-            false => Err(rustls::Error::General(self.refusal.into())),
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
 }
