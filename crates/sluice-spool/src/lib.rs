@@ -212,7 +212,9 @@ pub struct Spool {
 
 /// Called with each outcome as it is recorded: queue ID, recipients,
 /// complete. It runs on the caller's thread and must not block.
-pub type OutcomeObserver = Arc<dyn Fn(u64, &[u16], bool) + Send + Sync>;
+/// Told of each outcome (id, final recipients, complete) and of each
+/// mark recorded (id, no recipients, false, the mark bits; 0 for outcomes).
+pub type OutcomeObserver = Arc<dyn Fn(u64, &[u16], bool, u32) + Send + Sync>;
 
 /// Counters that show group commit at work.
 #[derive(Debug, Default)]
@@ -334,7 +336,7 @@ impl Spool {
     /// is the back-pressure that keeps outcomes from growing memory.
     pub fn record_outcome(&self, id: u64, recipients: Vec<u16>, complete: bool) {
         if let Some(observe) = self.observer.get() {
-            observe(id, &recipients, complete);
+            observe(id, &recipients, complete, 0);
         }
         let _ = self
             .queue
@@ -364,6 +366,9 @@ impl Spool {
     /// recorded once a store has resolved is never durable before it.
     /// Marks for a message that is no longer live are dropped.
     pub fn record_marks(&self, id: u64, marks: u32) {
+        if let Some(observe) = self.observer.get() {
+            observe(id, &[], false, marks);
+        }
         let _ = self
             .queue
             .tx

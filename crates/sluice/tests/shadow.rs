@@ -672,3 +672,78 @@ async fn a_relay_on_the_shadow_link_cannot_inject_frames() {
     );
     drop(nodes);
 }
+
+/// `sluice queue` against a node's configuration: its JSON answer.
+fn queue_json(config: &std::path::Path, args: &[&str]) -> serde_json::Value {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("queue")
+        .arg("--json")
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// L4 of the 2026-11-27 review: a message an administrator held on its
+/// origin stays held when its peer claims the copy (before: the claim
+/// delivered it), and the other one is delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_message_stays_held_when_its_copy_is_claimed() {
+    let mut pair = Pair::start("shadow-hold", 1);
+    pair.send_to_n1("h", 2).await;
+    let listed = queue_json(&pair.configs[0], &["list"]);
+    let ids: Vec<String> = listed["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids.len(), 2, "{listed}");
+    let held = queue_json(&pair.configs[0], &["hold", &ids[0]]);
+    assert_eq!(held["count"], 1, "{held}");
+    // The hold reaches n2 with the outcomes (every 100 ms).
+    let n2_log = pair.dir.join("n2/maillog");
+    let marked = || {
+        events_in(&n2_log)
+            .iter()
+            .any(|e| e["event"] == "copy_marked" && e["held"] == true)
+    };
+    assert!(wait_until(10, marked).await, "{}", pair.log("n2"));
+    // n1 dies; n2 claims both copies.
+    let mut first = pair.nodes.0[0].take().unwrap();
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let claimed = || pair.log("n2").matches("claimed from node n1").count() >= 2;
+    assert!(wait_until(30, claimed).await, "{}", pair.log("n2"));
+    let on_hold = queue_json(&pair.configs[1], &["list", "--state", "hold"]);
+    assert_eq!(
+        on_hold["messages"].as_array().map(Vec::len),
+        Some(1),
+        "the held message is not held on n2: {on_hold}"
+    );
+    // The next hop comes back: one of the two arrives, the held one waits.
+    let held = pair.held.take().unwrap();
+    let sink = Sink::start_on(
+        held,
+        SinkOptions {
+            record: true,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert!(
+        wait_until(30, || sink.count() == 1).await,
+        "{}",
+        pair.log("n2")
+    );
+    let on_hold = queue_json(&pair.configs[1], &["list", "--state", "hold"]);
+    assert_eq!(
+        on_hold["messages"].as_array().map(Vec::len),
+        Some(1),
+        "{on_hold}"
+    );
+}

@@ -70,8 +70,8 @@ pub async fn start(
         logger.clone(),
     );
     let observer = client.clone();
-    spool.observe_outcomes(Arc::new(move |id, recipients, complete| {
-        observer.outcome(id, recipients, complete)
+    spool.observe_outcomes(Arc::new(move |id, recipients, complete, marks| {
+        observer.outcome(id, recipients, complete, marks)
     }));
     let holder = match settings.shadow_listen {
         None => None,

@@ -375,7 +375,7 @@ pub(super) async fn commit(
         Err(e) => {
             // Refused: the peer's copy must not outlive the refusal.
             if copy.is_ok() {
-                shadow.outcome(envelope.id, &[], true);
+                shadow.outcome(envelope.id, &[], true, 0);
             }
             return Err(e.into());
         }

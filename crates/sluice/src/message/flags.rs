@@ -19,3 +19,7 @@ pub const MARK_DELAY_WARNED: u32 = 1;
 /// Mark: released from hold by an administrator; a [`QUARANTINE`]d message
 /// with this mark is not held again after a restart.
 pub const MARK_RELEASED: u32 = 2;
+/// Mark: put on hold by an administrator (`sluice queue hold`). The node
+/// itself keeps its holds in `hold.list`; the mark goes with the shadow
+/// copy, so a peer that claims it holds it too (unless [`MARK_RELEASED`]).
+pub const MARK_HELD: u32 = 4;

@@ -356,6 +356,9 @@ impl Scheduler {
             return false;
         }
         self.admin.held.insert(id);
+        // For the shadow copy: a peer that claims it holds it too.
+        self.spool
+            .record_marks(id, crate::message::flags::MARK_HELD);
         self.ready.retain(|r| *r != id);
         log!(self.logger, "qmgr", "{}: placed on hold", qid(id));
         true

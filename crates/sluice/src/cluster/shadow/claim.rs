@@ -264,7 +264,15 @@ async fn requeue(
     })
     .await
     .expect("no panic")?;
-    let env = without_done(env, &r.done);
+    let mut env = without_done(env, &r.done);
+    // Held on the origin (`sluice queue hold`, or a filter's quarantine
+    // not released there): held here too; released there: not held here.
+    use crate::message::flags::{MARK_HELD, MARK_RELEASED, QUARANTINE};
+    match (r.marks & MARK_HELD != 0, r.marks & MARK_RELEASED != 0) {
+        (_, true) => env.flags &= !QUARANTINE,
+        (true, false) => env.flags |= QUARANTINE,
+        (false, false) => {}
+    }
     intake
         .requeue(env, body)
         .await

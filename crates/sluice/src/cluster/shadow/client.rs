@@ -303,11 +303,14 @@ impl Shadow {
     }
 
     /// Notes an outcome for the peers (the spool's observer).
-    pub fn outcome(&self, id: u64, recipients: &[u16], complete: bool) {
+    /// With `marks` (bits recorded after the store: held, released), so a
+    /// claimed copy is held or released as the origin had it.
+    pub fn outcome(&self, id: u64, recipients: &[u16], complete: bool, marks: u32) {
         lock(&self.outbox).push(Outcome {
             id,
             recipients: recipients.to_vec(),
             complete,
+            marks,
         });
     }
 }

@@ -314,13 +314,37 @@ impl Holder {
                 wire::OUTCOMES => {
                     let spool = lock(&copies.spool).clone();
                     for o in wire::decode_outcomes(&payload)? {
-                        if let Some(s) = &spool {
+                        let Some(s) = &spool else { continue };
+                        if o.marks != 0 {
+                            s.record_marks(o.id, o.marks);
+                            self.marked(copies, o.id, o.marks);
+                        }
+                        if o.complete || !o.recipients.is_empty() {
                             s.record_outcome(o.id, o.recipients, o.complete);
                         }
                     }
                 }
                 _ => return Err(WireError::Malformed("unexpected frame kind")),
             }
+        }
+    }
+
+    /// A hold or release of a copy on its origin (an administrator's act,
+    /// so rare): said, since a claim would carry it.
+    fn marked(&self, copies: &Copies, id: u64, marks: u32) {
+        use crate::message::flags::{MARK_HELD, MARK_RELEASED};
+        let (held, released) = (marks & MARK_HELD != 0, marks & MARK_RELEASED != 0);
+        if held || released {
+            crate::event!(
+                self.logger,
+                "shadow",
+                "copy_marked",
+                { origin: copies.origin.as_str(), queue_id: crate::log::qid(id), held: held, released: released },
+                "copy {} of node {}: {} on its origin",
+                crate::log::qid(id),
+                copies.origin,
+                if held { "held" } else { "released" }
+            );
         }
     }
 

@@ -54,6 +54,7 @@ pub fn forged_frames(sender: &str, rcpt: &str, body: &[u8]) -> Vec<u8> {
         id: 1,
         recipients: vec![0],
         complete: true,
+        marks: 0,
     };
     [
         wire::store(0xFFFF_FFFF_0000_0001, &env, body),

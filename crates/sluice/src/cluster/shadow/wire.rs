@@ -261,6 +261,8 @@ pub struct Outcome {
     pub id: u64,
     pub recipients: Vec<u16>,
     pub complete: bool,
+    /// Mark bits recorded for it (`message::flags::MARK_*`; 0: none).
+    pub marks: u32,
 }
 
 pub fn outcomes(list: &[Outcome]) -> Vec<u8> {
@@ -269,6 +271,7 @@ pub fn outcomes(list: &[Outcome]) -> Vec<u8> {
         for o in list {
             out.extend_from_slice(&o.id.to_be_bytes());
             out.push(o.complete as u8);
+            out.extend_from_slice(&o.marks.to_be_bytes());
             out.extend_from_slice(&(o.recipients.len() as u16).to_be_bytes());
             for r in &o.recipients {
                 out.extend_from_slice(&r.to_be_bytes());
@@ -284,6 +287,7 @@ pub fn decode_outcomes(payload: &[u8]) -> Result<Vec<Outcome>, WireError> {
     for _ in 0..n {
         let id = c.u64()?;
         let complete = c.u8()? == 1;
+        let marks = c.u32()?;
         let k = c.u16()?;
         let mut recipients = Vec::new();
         for _ in 0..k {
@@ -293,6 +297,7 @@ pub fn decode_outcomes(payload: &[u8]) -> Result<Vec<Outcome>, WireError> {
             id,
             recipients,
             complete,
+            marks,
         });
     }
     c.end()?;
@@ -386,6 +391,7 @@ mod tests {
             id: 3,
             recipients: vec![0, 2],
             complete: true,
+            marks: 4,
         }];
         let f = outcomes(&list);
         assert_eq!(decode_outcomes(payload(&f)).unwrap(), list);
