@@ -13,6 +13,7 @@ pub mod pebble;
 pub mod postgrey;
 pub mod redis;
 pub mod rspamd;
+pub mod shadow_nodes;
 pub mod slapd;
 pub mod tls;
 pub mod users;
