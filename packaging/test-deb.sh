@@ -398,7 +398,7 @@ check_installed() { # [vhosts mode]
     expect_path /var/log/sluice sluice adm 2750
     expect_path /var/mail/vhosts sluice sluice "${1:-700}"
     dpkg-query -W -f='${Conffiles}\n' sluice | grep -q " $CONF " || fail "$CONF is not a conffile"
-    for p in /usr/sbin/sendmail /usr/bin/mailq; do
+    for p in /usr/sbin/sendmail /usr/bin/mailq /usr/bin/newaliases; do
         [ "$(readlink "$p")" = /usr/bin/sluice ] || fail "$p is not linked to sluice"
     done
     for p in /etc/sluice/*.dpkg-*; do [ ! -e "$p" ] || fail "dpkg leftover $p"; done
@@ -584,6 +584,8 @@ deliver_all() {
         [ $SECONDS -lt $deadline ] || fail "queue not empty: $(/usr/sbin/sendmail -bp)"
         sleep 0.1
     done
+    # newaliases (Debian packages' postinst scripts run it): success.
+    /usr/bin/newaliases || fail "newaliases: exit $?"
     # The mailq link, as root (noted, not required).
     rc=0; out=$(/usr/bin/mailq 2>&1) || rc=$?
     if [ "$rc" = 0 ]; then MAILQ="works"; else MAILQ="fails: exit $rc: $out"; fi
@@ -641,7 +643,7 @@ check_purged() { # everything gone but delivered mail (and the sluice user)
         /var/lib/systemd/deb-systemd-helper-masked/sluice.service; do
         [ ! -e "$p" ] && [ ! -L "$p" ] || fail "purge left $p"
     done
-    for p in /usr/sbin/sendmail /usr/bin/mailq; do
+    for p in /usr/sbin/sendmail /usr/bin/mailq /usr/bin/newaliases; do
         [ "$(readlink "$p" || true)" != /usr/bin/sluice ] || fail "purge left $p"
     done
     [ -z "$(sluice_procs)" ] || fail "a process of sluice is left: $(sluice_procs)"
@@ -774,7 +776,7 @@ log "4. remove, purge, install again"
 dpkg_run dpkg -r sluice
 [ ! -e /usr/bin/sluice ] && [ ! -e "$UNIT" ] || fail "remove left the program"
 [ -f "$CONF" ] && [ -f /etc/sluice/aliases ] || fail "remove took the configuration"
-for p in /usr/sbin/sendmail /usr/bin/mailq; do [ ! -L "$p" ] || fail "remove left $p"; done
+for p in /usr/sbin/sendmail /usr/bin/mailq /usr/bin/newaliases; do [ ! -L "$p" ] || fail "remove left $p"; done
 dpkg_run dpkg -P sluice
 grep -q "/var/mail/vhosts holds mailboxes; left in place" "$STATE/dpkg.out" || fail "purge did not say it kept the mail"
 check_purged

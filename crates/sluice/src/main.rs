@@ -157,6 +157,14 @@ fn main() -> ExitCode {
         let args: Vec<String> = std::env::args().skip(skip).collect();
         return sendmail_main(&args);
     }
+    if name == "newaliases" {
+        // Postfix's newaliases is `sendmail -bi`.
+        let args: Vec<String> = ["-bi".to_string()]
+            .into_iter()
+            .chain(std::env::args().skip(1))
+            .collect();
+        return sendmail_main(&args);
+    }
     if name == "mailq" {
         // Postfix's mailq is `sendmail -bp`: the same -C and the same
         // default configuration (/etc/sluice/sluice.toml).

@@ -142,3 +142,18 @@ async fn one_account_cannot_hold_the_submission_socket() {
     assert!(wait_until(15, || sink.count() == 1).await);
     server.shutdown().await;
 }
+
+/// `newaliases` and `sendmail -bi`, which Debian packages' maintainer
+/// scripts and administrators run after editing aliases, succeed with a
+/// word on why there is nothing to do (the tables are read live), daemon
+/// or not (before: "-bi is not supported", exit 64).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn newaliases_succeeds_and_says_why_it_has_nothing_to_do() {
+    let dir = temp_dir("sendmail-newaliases");
+    let (newaliases, sendmail) = (link(&dir, "newaliases"), link(&dir, "sendmail"));
+    for (bin, args) in [(newaliases, vec![]), (sendmail, strs(&["-bi"]))] {
+        let (code, _, err) = run(bin, args, b"").await;
+        assert_eq!(code, 0, "{err}");
+        assert!(err.contains("alias tables live"), "{err}");
+    }
+}

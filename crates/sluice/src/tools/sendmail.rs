@@ -8,6 +8,7 @@
 //! does not end the message), `-f ADDR`/`-r ADDR` (sender), `-F NAME`
 //! (full name for a From: that has to be made), `-C FILE` (configuration;
 //! default as `tools::locate` says: never the current directory), `-bp` (mailq),
+//! `-bi` (newaliases: a no-op, tables are read live),
 //! `-q` (flush), `-bm` (the default); other `-o…`, `-v`, `-N…`, `-B…` are
 //! accepted and ignored, as Postfix does.
 
@@ -27,6 +28,8 @@ pub struct Options {
     pub config: Option<PathBuf>,
     pub list_queue: bool,
     pub flush: bool,
+    /// `-bi` (`newaliases`): nothing to rebuild, tables are read live.
+    pub rebuild_aliases: bool,
     pub recipients: Vec<String>,
 }
 
@@ -76,6 +79,7 @@ pub fn parse(args: &[String]) -> Result<Options, UsageError> {
             "C" => o.config = Some(PathBuf::from(value("-C", rest, &mut it)?)),
             "b" => match rest {
                 "p" => o.list_queue = true,
+                "i" => o.rebuild_aliases = true,
                 "m" => {}
                 other => return Err(UsageError::Mode(other.to_string())),
             },
@@ -147,6 +151,13 @@ pub async fn run(opts: Options) -> i32 {
     use crate::tools::queue_cli;
     use base64::Engine;
     use std::io::Read;
+    if opts.rebuild_aliases {
+        // Postfix's newaliases rebuilds aliases.db; Sluice reads its alias
+        // tables as they are (a changed file is seen within seconds), so a
+        // package's postinst or an administrator's habit gets success.
+        eprintln!("newaliases: nothing to rebuild: Sluice reads its alias tables live");
+        return EX_OK;
+    }
     let data_dir = match crate::tools::locate::data_dir(opts.config.as_deref()) {
         Ok(d) => d,
         Err(e) => {
