@@ -93,6 +93,24 @@ async fn starttls_with_the_generated_certificate_and_no_injection() {
             .as_str()
             .is_some_and(|d| d.starts_with("TLSv1.3"))));
     assert!(has_event(&dir, "starttls_injection", |e| e["octets"] == 20));
+    // The generated certificate names the host and lasts ten years from
+    // now (rcgen's defaults: "rcgen self signed cert", 1975 to 4096).
+    let pem = std::fs::read(snakeoil(&dir)).unwrap();
+    let (_, pem) = x509_parser::pem::parse_x509_pem(&pem).unwrap();
+    let cert = pem.parse_x509().unwrap();
+    let cn = cert.subject().iter_common_name().next().unwrap();
+    assert_eq!(cn.as_str().unwrap(), "mx.test");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let (from, until) = (
+        cert.validity().not_before.timestamp(),
+        cert.validity().not_after.timestamp(),
+    );
+    assert!(from <= now && now - from < 3 * 86_400, "not before {from}");
+    let years = (until - now) / (365 * 86_400);
+    assert!((9..=10).contains(&years), "valid for {years} years");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -129,12 +129,12 @@ impl ServerTls {
 /// An acceptor with a fresh self-signed certificate held in memory only
 /// (the `sluice-bench sink --starttls` test peer).
 pub fn ephemeral_acceptor(hostname: &str) -> Result<TlsAcceptor, TlsError> {
-    let made = rcgen::generate_simple_self_signed(vec![hostname.to_string()])?;
+    let (cert, signing_key) = self_signed(hostname)?;
     let der = PrivateKeyDer::from(rustls::pki_types::PrivatePkcs8KeyDer::from(
-        made.signing_key.serialize_der(),
+        signing_key.serialize_der(),
     ));
     let signer = rustls::crypto::ring::sign::any_supported_type(&der)?;
-    let key = CertifiedKey::new(vec![made.cert.der().clone()], signer);
+    let key = CertifiedKey::new(vec![cert.der().clone()], signer);
     acceptor(Arc::new(Resolver(ArcSwap::from_pointee(key))))
 }
 
@@ -184,17 +184,35 @@ fn certified_key(cert: &Path, key: &Path) -> Result<CertifiedKey, TlsError> {
     }
 }
 
+/// A self-signed certificate for `hostname` (its DNS name and common
+/// name), valid from a day ago for ten years, as `make-ssl-cert` makes
+/// Debian's snakeoil (rcgen's defaults say "rcgen self signed cert" and
+/// 1975 to 4096).
+pub fn self_signed(hostname: &str) -> Result<(rcgen::Certificate, rcgen::KeyPair), rcgen::Error> {
+    const DAY: std::time::Duration = std::time::Duration::from_secs(86_400);
+    let mut params = rcgen::CertificateParams::new(vec![hostname.to_string()])?;
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, hostname);
+    let now = std::time::SystemTime::now();
+    params.not_before = (now - DAY).into();
+    params.not_after = (now + 3650 * DAY).into();
+    let key = rcgen::KeyPair::generate()?;
+    let cert = params.self_signed(&key)?;
+    Ok((cert, key))
+}
+
 /// The self-signed certificate under `dir`, generated if missing.
 fn snakeoil(dir: &Path, hostname: &str) -> Result<(PathBuf, PathBuf), TlsError> {
     let (cert, key) = (dir.join("snakeoil-cert.pem"), dir.join("snakeoil-key.pem"));
     if cert.exists() && key.exists() {
         return Ok((cert, key));
     }
-    let made = rcgen::generate_simple_self_signed(vec![hostname.to_string()])
-        .map_err(|e| TlsError::from(e).of("tls"))?;
+    let (made, signing_key) = self_signed(hostname).map_err(|e| TlsError::from(e).of("tls"))?;
     std::fs::create_dir_all(dir)
-        .and_then(|_| write_private(&key, made.signing_key.serialize_pem().as_bytes()))
-        .and_then(|_| std::fs::write(&cert, made.cert.pem()))
+        .and_then(|_| write_private(&key, signing_key.serialize_pem().as_bytes()))
+        .and_then(|_| std::fs::write(&cert, made.pem()))
         .map_err(|err| {
             let path = cert.clone();
             TlsError::Generate { path, err }.of("tls")
