@@ -26,7 +26,7 @@ pub fn read_deadline() -> Duration {
 
 /// Open requests per uid (`None`: no peer credentials).
 #[derive(Clone, Default)]
-pub struct Door {
+pub struct Gate {
     open: Arc<Mutex<HashMap<Option<u32>, usize>>>,
 }
 
@@ -41,11 +41,11 @@ pub enum Busy {
 
 /// A slot on the door, given back when dropped.
 pub struct Slot {
-    door: Door,
+    gate: Gate,
     uid: Option<u32>,
 }
 
-impl Door {
+impl Gate {
     /// A slot for `uid`, or why not.
     pub fn enter(&self, uid: Option<u32>) -> Result<Slot, Busy> {
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
@@ -58,7 +58,7 @@ impl Door {
         }
         *mine += 1;
         Ok(Slot {
-            door: self.clone(),
+            gate: self.clone(),
             uid,
         })
     }
@@ -66,7 +66,7 @@ impl Door {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut open = self.door.open.lock().unwrap_or_else(|e| e.into_inner());
+        let mut open = self.gate.open.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(n) = open.get_mut(&self.uid) {
             *n -= 1;
             if *n == 0 {
@@ -82,20 +82,20 @@ mod tests {
 
     #[test]
     fn one_account_cannot_take_every_slot_and_slots_come_back() {
-        let door = Door::default();
+        let gate = Gate::default();
         let mine: Vec<Slot> = (0..PER_UID)
-            .map(|_| door.enter(Some(1000)).unwrap())
+            .map(|_| gate.enter(Some(1000)).unwrap())
             .collect();
-        assert_eq!(door.enter(Some(1000)).err(), Some(Busy::Account));
-        let other = door.enter(Some(1001)).unwrap();
+        assert_eq!(gate.enter(Some(1000)).err(), Some(Busy::Account));
+        let other = gate.enter(Some(1001)).unwrap();
         drop(mine);
-        assert!(door.enter(Some(1000)).is_ok());
+        assert!(gate.enter(Some(1000)).is_ok());
         drop(other);
         let many: Vec<Slot> = (0..ALL as u32)
-            .map(|uid| door.enter(Some(uid)).unwrap())
+            .map(|uid| gate.enter(Some(uid)).unwrap())
             .collect();
-        assert_eq!(door.enter(Some(9999)).err(), Some(Busy::Everyone));
+        assert_eq!(gate.enter(Some(9999)).err(), Some(Busy::Everyone));
         drop(many);
-        assert!(door.open.lock().unwrap().is_empty());
+        assert!(gate.open.lock().unwrap().is_empty());
     }
 }

@@ -70,7 +70,7 @@ struct Admin {
     /// Replaced by a reload (tables, hostname, size limit).
     submitter: Arc<ArcSwap<Submitter>>,
     /// Requests open on the public socket, per uid (`door.rs`).
-    public: door::Door,
+    public: door::Gate,
 }
 
 /// Listens on the admin socket until the task is aborted.
@@ -94,7 +94,7 @@ pub fn spawn(
         logger,
         log_file,
         submitter,
-        public: door::Door::default(),
+        public: door::Gate::default(),
     };
     let public_loop = tokio::spawn(admin.clone().serve(public_listener, Door::Public, data_dir));
     let admin_loop = admin.serve(admin_listener, Door::Admin, data_dir);

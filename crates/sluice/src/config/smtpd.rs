@@ -45,10 +45,11 @@ pub struct SmtpdConfig {
     pub bare_line_ends: BareLineEnds,
     /// Disconnect (554 5.5.0) a client outside mynetworks and not
     /// authenticated that sends commands where RFC 2920 lets no command
-    /// follow unanswered (after EHLO, HELO, DATA, VRFY, EXPN, NOOP) or
-    /// after the end of DATA before our reply: Postfix's
-    /// `smtpd_forbid_unauth_pipelining` (default yes from 3.9), a
-    /// defence against smuggling through other servers' parsers.
+    /// follow unanswered (after EHLO, HELO, DATA, VRFY, EXPN, NOOP), as
+    /// Postfix's `smtpd_forbid_unauth_pipelining` (default yes from 3.9);
+    /// and, stricter than Postfix, after the end of DATA before our reply
+    /// (that message is not taken): a defence against smuggling through
+    /// other servers' parsers. docs/CONFIG.md says how Postfix differs.
     pub forbid_unauth_pipelining: bool,
     /// Clients that may relay to any domain.
     pub mynetworks: Vec<Cidr>,

@@ -204,14 +204,21 @@ fn sign(intake: &Intake, sub: &Submission) -> String {
     } = &sub.origin
     {
         let from = super::dkim::from_address(&sub.body).unwrap_or_default();
-        let theirs = from.eq_ignore_ascii_case(own);
-        if !(theirs && intake.config.dkim.sign_local_users) {
+        let cause = match (
+            intake.config.dkim.sign_local_users,
+            from.eq_ignore_ascii_case(own),
+        ) {
+            (false, _) => Some("sign_local_users_off"),
+            (true, false) => Some("local_from"),
+            (true, true) => None,
+        };
+        if let Some(cause) = cause {
             event!(
                 intake.logger,
                 "cleanup",
                 "dkim_not_signed",
-                { queue_id: qid(sub.id), cause: "local_from", from: from, user: own },
-                "{}: not DKIM-signed: local user {own} sent it with From: <{from}>",
+                { queue_id: qid(sub.id), cause: cause, from: from, user: own },
+                "{}: not DKIM-signed: local user {own} sent it with From: <{from}> ({cause})",
                 qid(sub.id)
             );
             return String::new();

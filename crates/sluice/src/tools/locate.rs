@@ -54,10 +54,10 @@ pub fn data_dir(explicit: Option<&Path>) -> Result<PathBuf, LocateError> {
         .map(Path::to_path_buf)
         .or_else(|| std::env::var_os("SLUICE_CONFIG").map(PathBuf::from));
     if let Some(path) = named {
-        return from_config(&path, Config::load(&path)?);
+        return absolute(&path, Config::load(&path)?.data_dir);
     }
     match Config::load(Path::new(SYSTEM_CONFIG)) {
-        Ok(config) => return from_config(Path::new(SYSTEM_CONFIG), config),
+        Ok(config) => return absolute(Path::new(SYSTEM_CONFIG), config.data_dir),
         Err(ConfigError::Read { err, .. }) if skippable(&err) => {}
         Err(e) => return Err(e.into()),
     }
@@ -70,10 +70,6 @@ fn skippable(err: &std::io::Error) -> bool {
         err.kind(),
         std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied
     )
-}
-
-fn from_config(path: &Path, config: Config) -> Result<PathBuf, LocateError> {
-    absolute(path, config.data_dir)
 }
 
 fn absolute(config: &Path, data_dir: PathBuf) -> Result<PathBuf, LocateError> {
