@@ -54,7 +54,19 @@ async fn a_node_killed_with_its_spool_loses_no_acknowledged_message() {
         .collect();
     let named: Vec<(&str, SocketAddr)> = backends.iter().map(|(n, a)| (n.as_str(), *a)).collect();
     let lb = Balancer::start_in(Some(&lan), &dir, &named);
-    // Every node answers through the balancer before the load starts.
+    // Every node has started whole (its holder listening: the `listening`
+    // event comes last), so no copy is refused by a peer still starting
+    // (with shadow_required = false such a message is accepted without a
+    // copy and would be lost with its node), and answers through the
+    // balancer before the load starts.
+    let started = || {
+        (1..=3).all(|n| {
+            events_in(&dir.join(format!("n{n}/maillog")))
+                .iter()
+                .any(|e| e["event"] == "listening")
+        })
+    };
+    assert!(wait_until(30, started).await, "a node did not start");
     let ready = async {
         while send_one(&lan, lb.front, "warm-up").await.is_err() {
             tokio::time::sleep(Duration::from_millis(100)).await;
