@@ -1,22 +1,41 @@
 //! Sluice, a mail transfer agent.
 //!
-//! The module tree follows a message, bottom to top (each layer imports
-//! only the layers below it; there are no import cycles):
+//! The module tree follows a message, bottom to top (a layer imports only
+//! the layers below it, with one exception, named last):
 //!
-//! - [`message`], [`config`] (with [`log`], [`timefmt`], [`pki`]): shared types,
-//!   settings and TLS trust;
+//! - [`message`] and [`config`] (the leaves), with [`timefmt`], [`pki`]
+//!   (TLS trust), [`log`] (the mail log) and [`accept`] (what an accept
+//!   loop does when `accept` fails): shared types, settings and services;
 //! - [`tables`]: lookup tables (static files, LDAP);
-//! - [`routing`]: local domains and mailboxes, next hops, relay policy;
-//! - [`bounce`]: building and storing DSNs;
+//! - [`routing`]: local domains, virtual mailboxes and aliases, next hops,
+//!   MX lookups, relay policy;
+//! - [`smtp`]: what both directions of SMTP share (a stream that turns to
+//!   TLS, a TCP or Unix socket);
+//! - [`intake`]: the one way into the queue (Postfix's cleanup): trace
+//!   headers, milters, DKIM signing, SPF/DKIM/DMARC, the spool write;
+//! - [`receive`]: the doors mail comes in by: the SMTP server
+//!   ([`receive::smtp`]), local submission ([`receive::local`]), and the
+//!   policy-service and DNS-blocklist clients;
+//! - [`record`]: bounces and other DSNs, which go back in through the intake;
 //! - [`cluster`]: what the nodes of a cluster share in Redis (heartbeats,
-//!   connection leases);
+//!   connection leases, rates, dead hosts) and shadow copies on a peer;
 //! - [`queue`]: the scheduler ("qmgr") and the delivery-agent interface;
-//! - [`receive::smtp`] (receive), [`deliver::smtp`] and [`maildir`] (the
-//!   delivery agents): the stages that touch the network and mailboxes;
-//! - [`daemon`]: wires everything together.
+//! - [`deliver`]: the delivery agents, [`deliver::smtp`] (SMTP and LMTP)
+//!   and [`deliver::maildir`];
+//! - [`admin`]: the admin and submission sockets, `queue show` history,
+//!   the metrics and dashboard server;
+//! - [`daemon`]: wires everything together (reload, privileges, ACME);
+//! - [`tools`]: the clients built into the binary: sendmail(1) and mailq,
+//!   `sluice queue`, `dkim-keygen`, `cluster-ca`/`cluster-cert`.
 //!
-//! The spool itself is the crate `sluice-spool`; [`tools`] holds the load
-//! generator and the sink used by the benchmarks and tests.
+//! The exception: the intake hands each message to [`cluster::shadow`]
+//! for a peer's copy, and the shadow's claims hand copies back to the
+//! intake, so `intake` and `cluster` import each other (issue 36 puts the
+//! shadow behind an intake storage trait).
+//!
+//! The SMTP grammar is the crate `sluice-proto`, the spool `sluice-spool`;
+//! the load generator and sink used by the benchmarks and tests are
+//! `sluice-bench`.
 
 pub mod accept;
 pub mod admin;
