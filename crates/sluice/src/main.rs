@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
+use sluice::config::source::Source;
 use sluice::config::Config;
 use sluice::daemon::Server;
 
@@ -20,9 +21,34 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the MTA (the embedded default configuration without --config).
-    Serve(ConfigArg),
+    Serve(SourceArgs),
     /// Check a configuration: parse it and build its tables and routes.
-    CheckConfig(ConfigArg),
+    CheckConfig(SourceArgs),
+    /// Print the settings in force, like postconf (-n: only those set,
+    /// -d: the defaults); KEYs are settings or sections (`smtpd.listen`).
+    Config(ShowConfigArgs),
+    /// Where an address goes, like sendmail -bv: RCPT's answer, aliases,
+    /// the next hop and its TLS level. Nothing is sent.
+    Address {
+        #[command(flatten)]
+        source: SourceArgs,
+        /// JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        /// The addresses to explain.
+        #[arg(required = true)]
+        addresses: Vec<String>,
+    },
+    /// Look a key up in a table of `[tables]`, like postmap -q (exit 1:
+    /// not found; 75: the table could not answer).
+    Lookup {
+        #[command(flatten)]
+        source: SourceArgs,
+        /// The table's name in `[tables]`.
+        table: String,
+        /// The key, as given (no address search order).
+        key: String,
+    },
     /// Read a password on stdin, print its argon2id hash for an `[auth]` table.
     HashPassword,
     /// Make a DKIM key pair: the private key to a file, the DNS record to stdout.
@@ -98,6 +124,26 @@ enum QueueAction {
 }
 
 #[derive(Args)]
+struct ShowConfigArgs {
+    #[command(flatten)]
+    source: SourceArgs,
+    /// Only the settings the file and -o set (postconf -n).
+    #[arg(short = 'n', conflicts_with = "defaults")]
+    set: bool,
+    /// The defaults (postconf -d).
+    #[arg(short = 'd')]
+    defaults: bool,
+    /// JSON instead of TOML.
+    #[arg(long)]
+    json: bool,
+    /// Print passwords and secrets instead of "(hidden)".
+    #[arg(long)]
+    show_secrets: bool,
+    /// Settings (`hostname`, `smtpd.listen`) or sections (`smtpd`).
+    keys: Vec<String>,
+}
+
+#[derive(Args)]
 struct KeygenArgs {
     /// The signing domain (d=).
     #[arg(long)]
@@ -114,6 +160,31 @@ struct KeygenArgs {
     /// Where to write the private key (PEM, mode 0600; never overwritten).
     #[arg(long)]
     out: PathBuf,
+}
+
+/// A configuration and `-o` overrides (`serve`, `check-config`, `config`).
+#[derive(Args)]
+struct SourceArgs {
+    #[command(flatten)]
+    config: ConfigArg,
+    /// Override one setting, e.g. `-o smtpd.listen=127.0.0.1:2626` or
+    /// `-o queue.minimal_backoff_secs=60` (TOML values; a list setting
+    /// takes `a,b`). Repeatable; kept across reloads.
+    #[arg(short = 'o', value_name = "KEY=VALUE")]
+    overrides: Vec<sluice::config::source::Override>,
+}
+
+impl SourceArgs {
+    fn source(&self) -> Source {
+        Source::new(self.config.config.as_deref(), self.overrides.clone())
+    }
+
+    /// For an administrator's tool: the file postconf would read
+    /// (`tools::locate::config_file`), else the embedded default.
+    fn system_source(&self) -> Source {
+        let path = sluice::tools::locate::config_file(self.config.config.as_deref());
+        Source::new(path.as_deref(), self.overrides.clone())
+    }
 }
 
 #[derive(Args)]
@@ -197,6 +268,15 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(c) => runtime.block_on(serve(c)),
         Command::CheckConfig(c) => check_config(c),
+        Command::Config(a) => show_config(a),
+        Command::Address {
+            source,
+            json,
+            addresses,
+        } => runtime.block_on(address(source, json, addresses)),
+        Command::Lookup { source, table, key } => {
+            return runtime.block_on(lookup(source, table, key));
+        }
         Command::HashPassword => hash_password(),
         Command::DkimKeygen(a) => dkim_keygen(a),
         Command::Queue(a) => runtime.block_on(queue(a)),
@@ -229,6 +309,8 @@ enum CliError {
     Io(#[from] std::io::Error),
     #[error(transparent)]
     Json(#[from] serde_json::Error),
+    #[error("{0}: no such setting or section (`sluice config` lists them)")]
+    NoSetting(String),
     #[error("no password on stdin")]
     NoPassword,
     #[error("{0}")]
@@ -245,10 +327,83 @@ enum CliError {
     Pki(#[from] sluice::tools::cluster_pki::PkiError),
 }
 
-fn load_config(arg: &ConfigArg) -> Result<Config, CliError> {
-    match &arg.config {
-        Some(path) => Ok(Config::load(path)?),
-        None => Ok(Config::default()),
+fn load_config(arg: &SourceArgs) -> Result<Config, CliError> {
+    Ok(arg.source().load()?)
+}
+
+/// `sluice address`: sendmail -bv.
+async fn address(source: SourceArgs, json: bool, addresses: Vec<String>) -> Result<(), CliError> {
+    use sluice::tools::address::{explain, text};
+    let config = source.system_source().load()?;
+    for a in addresses {
+        let report = explain(&config, &a).await?;
+        match json {
+            true => println!("{}", serde_json::to_string(&report)?),
+            false => print!("{}", text(&report)),
+        }
+    }
+    Ok(())
+}
+
+/// `sluice lookup`: postmap -q; exit 1 when the key is not there, 75 when
+/// the table cannot answer (EX_TEMPFAIL).
+async fn lookup(source: SourceArgs, table: String, key: String) -> ExitCode {
+    use sluice::tools::address::{lookup, LookupCliError};
+    let config = match source.system_source().load() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("sluice: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match lookup(&config, &table, &key).await {
+        Ok(Some(values)) => {
+            println!("{}", values.join(", "));
+            ExitCode::SUCCESS
+        }
+        Ok(None) => ExitCode::from(1),
+        Err(e @ LookupCliError::TryLater(_)) => {
+            eprintln!("sluice: {table}: {e}");
+            ExitCode::from(75)
+        }
+        Err(e) => {
+            eprintln!("sluice: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// `sluice config`: postconf.
+fn show_config(a: ShowConfigArgs) -> Result<(), CliError> {
+    use sluice::tools::config_cli::{select, settings, to_toml, Which};
+    let which = match (a.set, a.defaults) {
+        (true, _) => Which::Set,
+        (_, true) => Which::Defaults,
+        _ => Which::Effective,
+    };
+    let all = settings(&a.source.system_source(), which, a.show_secrets)?;
+    let mut shown = toml::Table::new();
+    for key in &a.keys {
+        let one = select(&all, key).ok_or_else(|| CliError::NoSetting(key.clone()))?;
+        merge(&mut shown, one);
+    }
+    let shown = if a.keys.is_empty() { all } else { shown };
+    match a.json {
+        true => println!("{}", serde_json::to_string_pretty(&shown)?),
+        false => print!("{}", to_toml(&shown)),
+    }
+    Ok(())
+}
+
+/// Puts `more`'s keys into `into`, merging sections both have.
+fn merge(into: &mut toml::Table, more: toml::Table) {
+    for (key, value) in more {
+        match (into.get_mut(&key), value) {
+            (Some(toml::Value::Table(a)), toml::Value::Table(b)) => merge(a, b),
+            (_, value) => {
+                into.insert(key, value);
+            }
+        }
     }
 }
 
@@ -367,12 +522,12 @@ fn dkim_keygen(a: KeygenArgs) -> Result<(), CliError> {
 /// Loads the config and builds what `serve` would build from it (tables,
 /// routes, certificates, resolvers, keys), so a config that passes here
 /// does not fail at start or reload.
-fn check_config(arg: ConfigArg) -> Result<(), CliError> {
+fn check_config(arg: SourceArgs) -> Result<(), CliError> {
     use sluice::daemon::privilege;
     let config = load_config(&arg)?;
     // As `serve` would run it: a root start with a file drops to `user`,
     // who must be able to read every key.
-    if privilege::is_root() && arg.config.is_some() {
+    if privilege::is_root() && arg.config.config.is_some() {
         if let Ok(Some(account)) = privilege::target(config.user.as_deref(), config.run_as_root) {
             privilege::keys_readable(&config, &account)?;
         }
@@ -384,7 +539,7 @@ fn check_config(arg: ConfigArg) -> Result<(), CliError> {
     Ok(())
 }
 
-async fn serve(arg: ConfigArg) -> Result<(), CliError> {
+async fn serve(arg: SourceArgs) -> Result<(), CliError> {
     let config = load_config(&arg)?;
     // Past a file size limit, writes must fail with EFBIG (a full spool,
     // answered 452) instead of the default SIGXFSZ killing the server.
@@ -405,7 +560,7 @@ async fn serve(arg: ConfigArg) -> Result<(), CliError> {
     // The embedded default (no --config: the quick start, loopback only,
     // spool under ./var) runs as whoever started it; a configuration file
     // must name an account, or say `run_as_root = true`.
-    let account = match privilege::is_root() && arg.config.is_some() {
+    let account = match privilege::is_root() && arg.config.config.is_some() {
         true => privilege::target(config.user.as_deref(), config.run_as_root)?,
         false => None,
     };
@@ -419,6 +574,7 @@ async fn serve(arg: ConfigArg) -> Result<(), CliError> {
     let mut term = signal(SignalKind::terminate())?;
     let mut hup = signal(SignalKind::hangup())?;
     let mut usr1 = signal(SignalKind::user_defined1())?;
+    let source = arg.source();
     let mut server = Server::start_as(config, account).await?;
     for addr in &server.addrs {
         eprintln!("sluice: listening on {addr}");
@@ -427,7 +583,7 @@ async fn serve(arg: ConfigArg) -> Result<(), CliError> {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => break,
             _ = term.recv() => break,
-            _ = hup.recv() => server.reload(arg.config.as_deref()).await,
+            _ = hup.recv() => server.reload(&source).await,
             _ = usr1.recv() => server.reopen_log(),
         }
     }

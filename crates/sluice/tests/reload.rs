@@ -81,7 +81,12 @@ async fn reload_moves_listeners_routes_and_limits_and_keeps_open_sessions() {
     assert!(open.cmd("RCPT TO:<x@a.test>").await.starts_with("250"));
 
     write(&dir, &["127.0.0.3:0"], new_hop.addr, 5_000);
-    server.reload(Some(&path)).await;
+    server
+        .reload(&sluice::config::source::Source::new(
+            Some(&path),
+            Vec::new(),
+        ))
+        .await;
     assert_eq!(server.addrs.len(), 1);
     let second = server.addrs[0];
     assert_eq!(second.ip().to_string(), "127.0.0.3");
@@ -147,7 +152,12 @@ async fn a_reload_that_cannot_bind_changes_nothing() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let busy = taken.local_addr().unwrap().to_string();
     write(&dir, &["127.0.0.1:0", &busy], new_hop.addr, 5_000);
-    server.reload(Some(&path)).await;
+    server
+        .reload(&sluice::config::source::Source::new(
+            Some(&path),
+            Vec::new(),
+        ))
+        .await;
     // (The log is written by its own thread: wait for the event.)
     let refused = |e: &serde_json::Value| {
         e["result"] == "refused" && e["cause"] == "listen" && e["addr"] == busy.as_str()
@@ -195,7 +205,12 @@ async fn a_reload_that_adds_a_mailbox_domain_builds_its_tables() {
         table = dir.join("mailboxes").display(),
     ));
     std::fs::write(&path, text).unwrap();
-    server.reload(Some(&path)).await;
+    server
+        .reload(&sluice::config::source::Source::new(
+            Some(&path),
+            Vec::new(),
+        ))
+        .await;
     let mut c = Client::ready(listen).await;
     assert!(c.cmd("MAIL FROM:<s@remote.test>").await.starts_with("250"));
     let r = c.cmd("RCPT TO:<zz@new.test>").await;

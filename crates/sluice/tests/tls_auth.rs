@@ -251,7 +251,9 @@ async fn a_new_certificate_is_served_after_reload() {
     std::fs::copy(&cert, &first).unwrap();
     starttls(addr, &first).await;
     write("mx.test");
-    server.reload(None).await;
+    server
+        .reload(&sluice::config::source::Source::default())
+        .await;
     let second = dir.join("second.pem");
     std::fs::copy(&cert, &second).unwrap();
     // The new certificate verifies against the new CA only.
@@ -327,7 +329,9 @@ async fn a_key_that_does_not_match_its_certificate_is_refused() {
     sluice::daemon::check(cfg.clone()).unwrap();
     let (mut server, addr) = start(cfg).await;
     std::fs::write(&key, two.signing_key.serialize_pem()).unwrap();
-    server.reload(None).await;
+    server
+        .reload(&sluice::config::source::Source::default())
+        .await;
     starttls(addr, &cert).await;
     server.shutdown().await;
     assert!(

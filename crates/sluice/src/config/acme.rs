@@ -15,7 +15,7 @@ use serde::Deserialize;
 use super::names::Domain;
 use super::ConfigError;
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AcmeConfig {
     /// The CA's directory URL (https only), e.g.

@@ -16,7 +16,7 @@ use serde::Deserialize;
 
 use super::ConfigError;
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterConfig {
     /// This node's name, unique in the cluster; default: `hostname`.

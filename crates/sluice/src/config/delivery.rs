@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use super::hop::Cidr;
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DeliveryConfig {
     /// Default next hop for domains without a transport entry.
@@ -107,7 +107,7 @@ impl Default for DeliveryConfig {
 
 /// How an outbound connection is secured (Postfix's smtp_tls_security_level):
 /// parsed when the configuration is read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Level {
     /// Plain text only.

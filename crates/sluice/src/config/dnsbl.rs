@@ -53,6 +53,40 @@ impl Octet {
     }
 }
 
+impl std::fmt::Display for Octet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let items: Vec<String> = self
+            .0
+            .iter()
+            .map(|&(lo, hi)| match lo == hi {
+                true => lo.to_string(),
+                false => format!("{lo}..{hi}"),
+            })
+            .collect();
+        match self.0.as_slice() {
+            [(lo, hi)] if lo == hi => write!(f, "{lo}"),
+            _ => write!(f, "[{}]", items.join(";")),
+        }
+    }
+}
+
+impl std::fmt::Display for DnsblSite {
+    /// `zone[=filter][*weight]`, which parses back to the same site.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.zone)?;
+        if let Some(octets) = &self.filter {
+            let octets: Vec<String> = octets.iter().map(Octet::to_string).collect();
+            write!(f, "={}", octets.join("."))?;
+        }
+        match self.weight {
+            1 => Ok(()),
+            w => write!(f, "*{w}"),
+        }
+    }
+}
+
+super::as_text!(DnsblSite);
+
 /// A `dnsbl_sites` entry that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("bad DNSBL site {0:?} (want zone[=filter][*weight], e.g. bl.example=127.0.0.[2..11]*2)")]

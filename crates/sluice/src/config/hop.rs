@@ -43,6 +43,21 @@ pub enum NextHop {
 #[error("bad next hop {0:?} (want smtp:[host]:port, smtp:host[:port], lmtp:unix:/path, lmtp:[host]:port, discard or maildir)")]
 pub struct BadHop(pub String);
 
+impl std::fmt::Display for NextHop {
+    /// The canonical text (`key()`), which parses back to the same hop.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.key())
+    }
+}
+
+impl std::fmt::Display for Cidr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+super::as_text!(NextHop, Cidr);
+
 impl TryFrom<String> for NextHop {
     type Error = BadHop;
     fn try_from(text: String) -> Result<NextHop, BadHop> {

@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 /// What a listener is for, as Postfix's master.cf `smtp`, `submission`
 /// and `submissions` services.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum ListenerKind {
     /// Port 25: STARTTLS offered, AUTH offered once encrypted.
@@ -27,7 +27,7 @@ impl ListenerKind {
 }
 
 /// One `[[smtpd.listeners]]` entry.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ListenerConfig {
     /// Parsed when the file is read (a bad address names its line).
@@ -105,7 +105,7 @@ impl ListenerConfig {
 }
 
 /// `[tls]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TlsConfig {
     /// Offer STARTTLS (and serve `submissions` listeners). On by default.
@@ -130,7 +130,7 @@ impl Default for TlsConfig {
 }
 
 /// `[auth]`: SMTP AUTH (PLAIN, LOGIN).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuthConfig {
     /// Table (from `[tables]`) of user → password hash: argon2

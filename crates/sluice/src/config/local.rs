@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 /// `[local]` in the config.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LocalConfig {
     /// Domains whose mail is delivered here, to virtual mailboxes.
@@ -81,7 +81,7 @@ impl LocalConfig {
 }
 
 /// `local.maildir_sync`: how Maildir deliveries are made durable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum MaildirSync {
     /// Deliveries gathered while the last batch synced share two syncs.

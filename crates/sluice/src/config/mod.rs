@@ -9,6 +9,19 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+/// Serializes value types as the text they were parsed from (their
+/// `Display`), so `sluice config` prints what a file would hold.
+macro_rules! as_text {
+    ($($t:ty),*) => {$(
+        impl serde::Serialize for $t {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
+        }
+    )*};
+}
+pub(crate) use as_text;
+
 pub mod acme;
 pub mod cluster;
 pub mod delivery;
@@ -19,6 +32,7 @@ pub mod local;
 pub mod names;
 pub mod services;
 pub mod smtpd;
+pub mod source;
 pub mod tables;
 
 use serde::Deserialize;
@@ -32,7 +46,7 @@ pub use smtpd::{BareLineEnds, SmtpdConfig};
 /// with 16 bits).
 pub use sluice_spool::MAX_RECIPIENTS;
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// Name in the greeting, in Received: headers and in our EHLO.
@@ -80,7 +94,7 @@ pub struct Config {
 
 /// `[metrics]`: where /metrics and the live dashboard are served (off
 /// unless `listen` is set; keep it on loopback).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MetricsConfig {
     /// e.g. `127.0.0.1:9469` (parsed when the file is read).
@@ -99,7 +113,7 @@ impl Default for MetricsConfig {
 }
 
 /// `[dkim]`: keys that sign mail from our own users (`[[dkim.keys]]`).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DkimConfig {
     pub keys: Vec<DkimKeyConfig>,
@@ -122,7 +136,7 @@ impl Default for DkimConfig {
 
 /// One signing key: mail whose From: domain is `domain` (or below it) is
 /// signed with `d=domain; s=selector`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct DkimKeyConfig {
     pub domain: Domain,
@@ -140,7 +154,7 @@ pub struct DkimKeyConfig {
 }
 
 /// `[dns]`: where MX and address lookups go.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DnsConfig {
     /// `ip:port` of each server; empty = the system's resolv.conf.
@@ -163,7 +177,7 @@ impl Default for DnsConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SpoolSettings {
     /// DANGER: acknowledge mail before it is on stable storage. Mail that
@@ -182,7 +196,7 @@ pub struct SpoolSettings {
     pub reserve_mib: Option<u64>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct QueueConfig {
     /// First retry delay; doubles per attempt up to the maximum.
@@ -271,7 +285,7 @@ impl Default for QueueConfig {
 }
 
 /// `log_format`: the mail log's lines.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     /// Postfix-like lines for people (the default).
@@ -305,6 +319,14 @@ impl ConfigError {
     }
 }
 
+/// The 1-based line of a byte offset in a file's text.
+fn line_of(text: &str, offset: usize) -> usize {
+    1 + text.as_bytes()[..offset.min(text.len())]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+}
+
 impl Config {
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|err| ConfigError::Read {
@@ -313,12 +335,7 @@ impl Config {
         })?;
         let config: Config = toml::from_str(&text).map_err(|err| ConfigError::Parse {
             path: path.to_path_buf(),
-            line: err.span().map(|span| {
-                1 + text.as_bytes()[..span.start.min(text.len())]
-                    .iter()
-                    .filter(|&&b| b == b'\n')
-                    .count()
-            }),
+            line: err.span().map(|span| line_of(&text, span.start)),
             err: Box::new(err),
         })?;
         config.validate()?;

@@ -85,6 +85,17 @@ impl DomainPattern {
     }
 }
 
+impl fmt::Display for DomainPattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.subdomains {
+            f.write_str(".")?;
+        }
+        write!(f, "{}", self.domain)
+    }
+}
+
+super::as_text!(Domain, DomainPattern, MailAddress);
+
 impl TryFrom<String> for DomainPattern {
     type Error = BadName;
     fn try_from(text: String) -> Result<DomainPattern, BadName> {

@@ -63,6 +63,26 @@ impl std::str::FromStr for ServiceAddr {
     }
 }
 
+super::as_text!(ServiceAddr, PolicyAction);
+
+impl std::fmt::Display for PolicyAction {
+    /// access(5) text that parses back to the same action.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PolicyAction::Dunno => f.write_str("DUNNO"),
+            PolicyAction::Ok => f.write_str("OK"),
+            PolicyAction::Reject(r) | PolicyAction::Defer(r) => {
+                write!(f, "{} {} {}", r.code, r.dsn, r.text)
+            }
+            PolicyAction::DeferIfReject => f.write_str("DEFER_IF_REJECT"),
+            PolicyAction::Prepend(h) => write!(f, "PREPEND {h}"),
+            PolicyAction::Discard(t) => write!(f, "DISCARD {t}"),
+            PolicyAction::Log(t) => write!(f, "WARN {t}"),
+            PolicyAction::Unsupported(t) => f.write_str(t),
+        }
+    }
+}
+
 impl std::fmt::Display for ServiceAddr {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -76,7 +96,7 @@ impl std::fmt::Display for ServiceAddr {
 }
 
 /// When the policy service is asked (Postfix's `protocol_state` names).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PolicyStage {
     /// Each RCPT TO, once Sluice itself would accept the recipient.

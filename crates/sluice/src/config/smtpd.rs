@@ -7,7 +7,7 @@ use super::listener;
 use super::names::DomainPattern;
 use super::services::{PolicyAction, PolicyStage, ServiceAddr};
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SmtpdConfig {
     /// Plain SMTP listeners (port 25 style); see also `listeners`.
@@ -162,7 +162,7 @@ pub struct SmtpdConfig {
 }
 
 /// `smtpd.milter_default_action`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum MilterDefault {
     /// `451 4.7.1`: the client tries again later (the default, as Postfix).
@@ -236,7 +236,7 @@ impl Default for SmtpdConfig {
 }
 
 /// `smtpd.bare_line_ends`: what DATA does with a bare CR or LF.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BareLineEnds {
     /// Refuse the message (554 5.6.0): no smuggling (the default).

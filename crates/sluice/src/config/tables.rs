@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 /// One table's settings (`[tables.NAME]` in the config).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TableConfig {
     /// `static` or `ldap`.

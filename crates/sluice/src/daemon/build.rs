@@ -189,13 +189,7 @@ impl Parts {
                 logger,
             )?),
         };
-        let router = Router::new(
-            &config.transport,
-            config.delivery.relayhost.as_ref(),
-            mailboxes.domains(),
-        )
-        .with_local_transport(&config.local.transport)
-        .with_mx_port(config.delivery.mx_port);
+        let router = router(&config, &mailboxes);
         let tls = match (kept(tls_key), purpose) {
             (Some(p), _) => p.tls.clone(),
             (None, Purpose::Check) if config.tls.cert_file.is_none() => None,
@@ -388,6 +382,32 @@ impl Parts {
             size_limit: self.config.smtpd.message_size_limit,
         }
     }
+}
+
+/// The routing table of `config` over its local domains.
+fn router(config: &Config, mailboxes: &VirtualMailboxes) -> Router {
+    Router::new(
+        &config.transport,
+        config.delivery.relayhost.as_ref(),
+        mailboxes.domains(),
+    )
+    .with_local_transport(&config.local.transport)
+    .with_mx_port(config.delivery.mx_port)
+}
+
+/// What decides where an address goes, built as `serve` builds it, for
+/// `sluice address`: the local domains with their tables, and the router.
+pub fn routing(config: &Config) -> Result<(Arc<VirtualMailboxes>, Router), BuildError> {
+    let mailboxes = Arc::new(VirtualMailboxes::build(
+        &config.local,
+        &config.smtpd.relay_recipient_table,
+        &config.auth.table,
+        &config.tables,
+        &config.data_dir,
+        &Logger::disabled(),
+    )?);
+    let router = router(config, &mailboxes);
+    Ok((mailboxes, router))
 }
 
 /// `sluice check-config`: builds what `serve` builds, writing nothing;

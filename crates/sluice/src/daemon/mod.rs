@@ -17,7 +17,7 @@ pub mod privilege;
 mod reload;
 mod spool_size;
 
-pub use build::{check, BuildError};
+pub use build::{check, routing, BuildError};
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -20,25 +20,26 @@
 //! one reload cannot bind while the old socket listens, so it is refused
 //! whole; do it in two reloads through another port, or restart.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::build::{Parts, Purpose};
 use super::Server;
+use crate::config::source::Source;
 use crate::config::Config;
 use crate::queue::Reconfig;
 use crate::{event, log};
 
 impl Server {
-    /// Reloads the configuration file at `path`; without one (the
-    /// embedded configuration), re-reads tables and the certificate.
-    pub async fn reload(&mut self, path: Option<&Path>) {
-        let Some(path) = path else {
+    /// Reloads the configuration from its source (a file and `-o`
+    /// overrides); the embedded default without overrides only re-reads
+    /// tables and the certificate.
+    pub async fn reload(&mut self, source: &Source) {
+        if source.path.is_none() && source.overrides.is_empty() {
             self.refresh(None);
             return;
-        };
-        match Config::load(path) {
+        }
+        match source.load() {
             Ok(new) => self.apply(new).await,
             Err(e) => {
                 let why = e.to_string().replace('\n', " | ");

@@ -64,6 +64,18 @@ pub fn data_dir(explicit: Option<&Path>) -> Result<PathBuf, LocateError> {
     from_client_file(Path::new(CLIENT_CONFIG))
 }
 
+/// The configuration file an administrator's tool reads (`sluice config`,
+/// `address`, `lookup`, `sendmail -bv`), as postconf reads main.cf:
+/// `explicit`, `$SLUICE_CONFIG`, /etc/sluice/sluice.toml when it exists;
+/// None: the embedded default. (They open no socket, so the current
+/// directory gains nothing here.)
+pub fn config_file(explicit: Option<&Path>) -> Option<PathBuf> {
+    explicit
+        .map(Path::to_path_buf)
+        .or_else(|| std::env::var_os("SLUICE_CONFIG").map(PathBuf::from))
+        .or_else(|| Some(PathBuf::from(SYSTEM_CONFIG)).filter(|p| p.exists()))
+}
+
 /// A system file that is absent or not for this user is skipped.
 fn skippable(err: &std::io::Error) -> bool {
     matches!(

@@ -2,7 +2,9 @@
 //! (the admin socket's client) and `sluice dkim-keygen`. The load
 //! generator and sink are the `sluice-bench` crate's.
 
+pub mod address;
 pub mod cluster_pki;
+pub mod config_cli;
 pub mod keygen;
 pub mod locate;
 pub mod queue_cli;

@@ -8,7 +8,9 @@
 //! does not end the message), `-f ADDR`/`-r ADDR` (sender), `-F NAME`
 //! (full name for a From: that has to be made), `-C FILE` (configuration;
 //! default as `tools::locate` says: never the current directory), `-bp` (mailq),
-//! `-bi` (newaliases: a no-op, tables are read live),
+//! `-bi` (newaliases: a no-op, tables are read live), `-bv` (where each
+//! recipient would go, printed as `sluice address` prints it; nothing is
+//! sent: Postfix mails the report, we print it),
 //! `-q` (flush), `-bm` (the default); other `-o…`, `-v`, `-N…`, `-B…` are
 //! accepted and ignored, as Postfix does.
 
@@ -30,6 +32,8 @@ pub struct Options {
     pub flush: bool,
     /// `-bi` (`newaliases`): nothing to rebuild, tables are read live.
     pub rebuild_aliases: bool,
+    /// `-bv`: explain the recipients, send nothing.
+    pub verify: bool,
     pub recipients: Vec<String>,
 }
 
@@ -80,6 +84,7 @@ pub fn parse(args: &[String]) -> Result<Options, UsageError> {
             "b" => match rest {
                 "p" => o.list_queue = true,
                 "i" => o.rebuild_aliases = true,
+                "v" => o.verify = true,
                 "m" => {}
                 other => return Err(UsageError::Mode(other.to_string())),
             },
@@ -158,6 +163,9 @@ pub async fn run(opts: Options) -> i32 {
         eprintln!("newaliases: nothing to rebuild: Sluice reads its alias tables live");
         return EX_OK;
     }
+    if opts.verify {
+        return verify(&opts).await;
+    }
     let data_dir = match crate::tools::locate::data_dir(opts.config.as_deref()) {
         Ok(d) => d,
         Err(e) => {
@@ -216,6 +224,44 @@ pub async fn run(opts: Options) -> i32 {
     }
 }
 
+/// `-bv`: each recipient's report; EX_NOUSER when one would be refused,
+/// EX_TEMPFAIL when a table could not answer.
+async fn verify(opts: &Options) -> i32 {
+    use crate::tools::address::{explain, text, Rcpt};
+    const EX_NOUSER: i32 = 67;
+    if opts.recipients.is_empty() {
+        eprintln!("sendmail: -bv needs recipients");
+        return EX_USAGE;
+    }
+    let path = crate::tools::locate::config_file(opts.config.as_deref());
+    let source = crate::config::source::Source::new(path.as_deref(), Vec::new());
+    let config = match source.load() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("sendmail: -bv reads the configuration: {e}");
+            return EX_TEMPFAIL;
+        }
+    };
+    let mut status = EX_OK;
+    for recipient in &opts.recipients {
+        match explain(&config, recipient).await {
+            Ok(report) => {
+                print!("{}", text(&report));
+                status = match (&report.rcpt, status) {
+                    (Rcpt::Refused { .. }, _) => EX_NOUSER,
+                    (Rcpt::TryLater { .. }, EX_OK) => EX_TEMPFAIL,
+                    (_, s) => s,
+                };
+            }
+            Err(e) => {
+                eprintln!("sendmail: {e}");
+                return EX_TEMPFAIL;
+            }
+        }
+    }
+    status
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,6 +286,7 @@ mod tests {
             UsageError::Mode("s".into())
         );
         assert!(parse(&args("-bp")).unwrap().list_queue);
+        assert!(parse(&args("-bv a@b.test")).unwrap().verify);
     }
 
     #[test]
