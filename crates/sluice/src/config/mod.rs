@@ -17,6 +17,7 @@ pub mod hop;
 pub mod listener;
 pub mod local;
 pub mod names;
+mod one_line;
 pub mod services;
 pub mod smtpd;
 pub mod tables;
@@ -289,6 +290,8 @@ pub enum ConfigError {
         path: PathBuf,
         /// The line the error starts on (1-based), when toml says where.
         line: Option<usize>,
+        /// Its column on that line (1-based, in characters).
+        column: Option<usize>,
         err: Box<toml::de::Error>,
     },
     #[error("{0}")]
@@ -311,15 +314,16 @@ impl Config {
             path: path.to_path_buf(),
             err,
         })?;
-        let config: Config = toml::from_str(&text).map_err(|err| ConfigError::Parse {
-            path: path.to_path_buf(),
-            line: err.span().map(|span| {
-                1 + text.as_bytes()[..span.start.min(text.len())]
-                    .iter()
-                    .filter(|&&b| b == b'\n')
-                    .count()
-            }),
-            err: Box::new(err),
+        let config: Config = toml::from_str(&text).map_err(|err| {
+            let before = err
+                .span()
+                .and_then(|span| text.get(..span.start.min(text.len())));
+            ConfigError::Parse {
+                path: path.to_path_buf(),
+                line: before.map(|b| 1 + b.matches('\n').count()),
+                column: before.map(|b| 1 + b.rsplit('\n').next().unwrap_or(b).chars().count()),
+                err: Box::new(err),
+            }
         })?;
         config.validate()?;
         Ok(config)

@@ -10,6 +10,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::*;
+use crate::timefmt;
 use crate::message::status::Outcome;
 use crate::queue::agent::WorkerStart;
 use crate::queue::job::Feedback;
@@ -111,6 +112,7 @@ impl Harness {
             recipients: rcpts.iter().map(|r| r.to_string()).collect(),
             flags: 0,
             dsn: None,
+            orig_rcpt: Vec::new(),
         };
         let text = Arc::new(vec![b'x'; body.unwrap_or(10)]);
         let body_ref = self
@@ -385,6 +387,7 @@ fn envelope(id: u64) -> Envelope {
         recipients: vec![format!("n{id}@c.test")],
         flags: 0,
         dsn: None,
+        orig_rcpt: Vec::new(),
     }
 }
 
