@@ -10,11 +10,11 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::*;
-use crate::timefmt;
 use crate::message::status::Outcome;
 use crate::queue::agent::WorkerStart;
 use crate::queue::job::Feedback;
 use crate::routing::domains::LocalDomains;
+use crate::timefmt;
 
 struct FakeAgent(mpsc::UnboundedSender<WorkerStart>);
 
