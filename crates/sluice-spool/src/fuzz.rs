@@ -147,13 +147,19 @@ fn spec() -> impl Strategy<Value = Spec> {
                         orcpt: recipients.iter().map(|r| r.repeat(2)).collect(),
                     })
                 });
+                // Bit 30 (also the spool's) picks original addresses.
+                let orig_rcpt = match flags >> 30 & 1 {
+                    1 => recipients.iter().map(|r| r.to_uppercase()).collect(),
+                    _ => Vec::new(),
+                };
                 let envelope = Envelope {
                     id,
                     arrival,
                     sender,
                     recipients,
-                    flags: flags & !(1 << 31),
+                    flags: flags & !(3 << 30),
                     dsn,
+                    orig_rcpt,
                 };
                 Spec::Message(envelope, Bytes(body))
             }),

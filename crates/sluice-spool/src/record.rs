@@ -30,6 +30,12 @@ pub const MAX_RECIPIENTS: usize = 65_535;
 /// after the recipients. Never set by the daemon; cleared when decoded.
 const FLAG_DSN_BLOCK: u32 = 1 << 31;
 
+/// Another of the spool's own bits: the record carries, after the DSN
+/// block, each recipient's address as given (before alias expansion).
+/// Records without it (all those written before it existed) read as
+/// before, with no original addresses.
+const FLAG_ORIG_BLOCK: u32 = 1 << 30;
+
 /// DSN parameters (RFC 3461) kept with a message: what the client asked
 /// to be told. Stored only when a parameter was given, so the records of
 /// mail without them are as before.
@@ -56,10 +62,14 @@ pub struct Envelope {
     pub sender: String,
     pub recipients: Vec<String>,
     /// Free bits for the daemon (body type, SMTPUTF8, "is a bounce", …);
-    /// bit 31 is the spool's own.
+    /// bits 30 and 31 are the spool's own.
     pub flags: u32,
     /// DSN parameters, when the client gave any.
     pub dsn: Option<Box<Dsn>>,
+    /// The address each recipient was given as, in recipient order, when
+    /// an alias expanded to it (Postfix's `orig_to`); an empty entry is a
+    /// recipient as given, and an empty list means none was expanded.
+    pub orig_rcpt: Vec<String>,
 }
 
 /// Appends a message record to `out`; returns the body's offset within the
@@ -77,10 +87,13 @@ pub(crate) fn encode_message(
     out.extend_from_slice(&[0u8; HEADER_LEN]);
     out.extend_from_slice(&env.id.to_le_bytes());
     out.extend_from_slice(&env.arrival.to_le_bytes());
-    let flags = match env.dsn {
-        Some(_) => env.flags | FLAG_DSN_BLOCK,
-        None => env.flags & !FLAG_DSN_BLOCK,
-    };
+    let mut flags = env.flags & !(FLAG_DSN_BLOCK | FLAG_ORIG_BLOCK);
+    if env.dsn.is_some() {
+        flags |= FLAG_DSN_BLOCK;
+    }
+    if !env.orig_rcpt.is_empty() {
+        flags |= FLAG_ORIG_BLOCK;
+    }
     out.extend_from_slice(&flags.to_le_bytes());
     let mut fields = put_str(out, &env.sender);
     out.extend_from_slice(&(env.recipients.len() as u32).to_le_bytes());
@@ -94,6 +107,9 @@ pub(crate) fn encode_message(
             out.push(*notify);
             fields = fields.and_then(|()| put_str(out, orcpt));
         }
+    }
+    for orig in &env.orig_rcpt {
+        fields = fields.and_then(|()| put_str(out, orig));
     }
     if let Err(why) = fields {
         out.truncate(start);
@@ -121,13 +137,17 @@ pub(crate) fn check(env: &Envelope, body_len: usize) -> Result<(), Unfit> {
         }
         payload += 1 + n as u64;
     }
+    if !env.orig_rcpt.is_empty() && env.orig_rcpt.len() != env.recipients.len() {
+        return Err(Unfit::OrigMismatch);
+    }
     let dsn_strings = env
         .dsn
         .iter()
         .flat_map(|d| std::iter::once(&d.envid).chain(&d.orcpt));
     let strings = std::iter::once(&env.sender)
         .chain(&env.recipients)
-        .chain(dsn_strings);
+        .chain(dsn_strings)
+        .chain(&env.orig_rcpt);
     for addr in strings {
         if addr.len() > u16::MAX as usize {
             return Err(Unfit::Address(addr.len()));
@@ -149,6 +169,8 @@ pub enum Unfit {
     Recipients(usize),
     #[error("DSN parameters do not match the recipients")]
     DsnMismatch,
+    #[error("original addresses do not match the recipients")]
+    OrigMismatch,
     #[error("an address of {0} bytes, over 65,535")]
     Address(usize),
     #[error("a message record of {0} bytes, over 4 GiB")]
@@ -268,6 +290,13 @@ pub(crate) fn decode(salt: &Salt, buf: &[u8]) -> Result<(Record, usize), Damage>
                 0 => None,
                 _ => Some(Box::new(r.dsn(n)?)),
             };
+            let mut orig_rcpt = Vec::new();
+            if flags & FLAG_ORIG_BLOCK != 0 {
+                orig_rcpt.reserve(n.min(4096));
+                for _ in 0..n {
+                    orig_rcpt.push(r.string()?);
+                }
+            }
             let body_len = r.u64()?;
             let body_at = HEADER_LEN + r.pos;
             if (r.buf.len() - r.pos) as u64 != body_len {
@@ -279,8 +308,9 @@ pub(crate) fn decode(salt: &Salt, buf: &[u8]) -> Result<(Record, usize), Damage>
                     arrival,
                     sender,
                     recipients,
-                    flags: flags & !FLAG_DSN_BLOCK,
+                    flags: flags & !(FLAG_DSN_BLOCK | FLAG_ORIG_BLOCK),
                     dsn,
+                    orig_rcpt,
                 },
                 body_at,
                 body_len,

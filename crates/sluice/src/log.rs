@@ -386,6 +386,19 @@ macro_rules! event {
     }};
 }
 
+/// An I/O error as people read it, without Rust's ` (os error 111)`:
+/// `Connection refused`, as Postfix logs it.
+pub fn io_text(err: &std::io::Error) -> String {
+    let text = err.to_string();
+    match err.raw_os_error() {
+        Some(n) => match text.strip_suffix(&format!(" (os error {n})")) {
+            Some(plain) => plain.to_string(),
+            None => text,
+        },
+        None => text,
+    }
+}
+
 /// Queue IDs are shown in upper-case hex, like Postfix's short IDs.
 pub fn qid(id: u64) -> String {
     format!("{id:X}")
@@ -555,6 +568,14 @@ mod tests {
                 assert_eq!(first["event"], "auth");
             }
         }
+    }
+
+    #[test]
+    fn io_errors_read_without_their_os_error_number() {
+        let refused = std::io::Error::from_raw_os_error(libc::ECONNREFUSED);
+        assert_eq!(io_text(&refused), "Connection refused");
+        let other = std::io::Error::other("no greeting");
+        assert_eq!(io_text(&other), "no greeting");
     }
 
     #[test]

@@ -70,7 +70,7 @@ async fn every_accept_loop_survives_running_out_of_descriptors() {
     let dir = temp_dir("emfile");
     let mut server = spawn(&dir);
     let metrics = listening_on(&dir, 0, "metrics").await;
-    let smtp = listening_on(&dir, 0, "Smtp").await;
+    let smtp = listening_on(&dir, 0, "smtp").await;
     // More connections than the daemon has descriptors: it takes what it
     // can, the rest wait in the backlog, and its accepts fail.
     let mut flood = Vec::new();

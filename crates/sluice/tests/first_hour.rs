@@ -65,7 +65,7 @@ async fn the_embedded_default_delivers_to_localhost_and_its_bounces_land() {
     let dir = temp_dir("first-message");
     let sink = recording_sink().await;
     let _daemon = Daemon(embedded(&dir, sink.addr, &[]));
-    let smtp = listening_in(&dir.join("maillog"), 0, "Smtp").await;
+    let smtp = listening_in(&dir.join("maillog"), 0, "smtp").await;
     let mut c = Client::ready(smtp).await;
     let first = c
         .message("you@example.test", &["me@localhost"], &body("first"))

@@ -47,7 +47,7 @@ async fn unwritable_maildir_defers_then_delivers() {
     assert!(
         wait_event(10, &dir, "delivery", |e| e["queue_id"] == qid
             && e["to"] == "a@local.test"
-            && e["relay"] == "maildir"
+            && e["relay"] == "virtual"
             && e["status"] == "deferred"
             && e["dsn"] == "4.3.0")
         .await,

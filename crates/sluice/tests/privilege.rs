@@ -75,7 +75,7 @@ async fn a_root_start_gives_root_up_and_keeps_its_files_to_itself() {
         .spawn()
         .unwrap();
     let log_path = dir.join("log/maillog");
-    let listen = listening_in(&log_path, 0, "Smtp").await;
+    let listen = listening_in(&log_path, 0, "smtp").await;
     let pid = server.id();
     let uid = user.uid;
     let uids = ids(pid, "Uid:");

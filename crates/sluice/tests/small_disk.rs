@@ -54,7 +54,7 @@ async fn a_40_mb_file_system_takes_mail_with_the_default_sizes() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let listen = listening_on(&dir, 0, "Smtp").await;
+    let listen = listening_on(&dir, 0, "smtp").await;
     let mut c = Client::ready(listen).await;
     let r = c
         .message("a@sender.test", &["b@dest.test"], &body("small"))

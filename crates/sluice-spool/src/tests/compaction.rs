@@ -88,6 +88,7 @@ fn recovery_takes_the_newest_copy_and_unites_every_outcome() {
         recipients: (0..4).map(|i| format!("r{i}@c.example")).collect(),
         flags: 0,
         dsn: None,
+        orig_rcpt: Vec::new(),
     };
     // Segment 1: an outcome whose message record is further on (its
     // original segment was reclaimed after a copy).

@@ -40,3 +40,67 @@ fn read_envelope_checks_the_record() {
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidData, "{err}");
     spool.shutdown();
 }
+
+/// Recipients an alias expanded to keep the address they were given as,
+/// through a reopen; a record without them (every record written before
+/// they existed) still reads, with none.
+#[test]
+fn original_recipients_are_kept_and_old_records_read_without_them() {
+    let dir = temp_dir("envelope-orig");
+    let rt = runtime();
+    let (spool, _, _) = Spool::open(config(&dir)).unwrap();
+    let mut expanded = envelope(&spool, 2);
+    expanded.orig_rcpt = vec!["info@c.example".into(), String::new()];
+    let body = Arc::new(b"expanded\r\n".to_vec());
+    let at = rt.block_on(spool.store(expanded.clone(), body)).unwrap();
+    let (plain, _) = store(&rt, &spool, 1, b"plain\r\n".to_vec());
+    assert_eq!(spool.read_envelope(at).unwrap(), expanded);
+    spool.shutdown();
+    drop(spool);
+    let (spool, recovered, _) = Spool::open(config(&dir)).unwrap();
+    let got: Vec<Envelope> = recovered
+        .iter()
+        .map(|m| spool.read_envelope(m.body).unwrap())
+        .collect();
+    assert_eq!(got, vec![expanded.clone(), plain.clone()]);
+    assert!(plain.orig_rcpt.is_empty());
+    spool.shutdown();
+    // A list that does not match the recipients is refused, not stored.
+    let mut odd = expanded;
+    odd.orig_rcpt.pop();
+    let mut out = Vec::new();
+    let salt = Salt::legacy();
+    let unfit = crate::record::encode_message(&salt, &odd, b"x", &mut out);
+    assert_eq!(unfit, Err(Unfit::OrigMismatch));
+    assert!(out.is_empty());
+}
+
+/// The bytes of a message record without original addresses are those
+/// of the format before them: an older spool reads the same.
+#[test]
+fn a_record_without_original_addresses_keeps_the_old_layout() {
+    let salt = Salt::legacy();
+    let env = Envelope {
+        id: 0x0102,
+        arrival: 3,
+        sender: "s@x".into(),
+        recipients: vec!["r@y".into()],
+        flags: 5,
+        dsn: None,
+        orig_rcpt: Vec::new(),
+    };
+    let mut out = Vec::new();
+    crate::record::encode_message(&salt, &env, b"B", &mut out).unwrap();
+    let mut old = Vec::new();
+    old.extend_from_slice(&0x0102u64.to_le_bytes());
+    old.extend_from_slice(&3u64.to_le_bytes());
+    old.extend_from_slice(&5u32.to_le_bytes());
+    old.extend_from_slice(&3u16.to_le_bytes());
+    old.extend_from_slice(b"s@x");
+    old.extend_from_slice(&1u32.to_le_bytes());
+    old.extend_from_slice(&3u16.to_le_bytes());
+    old.extend_from_slice(b"r@y");
+    old.extend_from_slice(&1u64.to_le_bytes());
+    old.extend_from_slice(b"B");
+    assert_eq!(&out[crate::record::HEADER_LEN..], &old[..]);
+}

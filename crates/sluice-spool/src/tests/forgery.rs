@@ -23,6 +23,7 @@ fn forged_envelope(id: u64) -> Envelope {
         recipients: vec!["victim@target.example".into()],
         flags: 0,
         dsn: None,
+        orig_rcpt: Vec::new(),
     }
 }
 

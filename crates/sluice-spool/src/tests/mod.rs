@@ -31,6 +31,7 @@ fn envelope(spool: &Spool, rcpts: usize) -> Envelope {
         recipients: (0..rcpts).map(|i| format!("r{i}@c.example")).collect(),
         flags: 7,
         dsn: None,
+        orig_rcpt: Vec::new(),
     }
 }
 

@@ -143,5 +143,6 @@ fn envelope_with_id(id: u64) -> Envelope {
         recipients: vec!["r0@c.example".into()],
         flags: 0,
         dsn: None,
+        orig_rcpt: Vec::new(),
     }
 }

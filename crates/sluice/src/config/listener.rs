@@ -3,11 +3,11 @@
 
 use std::path::PathBuf;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// What a listener is for, as Postfix's master.cf `smtp`, `submission`
 /// and `submissions` services.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum ListenerKind {
     /// Port 25: STARTTLS offered, AUTH offered once encrypted.
@@ -20,6 +20,16 @@ pub enum ListenerKind {
 }
 
 impl ListenerKind {
+    /// Its name in the configuration and the log: `smtp`, `submission`,
+    /// `submissions` (Postfix's master.cf service names).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ListenerKind::Smtp => "smtp",
+            ListenerKind::Submission => "submission",
+            ListenerKind::Submissions => "submissions",
+        }
+    }
+
     /// AUTH is required before MAIL.
     pub fn requires_auth(self) -> bool {
         self != ListenerKind::Smtp
@@ -27,7 +37,7 @@ impl ListenerKind {
 }
 
 /// One `[[smtpd.listeners]]` entry.
-#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ListenerConfig {
     /// Parsed when the file is read (a bad address names its line).
@@ -84,14 +94,16 @@ impl ListenerConfig {
         }
         if l.kind.requires_auth() && !tls_enabled && !l.auth_without_tls {
             return Err(ConfigError::Invalid(format!(
-                "smtpd.listeners: {} is `{:?}`, which needs TLS, but [tls] is disabled",
-                l.listen, l.kind
+                "smtpd.listeners: {} is `{}`, which needs TLS, but [tls] is disabled",
+                l.listen,
+                l.kind.as_str()
             )));
         }
         if l.kind.requires_auth() && l.auth == Some(false) {
             return Err(ConfigError::Invalid(format!(
-                "smtpd.listeners: {} is `{:?}`, which requires AUTH, but has auth = false",
-                l.listen, l.kind
+                "smtpd.listeners: {} is `{}`, which requires AUTH, but has auth = false",
+                l.listen,
+                l.kind.as_str()
             )));
         }
         if l.kind.requires_auth() && !auth_table {
@@ -105,7 +117,7 @@ impl ListenerConfig {
 }
 
 /// `[tls]`.
-#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TlsConfig {
     /// Offer STARTTLS (and serve `submissions` listeners). On by default.
@@ -130,7 +142,7 @@ impl Default for TlsConfig {
 }
 
 /// `[auth]`: SMTP AUTH (PLAIN, LOGIN).
-#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuthConfig {
     /// Table (from `[tables]`) of user → password hash: argon2

@@ -30,6 +30,7 @@ pub mod hop;
 pub mod listener;
 pub mod local;
 pub mod names;
+mod one_line;
 pub mod services;
 pub mod smtpd;
 pub mod source;
@@ -303,6 +304,8 @@ pub enum ConfigError {
         path: PathBuf,
         /// The line the error starts on (1-based), when toml says where.
         line: Option<usize>,
+        /// Its column on that line (1-based, in characters).
+        column: Option<usize>,
         err: Box<toml::de::Error>,
     },
     #[error("{0}")]
@@ -319,12 +322,13 @@ impl ConfigError {
     }
 }
 
-/// The 1-based line of a byte offset in a file's text.
-fn line_of(text: &str, offset: usize) -> usize {
-    1 + text.as_bytes()[..offset.min(text.len())]
-        .iter()
-        .filter(|&&b| b == b'\n')
-        .count()
+/// The 1-based line and column of a byte offset in a file's text.
+fn position(text: &str, offset: Option<usize>) -> (Option<usize>, Option<usize>) {
+    let before = offset.and_then(|o| text.get(..o.min(text.len())));
+    (
+        before.map(|b| 1 + b.matches('\n').count()),
+        before.map(|b| 1 + b.rsplit('\n').next().unwrap_or(b).chars().count()),
+    )
 }
 
 impl Config {
@@ -333,10 +337,14 @@ impl Config {
             path: path.to_path_buf(),
             err,
         })?;
-        let config: Config = toml::from_str(&text).map_err(|err| ConfigError::Parse {
-            path: path.to_path_buf(),
-            line: err.span().map(|span| line_of(&text, span.start)),
-            err: Box::new(err),
+        let config: Config = toml::from_str(&text).map_err(|err| {
+            let (line, column) = position(&text, err.span().map(|s| s.start));
+            ConfigError::Parse {
+                path: path.to_path_buf(),
+                line,
+                column,
+                err: Box::new(err),
+            }
         })?;
         config.validate()?;
         Ok(config)

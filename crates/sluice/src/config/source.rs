@@ -115,12 +115,15 @@ fn read_table(path: &Path) -> Result<toml::Table, ConfigError> {
         path: path.to_path_buf(),
         err,
     })?;
-    text.parse::<toml::Table>()
-        .map_err(|err| ConfigError::Parse {
+    text.parse::<toml::Table>().map_err(|err| {
+        let (line, column) = super::position(&text, err.span().map(|s| s.start));
+        ConfigError::Parse {
             path: path.to_path_buf(),
-            line: err.span().map(|span| super::line_of(&text, span.start)),
+            line,
+            column,
             err: Box::new(err),
-        })
+        }
+    })
 }
 
 /// Sets one override. A list setting given a plain string takes it as

@@ -138,9 +138,9 @@ impl Listeners {
             logger,
             "master",
             "listening",
-            { addr: addr.to_string(), kind: format!("{:?}", lc.kind) },
-            "listening on {addr} ({:?})",
-            lc.kind
+            { addr: addr.to_string(), kind: lc.kind.as_str() },
+            "listening on {addr} ({})",
+            lc.kind.as_str()
         );
         let serving = Arc::new(ArcSwap::from_pointee(Serving {
             ctx: ctx.clone(),

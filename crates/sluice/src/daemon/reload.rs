@@ -41,10 +41,7 @@ impl Server {
         }
         match source.load() {
             Ok(new) => self.apply(new).await,
-            Err(e) => {
-                let why = e.to_string().replace('\n', " | ");
-                self.refuse("config", e.line(), None, &why);
-            }
+            Err(e) => self.refuse("config", e.line(), None, &e.one_line()),
         }
     }
 
@@ -76,16 +73,6 @@ impl Server {
                 return self.refuse("listen", None, Some(&listen.to_string()), &why);
             }
         };
-        if !later.is_empty() {
-            event!(
-                self.logger,
-                "master",
-                "reload",
-                { result: "later", sections: later },
-                "reload: changes to {} take effect at the next restart",
-                later.join(", ")
-            );
-        }
         parts.cluster = self.parts.cluster.clone();
         parts.shadow = self.parts.shadow.clone();
         parts.agents(&self.spool, &self.logger, Some(&self.parts));
@@ -113,15 +100,12 @@ impl Server {
         self.drain_deadline = Duration::from_secs(new.queue.shutdown_drain_secs);
         let sections = sections_changed(&old, &new);
         self.parts = parts;
-        let changed = match sections.is_empty() {
-            true => "nothing changed".to_string(),
-            false => format!("applied changes to {}", sections.join(", ")),
-        };
+        let changed = outcome_text(&sections, &later);
         event!(
             self.logger,
             "master",
             "reload",
-            { result: "applied", sections: sections },
+            { result: "applied", sections: sections, later: later },
             "reload: {changed}"
         );
     }
@@ -157,6 +141,26 @@ impl Server {
                 ),
             }
         }
+    }
+}
+
+/// What a reload did, in one line (its last): the sections applied now,
+/// and those that wait for a restart; never "nothing changed" when
+/// something does, later.
+fn outcome_text(applied: &[&str], later: &[&str]) -> String {
+    let later = match later {
+        [] => None,
+        [one] => Some(format!("{one} takes effect at the next restart")),
+        many => Some(format!(
+            "{} take effect at the next restart",
+            many.join(", ")
+        )),
+    };
+    match (applied.is_empty(), later) {
+        (true, None) => "nothing changed".into(),
+        (true, Some(later)) => format!("nothing applied now; {later}"),
+        (false, None) => format!("applied changes to {}", applied.join(", ")),
+        (false, Some(later)) => format!("applied changes to {}; {later}", applied.join(", ")),
     }
 }
 
@@ -218,4 +222,22 @@ fn sections(c: &Config) -> [(&'static str, String); 11] {
         ("dns", format!("{:?}", c.dns)),
         ("dkim", format!("{:?}", c.dkim)),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::outcome_text;
+
+    #[test]
+    fn the_last_line_says_what_waits_for_a_restart() {
+        assert_eq!(outcome_text(&[], &[]), "nothing changed");
+        assert_eq!(
+            outcome_text(&[], &["data_dir", "log_file"]),
+            "nothing applied now; data_dir, log_file take effect at the next restart"
+        );
+        assert_eq!(
+            outcome_text(&["queue"], &["spool"]),
+            "applied changes to queue; spool takes effect at the next restart"
+        );
+    }
 }

@@ -312,11 +312,13 @@ async fn store(intake: &Intake, sub: Submission) -> Result<Accepted, Refusal> {
         origin,
         sender,
         recipients,
+        orig_rcpt,
         flags,
         dsn,
         body,
         flaws: _,
     } = sub;
+    let orig_rcpt = line_up(&recipients, &orig_rcpt);
     let envelope = sluice_spool::Envelope {
         id,
         arrival: crate::timefmt::now_millis(),
@@ -324,6 +326,7 @@ async fn store(intake: &Intake, sub: Submission) -> Result<Accepted, Refusal> {
         recipients,
         flags,
         dsn,
+        orig_rcpt,
     };
     let body = Arc::new(body);
     match commit(intake, &envelope, &body, false).await {
@@ -428,4 +431,24 @@ fn log_refusal(intake: &Intake, sub: &Submission, refusal: &Refusal) {
         qid(sub.id),
         sub.sender
     );
+}
+
+/// The address each of `recipients` was given as, in their order (empty
+/// when as given), from the (recipient, given) pairs; no list at all when
+/// no alias expanded to any of them, so such records are as before.
+fn line_up(recipients: &[String], pairs: &[(String, String)]) -> Vec<String> {
+    if pairs.is_empty() {
+        return Vec::new();
+    }
+    let given = |r: &String| {
+        pairs
+            .iter()
+            .find(|(to, _)| to == r)
+            .map_or_else(String::new, |(_, given)| given.clone())
+    };
+    let lined: Vec<String> = recipients.iter().map(given).collect();
+    match lined.iter().all(String::is_empty) {
+        true => Vec::new(),
+        false => lined,
+    }
 }

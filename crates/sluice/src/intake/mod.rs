@@ -108,6 +108,10 @@ pub struct Submission {
     pub origin: Origin,
     pub sender: String,
     pub recipients: Vec<String>,
+    /// (recipient, the address it was given as) for each recipient an
+    /// alias expanded to: the log's `orig_to` (a filter may still add or
+    /// drop recipients, so they are paired, not lined up).
+    pub orig_rcpt: Vec<(String, String)>,
     pub flags: u32,
     pub dsn: Option<Box<Dsn>>,
     pub body: Vec<u8>,
@@ -151,24 +155,34 @@ impl Intake {
     }
 
     /// The final recipients of a locally submitted message: aliases
-    /// expanded, unknown local users refused, duplicates dropped.
-    pub async fn resolve(&self, recipients: &[String]) -> Result<Vec<String>, ResolveError> {
-        let mut targets: Vec<String> = Vec::new();
+    /// expanded, unknown local users refused, duplicates dropped; with
+    /// (recipient, address given) for those an alias expanded to.
+    pub async fn resolve(&self, recipients: &[String]) -> Result<Resolved, ResolveError> {
+        let mut targets: Vec<(String, &String)> = Vec::new();
         for r in recipients {
             match self.mailboxes.resolve(r).await {
-                Ok(Resolution::NotLocal) => targets.push(r.clone()),
-                Ok(Resolution::Accept(list)) => targets.extend(list),
+                Ok(Resolution::NotLocal) => targets.push((r.clone(), r)),
+                Ok(Resolution::Accept(list)) => targets.extend(list.into_iter().map(|t| (t, r))),
                 Ok(Resolution::Discard) => {}
                 Ok(Resolution::Unknown) => return Err(ResolveError::NoSuchUser(r.clone())),
                 Err(e) => return Err(ResolveError::Lookup(r.clone(), e.to_string())),
             }
         }
         let mut seen = std::collections::HashSet::new();
-        targets.retain(|t| seen.insert(t.clone()));
+        targets.retain(|(t, _)| seen.insert(t.clone()));
         if targets.len() > self.config.smtpd.max_recipients {
             return Err(ResolveError::TooMany(self.config.smtpd.max_recipients));
         }
-        Ok(targets)
+        let orig_rcpt = targets
+            .iter()
+            .filter(|(t, given)| !t.eq_ignore_ascii_case(given))
+            .map(|(t, given)| (t.clone(), given.to_string()))
+            .collect();
+        let recipients = targets.into_iter().map(|(t, _)| t).collect();
+        Ok(Resolved {
+            recipients,
+            orig_rcpt,
+        })
     }
 
     /// Checks, completes, signs, stores and queues `sub`.
@@ -278,6 +292,13 @@ impl Intake {
             env.recipients.len()
         );
     }
+}
+
+/// A local submission's final recipients ([`Intake::resolve`]).
+pub struct Resolved {
+    pub recipients: Vec<String>,
+    /// As [`Submission::orig_rcpt`].
+    pub orig_rcpt: Vec<(String, String)>,
 }
 
 /// Why a local submission's recipients could not be resolved.

@@ -120,6 +120,17 @@ impl Failure {
     }
 }
 
+impl std::fmt::Display for Failure {
+    /// `5.1.1 user unknown` for the log: the status, then the text, with
+    /// the status once when the text already starts with it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match find_status(&self.diagnostic, "") == self.status {
+            true => f.write_str(&self.diagnostic),
+            false => write!(f, "{} {}", self.status, self.diagnostic),
+        }
+    }
+}
+
 fn is_remote(relay: &str) -> bool {
     !matches!(relay, "" | "none" | "maildir" | "local")
 }
@@ -165,6 +176,11 @@ mod tests {
         assert_eq!(f.relay.as_deref(), Some("mx.b[10.0.0.1]:25"));
         assert_eq!(f.status, "5.1.1");
         assert!(f.remote_reply);
+        assert_eq!(f.to_string(), "550 5.1.1 User unknown", "the status once");
+        let f = Failure::from_bounce("none", "5.4.6 mail loops back to myself");
+        assert_eq!(f.to_string(), "5.4.6 mail loops back to myself");
+        let f = Failure::from_bounce("maildir", "disk quota exceeded");
+        assert_eq!(f.to_string(), "5.0.0 disk quota exceeded");
         let f = Failure::expired(432000, "none", "4.4.1 connect failed");
         assert_eq!(f.relay, None);
         assert_eq!(f.status, "5.4.7");

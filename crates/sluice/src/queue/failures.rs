@@ -13,7 +13,8 @@ use std::sync::Arc;
 use sluice_proto::dsn::{NOTIFY_DELAY, NOTIFY_FAILURE, NOTIFY_SUCCESS};
 use sluice_spool::{BodyRef, Envelope};
 
-use super::scheduler::{delay, Message, RcptState, Scheduler};
+use super::results::{delay, orig_to, OrigTo};
+use super::scheduler::{Message, RcptState, Scheduler};
 use super::Event;
 use crate::event;
 use crate::log::{qid, Logger};
@@ -38,10 +39,8 @@ impl Scheduler {
                     "bounce",
                     "notice_skipped",
                     { queue_id: qid(id), to: to, why: "null_sender", dsn: f.status },
-                    "{}: to=<{to}>: undeliverable mail from the null sender discarded, no bounce sent ({} {})",
-                    qid(id),
-                    f.status,
-                    f.diagnostic
+                    "{}: to=<{to}>: undeliverable mail from the null sender discarded, no bounce sent ({f})",
+                    qid(id)
                 );
             }
             self.bounce_stored(id, indices);
@@ -58,10 +57,8 @@ impl Scheduler {
                 "bounce",
                 "notice_skipped",
                 { queue_id: qid(id), to: to, why: "notify", dsn: f.status },
-                "{}: to=<{to}>: no bounce sent, the sender asked for none (NOTIFY) ({} {})",
-                qid(id),
-                f.status,
-                f.diagnostic
+                "{}: to=<{to}>: no bounce sent, the sender asked for none (NOTIFY) ({f})",
+                qid(id)
             );
         }
         if failed.is_empty() {
@@ -182,6 +179,7 @@ pub(super) fn expire(msg: &mut Message, max_life: u64, logger: &Logger) {
         if let RcptState::Deferred { relay, reason } = state {
             let failure = Failure::expired(age_secs, relay, reason);
             let (to, delay) = (&msg.envelope.recipients[i], delay(&msg.envelope));
+            let orig = orig_to(&msg.envelope, i);
             event!(
                 logger,
                 "qmgr",
@@ -189,6 +187,7 @@ pub(super) fn expire(msg: &mut Message, max_life: u64, logger: &Logger) {
                 {
                     queue_id: qid(msg.envelope.id),
                     to: to,
+                    orig_to: orig,
                     relay: "none",
                     transport: "none",
                     delay: delay,
@@ -196,8 +195,9 @@ pub(super) fn expire(msg: &mut Message, max_life: u64, logger: &Logger) {
                     status: "expired",
                     reason: failure.diagnostic,
                 },
-                "{}: to=<{to}>, relay=none, delay={delay}, dsn=4.4.7, status=expired ({})",
+                "{}: to=<{to}>{}, relay=none, delay={delay:.2}, dsn=4.4.7, status=expired ({})",
                 qid(msg.envelope.id),
+                OrigTo(orig),
                 failure.diagnostic
             );
             msg.failed.push((i as u16, failure));

@@ -1,11 +1,18 @@
 //! Applying a job's outcomes: each recipient's new state, the log line,
 //! the delivery metrics, NOTIFY=SUCCESS notices, and the spool record of
 //! what became final (with `complete` when the whole message is done).
+//! Also the words every delivery line shares: `orig_to` and the delay.
+//!
+//! A delivery line is Postfix's: `ID: to=<…>, orig_to=<…>, relay=…,
+//! delay=…, dsn=…, status=… (…)`, logged by the agent's service (`smtp`,
+//! `lmtp`, or `virtual` with `relay=virtual` for a Maildir, as Postfix's
+//! virtual(8)); `orig_to` only when an alias expanded to the recipient.
 
 use sluice_proto::dsn::NOTIFY_SUCCESS;
+use sluice_spool::Envelope;
 
 use super::failures::wants;
-use super::scheduler::{delay, RcptState, Scheduler};
+use super::scheduler::{RcptState, Scheduler};
 use crate::event;
 use crate::log::qid;
 use crate::message::status::{Failure, Outcome};
@@ -29,29 +36,33 @@ impl Scheduler {
             // A label for the log and metrics only: LMTP relays are named
             // by their service address (`unix:/path`, `inet:host:port`).
             let relay = outcome.relay();
-            let transport = match relay {
-                "maildir" => "maildir",
-                _ if relay.starts_with("unix:") || relay.starts_with("inet:") => "lmtp",
-                _ => "smtp",
+            let (transport, service, shown) = match relay {
+                "maildir" => ("maildir", "virtual", "virtual"),
+                _ if relay.starts_with("unix:") || relay.starts_with("inet:") => {
+                    ("lmtp", "lmtp", relay)
+                }
+                _ => ("smtp", "smtp", relay),
             };
             let (to, delay) = (&env.recipients[r as usize], delay(&env));
+            let orig = orig_to(&env, r as usize);
             event!(
                 self.logger,
-                "smtp",
+                service,
                 "delivery",
                 {
                     queue_id: qid(id),
                     to: to,
-                    relay: outcome.relay(),
+                    orig_to: orig,
+                    relay: shown,
                     transport: transport,
                     delay: delay,
                     dsn: outcome.dsn(),
                     status: outcome.status_word(),
                     reason: outcome.text(),
                 },
-                "{}: to=<{to}>, relay={}, delay={delay}, dsn={}, status={} ({})",
+                "{}: to=<{to}>{}, relay={shown}, delay={delay:.2}, dsn={}, status={} ({})",
                 qid(id),
-                outcome.relay(),
+                OrigTo(orig),
                 outcome.dsn(),
                 outcome.status_word(),
                 outcome.text()
@@ -101,6 +112,33 @@ impl Scheduler {
         }
         if round_over {
             self.finish_round(id);
+        }
+    }
+}
+
+/// Seconds since arrival, to the hundredth (`delay=` of a delivery line;
+/// a number in the JSON log).
+pub(super) fn delay(env: &Envelope) -> f64 {
+    let ms = crate::timefmt::now_millis().saturating_sub(env.arrival);
+    (ms / 10) as f64 / 100.0
+}
+
+/// The address recipient `i` was given as, when an alias expanded it to
+/// another (compared as Postfix does, ignoring case).
+pub(super) fn orig_to(env: &Envelope, i: usize) -> Option<&str> {
+    let given = env.orig_rcpt.get(i).filter(|o| !o.is_empty())?;
+    let to = env.recipients.get(i)?;
+    (!given.eq_ignore_ascii_case(to)).then_some(given.as_str())
+}
+
+/// `, orig_to=<…>` after `to=<…>`, or nothing.
+pub(super) struct OrigTo<'a>(pub Option<&'a str>);
+
+impl std::fmt::Display for OrigTo<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(given) => write!(f, ", orig_to=<{given}>"),
+            None => Ok(()),
         }
     }
 }

@@ -33,15 +33,16 @@ use super::compact::Spot;
 use super::destination::Destination;
 use super::failures::expire;
 use super::job::{Job, JobReport, WorkerId};
+use super::results::{delay, orig_to, OrigTo};
 use super::retry::{backoff, RetryQueue};
 use super::{DrainReport, Event, QueueHandle, QueuedMessage};
 use crate::config::hop::NextHop;
 use crate::config::Config;
+use crate::event;
 use crate::log::{qid, Logger};
 use crate::message::flags;
 use crate::message::status::Failure;
 use crate::routing::Router;
-use crate::{event, timefmt};
 use sluice_spool::DoneSet;
 
 const NO_ROUTE: &str = "4.4.0 no route to destination (an address without a domain)";
@@ -431,6 +432,7 @@ impl Scheduler {
         let envelope = msg.envelope.clone();
         for &i in &discarded {
             let (to, delay) = (&envelope.recipients[i as usize], delay(&envelope));
+            let orig = orig_to(&envelope, i as usize);
             event!(
                 self.logger,
                 "discard",
@@ -438,6 +440,7 @@ impl Scheduler {
                 {
                     queue_id: qid(id),
                     to: to,
+                    orig_to: orig,
                     relay: "none",
                     transport: "discard",
                     delay: delay,
@@ -445,12 +448,14 @@ impl Scheduler {
                     status: "sent",
                     reason: "discarded",
                 },
-                "{}: to=<{to}>, relay=none, delay={delay}, dsn=2.0.0, status=sent (discarded)",
-                qid(id)
+                "{}: to=<{to}>{}, relay=none, delay={delay:.2}, dsn=2.0.0, status=sent (discarded)",
+                qid(id),
+                OrigTo(orig)
             );
         }
         for &i in &unroutable {
             let (to, delay) = (&envelope.recipients[i], delay(&envelope));
+            let orig = orig_to(&envelope, i);
             event!(
                 self.logger,
                 "qmgr",
@@ -458,6 +463,7 @@ impl Scheduler {
                 {
                     queue_id: qid(id),
                     to: to,
+                    orig_to: orig,
                     relay: "none",
                     transport: "none",
                     delay: delay,
@@ -465,8 +471,9 @@ impl Scheduler {
                     status: "deferred",
                     reason: NO_ROUTE,
                 },
-                "{}: to=<{to}>, relay=none, delay={delay}, dsn=4.4.0, status=deferred ({NO_ROUTE})",
-                qid(id)
+                "{}: to=<{to}>{}, relay=none, delay={delay:.2}, dsn=4.4.0, status=deferred ({NO_ROUTE})",
+                qid(id),
+                OrigTo(orig)
             );
         }
         if !discarded.is_empty() {
@@ -578,12 +585,6 @@ async fn sleep_until(at: Option<Instant>) {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
-}
-
-/// Seconds since arrival, for log lines.
-pub(super) fn delay(env: &Envelope) -> String {
-    let ms = timefmt::now_millis().saturating_sub(env.arrival);
-    format!("{}.{:02}", ms / 1000, (ms % 1000) / 10)
 }
 
 #[cfg(test)]

@@ -287,8 +287,8 @@ pub fn starts(dir: &std::path::Path) -> usize {
     events_named(dir, "started").len()
 }
 
-/// The address a daemon logging to `dir` listens on for `kind` ("Smtp",
-/// "metrics" …) since its start number `start` (0-based; see [`starts`]):
+/// The address a daemon logging to `dir` listens on for `kind` ("smtp",
+/// "submission", "metrics" …) since its start number `start` (0-based; see [`starts`]):
 /// daemons under test listen on port 0 and say where in their
 /// `listening` events. Waits up to 20 s.
 pub async fn listening_on(dir: &std::path::Path, start: usize, kind: &str) -> SocketAddr {
@@ -311,7 +311,12 @@ pub async fn listening_in(log: &std::path::Path, start: usize, kind: &str) -> So
         };
         found = all[begin..]
             .iter()
-            .find(|e| e["event"] == "listening" && e["kind"] == kind)
+            .find(|e| {
+                e["event"] == "listening"
+                    && e["kind"]
+                        .as_str()
+                        .is_some_and(|k| k.eq_ignore_ascii_case(kind))
+            })
             .and_then(|e| e["addr"].as_str()?.parse().ok());
         found.is_some()
     })

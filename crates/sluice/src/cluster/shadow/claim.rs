@@ -289,6 +289,9 @@ fn without_done(mut env: Envelope, done: &sluice_spool::DoneSet) -> Envelope {
             .collect()
     };
     env.recipients = pick(std::mem::take(&mut env.recipients));
+    if !env.orig_rcpt.is_empty() {
+        env.orig_rcpt = pick(std::mem::take(&mut env.orig_rcpt));
+    }
     if let Some(dsn) = env.dsn.as_mut() {
         let notify = std::mem::take(&mut dsn.notify);
         dsn.notify = notify

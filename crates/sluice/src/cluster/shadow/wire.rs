@@ -365,6 +365,7 @@ mod tests {
                 notify: vec![1, 2],
                 orcpt: vec!["rfc822;b@example.net".into(), String::new()],
             })),
+            orig_rcpt: Vec::new(),
         };
         let f = store(9, &env, b"Subject: hi\r\n\r\nbody\r\n");
         assert_eq!(

@@ -14,14 +14,15 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::dirs::MaildirPolicy;
+use crate::log::io_text;
 
 /// Why a Maildir delivery failed (all are temporary: the message stays
 /// queued and is retried).
 #[derive(Debug, thiserror::Error)]
 pub enum MaildirError {
-    #[error("4.2.2 mailbox full or no space left: {0}")]
+    #[error("4.2.2 mailbox full or no space left: {}", io_text(.0))]
     Full(std::io::Error),
-    #[error("4.3.0 cannot write to maildir {0}: {1}")]
+    #[error("4.3.0 cannot write to maildir {}: {}", .0, io_text(.1))]
     Io(String, std::io::Error),
     /// The path breaks the mailbox policy (a configuration or directory error).
     #[error("4.3.5 maildir {0} refused: {1}")]

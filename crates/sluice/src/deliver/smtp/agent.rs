@@ -250,9 +250,8 @@ impl SmtpWorker {
                             tls: e.tls_failed(),
                             error: e.to_string(),
                         },
-                        "connect to {name}[{}]:{}: {e}",
-                        addr.ip(),
-                        addr.port()
+                        "{}",
+                        e.logged()
                     );
                     // Could not connect, or no usable greeting: the host is down.
                     if e.host_is_down() {
@@ -428,13 +427,20 @@ impl SmtpWorker {
                     NextHop::Smtp { host, port, .. } => format!("{host}:{port}"),
                     other => other.key(),
                 };
-                crate::event!(
-                    self.logger,
-                    "smtp",
-                    "connect_failed",
-                    { queue_id: crate::log::qid(job.msg), relay: relay, error: why.to_string() },
-                    "connect to {relay}: {why}"
-                );
+                // A host that refused was logged as it was tried (one
+                // line per attempt); the others say so here.
+                if !matches!(why, NoConnection::Connect(_) | NoConnection::Dane(_))
+                    || matches!(*self.hop, NextHop::Lmtp(_))
+                {
+                    crate::event!(
+                        self.logger,
+                        "smtp",
+                        "connect_failed",
+                        { queue_id: crate::log::qid(job.msg), relay: relay, error: why.to_string() },
+                        "{}: connect to {relay}: {why}",
+                        crate::log::qid(job.msg)
+                    );
+                }
                 let why = why.to_string();
                 Err((defer_all(job, &relay, &why), Feedback::ConnectFailed))
             }

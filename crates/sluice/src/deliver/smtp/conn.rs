@@ -19,6 +19,7 @@ use tokio::net::TcpStream;
 use super::tls::{server_name, Level, Stream, TlsChoice};
 use crate::config::services::ServiceAddr;
 use crate::config::Config;
+use crate::log::io_text;
 use crate::smtp::io::{summary, MaybeTls};
 use crate::smtp::wire::Wire;
 
@@ -29,7 +30,7 @@ use crate::smtp::wire::Wire;
 pub enum ConnectError {
     #[error("4.4.1 connect to {target}: {why}")]
     Unreachable { target: String, why: String },
-    #[error("4.4.2 {relay}: no greeting: {why}")]
+    #[error("4.4.2 {relay}: no greeting: {}", io_text(.why))]
     NoGreeting { relay: String, why: std::io::Error },
     #[error("4.4.0 {relay} refused to talk to me: {code} {text}")]
     Refused {
@@ -44,7 +45,7 @@ pub enum ConnectError {
         text: String,
     },
     /// The session broke during EHLO/HELO.
-    #[error("4.4.2 {relay}: {why}")]
+    #[error("4.4.2 {relay}: {}", io_text(.why))]
     Broken { relay: String, why: std::io::Error },
     #[error("4.7.4 TLS is required, but was not offered by {relay}")]
     TlsNotOffered { relay: String },
@@ -63,6 +64,17 @@ impl ConnectError {
                 | ConnectError::Refused { .. }
                 | ConnectError::HeloRejected { .. }
         )
+    }
+
+    /// What the log's `connect to …` line says after the host: the text
+    /// without its status code (`connect to mx[192.0.2.1]:25: Connection
+    /// refused`, as Postfix).
+    pub fn logged(&self) -> String {
+        let text = self.to_string();
+        match text.split_once(' ') {
+            Some((code, rest)) if crate::message::status::is_status(code) => rest.to_string(),
+            _ => text,
+        }
     }
 
     /// The TLS handshake (or STARTTLS) failed: with `may`, try again in
@@ -183,7 +195,7 @@ impl SmtpConn {
         let stream = match tokio::time::timeout(connect_timeout, TcpStream::connect(addr)).await {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => {
-                let why = e.to_string();
+                let why = io_text(&e);
                 return Err(ConnectError::Unreachable { target, why });
             }
             Err(_) => {
@@ -233,7 +245,7 @@ impl SmtpConn {
             .await
         {
             Ok(Ok(w)) => w,
-            Ok(Err(e)) => return Err(unreachable(e.to_string())),
+            Ok(Err(e)) => return Err(unreachable(io_text(&e))),
             Err(_) => return Err(unreachable("timed out".into())),
         };
         let mut conn = SmtpConn::greeted(wire, target, config, true).await?;

@@ -11,6 +11,7 @@ use sluice_proto::dotstuff;
 use sluice_proto::dsn::notify_value;
 
 use super::conn::{Reply, SmtpConn, TxError};
+use crate::log::io_text;
 use crate::message::flags;
 use crate::message::status::Outcome;
 use crate::queue::Job;
@@ -122,8 +123,12 @@ impl SmtpConn {
     async fn envelope(&mut self, job: &Job, size: usize) -> Result<EnvelopeReplies, TxError> {
         let (cmds, mail_len) = self.envelope_commands(job, size);
         let relay = self.relay.clone();
-        let broken =
-            |e: std::io::Error| TxError::Broken(format!("4.4.2 lost connection with {relay}: {e}"));
+        let broken = |e: std::io::Error| {
+            TxError::Broken(format!(
+                "4.4.2 lost connection with {relay}: {}",
+                io_text(&e)
+            ))
+        };
         // MAIL (and, pipelined, RCPTs and DATA) in one write.
         let first = if self.pipelining {
             &cmds[..]
@@ -244,7 +249,7 @@ impl SmtpConn {
         results: &mut Vec<(u16, Outcome)>,
     ) {
         let relay = self.relay.clone();
-        let mut broken = self.send_stuffed(body).await.err().map(|e| e.to_string());
+        let mut broken = self.send_stuffed(body).await.err().map(|e| io_text(&e));
         for &i in accepted {
             if broken.is_none() {
                 match self.read_reply_within(self.data_done_timeout).await {
@@ -252,7 +257,7 @@ impl SmtpConn {
                         results.push((job.rcpts[i], outcome(&reply, &relay)));
                         continue;
                     }
-                    Err(e) => broken = Some(e.to_string()),
+                    Err(e) => broken = Some(io_text(&e)),
                 }
             }
             let why = broken.as_deref().unwrap_or_default();

@@ -14,6 +14,7 @@ use crate::message::status::Outcome;
 use crate::queue::agent::WorkerStart;
 use crate::queue::job::Feedback;
 use crate::routing::domains::LocalDomains;
+use crate::timefmt;
 
 struct FakeAgent(mpsc::UnboundedSender<WorkerStart>);
 
@@ -111,6 +112,7 @@ impl Harness {
             recipients: rcpts.iter().map(|r| r.to_string()).collect(),
             flags: 0,
             dsn: None,
+            orig_rcpt: Vec::new(),
         };
         let text = Arc::new(vec![b'x'; body.unwrap_or(10)]);
         let body_ref = self
@@ -385,6 +387,7 @@ fn envelope(id: u64) -> Envelope {
         recipients: vec![format!("n{id}@c.test")],
         flags: 0,
         dsn: None,
+        orig_rcpt: Vec::new(),
     }
 }
 

@@ -82,6 +82,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 Next::Continue
             }
             Command::Quit => {
+                self.ended = Some("quit");
                 self.reply("221 2.0.0 Bye");
                 Next::Close
             }
@@ -165,9 +166,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             }
             return self.error("530 5.7.0 Authentication required");
         }
-        if !self.trusted && !self.ctx.anvil.message(self.peer.ip()) {
-            return self.over_rate("too much mail");
-        }
         let sender = match path {
             Path::Null => String::new(),
             Path::Mailbox { mailbox, .. } => mailbox.address(),
@@ -175,6 +173,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 return self.error("501 5.1.7 Bad sender address syntax: address without a domain")
             }
         };
+        if !self.trusted && !self.ctx.anvil.message(self.peer.ip()) {
+            return self.over_rate("too much mail", &sender, None);
+        }
         if params.size.unwrap_or(0) > self.ctx.config.smtpd.message_size_limit as u64 {
             return self.error("552 5.3.4 Message size exceeds fixed limit");
         }
@@ -261,7 +262,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             return Next::Continue;
         }
         if !self.trusted && !self.ctx.anvil.recipient(self.peer.ip()) {
-            return self.over_rate("too many recipients");
+            let sender = txn.sender.clone();
+            return self.over_rate("too many recipients", &sender, Some(&address));
         }
         if routed && !self.may_relay() {
             // RFC 2505 §2: %-hacks, bang paths, quoted @ and source routes
@@ -277,15 +279,35 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         self.trusted || self.auth.is_some()
     }
 
-    /// `450 4.7.1` for a client over a per-minute rate.
-    fn over_rate(&mut self, what: &str) -> Next {
+    /// `450 4.7.1` for a client over a per-minute rate, at MAIL (the
+    /// messages) or RCPT (`to`, the recipients), logged as Postfix does:
+    /// `NOQUEUE: reject: RCPT from [ip]: 450 4.7.1 Error: too many
+    /// recipients from ip; from=<…> to=<…> proto=ESMTP helo=<…>`.
+    fn over_rate(&mut self, what: &str, from: &str, to: Option<&str>) -> Next {
         let ip = self.peer.ip();
+        let (stage, verb) = match to {
+            Some(_) => ("rcpt", "RCPT"),
+            None => ("mail", "MAIL"),
+        };
+        let proto = if self.esmtp { "ESMTP" } else { "SMTP" };
+        let helo = self.helo.as_deref().unwrap_or_default();
+        let shown_to = to.map(|to| format!(" to=<{to}>")).unwrap_or_default();
         event!(
             self.ctx.logger,
             "smtpd",
             "reject",
-            { stage: "mail", client_ip: ip, code: 450, dsn: "4.7.1", cause: "rate_limit" },
-            "NOQUEUE: reject: from [{ip}]: 450 4.7.1 {what} from {ip} (rate limit)"
+            {
+                stage: stage,
+                client_ip: ip,
+                code: 450,
+                dsn: "4.7.1",
+                cause: "rate_limit",
+                from: from,
+                to: to,
+                proto: proto,
+                helo: helo,
+            },
+            "NOQUEUE: reject: {verb} from [{ip}]: 450 4.7.1 Error: {what} from {ip}; from=<{from}>{shown_to} proto={proto} helo=<{helo}>"
         );
         self.reply_fmt(format_args!("450 4.7.1 Error: {what} from {ip}"));
         Next::Continue
@@ -348,14 +370,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         };
         match resolution {
             Resolution::NotLocal => {
-                if !txn.add_recipients(std::iter::once(address), max, &params) {
+                let given = address.clone();
+                if !txn.add_recipients(std::iter::once(address), max, &params, &given) {
                     self.reply("452 4.5.3 Error: too many recipients");
                     return Next::Continue;
                 }
             }
             Resolution::Accept(targets) => {
                 // An alias may not take the message past the recipient limit.
-                if !txn.add_recipients(targets.into_iter(), max, &params) {
+                if !txn.add_recipients(targets.into_iter(), max, &params, &address) {
                     log!(
                         ctx.logger,
                         "smtpd",

@@ -76,6 +76,9 @@ pub struct Session<S> {
     /// NOOP, RSET, VRFY, HELP, EHLO/HELO so far (junk_command_limit).
     pub(super) junk: u32,
     pub(super) messages: u32,
+    /// Why the session ended, when not by the client closing it: `quit`,
+    /// or a timeout (the `session_end` event's cause).
+    pub(super) ended: Option<&'static str>,
     /// More input was already buffered behind the command being run.
     pub(super) pipelined_more: bool,
 }
@@ -116,6 +119,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             errors: 0,
             junk: 0,
             messages: 0,
+            ended: None,
             pipelined_more: false,
         }
     }
@@ -158,23 +162,35 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             "220 {} {}",
             ctx.config.hostname, ctx.config.smtpd.banner
         ));
+        let mut cause = "closed";
         if let Err(err) = self.converse().await {
             // (A write that timed out is the client not reading.)
-            let cause = match err.kind() {
+            cause = match err.kind() {
                 std::io::ErrorKind::TimedOut => "write_timeout",
                 _ => "lost",
             };
+            let err = crate::log::io_text(&err);
             event!(
                 ctx.logger,
                 "smtpd",
-                "session_end",
-                { client_ip: ip, cause: cause, error: err.to_string() },
+                "lost_connection",
+                { client_ip: ip, cause: cause, error: err },
                 "lost connection from [{ip}]: {err}"
             );
         }
-        log!(
+        let cause = self.ended.unwrap_or(cause);
+        event!(
             ctx.logger,
             "smtpd",
+            "session_end",
+            {
+                client_ip: ip,
+                client_port: port,
+                cause: cause,
+                messages: self.messages,
+                errors: self.errors,
+                tls: self.tls.is_some(),
+            },
             "disconnect from [{ip}]:{port} messages={} errors={}",
             self.messages,
             self.errors
@@ -323,13 +339,19 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         } else {
             "timeout exceeded"
         };
+        let cause = if session {
+            "session_limit"
+        } else {
+            "idle_timeout"
+        };
+        self.ended = Some(cause);
         event!(
             self.ctx.logger,
             "smtpd",
-            "session_end",
+            "timeout",
             {
                 client_ip: self.peer.ip(),
-                cause: if session { "session_limit" } else { "idle_timeout" },
+                cause: cause,
                 code: 421,
                 dsn: "4.4.2",
             },

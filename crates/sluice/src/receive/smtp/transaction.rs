@@ -42,6 +42,8 @@ pub(super) struct Transaction {
     pub sender: String,
     pub flags: u32,
     pub recipients: Vec<String>,
+    /// (recipient, address given at RCPT) for those an alias expanded to.
+    pub orig_rcpt: Vec<(String, String)>,
     pub body: Vec<u8>,
     /// BDAT has been used in this transaction (DATA is then refused).
     pub bdat: bool,
@@ -71,6 +73,7 @@ impl Transaction {
             sender,
             flags,
             recipients: Vec::new(),
+            orig_rcpt: Vec::new(),
             body: Vec::new(),
             bdat: false,
             has_discarded: false,
@@ -85,17 +88,23 @@ impl Transaction {
     }
 
     /// Adds recipients not already present, each with the DSN parameters
-    /// of the RCPT that named it (an alias's addresses inherit them);
+    /// of the RCPT that named it (an alias's addresses inherit them) and,
+    /// when it differs, the address `given` there (the log's `orig_to`);
     /// false (and nothing added) if that would make more than `max`.
     pub fn add_recipients(
         &mut self,
         new: impl Iterator<Item = String>,
         max: usize,
         params: &RcptParams,
+        given: &str,
     ) -> bool {
         let before = self.recipients.len();
+        let orig_before = self.orig_rcpt.len();
         for r in new {
             if !self.recipients.contains(&r) {
+                if !r.eq_ignore_ascii_case(given) {
+                    self.orig_rcpt.push((r.clone(), given.to_string()));
+                }
                 self.recipients.push(r);
                 self.dsn.notify.push(params.notify);
                 self.dsn
@@ -105,6 +114,7 @@ impl Transaction {
         }
         if self.recipients.len() > max {
             self.recipients.truncate(before);
+            self.orig_rcpt.truncate(orig_before);
             self.dsn.notify.truncate(before);
             self.dsn.orcpt.truncate(before);
             return false;
@@ -277,6 +287,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             origin,
             sender: std::mem::take(&mut txn.sender),
             recipients: std::mem::take(&mut txn.recipients),
+            orig_rcpt: std::mem::take(&mut txn.orig_rcpt),
             flags: txn.flags,
             dsn: txn
                 .dsn_given

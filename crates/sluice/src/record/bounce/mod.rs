@@ -69,6 +69,7 @@ pub async fn store(
             origin: Origin::Notice,
             sender: String::new(),
             recipients: vec![original.sender.clone()],
+            orig_rcpt: Vec::new(),
             flags: bits,
             dsn: None,
             body: report.message.clone(),

@@ -11,6 +11,7 @@ fn envelope(sender: &str, rcpts: &[&str], flags: u32) -> Envelope {
         recipients: rcpts.iter().map(|r| r.to_string()).collect(),
         flags,
         dsn: None,
+        orig_rcpt: Vec::new(),
     }
 }
 
