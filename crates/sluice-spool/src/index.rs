@@ -242,3 +242,7 @@ impl LiveIndex {
         self.segs.remove(&segment);
     }
 }
+
+// The size the memory figures above assume.
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(std::mem::size_of::<LiveMsg>() == 64);
