@@ -22,7 +22,8 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 
 use crate::record::{
-    self, Envelope, Record, HEADER_LEN, KIND_MARKS, KIND_MESSAGE, KIND_OUTCOME, MAGIC,
+    self, Attempt, Envelope, Record, HEADER_LEN, KIND_ATTEMPT, KIND_MARKS, KIND_MESSAGE,
+    KIND_OUTCOME, MAGIC,
 };
 use crate::salt::Salt;
 use harness::{prop, run_target, Bytes};
@@ -67,10 +68,11 @@ fn candidate(salt: &Salt, shape: u8, kind: u8, payload: &[u8]) -> Bytes {
     if shape == 0 {
         return Bytes(payload.to_vec());
     }
-    let kind = match kind % 5 {
+    let kind = match kind % 6 {
         0 => kind,
         1 | 2 => KIND_MESSAGE,
         3 => KIND_OUTCOME,
+        4 => KIND_ATTEMPT,
         _ => KIND_MARKS,
     };
     // Shape 3 claims a little more or less than is there.
@@ -113,6 +115,7 @@ enum Spec {
     Message(Envelope, Bytes),
     Outcome(u64, Vec<u16>),
     Marks(u64, u32),
+    Attempt(u64, Attempt),
 }
 
 fn address() -> impl Strategy<Value = String> {
@@ -165,6 +168,22 @@ fn spec() -> impl Strategy<Value = Spec> {
             }),
         (any::<u64>(), vec(index, 0..20)).prop_map(|(id, r)| Spec::Outcome(id, r)),
         (any::<u64>(), any::<u32>()).prop_map(|(id, m)| Spec::Marks(id, m)),
+        (
+            any::<u64>(),
+            any::<u32>(),
+            any::<u64>(),
+            any::<u64>(),
+            address()
+        )
+            .prop_map(|(id, count, at, next, reason)| Spec::Attempt(
+                id,
+                Attempt {
+                    count,
+                    at,
+                    next,
+                    reason
+                }
+            )),
     ]
 }
 
@@ -207,6 +226,10 @@ enum View {
         id: u64,
         marks: u32,
     },
+    Attempt {
+        id: u64,
+        attempt: Attempt,
+    },
 }
 
 fn view(record: Record) -> View {
@@ -222,6 +245,7 @@ fn view(record: Record) -> View {
         },
         Record::Outcome { id, recipients } => View::Outcome { id, recipients },
         Record::Marks { id, marks } => View::Marks { id, marks },
+        Record::Attempt { id, attempt } => View::Attempt { id, attempt },
     }
 }
 
@@ -265,6 +289,10 @@ fn check_decoded(salt: &Salt, buf: &[u8]) -> Result<Option<(View, usize)>, TestC
             prop_assert_eq!(buf[4], KIND_MARKS);
             record::encode_marks(salt, *id, *marks, &mut again);
         }
+        View::Attempt { id, attempt } => {
+            prop_assert_eq!(buf[4], KIND_ATTEMPT);
+            record::encode_attempt(salt, *id, attempt, &mut again);
+        }
     }
     prop_assert!(
         again == buf[..len],
@@ -284,6 +312,7 @@ fn check_damage(spec: &Spec, keyed: bool, damage: &[Damage]) -> Result<(), TestC
         }
         Spec::Outcome(id, recipients) => record::encode_outcome(&salt, *id, recipients, &mut good),
         Spec::Marks(id, marks) => record::encode_marks(&salt, *id, *marks, &mut good),
+        Spec::Attempt(id, attempt) => record::encode_attempt(&salt, *id, attempt, &mut good),
     }
     let Some((original, len)) = check_decoded(&salt, &good)? else {
         return Err(TestCaseError::fail("a record just encoded does not decode"));

@@ -12,16 +12,16 @@
 //!   segment holding its newest copy, and that segment's `live_bytes`
 //!   counts its record length once.
 //!
-//! Memory (issue 22): a live message costs its 8-byte ID and a 48-byte
-//! [`LiveMsg`] in an [`IdTable`], about 63 bytes with the table's spare
-//! room; segments count their messages instead of listing them
+//! Memory (issue 22): a live message costs its 8-byte ID and a 64-byte
+//! [`LiveMsg`] in an [`IdTable`], about 81 bytes with the table's spare
+//! room (its last attempt's reason is not kept here: only on disk); segments count their messages instead of listing them
 //! (compaction finds a segment's messages with one scan of the index).
 
 use std::collections::BTreeMap;
 
 use crate::{BodyRef, DoneSet, IdTable};
 
-/// One live message (48 bytes). Its body runs to the record's end. The
+/// One live message (64 bytes). Its body runs to the record's end. The
 /// body's offset within its record fits 32 bits: `record::check` keeps a
 /// whole record, header included, within `u32::MAX` bytes (records of
 /// older builds could exceed that only with an envelope of 4 GiB, which
@@ -42,6 +42,42 @@ pub(crate) struct LiveMsg {
     pub marks: u32,
     /// Its envelope's flags, as stored (for [`crate::Recovered`]).
     pub flags: u32,
+    /// Its newest attempt record without the reason, carried by
+    /// compaction (times in Unix seconds, saturated to 32 bits).
+    pub tried: Tried,
+}
+
+/// An [`crate::Attempt`] without its reason, in 12 bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Tried {
+    pub count: u32,
+    pub at: u32,
+    pub next: u32,
+}
+
+impl Tried {
+    pub fn of(a: &crate::Attempt) -> Tried {
+        let secs = |t: u64| t.min(u32::MAX as u64) as u32;
+        Tried {
+            count: a.count,
+            at: secs(a.at),
+            next: secs(a.next),
+        }
+    }
+
+    /// Nothing was ever recorded.
+    pub fn is_none(&self) -> bool {
+        *self == Tried::default()
+    }
+
+    pub fn attempt(&self, reason: String) -> crate::Attempt {
+        crate::Attempt {
+            count: self.count,
+            at: self.at.into(),
+            next: self.next.into(),
+            reason,
+        }
+    }
 }
 
 impl LiveMsg {
@@ -160,6 +196,13 @@ impl LiveIndex {
         }
     }
 
+    /// Notes a live message's newest attempt (nothing for one that is not).
+    pub fn set_tried(&mut self, id: u64, tried: Tried) {
+        if let Some(msg) = self.msgs.get_mut(id) {
+            msg.tried = tried;
+        }
+    }
+
     /// Forgets a message that is complete; `None` if it was not live.
     pub fn remove(&mut self, id: u64) -> Option<LiveMsg> {
         self.detach(id);
@@ -199,3 +242,7 @@ impl LiveIndex {
         self.segs.remove(&segment);
     }
 }
+
+// The size the memory figures above assume.
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(std::mem::size_of::<LiveMsg>() == 64);

@@ -31,7 +31,11 @@
 //! ID, `u16` indices of recipients that reached a final state) and, since
 //! kind 3 was added, *marks* (queue ID, `u32` bits the daemon set on the
 //! message after storing it, united at recovery; an older build reads a
-//! marks record as damage and quarantines it, losing only the mark).
+//! marks record as damage and quarantines it, losing only the mark) and,
+//! since kind 4, *attempts* (queue ID, `u32` count, `u64` Unix seconds of
+//! the attempt and of the next one, the deferral reason: the newest one
+//! counts; spools without them load as before, and an older build
+//! quarantines them, losing only the count and the retry time).
 //! Hence at most [`MAX_RECIPIENTS`] recipients and 65,535-byte addresses;
 //! anything larger is refused with [`SpoolError::Invalid`], never cut or
 //! wrapped.
@@ -100,7 +104,7 @@ pub use done::DoneSet;
 pub use durable::{replace_file, sync_dir};
 pub use idtable::IdTable;
 use reader::SegmentReader;
-pub use record::{Dsn, Envelope, Unfit, MAX_RECIPIENTS};
+pub use record::{Attempt, Dsn, Envelope, Unfit, MAX_REASON, MAX_RECIPIENTS};
 pub use space::{filesystem_space, FsSpace};
 
 /// Errors the spool reports; the SMTP layer maps them to replies
@@ -162,6 +166,9 @@ pub struct Recovered {
     pub marks: u32,
     /// Its envelope's flags ([`Envelope::flags`]), as stored.
     pub flags: u32,
+    /// The newest attempt recorded for it ([`Spool::record_attempt`]);
+    /// none for mail never deferred, or stored by a build without them.
+    pub attempt: Option<Attempt>,
 }
 
 /// What start-up found, for the log.
@@ -346,6 +353,7 @@ impl Spool {
                 recipients,
                 complete,
                 marks: 0,
+                attempt: None,
             }));
     }
 
@@ -377,6 +385,26 @@ impl Spool {
                 recipients: Vec::new(),
                 complete: false,
                 marks,
+                attempt: None,
+            }));
+    }
+
+    /// Records a delivery attempt that left message `id` waiting: the
+    /// count, when, when the next is due, why. Only the newest counts;
+    /// recovery hands it back in [`Recovered::attempt`] and compaction
+    /// carries it (without its reason) with the message. Written like
+    /// [`Spool::record_outcome`]: no wait, next group commit; dropped for
+    /// a message that is no longer live. Not told to the outcome observer.
+    pub fn record_attempt(&self, id: u64, attempt: Attempt) {
+        let _ = self
+            .queue
+            .tx
+            .send(writer::Command::Outcome(writer::Outcome {
+                id,
+                recipients: Vec::new(),
+                complete: false,
+                marks: 0,
+                attempt: Some(Box::new(attempt)),
             }));
     }
 

@@ -18,6 +18,15 @@ pub(crate) const HEADER_LEN: usize = 13;
 pub(crate) const KIND_MESSAGE: u8 = 1;
 pub(crate) const KIND_OUTCOME: u8 = 2;
 pub(crate) const KIND_MARKS: u8 = 3;
+pub(crate) const KIND_ATTEMPT: u8 = 4;
+
+/// Payload length of an attempt record before its reason: queue ID,
+/// count, time of the attempt and of the next one, the reason's length.
+pub(crate) const ATTEMPT_FIXED: usize = 8 + 4 + 8 + 8 + 2;
+
+/// Longest deferral reason an attempt record keeps (longer ones are cut
+/// at a character boundary: it is for people, never compared).
+pub const MAX_REASON: usize = 1000;
 
 /// Payload length of a marks record: queue ID and the mark bits.
 pub(crate) const MARKS_PAYLOAD: usize = 8 + 4;
@@ -208,6 +217,42 @@ pub(crate) fn encode_marks(salt: &Salt, id: u64, marks: u32, out: &mut Vec<u8>) 
     finish(salt, out, start, KIND_MARKS);
 }
 
+/// What the daemon notes about a message after a delivery attempt that
+/// left work to do: how many attempts so far, when the last one was and
+/// when the next is due (Unix seconds; 0: unknown), and why it was
+/// deferred (empty: unknown). The newest one recorded for a message is
+/// what recovery hands back ([`crate::Recovered::attempt`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Attempt {
+    pub count: u32,
+    pub at: u64,
+    pub next: u64,
+    pub reason: String,
+}
+
+/// The bytes an attempt record with `reason_len` bytes of reason takes.
+pub(crate) fn attempt_len(reason_len: usize) -> u64 {
+    (HEADER_LEN + ATTEMPT_FIXED + reason_len.min(MAX_REASON)) as u64
+}
+
+/// Appends an attempt record for message `id` (its reason cut to
+/// [`MAX_REASON`] bytes at a character boundary).
+pub(crate) fn encode_attempt(salt: &Salt, id: u64, attempt: &Attempt, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend_from_slice(&[0u8; HEADER_LEN]);
+    out.extend_from_slice(&id.to_le_bytes());
+    out.extend_from_slice(&attempt.count.to_le_bytes());
+    out.extend_from_slice(&attempt.at.to_le_bytes());
+    out.extend_from_slice(&attempt.next.to_le_bytes());
+    let mut end = attempt.reason.len().min(MAX_REASON);
+    while !attempt.reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    // Cannot fail: at most MAX_REASON bytes.
+    let _ = put_str(out, &attempt.reason[..end]);
+    finish(salt, out, start, KIND_ATTEMPT);
+}
+
 /// Appends a length-prefixed string; refuses one over 65,535 bytes rather
 /// than cutting it (possibly inside a UTF-8 character).
 fn put_str(out: &mut Vec<u8>, s: &str) -> Result<(), Unfit> {
@@ -241,6 +286,10 @@ pub(crate) enum Record {
     Marks {
         id: u64,
         marks: u32,
+    },
+    Attempt {
+        id: u64,
+        attempt: Attempt,
     },
 }
 
@@ -335,6 +384,23 @@ pub(crate) fn decode(salt: &Salt, buf: &[u8]) -> Result<(Record, usize), Damage>
                 return Err(Damage::Corrupt("marks length mismatch"));
             }
             Record::Marks { id, marks }
+        }
+        KIND_ATTEMPT => {
+            let id = r.u64()?;
+            let count = r.u32()?;
+            let at = r.u64()?;
+            let next = r.u64()?;
+            let reason = r.string()?;
+            if r.pos != r.buf.len() || reason.len() > MAX_REASON {
+                return Err(Damage::Corrupt("attempt length mismatch"));
+            }
+            let attempt = Attempt {
+                count,
+                at,
+                next,
+                reason,
+            };
+            Record::Attempt { id, attempt }
         }
         _ => return Err(Damage::Corrupt("unknown record kind")),
     };

@@ -33,7 +33,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::index::{LiveIndex, LiveMsg};
+use crate::index::{LiveIndex, LiveMsg, Tried};
 use crate::record::{self, Damage, Record, HEADER_LEN};
 use crate::salt::Salt;
 
@@ -66,6 +66,11 @@ struct Found {
     early: HashMap<u64, Vec<u16>>,
     /// Marks seen before any record of their message, likewise.
     early_marks: HashMap<u64, u32>,
+    /// Attempts seen before any record of their message, likewise.
+    early_tried: HashMap<u64, Tried>,
+    /// The reason of each message's newest attempt record that had one
+    /// (compaction's copies carry none: the index does not keep it).
+    reasons: HashMap<u64, String>,
     /// The highest queue ID any valid record carries (message or outcome):
     /// new IDs start above it.
     max_id: u64,
@@ -97,12 +102,17 @@ pub(crate) fn recover(
     messages.retain(|_, msg| !msg.done.all());
     report.messages_complete = before - messages.len();
     let mut pending: Vec<Recovered> = Vec::with_capacity(messages.len());
-    pending.extend(messages.iter().map(|(id, msg)| Recovered {
-        id,
-        body: msg.body_ref(id),
-        done: msg.done.clone(),
-        marks: msg.marks,
-        flags: msg.flags,
+    let reasons = &mut found.reasons;
+    pending.extend(messages.iter().map(|(id, msg)| {
+        Recovered {
+            id,
+            body: msg.body_ref(id),
+            done: msg.done.clone(),
+            marks: msg.marks,
+            flags: msg.flags,
+            attempt: (!msg.tried.is_none())
+                .then(|| msg.tried.attempt(reasons.remove(&id).unwrap_or_default())),
+        }
     }));
     pending.sort_by_key(|m| m.id);
     report.messages_pending = pending.len();
@@ -228,10 +238,14 @@ impl Found {
                     body_at: body_at as u32,
                     marks: self.early_marks.remove(&id).unwrap_or(0),
                     flags: envelope.flags,
+                    tried: self.early_tried.remove(&id).unwrap_or_default(),
                 };
                 debug_assert_eq!(record_len - body_at as u64, body_len);
                 if let Some(earlier) = self.messages.get(id) {
                     msg.marks |= earlier.marks;
+                    if msg.tried.is_none() {
+                        msg.tried = earlier.tried;
+                    }
                     unite(&mut msg.done, earlier.done.indices(true));
                 }
                 if let Some(early) = self.early.remove(&id) {
@@ -254,6 +268,21 @@ impl Found {
                 match self.messages.get_mut(id) {
                     Some(found) => found.marks |= marks,
                     None => *self.early_marks.entry(id).or_default() |= marks,
+                }
+            }
+            Record::Attempt { id, attempt } => {
+                // The newest wins; a copy without its reason keeps the
+                // reason of the record it copies.
+                self.max_id = self.max_id.max(id);
+                let tried = Tried::of(&attempt);
+                let known = match self.messages.get_mut(id) {
+                    Some(found) => std::mem::replace(&mut found.tried, tried),
+                    None => self.early_tried.insert(id, tried).unwrap_or_default(),
+                };
+                if !attempt.reason.is_empty() {
+                    self.reasons.insert(id, attempt.reason);
+                } else if known != tried {
+                    self.reasons.remove(&id);
                 }
             }
         }

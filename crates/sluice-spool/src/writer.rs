@@ -107,6 +107,8 @@ pub(crate) struct Outcome {
     pub complete: bool,
     /// Mark bits to add (0: none).
     pub marks: u32,
+    /// A delivery attempt to note.
+    pub attempt: Option<Box<crate::Attempt>>,
 }
 
 /// A store encoded into the batch buffer, awaiting the write.
@@ -122,6 +124,7 @@ struct Recorded {
     recipients: Vec<u16>,
     complete: bool,
     marks: u32,
+    tried: Option<crate::index::Tried>,
 }
 
 struct Writer {
@@ -368,6 +371,7 @@ impl Writer {
                     done: crate::DoneSet::none(envelope.recipients.len()),
                     marks: 0,
                     flags: envelope.flags,
+                    tried: Default::default(),
                 },
                 reply,
             });
@@ -402,11 +406,16 @@ impl Writer {
             if marks != 0 {
                 record::encode_marks(&self.salt, outcome.id, marks, buf);
             }
+            let attempt = outcome.attempt.as_deref().filter(|_| !outcome.complete);
+            if let Some(attempt) = attempt {
+                record::encode_attempt(&self.salt, outcome.id, attempt, buf);
+            }
             recorded.push(Recorded {
                 id: outcome.id,
                 recipients,
                 complete: outcome.complete,
                 marks,
+                tried: attempt.map(crate::index::Tried::of),
             });
         }
         recorded
@@ -434,6 +443,9 @@ impl Writer {
         }
         for outcome in recorded {
             self.index.add_marks(outcome.id, outcome.marks);
+            if let Some(tried) = outcome.tried {
+                self.index.set_tried(outcome.id, tried);
+            }
             let all_done = self.index.record_done(outcome.id, &outcome.recipients);
             if (outcome.complete || all_done) && self.index.remove(outcome.id).is_some() {
                 self.reader.settle(outcome.id);

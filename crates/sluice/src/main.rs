@@ -98,16 +98,24 @@ enum QueueAction {
         #[arg(long)]
         state: Option<String>,
     },
-    /// One message: envelope, recipients, headers, log lines.
-    Show { id: String },
+    /// One message: envelope, recipients, last reasons, attempts and the
+    /// next retry, headers, log lines; with --body the whole message.
+    Show {
+        /// The queue ID.
+        id: String,
+        /// Print the whole message, header and body, after it (postcat -q).
+        #[arg(long)]
+        body: bool,
+    },
     /// Retry deferred mail now (all, one message, or one domain's).
     Flush {
         id: Option<String>,
         #[arg(long)]
         domain: Option<String>,
     },
-    /// Delete messages (no bounce).
+    /// Delete messages (no bounce): IDs, ALL, - (IDs on stdin), or a filter.
     Delete {
+        /// Queue IDs, ALL, or - to read IDs one a line from stdin.
         ids: Vec<String>,
         #[arg(long)]
         all_deferred: bool,
@@ -115,12 +123,31 @@ enum QueueAction {
         #[arg(long)]
         older_than: Option<u64>,
     },
-    /// Keep a message, do not deliver it.
-    Hold { id: String },
-    /// Deliver a held message again.
-    Release { id: String },
-    /// Return a message to its sender now.
-    Bounce { id: String },
+    /// Keep messages, do not deliver them (postsuper -h).
+    Hold {
+        /// Queue IDs, ALL, or - to read IDs one a line from stdin.
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+    /// Deliver held messages again (postsuper -H).
+    Release {
+        /// Queue IDs, ALL, or - to read IDs one a line from stdin.
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+    /// Return messages to their senders now.
+    Bounce {
+        /// Queue IDs, ALL, or - to read IDs one a line from stdin.
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+    /// Deliver messages again from scratch now, out of hold, their attempt
+    /// count and backoff forgotten (postsuper -r).
+    Requeue {
+        /// Queue IDs, ALL, or - to read IDs one a line from stdin.
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
 }
 
 #[derive(Args)]
@@ -446,10 +473,41 @@ fn sendmail_main(args: &[String]) -> ExitCode {
 
 /// `sluice queue …`.
 async fn queue(a: QueueArgs) -> Result<(), CliError> {
-    use sluice::admin::protocol::{Filter, Request};
+    use sluice::admin::protocol::Request;
     use sluice::tools::queue_cli;
     let data_dir = sluice::tools::locate::data_dir(a.config.config.as_deref())?;
-    let request = match a.action {
+    let request = queue_request(a.action)?;
+    let listing = matches!(request, Request::List { .. });
+    let show = matches!(request, Request::Show { .. } | Request::ShowMessage { .. });
+    let response = queue_cli::call(&data_dir, &request).await?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&response)?);
+    } else if show {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        out.write_all(queue_cli::show(&response).as_bytes())?;
+        if let Some(message) = queue_cli::message(&response) {
+            out.write_all(b"\nmessage:\n")?;
+            out.write_all(&message)?;
+        }
+    } else if listing {
+        print!("{}", queue_cli::mailq(&response.messages));
+    } else {
+        println!("{}", queue_cli::tally(&response));
+    }
+    Ok(())
+}
+
+/// The request a `sluice queue` command makes (IDs named `-` are read
+/// from standard input).
+fn queue_request(action: QueueAction) -> Result<sluice::admin::protocol::Request, CliError> {
+    use sluice::admin::protocol::{Filter, Op, Request};
+    use sluice::tools::queue_cli::targets;
+    let apply = |op, ids: Vec<String>| -> Result<Request, CliError> {
+        let (ids, all) = targets(ids, std::io::stdin().lock())?;
+        Ok(Request::Apply { op, ids, all })
+    };
+    Ok(match action {
         QueueAction::List {
             sender,
             recipient,
@@ -464,34 +522,24 @@ async fn queue(a: QueueArgs) -> Result<(), CliError> {
                 older_than_secs: None,
             },
         },
-        QueueAction::Show { id } => Request::Show { id },
+        QueueAction::Show { id, body: false } => Request::Show { id },
+        QueueAction::Show { id, body: true } => Request::ShowMessage { id },
         QueueAction::Flush { id, domain } => Request::Flush { id, domain },
         QueueAction::Delete {
             ids,
             all_deferred,
             older_than,
-        } => Request::Delete {
+        } if ids.is_empty() => Request::Delete {
             ids,
             all_deferred,
             older_than_secs: older_than,
         },
-        QueueAction::Hold { id } => Request::Hold { id },
-        QueueAction::Release { id } => Request::Release { id },
-        QueueAction::Bounce { id } => Request::Bounce { id },
-    };
-    let listing = matches!(request, Request::List { .. } | Request::Show { .. });
-    let show = matches!(request, Request::Show { .. });
-    let response = queue_cli::call(&data_dir, &request).await?;
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&response)?);
-    } else if show {
-        print!("{}", queue_cli::show(&response));
-    } else if listing {
-        print!("{}", queue_cli::mailq(&response.messages));
-    } else {
-        println!("{} message(s)", response.count);
-    }
-    Ok(())
+        QueueAction::Delete { ids, .. } => apply(Op::Delete, ids)?,
+        QueueAction::Hold { ids } => apply(Op::Hold, ids)?,
+        QueueAction::Release { ids } => apply(Op::Release, ids)?,
+        QueueAction::Bounce { ids } => apply(Op::Bounce, ids)?,
+        QueueAction::Requeue { ids } => apply(Op::Requeue, ids)?,
+    })
 }
 
 /// `sluice dkim-keygen`.

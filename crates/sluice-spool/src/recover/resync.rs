@@ -20,7 +20,10 @@
 //!   Without the bound, a segment of fake headers that each claim to run to
 //!   its end costs time quadratic in its size.
 
-use crate::record::{self, HEADER_LEN, KIND_MARKS, KIND_MESSAGE, KIND_OUTCOME, MARKS_PAYLOAD};
+use crate::record::{
+    self, ATTEMPT_FIXED, HEADER_LEN, KIND_ATTEMPT, KIND_MARKS, KIND_MESSAGE, KIND_OUTCOME,
+    MARKS_PAYLOAD, MAX_REASON,
+};
 use crate::salt::Salt;
 
 /// Checksum work allowed per byte of segment, over all its resyncs.
@@ -105,6 +108,10 @@ fn plausible_len(candidate: &[u8]) -> Option<usize> {
                 == Some(len)
         }
         KIND_MARKS => len == MARKS_PAYLOAD,
+        KIND_ATTEMPT if (ATTEMPT_FIXED..=ATTEMPT_FIXED + MAX_REASON).contains(&len) => {
+            let reason = u16::from_le_bytes(payload[28..30].try_into().ok()?) as usize;
+            ATTEMPT_FIXED + reason == len
+        }
         _ => false,
     };
     fits.then_some(len)

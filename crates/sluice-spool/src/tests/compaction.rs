@@ -230,3 +230,56 @@ fn marks_survive_reopen_and_compaction() {
     assert_eq!(recovered[0].marks, 7);
     spool.shutdown();
 }
+
+/// The newest attempt is what a restart finds (count, times, reason);
+/// compaction carries the count and times, and a spool without attempt
+/// records (as an older build wrote) recovers none.
+#[test]
+fn the_newest_attempt_survives_reopen_and_compaction() {
+    use crate::Attempt;
+    let dir = temp_dir("attempts");
+    let rt = runtime();
+    let (spool, _, _) = Spool::open(config(&dir)).unwrap();
+    let (tried, old_ref) = store(&rt, &spool, 1, b"deferred\r\n".to_vec());
+    let (never, _) = store(&rt, &spool, 1, b"never tried\r\n".to_vec());
+    let attempt = |count, reason: &str| Attempt {
+        count,
+        at: 1_800_000_000 + u64::from(count),
+        next: 1_800_000_600 + u64::from(count),
+        reason: reason.into(),
+    };
+    spool.record_attempt(tried.id, attempt(1, "4.4.1 connect refused"));
+    spool.record_attempt(tried.id, attempt(2, "4.2.0 try later"));
+    spool.shutdown();
+    drop(spool);
+
+    let (spool, recovered, report) = Spool::open(config(&dir)).unwrap();
+    assert!(report.damage.is_empty(), "{:?}", report.damage);
+    let by_id = |id| recovered.iter().find(|r| r.id == id).unwrap();
+    assert_eq!(by_id(tried.id).attempt, Some(attempt(2, "4.2.0 try later")));
+    assert_eq!(by_id(never.id).attempt, None, "no record: none");
+    spool.record_outcome(never.id, vec![0], true);
+    churn(&rt, &spool, &dir, 200);
+    assert!(!segment_path(&dir, old_ref.segment).exists(), "moved away");
+    spool.shutdown();
+    drop(spool);
+
+    let (spool, recovered, report) = Spool::open(config(&dir)).unwrap();
+    assert!(report.damage.is_empty(), "{:?}", report.damage);
+    assert_eq!(ids(&recovered), vec![tried.id]);
+    let moved = recovered[0].attempt.clone().unwrap();
+    assert_eq!(
+        (moved.count, moved.at, moved.next),
+        (2, 1_800_000_002, 1_800_000_602)
+    );
+    // A newer attempt replaces the copied one.
+    spool.record_attempt(tried.id, attempt(3, "4.4.2 lost connection"));
+    spool.shutdown();
+    drop(spool);
+    let (spool, recovered, _) = Spool::open(config(&dir)).unwrap();
+    assert_eq!(
+        recovered[0].attempt,
+        Some(attempt(3, "4.4.2 lost connection"))
+    );
+    spool.shutdown();
+}

@@ -99,7 +99,10 @@ impl Writer {
         let bytes: u64 = picked
             .iter()
             .map(|(_, msg)| {
-                msg.record_len + record::outcome_len(msg.done.len()) + record::marks_len()
+                msg.record_len
+                    + record::outcome_len(msg.done.len())
+                    + record::marks_len()
+                    + record::attempt_len(0)
             })
             .sum();
         // On any failure below, the picked messages are no longer in the
@@ -204,6 +207,10 @@ impl Writer {
             }
             if msg.marks != 0 {
                 record::encode_marks(&self.salt, *id, msg.marks, buf);
+            }
+            if !msg.tried.is_none() {
+                let attempt = msg.tried.attempt(String::new());
+                record::encode_attempt(&self.salt, *id, &attempt, buf);
             }
             let copy = LiveMsg {
                 segment: self.current,

@@ -31,7 +31,7 @@ use tokio::task::JoinHandle;
 use crate::accept::AcceptErrors;
 use crate::log;
 use crate::log::Logger;
-use crate::queue::admin::{AdminReply, AdminRequest, Place, Snap};
+use crate::queue::admin::{AdminReply, AdminRequest, Op, Place, Snap, Tally};
 use crate::queue::QueueHandle;
 use crate::receive::local::{self as submit, Submitter};
 use arc_swap::ArcSwap;
@@ -262,7 +262,8 @@ impl Admin {
                 Ok(entries) => Response::list(entries),
                 Err(e) => Response::error(e),
             },
-            Request::Show { id } => self.show(&id).await,
+            Request::Show { id } => self.show(&id, false).await,
+            Request::ShowMessage { id } => self.show(&id, true).await,
             Request::Flush { id, domain } => {
                 let ids = match (id, domain) {
                     (Some(id), _) => parse_id(&id).map(|n| Some(vec![n])),
@@ -286,50 +287,68 @@ impl Admin {
                 all_deferred,
                 older_than_secs,
             } => {
-                let chosen = if ids.is_empty() {
-                    let filter = Filter {
-                        state: all_deferred.then(|| "deferred".to_string()),
-                        older_than_secs,
-                        ..Default::default()
-                    };
-                    if !all_deferred && older_than_secs.is_none() {
-                        return Response::error(AdminError::NothingToDelete);
-                    }
-                    self.ids(&filter).await
-                } else {
-                    ids.iter().map(|i| parse_id(i)).collect()
+                if !ids.is_empty() {
+                    return self.apply(Op::Delete, &ids, false).await;
+                }
+                if !all_deferred && older_than_secs.is_none() {
+                    return Response::error(AdminError::NothingToDelete);
+                }
+                let filter = Filter {
+                    state: all_deferred.then(|| "deferred".to_string()),
+                    older_than_secs,
+                    ..Default::default()
                 };
-                match chosen {
+                match self.ids(&filter).await {
                     Ok(ids) => {
-                        self.count_all(AdminRequest::Delete(ids.clone()), ids.len())
+                        self.applied(AdminRequest::Apply(Op::Delete, Some(ids)))
                             .await
                     }
                     Err(e) => Response::error(e),
                 }
             }
-            Request::Hold { id } => self.one(&id, AdminRequest::Hold).await,
-            Request::Release { id } => self.one(&id, AdminRequest::Release).await,
-            Request::Bounce { id } => self.one(&id, AdminRequest::Bounce).await,
+            Request::Hold { id } => self.apply(Op::Hold, &[id], false).await,
+            Request::Release { id } => self.apply(Op::Release, &[id], false).await,
+            Request::Bounce { id } => self.apply(Op::Bounce, &[id], false).await,
+            Request::Apply { op, ids, all } => self.apply(op, &ids, all).await,
             Request::Submit { .. } => Response::error(AdminError::SubmitHere),
         }
     }
 
-    async fn one(&self, id: &str, make: fn(Vec<u64>) -> AdminRequest) -> Response {
-        match parse_id(id) {
-            Ok(n) => self.count_all(make(vec![n]), 1).await,
-            Err(e) => Response::error(e),
-        }
+    /// postsuper's `op` on the messages named, or all; every ID named
+    /// must be in the queue (those that are are acted on all the same).
+    async fn apply(&self, op: Op, ids: &[String], all: bool) -> Response {
+        let targets = match (all, ids.is_empty()) {
+            (true, true) => None,
+            (false, false) => match ids.iter().map(|i| parse_id(i)).collect() {
+                Ok(ids) => Some(ids),
+                Err(e) => return Response::error(e),
+            },
+            (true, false) => return Response::error(AdminError::IdsAndAll),
+            (false, true) => return Response::error(AdminError::NothingNamed),
+        };
+        self.applied(AdminRequest::Apply(op, targets)).await
     }
 
-    /// A request whose every ID must exist.
-    async fn count_all(&self, request: AdminRequest, wanted: usize) -> Response {
-        let response = self.count(request).await;
-        if response.ok && response.count < wanted {
+    /// The queue's tally as an answer: an error if IDs were not found.
+    async fn applied(&self, request: AdminRequest) -> Response {
+        let Some(AdminReply::Applied(tally)) = self.queue.admin(request).await else {
+            return Response::error(AdminError::NotRunning);
+        };
+        let Tally {
+            changed,
+            unchanged,
+            missing,
+        } = tally;
+        if missing > 0 {
+            let wanted = changed + unchanged + missing;
             return Response::error(AdminError::NotFound {
-                missing: wanted - response.count,
+                changed,
+                missing,
                 wanted,
             });
         }
+        let mut response = Response::count(changed);
+        response.unchanged = unchanged;
         response
     }
 
@@ -366,8 +385,9 @@ impl Admin {
         .map_err(AdminError::Panicked)
     }
 
-    /// One message: its entry, its headers, and the log lines naming it.
-    async fn show(&self, id: &str) -> Response {
+    /// One message: its entry, its headers (or, `whole`, the message),
+    /// and the log lines naming it.
+    async fn show(&self, id: &str, whole: bool) -> Response {
         let (n, wanted) = match parse_id(id) {
             Ok(n) => (n, crate::log::qid(n)),
             Err(e) => return Response::error(e),
@@ -384,17 +404,18 @@ impl Admin {
             return Response::error(AdminError::NoSuchMessage(wanted));
         };
         let details = tokio::task::spawn_blocking(move || {
-            let headers = spool
-                .read_body(body_ref)
-                .map(|b| String::from_utf8_lossy(crate::message::body::headers(&b)).into_owned())
-                .unwrap_or_default();
-            (headers, history::history(log_file.as_deref(), &qid))
+            let body = spool.read_body(body_ref).unwrap_or_default();
+            let headers = String::from_utf8_lossy(crate::message::body::headers(&body));
+            let whole = whole.then(|| base64::engine::general_purpose::STANDARD.encode(&body));
+            let history = history::history(log_file.as_deref(), &qid);
+            (headers.into_owned(), whole, history)
         })
         .await
         .unwrap_or_default();
         let mut response = Response::list(vec![found]);
         response.headers = Some(details.0);
-        response.history = details.1;
+        response.message_b64 = details.1;
+        response.history = details.2;
         response
     }
 }
@@ -406,8 +427,19 @@ enum AdminError {
     NotAQueueId(String),
     #[error("the queue is not running")]
     NotRunning,
-    #[error("{missing} of {wanted} queue IDs not found (delivered, or never queued)")]
-    NotFound { missing: usize, wanted: usize },
+    #[error(
+        "{missing} of {wanted} queue IDs not found (delivered, or never queued); \
+         {changed} message(s) changed"
+    )]
+    NotFound {
+        changed: usize,
+        missing: usize,
+        wanted: usize,
+    },
+    #[error("name queue IDs or ALL, not both")]
+    IdsAndAll,
+    #[error("name queue IDs, ALL, or - (IDs on standard input)")]
+    NothingNamed,
     #[error("{0}: no such message in the queue")]
     NoSuchMessage(String),
     #[error("delete: name IDs, --all-deferred or --older-than")]
@@ -431,8 +463,10 @@ enum AdminError {
     Panicked(tokio::task::JoinError),
 }
 
+/// A queue ID in hex; mailq's status mark after it (`*`, `!`) is allowed.
 fn parse_id(id: &str) -> Result<u64, AdminError> {
-    u64::from_str_radix(id.trim(), 16).map_err(|_| AdminError::NotAQueueId(id.to_string()))
+    let hex = id.trim().trim_end_matches(['*', '!']);
+    u64::from_str_radix(hex, 16).map_err(|_| AdminError::NotAQueueId(id.to_string()))
 }
 
 /// A snapshot entry with its envelope (read from the spool for waiting mail).
@@ -474,6 +508,8 @@ fn entry(spool: &Spool, s: Snap) -> Option<Entry> {
         }
         .into(),
         attempts: s.attempts,
+        last_attempt_ms: s.last_attempt.map(|t| t * 1000),
+        next_retry_ms: s.next_retry.map(|t| t * 1000),
         recipients,
         body_ref: Some(s.body_ref),
     })

@@ -4,6 +4,8 @@
 use serde::{Deserialize, Serialize};
 use sluice_spool::BodyRef;
 
+pub use crate::queue::admin::Op;
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "cmd", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Request {
@@ -12,6 +14,10 @@ pub enum Request {
         filter: Filter,
     },
     Show {
+        id: String,
+    },
+    /// `show` with the whole message (postcat -q).
+    ShowMessage {
         id: String,
     },
     Flush {
@@ -36,6 +42,14 @@ pub enum Request {
     },
     Bounce {
         id: String,
+    },
+    /// postsuper: `op` on every message named, or on all of them.
+    Apply {
+        op: Op,
+        #[serde(default)]
+        ids: Vec<String>,
+        #[serde(default)]
+        all: bool,
     },
     /// sendmail(1): queue a message (base64 of its octets, CRLF lines).
     Submit {
@@ -95,6 +109,12 @@ pub struct Entry {
     /// active | deferred | hold
     pub state: String,
     pub attempts: u32,
+    /// Waiting mail: its last attempt and when the next is due (Unix
+    /// milliseconds), when known.
+    #[serde(default)]
+    pub last_attempt_ms: Option<u64>,
+    #[serde(default)]
+    pub next_retry_ms: Option<u64>,
     pub recipients: Vec<RcptEntry>,
     #[serde(skip)]
     pub body_ref: Option<BodyRef>,
@@ -116,15 +136,21 @@ pub struct Response {
     pub error: Option<String>,
     #[serde(default)]
     pub messages: Vec<Entry>,
-    /// Messages an operation applied to.
+    /// Messages an operation applied to (changed).
     #[serde(default)]
     pub count: usize,
+    /// Messages an operation found already so (a hold of held mail).
+    #[serde(default)]
+    pub unchanged: usize,
     /// `show`: the message's header section.
     #[serde(default)]
     pub headers: Option<String>,
     /// `show`: the mail log's lines about it.
     #[serde(default)]
     pub history: Vec<String>,
+    /// `show_message`: the whole message, header and body (base64).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_b64: Option<String>,
     /// `submit`: the new message's queue ID.
     #[serde(default)]
     pub queue_id: Option<String>,

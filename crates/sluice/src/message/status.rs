@@ -187,3 +187,42 @@ mod tests {
         assert!(f.diagnostic.contains("last error: 4.4.1 connect failed"));
     }
 }
+
+/// A reason as people read it: without the ` (os error N)` Rust's I/O
+/// errors append ("Connection refused (os error 111)" is "Connection
+/// refused", as Postfix says it). Only that suffix, wherever it occurs,
+/// is taken out; the rest is as it was.
+pub fn plain_reason(reason: &str) -> String {
+    let mut out = String::with_capacity(reason.len());
+    let mut rest = reason;
+    while let Some(at) = rest.find(" (os error ") {
+        let tail = &rest[at + " (os error ".len()..];
+        let digits = tail.bytes().take_while(u8::is_ascii_digit).count();
+        if digits > 0 && tail[digits..].starts_with(')') {
+            out.push_str(&rest[..at]);
+            rest = &tail[digits + 1..];
+        } else {
+            out.push_str(&rest[..at + 1]);
+            rest = &rest[at + 1..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod plain_tests {
+    use super::plain_reason;
+
+    #[test]
+    fn os_error_suffixes_are_taken_out() {
+        let r = "4.4.1 connect to a[127.0.0.1]:25: Connection refused (os error 111)";
+        assert_eq!(
+            plain_reason(r),
+            "4.4.1 connect to a[127.0.0.1]:25: Connection refused"
+        );
+        let two = "x (os error 1); y (os error 22) z (os error) (os error 9x)";
+        assert_eq!(plain_reason(two), "x; y z (os error) (os error 9x)");
+        assert_eq!(plain_reason("4.2.0 try later"), "4.2.0 try later");
+    }
+}

@@ -1,6 +1,8 @@
 //! The queue's side of administration (`sluice queue …`, like Postfix's
 //! postqueue/postsuper): a snapshot of the queue, and flush, delete,
-//! hold, release and bounce by queue ID. The admin socket (`admin/`)
+//! hold, release, bounce and requeue by queue ID or of every message;
+//! each says how many messages it changed, left as they were (holding
+//! held mail) or did not find. The admin socket (`admin/`)
 //! turns requests into these and reads envelopes of waiting mail from the
 //! spool itself, so the scheduler never blocks on disk for them.
 //!
@@ -34,10 +36,25 @@ pub enum AdminRequest {
     Stats,
     /// Retry now: these messages, or every waiting one (`None`).
     Flush(Option<Vec<u64>>),
-    Delete(Vec<u64>),
-    Hold(Vec<u64>),
-    Release(Vec<u64>),
-    Bounce(Vec<u64>),
+    /// postsuper's operations: on these messages, or all (`None`).
+    Apply(Op, Option<Vec<u64>>),
+}
+
+/// What postsuper does to a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Op {
+    /// Remove it, no notice (`postsuper -d`).
+    Delete,
+    /// Keep it, do not deliver it (`-h`).
+    Hold,
+    /// Deliver it again (`-H`).
+    Release,
+    /// Return its open recipients to the sender now.
+    Bounce,
+    /// Deliver it again from scratch now (`-r`): out of hold, attempts
+    /// and backoff forgotten.
+    Requeue,
 }
 
 pub enum AdminReply {
@@ -45,6 +62,35 @@ pub enum AdminReply {
     Stats(QueueStats),
     /// How many messages the request applied to.
     Count(usize),
+    Applied(Tally),
+}
+
+/// What an [`Op`] did, message by message.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub changed: usize,
+    /// Found and already so (held mail held again, …).
+    pub unchanged: usize,
+    /// Not in the queue (delivered, or never queued).
+    pub missing: usize,
+}
+
+/// What an [`Op`] did to one message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Applied {
+    Changed,
+    Unchanged,
+    Missing,
+}
+
+impl Applied {
+    fn changed_if(found: bool, changed: bool) -> Applied {
+        match (found, changed) {
+            (false, _) => Applied::Missing,
+            (true, true) => Applied::Changed,
+            (true, false) => Applied::Unchanged,
+        }
+    }
 }
 
 /// The queue at a glance.
@@ -92,6 +138,10 @@ pub struct Snap {
     /// For waiting mail: the reason it was last deferred.
     pub last_reason: Option<String>,
     pub attempts: u32,
+    /// For waiting mail: when it was last tried and when it will be
+    /// next (Unix seconds), if known.
+    pub last_attempt: Option<u64>,
+    pub next_retry: Option<u64>,
 }
 
 /// Deletion or bounce waiting for a round to end.
@@ -167,21 +217,12 @@ impl Scheduler {
     pub(super) fn admin(&mut self, request: AdminRequest, reply: oneshot::Sender<AdminReply>) {
         // Only these change the hold list (a mailq or a /metrics scrape
         // writes nothing).
-        let changes_holds = matches!(
-            request,
-            AdminRequest::Delete(_)
-                | AdminRequest::Hold(_)
-                | AdminRequest::Release(_)
-                | AdminRequest::Bounce(_)
-        );
+        let changes_holds = matches!(request, AdminRequest::Apply(..));
         let answer = match request {
             AdminRequest::Snapshot => AdminReply::Snapshot(self.snapshot()),
             AdminRequest::Stats => AdminReply::Stats(self.stats()),
             AdminRequest::Flush(ids) => AdminReply::Count(self.flush(ids)),
-            AdminRequest::Delete(ids) => AdminReply::Count(self.each(ids, Self::delete)),
-            AdminRequest::Hold(ids) => AdminReply::Count(self.each(ids, Self::hold)),
-            AdminRequest::Release(ids) => AdminReply::Count(self.each(ids, Self::release)),
-            AdminRequest::Bounce(ids) => AdminReply::Count(self.each(ids, Self::bounce_now)),
+            AdminRequest::Apply(op, ids) => AdminReply::Applied(self.apply_op(op, ids)),
         };
         let save = match (&mut self.admin.hold_file, changes_holds) {
             (Some(file), true) => Some(file.save(&self.admin.held)),
@@ -206,8 +247,34 @@ impl Scheduler {
         self.admit();
     }
 
-    fn each(&mut self, ids: Vec<u64>, f: fn(&mut Self, u64) -> bool) -> usize {
-        ids.into_iter().filter(|&id| f(self, id)).count()
+    /// `op` on each of `ids`, or on every message (`None`).
+    fn apply_op(&mut self, op: Op, ids: Option<Vec<u64>>) -> Tally {
+        let ids = ids.unwrap_or_else(|| {
+            let mut all: Vec<u64> = self.parked.keys().collect();
+            all.extend(self.messages.keys());
+            all.sort_unstable();
+            all
+        });
+        let f = match op {
+            Op::Delete => Self::delete,
+            Op::Hold => Self::hold,
+            Op::Release => Self::release,
+            Op::Bounce => Self::bounce_now,
+            Op::Requeue => Self::requeue,
+        };
+        let mut tally = Tally::default();
+        for id in ids {
+            match f(self, id) {
+                Applied::Changed => tally.changed += 1,
+                Applied::Unchanged => tally.unchanged += 1,
+                Applied::Missing => tally.missing += 1,
+            }
+        }
+        tally
+    }
+
+    fn in_queue(&self, id: u64) -> bool {
+        self.parked.contains_key(id) || self.messages.contains_key(&id)
     }
 
     fn stats(&self) -> QueueStats {
@@ -274,6 +341,8 @@ impl Scheduler {
                 reasons,
                 last_reason: None,
                 attempts: m.attempts,
+                last_attempt: None,
+                next_retry: None,
             });
         }
         for (id, p) in self.parked.iter() {
@@ -290,6 +359,9 @@ impl Scheduler {
                 reasons: Vec::new(),
                 last_reason: p.reason.as_deref().cloned(),
                 attempts: p.attempts.into(),
+                last_attempt: (p.last_at != 0).then_some(p.last_at.into()),
+                next_retry: (p.next_at != 0 && !self.admin.held.contains(&id))
+                    .then_some(p.next_at.into()),
             });
         }
         out.sort_by_key(|s| s.id);
@@ -323,7 +395,7 @@ impl Scheduler {
         n
     }
 
-    fn delete(&mut self, id: u64) -> bool {
+    fn delete(&mut self, id: u64) -> Applied {
         self.admin.held.remove(&id);
         if self.parked.remove(id).is_some() {
             // (Its place in `ready` is skipped by admit: no longer parked.)
@@ -336,24 +408,24 @@ impl Scheduler {
                 "{}: removed (deleted by the administrator)",
                 qid(id)
             );
-            return true;
+            return Applied::Changed;
         }
         match self.messages.get(&id) {
             Some(m) if m.in_flight == 0 && !m.bounce_pending => {
                 self.delete_active(id);
-                true
+                Applied::Changed
             }
             Some(_) => {
-                self.admin.doomed.insert(id, Doom::Delete);
-                true
+                let again = self.admin.doomed.insert(id, Doom::Delete) == Some(Doom::Delete);
+                Applied::changed_if(true, !again)
             }
-            None => false,
+            None => Applied::Missing,
         }
     }
 
-    fn hold(&mut self, id: u64) -> bool {
-        if !self.parked.contains_key(id) && !self.messages.contains_key(&id) {
-            return false;
+    fn hold(&mut self, id: u64) -> Applied {
+        if !self.in_queue(id) || self.admin.held.contains(&id) {
+            return Applied::changed_if(self.in_queue(id), false);
         }
         self.admin.held.insert(id);
         // For the shadow copy: a peer that claims it holds it too.
@@ -361,12 +433,12 @@ impl Scheduler {
             .record_marks(id, crate::message::flags::MARK_HELD);
         self.ready.retain(|r| *r != id);
         log!(self.logger, "qmgr", "{}: placed on hold", qid(id));
-        true
+        Applied::Changed
     }
 
-    fn release(&mut self, id: u64) -> bool {
+    fn release(&mut self, id: u64) -> Applied {
         if !self.admin.held.remove(&id) {
-            return false;
+            return Applied::changed_if(self.in_queue(id), false);
         }
         // A quarantined message is not held again after a restart.
         self.spool
@@ -375,16 +447,50 @@ impl Scheduler {
             self.ready.push_back(id);
         }
         log!(self.logger, "qmgr", "{}: released from hold", qid(id));
-        true
+        Applied::Changed
+    }
+
+    /// Deliver again from scratch now (postsuper -r): out of hold, its
+    /// attempt count and backoff forgotten (recorded, so a restart does
+    /// not bring them back), to the back of the line of mail waiting for
+    /// room. Mail being delivered finishes its round first; its count
+    /// starts again from there. The queue ID stays the same.
+    fn requeue(&mut self, id: u64) -> Applied {
+        if !self.in_queue(id) {
+            return Applied::Missing;
+        }
+        if self.admin.held.contains(&id) {
+            self.release(id);
+        }
+        if let Some(m) = self.messages.get_mut(&id) {
+            m.attempts = 0;
+        }
+        if let Some(p) = self.parked.get_mut(id) {
+            p.attempts = 0;
+            p.next_at = 0;
+            p.reason = None;
+            let attempt = sluice_spool::Attempt {
+                at: p.last_at.into(),
+                ..Default::default()
+            };
+            self.spool.record_attempt(id, attempt);
+            if !self.ready.contains(&id) {
+                self.ready.push_back(id);
+            }
+        }
+        log!(self.logger, "qmgr", "{}: requeued", qid(id));
+        Applied::Changed
     }
 
     /// Returns the message's open recipients to the sender now.
-    fn bounce_now(&mut self, id: u64) -> bool {
-        if !self.parked.contains_key(id) && !self.messages.contains_key(&id) {
-            return false;
+    fn bounce_now(&mut self, id: u64) -> Applied {
+        if !self.in_queue(id) {
+            return Applied::Missing;
         }
         self.admin.held.remove(&id);
-        self.admin.doomed.insert(id, Doom::Bounce);
+        if self.admin.doomed.insert(id, Doom::Bounce) == Some(Doom::Bounce) {
+            return Applied::Unchanged;
+        }
         if self.parked.contains_key(id) && !self.ready.contains(&id) {
             self.ready.push_back(id);
         }
@@ -393,7 +499,7 @@ impl Scheduler {
                 self.finish_round(id);
             }
         }
-        true
+        Applied::Changed
     }
 
     /// Forgets an active message with nothing in flight: recorded

@@ -2,7 +2,8 @@
 //! at most `queue.active_limit` messages are in memory with their
 //! envelopes. The others wait on disk ("parked"): new mail that finds the
 //! active queue full, mail recovered at start-up, and deferred mail until
-//! its retry time. A parked message costs its queue ID, where its record
+//! its retry time (recovered mail: the one its last attempt record
+//! names). A parked message costs its queue ID, where its record
 //! is, and which recipients are done; its envelope is read back from the
 //! spool (on the blocking pool, in batches) when room frees up.
 //!
@@ -36,7 +37,7 @@ pub enum ReadBack {
 /// Envelopes read back per blocking task.
 const LOAD_BATCH: usize = 256;
 
-/// A message waiting on disk (48 bytes; see `compact.rs`).
+/// A message waiting on disk (56 bytes; see `compact.rs`).
 pub(super) struct Parked {
     pub done: DoneSet,
     /// Why it was last deferred (for `sluice queue list`), shared with the
@@ -49,6 +50,19 @@ pub(super) struct Parked {
     pub attempts: u16,
     /// The sender has had a delay warning.
     pub warned: bool,
+    /// When it was last tried and is due again, Unix seconds (0: not
+    /// known), for `sluice queue show`; the retry queue holds the timer.
+    pub last_at: u32,
+    pub next_at: u32,
+}
+
+// The size the figure above assumes.
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(std::mem::size_of::<Parked>() == 56);
+
+/// Unix seconds in 32 bits (good until 2106).
+pub(super) fn secs32(secs: u64) -> u32 {
+    secs.min(u32::MAX as u64) as u32
 }
 
 impl Scheduler {
@@ -66,21 +80,42 @@ impl Scheduler {
         }
     }
 
-    /// Messages found in the spool at start-up: all wait on disk first.
+    /// Messages found in the spool at start-up: all wait on disk first,
+    /// deferred mail until the retry time recorded with its last attempt
+    /// (as Postfix waits), with its attempt count and reason.
     pub(super) fn recovered(&mut self, batch: Vec<sluice_spool::Recovered>) {
+        let now = crate::timefmt::now_millis() / 1000;
         for r in batch {
             if r.flags & QUARANTINE != 0 && r.marks & MARK_RELEASED == 0 {
                 self.admin.held.insert(r.id);
             }
+            let attempt = r.attempt.unwrap_or_default();
+            let reason = (!attempt.reason.is_empty()).then(|| self.reasons.get(&attempt.reason));
             let parked = Parked {
                 spot: Spot::of(r.body),
                 done: r.done,
-                attempts: 0,
+                attempts: attempt.count.min(u16::MAX as u32) as u16,
                 warned: r.marks & MARK_DELAY_WARNED != 0,
-                reason: None,
+                reason,
+                last_at: secs32(attempt.at),
+                next_at: secs32(attempt.next),
             };
-            self.park(r.id, parked, None);
+            self.park(r.id, parked, self.recovered_retry(attempt.next, now));
         }
+    }
+
+    /// When recovered mail whose next attempt was due at `next` (Unix
+    /// seconds) is tried: then, if still to come, but never later than
+    /// the longest backoff from now (a clock set back must not strand
+    /// it); at once (`None`) if due, or never deferred.
+    fn recovered_retry(&self, next: u64, now: u64) -> Option<tokio::time::Instant> {
+        if next <= now {
+            return None;
+        }
+        let q = &self.config.queue;
+        let longest = q.maximal_backoff_secs.max(q.minimal_backoff_secs).max(1);
+        let wait = std::time::Duration::from_secs((next - now).min(longest));
+        Some(tokio::time::Instant::now() + wait)
     }
 
     /// Deferred messages whose retry time has come wait for room.

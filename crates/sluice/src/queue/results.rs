@@ -84,6 +84,9 @@ impl Scheduler {
                     }
                 }
                 Outcome::Deferred { relay, reason } => {
+                    // Kept for people (queue listing, dashboard, delay
+                    // notices, the spool's attempt record).
+                    let reason = crate::message::status::plain_reason(&reason);
                     *state = RcptState::Deferred { relay, reason }
                 }
                 Outcome::Bounced { relay, reason } => {

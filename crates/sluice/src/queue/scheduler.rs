@@ -332,6 +332,8 @@ impl Scheduler {
             attempts: 0,
             warned: false,
             reason: None,
+            last_at: 0,
+            next_at: 0,
         };
         self.park(inc.envelope.id, parked, None);
     }
@@ -527,7 +529,8 @@ impl Scheduler {
             return;
         };
         let attempts = msg.attempts + 1;
-        let at = Instant::now() + self.retry_wait(attempts, id);
+        let wait = self.retry_wait(attempts, id);
+        let at = Instant::now() + wait;
         let Some(msg) = self.messages.remove(&id) else {
             return;
         };
@@ -543,12 +546,24 @@ impl Scheduler {
             RcptState::Deferred { reason, .. } => Some(self.reasons.get(reason)),
             _ => None,
         });
+        // Kept in the spool: a restart goes on counting and waits as well.
+        let now = timefmt::now_millis() / 1000;
+        let next = now + wait.as_secs_f64().ceil() as u64;
+        let attempt = sluice_spool::Attempt {
+            count: attempts,
+            at: now,
+            next,
+            reason: reason.as_deref().cloned().unwrap_or_default(),
+        };
+        self.spool.record_attempt(id, attempt);
         let parked = Parked {
             spot: Spot::of(msg.body_ref),
             done: DoneSet::from(done),
             attempts: attempts.min(u16::MAX as u32) as u16,
             warned: msg.warned,
             reason,
+            last_at: super::admission::secs32(now),
+            next_at: super::admission::secs32(next),
         };
         self.park(id, parked, Some(at));
     }
