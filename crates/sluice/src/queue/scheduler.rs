@@ -54,7 +54,12 @@ const MAX_BURST: usize = 256;
 pub(super) enum RcptState {
     Pending,
     InFlight,
-    Deferred { relay: String, reason: String },
+    /// `dest`: the destination that deferred it (none: no route).
+    Deferred {
+        relay: String,
+        reason: String,
+        dest: Option<Arc<str>>,
+    },
     Delivered,
     Bounced,
 }
@@ -409,6 +414,7 @@ impl Scheduler {
                     *state = RcptState::Deferred {
                         relay: "none".into(),
                         reason: NO_ROUTE.into(),
+                        dest: None,
                     };
                     unroutable.push(i);
                 }
@@ -533,7 +539,7 @@ impl Scheduler {
             .map(|s| matches!(s, RcptState::Delivered | RcptState::Bounced))
             .collect();
         let reason = msg.rcpts.iter().find_map(|s| match s {
-            RcptState::Deferred { reason, .. } => Some(self.reasons.get(reason)),
+            RcptState::Deferred { reason, dest, .. } => Some(self.reasons.get(dest, reason)),
             _ => None,
         });
         let parked = Parked {
