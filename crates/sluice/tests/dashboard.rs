@@ -3,7 +3,9 @@
 //! headless Chromium (Debian's) renders it while mail flows: live numbers
 //! in the page, and a screenshot that is not blank. Only requests naming
 //! this server in their Host header are answered (DNS rebinding), and only
-//! `metrics.max_connections` connections are served at once.
+//! `metrics.max_connections` connections are served at once. Every metric
+//! has a `# TYPE`, latencies are histograms; the rates per minute are the
+//! daemon's (`/api/rates`); deferred mail shows its destination and cause.
 
 mod common;
 
@@ -177,7 +179,7 @@ async fn a_request_for_another_host_name_is_refused_421() {
     let (server, _) = start(cfg).await;
     let web = server.metrics_addr.expect("metrics listener");
     let (port, other) = (web.port(), web.port() ^ 1);
-    for path in ["/", "/api/queue", "/metrics"] {
+    for path in ["/", "/api/queue", "/api/rates", "/metrics"] {
         for host in [
             format!("attacker.example:{port}"),
             "attacker.example".to_string(),
@@ -338,6 +340,205 @@ async fn a_destination_gauge_goes_when_the_destination_is_idle() {
     assert!(
         scraped.contains("sluice_queue_messages{state=\"active\"} 0"),
         "{scraped}"
+    );
+    server.shutdown().await;
+}
+
+/// The body of an HTTP response, as JSON.
+fn json_body(response: &str) -> serde_json::Value {
+    assert!(response.starts_with("HTTP/1.1 200 "), "{response}");
+    let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
+}
+
+/// Every sample of /metrics belongs to a family with a `# TYPE` line
+/// (the review found the spool's counters without one), and the latency
+/// and batch-size metrics are histograms (`_bucket{le=…}` lines that
+/// Prometheus can add up across nodes), not summaries (quantiles that it
+/// cannot).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_metric_has_a_type_and_latencies_are_histograms() {
+    let dir = temp_dir("dashboard-types");
+    let sink = recording_sink().await;
+    let mut cfg = config(&dir, Some(sink.addr));
+    cfg.metrics.listen = Some("127.0.0.1:0".parse().unwrap());
+    let (server, addr) = start(cfg).await;
+    let web = server.metrics_addr.expect("metrics listener");
+    load(addr, 3).await.unwrap();
+    assert!(wait_until(15, || sink.count() == 3).await);
+    let text = get(web, "/metrics").await;
+    let mut types = std::collections::HashMap::new();
+    for line in text.lines().filter(|l| l.starts_with("# TYPE ")) {
+        let mut words = line.split_whitespace().skip(2);
+        let (name, kind) = (words.next().unwrap(), words.next().unwrap());
+        assert!(
+            types.insert(name.to_string(), kind.to_string()).is_none(),
+            "one # TYPE per family: {name}"
+        );
+    }
+    let body = text.split_once("\r\n\r\n").unwrap().1;
+    let samples: Vec<&str> = body
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    assert!(samples.len() > 10, "{body}");
+    for line in &samples {
+        let name = line.split(['{', ' ']).next().unwrap();
+        // A histogram's (or summary's) samples carry a suffix.
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .filter_map(|s| name.strip_suffix(s))
+            .find(|f| {
+                types
+                    .get(*f)
+                    .is_some_and(|k| k == "histogram" || k == "summary")
+            })
+            .unwrap_or(name);
+        assert!(types.contains_key(family), "no # TYPE for {line}:\n{body}");
+    }
+    for name in ["sluice_spool_commit_seconds", "sluice_spool_batch_messages"] {
+        assert_eq!(types[name], "histogram", "{name}:\n{body}");
+        let buckets = samples
+            .iter()
+            .filter(|l| l.starts_with(&format!("{name}_bucket{{le=\"")))
+            .count();
+        assert!(buckets >= 8, "{name} has {buckets} buckets:\n{body}");
+        assert!(
+            samples
+                .iter()
+                .any(|l| l.starts_with(&format!("{name}_bucket{{le=\"+Inf\"}} "))),
+            "{body}"
+        );
+        assert!(!body.contains(&format!("{name}{{quantile=")), "{body}");
+    }
+    for name in [
+        "sluice_spool_messages_stored",
+        "sluice_spool_syncs",
+        "sluice_spool_bytes_written",
+    ] {
+        assert_eq!(types[name], "counter", "{name}:\n{body}");
+    }
+    assert!(
+        text.contains("# HELP sluice_messages_received_total "),
+        "{body}"
+    );
+    server.shutdown().await;
+}
+
+/// The rates per minute are kept by the daemon (a ring of 10-second
+/// counts), so a page loaded just after mail came shows it at once: the
+/// last minute's count at /api/rates is not zero.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_keeps_the_last_minutes_rates() {
+    let dir = temp_dir("dashboard-rates");
+    let sink = recording_sink().await;
+    let mut cfg = config(&dir, Some(sink.addr));
+    cfg.metrics.listen = Some("127.0.0.1:0".parse().unwrap());
+    let (server, addr) = start(cfg).await;
+    let web = server.metrics_addr.expect("metrics listener");
+    load(addr, 3).await.unwrap();
+    assert!(wait_until(15, || sink.count() == 3).await);
+    let rates = json_body(&get(web, "/api/rates").await);
+    assert_eq!(rates["bucket_secs"], 10, "{rates}");
+    let buckets = rates["buckets"].as_array().expect("buckets");
+    assert!(!buckets.is_empty() && buckets.len() <= 60, "{rates}");
+    // (Other tests in this binary send mail too: at least ours.)
+    let last = &rates["last_minute"];
+    assert!(last["received"].as_u64().is_some_and(|n| n >= 3), "{rates}");
+    assert!(
+        last["delivered"].as_u64().is_some_and(|n| n >= 3),
+        "{rates}"
+    );
+    let summed: u64 = buckets
+        .iter()
+        .map(|b| b["received"].as_u64().unwrap())
+        .sum();
+    assert!(summed >= 3, "{rates}");
+    let starts: Vec<u64> = buckets
+        .iter()
+        .map(|b| b["start"].as_u64().unwrap())
+        .collect();
+    assert!(
+        starts.windows(2).all(|w| w[0] < w[1]),
+        "oldest first: {rates}"
+    );
+    assert!(starts.iter().all(|s| s % 10 == 0), "{rates}");
+    // A page loaded now, with no mail flowing, shows them on its first
+    // paint (it used to show "–", then 0).
+    ensure_package(CHROMIUM, "chromium");
+    let (dom, err) = chromium(vec![
+        "--virtual-time-budget=1000".into(),
+        "--dump-dom".into(),
+        format!("http://{web}/"),
+    ])
+    .await;
+    let tile = dom
+        .split("id=\"received-rate\">")
+        .nth(1)
+        .and_then(|s| s.split('<').next())
+        .unwrap_or("")
+        .replace(',', "");
+    assert!(
+        tile.parse::<u64>().is_ok_and(|n| n >= 3),
+        "received / min on first paint: {tile:?}\n{dom}\n{err}"
+    );
+    server.shutdown().await;
+}
+
+/// Mail for a next hop that refuses connections: the first message is
+/// deferred with "connect to … refused", the next ones with "… is not
+/// responding" (the destination is marked dead). The destination, with
+/// only deferred mail, is in /api/queue's destinations, and "why mail
+/// waits" is one row for it (status 4.4.1), not one per wording.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deferred_mail_shows_its_destination_and_one_cause() {
+    let dir = temp_dir("dashboard-deferred");
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_addr = dead.local_addr().unwrap();
+    drop(dead);
+    let mut cfg = config(&dir, Some(dead_addr));
+    cfg.metrics.listen = Some("127.0.0.1:0".parse().unwrap());
+    cfg.queue.minimal_backoff_secs = 600;
+    cfg.queue.maximal_backoff_secs = 600;
+    cfg.delivery.dead_host_secs = 600;
+    let (server, addr) = start(cfg).await;
+    let web = server.metrics_addr.expect("metrics listener");
+    let dest = format!("smtp:[127.0.0.1]:{}", dead_addr.port());
+    for i in 0..3 {
+        let mut c = Client::ready(addr).await;
+        let r = c
+            .message("s@b.test", &["x@far.test"], &body(&format!("deferred{i}")))
+            .await;
+        assert!(r.starts_with("250"), "{r}");
+        // Each waits (deferred) before the next is sent: the first finds
+        // the hop refusing, the others find it marked dead.
+        let parked = |q: &serde_json::Value| q["deferred"].as_u64() == Some(i + 1);
+        let mut queue = serde_json::Value::Null;
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        while !parked(&queue) && std::time::Instant::now() < deadline {
+            queue = json_body(&get(web, "/api/queue").await);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(parked(&queue), "{queue}");
+    }
+    let queue = json_body(&get(web, "/api/queue").await);
+    let dests = queue["destinations"].as_array().expect("destinations");
+    let row = dests
+        .iter()
+        .find(|d| d["name"] == dest.as_str())
+        .unwrap_or_else(|| panic!("{dest} in {queue}"));
+    assert_eq!(row["deferred"], 3, "{queue}");
+    assert_eq!(row["queued"], 0, "{queue}");
+    let reasons = queue["reasons"].as_array().expect("reasons");
+    assert_eq!(reasons.len(), 1, "one cause: {queue}");
+    assert_eq!(reasons[0]["destination"], dest.as_str(), "{queue}");
+    assert_eq!(reasons[0]["dsn"], "4.4.1", "{queue}");
+    assert_eq!(reasons[0]["messages"], 3, "{queue}");
+    assert!(
+        reasons[0]["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("4.4.1 ")),
+        "{queue}"
     );
     server.shutdown().await;
 }

@@ -213,7 +213,12 @@ async fn a_reload_says_what_waits_and_why_a_file_is_refused() {
         .await
         .unwrap();
     std::fs::write(&path, file("elsewhere", "")).unwrap();
-    server.reload(Some(&path)).await;
+    server
+        .reload(&sluice::config::source::Source::new(
+            Some(&path),
+            Vec::new(),
+        ))
+        .await;
     let later = |e: &serde_json::Value| {
         e["result"] == "applied" && e["later"] == serde_json::json!(["data_dir"])
     };
@@ -229,7 +234,12 @@ async fn a_reload_says_what_waits_and_why_a_file_is_refused() {
         "reload: nothing applied now; data_dir takes effect at the next restart"
     );
     std::fs::write(&path, file("var", "client_message_rate_limt = 3\n")).unwrap();
-    server.reload(Some(&path)).await;
+    server
+        .reload(&sluice::config::source::Source::new(
+            Some(&path),
+            Vec::new(),
+        ))
+        .await;
     let refused = |e: &serde_json::Value| e["result"] == "refused";
     assert!(
         wait_event(10, &dir, "reload", refused).await,

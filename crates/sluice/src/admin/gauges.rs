@@ -1,6 +1,7 @@
 //! The gauges of `/metrics`, written at each scrape from their sources of
-//! truth: the queue's counts and busiest destinations, the spool's
-//! counters, the sessions open now.
+//! truth: the queue's counts and busiest destinations (with the mail each
+//! deferred), the spool's counters (typed `counter`), the sessions open
+//! now.
 //!
 //! They are not kept in the `metrics` recorder: a gauge set there stays
 //! at its last value until set again, so a destination that went idle (it
@@ -42,7 +43,7 @@ pub fn render(queue: &QueueStats, spool: &SpoolStats, sessions_open: u64) -> Str
         );
     }
     type Field = fn(&DestinationStats) -> usize;
-    let per_destination: [(&str, &str, Field); 3] = [
+    let per_destination: [(&str, &str, Field); 4] = [
         ("sluice_destination_in_flight", "Deliveries running.", |d| {
             d.in_flight
         }),
@@ -52,6 +53,11 @@ pub fn render(queue: &QueueStats, spool: &SpoolStats, sessions_open: u64) -> Str
         ("sluice_destination_queued", "Deliveries waiting.", |d| {
             d.queued
         }),
+        (
+            "sluice_destination_deferred",
+            "Messages waiting for a retry, last deferred by it.",
+            |d| d.deferred,
+        ),
     ];
     for (name, help, field) in per_destination {
         family(&mut out, name, help);
@@ -64,33 +70,47 @@ pub fn render(queue: &QueueStats, spool: &SpoolStats, sessions_open: u64) -> Str
             );
         }
     }
+    // Counts since start: counters (`rate()` applies), under their
+    // established names (without `_total`, which only OpenMetrics needs).
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    for (name, help, value) in [
+    for (name, kind, help, value) in [
         (
             "sluice_spool_messages_stored",
+            "counter",
             "Messages stored since start.",
             load(&spool.messages),
         ),
         (
             "sluice_spool_syncs",
+            "counter",
             "Spool disk syncs since start.",
             load(&spool.syncs),
         ),
         (
             "sluice_spool_bytes_written",
+            "counter",
             "Spool bytes written since start.",
             load(&spool.bytes),
         ),
-        ("sluice_sessions_open", "SMTP sessions open.", sessions_open),
+        (
+            "sluice_sessions_open",
+            "gauge",
+            "SMTP sessions open.",
+            sessions_open,
+        ),
     ] {
-        family(&mut out, name, help);
+        family_of(&mut out, name, kind, help);
         sample(&mut out, name, None, value);
     }
     out
 }
 
 fn family(out: &mut String, name: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+    family_of(out, name, "gauge", help);
+}
+
+fn family_of(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 
 fn sample(out: &mut String, name: &str, label: Option<(&str, &str)>, value: u64) {
@@ -131,6 +151,7 @@ mod tests {
             queued: 3,
             in_flight: 2,
             window: 10,
+            deferred: 0,
         };
         let mut queue = QueueStats {
             destinations: vec![busy],

@@ -16,6 +16,7 @@ pub mod gauges;
 mod history;
 pub mod http;
 pub mod protocol;
+pub mod rates;
 pub mod socket;
 
 use std::path::{Path, PathBuf};

@@ -90,7 +90,9 @@ impl Scheduler {
                 self.admin.held.insert(r.id);
             }
             let attempt = r.attempt.unwrap_or_default();
-            let reason = (!attempt.reason.is_empty()).then(|| self.reasons.get(&attempt.reason));
+            // The spool keeps the text, not the destination that gave it.
+            let reason =
+                (!attempt.reason.is_empty()).then(|| self.reasons.get(&None, &attempt.reason));
             let parked = Parked {
                 spot: Spot::of(r.body),
                 done: r.done,

@@ -1,6 +1,6 @@
 //! Compact forms of what a parked message keeps in memory, for backlogs
 //! of a million messages (issue 22): where its record is without a copy of
-//! its ID ([`Spot`]) and one shared copy of each deferral reason
+//! its ID ([`Spot`]) and one shared copy of each deferral reason with its destination
 //! ([`Reasons`]); its done flags are the spool's [`sluice_spool::DoneSet`].
 //!
 //! Invariants: `Spot::of(r).body_ref(r.id) == r` for every `BodyRef` the
@@ -54,29 +54,46 @@ impl Spot {
     }
 }
 
-/// A deferral reason shared by the parked messages deferred for it (a thin
-/// pointer: 8 bytes).
-pub(super) type Reason = Arc<String>;
+/// Why a parked message was last deferred, and where: shared by the
+/// parked messages deferred for it (a thin pointer: 8 bytes).
+pub(super) type Reason = Arc<Deferral>;
+
+/// A deferral reason and the destination that gave it.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Deferral {
+    pub text: String,
+    /// None: the message had no route.
+    pub dest: Option<Arc<str>>,
+}
 
 /// Distinct deferral reasons kept at most before the set is emptied.
 const REASONS_MAX: usize = 10_000;
 
-/// One copy of each deferral reason of parked messages: a backlog for a
-/// dead next hop is many messages with the same reason.
+/// One copy of each deferral reason of parked messages, by destination: a
+/// backlog for a dead next hop is many messages with the same reason.
 #[derive(Default)]
-pub(super) struct Reasons(HashMap<Box<str>, Reason>);
+pub(super) struct Reasons {
+    by_dest: HashMap<Option<Arc<str>>, HashMap<Box<str>, Reason>>,
+    len: usize,
+}
 
 impl Reasons {
-    pub fn get(&mut self, reason: &str) -> Reason {
-        if let Some(r) = self.0.get(reason) {
+    pub fn get(&mut self, dest: &Option<Arc<str>>, reason: &str) -> Reason {
+        if let Some(r) = self.by_dest.get(dest).and_then(|m| m.get(reason)) {
             return r.clone();
         }
-        if self.0.len() >= REASONS_MAX {
+        if self.len >= REASONS_MAX {
             // The messages keep theirs; only the sharing starts again.
-            self.0.clear();
+            self.by_dest.clear();
+            self.len = 0;
         }
-        let r: Reason = Arc::new(reason.to_string());
-        self.0.insert(reason.into(), r.clone());
+        let r = Arc::new(Deferral {
+            text: reason.to_string(),
+            dest: dest.clone(),
+        });
+        let texts = self.by_dest.entry(dest.clone()).or_default();
+        texts.insert(reason.into(), r.clone());
+        self.len += 1;
         r
     }
 }
@@ -101,8 +118,15 @@ mod tests {
     #[test]
     fn a_reason_is_shared() {
         let mut r = Reasons::default();
-        let a = r.get("451 4.4.1 connection refused");
-        let b = r.get("451 4.4.1 connection refused");
+        let mx: Option<Arc<str>> = Some("smtp:mx.test".into());
+        let a = r.get(&mx, "451 4.4.1 connection refused");
+        let b = r.get(&mx, "451 4.4.1 connection refused");
         assert!(Arc::ptr_eq(&a, &b));
+        let elsewhere = r.get(
+            &Some("smtp:other.test".into()),
+            "451 4.4.1 connection refused",
+        );
+        assert!(!Arc::ptr_eq(&a, &elsewhere));
+        assert_eq!(elsewhere.dest.as_deref(), Some("smtp:other.test"));
     }
 }

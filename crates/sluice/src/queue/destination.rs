@@ -195,7 +195,7 @@ impl Scheduler {
         let dest = self.dests.get_mut(&key).expect("destination just made");
         if dest.is_dead(Instant::now()) {
             let reason = format!("4.4.1 {key} is not responding; delivery deferred");
-            self.defer_job(job, &reason);
+            self.defer_job(job, &key, &reason);
             return;
         }
         dest.queue.push_back(job);
@@ -299,7 +299,7 @@ impl Scheduler {
                 dest.idle.push(worker);
             }
         }
-        self.apply_results(id, results);
+        self.apply_results(id, Some(&key), results);
         if dead {
             // Defer everything queued for it rather than trying each in turn.
             let reason = format!("4.4.1 connect to {key} failed; destination marked dead");
@@ -317,7 +317,7 @@ impl Scheduler {
                 queued.len()
             );
             for job in queued {
-                self.defer_job(job, &reason);
+                self.defer_job(job, &key, &reason);
             }
         }
         self.pump(&key);
@@ -342,9 +342,9 @@ impl Scheduler {
     }
 
     /// Marks a job's recipients deferred without trying them.
-    pub(super) fn defer_job(&mut self, job: Job, reason: &str) {
+    pub(super) fn defer_job(&mut self, job: Job, key: &Arc<str>, reason: &str) {
         let results = defer_all(&job, "none", reason);
-        self.apply_results(job.msg, results);
+        self.apply_results(job.msg, Some(key), results);
     }
 }
 

@@ -122,7 +122,7 @@ impl Scheduler {
             .iter()
             .enumerate()
             .filter_map(|(i, s)| match s {
-                RcptState::Deferred { relay, reason }
+                RcptState::Deferred { relay, reason, .. }
                     if wants(&msg.envelope, i as u16, NOTIFY_DELAY) =>
                 {
                     Some((i as u16, Failure::delayed(relay, reason)))
@@ -176,7 +176,7 @@ pub(super) fn expire(msg: &mut Message, max_life: u64, logger: &Logger) {
         return;
     }
     for (i, state) in msg.rcpts.iter_mut().enumerate() {
-        if let RcptState::Deferred { relay, reason } = state {
+        if let RcptState::Deferred { relay, reason, .. } = state {
             let failure = Failure::expired(age_secs, relay, reason);
             let (to, delay) = (&msg.envelope.recipients[i], delay(&msg.envelope));
             let orig = orig_to(&msg.envelope, i);

@@ -8,19 +8,28 @@
 //! `lmtp`, or `virtual` with `relay=virtual` for a Maildir, as Postfix's
 //! virtual(8)); `orig_to` only when an alias expanded to the recipient.
 
+use std::sync::Arc;
+
 use sluice_proto::dsn::NOTIFY_SUCCESS;
 use sluice_spool::Envelope;
 
 use super::failures::wants;
 use super::scheduler::{RcptState, Scheduler};
+use crate::admin::rates::Tally;
 use crate::event;
 use crate::log::qid;
 use crate::message::status::{Failure, Outcome};
 use crate::record::bounce::dsn::Notice;
 
 impl Scheduler {
-    /// Applies one job's results (called exactly once per job).
-    pub(super) fn apply_results(&mut self, id: u64, results: Vec<(u16, Outcome)>) {
+    /// Applies one job's results (called exactly once per job), from
+    /// destination `dest`.
+    pub(super) fn apply_results(
+        &mut self,
+        id: u64,
+        dest: Option<&Arc<str>>,
+        results: Vec<(u16, Outcome)>,
+    ) {
         self.jobs_out = self.jobs_out.saturating_sub(1);
         let Some(msg) = self.messages.get_mut(&id) else {
             return;
@@ -70,6 +79,11 @@ impl Scheduler {
             let status = outcome.status_word();
             metrics::counter!("sluice_deliveries_total", "transport" => transport, "status" => status)
                 .increment(1);
+            crate::admin::rates::count(match outcome {
+                Outcome::Delivered { .. } => Tally::Delivered,
+                Outcome::Deferred { .. } => Tally::Deferred,
+                Outcome::Bounced { .. } => Tally::Bounced,
+            });
             match outcome {
                 Outcome::Delivered {
                     relay,
@@ -87,7 +101,11 @@ impl Scheduler {
                     // Kept for people (queue listing, dashboard, delay
                     // notices, the spool's attempt record).
                     let reason = crate::message::status::plain_reason(&reason);
-                    *state = RcptState::Deferred { relay, reason }
+                    *state = RcptState::Deferred {
+                        relay,
+                        reason,
+                        dest: dest.cloned(),
+                    }
                 }
                 Outcome::Bounced { relay, reason } => {
                     *state = RcptState::Bounced;

@@ -55,7 +55,12 @@ const MAX_BURST: usize = 256;
 pub(super) enum RcptState {
     Pending,
     InFlight,
-    Deferred { relay: String, reason: String },
+    /// `dest`: the destination that deferred it (none: no route).
+    Deferred {
+        relay: String,
+        reason: String,
+        dest: Option<Arc<str>>,
+    },
     Delivered,
     Bounced,
 }
@@ -412,6 +417,7 @@ impl Scheduler {
                     *state = RcptState::Deferred {
                         relay: "none".into(),
                         reason: NO_ROUTE.into(),
+                        dest: None,
                     };
                     unroutable.push(i);
                 }
@@ -543,17 +549,17 @@ impl Scheduler {
             .map(|s| matches!(s, RcptState::Delivered | RcptState::Bounced))
             .collect();
         let reason = msg.rcpts.iter().find_map(|s| match s {
-            RcptState::Deferred { reason, .. } => Some(self.reasons.get(reason)),
+            RcptState::Deferred { reason, dest, .. } => Some(self.reasons.get(dest, reason)),
             _ => None,
         });
         // Kept in the spool: a restart goes on counting and waits as well.
-        let now = timefmt::now_millis() / 1000;
+        let now = crate::timefmt::now_millis() / 1000;
         let next = now + wait.as_secs_f64().ceil() as u64;
         let attempt = sluice_spool::Attempt {
             count: attempts,
             at: now,
             next,
-            reason: reason.as_deref().cloned().unwrap_or_default(),
+            reason: reason.as_ref().map(|d| d.text.clone()).unwrap_or_default(),
         };
         self.spool.record_attempt(id, attempt);
         let parked = Parked {
