@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
+use sluice::admin::control::Control;
 use sluice::config::source::Source;
 use sluice::config::Config;
 use sluice::daemon::Server;
@@ -49,6 +50,15 @@ enum Command {
         /// The key, as given (no address search order).
         key: String,
     },
+    /// Make the running daemon read its configuration again (postfix
+    /// reload); prints what it applied, or why it refused (exit 1).
+    Reload(ConfigArg),
+    /// Stop the running daemon (postfix stop): it drains and exits;
+    /// returns once it has.
+    Stop(ConfigArg),
+    /// Is the daemon running (postfix status): pid, uptime, listeners
+    /// (exit 1: not running).
+    Status(ConfigArg),
     /// Read a password on stdin, print its argon2id hash for an `[auth]` table.
     HashPassword,
     /// Make a DKIM key pair: the private key to a file, the DNS record to stdout.
@@ -166,6 +176,10 @@ struct ShowConfigArgs {
     /// Print passwords and secrets instead of "(hidden)".
     #[arg(long)]
     show_secrets: bool,
+    /// What the running daemon loaded (asked on its admin socket), with
+    /// the addresses it listens on and its tables.
+    #[arg(long, conflicts_with_all = ["set", "defaults", "show_secrets"])]
+    running: bool,
     /// Settings (`hostname`, `smtpd.listen`) or sections (`smtpd`).
     keys: Vec<String>,
 }
@@ -295,7 +309,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(c) => runtime.block_on(serve(c)),
         Command::CheckConfig(c) => check_config(c),
-        Command::Config(a) => show_config(a),
+        Command::Config(a) => runtime.block_on(show_config(a)),
         Command::Address {
             source,
             json,
@@ -304,6 +318,9 @@ fn main() -> ExitCode {
         Command::Lookup { source, table, key } => {
             return runtime.block_on(lookup(source, table, key));
         }
+        Command::Reload(c) => runtime.block_on(control(c, Control::Reload)),
+        Command::Stop(c) => runtime.block_on(control(c, Control::Stop)),
+        Command::Status(c) => runtime.block_on(control(c, Control::Status)),
         Command::HashPassword => hash_password(),
         Command::DkimKeygen(a) => dkim_keygen(a),
         Command::Queue(a) => runtime.block_on(queue(a)),
@@ -338,6 +355,12 @@ enum CliError {
     Json(#[from] serde_json::Error),
     #[error("{0}: no such setting or section (`sluice config` lists them)")]
     NoSetting(String),
+    #[error("not running: nothing answers at {}", .0.display())]
+    NotRunning(PathBuf),
+    #[error("the daemon refused")]
+    Refused,
+    #[error("the daemon is still running after 300 s")]
+    StillRunning,
     #[error("no password on stdin")]
     NoPassword,
     #[error("{0}")]
@@ -356,6 +379,60 @@ enum CliError {
 
 fn load_config(arg: &SourceArgs) -> Result<Config, CliError> {
     Ok(arg.source().load()?)
+}
+
+/// `sluice reload`, `stop`, `status`: the admin socket's controls.
+async fn control(arg: ConfigArg, action: Control) -> Result<(), CliError> {
+    use sluice::admin::control::ControlReply;
+    use sluice::admin::protocol::Request;
+    use sluice::tools::queue_cli;
+    let data_dir = sluice::tools::locate::data_dir(arg.config.as_deref())?;
+    let request = Request::Control { action };
+    let response = match queue_cli::call(&data_dir, &request).await {
+        Err(queue_cli::CallError::Unreachable { path, .. }) if action == Control::Status => {
+            return Err(CliError::NotRunning(path));
+        }
+        other => other?,
+    };
+    match response.control {
+        Some(ControlReply::Reload(r)) => {
+            println!("sluice: reload: {}", r.text);
+            if r.result == "refused" {
+                return Err(CliError::Refused);
+            }
+        }
+        Some(ControlReply::Stopping) => {
+            let socket = sluice::admin::socket_path(&data_dir);
+            eprintln!("sluice: stopping (the daemon drains, then exits)");
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+            while tokio::net::UnixStream::connect(&socket).await.is_ok() {
+                if std::time::Instant::now() > deadline {
+                    return Err(CliError::StillRunning);
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            println!("sluice: stopped");
+        }
+        Some(ControlReply::Status(s)) => {
+            println!(
+                "sluice: running, pid {}, version {}, up {} s, configuration {}{}",
+                s.pid,
+                s.version,
+                s.uptime_secs,
+                s.config,
+                match s.overrides {
+                    0 => String::new(),
+                    n => format!(" with {n} -o override(s)"),
+                }
+            );
+            println!("sluice: listening on {}", s.listeners.join(", "));
+            if let Some(m) = s.metrics {
+                println!("sluice: metrics and dashboard on http://{m}/");
+            }
+        }
+        _ => return Err(CliError::Refused),
+    }
+    Ok(())
 }
 
 /// `sluice address`: sendmail -bv.
@@ -401,14 +478,20 @@ async fn lookup(source: SourceArgs, table: String, key: String) -> ExitCode {
 }
 
 /// `sluice config`: postconf.
-fn show_config(a: ShowConfigArgs) -> Result<(), CliError> {
-    use sluice::tools::config_cli::{select, settings, to_toml, Which};
+async fn show_config(a: ShowConfigArgs) -> Result<(), CliError> {
+    use sluice::config::show::{select, settings, to_toml, Which};
     let which = match (a.set, a.defaults) {
         (true, _) => Which::Set,
         (_, true) => Which::Defaults,
         _ => Which::Effective,
     };
-    let all = settings(&a.source.system_source(), which, a.show_secrets)?;
+    let all = match a.running {
+        true => match running_config(&a.source.config, a.json).await? {
+            Some(settings) => settings,
+            None => return Ok(()),
+        },
+        false => settings(&a.source.system_source(), which, a.show_secrets)?,
+    };
     let mut shown = toml::Table::new();
     for key in &a.keys {
         let one = select(&all, key).ok_or_else(|| CliError::NoSetting(key.clone()))?;
@@ -420,6 +503,35 @@ fn show_config(a: ShowConfigArgs) -> Result<(), CliError> {
         false => print!("{}", to_toml(&shown)),
     }
     Ok(())
+}
+
+/// The running daemon's settings; with `json`, everything it said is
+/// printed here (None); as TOML, its listeners and tables head the
+/// settings as comments.
+async fn running_config(arg: &ConfigArg, json: bool) -> Result<Option<toml::Table>, CliError> {
+    use sluice::admin::control::ControlReply;
+    use sluice::admin::protocol::Request;
+    let data_dir = sluice::tools::locate::data_dir(arg.config.as_deref())?;
+    let request = Request::Control {
+        action: Control::Config,
+    };
+    let response = sluice::tools::queue_cli::call(&data_dir, &request).await?;
+    let Some(ControlReply::Config(running)) = response.control else {
+        return Err(CliError::Refused);
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&running)?);
+        return Ok(None);
+    }
+    println!(
+        "# the running daemon: listening on {}",
+        running.listeners.join(", ")
+    );
+    for (name, kind) in &running.tables {
+        println!("# table {name}: {kind}");
+    }
+    let settings: toml::Table = serde_json::from_value(running.settings)?;
+    Ok(Some(settings))
 }
 
 /// Puts `more`'s keys into `into`, merging sections both have.
@@ -624,6 +736,7 @@ async fn serve(arg: SourceArgs) -> Result<(), CliError> {
     let mut usr1 = signal(SignalKind::user_defined1())?;
     let source = arg.source();
     let mut server = Server::start_as(config, account).await?;
+    let mut control = server.take_control();
     for addr in &server.addrs {
         eprintln!("sluice: listening on {addr}");
     }
@@ -631,13 +744,56 @@ async fn serve(arg: SourceArgs) -> Result<(), CliError> {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => break,
             _ = term.recv() => break,
-            _ = hup.recv() => server.reload(&source).await,
+            _ = hup.recv() => {
+                server.reload(&source).await;
+            }
+            Some(call) = next_control(&mut control) => {
+                if answer(&mut server, &source, call).await.is_break() {
+                    break;
+                }
+            }
             _ = usr1.recv() => server.reopen_log(),
         }
     }
     eprintln!("sluice: shutting down");
     server.shutdown().await;
     Ok(())
+}
+
+/// The next control from the admin socket (never, without a channel).
+async fn next_control(
+    control: &mut Option<sluice::admin::control::ControlReceiver>,
+) -> Option<sluice::admin::control::ControlCall> {
+    match control {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Carries out one control; `Break` for stop (after answering).
+async fn answer(
+    server: &mut Server,
+    source: &Source,
+    call: sluice::admin::control::ControlCall,
+) -> std::ops::ControlFlow<()> {
+    use sluice::admin::control::{Control, ControlReply};
+    let (reply, flow) = match call.action {
+        Control::Reload => (
+            ControlReply::Reload(server.reload(source).await),
+            std::ops::ControlFlow::Continue(()),
+        ),
+        Control::Stop => (ControlReply::Stopping, std::ops::ControlFlow::Break(())),
+        Control::Status => (
+            ControlReply::Status(server.status(source)),
+            std::ops::ControlFlow::Continue(()),
+        ),
+        Control::Config => (
+            ControlReply::Config(server.running_config()),
+            std::ops::ControlFlow::Continue(()),
+        ),
+    };
+    let _ = call.reply.send(reply);
+    flow
 }
 
 #[cfg(test)]

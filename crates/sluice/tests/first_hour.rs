@@ -260,3 +260,81 @@ fn lookup_queries_one_table_like_postmap_q() {
     let (rc, _) = run(&["lookup", "--config", file, "directory", "a@example.test"]);
     assert_eq!(rc, 75);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_status_and_stop_drive_the_running_daemon() {
+    let dir = temp_dir("control");
+    let file = dir.join("sluice.toml");
+    let text = format!(
+        "hostname = \"mx.example.test\"\nrun_as_root = true\ndata_dir = \"{dir}/var\"\n\
+         log_file = \"{dir}/maillog\"\nlog_format = \"json\"\n[smtpd]\nlisten = [\"127.0.0.1:0\"]\n",
+        dir = dir.display()
+    );
+    std::fs::write(&file, &text).unwrap();
+    let f = file.to_str().unwrap();
+    let child = sluice()
+        .args(["serve", "--config", f, "-o", "smtpd.max_sessions=5"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut daemon = Daemon(child);
+    let smtp = listening_in(&dir.join("maillog"), 0, "smtp").await;
+    let (rc, status) = run(&["status", "--config", f]);
+    assert_eq!(rc, 0, "{status}");
+    assert!(status.contains(&format!("running, pid {pid},")), "{status}");
+    assert!(status.contains(&smtp.to_string()), "{status}");
+    assert!(status.contains("with 1 -o override"), "{status}");
+    // What the daemon loaded, the -o included.
+    let (rc, json) = run(&["config", "--config", f, "--running", "--json"]);
+    assert_eq!(rc, 0, "{json}");
+    let running: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(running["settings"]["smtpd"]["max_sessions"], 5);
+    assert_eq!(running["listeners"][0], smtp.to_string());
+    // A change is applied and said; the -o still holds after it.
+    std::fs::write(&file, format!("{text}max_recipients = 50\n")).unwrap();
+    let (rc, said) = run(&["reload", "--config", f]);
+    assert_eq!(rc, 0, "{said}");
+    assert!(said.contains("smtpd"), "{said}");
+    let (_, one) = run(&["config", "--config", f, "--running", "smtpd.max_recipients"]);
+    assert!(one.ends_with("[smtpd]\nmax_recipients = 50\n"), "{one}");
+    let (_, one) = run(&["config", "--config", f, "--running", "smtpd.max_sessions"]);
+    assert!(one.ends_with("[smtpd]\nmax_sessions = 5\n"), "{one}");
+    // A broken file is refused, said, and the daemon keeps serving.
+    std::fs::write(&file, format!("{text}max_recipents = 50\n")).unwrap();
+    let (rc, said) = run(&["reload", "--config", f]);
+    assert_eq!(rc, 1, "{said}");
+    assert!(
+        said.contains("max_recipents") && said.contains("keeping"),
+        "{said}"
+    );
+    Client::ready(smtp).await;
+    // The public socket (any local account) cannot stop it.
+    let public = dir.join("var/public/submit.sock");
+    let mut stream = std::os::unix::net::UnixStream::connect(&public).unwrap();
+    use std::io::{BufRead, Write};
+    stream
+        .write_all(b"{\"cmd\":\"control\",\"action\":\"stop\"}\n")
+        .unwrap();
+    let mut answer = String::new();
+    std::io::BufReader::new(stream)
+        .read_line(&mut answer)
+        .unwrap();
+    let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(answer["ok"], false, "{answer}");
+    Client::ready(smtp).await;
+    // Stop returns once the daemon is gone.
+    let (rc, said) = run(&["stop", "--config", f]);
+    assert_eq!((rc, said.as_str()), (0, "sluice: stopped\n"));
+    // (Its socket is gone first; the process ends right after.)
+    let mut exited = None;
+    wait_until(30, || {
+        exited = daemon.0.try_wait().unwrap();
+        exited.is_some()
+    })
+    .await;
+    assert!(exited.is_some_and(|s| s.success()), "{exited:?}");
+    let (rc, _) = run(&["status", "--config", f]);
+    assert_eq!(rc, 1, "not running");
+}

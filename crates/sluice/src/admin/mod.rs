@@ -11,6 +11,7 @@
 //! administrator; on the submission socket, anyone; requests are parsed
 //! strictly and bounded (64 KiB) on both.
 
+pub mod control;
 mod door;
 pub mod gauges;
 mod history;
@@ -72,6 +73,8 @@ struct Admin {
     submitter: Arc<ArcSwap<Submitter>>,
     /// Requests open on the public socket, per uid (`door.rs`).
     public: door::Gate,
+    /// To the process's main loop (`control.rs`).
+    control: control::ControlSender,
 }
 
 /// Listens on the admin socket until the task is aborted.
@@ -80,6 +83,7 @@ pub fn spawn(
     queue: &QueueHandle,
     submitter: Arc<ArcSwap<Submitter>>,
     log_file: Option<PathBuf>,
+    control: control::ControlSender,
 ) -> Result<JoinHandle<()>, socket::BindError> {
     let queue = queue.clone();
     let (spool, logger) = {
@@ -96,6 +100,7 @@ pub fn spawn(
         log_file,
         submitter,
         public: door::Gate::default(),
+        control,
     };
     let public_loop = tokio::spawn(admin.clone().serve(public_listener, Door::Public, data_dir));
     let admin_loop = admin.serve(admin_listener, Door::Admin, data_dir);
@@ -311,6 +316,14 @@ impl Admin {
             Request::Release { id } => self.apply(Op::Release, &[id], false).await,
             Request::Bounce { id } => self.apply(Op::Bounce, &[id], false).await,
             Request::Apply { op, ids, all } => self.apply(op, &ids, all).await,
+            Request::Control { action } => match self.control.ask(action).await {
+                Some(reply) => Response {
+                    ok: true,
+                    control: Some(reply),
+                    ..Default::default()
+                },
+                None => Response::error(AdminError::NoMainLoop),
+            },
             Request::Submit { .. } => Response::error(AdminError::SubmitHere),
         }
     }
@@ -452,6 +465,8 @@ enum AdminError {
     NotPublic,
     #[error("who is asking is unknown (no peer credentials or account)")]
     NoCredentials,
+    #[error("the daemon's main loop does not answer (a daemon run as a library)")]
+    NoMainLoop,
     #[error("submit is handled above")]
     SubmitHere,
     #[error("bad message encoding: {0}")]

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 use sluice_spool::BodyRef;
 
+pub use super::control::{Control, ControlReply};
 pub use crate::queue::admin::Op;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -50,6 +51,10 @@ pub enum Request {
         ids: Vec<String>,
         #[serde(default)]
         all: bool,
+    },
+    /// The daemon itself: reload, stop, status, its configuration.
+    Control {
+        action: Control,
     },
     /// sendmail(1): queue a message (base64 of its octets, CRLF lines).
     Submit {
@@ -157,6 +162,9 @@ pub struct Response {
     /// `submit` refused: sendmail(1)'s exit status for it.
     #[serde(default)]
     pub exit_code: Option<i32>,
+    /// `control`: the main loop's answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control: Option<ControlReply>,
 }
 
 impl Response {

@@ -32,6 +32,7 @@ pub mod local;
 pub mod names;
 mod one_line;
 pub mod services;
+pub mod show;
 pub mod smtpd;
 pub mod source;
 pub mod tables;

@@ -12,6 +12,7 @@
 pub mod acme;
 mod build;
 mod cluster;
+mod control;
 mod listeners;
 pub mod privilege;
 mod reload;
@@ -86,6 +87,10 @@ pub struct Server {
     pub metrics_addr: Option<SocketAddr>,
     observe: Option<JoinHandle<()>>,
     drain_deadline: Duration,
+    /// The admin socket's controls, until the main loop takes them.
+    control: Option<crate::admin::control::ControlReceiver>,
+    /// When the daemon started (`sluice status`).
+    started: std::time::Instant,
 }
 
 impl Server {
@@ -164,11 +169,13 @@ impl Server {
         if let Some(node) = &node {
             cluster::start_claims(node, &submitter);
         }
+        let (control, control_rx) = crate::admin::control::channel();
         let admin = crate::admin::spawn(
             &config.data_dir,
             &queue,
             submitter.clone(),
             config.log_file.clone(),
+            control,
         )
         .map_err(|err| {
             let dir = config.data_dir.clone();
@@ -232,6 +239,8 @@ impl Server {
             submitter,
             mailboxes,
             drain_deadline: Duration::from_secs(config.queue.shutdown_drain_secs),
+            control: Some(control_rx),
+            started: std::time::Instant::now(),
         })
     }
 

@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use super::build::{Parts, Purpose};
 use super::Server;
+use crate::admin::control::ReloadOutcome;
 use crate::config::source::Source;
 use crate::config::Config;
 use crate::queue::Reconfig;
@@ -34,10 +35,14 @@ impl Server {
     /// Reloads the configuration from its source (a file and `-o`
     /// overrides); the embedded default without overrides only re-reads
     /// tables and the certificate.
-    pub async fn reload(&mut self, source: &Source) {
+    pub async fn reload(&mut self, source: &Source) -> ReloadOutcome {
         if source.path.is_none() && source.overrides.is_empty() {
             self.refresh(None);
-            return;
+            return ReloadOutcome {
+                result: "tables".into(),
+                text: "lookup tables and the certificate read again".into(),
+                ..ReloadOutcome::default()
+            };
         }
         match source.load() {
             Ok(new) => self.apply(new).await,
@@ -47,7 +52,13 @@ impl Server {
 
     /// Logs a refused reload: what failed (`config`, `build`, `listen`),
     /// the file's line or the address at fault when known.
-    fn refuse(&self, cause: &str, line: Option<usize>, addr: Option<&str>, why: &str) {
+    fn refuse(
+        &self,
+        cause: &str,
+        line: Option<usize>,
+        addr: Option<&str>,
+        why: &str,
+    ) -> ReloadOutcome {
         event!(
             self.logger,
             "master",
@@ -55,9 +66,15 @@ impl Server {
             { result: "refused", cause: cause, line: line, addr: addr, error: why },
             "reload: {why}; keeping the running configuration"
         );
+        ReloadOutcome {
+            result: "refused".into(),
+            error: Some(why.to_string()),
+            text: format!("{why}; keeping the running configuration"),
+            ..ReloadOutcome::default()
+        }
     }
 
-    async fn apply(&mut self, mut new: Config) {
+    async fn apply(&mut self, mut new: Config) -> ReloadOutcome {
         let old = self.parts.config.clone();
         let later = keep_restart_settings(&old, &mut new);
         let new = Arc::new(new);
@@ -108,6 +125,13 @@ impl Server {
             { result: "applied", sections: sections, later: later },
             "reload: {changed}"
         );
+        ReloadOutcome {
+            result: "applied".into(),
+            sections: sections.iter().map(|s| s.to_string()).collect(),
+            later: later.iter().map(|s| s.to_string()).collect(),
+            error: None,
+            text: changed,
+        }
     }
 
     /// Re-reads the files of tables and the certificate that a reload

@@ -54,14 +54,36 @@ pub fn data_dir(explicit: Option<&Path>) -> Result<PathBuf, LocateError> {
         .map(Path::to_path_buf)
         .or_else(|| std::env::var_os("SLUICE_CONFIG").map(PathBuf::from));
     if let Some(path) = named {
-        return absolute(&path, Config::load(&path)?.data_dir);
+        return absolute(&path, data_dir_of(&path)?);
     }
-    match Config::load(Path::new(SYSTEM_CONFIG)) {
-        Ok(config) => return absolute(Path::new(SYSTEM_CONFIG), config.data_dir),
+    match data_dir_of(Path::new(SYSTEM_CONFIG)) {
+        Ok(data_dir) => return absolute(Path::new(SYSTEM_CONFIG), data_dir),
         Err(ConfigError::Read { err, .. }) if skippable(&err) => {}
         Err(e) => return Err(e.into()),
     }
     from_client_file(Path::new(CLIENT_CONFIG))
+}
+
+/// A configuration file's data_dir, the only setting a client needs: the
+/// rest may be what a reload is about to refuse (`sluice reload` must
+/// still reach the daemon to hear why), so only the TOML syntax and this
+/// one value are checked here.
+fn data_dir_of(path: &Path) -> Result<PathBuf, ConfigError> {
+    #[derive(serde::Deserialize)]
+    struct DataDirOnly {
+        data_dir: Option<PathBuf>,
+    }
+    let text = std::fs::read_to_string(path).map_err(|err| ConfigError::Read {
+        path: path.to_path_buf(),
+        err,
+    })?;
+    let only: DataDirOnly = toml::from_str(&text).map_err(|err| ConfigError::Parse {
+        path: path.to_path_buf(),
+        line: None,
+        column: None,
+        err: Box::new(err),
+    })?;
+    Ok(only.data_dir.unwrap_or_else(|| Config::default().data_dir))
 }
 
 /// The configuration file an administrator's tool reads (`sluice config`,

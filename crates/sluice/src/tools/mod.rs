@@ -4,7 +4,6 @@
 
 pub mod address;
 pub mod cluster_pki;
-pub mod config_cli;
 pub mod keygen;
 pub mod locate;
 pub mod queue_cli;

@@ -9,8 +9,8 @@
 //! are printed as `(hidden)` unless `--show-secrets` is given, so the
 //! output can be pasted into a ticket.
 
-use crate::config::source::Source;
-use crate::config::{Config, ConfigError};
+use super::source::Source;
+use super::{Config, ConfigError};
 
 /// Which settings to print.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,7 +69,8 @@ fn only_set(all: &toml::Table, set: &toml::Table) -> toml::Table {
     out
 }
 
-fn hide_secrets(table: &mut toml::Table) {
+/// Replaces secrets by `(hidden)`, wherever they are in `table`.
+pub fn hide_secrets(table: &mut toml::Table) {
     for (key, value) in table.iter_mut() {
         match value {
             toml::Value::Table(t) => hide_secrets(t),
