@@ -687,8 +687,9 @@ fn check_config(arg: SourceArgs) -> Result<(), CliError> {
     let config = load_config(&arg)?;
     // As `serve` would run it: a root start with a file drops to `user`,
     // who must be able to read every key.
+    // (A root start that `serve` would refuse is refused here too.)
     if privilege::is_root() && arg.config.config.is_some() {
-        if let Ok(Some(account)) = privilege::target(config.user.as_deref(), config.run_as_root) {
+        if let Some(account) = privilege::target(config.user.as_deref(), config.run_as_root)? {
             privilege::keys_readable(&config, &account)?;
         }
     }

@@ -338,3 +338,30 @@ async fn reload_status_and_stop_drive_the_running_daemon() {
     let (rc, _) = run(&["status", "--config", f]);
     assert_eq!(rc, 1, "not running");
 }
+
+#[test]
+fn check_config_refuses_a_root_start_that_serve_would_refuse() {
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let has_account = passwd.lines().any(|l| l.starts_with("sluice:"));
+    // SAFETY: geteuid only reads the process's effective uid.
+    if unsafe { libc::geteuid() } != 0 || has_account {
+        eprintln!("skipped: needs root and no `sluice` account");
+        return;
+    }
+    let dir = temp_dir("root-start");
+    let file = dir.join("sluice.toml");
+    std::fs::write(&file, "[smtpd]\nlisten = [\"127.0.0.1:0\"]\n").unwrap();
+    let f = file.to_str().unwrap();
+    let (rc, _) = run(&["check-config", "--config", f]);
+    assert_eq!(
+        rc, 1,
+        "serve refuses this file as root: check-config must too"
+    );
+    std::fs::write(
+        &file,
+        "run_as_root = true\n[smtpd]\nlisten = [\"127.0.0.1:0\"]\n",
+    )
+    .unwrap();
+    let (rc, out) = run(&["check-config", "--config", f]);
+    assert_eq!((rc, out.as_str()), (0, "configuration ok\n"));
+}
