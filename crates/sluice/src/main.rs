@@ -578,6 +578,7 @@ fn check_config(arg: SourceArgs) -> Result<(), CliError> {
     if privilege::is_root() && arg.config.config.is_some() {
         if let Ok(Some(account)) = privilege::target(config.user.as_deref(), config.run_as_root) {
             privilege::keys_readable(&config, &account)?;
+            privilege::maildir_group(&config, Some(&account))?;
         }
     }
     for warning in sluice::daemon::check(config)? {
