@@ -236,7 +236,30 @@ async fn an_unprivileged_daemon_shares_the_owners_group() {
     let maildir = home.join("Maildir");
     let (server, file) = deliver_one(&dir, &config, &maildir).await;
     let groups = std::fs::read_to_string(format!("/proc/{}/status", server.id())).unwrap();
+    // A reload to an owner whose group the running daemon lacks: refused.
+    let other = TestUser::create("vo");
+    write_config(
+        &dir,
+        &format!("user = \"{}\"", daemon.name),
+        &format!("maildir_owner = \"{}\"", other.name),
+        &base,
+    );
+    let _ = Command::new("kill")
+        .args(["-HUP", &server.id().to_string()])
+        .status();
+    let log = dir.join("log/maillog");
+    let refused = wait_until(10, || {
+        events_in(&log).iter().any(|e| {
+            e["event"] == "reload"
+                && e["result"] == "refused"
+                && e["error"]
+                    .as_str()
+                    .is_some_and(|t| t.contains("local.maildir_owner"))
+        })
+    })
+    .await;
     stop(server);
+    assert!(refused, "{:?}", events_in(&log));
     let groups = groups
         .lines()
         .find(|l| l.starts_with("Groups:"))
