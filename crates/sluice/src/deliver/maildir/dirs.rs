@@ -238,8 +238,8 @@ enum Made {
     Symlink,
 }
 
-/// Creates one directory (mode 0700) below an existing, checked one, or
-/// finds one there. `mkdir` does not follow a symlink in the last place
+/// Creates one directory (mode 0700, then the owner's: [`made`]) below
+/// an existing, checked one, or finds one there (left as it is). `mkdir` does not follow a symlink in the last place
 /// (it fails with EEXIST), so only a name that exists is looked at, with
 /// `lstat`: a symlink is [`Made::Symlink`], anything else not a directory
 /// an error.
