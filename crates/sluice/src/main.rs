@@ -691,6 +691,7 @@ fn check_config(arg: SourceArgs) -> Result<(), CliError> {
     if privilege::is_root() && arg.config.config.is_some() {
         if let Some(account) = privilege::target(config.user.as_deref(), config.run_as_root)? {
             privilege::keys_readable(&config, &account)?;
+            privilege::maildir_group(&config, Some(&account))?;
         }
     }
     for warning in sluice::daemon::check(config)? {
@@ -712,7 +713,8 @@ async fn serve(arg: SourceArgs) -> Result<(), CliError> {
     // limit to the hard limit (the default soft limit is often 1024).
     let _ = rlimit::increase_nofile_limit(u64::MAX);
     // Everything the daemon creates is its own only (0600/0700); the log
-    // is made 0640 explicitly.
+    // is made 0640 explicitly, Maildirs as `local.maildir_owner` says
+    // (`deliver::maildir::owner`).
     // SAFETY: umask only sets the process's file mode creation mask.
     unsafe {
         libc::umask(0o077);

@@ -32,6 +32,12 @@ pub struct LocalConfig {
     /// Allow mailbox paths outside `maildir_base` (absolute table values).
     /// Off by default: a path that leaves the base is refused (`4.3.5`).
     pub maildir_allow_absolute: bool,
+    /// The account Maildirs belong to: a name (`"vmail"`) or `"uid:gid"`
+    /// (Postfix: virtual_uid_maps, virtual_gid_maps). A root daemon gives
+    /// what it creates to it (0700/0600); an unprivileged one shares its
+    /// group (2770/0660; its account must be in the group). Unset: the
+    /// daemon's account, 0700/0600.
+    pub maildir_owner: Option<super::owner::MaildirOwner>,
     /// How deliveries are made durable: "batch" (default) shares two
     /// file-system syncs among every delivery gathered while the previous
     /// batch synced; "each" syncs every message and its directory on its
@@ -55,6 +61,7 @@ impl Default for LocalConfig {
             maildir_base: None,
             maildir_template: "{base}/{domain}/{localpart}/Maildir".into(),
             maildir_allow_absolute: false,
+            maildir_owner: None,
             maildir_sync: MaildirSync::Batch,
             concurrency: 100,
         }

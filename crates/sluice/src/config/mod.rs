@@ -31,6 +31,7 @@ pub mod listener;
 pub mod local;
 pub mod names;
 mod one_line;
+pub mod owner;
 pub mod services;
 pub mod show;
 pub mod smtpd;

@@ -20,6 +20,7 @@ use crate::config::hop::NextHop;
 use crate::config::Config;
 use crate::deliver::maildir::commit::Committer;
 use crate::deliver::maildir::dirs::MaildirPolicy;
+use crate::deliver::maildir::owner::Ownership;
 use crate::deliver::maildir::write::SyncStats;
 use crate::deliver::maildir::MaildirAgent;
 use crate::deliver::smtp::dane::Dane;
@@ -272,10 +273,15 @@ impl Parts {
             ))),
             _ => None,
         };
-        let policy = Arc::new(MaildirPolicy::new(
-            self.mailboxes.base().to_path_buf(),
-            self.config.local.maildir_allow_absolute,
-        ));
+        let owner = self.config.local.maildir_owner.as_ref();
+        let ownership = Ownership::for_process(owner.map(|o| (o.uid, o.gid)));
+        let policy = Arc::new(
+            MaildirPolicy::new(
+                self.mailboxes.base().to_path_buf(),
+                self.config.local.maildir_allow_absolute,
+            )
+            .with_ownership(ownership),
+        );
         let committer = match self.config.local.maildir_sync {
             crate::config::local::MaildirSync::Each => None,
             crate::config::local::MaildirSync::Batch => {

@@ -110,6 +110,7 @@ impl Server {
         if let Some(account) = &account {
             privilege::keys_readable(&config, account)?;
         }
+        let maildir_group = privilege::maildir_group(&config, account.as_ref())?;
         let (shutdown, _) = watch::channel(false);
         let mut listeners = Listeners::new(shutdown.subscribe(), config.smtpd.reuse_port);
         let bound = listeners
@@ -127,7 +128,7 @@ impl Server {
         if let Some(account) = &account {
             let log = config.log_file.as_deref();
             privilege::hand_over(&config.data_dir, log, account)
-                .and_then(|()| privilege::drop_to(account))?;
+                .and_then(|()| privilege::drop_to(account, maildir_group))?;
         }
         let json = config.log_format == crate::config::LogFormat::Json;
         let logger = Logger::start_as(config.log_file.as_deref(), json).map_err(StartError::Log)?;

@@ -16,9 +16,14 @@
 //! A reload that adds a port below 1024 then fails and is refused whole,
 //! as any reload whose socket cannot be bound.
 //!
-//! Trust: the account database (getpwnam). Invariant: after [`drop_to`]
-//! returns `Ok`, the process has no root uid, gid or supplementary
-//! groups, and cannot get them back (checked).
+//! With `local.maildir_owner`, the account keeps one supplementary group,
+//! the owner's, when it is a member of it (checked before anything is
+//! bound, [`maildir_group`]): the unprivileged daemon gives the Maildirs
+//! it makes that group, for the owner (Dovecot as `vmail`) to use.
+//!
+//! Trust: the account database (getpwnam, getgrouplist). Invariant: after
+//! [`drop_to`] returns `Ok`, the process has no root uid, gid or
+//! supplementary groups, and cannot get them back (checked).
 
 use std::ffi::CString;
 use std::path::Path;
@@ -56,6 +61,15 @@ pub enum PrivilegeError {
     },
     #[error("cannot become {user}: {err}")]
     Switch { user: String, err: std::io::Error },
+    #[error("local.maildir_owner = \"{owner}\": the daemon's account {user} is not in group {group} (gid {gid}), so the Maildirs it makes cannot be that group's for the owner to read: as root, run `usermod -a -G {group} {user}` (or run the daemon as root with run_as_root, or as the owner)")]
+    NotInGroup {
+        owner: String,
+        user: String,
+        group: String,
+        gid: u32,
+    },
+    #[error("local.maildir_owner = \"{0}\": its group is root's (gid 0), which the unprivileged daemon does not keep: give the mail account a group of its own")]
+    RootGroup(String),
     #[error("{what} {path} cannot be read by {user}, the account the daemon runs as ({why}): `chgrp {user} {path}` and `chmod 0640 {path}`")]
     Unreadable {
         what: &'static str,
@@ -268,20 +282,120 @@ fn hand_over_log(log: &Path, account: &Account) -> std::io::Result<()> {
     }
 }
 
-/// Becomes `account` for good: supplementary groups dropped, then gid,
-/// then uid; then checks that root cannot be had back.
-pub fn drop_to(account: &Account) -> Result<(), PrivilegeError> {
+/// The supplementary group the daemon's account must keep for
+/// `local.maildir_owner` (`Some(gid)`), `None` when it needs none (no
+/// owner, the owner's group is the account's own, or the daemon stays
+/// root); an error naming the fix when the account is not in the group.
+/// `account`: the one a root start drops to; `None` and not root: the
+/// running process's groups are what counts.
+pub fn maildir_group(
+    config: &crate::config::Config,
+    account: Option<&Account>,
+) -> Result<Option<u32>, PrivilegeError> {
+    let Some(owner) = &config.local.maildir_owner else {
+        return Ok(None);
+    };
+    let gid = owner.gid;
+    let (user, primary, member) = match account {
+        Some(a) => (a.name.clone(), a.gid, groups_of(a).contains(&gid)),
+        None if is_root() => return Ok(None),
+        None => {
+            // SAFETY: geteuid and getegid have no preconditions.
+            let (uid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+            (
+                format!("(uid {uid})"),
+                egid,
+                process_groups().contains(&gid),
+            )
+        }
+    };
+    if primary == gid {
+        return Ok(None);
+    }
+    if gid == 0 {
+        return Err(PrivilegeError::RootGroup(owner.text.clone()));
+    }
+    if !member {
+        return Err(PrivilegeError::NotInGroup {
+            owner: owner.text.clone(),
+            user,
+            group: group_name(gid).unwrap_or_else(|| gid.to_string()),
+            gid,
+        });
+    }
+    Ok(account.map(|_| gid))
+}
+
+/// Every group `account` is a member of (getgrouplist).
+fn groups_of(account: &Account) -> Vec<u32> {
+    let Ok(name) = CString::new(account.name.as_str()) else {
+        return Vec::new();
+    };
+    let mut n: libc::c_int = 64;
+    loop {
+        let mut groups = vec![0 as libc::gid_t; n as usize];
+        let asked = n;
+        // SAFETY: `groups` has room for `n` gids; `name` is NUL-terminated.
+        let rc =
+            unsafe { libc::getgrouplist(name.as_ptr(), account.gid, groups.as_mut_ptr(), &mut n) };
+        if rc >= 0 {
+            groups.truncate(n.max(0) as usize);
+            return groups;
+        }
+        if n <= asked {
+            n = asked * 2;
+        }
+        if n > 65536 {
+            return Vec::new();
+        }
+    }
+}
+
+/// The running process's supplementary groups.
+fn process_groups() -> Vec<u32> {
+    // SAFETY: with size 0, getgroups only counts.
+    let n = unsafe { libc::getgroups(0, std::ptr::null_mut()) };
+    let mut groups = vec![0 as libc::gid_t; n.max(0) as usize];
+    // SAFETY: `groups` has room for `n` gids.
+    let got = unsafe { libc::getgroups(n, groups.as_mut_ptr()) };
+    groups.truncate(got.max(0) as usize);
+    groups
+}
+
+/// The name of group `gid` (getgrgid_r), if it has one.
+fn group_name(gid: u32) -> Option<String> {
+    let mut buf = vec![0 as libc::c_char; 16384];
+    // SAFETY: all-zero is a valid group (null pointers, zero id).
+    let mut gr: libc::group = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::group = std::ptr::null_mut();
+    // SAFETY: every pointer is to live, writable storage of the stated
+    // size; on success `found` points to `gr`, whose name is in `buf`.
+    let rc = unsafe { libc::getgrgid_r(gid, &mut gr, buf.as_mut_ptr(), buf.len(), &mut found) };
+    if rc != 0 || found.is_null() || gr.gr_name.is_null() {
+        return None;
+    }
+    // SAFETY: gr_name is a NUL-terminated string inside `buf`.
+    let name = unsafe { std::ffi::CStr::from_ptr(gr.gr_name) };
+    Some(name.to_string_lossy().into_owned())
+}
+
+/// Becomes `account` for good: supplementary groups replaced by `keep`
+/// alone (the Maildir owner's group, see [`maildir_group`]; never 0),
+/// then gid, then uid; then checks that root cannot be had back.
+pub fn drop_to(account: &Account, keep: Option<u32>) -> Result<(), PrivilegeError> {
     let fail = |err: std::io::Error| PrivilegeError::Switch {
         user: account.name.clone(),
         err,
     };
     let gid = account.gid as libc::gid_t;
-    // SAFETY: setgroups reads one gid from a valid pointer; setgid/setuid
-    // take plain integers. Each result is checked. Threads: the calls
-    // below change the credentials of every thread (glibc broadcasts
-    // set*id to all threads of the process).
+    let mut groups = vec![gid];
+    groups.extend(keep.filter(|&g| g != 0 && g != gid));
+    // SAFETY: setgroups reads `groups.len()` gids from a valid pointer;
+    // setgid/setuid take plain integers. Each result is checked. Threads:
+    // the calls below change the credentials of every thread (glibc
+    // broadcasts set*id to all threads of the process).
     unsafe {
-        if libc::setgroups(1, &gid) != 0 {
+        if libc::setgroups(groups.len(), groups.as_ptr()) != 0 {
             return Err(fail(std::io::Error::last_os_error()));
         }
         if libc::setgid(gid) != 0 {

@@ -75,6 +75,11 @@ impl Server {
     }
 
     async fn apply(&mut self, mut new: Config) -> ReloadOutcome {
+        // A Maildir owner whose group the running daemon does not have
+        // would make every delivery defer (permission denied).
+        if let Err(why) = super::privilege::maildir_group(&new, None) {
+            return self.refuse("config", None, None, &why.to_string());
+        }
         let old = self.parts.config.clone();
         let later = keep_restart_settings(&old, &mut new);
         let new = Arc::new(new);

@@ -122,6 +122,83 @@ impl Dovecot {
     }
 }
 
+/// A Dovecot with no protocol, for `doveadm` (its userdb lookups go
+/// through the running auth service): mail users in a passwd-file, each
+/// with its uid, gid and home (`mail_location = maildir:~/Maildir`), as
+/// a site whose IMAP server reads the Maildirs as `vmail`.
+pub struct Reader {
+    pub dir: PathBuf,
+    child: Child,
+}
+
+/// A mailbox `Reader` serves: the address, the uid and gid Dovecot
+/// reads it as, and its home (the Maildir is `home/Maildir`).
+pub struct MailUser<'a> {
+    pub address: &'a str,
+    pub uid: u32,
+    pub gid: u32,
+    pub home: &'a Path,
+}
+
+impl Reader {
+    pub fn start(test_dir: &Path, users: &[MailUser<'_>]) -> Reader {
+        super::ensure_package(BIN, "dovecot-core");
+        let dir = test_dir.join("dovecot");
+        for sub in ["run", "state"] {
+            std::fs::create_dir_all(dir.join(sub)).unwrap();
+        }
+        let d = dir.display();
+        let passwd: String = users
+            .iter()
+            .map(|u| {
+                let (a, h) = (u.address, u.home.display());
+                format!("{a}:{{PLAIN}}x:{}:{}::{h}::\n", u.uid, u.gid)
+            })
+            .collect();
+        std::fs::write(dir.join("users"), passwd).unwrap();
+        let conf = format!(
+            "base_dir = {d}/run\nstate_dir = {d}/state\nlog_path = {d}/dovecot.log\n\
+             protocols =\nssl = no\n\
+             default_internal_user = nobody\ndefault_internal_group = nogroup\n\
+             default_login_user = nobody\nfirst_valid_uid = 1\nfirst_valid_gid = 1\n\
+             passdb {{\n  driver = passwd-file\n  args = {d}/users\n}}\n\
+             userdb {{\n  driver = passwd-file\n  args = {d}/users\n}}\n\
+             mail_location = maildir:~/Maildir\n\
+             service anvil {{\n  chroot =\n}}\n"
+        );
+        std::fs::write(dir.join("dovecot.conf"), conf).unwrap();
+        let mut child = Command::new(BIN)
+            .arg("-F")
+            .arg("-c")
+            .arg(dir.join("dovecot.conf"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("dovecot.err")).unwrap())
+            .spawn()
+            .expect("start dovecot");
+        let socket = dir.join("run/auth-userdb");
+        super::wait_for_socket(&mut child, &socket, 30, "dovecot", &dir);
+        Reader { dir, child }
+    }
+
+    /// `doveadm -c CONF ARGS…` (Dovecot switches to the user's uid and
+    /// gid): exit status, stdout, stderr.
+    pub fn doveadm(&self, args: &[&str]) -> (i32, String, String) {
+        let mut cmd = Command::new("/usr/bin/doveadm");
+        cmd.arg("-c").arg(self.dir.join("dovecot.conf")).args(args);
+        super::output_of(cmd, b"")
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
 impl Drop for Dovecot {
     fn drop(&mut self) {
         // SIGTERM: the master stops its lmtp children too.

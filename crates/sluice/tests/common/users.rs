@@ -30,6 +30,26 @@ impl TestUser {
     }
 }
 
+impl TestUser {
+    /// The account's primary group id (useradd made a group of its name).
+    pub fn gid(&self) -> u32 {
+        let id = Command::new("id")
+            .args(["-g", &self.name])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&id.stdout).trim().parse().unwrap()
+    }
+
+    /// Makes the account a member of `group` (a supplementary group).
+    pub fn join(&self, group: &str) {
+        let out = Command::new("usermod")
+            .args(["-a", "-G", group, &self.name])
+            .output()
+            .expect("usermod (passwd package)");
+        assert!(out.status.success(), "usermod: {out:?}");
+    }
+}
+
 impl Drop for TestUser {
     fn drop(&mut self) {
         let _ = Command::new("userdel").arg(&self.name).status();

@@ -16,6 +16,10 @@
 //! name that exists already is looked at (`lstat`) to refuse a symlink.
 //! (A profile of a run where every message made a new Maildir had 6 % of
 //! the daemon's CPU in the `lstat`s that came before each `mkdir`.)
+//!
+//! Each directory made is given to the Maildir owner right after its
+//! `mkdir` (`owner.rs`, `local.maildir_owner`); directories that existed
+//! already keep their owner.
 
 use std::collections::HashSet;
 use std::io;
@@ -23,6 +27,7 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Mutex;
 
+use super::owner::Ownership;
 use super::write::MaildirError;
 
 /// Mailboxes remembered at most (the set is emptied when full).
@@ -35,6 +40,8 @@ const ON_THE_WAY_MAX: usize = 10_000;
 pub struct MaildirPolicy {
     pub base: PathBuf,
     pub allow_absolute: bool,
+    /// Owner and modes of what deliveries create.
+    pub ownership: Ownership,
     known: Mutex<HashSet<PathBuf>>,
     /// Directories on the way to a mailbox (the base among them) known to
     /// exist and not to be symlinks.
@@ -46,9 +53,16 @@ impl MaildirPolicy {
         MaildirPolicy {
             base,
             allow_absolute,
+            ownership: Ownership::Daemon,
             known: Mutex::new(HashSet::new()),
             on_the_way: Mutex::new(HashSet::new()),
         }
+    }
+
+    /// The same, with what deliveries create given to `ownership`.
+    pub fn with_ownership(mut self, ownership: Ownership) -> MaildirPolicy {
+        self.ownership = ownership;
+        self
     }
 
     /// Checks `maildir` and creates it with `tmp/`, `new/` and `cur/` if
@@ -77,8 +91,9 @@ impl MaildirPolicy {
         };
         let io = |e: io::Error| MaildirError::from_io(maildir, e);
         let mut created = Vec::new();
+        let own = self.ownership;
         if !self.checked(&self.base) {
-            make_dir(&self.base, &mut created).map_err(io)?;
+            make_dir(&self.base, &mut created, own).map_err(io)?;
             self.note_checked(&self.base);
         }
         // The directories on the way, from the base down: each holds an
@@ -92,7 +107,7 @@ impl MaildirPolicy {
         for (i, part) in parts.iter().enumerate() {
             let at = chain[chain.len() - 1].join(part);
             if !self.checked(&at) {
-                match make_checked(&at, &mut created).map_err(io)? {
+                match make_checked(&at, &mut created, own).map_err(io)? {
                     Made::Dir => {}
                     Made::Symlink => return Err(refuse("a directory on the way is a symlink")),
                 }
@@ -104,9 +119,13 @@ impl MaildirPolicy {
         }
         for sub in ["tmp", "new", "cur"] {
             let dir = maildir.join(sub);
-            if let Made::Symlink = make_checked(&dir, &mut created).map_err(io)? {
+            if let Made::Symlink = make_checked(&dir, &mut created, own).map_err(io)? {
                 return Err(refuse("tmp, new or cur is a symlink"));
             }
+        }
+        if own.changes() {
+            // Their new owner and mode are inode changes: synced too.
+            chain.extend(created.iter().cloned());
         }
         let synced = match sync {
             true => sync_chain(&created, chain).map_err(io)?,
@@ -181,13 +200,23 @@ fn to_sync(created: &[PathBuf], chain: Vec<PathBuf>) -> Vec<PathBuf> {
     dirs
 }
 
-/// Creates one directory (mode 0700) unless it exists; notes it if new.
-fn make_dir(dir: &Path, created: &mut Vec<PathBuf>) -> io::Result<()> {
+/// Gives a directory just made to `own`; if that fails, the directory
+/// goes again (it is empty), so a retry makes it afresh instead of
+/// finding it there with the wrong owner.
+fn made(dir: &Path, created: &mut Vec<PathBuf>, own: Ownership) -> io::Result<()> {
+    if let Err(e) = own.apply_dir(dir) {
+        let _ = std::fs::remove_dir(dir);
+        return Err(e);
+    }
+    created.push(dir.to_path_buf());
+    Ok(())
+}
+
+/// Creates one directory (mode 0700, then `own`'s) unless it exists;
+/// notes it if new.
+fn make_dir(dir: &Path, created: &mut Vec<PathBuf>, own: Ownership) -> io::Result<()> {
     match std::fs::DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => {
-            created.push(dir.to_path_buf());
-            Ok(())
-        }
+        Ok(()) => made(dir, created, own),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             // A missing parent (the base's own parents): create them too.
@@ -195,8 +224,7 @@ fn make_dir(dir: &Path, created: &mut Vec<PathBuf>) -> io::Result<()> {
                 .recursive(true)
                 .mode(0o700)
                 .create(dir)?;
-            created.push(dir.to_path_buf());
-            Ok(())
+            made(dir, created, own)
         }
         Err(e) => Err(e),
     }
@@ -210,17 +238,14 @@ enum Made {
     Symlink,
 }
 
-/// Creates one directory (mode 0700) below an existing, checked one, or
-/// finds one there. `mkdir` does not follow a symlink in the last place
+/// Creates one directory (mode 0700, then the owner's: [`made`]) below
+/// an existing, checked one, or finds one there (left as it is). `mkdir` does not follow a symlink in the last place
 /// (it fails with EEXIST), so only a name that exists is looked at, with
 /// `lstat`: a symlink is [`Made::Symlink`], anything else not a directory
 /// an error.
-fn make_checked(dir: &Path, created: &mut Vec<PathBuf>) -> io::Result<Made> {
+fn make_checked(dir: &Path, created: &mut Vec<PathBuf>, own: Ownership) -> io::Result<Made> {
     match std::fs::DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => {
-            created.push(dir.to_path_buf());
-            Ok(Made::Dir)
-        }
+        Ok(()) => made(dir, created, own).map(|()| Made::Dir),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
             let m = std::fs::symlink_metadata(dir)?;
             if m.file_type().is_symlink() {

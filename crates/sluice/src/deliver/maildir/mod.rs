@@ -3,6 +3,7 @@
 mod agent;
 pub mod commit;
 pub mod dirs;
+pub mod owner;
 pub mod write;
 
 pub use agent::MaildirAgent;

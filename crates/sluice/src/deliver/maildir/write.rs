@@ -7,6 +7,10 @@
 //! Blocking file I/O: call from a blocking task. A full disk, quota or
 //! file-size limit is [`MaildirError::Full`]; any other failure is
 //! [`MaildirError::Io`]; both are temporary (the message stays queued).
+//!
+//! A file is given to the Maildir owner (`owner.rs`) through its open
+//! descriptor before it is written, so it enters `new/` already the
+//! owner's.
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -121,6 +125,7 @@ pub fn stage(
             .create_new(true)
             .mode(0o600)
             .open(&tmp)?;
+        policy.ownership.apply(&file, false)?;
         file.write_all(header.as_bytes())?;
         file.write_all(body)?;
         Ok(file)
@@ -147,7 +152,11 @@ pub fn stage(
 /// the shared way). Blocking.
 pub fn finish(staged: Staged, policy: &MaildirPolicy) -> Result<String, MaildirError> {
     let result = (|| {
-        staged.file.sync_data()?;
+        // A new owner or mode is inode metadata, which fdatasync may skip.
+        match policy.ownership.changes() {
+            true => staged.file.sync_all()?,
+            false => staged.file.sync_data()?,
+        }
         std::fs::rename(&staged.tmp, staged.new_path())?;
         std::fs::File::open(staged.maildir.join("new"))?.sync_all()
     })();
