@@ -390,6 +390,20 @@ check_installed() { # [vhosts mode]
     getent passwd sluice >/dev/null || fail "no sluice user"
     expect_path /usr/bin/sluice root root 755
     expect_path "$UNIT" root root 644
+    # Man pages (gzipped roff, section 8) and completions, made by the
+    # binary (unless dpkg is told not to install man pages, as in Docker).
+    if grep -qs '^path-exclude=/usr/share/man' /etc/dpkg/dpkg.cfg /etc/dpkg/dpkg.cfg.d/*; then
+        note "dpkg excludes /usr/share/man: man pages not checked"
+    else
+        for p in /usr/share/man/man8/sluice.8.gz /usr/share/man/man8/sluice-queue.8.gz; do
+            expect_path "$p" root root 644
+        done
+        zgrep -q '^\.TH sluice 8 ' /usr/share/man/man8/sluice.8.gz || fail "sluice.8.gz is not a section 8 page"
+    fi
+    for p in /usr/share/bash-completion/completions/sluice /usr/share/zsh/vendor-completions/_sluice \
+        /usr/share/fish/vendor_completions.d/sluice.fish; do
+        expect_path "$p" root root 644
+    done
     expect_path /etc/sluice root sluice 750
     expect_path /etc/sluice/sluice.toml root sluice 640
     for p in local-domains mailboxes aliases; do expect_path "/etc/sluice/$p" root sluice 640; done
@@ -637,6 +651,7 @@ check_purged() { # everything gone but delivered mail (and the sluice user)
     local p
     [ "$(dpkg-query -W -f='${Status}' sluice 2>/dev/null || true)" != "install ok installed" ] || fail "still installed"
     for p in /usr/bin/sluice "$UNIT" /usr/share/doc/sluice /etc/sluice /var/spool/sluice /var/log/sluice \
+        /usr/share/man/man8/sluice.8.gz /usr/share/bash-completion/completions/sluice \
         /etc/systemd/system/sluice.service /etc/systemd/system/multi-user.target.wants/sluice.service \
         /var/lib/systemd/deb-systemd-helper-enabled/sluice.service.dsh-also \
         /var/lib/systemd/deb-systemd-helper-enabled/multi-user.target.wants/sluice.service \

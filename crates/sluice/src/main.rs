@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use sluice::admin::control::Control;
 use sluice::config::source::Source;
 use sluice::config::Config;
@@ -98,10 +98,13 @@ struct QueueArgs {
 enum QueueAction {
     /// The queue, mailq-style (filters combine).
     List {
+        /// Only mail from this envelope sender (the whole address, any case).
         #[arg(long)]
         sender: Option<String>,
+        /// Only mail to this recipient (the whole address, any case).
         #[arg(long)]
         recipient: Option<String>,
+        /// Only mail with a recipient still to deliver in this domain.
         #[arg(long)]
         domain: Option<String>,
         /// active, deferred or hold.
@@ -119,7 +122,9 @@ enum QueueAction {
     },
     /// Retry deferred mail now (all, one message, or one domain's).
     Flush {
+        /// The queue ID of one message.
         id: Option<String>,
+        /// Only deferred mail with a recipient in this domain.
         #[arg(long)]
         domain: Option<String>,
     },
@@ -127,6 +132,7 @@ enum QueueAction {
     Delete {
         /// Queue IDs, ALL, or - to read IDs one a line from stdin.
         ids: Vec<String>,
+        /// Every deferred message (with --older-than: those older).
         #[arg(long)]
         all_deferred: bool,
         /// Seconds since arrival.
@@ -294,6 +300,11 @@ fn main() -> ExitCode {
             )
             .collect();
         return sendmail_main(&args);
+    }
+    // `sluice generate man|completions`, for packagers: not one of `Cli`'s
+    // subcommands, so no page, completion or help lists it.
+    if std::env::args().nth(1).as_deref() == Some("generate") {
+        return sluice::tools::manual::main(Cli::command(), std::env::args().skip(1));
     }
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -815,5 +826,13 @@ mod tests {
             };
             assert_eq!(q.config.config, Some(PathBuf::from("f.toml")), "{args:?}");
         }
+    }
+
+    /// Every argument shows help in `--help`, the man pages and the
+    /// completions (newcomer review, friction 24).
+    #[test]
+    fn every_argument_and_subcommand_has_help() {
+        let missing = sluice::tools::manual::undocumented(Cli::command());
+        assert!(missing.is_empty(), "no help text: {missing:?}");
     }
 }

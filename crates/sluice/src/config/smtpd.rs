@@ -82,8 +82,10 @@ pub struct SmtpdConfig {
     pub client_message_rate_limit: u32,
     /// RCPT commands per address per minute (`450 4.7.1`).
     pub client_recipient_rate_limit: u32,
-    /// Failed AUTH attempts per address per minute before `421 4.7.0`;
-    /// past it every AUTH from that client is refused for a minute.
+    /// Failed AUTH attempts per address per minute: the one that reaches
+    /// it is answered `535` then `421 4.7.0`, and every AUTH from that
+    /// client is refused unchecked for a minute (3: three passwords
+    /// checked, the fourth attempt refused).
     pub client_auth_failure_limit: u32,
     /// IPv6 clients are counted per network of this prefix length for
     /// all per-client limits (64: one site, as providers assign).

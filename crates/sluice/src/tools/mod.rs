@@ -1,10 +1,12 @@
 //! Tools built into the binary: sendmail(1) and mailq, `sluice queue`
-//! (the admin socket's client) and `sluice dkim-keygen`. The load
+//! (the admin socket's client), `sluice dkim-keygen`, and the man pages
+//! and shell completions of `sluice generate` (manual.rs). The load
 //! generator and sink are the `sluice-bench` crate's.
 
 pub mod address;
 pub mod cluster_pki;
 pub mod keygen;
 pub mod locate;
+pub mod manual;
 pub mod queue_cli;
 pub mod sendmail;

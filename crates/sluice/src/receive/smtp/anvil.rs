@@ -7,9 +7,9 @@
 //! exempt (Postfix: `smtpd_client_event_limit_exceptions = $mynetworks`).
 //! An IPv6 client is counted by its network (`client_ipv6_prefix`, /64 by
 //! default: one site's addresses are one client, else a /64 would give an
-//! attacker unlimited sessions). Past the AUTH failure limit a client is
-//! penalised for a whole window: every AUTH is refused before any
-//! password is checked, the right one included.
+//! attacker unlimited sessions). At the AUTH failure limit (N failures in
+//! a window) a client is penalised for a whole window: every AUTH is
+//! refused before any password is checked, the right one included.
 //!
 //! Trust: the address is the TCP peer, or the one a trusted load balancer
 //! sent in a PROXY header. Invariants: memory is bounded — at most
@@ -248,8 +248,11 @@ impl Anvil {
         })
     }
 
-    /// A failed AUTH from `ip`; false when over the limit, which starts
-    /// a penalty of one window.
+    /// A failed AUTH from `ip`; false when it reaches the limit, which
+    /// starts a penalty of one window: a limit of N is N passwords
+    /// checked a minute, and the attempt after the Nth failure is refused
+    /// unchecked (as Postfix refuses the AUTH past
+    /// `smtpd_client_auth_rate_limit`).
     pub fn auth_failure(&self, ip: IpAddr) -> bool {
         let limit = self.limits().auth_failures_per_minute;
         if limit == 0 {
@@ -257,7 +260,7 @@ impl Anvil {
         }
         self.with(self.key(ip), |c, now| {
             c.auth_failures += 1;
-            if c.auth_failures <= limit {
+            if c.auth_failures < limit {
                 return true;
             }
             c.auth_penalty_until = Some(now + WINDOW);
@@ -372,10 +375,10 @@ mod tests {
             ..Limits::default()
         });
         assert!(anvil.auth_allowed(ip(1)));
-        assert!(anvil.auth_failure(ip(1)) && anvil.auth_failure(ip(1)));
-        assert!(anvil.auth_allowed(ip(1)), "at the limit, not over it");
-        assert!(!anvil.auth_failure(ip(1)));
-        assert!(!anvil.auth_allowed(ip(1)), "penalised");
+        assert!(anvil.auth_failure(ip(1)), "one failure of two");
+        assert!(anvil.auth_allowed(ip(1)), "under the limit");
+        assert!(!anvil.auth_failure(ip(1)), "the second reaches the limit");
+        assert!(!anvil.auth_allowed(ip(1)), "penalised: no third check");
         assert!(anvil.auth_allowed(ip(2)), "per client");
     }
 }

@@ -6,9 +6,10 @@
 //! `auth_without_tls`. A failed attempt is answered `535 5.7.8`
 //! `[auth] failure_delay_ms` after the attempt began (not after the
 //! check, so the answer takes the same time whatever was checked), counted
-//! per client, and past `client_auth_failure_limit` a minute the session
-//! ends with `421 4.7.0` and the client is penalised: for a minute every
-//! AUTH is refused before any password is looked at, the right one too.
+//! per client, and the failure that reaches `client_auth_failure_limit`
+//! in a minute (the Nth `535`) is followed by `421 4.7.0`, the session
+//! ends and the client is penalised: for a minute every AUTH is refused
+//! before any password is looked at, the right one too.
 //! A table that cannot answer, or a hashing pool that is full, gives
 //! `454 4.7.0` (try later), never `535`; a full pool's `454` counts
 //! towards the penalty like a failure.
