@@ -100,6 +100,12 @@ impl NextHop {
         let (host, port, bracketed) = if let Some(inner) = rest.strip_prefix('[') {
             let close = inner.find(']')?;
             let host = &inner[..close];
+            // A colon inside the brackets is an IPv6 address or a mistake
+            // (`[127.0.0.1:2626]`, the port put inside): refused here, not
+            // found out at the first delivery.
+            if host.contains(':') && host.parse::<std::net::Ipv6Addr>().is_err() {
+                return None;
+            }
             let port = match &inner[close + 1..] {
                 "" => 25,
                 p => p.strip_prefix(':')?.parse().ok()?,
@@ -254,6 +260,8 @@ mod tests {
             "smtp:[x]:port",
             "lmtp:x",
             "smtp:a b",
+            "smtp:[127.0.0.1:2626]",
+            "smtp:[mx.example:25]:25",
         ] {
             assert_eq!(NextHop::parse(bad), None, "{bad}");
         }
