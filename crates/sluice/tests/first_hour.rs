@@ -3,6 +3,7 @@
 //! `-o` overrides; `sluice config`, `lookup`, `address` answer what
 //! postconf, postmap -q and sendmail -bv answer; `reload`, `status` and
 //! `stop` drive a running daemon. Every daemon here is the real binary.
+#![allow(unsafe_code, clippy::undocumented_unsafe_blocks)]
 
 mod common;
 

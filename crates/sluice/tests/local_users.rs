@@ -5,6 +5,7 @@
 //! said, the `Received:` names their uid (from the socket's peer
 //! credentials, not from anything they send); administering the queue
 //! stays with root and the daemon's group.
+#![allow(unsafe_code, clippy::undocumented_unsafe_blocks)]
 
 mod common;
 

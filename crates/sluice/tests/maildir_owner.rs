@@ -5,6 +5,7 @@
 //! directories 2770. Both proven with the real Dovecot (`doveadm fetch`
 //! and `doveadm flags add` as the owner); an account the daemon cannot
 //! share a group with, or that does not exist, stops `check-config`.
+#![allow(unsafe_code, clippy::undocumented_unsafe_blocks)]
 
 mod common;
 

@@ -2,6 +2,7 @@
 //! `user` set to an account the test creates binds its port, gives root
 //! up for good, and everything it made is that account's, 0600/0700, the
 //! log 0640. Staying root needs `run_as_root = true`.
+#![allow(unsafe_code, clippy::undocumented_unsafe_blocks)]
 
 mod common;
 

@@ -3,6 +3,7 @@
 //! bounce and delete; and clear errors for an unknown ID or no daemon.
 //! (Mail to defer-* is always deferred by the test sink.) The socket is
 //! never reachable under a wider mode than 0660 (the submission socket 0666).
+#![allow(unsafe_code, clippy::undocumented_unsafe_blocks)]
 
 mod common;
 

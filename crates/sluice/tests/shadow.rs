@@ -3,6 +3,7 @@
 //! redis-server. A node SIGKILLed mid-load with its spool deleted loses no
 //! acknowledged message: its peers claim their copies and deliver them;
 //! new sessions flow through the other nodes within 10 s.
+#![allow(unsafe_code, clippy::undocumented_unsafe_blocks)]
 
 mod common;
 

@@ -9,6 +9,9 @@
 //! Trust: the operator's configuration and the account database. What
 //! the daemon does with the ids (chown as root, or share the group when
 //! unprivileged) is `deliver::maildir::owner`.
+// libc calls the standard library does not wrap; each block says why
+// it is sound.
+#![allow(unsafe_code)]
 
 use std::ffi::CString;
 

@@ -24,6 +24,9 @@
 //! Trust: the account database (getpwnam, getgrouplist). Invariant: after
 //! [`drop_to`] returns `Ok`, the process has no root uid, gid or
 //! supplementary groups, and cannot get them back (checked).
+// libc calls the standard library does not wrap; each block says why
+// it is sound.
+#![allow(unsafe_code)]
 
 use std::ffi::CString;
 use std::path::Path;

@@ -6,6 +6,9 @@
 //! ending at column 78, once for the recipients that share it; or JSON
 //! with `--json`. The postsuper-like commands take IDs, `ALL`, or `-`
 //! (IDs one a line on standard input).
+// libc calls the standard library does not wrap; each block says why
+// it is sound.
+#![allow(unsafe_code)]
 
 use std::path::Path;
 use std::time::Duration;

@@ -5,6 +5,7 @@
 //! The test binds both listening sockets (port 0) and HAProxy inherits
 //! them (`bind fd@N`): no port is picked, released and hoped for, and a
 //! client may connect at once (the backlog holds it until HAProxy runs).
+#![allow(unsafe_code, clippy::undocumented_unsafe_blocks)]
 
 use std::net::SocketAddr;
 use std::os::unix::io::AsRawFd;

@@ -6,6 +6,7 @@
 //!
 //! Sockets of the test itself are made inside a namespace by a thread that
 //! enters it (`setns`): a socket keeps the namespace it was made in.
+#![allow(unsafe_code, clippy::undocumented_unsafe_blocks)]
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::process::Command;

@@ -1,5 +1,8 @@
 //! `sluice serve` and `check-config`: the daemon's main loop (signals and
 //! the admin socket's controls) and the check that builds what it would.
+// libc calls the standard library does not wrap; each block says why
+// it is sound.
+#![allow(unsafe_code)]
 
 use sluice::config::source::Source;
 use sluice::config::Config;

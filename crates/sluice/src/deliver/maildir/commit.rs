@@ -21,6 +21,9 @@
 //! syncs per message.
 //!
 //! Trust: staged files come from `write::stage`, inside checked Maildirs.
+// libc calls the standard library does not wrap; each block says why
+// it is sound.
+#![allow(unsafe_code)]
 
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;

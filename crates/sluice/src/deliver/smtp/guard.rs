@@ -16,6 +16,9 @@
 //! broadcast addresses are refused unless `allow_mx_networks` names them.
 //! Configured next hops (relayhost, transport) are never checked: the
 //! administrator may point them anywhere.
+// libc calls the standard library does not wrap; each block says why
+// it is sound.
+#![allow(unsafe_code)]
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, RwLock};
