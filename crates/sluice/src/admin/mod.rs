@@ -105,18 +105,9 @@ pub fn spawn(
     let public_loop = tokio::spawn(admin.clone().serve(public_listener, Door::Public, data_dir));
     let admin_loop = admin.serve(admin_listener, Door::Admin, data_dir);
     Ok(tokio::spawn(async move {
-        let _ends_with_it = AbortOnDrop(public_loop);
+        let _ends_with_it = tokio_util::task::AbortOnDropHandle::new(public_loop);
         admin_loop.await
     }))
-}
-
-/// Aborts the task when dropped (the public loop ends with the admin one).
-struct AbortOnDrop(JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 /// `data_dir` made 0711 (others may pass, not list) and `public/` 0755.

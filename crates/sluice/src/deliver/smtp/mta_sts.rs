@@ -373,7 +373,7 @@ impl MtaSts {
             .handshake(hyper_util::rt::TokioIo::new(tls))
             .await?;
         // The connection is driven beside the request, and dropped with it.
-        let conn = AbortOnDrop(tokio::spawn(async move {
+        let conn = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
             let _ = conn.await;
         }));
         let request = hyper::Request::get("/.well-known/mta-sts.txt")
@@ -397,16 +397,6 @@ impl MtaSts {
             .to_bytes();
         drop(conn);
         Ok(String::from_utf8_lossy(&body).into_owned())
-    }
-}
-
-/// Aborts a spawned task when dropped (a fetch that times out takes its
-/// connection with it).
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 
