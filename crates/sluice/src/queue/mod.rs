@@ -29,6 +29,7 @@ mod results;
 pub mod retry;
 mod rollup;
 pub mod scheduler;
+mod view;
 
 use std::sync::Arc;
 

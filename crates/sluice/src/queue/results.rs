@@ -1,6 +1,7 @@
 //! Applying a job's outcomes: each recipient's new state, the log line,
 //! the delivery metrics, NOTIFY=SUCCESS notices, and the spool record of
-//! what became final (with `complete` when the whole message is done).
+//! what became final (with `complete` when the whole message is done), and
+//! the end of a delivery round (`finish_round`: bounce, retry or remove).
 //! Also the words every delivery line shares: `orig_to` and the delay.
 //!
 //! A delivery line is Postfix's: `ID: to=<…>, orig_to=<…>, relay=…,
@@ -11,9 +12,12 @@
 use std::sync::Arc;
 
 use sluice_proto::dsn::NOTIFY_SUCCESS;
-use sluice_spool::Envelope;
+use sluice_spool::{DoneSet, Envelope};
+use tokio::time::Instant;
 
-use super::failures::wants;
+use super::admission::Parked;
+use super::compact::Spot;
+use super::failures::{expire, wants};
 use super::scheduler::{RcptState, Scheduler};
 use crate::admin::rates::Tally;
 use crate::event;
@@ -161,5 +165,72 @@ impl std::fmt::Display for OrigTo<'_> {
             Some(given) => write!(f, ", orig_to=<{given}>"),
             None => Ok(()),
         }
+    }
+}
+
+impl Scheduler {
+    /// All jobs of a delivery round are back: bounce, retry or remove.
+    pub(super) fn finish_round(&mut self, id: u64) {
+        if self.admin_round_end(id) {
+            return;
+        }
+        let Some(msg) = self.messages.get_mut(&id) else {
+            return;
+        };
+        expire(msg, self.config.queue.maximal_lifetime_secs, &self.logger);
+        if !msg.failed.is_empty() && !msg.bounce_pending {
+            let failed = std::mem::take(&mut msg.failed);
+            self.bounce(id, failed);
+            return;
+        }
+        if msg.bounce_pending {
+            return;
+        }
+        if msg.all_final() {
+            self.spool.record_outcome(id, Vec::new(), true);
+            self.remove(id);
+            return;
+        }
+        self.warn_if_delayed(id);
+        // Deferred mail waits on disk: no envelope or body in memory.
+        let Some(msg) = self.messages.get(&id) else {
+            return;
+        };
+        let attempts = msg.attempts + 1;
+        let wait = self.retry_wait(attempts, id);
+        let at = Instant::now() + wait;
+        let Some(msg) = self.messages.remove(&id) else {
+            return;
+        };
+        self.uncache_body(&msg);
+        let done: Vec<bool> = msg
+            .rcpts
+            .iter()
+            .map(|s| matches!(s, RcptState::Delivered | RcptState::Bounced))
+            .collect();
+        let reason = msg.rcpts.iter().find_map(|s| match s {
+            RcptState::Deferred { reason, dest, .. } => Some(self.reasons.get(dest, reason)),
+            _ => None,
+        });
+        // Kept in the spool: a restart goes on counting and waits as well.
+        let now = crate::timefmt::now_millis() / 1000;
+        let next = now + wait.as_secs_f64().ceil() as u64;
+        let attempt = sluice_spool::Attempt {
+            count: attempts,
+            at: now,
+            next,
+            reason: reason.as_ref().map(|d| d.text.clone()).unwrap_or_default(),
+        };
+        self.spool.record_attempt(id, attempt);
+        let parked = Parked {
+            spot: Spot::of(msg.body_ref),
+            done: DoneSet::from(done),
+            attempts: attempts.min(u16::MAX as u32) as u16,
+            warned: msg.warned,
+            reason,
+            last_at: super::admission::secs32(now),
+            next_at: super::admission::secs32(next),
+        };
+        self.park(id, parked, Some(at));
     }
 }

@@ -31,7 +31,6 @@ use super::admission::Parked;
 use super::agent::DeliveryAgent;
 use super::compact::Spot;
 use super::destination::Destination;
-use super::failures::expire;
 use super::job::{Job, JobReport, WorkerId};
 use super::results::{delay, orig_to, OrigTo};
 use super::retry::{backoff, RetryQueue};
@@ -43,7 +42,6 @@ use crate::log::{qid, Logger};
 use crate::message::flags;
 use crate::message::status::Failure;
 use crate::routing::Router;
-use sluice_spool::DoneSet;
 
 const NO_ROUTE: &str = "4.4.0 no route to destination (an address without a domain)";
 
@@ -507,78 +505,9 @@ impl Scheduler {
         }
     }
 
-    /// All jobs of a delivery round are back: bounce, retry or remove.
-    pub(super) fn finish_round(&mut self, id: u64) {
-        if self.admin_round_end(id) {
-            return;
-        }
-        let Some(msg) = self.messages.get_mut(&id) else {
-            return;
-        };
-        expire(msg, self.config.queue.maximal_lifetime_secs, &self.logger);
-        if !msg.failed.is_empty() && !msg.bounce_pending {
-            let failed = std::mem::take(&mut msg.failed);
-            self.bounce(id, failed);
-            return;
-        }
-        if msg.bounce_pending {
-            return;
-        }
-        if msg.all_final() {
-            self.spool.record_outcome(id, Vec::new(), true);
-            self.remove(id);
-            return;
-        }
-        self.warn_if_delayed(id);
-        // Deferred mail waits on disk: no envelope or body in memory.
-        let Some(msg) = self.messages.get(&id) else {
-            return;
-        };
-        let attempts = msg.attempts + 1;
-        let wait = self.retry_wait(attempts, id);
-        let at = Instant::now() + wait;
-        let Some(msg) = self.messages.remove(&id) else {
-            return;
-        };
-        if let Some(body) = &msg.body {
-            self.body_cache_bytes -= body.len();
-        }
-        let done: Vec<bool> = msg
-            .rcpts
-            .iter()
-            .map(|s| matches!(s, RcptState::Delivered | RcptState::Bounced))
-            .collect();
-        let reason = msg.rcpts.iter().find_map(|s| match s {
-            RcptState::Deferred { reason, dest, .. } => Some(self.reasons.get(dest, reason)),
-            _ => None,
-        });
-        // Kept in the spool: a restart goes on counting and waits as well.
-        let now = crate::timefmt::now_millis() / 1000;
-        let next = now + wait.as_secs_f64().ceil() as u64;
-        let attempt = sluice_spool::Attempt {
-            count: attempts,
-            at: now,
-            next,
-            reason: reason.as_ref().map(|d| d.text.clone()).unwrap_or_default(),
-        };
-        self.spool.record_attempt(id, attempt);
-        let parked = Parked {
-            spot: Spot::of(msg.body_ref),
-            done: DoneSet::from(done),
-            attempts: attempts.min(u16::MAX as u32) as u16,
-            warned: msg.warned,
-            reason,
-            last_at: super::admission::secs32(now),
-            next_at: super::admission::secs32(next),
-        };
-        self.park(id, parked, Some(at));
-    }
-
     pub(super) fn remove(&mut self, id: u64) {
         if let Some(msg) = self.messages.remove(&id) {
-            if let Some(body) = msg.body {
-                self.body_cache_bytes -= body.len();
-            }
+            self.uncache_body(&msg);
             event!(
                 self.logger,
                 "qmgr",
@@ -592,6 +521,13 @@ impl Scheduler {
 
     /// Messages in memory, messages waiting on disk, and body bytes
     /// cached (for tests and stats).
+    /// A message leaves memory: its cached body no longer counts.
+    pub(super) fn uncache_body(&mut self, msg: &Message) {
+        if let Some(body) = &msg.body {
+            self.body_cache_bytes -= body.len();
+        }
+    }
+
     pub fn counts(&self) -> (usize, usize, usize) {
         (
             self.messages.len(),
