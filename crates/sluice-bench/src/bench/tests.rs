@@ -73,6 +73,23 @@ impl std::io::Write for Csv {
     }
 }
 
+/// Waits until a CSV line's `column` (1: messages, 3: errors) is above 0.
+async fn until_column(csv: &mut tokio::sync::mpsc::UnboundedReceiver<String>, column: usize) {
+    loop {
+        let line = tokio::time::timeout(Duration::from_secs(10), csv.recv())
+            .await
+            .expect("a CSV line within 10 s")
+            .expect("the generator writes its CSV");
+        let n = line
+            .split(',')
+            .nth(column)
+            .and_then(|n| n.parse::<u64>().ok());
+        if n.is_some_and(|n| n > 0) {
+            return;
+        }
+    }
+}
+
 #[tokio::test]
 async fn keeps_going_while_the_server_is_down() {
     let dir = temp("down");
@@ -97,17 +114,8 @@ async fn keeps_going_while_the_server_is_down() {
         lines: tx,
     };
     let bench = tokio::spawn(run(opts, writer));
-    // Until the generator reports refused connections (the errors column).
-    let errors = |line: &str| line.split(',').nth(3).and_then(|n| n.parse::<u64>().ok());
-    loop {
-        let line = tokio::time::timeout(Duration::from_secs(10), csv.recv())
-            .await
-            .expect("a CSV line within 10 s")
-            .expect("the generator writes its CSV");
-        if errors(&line).is_some_and(|n| n > 0) {
-            break;
-        }
-    }
+    // Until the generator reports refused connections.
+    until_column(&mut csv, 3).await;
     drop(held);
     let sink = Sink::start(SinkOptions {
         listen: Some(addr),
@@ -145,17 +153,8 @@ async fn stop_ends_the_run_with_a_complete_ack_log() {
         lines: tx,
     };
     let bench = tokio::spawn(run(opts, writer));
-    // Stopped once messages go through (the messages column).
-    let sent = |line: &str| line.split(',').nth(1).and_then(|n| n.parse::<u64>().ok());
-    loop {
-        let line = tokio::time::timeout(Duration::from_secs(10), csv.recv())
-            .await
-            .expect("a CSV line within 10 s")
-            .expect("the generator writes its CSV");
-        if sent(&line).is_some_and(|n| n > 0) {
-            break;
-        }
-    }
+    // Stopped once messages go through.
+    until_column(&mut csv, 1).await;
     stop.notify_one();
     let report = tokio::time::timeout(Duration::from_secs(10), bench)
         .await
