@@ -25,6 +25,14 @@ use tokio::time::Instant;
 use super::destination::Destination;
 use crate::config::hop::NextHop;
 
+/// The map's hasher: random in the daemon (keys come from mail), fixed in
+/// tests so that the simulation's runs repeat exactly (reloads and
+/// flushes walk the map).
+#[cfg(not(test))]
+type Keyed = std::hash::RandomState;
+#[cfg(test)]
+type Keyed = std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher>;
+
 /// How long an empty destination is kept.
 pub const PRUNE_IDLE: Duration = Duration::from_secs(300);
 /// How often empty destinations are looked for.
@@ -32,7 +40,7 @@ pub const PRUNE_EVERY: Duration = Duration::from_secs(60);
 
 #[derive(Default)]
 pub struct Destinations {
-    map: HashMap<Arc<str>, Destination>,
+    map: HashMap<Arc<str>, Destination, Keyed>,
     /// Rate-limited destinations to pump again, soonest first.
     pacing: BinaryHeap<Reverse<(Instant, Arc<str>)>>,
     /// The destinations delivered locally (Maildir, LMTP).
