@@ -15,9 +15,10 @@
 //! attempt records) and for replies given to us as text (a policy
 //! service's action): it never fails, whatever it is given.
 //!
-//! Invariant: `Reply::parse(&r.to_string(), c)` gives `r` back for every
-//! reply whose code (when shown) is three digits and, for [`Voice::Own`],
-//! whose code is `c` and whose text does not itself start with a status.
+//! Invariants: `Reply::parse(t, c).to_string() == t` for every text `t`
+//! (what was stored is what is shown again), and `Reply::parse(&r.to_string(),
+//! c) == r` for every reply made here whose text is not empty after a
+//! status and, for [`Voice::Own`], whose code is `c`.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -142,18 +143,20 @@ impl Reply {
     /// apart; it is used only where text comes in (the spool's records, a
     /// policy service's answer), never to decide on a reply made here.
     pub fn parse(text: &str, own_code: u16) -> Reply {
-        let (first, rest) = text.split_once(' ').unwrap_or((text, ""));
-        if let Some(code) = reply_code(first) {
-            let (word, after) = rest.split_once(' ').unwrap_or((rest, ""));
-            return match Enhanced::parse(word) {
-                Some(status) => Reply::smtp(code, Some(status), after),
-                None => Reply::smtp(code, None, rest),
-            };
+        if let Some((first, rest)) = text.split_once(' ') {
+            if let Some(code) = reply_code(first) {
+                return match rest.split_once(' ') {
+                    Some((word, after)) if Enhanced::parse(word).is_some() => {
+                        Reply::smtp(code, Enhanced::parse(word), after)
+                    }
+                    _ => Reply::smtp(code, None, rest),
+                };
+            }
+            if let Some(status) = Enhanced::parse(first) {
+                return Reply::own(own_code, Some(status), rest);
+            }
         }
-        match Enhanced::parse(first) {
-            Some(status) => Reply::own(own_code, Some(status), rest),
-            None => Reply::own(own_code, None, text),
-        }
+        Reply::own(own_code, None, text)
     }
 
     /// 2 (success), 4 (temporary) or 5 (permanent), from the code.
@@ -251,6 +254,19 @@ impl fmt::Display for Relay {
         }
     }
 }
+
+/// Written as they are shown (`5.1.1`, `mx[192.0.2.1]:25`, `550 5.1.1
+/// text`): the JSON log's fields keep their values.
+macro_rules! serialize_as_text {
+    ($($t:ty),*) => {$(
+        impl serde::Serialize for $t {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
+        }
+    )*};
+}
+serialize_as_text!(Enhanced, Reply, Relay);
 
 #[cfg(test)]
 mod tests;

@@ -9,7 +9,9 @@ fn enhanced_status_codes_are_well_formed_or_nothing() {
     assert_eq!(status("5.1.1").to_string(), "5.1.1");
     assert_eq!(status("4.7.26").to_string(), "4.7.26");
     assert_eq!(status("2.0.0"), Enhanced::SENT);
-    for bad in ["3.1.1", "5.1", "5.1.1.1", "55.1.1", "5..1", "5.1.x", "", "5.1.1000", "x"] {
+    for bad in [
+        "3.1.1", "5.1", "5.1.1.1", "55.1.1", "5..1", "5.1.x", "", "5.1.1000", "x",
+    ] {
         assert_eq!(Enhanced::parse(bad), None, "{bad}");
     }
     assert_eq!(Enhanced::from_esc([0, 0, 0]), None);
@@ -47,12 +49,22 @@ fn a_reply_off_the_wire_keeps_its_parts() {
 #[test]
 fn replies_parse_back_from_their_text() {
     let cases = [
-        ("550 5.1.1 User unknown", Reply::smtp(550, Some(status("5.1.1")), "User unknown")),
-        ("451 try again later", Reply::smtp(451, None, "try again later")),
+        (
+            "550 5.1.1 User unknown",
+            Reply::smtp(550, Some(status("5.1.1")), "User unknown"),
+        ),
+        (
+            "451 try again later",
+            Reply::smtp(451, None, "try again later"),
+        ),
         ("250 ", Reply::smtp(250, None, "")),
         (
             "4.4.1 connect to mx[192.0.2.1]:25: timed out",
-            Reply::own(451, Some(status("4.4.1")), "connect to mx[192.0.2.1]:25: timed out"),
+            Reply::own(
+                451,
+                Some(status("4.4.1")),
+                "connect to mx[192.0.2.1]:25: timed out",
+            ),
         ),
         ("mailbox full", Reply::own(451, None, "mailbox full")),
         ("", Reply::own(451, None, "")),
@@ -65,6 +77,27 @@ fn replies_parse_back_from_their_text() {
     }
     // Our own text takes the code its context gives.
     assert_eq!(Reply::parse("5.4.6 loop", 550).code, 550);
+    // Whatever the text, it is shown again as it was stored.
+    let odd = [
+        "550",
+        "550 5.1.1",
+        "550 5.1.1 ",
+        "5.1.1",
+        "4501 x",
+        "451  two spaces",
+        " lead",
+        "250 2.0.0 Ok: queued as 1A",
+        "x 4.4.1 y",
+        "\u{e9}t\u{e9} 4.2.2",
+    ];
+    for text in odd {
+        assert_eq!(Reply::parse(text, 451).to_string(), text, "{text:?}");
+    }
+    assert_eq!(
+        Reply::parse("550 5.1.1", 451).status,
+        None,
+        "a status needs its text"
+    );
 }
 
 #[test]
@@ -93,7 +126,10 @@ fn relays_show_as_the_log_always_said() {
     assert_eq!(Relay::None.to_string(), "none");
     assert_eq!(Relay::Maildir.to_string(), "maildir");
     assert_eq!(Relay::Maildir.shown(), "virtual");
-    assert_eq!(Relay::Lmtp("unix:/run/lmtp".into()).to_string(), "unix:/run/lmtp");
+    assert_eq!(
+        Relay::Lmtp("unix:/run/lmtp".into()).to_string(),
+        "unix:/run/lmtp"
+    );
     assert_eq!(Relay::Hop("mx.b:25".into()).to_string(), "mx.b:25");
     assert_eq!(Relay::Maildir.labels(), ("maildir", "virtual"));
     assert_eq!(Relay::Lmtp("inet:h:24".into()).labels(), ("lmtp", "lmtp"));
