@@ -1,9 +1,11 @@
 //! Delivery outcomes and RFC 3463 enhanced status codes.
 //!
 //! An [`Outcome`] is one recipient's result of one attempt, as a delivery
-//! agent reports it. A [`Failure`] is what a bounce says about a recipient
-//! that will not be delivered: kept typed (relay, status, diagnostic) so a
-//! DSN never has to take a log string apart again.
+//! agent reports it: the [`Relay`] it came from and the [`Reply`] that
+//! settled it. A [`Failure`] is what a notice says about a recipient: kept
+//! typed (relay, status, reply) so a DSN never takes a log string apart.
+//! Which status a notice gives, whether a server is named, whether the
+//! diagnostic is an SMTP reply: all decided on these fields, never on text.
 //!
 //! Trust: reply texts come from remote servers and may hold anything; they
 //! are carried as-is here and cleaned where they are written (the DSN).

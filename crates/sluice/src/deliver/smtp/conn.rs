@@ -485,7 +485,7 @@ impl SmtpConn {
 
 #[cfg(test)]
 mod tests {
-    use super::ConnectError;
+    use super::{ConnectError, Enhanced};
 
     #[test]
     fn decisions_follow_the_kind_of_error_not_its_words() {
@@ -514,5 +514,38 @@ mod tests {
         };
         assert!(down.host_is_down());
         assert!(down.to_string().starts_with("4.4.1 connect to mx.test"));
+    }
+
+    #[test]
+    fn connect_errors_are_replies_that_read_as_before() {
+        let relay = || "mx.test[192.0.2.1]:25".to_string();
+        let refused = ConnectError::Refused {
+            relay: relay(),
+            code: 554,
+            text: "554 5.7.1 go away".into(),
+        };
+        let reply = refused.reply();
+        assert!(reply.is_temporary() && reply.status == Enhanced::new(4, 4, 0));
+        assert_eq!(
+            refused.to_string(),
+            "4.4.0 mx.test[192.0.2.1]:25 refused to talk to me: 554 554 5.7.1 go away"
+        );
+        assert_eq!(
+            refused.logged(),
+            "mx.test[192.0.2.1]:25 refused to talk to me: 554 554 5.7.1 go away"
+        );
+        let tls = ConnectError::TlsNotOffered { relay: relay() };
+        assert_eq!(
+            tls.to_string(),
+            "4.7.4 TLS is required, but was not offered by mx.test[192.0.2.1]:25"
+        );
+        let broken = ConnectError::Broken {
+            relay: relay(),
+            why: std::io::Error::from_raw_os_error(104),
+        };
+        assert_eq!(
+            broken.to_string(),
+            "4.4.2 mx.test[192.0.2.1]:25: Connection reset by peer"
+        );
     }
 }
