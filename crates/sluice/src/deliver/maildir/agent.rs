@@ -160,9 +160,7 @@ impl MaildirWorker {
                 ),
                 notified: false,
             },
-            // The error's text leads with its status (`4.2.2 mailbox full
-            // …`): taken apart once, here, where it becomes a reply.
-            Err(err) => deferred(Reply::parse(&err.to_string(), 451)),
+            Err(err) => deferred(err.reply()),
         };
         targets
             .iter()

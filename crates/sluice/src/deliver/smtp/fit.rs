@@ -79,11 +79,9 @@ pub fn fit<'a>(
     let body = if !eightbit && mime::is_8bit(body) {
         match mime::downgrade(body) {
             Ok(b) => Cow::Owned(b),
-            // The error's text leads with its status: taken apart once,
-            // here, where it becomes a reply.
             Err(e) => {
-                let text = format!("{e} ({relay} does not offer 8BITMIME)");
-                return refuse_all(Reply::parse(&text, 550));
+                let text = format!("{} ({relay} does not offer 8BITMIME)", e.text());
+                return refuse_all(Reply::own(550, e.status(), text));
             }
         }
     } else {
