@@ -90,6 +90,16 @@ pub fn start(
                 let mut exists = redis::cmd("EXISTS");
                 exists.arg(away);
                 let stopped = exists.query_async::<bool>(&mut *con).await;
+                // Its mark gone, it may be back: its restart heartbeats
+                // before it removes the mark, and our view of who is alive
+                // is a heartbeat old (claimed then, its copies would be
+                // delivered twice, by it and by us).
+                if !superseded && stopped.as_ref().is_ok_and(|s| !s) {
+                    let dead_ms = config.node_dead_secs * 1000;
+                    if seen_within(con, &copies.origin, dead_ms).await != Ok(false) {
+                        continue;
+                    }
+                }
                 if !superseded && stopped.unwrap_or(true) {
                     if !copies.waiting.swap(true, Ordering::Relaxed) {
                         event!(
@@ -122,6 +132,24 @@ pub fn start(
             }
         }
     })
+}
+
+/// Whether `node`'s last heartbeat in Redis is within `dead_ms` of
+/// Redis's clock (`sync.rs` keeps the node set by that clock).
+async fn seen_within(
+    con: &mut ConnectionManager,
+    node: &str,
+    dead_ms: u64,
+) -> Result<bool, redis::RedisError> {
+    let (seen, (secs, micros)): (Option<f64>, (u64, u64)) = redis::pipe()
+        .cmd("ZSCORE")
+        .arg("sluice:nodes")
+        .arg(node)
+        .cmd("TIME")
+        .query_async(con)
+        .await?;
+    let now_ms = (secs * 1000 + micros / 1000) as f64;
+    Ok(seen.is_some_and(|t| t + dead_ms as f64 >= now_ms))
 }
 
 /// The copies to claim now (of an origin that came back as another
