@@ -16,7 +16,8 @@ use sluice_spool::Spool;
 
 use super::commit::{Committer, ToWrite};
 use super::dirs::MaildirPolicy;
-use super::write::{finish, stage, MaildirError, SyncStats};
+use super::write::{finish, stage, SyncStats};
+use super::MaildirError;
 use crate::config::Config;
 use crate::message::body;
 use crate::message::reply::{Enhanced, Relay, Reply};

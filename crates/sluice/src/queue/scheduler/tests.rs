@@ -54,7 +54,9 @@ fn intake(config: &Config, spool: &Spool, queue: &QueueHandle) -> Arc<crate::int
         logger,
         milters: Default::default(),
         flow: queue.flow(),
-        shadow: None,
+        store: crate::intake::store::Storage::Local(crate::intake::store::LocalSpool::new(
+            spool.clone(),
+        )),
     })
 }
 
