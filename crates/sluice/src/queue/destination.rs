@@ -24,7 +24,7 @@ use super::job::{defer_all, Feedback, Job, Reporter, WorkerId};
 use super::scheduler::Scheduler;
 use crate::config::hop::NextHop;
 use crate::event;
-use crate::message::status::Outcome;
+use crate::message::status::{Enhanced, Outcome, Relay, Reply};
 
 impl Scheduler {
     /// The destination `key` (delivering through `hop`), made on first use
@@ -80,8 +80,9 @@ impl Scheduler {
         let key = self.destination_for(&key, &hop);
         let dest = self.dests.get_mut(&key).expect("destination just made");
         if dest.is_dead(Instant::now()) {
-            let reason = format!("4.4.1 {key} is not responding; delivery deferred");
-            self.defer_job(job, &key, &reason);
+            let text = format!("{key} is not responding; delivery deferred");
+            let reply = Reply::own(451, Enhanced::new(4, 4, 1), text);
+            self.defer_job(job, &key, &reply);
             return;
         }
         dest.queue.push_back(job);
@@ -190,7 +191,8 @@ impl Scheduler {
         self.apply_results(id, Some(&key), results);
         if dead {
             // Defer everything queued for it rather than trying each in turn.
-            let reason = format!("4.4.1 connect to {key} failed; destination marked dead");
+            let text = format!("connect to {key} failed; destination marked dead");
+            let reply = Reply::own(451, Enhanced::new(4, 4, 1), text);
             let queued: Vec<Job> = self
                 .dests
                 .get_mut(&key)
@@ -205,7 +207,7 @@ impl Scheduler {
                 queued.len()
             );
             for job in queued {
-                self.defer_job(job, &key, &reason);
+                self.defer_job(job, &key, &reply);
             }
         }
         self.pump(&key);
@@ -230,8 +232,8 @@ impl Scheduler {
     }
 
     /// Marks a job's recipients deferred without trying them.
-    pub(super) fn defer_job(&mut self, job: Job, key: &Arc<str>, reason: &str) {
-        let results = defer_all(&job, "none", reason);
+    pub(super) fn defer_job(&mut self, job: Job, key: &Arc<str>, reply: &Reply) {
+        let results = defer_all(&job, &Relay::None, reply);
         self.apply_results(job.msg, Some(key), results);
     }
 }

@@ -6,6 +6,7 @@ use sluice_spool::Envelope;
 
 use crate::event;
 use crate::log::{qid, Logger};
+use crate::message::status::Reply;
 
 /// Seconds since arrival, to the hundredth (`delay=` of a delivery line;
 /// a number in the JSON log).
@@ -62,7 +63,7 @@ pub fn discarded(logger: &Logger, env: &Envelope, i: usize) {
 
 /// A recipient with no route (an address without a domain): deferred
 /// with `reason`.
-pub fn unroutable(logger: &Logger, env: &Envelope, i: usize, reason: &str) {
+pub fn unroutable(logger: &Logger, env: &Envelope, i: usize, reason: &Reply) {
     let id = env.id;
     let (to, delay) = (&env.recipients[i], delay(env));
     let orig = orig_to(env, i);

@@ -44,9 +44,14 @@ use crate::config::Config;
 use crate::event;
 use crate::log::{qid, Logger};
 use crate::message::flags;
+use crate::message::status::{Enhanced, Relay, Reply};
 use crate::routing::Router;
 
-const NO_ROUTE: &str = "4.4.0 no route to destination (an address without a domain)";
+/// Why a recipient without a route waits: `4.4.0 no route …`.
+fn no_route() -> Reply {
+    let text = "no route to destination (an address without a domain)";
+    Reply::own(451, Enhanced::new(4, 4, 0), text)
+}
 
 /// Events handled in one go before timers (retries, drain deadline) are
 /// looked at again: sustained input must not starve retries.
@@ -317,8 +322,8 @@ impl Scheduler {
             match self.router.route(&envelope.recipients[i]) {
                 None => {
                     *state = RcptState::Deferred {
-                        relay: "none".into(),
-                        reason: NO_ROUTE.into(),
+                        relay: Relay::None,
+                        reply: no_route(),
                         dest: None,
                     };
                     unroutable.push(i);
@@ -344,7 +349,7 @@ impl Scheduler {
             lines::discarded(&self.logger, &envelope, i as usize);
         }
         for &i in &unroutable {
-            lines::unroutable(&self.logger, &envelope, i, NO_ROUTE);
+            lines::unroutable(&self.logger, &envelope, i, &no_route());
         }
         if !discarded.is_empty() {
             // The "complete" record, if due, is written by finish_round.

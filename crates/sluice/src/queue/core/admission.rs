@@ -19,6 +19,7 @@ use std::collections::VecDeque;
 use sluice_spool::{BodyRef, DoneSet, IdTable};
 use tokio::time::Instant;
 
+use crate::message::status::Reply;
 use crate::queue::compact::{Reason, Reasons, Spot};
 use crate::queue::retry::RetryQueue;
 
@@ -199,7 +200,7 @@ impl Admission {
     }
 
     /// The shared copy of a deferral reason given by `dest`.
-    pub fn reason(&mut self, dest: &Option<std::sync::Arc<str>>, text: &str) -> Reason {
-        self.reasons.get(dest, text)
+    pub fn reason(&mut self, dest: &Option<std::sync::Arc<str>>, reply: &Reply) -> Reason {
+        self.reasons.get(dest, reply)
     }
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use sluice_spool::{BodyRef, Envelope};
 
-use crate::message::status::Failure;
+use crate::message::status::{Failure, Relay, Reply};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RcptState {
@@ -21,8 +21,8 @@ pub enum RcptState {
     InFlight,
     /// `dest`: the destination that deferred it (none: no route).
     Deferred {
-        relay: String,
-        reason: String,
+        relay: Relay,
+        reply: Reply,
         dest: Option<Arc<str>>,
     },
     Delivered,

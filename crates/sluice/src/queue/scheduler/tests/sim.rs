@@ -331,20 +331,20 @@ impl World {
             .rcpts
             .iter()
             .map(|&r| {
-                let relay = "mx[127.0.0.1]:1".to_string();
+                let relay = mx();
                 let outcome = match rng.below(6) {
                     0..=2 => Outcome::Delivered {
                         relay,
-                        reply: "250 ok".into(),
+                        reply: Reply::smtp(250, None, "ok"),
                         notified: false,
                     },
                     3 | 4 => Outcome::Deferred {
                         relay,
-                        reason: "451 4.3.0 try later".into(),
+                        reply: Reply::smtp(451, Enhanced::new(4, 3, 0), "try later"),
                     },
                     _ => Outcome::Bounced {
                         relay,
-                        reason: "550 5.1.1 no such user".into(),
+                        reply: Reply::smtp(550, Enhanced::new(5, 1, 1), "no such user"),
                     },
                 };
                 (r, outcome)
