@@ -116,9 +116,14 @@ impl Destination {
 
     /// Nothing queued, running, closing, looked up or paced, not dead,
     /// no rate-limit slot still to come, and unused for `after`: nothing
-    /// worth keeping that a fresh destination would not have.
+    /// worth keeping that a fresh destination would not have. An MX
+    /// group's destination is kept (until a reload forgets the groups):
+    /// its member domains' jobs find it by key, and one made again from a
+    /// member's job would carry the member's next hop, not the group's
+    /// host set (`rollup.rs`).
     pub fn prunable(&self, now: Instant, after: Duration) -> bool {
-        self.queue.is_empty()
+        !matches!(*self.hop, NextHop::MxSet { .. })
+            && self.queue.is_empty()
             && self.workers.is_empty()
             && self.closing.is_empty()
             && !self.resolving
@@ -192,5 +197,25 @@ mod tests {
         let t2 = t1 + Duration::from_secs(10);
         assert!(d.pace(t2).is_ok());
         assert!(d.pace(t2).is_err());
+    }
+
+    #[test]
+    fn only_an_idle_destination_with_nothing_worth_keeping_is_prunable() {
+        let idle = Duration::from_secs(300);
+        let mut d = dest(4, 2);
+        let t0 = d.last_used;
+        assert!(!d.prunable(t0 + idle - Duration::from_secs(1), idle));
+        assert!(d.prunable(t0 + idle, idle));
+        d.dead_until = Some(t0 + idle * 2);
+        assert!(!d.prunable(t0 + idle, idle), "its dead mark still counts");
+        assert!(d.prunable(t0 + idle * 2, idle), "not once it has run out");
+        d.workers.insert(1, mpsc::channel(1).0);
+        assert!(!d.prunable(t0 + idle * 2, idle), "a worker is alive");
+        let group = NextHop::MxSet {
+            levels: vec![vec!["mx.test".into()]],
+            port: 25,
+        };
+        let g = Destination::new(Arc::new(group), 4, 2);
+        assert!(!g.prunable(t0 + idle * 2, idle), "an MX group is kept");
     }
 }

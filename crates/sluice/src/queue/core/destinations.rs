@@ -8,7 +8,9 @@
 //! come, that has been unused for [`PRUNE_IDLE`], is forgotten (looked at
 //! every [`PRUNE_EVERY`]); it is made again on its next job, with a fresh
 //! (slow-start) window, as Postfix's qmgr drops an empty queue. A dead
-//! destination is kept while dead, so its mark still defers its mail.
+//! destination is kept while dead, so its mark still defers its mail; an
+//! MX group's is kept until a reload forgets the groups (its members find
+//! it by key, `Destination::prunable`).
 //!
 //! Invariants: a destination with `wake_pending` has an entry in
 //! `pacing` (a stale one, of a destination dropped and made again, only
