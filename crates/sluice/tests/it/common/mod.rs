@@ -1,10 +1,11 @@
 //! Shared helpers for end-to-end tests: temp dirs, configs, a raw SMTP
-//! client, polling with a deadline.
+//! client, polling with a deadline, the events of a test's servers.
 
 pub mod alone;
 pub mod dns_split;
 pub mod dovecot;
 pub mod haproxy;
+pub mod live;
 pub mod milter_probe;
 pub mod netns;
 pub mod nsd;
@@ -224,8 +225,11 @@ impl Reserved {
     }
 }
 
+/// Starts a server in this process; its events are read from memory as
+/// they are logged ([`live`]).
 pub async fn start(config: Config) -> (Server, SocketAddr) {
-    let server = Server::start(config).await.unwrap();
+    let logger = live::logger(&config);
+    let server = Server::start_logging_to(config, logger).await.unwrap();
     let addr = server.addrs[0];
     (server, addr)
 }
@@ -274,11 +278,24 @@ pub fn events(dir: &std::path::Path) -> Vec<serde_json::Value> {
 /// The events of the log file `path` (a last line still being written,
 /// without its newline, is left for the next read).
 pub fn events_in(path: &std::path::Path) -> Vec<serde_json::Value> {
+    events_where(path, |_| true)
+}
+
+/// The events of the log file `path` that satisfy `pred`: from memory
+/// while a server of this process writes it ([`live`]), else read.
+fn events_where(
+    path: &std::path::Path,
+    pred: impl Fn(&serde_json::Value) -> bool,
+) -> Vec<serde_json::Value> {
+    if let Some(events) = live::events_where(path, &pred) {
+        return events;
+    }
     let raw = std::fs::read_to_string(path).unwrap_or_default();
     let whole = raw.rfind('\n').map_or("", |end| &raw[..end]);
     whole
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l:?}: {e}")))
+        .filter(|e| pred(e))
         .collect()
 }
 
@@ -331,10 +348,7 @@ pub async fn listening_in(log: &std::path::Path, start: usize, kind: &str) -> So
 
 /// The events named `name`.
 pub fn events_named(dir: &std::path::Path, name: &str) -> Vec<serde_json::Value> {
-    events(dir)
-        .into_iter()
-        .filter(|e| e["event"] == name)
-        .collect()
+    events_where(&dir.join("maillog"), |e| e["event"] == name)
 }
 
 /// Whether an event named `name` satisfying `pred` was logged.
@@ -346,14 +360,36 @@ pub fn has_event(
     events_named(dir, name).iter().any(pred)
 }
 
-/// Waits up to `secs` for an event named `name` satisfying `pred`.
+/// Waits up to `secs` for an event named `name` satisfying `pred`: woken
+/// by each batch of lines of a server in this process, and every 20 ms.
 pub async fn wait_event(
     secs: u64,
     dir: &std::path::Path,
     name: &str,
     pred: impl Fn(&serde_json::Value) -> bool,
 ) -> bool {
-    wait_until(secs, || has_event(dir, name, &pred)).await
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let live = live::of(&dir.join("maillog"));
+    loop {
+        let changed = live.as_ref().map(|l| l.changed.notified());
+        let mut changed = std::pin::pin!(changed);
+        if let Some(changed) = changed.as_mut().as_pin_mut() {
+            changed.enable();
+        }
+        if has_event(dir, name, &pred) {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        let pause = Duration::from_millis(20);
+        match changed.as_mut().as_pin_mut() {
+            Some(changed) => {
+                let _ = tokio::time::timeout(pause, changed).await;
+            }
+            None => tokio::time::sleep(pause).await,
+        }
+    }
 }
 
 /// The delivery events (one per recipient and attempt) of message `qid`,
