@@ -50,27 +50,73 @@ async fn ack_log_lists_exactly_what_the_sink_received() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The generator's per-interval CSV, line by line, for a test to watch.
+struct Csv {
+    partial: Vec<u8>,
+    lines: tokio::sync::mpsc::UnboundedSender<String>,
+}
+
+impl std::io::Write for Csv {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.partial.extend_from_slice(buf);
+        while let Some(end) = self.partial.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.partial.drain(..=end).collect();
+            let _ = self
+                .lines
+                .send(String::from_utf8_lossy(&line).trim_end().to_string());
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Waits until a CSV line's `column` (1: messages, 3: errors) is above 0.
+async fn until_column(csv: &mut tokio::sync::mpsc::UnboundedReceiver<String>, column: usize) {
+    loop {
+        let line = tokio::time::timeout(Duration::from_secs(10), csv.recv())
+            .await
+            .expect("a CSV line within 10 s")
+            .expect("the generator writes its CSV");
+        let n = line
+            .split(',')
+            .nth(column)
+            .and_then(|n| n.parse::<u64>().ok());
+        if n.is_some_and(|n| n > 0) {
+            return;
+        }
+    }
+}
+
 #[tokio::test]
 async fn keeps_going_while_the_server_is_down() {
     let dir = temp("down");
-    // A port nobody listens on, for now.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    // A port held (bound, not listening: connections to it are refused)
+    // until the sink takes it.
+    let held = tokio::net::TcpSocket::new_v4().unwrap();
+    held.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = held.local_addr().unwrap();
     let opts = BenchOptions {
         target: addr,
         sessions: 2,
         count: 40,
         max_seconds: Some(20),
         retry_pause: Duration::from_millis(100),
+        interval: Duration::from_millis(50),
         ack_log: Some(dir.join("acks")),
         ..BenchOptions::default()
     };
-    let bench = tokio::spawn(run(opts, std::io::sink()));
-    tokio::time::sleep(Duration::from_millis(450)).await;
+    let (tx, mut csv) = tokio::sync::mpsc::unbounded_channel();
+    let writer = Csv {
+        partial: Vec::new(),
+        lines: tx,
+    };
+    let bench = tokio::spawn(run(opts, writer));
+    // Until the generator reports refused connections.
+    until_column(&mut csv, 3).await;
+    drop(held);
     let sink = Sink::start(SinkOptions {
         listen: Some(addr),
         ..SinkOptions::default()
@@ -78,8 +124,8 @@ async fn keeps_going_while_the_server_is_down() {
     .await
     .unwrap();
     let report = bench.await.unwrap().unwrap();
-    // Refused connections count as errors, with a pause each: about
-    // 2 sessions x 4-5 attempts, not all 40 messages.
+    // Refused connections count as errors, with a pause each: a few per
+    // session, not all 40 messages.
     assert!(report.errors > 0 && report.errors < 20, "{report:?}");
     assert_eq!(report.messages + report.errors, 40);
     assert_eq!(report.messages, sink.count());
@@ -98,10 +144,17 @@ async fn stop_ends_the_run_with_a_complete_ack_log() {
         count: u64::MAX / 2,
         ack_log: Some(dir.join("acks")),
         stop: Some(stop.clone()),
+        interval: Duration::from_millis(50),
         ..BenchOptions::default()
     };
-    let bench = tokio::spawn(run(opts, std::io::sink()));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (tx, mut csv) = tokio::sync::mpsc::unbounded_channel();
+    let writer = Csv {
+        partial: Vec::new(),
+        lines: tx,
+    };
+    let bench = tokio::spawn(run(opts, writer));
+    // Stopped once messages go through.
+    until_column(&mut csv, 1).await;
     stop.notify_one();
     let report = tokio::time::timeout(Duration::from_secs(10), bench)
         .await

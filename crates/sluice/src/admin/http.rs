@@ -6,9 +6,9 @@
 //! rates per minute, queue by destination, why mail waits, a chart; it
 //! polls the three endpoints, no page reloads).
 //!
-//! The HTTP server is hand-written and tiny: GET only, one request per
-//! connection, 8 KiB of request head, 10 s to send it — a full HTTP stack
-//! would be the biggest dependency in the tree for three fixed pages.
+//! Requests are parsed by hyper (already in the tree for the ACME
+//! responder and the MTA-STS client): GET only, one request per
+//! connection, at most 8 KiB buffered, 10 s for the whole exchange.
 //!
 //! Trust: anyone who can reach the address sees queue statistics; bind it
 //! to loopback (the examples do). Nothing here changes state. A web page
@@ -26,19 +26,25 @@
 //! connection is answered 503 from the accept loop without a task and
 //! closed, and the log says so once until a connection is served again.
 
+use std::convert::Infallible;
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE, HOST};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use metrics_exporter_prometheus::PrometheusHandle;
 use sluice_spool::Spool;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
+use super::recorder::recorder;
 use crate::accept::AcceptErrors;
 use crate::event;
 use crate::log::Logger;
@@ -74,106 +80,24 @@ enum BadHost {
 
 impl BadHost {
     /// Status and body (not echoing the attacker's name back).
-    fn reply(&self) -> (&'static str, String) {
+    fn reply(&self) -> (StatusCode, String) {
         match self {
-            BadHost::Missing | BadHost::Repeated => ("400 Bad Request", format!("{self}\n")),
+            BadHost::Missing | BadHost::Repeated => (StatusCode::BAD_REQUEST, format!("{self}\n")),
             BadHost::Foreign(_) => (
-                "421 Misdirected Request",
+                StatusCode::MISDIRECTED_REQUEST,
                 "this server answers to its own address, localhost or its hostname in Host\n"
                     .into(),
             ),
         }
     }
-}
 
-/// The process's Prometheus recorder (one per process: the `metrics`
-/// macros write to a global recorder). Installed under the lock, so that
-/// of daemons starting at once none finds it installed by another.
-pub fn recorder() -> Result<PrometheusHandle, MetricsError> {
-    static HANDLE: OnceLock<Result<PrometheusHandle, MetricsError>> = OnceLock::new();
-    HANDLE
-        .get_or_init(|| {
-            let installed = buckets(PrometheusBuilder::new()).and_then(|b| b.install_recorder());
-            let handle = installed.map_err(|e| MetricsError::Recorder(Arc::new(e)))?;
-            describe();
-            Ok(handle)
-        })
-        .clone()
-}
-
-/// Spool commit latency (write and sync), in seconds: a sync on an SSD
-/// takes 0.1–2 ms, on a disk or a busy array 5–50 ms; past a second the
-/// spool is in trouble. Roughly ×2.5 per bucket from 0.25 ms to 10 s.
-pub const COMMIT_SECONDS: [f64; 15] = [
-    0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-];
-
-/// Messages stored per spool commit (group commit): one when idle, up to
-/// hundreds under load (a batch is up to 32 MiB); powers of two.
-pub const BATCH_MESSAGES: [f64; 12] = [
-    1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 4096.0,
-];
-
-/// Any other histogram: Prometheus's own default buckets (seconds).
-const DEFAULT_BUCKETS: [f64; 11] = [
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-];
-
-/// Every histogram is exported as a Prometheus histogram (`_bucket{le}`
-/// counts, which add up across nodes), never as a summary (quantiles,
-/// which do not): the exporter makes summaries of histograms it has no
-/// buckets for.
-fn buckets(builder: PrometheusBuilder) -> Result<PrometheusBuilder, BuildError> {
-    builder
-        .set_buckets(&DEFAULT_BUCKETS)?
-        .set_buckets_for_metric(
-            Matcher::Full("sluice_spool_commit_seconds".into()),
-            &COMMIT_SECONDS,
-        )?
-        .set_buckets_for_metric(
-            Matcher::Full("sluice_spool_batch_messages".into()),
-            &BATCH_MESSAGES,
-        )
-}
-
-/// `# HELP` for the recorder's metrics (`# TYPE` it writes for all).
-fn describe() {
-    use metrics::{describe_counter, describe_histogram, Unit};
-    describe_histogram!(
-        "sluice_spool_commit_seconds",
-        Unit::Seconds,
-        "Spool commit latency: one batch written and synced."
-    );
-    describe_histogram!(
-        "sluice_spool_batch_messages",
-        Unit::Count,
-        "Messages stored per spool commit."
-    );
-    for (name, help) in [
-        (
-            "sluice_messages_received_total",
-            "Messages accepted (250 after DATA/BDAT).",
-        ),
-        (
-            "sluice_messages_rejected_total",
-            "Recipients or messages refused, by reason.",
-        ),
-        (
-            "sluice_deliveries_total",
-            "Delivery attempts per recipient, by transport and status.",
-        ),
-        (
-            "sluice_sessions_total",
-            "SMTP sessions, by whether TLS was used.",
-        ),
-        ("sluice_maildir_files_total", "Files written into Maildirs."),
-        ("sluice_maildir_syncs_total", "Maildir directory syncs."),
-        (
-            "sluice_in_flow_delays_total",
-            "Transactions paced while local delivery was behind.",
-        ),
-    ] {
-        describe_counter!(name, help);
+    /// The log's `cause` field.
+    fn cause(&self) -> &'static str {
+        match self {
+            BadHost::Missing => "no_host",
+            BadHost::Repeated => "repeated_host",
+            BadHost::Foreign(_) => "foreign_host",
+        }
     }
 }
 
@@ -271,39 +195,17 @@ pub async fn spawn(
     Ok((bound, task))
 }
 
-/// The request head (up to the blank line, at most 8 KiB), if it came
-/// within 10 s.
-async fn read_head(stream: &mut TcpStream) -> Option<Vec<u8>> {
-    let mut head = Vec::with_capacity(1024);
-    let read = async {
-        let mut buf = [0u8; 1024];
-        while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8192 {
-            match stream.read(&mut buf).await {
-                Ok(0) | Err(_) => return false,
-                Ok(n) => head.extend_from_slice(&buf[..n]),
-            }
-        }
-        true
-    };
-    let whole = matches!(
-        tokio::time::timeout(Duration::from_secs(10), read).await,
-        Ok(true)
-    );
-    whole.then_some(head)
-}
-
 /// Whether the request's `Host` names this server: `local` (the address
 /// the client reached) as a literal, `localhost` or `hostname`, with
 /// `local`'s port (no port: 80).
-fn check_host(head: &str, local: SocketAddr, hostname: &str) -> Result<(), BadHost> {
-    let mut hosts = head
-        .lines()
-        .skip(1)
-        .take_while(|l| !l.is_empty())
-        .filter_map(|l| l.split_once(':'))
-        .filter(|(name, _)| name.eq_ignore_ascii_case("host"))
-        .map(|(_, value)| value.trim_matches([' ', '\t']));
+fn check_host<'a>(
+    mut hosts: impl Iterator<Item = &'a [u8]>,
+    local: SocketAddr,
+    hostname: &str,
+) -> Result<(), BadHost> {
     let value = hosts.next().ok_or(BadHost::Missing)?;
+    let value = String::from_utf8_lossy(value);
+    let value = value.trim_matches([' ', '\t']);
     if hosts.next().is_some() {
         return Err(BadHost::Repeated);
     }
@@ -338,57 +240,79 @@ fn split_host(value: &str) -> Option<(&str, Option<u16>)> {
 }
 
 impl Http {
-    async fn serve(&self, mut stream: TcpStream, peer: SocketAddr) {
-        let Some(head) = read_head(&mut stream).await else {
+    /// One connection: one request, answered and closed, within 10 s.
+    async fn serve(self: Arc<Self>, stream: TcpStream, peer: SocketAddr) {
+        let Ok(local) = stream.local_addr() else {
             return;
         };
-        let head = String::from_utf8_lossy(&head);
-        let checked = match stream.local_addr() {
-            Ok(local) => check_host(&head, local, &self.hostname),
-            Err(_) => return,
-        };
-        let (status, kind, body) = match checked {
-            Ok(()) => self.route(&head).await,
+        let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+            let http = self.clone();
+            async move { Ok::<_, Infallible>(http.respond(req, local, peer).await) }
+        });
+        let conn = hyper::server::conn::http1::Builder::new()
+            .max_buf_size(8192)
+            .keep_alive(false)
+            .serve_connection(TokioIo::new(stream), service);
+        let _ = tokio::time::timeout(Duration::from_secs(10), conn).await;
+    }
+
+    /// The `Host` check first, then the route.
+    async fn respond<B>(
+        &self,
+        req: Request<B>,
+        local: SocketAddr,
+        peer: SocketAddr,
+    ) -> Response<Full<Bytes>> {
+        let hosts = req
+            .headers()
+            .get_all(HOST)
+            .into_iter()
+            .map(HeaderValue::as_bytes);
+        let (status, kind, body) = match check_host(hosts, local, &self.hostname) {
+            Ok(()) => self.route(req.method(), req.uri().path()).await,
             Err(why) => {
-                let cause = match why {
-                    BadHost::Missing => "no_host",
-                    BadHost::Repeated => "repeated_host",
-                    BadHost::Foreign(_) => "foreign_host",
-                };
                 event!(
                     self.logger,
                     "metrics",
                     "http_refused",
-                    { peer: peer.to_string(), cause: cause },
+                    { peer: peer.to_string(), cause: why.cause() },
                     "refused a request from {peer}: {why}"
                 );
                 let (status, body) = why.reply();
                 (status, "text/plain", body)
             }
         };
-        let response = format!(
-            "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        let _ = stream.write_all(response.as_bytes()).await;
-        let _ = stream.shutdown().await;
+        let mut reply = Response::new(Full::new(Bytes::from(body)));
+        *reply.status_mut() = status;
+        let headers = reply.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static(kind));
+        headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        reply
     }
 
     /// Status, content type and body for a request from a good `Host`.
-    async fn route(&self, head: &str) -> (&'static str, &'static str, String) {
-        let mut words = head.split_whitespace();
-        let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
-        match (method, path) {
-            ("GET", "/metrics") => ("200 OK", "text/plain; version=0.0.4", self.metrics().await),
-            ("GET", "/api/queue") => ("200 OK", "application/json", self.queue_json().await),
-            ("GET", "/api/rates") => ("200 OK", "application/json", rates_json()),
-            ("GET", "/") => ("200 OK", "text/html; charset=utf-8", DASHBOARD.to_string()),
-            ("GET", _) => ("404 Not Found", "text/plain", "not found\n".to_string()),
-            _ => (
-                "405 Method Not Allowed",
+    async fn route(&self, method: &Method, path: &str) -> (StatusCode, &'static str, String) {
+        if method != Method::GET {
+            return (
+                StatusCode::METHOD_NOT_ALLOWED,
                 "text/plain",
-                "GET only\n".to_string(),
+                "GET only\n".into(),
+            );
+        }
+        match path {
+            "/metrics" => (
+                StatusCode::OK,
+                "text/plain; version=0.0.4",
+                self.metrics().await,
             ),
+            "/api/queue" => (StatusCode::OK, "application/json", self.queue_json().await),
+            "/api/rates" => (StatusCode::OK, "application/json", rates_json()),
+            "/" => (
+                StatusCode::OK,
+                "text/html; charset=utf-8",
+                DASHBOARD.to_string(),
+            ),
+            _ => (StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
         }
     }
 
@@ -468,27 +392,13 @@ mod tests {
             ),
         ];
         for (headers, local, want) in table {
-            let head = format!("GET / HTTP/1.1\r\n{headers}\r\n\r\nHost: after.the.head\r\n");
-            assert_eq!(&check_host(&head, *local, "mx.example"), want, "{headers}");
-        }
-    }
-
-    /// Daemons started at once in one process (the tests) share the one
-    /// recorder; none fails to install it because another just did.
-    #[test]
-    fn the_recorder_is_installed_once_for_callers_racing() {
-        let start = Arc::new(std::sync::Barrier::new(8));
-        let racers: Vec<_> = (0..8)
-            .map(|_| {
-                let start = start.clone();
-                std::thread::spawn(move || {
-                    start.wait();
-                    recorder().map(|_| ())
-                })
-            })
-            .collect();
-        for racer in racers {
-            racer.join().unwrap().expect("the recorder is installed");
+            // The values hyper hands over: those of the `Host` fields.
+            let hosts = headers
+                .split("\r\n")
+                .filter_map(|l| l.split_once(':'))
+                .filter(|(name, _)| name.eq_ignore_ascii_case("host"))
+                .map(|(_, value)| value.as_bytes());
+            assert_eq!(&check_host(hosts, *local, "mx.example"), want, "{headers}");
         }
     }
 

@@ -18,6 +18,7 @@ mod history;
 pub mod http;
 pub mod protocol;
 pub mod rates;
+mod recorder;
 pub mod socket;
 
 use std::path::{Path, PathBuf};

@@ -229,6 +229,32 @@ async fn a_request_for_another_host_name_is_refused_421() {
     server.shutdown().await;
 }
 
+/// The listener is reachable by anyone who can reach its address: a
+/// request head past 8 KiB is refused whole (never cut and served), and
+/// one connection is one request (a second one pipelined behind the first
+/// is not answered).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_or_pipelined_request_gains_nothing() {
+    let dir = temp_dir("dashboard-oversized");
+    let mut cfg = config(&dir, None);
+    cfg.metrics.listen = Some("127.0.0.1:0".parse().unwrap());
+    let (server, _) = start(cfg).await;
+    let web = server.metrics_addr.expect("metrics listener");
+    let padding = format!("X-Pad: {}\r\n", "a".repeat(200)).repeat(60);
+    let big = format!("GET /api/queue HTTP/1.1\r\nHost: {web}\r\n{padding}\r\n");
+    let r = http(web, &big).await;
+    assert!(r.starts_with("HTTP/1.1 431 "), "{r}");
+    assert!(!r.contains("\"active\""), "{r}");
+    let two = format!(
+        "GET /api/queue HTTP/1.1\r\nHost: {web}\r\n\r\nGET /metrics HTTP/1.1\r\nHost: {web}\r\n\r\n"
+    );
+    let r = http(web, &two).await;
+    assert!(r.starts_with("HTTP/1.1 200 "), "{r}");
+    assert_eq!(r.matches("HTTP/1.1 ").count(), 1, "{r}");
+    assert!(!r.contains("sluice_"), "{r}");
+    server.shutdown().await;
+}
+
 /// Past `metrics.max_connections` connections at once, a new one gets
 /// `503` and is closed at once (a client cannot hold a task and a
 /// descriptor per connection without limit); the ones already open are

@@ -56,25 +56,44 @@ pub(super) enum Next {
 }
 
 pub struct Session<S> {
+    /// The client's stream, plain or TLS (STARTTLS and implicit TLS
+    /// upgrade it in place).
     pub(super) io: Io<S>,
+    /// The listener the client came in on: its kind, AUTH, PROXY and
+    /// sender checks.
     pub(super) listener: Arc<ListenerConfig>,
     /// "TLSv1.3 with cipher …" once the session is encrypted.
     pub(super) tls: Option<String>,
     /// The AUTH user, once authenticated.
     pub(super) auth: Option<String>,
+    /// What every session shares: settings, the intake, tables, limits.
     pub(super) ctx: Arc<SessionContext>,
+    /// The client's address (after a PROXY header, the real one), IPv4
+    /// as IPv4 (`canonical`).
     pub(super) peer: SocketAddr,
+    /// The client is in mynetworks: it may relay without AUTH.
     pub(super) trusted: bool,
+    /// Bytes read and not yet taken as a command or message data.
     pub(super) inbuf: Vec<u8>,
+    /// Replies written and not yet flushed (a pipelined group is sent in
+    /// one write).
     out: Vec<u8>,
+    /// Cuts `inbuf` into command lines, within the line length limit.
     framer: LineFramer,
+    /// Commands, an AUTH exchange, DATA or BDAT: what the next bytes are.
     pub(super) mode: Mode,
+    /// The HELO/EHLO name, once given.
     pub(super) helo: Option<String>,
+    /// EHLO (not HELO) was given: ESMTP parameters are allowed.
     pub(super) esmtp: bool,
+    /// The mail transaction after MAIL FROM, until the message is queued
+    /// or RSET.
     pub(super) txn: Option<Transaction>,
+    /// Refused commands so far: past `smtpd.max_errors` the session ends.
     pub(super) errors: u32,
     /// NOOP, RSET, VRFY, HELP, EHLO/HELO so far (junk_command_limit).
     pub(super) junk: u32,
+    /// Messages queued in this session (the log's `session_end`).
     pub(super) messages: u32,
     /// Why the session ended, when not by the client closing it: `quit`,
     /// or a timeout (the `session_end` event's cause).
