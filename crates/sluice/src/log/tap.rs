@@ -63,6 +63,14 @@ impl Out {
     }
 }
 
+/// The writer is gone: the file gets the rest before the subscribers
+/// hang up, so a subscriber that sees the end can read the whole file.
+impl Drop for Out {
+    fn drop(&mut self) {
+        let _ = self.flush();
+    }
+}
+
 impl Write for Out {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         let n = self.file.write(buf)?;

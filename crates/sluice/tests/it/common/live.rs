@@ -21,6 +21,9 @@ use sluice::log::Logger;
 /// One log file's events, as its in-process writers wrote them.
 pub struct Live {
     store: Mutex<Store>,
+    /// Loggers feeding it; at none, the file is whole and the memory goes
+    /// (every test's events would otherwise live as long as the process).
+    writers: Mutex<usize>,
     /// Woken after each batch of new lines.
     pub changed: tokio::sync::Notify,
 }
@@ -44,9 +47,13 @@ pub fn logger(config: &Config) -> Logger {
     if let (Some(path), true) = (&config.log_file, json) {
         let live = register(path);
         let lines = logger.subscribe();
+        let path = path.clone();
         std::thread::Builder::new()
             .name("test-log-tap".into())
-            .spawn(move || feed(&live, &lines))
+            .spawn(move || {
+                feed(&live, &lines);
+                unregister(&path, &live);
+            })
             .unwrap();
     }
     logger
@@ -69,13 +76,27 @@ fn register(path: &Path) -> Arc<Live> {
         }
         Arc::new(Live {
             store: Mutex::new(store),
+            writers: Mutex::new(0),
             changed: tokio::sync::Notify::new(),
         })
     });
+    *live.writers.lock().unwrap() += 1;
     live.clone()
 }
 
-/// Keeps the lines a subscription brings until its logger is gone.
+/// A logger of `path` is gone (its writer wrote out everything first):
+/// with no other, `path` is read from the file again.
+fn unregister(path: &Path, live: &Arc<Live>) {
+    let mut all = LIVE.lock().unwrap();
+    let mut writers = live.writers.lock().unwrap();
+    *writers -= 1;
+    if *writers == 0 && all.get(path).is_some_and(|l| Arc::ptr_eq(l, live)) {
+        all.remove(path);
+    }
+}
+
+/// Keeps the lines a subscription brings until its logger is gone (its
+/// writer thread ends after writing out its file).
 fn feed(live: &Live, lines: &mpsc::Receiver<String>) {
     while let Ok(first) = lines.recv() {
         let mut store = live.store.lock().unwrap();
