@@ -258,7 +258,8 @@ impl Spool {
         let segments = recover::list_segments(&config.dir)?;
         let salt = salt::load_or_create(&config.dir, &segments)?;
         let (recovered, report, mut state) = recover::recover(&config.dir, salt)?;
-        salt::upgrade_when_empty(&config.dir, &mut state, recovered.len())?;
+        let verdict = state.legacy_verdict(recovered.len());
+        state.switched(salt::upgrade_when_empty(&config.dir, verdict)?);
         let max_id = state.max_id;
         let reader = Arc::new(SegmentReader::new(config.dir.clone(), state.salt.clone()));
         let stats = Arc::new(SpoolStats::default());

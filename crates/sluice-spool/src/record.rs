@@ -11,14 +11,41 @@
 //! over 4 GiB is refused (and `out` left as it was), so what is decoded is
 //! always exactly what was encoded.
 
-use crate::salt::Salt;
-
 pub(crate) const MAGIC: u32 = 0x5343_4C53; // "SLCS"
 pub(crate) const HEADER_LEN: usize = 13;
 pub(crate) const KIND_MESSAGE: u8 = 1;
 pub(crate) const KIND_OUTCOME: u8 = 2;
 pub(crate) const KIND_MARKS: u8 = 3;
 pub(crate) const KIND_ATTEMPT: u8 = 4;
+
+/// The key of a spool's record checksums; empty for a legacy spool.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Salt(Vec<u8>);
+
+impl Salt {
+    /// The salt of a legacy spool: checksums are plain CRC32.
+    pub fn legacy() -> Salt {
+        Salt(Vec::new())
+    }
+
+    /// A salt of the given bytes (read from the salt file or made at
+    /// random there, `salt.rs`; any bytes in tests).
+    pub fn from_bytes(bytes: Vec<u8>) -> Salt {
+        Salt(bytes)
+    }
+
+    pub fn is_legacy(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// `crc32(salt ‖ payload)`.
+    pub fn checksum(&self, payload: &[u8]) -> u32 {
+        let mut hasher = crc32fast::Hasher::new();
+        hasher.update(&self.0);
+        hasher.update(payload);
+        hasher.finalize()
+    }
+}
 
 /// Payload length of an attempt record before its reason: queue ID,
 /// count, time of the attempt and of the next one, the reason's length.

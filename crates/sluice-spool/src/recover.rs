@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 
 use crate::index::{LiveIndex, LiveMsg, Tried};
 use crate::record::{self, Damage, Record, HEADER_LEN};
-use crate::salt::Salt;
+use crate::salt::{LegacyVerdict, Salt, Switch};
 
 mod resync;
 use crate::{segment_path, sync_dir, DoneSet, IdTable, Recovered, RecoveryReport, SpoolError};
@@ -52,6 +52,27 @@ pub(crate) struct RecoveredState {
     pub pinned: BTreeSet<u32>,
     /// The salt every record was checked with, and new ones are keyed with.
     pub salt: Salt,
+}
+
+impl RecoveredState {
+    /// Whether this spool may switch to a salt (`salt.rs`): a legacy one
+    /// holding no mail (`pending` messages with work left, no damage kept).
+    pub(crate) fn legacy_verdict(&self, pending: usize) -> LegacyVerdict {
+        if !self.salt.is_legacy() || pending > 0 || !self.pinned.is_empty() {
+            return LegacyVerdict::Keep;
+        }
+        LegacyVerdict::Empty(self.index.segments_from(0).map(|(s, _)| s).collect())
+    }
+
+    /// What a switch did: its deleted segments out of the index, its salt.
+    pub(crate) fn switched(&mut self, switch: Switch) {
+        for segment in switch.deleted {
+            self.index.drop_segment(segment);
+        }
+        if let Some(salt) = switch.salt {
+            self.salt = salt;
+        }
+    }
 }
 
 /// Messages found so far, by queue ID.

@@ -5,9 +5,16 @@
 //! body can hold bytes that form a whole record with a valid *unkeyed*
 //! CRC32. Recovery resynchronises after damage by looking for the next
 //! offset where a record checks out, and would take such a record for mail.
-//! A client cannot compute a checksum keyed with 16 bytes it never sees.
-//! CRC32 is not a MAC: it guards against forged records in bodies, not
-//! against anyone who can read the spool directory.
+//! A client does not know the checksum keyed with a salt it never sees.
+//!
+//! How much that is worth: 32 bits per record length, not the salt's 128.
+//! A CRC is affine: for payloads of one length, `crc32(salt ‖ payload)` is
+//! the unkeyed CRC of the payload XOR a 32-bit value that depends only on
+//! the salt and that length. A forged record is therefore a guess of one
+//! 32-bit value (one chance in 2^32 per try), and anyone who learned the
+//! checksum of one record of some length (read from the spool) can forge
+//! any record of that length. CRC32 is not a MAC: it guards against forged
+//! records in bodies, not against anyone who can read the spool directory.
 //!
 //! Trusts: the kernel's `/dev/urandom`; the salt file is ours (mode 0600).
 //!
@@ -36,8 +43,8 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::path::Path;
 
+pub(crate) use crate::record::Salt;
 use crate::record::{self, HEADER_LEN};
-use crate::recover::RecoveredState;
 use crate::{replace_file, segment_path, sync_dir};
 
 /// The salt's file name in the spool directory.
@@ -45,42 +52,13 @@ pub(crate) const SALT_FILE: &str = "salt";
 /// Bytes of salt.
 pub(crate) const SALT_LEN: usize = 16;
 
-/// The key of a spool's record checksums; empty for a legacy spool.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Salt(Vec<u8>);
-
-impl Salt {
-    /// The salt of a legacy spool: checksums are plain CRC32.
-    pub fn legacy() -> Salt {
-        Salt(Vec::new())
-    }
-
-    /// A salt of the given bytes (tests only: a real one is random).
-    #[cfg(test)]
-    pub fn from_bytes(bytes: Vec<u8>) -> Salt {
-        Salt(bytes)
-    }
-
-    pub fn is_legacy(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    /// `crc32(salt ‖ payload)`.
-    pub fn checksum(&self, payload: &[u8]) -> u32 {
-        let mut hasher = crc32fast::Hasher::new();
-        hasher.update(&self.0);
-        hasher.update(payload);
-        hasher.finalize()
-    }
-}
-
 /// The salt of the spool in `dir`, whose segments are `segments`: read
 /// from its salt file, empty for a legacy spool (segments and no file), or
 /// created for a new one.
 pub(crate) fn load_or_create(dir: &Path, segments: &[u32]) -> io::Result<Salt> {
     let path = dir.join(SALT_FILE);
     match std::fs::read(&path) {
-        Ok(bytes) if bytes.len() == SALT_LEN || bytes.is_empty() => Ok(Salt(bytes)),
+        Ok(bytes) if bytes.len() == SALT_LEN || bytes.is_empty() => Ok(Salt::from_bytes(bytes)),
         Ok(bytes) => Err(io::Error::new(
             io::ErrorKind::InvalidData,
             format!(
@@ -146,27 +124,45 @@ fn first_record(path: &Path) -> io::Result<Option<Vec<u8>>> {
     Ok(Some(record))
 }
 
-/// Switches a legacy spool that holds no mail (nothing pending, nothing
-/// pinned) to a fresh salt: deletes its segments oldest first, then
-/// creates the salt. If a segment cannot be deleted the spool stays legacy
-/// (with the segments already deleted gone from `state`).
-pub(crate) fn upgrade_when_empty(
-    dir: &Path,
-    state: &mut RecoveredState,
-    pending: usize,
-) -> io::Result<()> {
-    if !state.salt.is_legacy() || pending > 0 || !state.pinned.is_empty() {
-        return Ok(());
-    }
-    while let Some((segment, _)) = state.index.oldest() {
+/// What recovery found, as far as a legacy spool's switch to a salt
+/// depends on it (recovery computes it: this module knows nothing of its
+/// state).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum LegacyVerdict {
+    /// Keyed already, or holding mail (a message with work left, or
+    /// damage that could not be set aside): stays as it is.
+    Keep,
+    /// A legacy spool that holds nothing needed: its segments, oldest
+    /// first, may go.
+    Empty(Vec<u32>),
+}
+
+/// How far a switch went: the segments deleted, and the new salt once
+/// every one of them is gone.
+#[derive(Debug, Default)]
+pub(crate) struct Switch {
+    pub deleted: Vec<u32>,
+    pub salt: Option<Salt>,
+}
+
+/// Switches a legacy spool that holds no mail ([`LegacyVerdict::Empty`])
+/// to a fresh salt: deletes its segments oldest first, then creates the
+/// salt. If a segment cannot be deleted the spool stays legacy (those
+/// already deleted are said, for recovery's index).
+pub(crate) fn upgrade_when_empty(dir: &Path, verdict: LegacyVerdict) -> io::Result<Switch> {
+    let LegacyVerdict::Empty(segments) = verdict else {
+        return Ok(Switch::default());
+    };
+    let mut switch = Switch::default();
+    for segment in segments {
         match std::fs::remove_file(segment_path(dir, segment)) {
-            Err(err) if err.kind() != io::ErrorKind::NotFound => return Ok(()),
-            _ => state.index.drop_segment(segment),
+            Err(err) if err.kind() != io::ErrorKind::NotFound => return Ok(switch),
+            _ => switch.deleted.push(segment),
         }
     }
     sync_dir(dir)?;
-    state.salt = create(dir)?;
-    Ok(())
+    switch.salt = Some(create(dir)?);
+    Ok(switch)
 }
 
 /// Writes a fresh random salt durably (mode 0600) and returns it.
@@ -174,7 +170,7 @@ fn create(dir: &Path) -> io::Result<Salt> {
     let mut bytes = vec![0u8; SALT_LEN];
     File::open("/dev/urandom")?.read_exact(&mut bytes)?;
     replace_file(dir, SALT_FILE, &bytes, 0o600)?;
-    Ok(Salt(bytes))
+    Ok(Salt::from_bytes(bytes))
 }
 
 #[cfg(test)]
@@ -185,7 +181,7 @@ mod tests {
     fn the_checksum_is_keyed() {
         let payload = b"a record payload";
         assert_eq!(Salt::legacy().checksum(payload), crc32fast::hash(payload));
-        let salt = Salt(vec![7; SALT_LEN]);
+        let salt = Salt::from_bytes(vec![7; SALT_LEN]);
         assert_ne!(salt.checksum(payload), crc32fast::hash(payload));
         let mut joined = vec![7; SALT_LEN];
         joined.extend_from_slice(payload);

@@ -28,10 +28,15 @@
 //! - [`tools`]: the clients built into the binary: sendmail(1) and mailq,
 //!   `sluice queue`, `dkim-keygen`, `cluster-ca`/`cluster-cert`.
 //!
-//! The exception: the intake hands each message to [`cluster::shadow`]
-//! for a peer's copy, and the shadow's claims hand copies back to the
-//! intake, so `intake` and `cluster` import each other (issue 36 puts the
-//! shadow behind an intake storage trait).
+//! The cluster reaches the intake only through what the intake owns: its
+//! storage trait ([`intake::store::Store`], which a node with shadow
+//! copies implements as [`cluster::shadow::Mirrored`], chosen by the
+//! daemon) and its door for claimed copies (`Intake::adopt`); the intake
+//! does not import the cluster.
+//!
+//! The exception: `admin` imports `queue` (its commands) and `receive`
+//! (the submission socket), and both import `admin::rates` (the
+//! dashboard's counters), so the three import each other.
 //!
 //! The SMTP grammar is the crate `sluice-proto`, the spool `sluice-spool`;
 //! the load generator and sink used by the benchmarks and tests are

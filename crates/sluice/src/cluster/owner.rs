@@ -14,27 +14,15 @@
 use std::time::Duration;
 
 use super::Cluster;
-use crate::log;
+use crate::event;
 use crate::log::Logger;
 
 /// Keeps the name if it is this process's or free; 1 if kept, 0 if
 /// another process holds it. KEYS[1]: the owner key; ARGV: token, ms.
-pub const KEEP: &str = r"
-local owner = redis.call('GET', KEYS[1])
-if owner and owner ~= ARGV[1] then
-  return 0
-end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', tonumber(ARGV[2]))
-return 1
-";
+pub const KEEP: &str = include_str!("lua/keep_name.lua");
 
 /// Gives the name back if it is this process's. KEYS[1], ARGV[1]: token.
-pub const GIVE_BACK: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-end
-return 1
-";
+pub const GIVE_BACK: &str = include_str!("lua/give_name.lua");
 
 pub fn owner_key(node: &str) -> String {
     format!("sluice:owner:{node}")
@@ -80,9 +68,11 @@ pub async fn register(cluster: &Cluster, logger: &Logger) -> Result<(), NameInUs
             Ok(Ok(false)) => {
                 if !logged {
                     logged = true;
-                    log!(
+                    event!(
                         logger,
                         "cluster",
+                        "node_name_wait",
+                        { node: cluster.node(), wait_ms: wait.as_millis() as u64 },
                         "node name {} is held in Redis by another process: waiting up to {} ms for it to lapse",
                         cluster.node(),
                         wait.as_millis()
@@ -91,18 +81,22 @@ pub async fn register(cluster: &Cluster, logger: &Logger) -> Result<(), NameInUs
                 tokio::time::sleep(Duration::from_millis(config.heartbeat_ms.max(100))).await;
             }
             Ok(Err(e)) => {
-                log!(
+                event!(
                     logger,
                     "cluster",
+                    "node_name_unchecked",
+                    { node: cluster.node(), error: e.to_string() },
                     "cannot register node name {} in Redis ({e}): starting without the check",
                     cluster.node()
                 );
                 return Ok(());
             }
             Err(_) => {
-                log!(
+                event!(
                     logger,
                     "cluster",
+                    "node_name_unchecked",
+                    { node: cluster.node(), error: "no answer in 2 s" },
                     "Redis did not answer in 2 s: node name {} not checked",
                     cluster.node()
                 );

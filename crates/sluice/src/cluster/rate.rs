@@ -29,18 +29,7 @@ use super::Cluster;
 /// Reserves ARGV[1] slots ARGV[2] microseconds apart for KEYS[1] (its
 /// free-from time), unless that is more than ARGV[3] microseconds ahead.
 /// Returns {start offset from now in microseconds, slots}, or {-1, 0}.
-pub(super) const RESERVE: &str = r"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local n, step, ahead = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local free = tonumber(redis.call('GET', KEYS[1])) or now
--- Behind now, or impossibly far ahead (not ours: no node reserves more
--- than a second ahead): start from now.
-if free < now or free > now + 60000000 then free = now end
-if free - now > ahead then return {-1, 0} end
-redis.call('SET', KEYS[1], free + n * step, 'PX', math.floor((free - now + n * step) / 1000) + 60000)
-return {free - now, n}
-";
+pub(super) const RESERVE: &str = include_str!("lua/reserve.lua");
 
 /// How far ahead of Redis's clock a node may reserve.
 pub(super) const AHEAD: Duration = Duration::from_secs(1);

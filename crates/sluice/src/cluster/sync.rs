@@ -3,7 +3,9 @@
 //! else is, and claims this node's connection leases.
 //!
 //! Both steps are Lua scripts, so each is atomic in Redis, and both take
-//! the time from Redis (`TIME`), so the nodes' clocks need not agree.
+//! the time from Redis (`TIME`), so the nodes' clocks need not agree. The
+//! scripts are files (`lua/`), run by `redis::Script`: by their SHA1
+//! (`EVALSHA`), sent again only when Redis does not know them.
 //!
 //! Trusts: Redis's answers (a grant above the cap is cut to the cap).
 //! Invariants: Redis unreachable never stops this task, and never stops
@@ -18,21 +20,12 @@ use tokio::time::Instant;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use super::Cluster;
-use crate::log;
+use crate::event;
 use crate::log::Logger;
 
 /// Marks this node alive and returns the nodes alive (seen within
 /// ARGV[2] ms), sorted by name. KEYS[1]: the node set (name -> last seen).
-const HEARTBEAT: &str = r"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local dead = tonumber(ARGV[2])
-redis.call('ZADD', KEYS[1], now, ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - 100 * dead)
-local live = redis.call('ZRANGEBYSCORE', KEYS[1], now - dead, '+inf')
-table.sort(live)
-return live
-";
+const HEARTBEAT: &str = include_str!("lua/heartbeat.lua");
 
 /// Sets this node's holding of one destination's connections to what it
 /// wants, as far as the cap allows, and returns the grant. KEYS[1]: node
@@ -43,37 +36,7 @@ return live
 /// Redis by hand or by a node of another build cannot hold a cap forever.
 /// The node is recorded with at least what it holds (so others see its
 /// real connections) even if that is over the grant.
-const CLAIM: &str = r"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local node, want, held = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local cap, ttl = tonumber(ARGV[4]), tonumber(ARGV[5])
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-local others = 0
-local all = redis.call('HGETALL', KEYS[1])
-for i = 1, #all, 2 do
-  local n, v = all[i], tonumber(all[i + 1])
-  local exp = tonumber(redis.call('ZSCORE', KEYS[2], n))
-  if not v or v < 0 or v ~= math.floor(v) or not exp or exp > now + 2 * ttl then
-    redis.call('HDEL', KEYS[1], n)
-    redis.call('ZREM', KEYS[2], n)
-  elseif n ~= node then
-    others = others + v
-  end
-end
-local grant = math.max(0, math.min(want, cap - others))
-local keep = math.max(grant, held)
-if keep > 0 then
-  redis.call('HSET', KEYS[1], node, keep)
-  redis.call('ZADD', KEYS[2], now + ttl, node)
-else
-  redis.call('HDEL', KEYS[1], node)
-  redis.call('ZREM', KEYS[2], node)
-end
-redis.call('PEXPIRE', KEYS[1], 2 * ttl)
-redis.call('PEXPIRE', KEYS[2], 2 * ttl)
-return grant
-";
+const CLAIM: &str = include_str!("lua/lease.lua");
 
 /// Redis keys of a destination's leases: one hash tag, so that both are
 /// in one slot of a Redis Cluster (a script may touch only one).
@@ -95,9 +58,11 @@ async fn run(cluster: Arc<Cluster>, logger: Logger) {
     let client = match redis::Client::open(cluster.config.redis_url.as_str()) {
         Ok(c) => Some(c),
         Err(e) => {
-            log!(
+            event!(
                 logger,
                 "cluster",
+                "redis_unusable",
+                { error: e.to_string() },
                 "redis_url cannot be used: {e}; each node keeps its share of every cap"
             );
             None
@@ -118,9 +83,11 @@ async fn run(cluster: Arc<Cluster>, logger: Logger) {
             match round(client, &mut conn, &cluster, &scripts, beat, &logger).await {
                 Ok(()) if down => {
                     down = false;
-                    log!(
+                    event!(
                         logger,
                         "cluster",
+                        "redis_back",
+                        { node: cluster.node(), live_nodes: cluster.live_nodes() },
                         "redis reachable again: node {} back on shared limits ({} nodes alive)",
                         cluster.node,
                         cluster.live_nodes()
@@ -130,9 +97,11 @@ async fn run(cluster: Arc<Cluster>, logger: Logger) {
                 Err(e) => {
                     if !down {
                         down = true;
-                        log!(
+                        event!(
                             logger,
                             "cluster",
+                            "redis_lost",
+                            { node: cluster.node(), error: e.to_string() },
                             "redis unavailable: {e}; node {} keeps its share of every cap",
                             cluster.node
                         );
@@ -151,7 +120,14 @@ async fn run(cluster: Arc<Cluster>, logger: Logger) {
             _ = cluster.stop.notified() => {
                 if let Some(con) = conn.as_mut() {
                     if let Err(e) = leave(con, &cluster, &scripts).await {
-                        log!(logger, "cluster", "leases not given back at stop: {e}; they lapse in {} s", cluster.config.lease_secs);
+                        let lapse = cluster.config.lease_secs;
+                        event!(
+                            logger,
+                            "cluster",
+                            "leases_not_returned",
+                            { error: e.to_string(), lapse_secs: lapse },
+                            "leases not given back at stop: {e}; they lapse in {lapse} s"
+                        );
                     }
                 }
                 cluster.released.notify_one();
@@ -271,13 +247,22 @@ async fn round(
             .swap(taken, std::sync::atomic::Ordering::Relaxed)
     {
         match taken {
-            true => log!(
+            true => event!(
                 logger,
                 "cluster",
+                "node_name_taken",
+                { node: cluster.node() },
                 "error: another live process uses node name {} (two incarnations alternate: copies and caps are confused): give each node its own `node`",
                 cluster.node()
             ),
-            false => log!(logger, "cluster", "node name {} is this process's again", cluster.node()),
+            false => event!(
+                logger,
+                "cluster",
+                "node_name_back",
+                { node: cluster.node() },
+                "node name {} is this process's again",
+                cluster.node()
+            ),
         }
     }
     if cluster.config.shadow {
@@ -344,9 +329,11 @@ async fn sync_dead(
         .map(|p| (p[0].clone(), p[1].parse().unwrap_or(0)))
         .collect();
     for (addr, left) in cluster.dead_learned(known) {
-        log!(
+        event!(
             logger,
             "cluster",
+            "dead_mark_shared",
+            { addr: addr.to_string(), secs: left.as_secs() },
             "{addr}: marked dead by a node of the cluster, for {} s",
             left.as_secs()
         );

@@ -11,6 +11,8 @@
 
 use std::path::PathBuf;
 
+use crate::message::reply::{Enhanced, Reply};
+
 /// Where a service listens: `inet:host:port` (or `host:port`) or
 /// `unix:/path` (Postfix's notation).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Deserialize)]
@@ -71,9 +73,7 @@ impl std::fmt::Display for PolicyAction {
         match self {
             PolicyAction::Dunno => f.write_str("DUNNO"),
             PolicyAction::Ok => f.write_str("OK"),
-            PolicyAction::Reject(r) | PolicyAction::Defer(r) => {
-                write!(f, "{} {} {}", r.code, r.dsn, r.text)
-            }
+            PolicyAction::Reject(r) | PolicyAction::Defer(r) => write!(f, "{r}"),
             PolicyAction::DeferIfReject => f.write_str("DEFER_IF_REJECT"),
             PolicyAction::Prepend(h) => write!(f, "PREPEND {h}"),
             PolicyAction::Discard(t) => write!(f, "DISCARD {t}"),
@@ -118,14 +118,6 @@ impl PolicyStage {
     }
 }
 
-/// An SMTP reply code with its enhanced status code and text.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reply {
-    pub code: u16,
-    pub dsn: String,
-    pub text: String,
-}
-
 /// An access(5) action, as a policy server answers or as the configured
 /// default: what happens to the recipient (or transaction).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
@@ -135,7 +127,8 @@ pub enum PolicyAction {
     Dunno,
     /// Accept (Sluice's own checks have already passed).
     Ok,
-    /// A 5xx: `REJECT [text]` or `5NN [x.y.z] text`.
+    /// A 5xx: `REJECT [text]` or `5NN [x.y.z] text` (always with a
+    /// status).
     Reject(Reply),
     /// A 4xx: `DEFER [text]`, `DEFER_IF_PERMIT [text]` or `4NN text`
     /// (Sluice asks only once it would accept, so "if permit" holds).
@@ -173,11 +166,8 @@ impl TryFrom<String> for PolicyAction {
 impl PolicyAction {
     /// Postfix's default for a policy service that cannot answer.
     pub fn server_problem() -> PolicyAction {
-        PolicyAction::Defer(Reply {
-            code: 451,
-            dsn: "4.3.5".into(),
-            text: "Server configuration problem".into(),
-        })
+        let text = "Server configuration problem";
+        PolicyAction::Defer(Reply::smtp(451, Enhanced::new(4, 3, 5), text))
     }
 
     /// Parses the value of an `action=` line (case-insensitive keyword).
@@ -187,18 +177,16 @@ impl PolicyAction {
             Some((w, r)) => (w, r.trim()),
             None => (text.as_str(), ""),
         };
-        let with = |code: u16, dsn: &str, default: &str| Reply {
-            code,
-            dsn: dsn.to_string(),
-            text: if rest.is_empty() { default } else { rest }.to_string(),
+        let with = |code: u16, default: &str| {
+            let text = if rest.is_empty() { default } else { rest };
+            let class = (code / 100) as u8;
+            Reply::smtp(code, Enhanced::new(class, 7, 1), text)
         };
         match word.to_ascii_uppercase().as_str() {
             "DUNNO" => PolicyAction::Dunno,
             "OK" => PolicyAction::Ok,
-            "REJECT" => PolicyAction::Reject(with(554, "5.7.1", "Access denied")),
-            "DEFER" | "DEFER_IF_PERMIT" => {
-                PolicyAction::Defer(with(450, "4.7.1", "Service unavailable"))
-            }
+            "REJECT" => PolicyAction::Reject(with(554, "Access denied")),
+            "DEFER" | "DEFER_IF_PERMIT" => PolicyAction::Defer(with(450, "Service unavailable")),
             "DEFER_IF_REJECT" => PolicyAction::DeferIfReject,
             "PREPEND" if is_header(rest) => PolicyAction::Prepend(rest.to_string()),
             "DISCARD" => PolicyAction::Discard(rest.to_string()),
@@ -208,33 +196,26 @@ impl PolicyAction {
     }
 }
 
-/// `4NN [x.y.z] text` or `5NN [x.y.z] text` (text required, as Postfix).
+/// `4NN [x.y.z] text` or `5NN [x.y.z] text` (text required, as Postfix):
+/// the policy service's answer, parsed once, here, where it comes in.
 fn numeric(word: &str, rest: &str) -> Option<PolicyAction> {
     let code: u16 = word.parse().ok().filter(|c| (400..600).contains(c))?;
     if word.len() != 3 || rest.is_empty() {
         return None;
     }
-    let class = code / 100;
-    let (dsn, text) = match rest.split_once(' ') {
-        Some((d, t)) if is_dsn(d, class) => (d.to_string(), t.trim().to_string()),
-        _ if is_dsn(rest, class) => (rest.to_string(), String::new()),
-        _ => (format!("{class}.7.1"), rest.to_string()),
+    let class = (code / 100) as u8;
+    // An enhanced status code whose class matches the reply's.
+    let status = |text: &str| Enhanced::parse(text).filter(|s| s.class() == class);
+    let (first, after) = rest.split_once(' ').unwrap_or((rest, ""));
+    let (status, text) = match status(first) {
+        Some(s) => (s, after.trim()),
+        None => (Enhanced::new(class, 7, 1)?, rest),
     };
-    let reply = Reply { code, dsn, text };
+    let reply = Reply::smtp(code, Some(status), text);
     Some(match class {
         4 => PolicyAction::Defer(reply),
         _ => PolicyAction::Reject(reply),
     })
-}
-
-/// An enhanced status code whose class matches the reply's.
-fn is_dsn(text: &str, class: u16) -> bool {
-    let parts: Vec<&str> = text.split('.').collect();
-    parts.len() == 3
-        && parts[0] == class.to_string()
-        && parts[1..]
-            .iter()
-            .all(|p| (1..=3).contains(&p.len()) && p.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// `Name: value` with a field name of printable ASCII but colon (RFC 5322).
@@ -286,19 +267,21 @@ mod tests {
         let grey = PolicyAction::parse("DEFER_IF_PERMIT Greylisted, see x");
         assert_eq!(
             grey,
-            Defer(Reply {
-                code: 450,
-                dsn: "4.7.1".into(),
-                text: "Greylisted, see x".into()
-            })
+            Defer(Reply::smtp(
+                450,
+                Enhanced::new(4, 7, 1),
+                "Greylisted, see x"
+            ))
         );
         let five = PolicyAction::parse("550 5.7.0 No thanks");
         assert!(
-            matches!(&five, Reject(r) if r.code == 550 && r.dsn == "5.7.0" && r.text == "No thanks")
+            matches!(&five, Reject(r) if r.code == 550 && r.status == Enhanced::new(5, 7, 0) && r.text == "No thanks")
         );
         let four = PolicyAction::parse("421 try later");
-        assert!(matches!(&four, Defer(r) if r.dsn == "4.7.1" && r.text == "try later"));
-        assert!(matches!(PolicyAction::parse("450 5.1.1 x"), Defer(r) if r.dsn == "4.7.1"));
+        let four_seven_one = Enhanced::new(4, 7, 1);
+        assert!(matches!(&four, Defer(r) if r.status == four_seven_one && r.text == "try later"));
+        let not_its_class = PolicyAction::parse("450 5.1.1 x");
+        assert!(matches!(not_its_class, Defer(r) if r.status == four_seven_one));
         assert_eq!(
             PolicyAction::parse("PREPEND X-Greylist: delayed 2 seconds"),
             Prepend("X-Greylist: delayed 2 seconds".into())

@@ -376,7 +376,7 @@ impl Parts {
             logger: logger.clone(),
             milters: crate::intake::milter::Filters::from_config(&self.config),
             flow: queue.flow(),
-            shadow: self.shadow.clone(),
+            store: super::cluster::storage(spool, self.shadow.as_ref(), logger),
         })
     }
 

@@ -12,14 +12,15 @@ use arc_swap::ArcSwap;
 use sluice_spool::{Spool, SpoolConfig};
 
 use super::StartError;
-use crate::cluster::shadow::{self, Holder, Shadow};
+use crate::cluster::shadow::{self, Holder, Mirrored, Shadow};
 use crate::cluster::Cluster;
 use rustls::pki_types::pem::PemObject;
 
 use crate::config::cluster::ClusterConfig;
 use crate::config::Config;
+use crate::intake::store::{LocalSpool, Storage};
+use crate::intake::Intake;
 use crate::log::Logger;
-use crate::receive::local::Submitter;
 
 /// What a node runs for its cluster.
 pub struct Node {
@@ -145,9 +146,11 @@ async fn peer_addresses(peers: &[String], logger: &Logger) -> Vec<std::net::IpAd
     for peer in peers {
         match tokio::net::lookup_host(peer.as_str()).await {
             Ok(addrs) => out.extend(addrs.map(|a| a.ip().to_canonical())),
-            Err(e) => crate::log!(
+            Err(e) => crate::event!(
                 logger,
                 "shadow",
+                "shadow_peer_unresolved",
+                { peer: peer, error: e.to_string() },
                 "peer {peer}: cannot resolve it ({e}); no links are taken from it"
             ),
         }
@@ -155,9 +158,25 @@ async fn peer_addresses(peers: &[String], logger: &Logger) -> Vec<std::net::IpAd
     out
 }
 
-/// Once the intake exists: the holder's claims.
-pub fn start_claims(node: &Node, submitter: &Arc<ArcSwap<Submitter>>) {
+/// Once the intake exists: the holder's claims, into the intake of the
+/// running configuration.
+pub fn start_claims(node: &Node, intake: &Arc<ArcSwap<Intake>>) {
     if let Some(holder) = &node.holder {
-        shadow::start_claims(holder.clone(), node.cluster.clone(), submitter.clone());
+        shadow::start_claims(holder.clone(), node.cluster.clone(), intake.clone());
+    }
+}
+
+/// The store an intake writes to: the local spool, mirrored on a peer
+/// when the node makes shadow copies (the daemon chooses; the intake does
+/// not know the cluster).
+pub fn storage(spool: &Spool, shadow: Option<&Arc<Shadow>>, logger: &Logger) -> Storage {
+    let local = LocalSpool::new(spool.clone());
+    match shadow {
+        None => Storage::Local(local),
+        Some(shadow) => Storage::Layered(Arc::new(Mirrored::new(
+            local,
+            shadow.clone(),
+            logger.clone(),
+        ))),
     }
 }

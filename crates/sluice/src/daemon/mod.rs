@@ -30,6 +30,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
+use crate::intake::Intake;
 use crate::log::Logger;
 use crate::queue::{QueueHandle, Scheduler};
 use crate::receive::local::Submitter;
@@ -79,6 +80,8 @@ pub struct Server {
     /// What sessions, submissions and the watchers use; swapped by a reload.
     ctx: Arc<SessionContext>,
     submitter: Arc<ArcSwap<Submitter>>,
+    /// The intake claimed shadow copies go into; swapped by a reload.
+    intake: Arc<ArcSwap<Intake>>,
     mailboxes: Arc<ArcSwap<VirtualMailboxes>>,
     /// The admin socket's task (`sluice queue`), and its path.
     admin: JoinHandle<()>,
@@ -184,8 +187,9 @@ impl Server {
         // The admin socket before the SMTP listeners: a daemon that cannot
         // be administered does not start taking mail.
         let submitter = Arc::new(ArcSwap::from_pointee(parts.submitter(&intake)));
+        let current = Arc::new(ArcSwap::new(intake.clone()));
         if let Some(node) = &node {
-            cluster::start_claims(node, &submitter);
+            cluster::start_claims(node, &current);
         }
         let (control, control_rx) = crate::admin::control::channel();
         let admin = crate::admin::spawn(
@@ -255,6 +259,7 @@ impl Server {
             parts,
             ctx,
             submitter,
+            intake: current,
             mailboxes,
             drain_deadline: Duration::from_secs(config.queue.shutdown_drain_secs),
             control: Some(control_rx),

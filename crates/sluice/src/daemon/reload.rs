@@ -104,6 +104,7 @@ impl Server {
         self.ctx = Arc::new(ctx);
         let submitter = parts.submitter(&intake);
         self.submitter.store(Arc::new(submitter));
+        self.intake.store(intake.clone());
         self.mailboxes.store(parts.mailboxes.clone());
         let reconfig = Reconfig {
             config: new.clone(),

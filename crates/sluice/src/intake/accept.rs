@@ -8,6 +8,7 @@ use std::sync::Arc;
 use super::headers;
 use super::milter::{Client, MilterError, Verdict};
 use super::sender_auth;
+use super::store::Entry;
 use super::{Accepted, Intake, Origin, Refusal, Stored, Submission};
 use crate::log::qid;
 use crate::message::body;
@@ -329,7 +330,7 @@ async fn store(intake: &Intake, sub: Submission) -> Result<Accepted, Refusal> {
         orig_rcpt,
     };
     let body = Arc::new(body);
-    match commit(intake, &envelope, &body, false).await {
+    match intake.commit(&envelope, &body, Entry::Accepted).await {
         Ok(body_ref) => {
             intake.log_queued(&origin, &envelope, body.len());
             let id = envelope.id;
@@ -364,48 +365,6 @@ async fn store(intake: &Intake, sub: Submission) -> Result<Accepted, Refusal> {
     }
 }
 
-/// Stores a message in the spool and, on a cluster node with shadow
-/// copies, on a peer at the same time: both synced before this returns.
-/// A copy no peer took is refused only if `shadow_required` (the local
-/// copy is then dropped); otherwise it is logged and the local copy alone
-/// stands.
-pub(super) async fn commit(
-    intake: &Intake,
-    envelope: &sluice_spool::Envelope,
-    body: &Arc<Vec<u8>>,
-    claimed: bool,
-) -> Result<sluice_spool::BodyRef, Refusal> {
-    let Some(shadow) = &intake.shadow else {
-        return Ok(intake.spool.store(envelope.clone(), body.clone()).await?);
-    };
-    let local = intake.spool.store(envelope.clone(), body.clone());
-    let (local, copy) = tokio::join!(local, shadow.copy(envelope, body));
-    let body_ref = match local {
-        Ok(r) => r,
-        Err(e) => {
-            // Refused: the peer's copy must not outlive the refusal.
-            if copy.is_ok() {
-                shadow.outcome(envelope.id, &[], true, 0);
-            }
-            return Err(e.into());
-        }
-    };
-    if let Err(e) = copy {
-        // A claimed copy is already acknowledged: never refused here.
-        if shadow.required() && !claimed {
-            intake.spool.record_outcome(envelope.id, Vec::new(), true);
-            return Err(Refusal::Shadow(e.to_string()));
-        }
-        log!(
-            intake.logger,
-            "shadow",
-            "{}: accepted without a shadow copy: {e}",
-            qid(envelope.id)
-        );
-    }
-    Ok(body_ref)
-}
-
 fn log_refusal(intake: &Intake, sub: &Submission, refusal: &Refusal) {
     let from = match &sub.origin {
         Origin::Smtp(c) => format!("[{}]", c.peer.ip()),
@@ -423,8 +382,8 @@ fn log_refusal(intake: &Intake, sub: &Submission, refusal: &Refusal) {
             stage: "data",
             queue_id: qid(sub.id),
             cause: refusal.cause(),
-            code: reply.get(..3).and_then(|c| c.parse::<u16>().ok()),
-            dsn: reply.split(' ').nth(1),
+            code: reply.code,
+            dsn: reply.status,
             from: sub.sender,
         },
         "{}: reject: end of data from {from}: {reply}; from=<{}>",

@@ -17,8 +17,14 @@
 //!   notices), never a message that already passed through us unless its
 //!   submitter authenticated — a loop never turns hostile mail into signed
 //!   mail;
-//! - the spool write (synced before `Ok`), the log line with the queue ID,
-//!   and the hand-off to the queue ([`Handoff`]).
+//! - the spool write (synced before `Ok`) through the [`store::Store`]
+//!   the daemon chose (the local spool, or one that also mirrors on a
+//!   cluster peer), the log line with the queue ID, and the hand-off to the
+//!   queue ([`Handoff`]).
+//!
+//! A copy claimed from a dead cluster peer comes in by its own door,
+//! [`Intake::adopt`]: stored and queued under a new ID, without the checks
+//! its origin already made (`adopt.rs`).
 //!
 //! Recipient checks stay at the door that must answer them (RCPT), through
 //! the same tables (`routing::mailboxes`); a local submission's
@@ -35,6 +41,7 @@ pub mod headers;
 pub mod milter;
 pub mod refusal;
 pub mod sender_auth;
+pub mod store;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -142,11 +149,14 @@ pub struct Intake {
     /// How far local delivery is behind (`flow.rs`); shared by every
     /// intake the process builds, and by the queue.
     pub flow: Arc<flow::InFlow>,
-    /// Shadow copies on a peer (`[cluster] shadow`), made once per start.
-    pub shadow: Option<Arc<crate::cluster::shadow::Shadow>>,
+    /// Where accepted messages are written: `spool` alone, or mirrored on
+    /// a cluster peer too (`[cluster] shadow`), as the daemon chose.
+    pub store: store::Storage,
 }
 
 mod accept;
+mod adopt;
+pub use adopt::ClaimedCopy;
 
 impl Intake {
     /// A new queue ID (for the door's own log lines and trace).
@@ -238,23 +248,6 @@ impl Intake {
 
     /// The message's first line in the log, under the door's name (as
     /// Postfix's smtpd logs `client=`): `grep QUEUEID` starts here.
-    /// Queues a copy claimed from a dead peer (`cluster::shadow`) as a
-    /// message of this node, under a new queue ID; returns that ID.
-    pub async fn requeue(&self, mut envelope: Envelope, body: Vec<u8>) -> Result<u64, Refusal> {
-        envelope.id = self.new_id();
-        let body = Arc::new(body);
-        let body_ref = accept::commit(self, &envelope, &body, true).await?;
-        let id = envelope.id;
-        (self.handoff)
-            .hand_off(Stored {
-                envelope,
-                body_ref,
-                body,
-            })
-            .await;
-        Ok(id)
-    }
-
     fn log_queued(&self, origin: &Origin, env: &Envelope, size: usize) {
         let (door, from) = match origin {
             Origin::Smtp(c) => (

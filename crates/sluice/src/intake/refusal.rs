@@ -4,6 +4,8 @@
 
 use sluice_spool::SpoolError;
 
+use crate::message::reply::{Enhanced, Reply};
+
 /// sendmail(1) exit statuses (sysexits.h).
 pub const EX_OK: i32 = 0;
 pub const EX_USAGE: i32 = 64;
@@ -27,12 +29,12 @@ pub enum Refusal {
     TooManyHops(usize),
     /// DMARC p=reject failed and the listener enforces it (the reply).
     #[error("{0}")]
-    Dmarc(String),
+    Dmarc(Reply),
     #[error("spool: {0}")]
     Spool(#[from] SpoolError),
     /// A content filter's answer, or `milter_default_action` (the reply).
     #[error("{0}")]
-    Milter(String),
+    Milter(Reply),
     /// No peer took a shadow copy and `cluster.shadow_required` is set.
     #[error("no cluster peer holds a copy: {0}")]
     Shadow(String),
@@ -55,28 +57,39 @@ impl Refusal {
     }
 
     /// The SMTP reply, code and enhanced status included.
-    pub fn reply(&self) -> String {
+    pub fn reply(&self) -> Reply {
+        let smtp = |code, (c, s, d), text: String| Reply::smtp(code, Enhanced::new(c, s, d), text);
         match self {
-            Refusal::TooBig => "552 5.3.4 Error: message file too big".into(),
-            Refusal::BareLineEnd => {
-                "554 5.6.0 Error: bare <CR> or <LF> in message; lines must end with <CR><LF>".into()
+            Refusal::TooBig => smtp(552, (5, 3, 4), "Error: message file too big".into()),
+            Refusal::BareLineEnd => smtp(
+                554,
+                (5, 6, 0),
+                "Error: bare <CR> or <LF> in message; lines must end with <CR><LF>".into(),
+            ),
+            Refusal::Nul => smtp(554, (5, 6, 0), "Error: NUL character in message".into()),
+            Refusal::LineTooLong(n) => smtp(
+                554,
+                (5, 6, 0),
+                format!("Error: message line longer than {n} octets (RFC 5321)"),
+            ),
+            Refusal::TooManyHops(_) => {
+                smtp(554, (5, 4, 6), "Error: too many hops (mail loop?)".into())
             }
-            Refusal::Nul => "554 5.6.0 Error: NUL character in message".into(),
-            Refusal::LineTooLong(n) => {
-                format!("554 5.6.0 Error: message line longer than {n} octets (RFC 5321)")
-            }
-            Refusal::TooManyHops(_) => "554 5.4.6 Error: too many hops (mail loop?)".into(),
             Refusal::Dmarc(reply) | Refusal::Milter(reply) => reply.clone(),
             Refusal::Spool(SpoolError::Full) => {
-                "452 4.3.1 Error: insufficient system storage".into()
+                smtp(452, (4, 3, 1), "Error: insufficient system storage".into())
             }
-            Refusal::Spool(SpoolError::Invalid(_)) => {
-                "554 5.3.4 Error: message envelope too large to store".into()
-            }
-            Refusal::Spool(_) => "451 4.3.0 Error: queue file write error".into(),
-            Refusal::Shadow(_) => {
-                "451 4.3.0 Error: no cluster peer took a copy; try again later".into()
-            }
+            Refusal::Spool(SpoolError::Invalid(_)) => smtp(
+                554,
+                (5, 3, 4),
+                "Error: message envelope too large to store".into(),
+            ),
+            Refusal::Spool(_) => smtp(451, (4, 3, 0), "Error: queue file write error".into()),
+            Refusal::Shadow(_) => smtp(
+                451,
+                (4, 3, 0),
+                "Error: no cluster peer took a copy; try again later".into(),
+            ),
         }
     }
 
@@ -93,9 +106,49 @@ impl Refusal {
     pub fn is_temporary(&self) -> bool {
         match self {
             Refusal::Spool(e) => !matches!(e, SpoolError::Invalid(_)),
-            Refusal::Milter(reply) => reply.starts_with('4'),
+            Refusal::Milter(reply) | Refusal::Dmarc(reply) => reply.is_temporary(),
             Refusal::Shadow(_) => true,
             _ => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn milter(code: u16, text: &str) -> Refusal {
+        Refusal::Milter(Reply::smtp(code, None, text))
+    }
+
+    #[test]
+    fn temporary_or_not_follows_the_code_not_the_text() {
+        assert!(milter(451, "5.7.1 odd words").is_temporary());
+        assert!(!milter(550, "4.7.1 odd words").is_temporary());
+        assert_eq!(milter(451, "x").exit_code(), EX_TEMPFAIL);
+        assert_eq!(milter(554, "x").exit_code(), EX_DATAERR);
+        let dmarc = Reply::smtp(550, Enhanced::new(5, 7, 1), "4.7.1 said the text");
+        assert!(!Refusal::Dmarc(dmarc).is_temporary());
+        assert!(Refusal::Spool(SpoolError::Full).is_temporary());
+    }
+
+    #[test]
+    fn replies_read_as_they_always_did() {
+        let r = Refusal::TooBig.reply();
+        assert_eq!(
+            (r.code, r.to_string().as_str()),
+            (552, "552 5.3.4 Error: message file too big")
+        );
+        let r = Refusal::LineTooLong(998).reply();
+        assert_eq!(
+            r.to_string(),
+            "554 5.6.0 Error: message line longer than 998 octets (RFC 5321)"
+        );
+        let r = Refusal::Spool(SpoolError::Full).reply();
+        assert_eq!(
+            r.to_string(),
+            "452 4.3.1 Error: insufficient system storage"
+        );
+        assert_eq!(milter(554, "go away").reply().to_string(), "554 go away");
     }
 }

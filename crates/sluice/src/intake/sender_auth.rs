@@ -23,6 +23,7 @@ use mail_auth::spf::verify::SpfParameters;
 use mail_auth::{AuthenticatedMessage, AuthenticationResults, DmarcResult, MessageAuthenticator};
 
 use crate::config::DnsConfig;
+use crate::message::reply::{Enhanced, Reply};
 use crate::routing::dns;
 
 /// What the checks decided for one message.
@@ -30,7 +31,7 @@ pub struct Verdict {
     /// The `Authentication-Results:` field, CRLF included.
     pub header: String,
     /// `Some(reply)` to refuse the message (DMARC p=reject failed).
-    pub reject: Option<String>,
+    pub reject: Option<Reply>,
     /// One line for the log, and its parts (SPF result; each evaluated
     /// DKIM signature's; how many were not evaluated; DMARC `fail` or
     /// `pass-or-none`; the policy; the From: domain).
@@ -110,10 +111,11 @@ impl SenderAuth {
         let dmarc_failed = failed(dmarc.dkim_result()) && failed(dmarc.spf_result());
         let reject =
             (dmarc_reject && dmarc_failed && dmarc.policy() == Policy::Reject).then(|| {
-                format!(
-                    "550 5.7.1 Message rejected: DMARC policy of {} says reject",
+                let text = format!(
+                    "Message rejected: DMARC policy of {} says reject",
                     dmarc.domain()
-                )
+                );
+                Reply::smtp(550, Enhanced::new(5, 7, 1), text)
             });
         let (spf, policy) = (
             format!("{:?}", spf.result()),

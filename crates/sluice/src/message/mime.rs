@@ -18,8 +18,24 @@ use base64::Engine;
 /// Why a message cannot be sent to a 7-bit hop.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DowngradeError {
-    #[error("5.6.3 conversion to 7bit required but not possible: 8-bit octets in a header")]
+    #[error("5.6.3 {}", self.text())]
     EightBitHeader,
+}
+
+impl DowngradeError {
+    /// The enhanced status it bounces with (`5.6.3`).
+    pub fn status(&self) -> Option<super::reply::Enhanced> {
+        super::reply::Enhanced::new(5, 6, 3)
+    }
+
+    /// What it says after its status.
+    pub fn text(&self) -> &'static str {
+        match self {
+            DowngradeError::EightBitHeader => {
+                "conversion to 7bit required but not possible: 8-bit octets in a header"
+            }
+        }
+    }
 }
 
 /// True if the message has octets above 127 anywhere.

@@ -11,4 +11,5 @@ pub mod address;
 pub mod body;
 pub mod flags;
 pub mod mime;
+pub mod reply;
 pub mod status;

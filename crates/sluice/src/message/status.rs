@@ -1,31 +1,35 @@
 //! Delivery outcomes and RFC 3463 enhanced status codes.
 //!
 //! An [`Outcome`] is one recipient's result of one attempt, as a delivery
-//! agent reports it. A [`Failure`] is what a bounce says about a recipient
-//! that will not be delivered: kept typed (relay, status, diagnostic) so a
-//! DSN never has to take a log string apart again.
+//! agent reports it: the [`Relay`] it came from and the [`Reply`] that
+//! settled it. A [`Failure`] is what a notice says about a recipient: kept
+//! typed (relay, status, reply) so a DSN never takes a log string apart.
+//! Which status a notice gives, whether a server is named, whether the
+//! diagnostic is an SMTP reply: all decided on these fields, never on text.
 //!
 //! Trust: reply texts come from remote servers and may hold anything; they
 //! are carried as-is here and cleaned where they are written (the DSN).
 
-/// A recipient's result for one attempt. `relay` is `host[ip]:port`, or
-/// `none`/`maildir` when no remote server was involved.
+pub use super::reply::{Enhanced, Relay, Reply, Voice};
+
+/// A recipient's result for one attempt: where it came from and the reply
+/// that settled it (a server's, or our own explanation).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// `notified`: the next hop offered DSN and took the NOTIFY request
     /// over, so no "relayed" notice is due from here.
     Delivered {
-        relay: String,
-        reply: String,
+        relay: Relay,
+        reply: Reply,
         notified: bool,
     },
     Deferred {
-        relay: String,
-        reason: String,
+        relay: Relay,
+        reply: Reply,
     },
     Bounced {
-        relay: String,
-        reason: String,
+        relay: Relay,
+        reply: Reply,
     },
 }
 
@@ -39,7 +43,7 @@ impl Outcome {
         }
     }
 
-    pub fn relay(&self) -> &str {
+    pub fn relay(&self) -> &Relay {
         match self {
             Outcome::Delivered { relay, .. }
             | Outcome::Deferred { relay, .. }
@@ -47,22 +51,22 @@ impl Outcome {
         }
     }
 
-    pub fn text(&self) -> &str {
+    pub fn reply(&self) -> &Reply {
         match self {
-            Outcome::Delivered { reply: t, .. }
-            | Outcome::Deferred { reason: t, .. }
-            | Outcome::Bounced { reason: t, .. } => t,
+            Outcome::Delivered { reply, .. }
+            | Outcome::Deferred { reply, .. }
+            | Outcome::Bounced { reply, .. } => reply,
         }
     }
 
-    /// The enhanced status code in the text, or the class default.
-    pub fn dsn(&self) -> &str {
+    /// The reply's enhanced status, or the class default of the outcome.
+    pub fn dsn(&self) -> Enhanced {
         let default = match self {
-            Outcome::Delivered { .. } => "2.0.0",
-            Outcome::Deferred { .. } => "4.0.0",
-            Outcome::Bounced { .. } => "5.0.0",
+            Outcome::Delivered { .. } => Enhanced::SENT,
+            Outcome::Deferred { .. } => Enhanced::DEFERRED,
+            Outcome::Bounced { .. } => Enhanced::BOUNCED,
         };
-        find_status(self.text(), default)
+        self.reply().status_or(default)
     }
 }
 
@@ -70,121 +74,144 @@ impl Outcome {
 /// delay and success notices, its last reply).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {
-    /// The remote server that refused (`host[ip]:port`), if one did.
-    pub relay: Option<String>,
-    /// RFC 3463 status, e.g. `5.1.1`.
-    pub status: String,
+    /// Where the reply came from (a DSN names a remote one).
+    pub relay: Relay,
+    /// RFC 3463 status, e.g. `5.1.1`: the reply's, or the class default.
+    pub status: Enhanced,
     /// The server's reply (`smtp` diagnostic) or our own explanation.
-    pub diagnostic: String,
-    /// True if `diagnostic` is a remote SMTP reply.
-    pub remote_reply: bool,
+    pub reply: Reply,
 }
 
 impl Failure {
     /// A permanent failure reported by a delivery agent.
-    pub fn from_bounce(relay: &str, reason: &str) -> Failure {
-        Failure::from_reply(relay, reason, "5.0.0")
+    pub fn from_bounce(relay: &Relay, reply: &Reply) -> Failure {
+        Failure::from_reply(relay, reply, Enhanced::BOUNCED)
     }
 
     /// A recipient delivered or relayed (for a success notice).
-    pub fn delivered(relay: &str, reply: &str) -> Failure {
-        Failure::from_reply(relay, reply, "2.0.0")
+    pub fn delivered(relay: &Relay, reply: &Reply) -> Failure {
+        Failure::from_reply(relay, reply, Enhanced::SENT)
     }
 
     /// A recipient still deferred (for a delay warning).
-    pub fn delayed(relay: &str, reason: &str) -> Failure {
-        Failure::from_reply(relay, reason, "4.0.0")
+    pub fn delayed(relay: &Relay, reply: &Reply) -> Failure {
+        Failure::from_reply(relay, reply, Enhanced::DEFERRED)
     }
 
-    /// What an agent reported, with `default` status if the text has none.
-    fn from_reply(relay: &str, text: &str, default: &str) -> Failure {
-        let remote = is_remote(relay);
+    fn from_reply(relay: &Relay, reply: &Reply, default: Enhanced) -> Failure {
         Failure {
-            relay: remote.then(|| relay.to_string()),
-            status: find_status(text, default).to_string(),
-            diagnostic: text.to_string(),
-            remote_reply: remote && text.as_bytes().first().is_some_and(u8::is_ascii_digit),
+            relay: relay.clone(),
+            status: reply.status_or(default),
+            reply: reply.clone(),
         }
     }
 
     /// A recipient still deferred when the queue lifetime ran out.
-    pub fn expired(age_secs: u64, last_relay: &str, last_reason: &str) -> Failure {
+    pub fn expired(age_secs: u64, last_relay: &Relay, last_reply: &Reply) -> Failure {
+        let text = format!("message expired after {age_secs}s in queue; last error: {last_reply}");
         Failure {
-            relay: is_remote(last_relay).then(|| last_relay.to_string()),
-            status: "5.4.7".into(),
-            diagnostic: format!(
-                "message expired after {age_secs}s in queue; last error: {last_reason}"
-            ),
-            remote_reply: false,
+            relay: last_relay.clone(),
+            status: EXPIRED,
+            reply: Reply::own(550, None, text),
         }
     }
+
+    /// The remote server that answered, if one did (the DSN's Remote-MTA).
+    pub fn remote(&self) -> Option<&Relay> {
+        self.relay.is_remote().then_some(&self.relay)
+    }
+
+    /// True if the diagnostic is a remote server's reply (or our own
+    /// explanation, with its status, of what happened with one): a DSN's
+    /// `smtp` diagnostic type.
+    pub fn remote_reply(&self) -> bool {
+        self.relay.is_remote() && (self.reply.voice == Voice::Smtp || self.reply.status.is_some())
+    }
 }
+
+/// `5.4.7`: the queue lifetime ran out (RFC 3463 "delivery time expired").
+const EXPIRED: Enhanced = match Enhanced::new(5, 4, 7) {
+    Some(s) => s,
+    None => Enhanced::BOUNCED,
+};
 
 impl std::fmt::Display for Failure {
     /// `5.1.1 user unknown` for the log: the status, then the text, with
-    /// the status once when the text already starts with it.
+    /// the status once when the reply already shows it.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match find_status(&self.diagnostic, "") == self.status {
-            true => f.write_str(&self.diagnostic),
-            false => write!(f, "{} {}", self.status, self.diagnostic),
+        match self.reply.status == Some(self.status) {
+            true => write!(f, "{}", self.reply),
+            false => write!(f, "{} {}", self.status, self.reply),
         }
     }
-}
-
-fn is_remote(relay: &str) -> bool {
-    !matches!(relay, "" | "none" | "maildir" | "local")
-}
-
-/// The enhanced status code among the first two words of a reply text
-/// (`550 5.1.1 …` or `4.4.1 …`), or `default`.
-pub fn find_status<'a>(text: &'a str, default: &'a str) -> &'a str {
-    text.split_ascii_whitespace()
-        .take(2)
-        .find(|w| is_status(w))
-        .unwrap_or(default)
-}
-
-/// True for a well-formed RFC 3463 status code such as `5.1.1`.
-pub fn is_status(word: &str) -> bool {
-    let mut parts = word.split('.');
-    let class = parts.next();
-    let ok = |p: Option<&str>| {
-        p.is_some_and(|p| !p.is_empty() && p.len() <= 3 && p.bytes().all(|b| b.is_ascii_digit()))
-    };
-    matches!(class, Some("2" | "4" | "5"))
-        && ok(parts.next())
-        && ok(parts.next())
-        && parts.next().is_none()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn status(text: &str) -> Option<Enhanced> {
+        Enhanced::parse(text)
+    }
+
     #[test]
-    fn status_codes_are_found() {
-        assert_eq!(find_status("250 2.0.0 Ok", "x"), "2.0.0");
-        assert_eq!(find_status("4.4.1 connect failed", "x"), "4.4.1");
-        assert_eq!(find_status("550 User unknown", "5.0.0"), "5.0.0");
-        assert_eq!(find_status("550 5.1.1.1 x", "5.0.0"), "5.0.0");
-        assert_eq!(find_status("550 3.1.1 x", "5.0.0"), "5.0.0");
+    fn outcomes_give_the_reply_status_or_their_class_default() {
+        let relay = Relay::None;
+        let reply = Reply::smtp(550, None, "User unknown");
+        let bounced = Outcome::Bounced { relay, reply };
+        assert_eq!(bounced.dsn().to_string(), "5.0.0");
+        let reply = Reply::own(451, status("4.4.1"), "connect failed");
+        let deferred = Outcome::Deferred {
+            relay: Relay::None,
+            reply,
+        };
+        assert_eq!(deferred.dsn().to_string(), "4.4.1");
+        let reply = Reply::smtp(250, status("2.0.0"), "Ok");
+        let notified = false;
+        let sent = Outcome::Delivered {
+            relay: Relay::Maildir,
+            reply,
+            notified,
+        };
+        assert_eq!(
+            (sent.dsn().to_string().as_str(), sent.status_word()),
+            ("2.0.0", "sent")
+        );
     }
 
     #[test]
     fn failures_keep_the_relay_apart_from_the_text() {
-        let f = Failure::from_bounce("mx.b[10.0.0.1]:25", "550 5.1.1 User unknown");
-        assert_eq!(f.relay.as_deref(), Some("mx.b[10.0.0.1]:25"));
-        assert_eq!(f.status, "5.1.1");
-        assert!(f.remote_reply);
+        let addr = "10.0.0.1:25".parse().expect("an address");
+        let mx = Relay::Smtp {
+            host: "mx.b".into(),
+            addr,
+        };
+        let unknown = Reply::smtp(550, status("5.1.1"), "User unknown");
+        let f = Failure::from_bounce(&mx, &unknown);
+        assert_eq!(
+            f.remote().map(Relay::to_string).as_deref(),
+            Some("mx.b[10.0.0.1]:25")
+        );
+        assert_eq!(f.status.to_string(), "5.1.1");
+        assert!(f.remote_reply());
         assert_eq!(f.to_string(), "550 5.1.1 User unknown", "the status once");
-        let f = Failure::from_bounce("none", "5.4.6 mail loops back to myself");
+        let own = Reply::own(550, status("5.4.6"), "mail loops back to myself");
+        let f = Failure::from_bounce(&Relay::None, &own);
         assert_eq!(f.to_string(), "5.4.6 mail loops back to myself");
-        let f = Failure::from_bounce("maildir", "disk quota exceeded");
+        assert!(!f.remote_reply() && f.remote().is_none());
+        let full = Reply::own(550, None, "disk quota exceeded");
+        let f = Failure::from_bounce(&Relay::Maildir, &full);
         assert_eq!(f.to_string(), "5.0.0 disk quota exceeded");
-        let f = Failure::expired(432000, "none", "4.4.1 connect failed");
-        assert_eq!(f.relay, None);
-        assert_eq!(f.status, "5.4.7");
-        assert!(f.diagnostic.contains("last error: 4.4.1 connect failed"));
+        let last = Reply::own(451, status("4.4.1"), "connect failed");
+        let f = Failure::expired(432000, &Relay::None, &last);
+        assert_eq!(f.remote(), None);
+        assert_eq!(f.status.to_string(), "5.4.7");
+        assert!(f
+            .reply
+            .to_string()
+            .contains("last error: 4.4.1 connect failed"));
+        let f = Failure::expired(9, &mx, &unknown);
+        assert!(f.remote().is_some() && !f.remote_reply());
     }
 }
 

@@ -24,7 +24,7 @@ use tokio::sync::oneshot;
 use super::scheduler::{RcptState, Scheduler};
 pub use super::view::{DestinationStats, Place, QueueStats, ReasonStats, Snap};
 use crate::log::qid;
-use crate::message::status::Failure;
+use crate::message::status::{Enhanced, Failure, Relay, Reply};
 use crate::{event, log};
 
 /// What an administrator asked the queue to do.
@@ -389,9 +389,10 @@ impl Scheduler {
         for (i, state) in msg.rcpts.iter_mut().enumerate() {
             if matches!(state, RcptState::Pending | RcptState::Deferred { .. }) {
                 *state = RcptState::Bounced;
-                let why = "5.0.0 returned to the sender by the administrator";
+                let text = "returned to the sender by the administrator";
+                let why = Reply::own(550, Some(Enhanced::BOUNCED), text);
                 msg.failed
-                    .push((i as u16, Failure::from_bounce("none", why)));
+                    .push((i as u16, Failure::from_bounce(&Relay::None, &why)));
             }
         }
         log!(

@@ -91,8 +91,13 @@ impl Scheduler {
             }
             let attempt = r.attempt.unwrap_or_default();
             // The spool keeps the text, not the destination that gave it.
-            let reason =
-                (!attempt.reason.is_empty()).then(|| self.reasons.get(&None, &attempt.reason));
+            // This is the spool boundary for replies: the attempt record's
+            // text (as `Reply`'s Display wrote it, or as older versions
+            // did) becomes a typed reply once, here.
+            let reason = (!attempt.reason.is_empty()).then(|| {
+                let reply = crate::message::status::Reply::parse(&attempt.reason, 451);
+                self.reasons.get(&None, &reply)
+            });
             let parked = Parked {
                 spot: Spot::of(r.body),
                 done: r.done,

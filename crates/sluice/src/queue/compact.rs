@@ -12,6 +12,8 @@ use std::sync::Arc;
 
 use sluice_spool::BodyRef;
 
+use crate::message::status::Reply;
+
 /// A [`BodyRef`] without its ID (the parked map's key), in 20 bytes, not
 /// 40: 32-bit words only, so that it packs beside the other fields of a
 /// parked message without padding.
@@ -61,7 +63,7 @@ pub(super) type Reason = Arc<Deferral>;
 /// A deferral reason and the destination that gave it.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Deferral {
-    pub text: String,
+    pub reply: Reply,
     /// None: the message had no route.
     pub dest: Option<Arc<str>>,
 }
@@ -78,8 +80,9 @@ pub(super) struct Reasons {
 }
 
 impl Reasons {
-    pub fn get(&mut self, dest: &Option<Arc<str>>, reason: &str) -> Reason {
-        if let Some(r) = self.by_dest.get(dest).and_then(|m| m.get(reason)) {
+    pub fn get(&mut self, dest: &Option<Arc<str>>, reply: &Reply) -> Reason {
+        let reason = reply.to_string();
+        if let Some(r) = self.by_dest.get(dest).and_then(|m| m.get(reason.as_str())) {
             return r.clone();
         }
         if self.len >= REASONS_MAX {
@@ -88,7 +91,7 @@ impl Reasons {
             self.len = 0;
         }
         let r = Arc::new(Deferral {
-            text: reason.to_string(),
+            reply: reply.clone(),
             dest: dest.clone(),
         });
         let texts = self.by_dest.entry(dest.clone()).or_default();
@@ -115,17 +118,17 @@ mod tests {
         assert_eq!(std::mem::size_of::<Spot>(), 20);
     }
 
+    use crate::message::status::Enhanced;
+
     #[test]
     fn a_reason_is_shared() {
         let mut r = Reasons::default();
         let mx: Option<Arc<str>> = Some("smtp:mx.test".into());
-        let a = r.get(&mx, "451 4.4.1 connection refused");
-        let b = r.get(&mx, "451 4.4.1 connection refused");
+        let refused = Reply::smtp(451, Enhanced::new(4, 4, 1), "connection refused");
+        let a = r.get(&mx, &refused);
+        let b = r.get(&mx, &refused.clone());
         assert!(Arc::ptr_eq(&a, &b));
-        let elsewhere = r.get(
-            &Some("smtp:other.test".into()),
-            "451 4.4.1 connection refused",
-        );
+        let elsewhere = r.get(&Some("smtp:other.test".into()), &refused);
         assert!(!Arc::ptr_eq(&a, &elsewhere));
         assert_eq!(elsewhere.dest.as_deref(), Some("smtp:other.test"));
     }

@@ -23,7 +23,7 @@ use super::job::{defer_all, Feedback, Job, Reporter, WorkerId};
 use super::scheduler::Scheduler;
 use crate::config::hop::NextHop;
 use crate::event;
-use crate::message::status::Outcome;
+use crate::message::status::{Enhanced, Outcome, Relay, Reply};
 
 pub(super) struct Destination {
     pub hop: Arc<NextHop>,
@@ -194,8 +194,9 @@ impl Scheduler {
         let key = self.destination_for(&key, &hop);
         let dest = self.dests.get_mut(&key).expect("destination just made");
         if dest.is_dead(Instant::now()) {
-            let reason = format!("4.4.1 {key} is not responding; delivery deferred");
-            self.defer_job(job, &key, &reason);
+            let text = format!("{key} is not responding; delivery deferred");
+            let reply = Reply::own(451, Enhanced::new(4, 4, 1), text);
+            self.defer_job(job, &key, &reply);
             return;
         }
         dest.queue.push_back(job);
@@ -302,7 +303,8 @@ impl Scheduler {
         self.apply_results(id, Some(&key), results);
         if dead {
             // Defer everything queued for it rather than trying each in turn.
-            let reason = format!("4.4.1 connect to {key} failed; destination marked dead");
+            let text = format!("connect to {key} failed; destination marked dead");
+            let reply = Reply::own(451, Enhanced::new(4, 4, 1), text);
             let queued: Vec<Job> = self
                 .dests
                 .get_mut(&key)
@@ -317,7 +319,7 @@ impl Scheduler {
                 queued.len()
             );
             for job in queued {
-                self.defer_job(job, &key, &reason);
+                self.defer_job(job, &key, &reply);
             }
         }
         self.pump(&key);
@@ -342,8 +344,8 @@ impl Scheduler {
     }
 
     /// Marks a job's recipients deferred without trying them.
-    pub(super) fn defer_job(&mut self, job: Job, key: &Arc<str>, reason: &str) {
-        let results = defer_all(&job, "none", reason);
+    pub(super) fn defer_job(&mut self, job: Job, key: &Arc<str>, reply: &Reply) {
+        let results = defer_all(&job, &Relay::None, reply);
         self.apply_results(job.msg, Some(key), results);
     }
 }

@@ -122,10 +122,10 @@ impl Scheduler {
             .iter()
             .enumerate()
             .filter_map(|(i, s)| match s {
-                RcptState::Deferred { relay, reason, .. }
+                RcptState::Deferred { relay, reply, .. }
                     if wants(&msg.envelope, i as u16, NOTIFY_DELAY) =>
                 {
-                    Some((i as u16, Failure::delayed(relay, reason)))
+                    Some((i as u16, Failure::delayed(relay, reply)))
                 }
                 _ => None,
             })
@@ -176,8 +176,8 @@ pub(super) fn expire(msg: &mut Message, max_life: u64, logger: &Logger) {
         return;
     }
     for (i, state) in msg.rcpts.iter_mut().enumerate() {
-        if let RcptState::Deferred { relay, reason, .. } = state {
-            let failure = Failure::expired(age_secs, relay, reason);
+        if let RcptState::Deferred { relay, reply, .. } = state {
+            let failure = Failure::expired(age_secs, relay, reply);
             let (to, delay) = (&msg.envelope.recipients[i], delay(&msg.envelope));
             let orig = orig_to(&msg.envelope, i);
             event!(
@@ -193,12 +193,12 @@ pub(super) fn expire(msg: &mut Message, max_life: u64, logger: &Logger) {
                     delay: delay,
                     dsn: "4.4.7",
                     status: "expired",
-                    reason: failure.diagnostic,
+                    reason: failure.reply,
                 },
                 "{}: to=<{to}>{}, relay=none, delay={delay:.2}, dsn=4.4.7, status=expired ({})",
                 qid(msg.envelope.id),
                 OrigTo(orig),
-                failure.diagnostic
+                failure.reply
             );
             msg.failed.push((i as u16, failure));
             *state = RcptState::Bounced;

@@ -8,7 +8,7 @@ use sluice_spool::{BodyRef, Envelope};
 use tokio::sync::mpsc;
 
 use super::Event;
-use crate::message::status::Outcome;
+use crate::message::status::{Outcome, Relay, Reply};
 
 pub type WorkerId = u64;
 
@@ -67,35 +67,27 @@ impl Reporter {
     }
 }
 
-/// Every recipient of `job` deferred with the same reason.
-pub fn defer_all(job: &Job, relay: &str, reason: &str) -> Vec<(u16, Outcome)> {
-    all(
-        job,
-        |relay, reason| Outcome::Deferred { relay, reason },
-        relay,
-        reason,
-    )
+/// Every recipient of `job` deferred with the same reply.
+pub fn defer_all(job: &Job, relay: &Relay, reply: &Reply) -> Vec<(u16, Outcome)> {
+    let deferred = |relay, reply| Outcome::Deferred { relay, reply };
+    all(job, deferred, relay, reply)
 }
 
-/// Every recipient of `job` bounced with the same reason (a definite
+/// Every recipient of `job` bounced with the same reply (a definite
 /// answer such as a domain that does not exist).
-pub fn bounce_all(job: &Job, relay: &str, reason: &str) -> Vec<(u16, Outcome)> {
-    all(
-        job,
-        |relay, reason| Outcome::Bounced { relay, reason },
-        relay,
-        reason,
-    )
+pub fn bounce_all(job: &Job, relay: &Relay, reply: &Reply) -> Vec<(u16, Outcome)> {
+    let bounced = |relay, reply| Outcome::Bounced { relay, reply };
+    all(job, bounced, relay, reply)
 }
 
 fn all(
     job: &Job,
-    make: fn(String, String) -> Outcome,
-    relay: &str,
-    reason: &str,
+    make: fn(Relay, Reply) -> Outcome,
+    relay: &Relay,
+    reply: &Reply,
 ) -> Vec<(u16, Outcome)> {
     job.rcpts
         .iter()
-        .map(|&r| (r, make(relay.to_string(), reason.to_string())))
+        .map(|&r| (r, make(relay.clone(), reply.clone())))
         .collect()
 }

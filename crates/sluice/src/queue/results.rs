@@ -22,7 +22,7 @@ use super::scheduler::{RcptState, Scheduler};
 use crate::admin::rates::Tally;
 use crate::event;
 use crate::log::qid;
-use crate::message::status::{Failure, Outcome};
+use crate::message::status::{Failure, Outcome, Relay};
 use crate::record::bounce::dsn::Notice;
 
 impl Scheduler {
@@ -46,16 +46,10 @@ impl Scheduler {
             let Some(state) = msg.rcpts.get_mut(r as usize) else {
                 continue;
             };
-            // A label for the log and metrics only: LMTP relays are named
+            // Labels for the log and metrics only: LMTP relays are named
             // by their service address (`unix:/path`, `inet:host:port`).
-            let relay = outcome.relay();
-            let (transport, service, shown) = match relay {
-                "maildir" => ("maildir", "virtual", "virtual"),
-                _ if relay.starts_with("unix:") || relay.starts_with("inet:") => {
-                    ("lmtp", "lmtp", relay)
-                }
-                _ => ("smtp", "smtp", relay),
-            };
+            let (transport, service) = outcome.relay().labels();
+            let shown = outcome.relay().shown();
             let (to, delay) = (&env.recipients[r as usize], delay(&env));
             let orig = orig_to(&env, r as usize);
             event!(
@@ -71,14 +65,14 @@ impl Scheduler {
                     delay: delay,
                     dsn: outcome.dsn(),
                     status: outcome.status_word(),
-                    reason: outcome.text(),
+                    reason: outcome.reply(),
                 },
                 "{}: to=<{to}>{}, relay={shown}, delay={delay:.2}, dsn={}, status={} ({})",
                 qid(id),
                 OrigTo(orig),
                 outcome.dsn(),
                 outcome.status_word(),
-                outcome.text()
+                outcome.reply()
             );
             let status = outcome.status_word();
             metrics::counter!("sluice_deliveries_total", "transport" => transport, "status" => status)
@@ -97,23 +91,23 @@ impl Scheduler {
                     *state = RcptState::Delivered;
                     delivered.push(r);
                     if env.dsn.is_some() && !notified && wants(&env, r, NOTIFY_SUCCESS) {
-                        relayed = relay != "maildir";
+                        relayed = relay != Relay::Maildir;
                         successes.push((r, Failure::delivered(&relay, &reply)));
                     }
                 }
-                Outcome::Deferred { relay, reason } => {
+                Outcome::Deferred { relay, mut reply } => {
                     // Kept for people (queue listing, dashboard, delay
                     // notices, the spool's attempt record).
-                    let reason = crate::message::status::plain_reason(&reason);
+                    reply.text = crate::message::status::plain_reason(&reply.text);
                     *state = RcptState::Deferred {
                         relay,
-                        reason,
+                        reply,
                         dest: dest.cloned(),
                     }
                 }
-                Outcome::Bounced { relay, reason } => {
+                Outcome::Bounced { relay, reply } => {
                     *state = RcptState::Bounced;
-                    msg.failed.push((r, Failure::from_bounce(&relay, &reason)));
+                    msg.failed.push((r, Failure::from_bounce(&relay, &reply)));
                 }
             }
         }
@@ -209,7 +203,7 @@ impl Scheduler {
             .map(|s| matches!(s, RcptState::Delivered | RcptState::Bounced))
             .collect();
         let reason = msg.rcpts.iter().find_map(|s| match s {
-            RcptState::Deferred { reason, dest, .. } => Some(self.reasons.get(dest, reason)),
+            RcptState::Deferred { reply, dest, .. } => Some(self.reasons.get(dest, reply)),
             _ => None,
         });
         // Kept in the spool: a restart goes on counting and waits as well.
@@ -219,7 +213,12 @@ impl Scheduler {
             count: attempts,
             at: now,
             next,
-            reason: reason.as_ref().map(|d| d.text.clone()).unwrap_or_default(),
+            // The spool keeps the reply as text (its format since the
+            // start): `Reply::parse` reads it back at recovery.
+            reason: reason
+                .as_ref()
+                .map(|d| d.reply.to_string())
+                .unwrap_or_default(),
         };
         self.spool.record_attempt(id, attempt);
         let parked = Parked {

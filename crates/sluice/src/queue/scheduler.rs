@@ -40,10 +40,14 @@ use crate::config::Config;
 use crate::event;
 use crate::log::{qid, Logger};
 use crate::message::flags;
-use crate::message::status::Failure;
+use crate::message::status::{Enhanced, Failure, Relay, Reply};
 use crate::routing::Router;
 
-const NO_ROUTE: &str = "4.4.0 no route to destination (an address without a domain)";
+/// Why a recipient without a route waits: `4.4.0 no route …`.
+fn no_route() -> Reply {
+    let text = "no route to destination (an address without a domain)";
+    Reply::own(451, Enhanced::new(4, 4, 0), text)
+}
 
 /// Events handled in one go before timers (retries, drain deadline) are
 /// looked at again: sustained input must not starve retries.
@@ -55,8 +59,8 @@ pub(super) enum RcptState {
     InFlight,
     /// `dest`: the destination that deferred it (none: no route).
     Deferred {
-        relay: String,
-        reason: String,
+        relay: Relay,
+        reply: Reply,
         dest: Option<Arc<str>>,
     },
     Delivered,
@@ -413,8 +417,8 @@ impl Scheduler {
             match self.router.route(&msg.envelope.recipients[i]) {
                 None => {
                     *state = RcptState::Deferred {
-                        relay: "none".into(),
-                        reason: NO_ROUTE.into(),
+                        relay: Relay::None,
+                        reply: no_route(),
                         dest: None,
                     };
                     unroutable.push(i);
@@ -475,11 +479,12 @@ impl Scheduler {
                     delay: delay,
                     dsn: "4.4.0",
                     status: "deferred",
-                    reason: NO_ROUTE,
+                    reason: no_route(),
                 },
-                "{}: to=<{to}>{}, relay=none, delay={delay:.2}, dsn=4.4.0, status=deferred ({NO_ROUTE})",
+                "{}: to=<{to}>{}, relay=none, delay={delay:.2}, dsn=4.4.0, status=deferred ({})",
                 qid(id),
-                OrigTo(orig)
+                OrigTo(orig),
+                no_route()
             );
         }
         if !discarded.is_empty() {

@@ -11,7 +11,7 @@ use sluice_spool::{BodyRef, Envelope};
 
 use super::compact::Deferral;
 use super::scheduler::{RcptState, Scheduler};
-use crate::message::status::find_status;
+use crate::message::status::Enhanced;
 
 /// The queue at a glance.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -141,7 +141,7 @@ impl Scheduler {
                 .rcpts
                 .iter()
                 .map(|s| match s {
-                    RcptState::Deferred { reason, .. } => Some(reason.clone()),
+                    RcptState::Deferred { reply, .. } => Some(reply.to_string()),
                     _ => None,
                 })
                 .collect();
@@ -174,7 +174,7 @@ impl Scheduler {
                 envelope: None,
                 done: p.done.to_vec(),
                 reasons: Vec::new(),
-                last_reason: p.reason.as_ref().map(|r| r.text.clone()),
+                last_reason: p.reason.as_ref().map(|r| r.reply.to_string()),
                 attempts: p.attempts.into(),
                 last_attempt: (p.last_at != 0).then_some(p.last_at.into()),
                 next_retry: (p.next_at != 0 && !self.admin.held.contains(&id))
@@ -190,15 +190,16 @@ impl Scheduler {
 /// destination and enhanced status code, each shown with its commonest
 /// text (cut to 80 characters).
 fn causes<'a>(reasons: impl Iterator<Item = (&'a Deferral, usize)>) -> Vec<ReasonStats> {
-    type Cause<'a> = (Option<&'a str>, &'a str);
-    let mut groups: HashMap<Cause<'a>, (usize, &'a str, usize)> = HashMap::new();
+    type Cause<'a> = (Option<&'a str>, Enhanced);
+    let mut groups: HashMap<Cause<'a>, (usize, String, usize)> = HashMap::new();
     for (r, n) in reasons {
-        let key = (r.dest.as_deref(), find_status(&r.text, "4.0.0"));
-        let group = groups.entry(key).or_insert((0, &r.text, 0));
+        let key = (r.dest.as_deref(), r.reply.status_or(Enhanced::DEFERRED));
+        let text = r.reply.to_string();
+        let group = groups.entry(key).or_insert((0, String::new(), 0));
         group.0 += n;
         // The commonest text (of equals, the first in sort order).
-        if n > group.2 || (n == group.2 && r.text.as_str() < group.1) {
-            (group.1, group.2) = (&r.text, n);
+        if n > group.2 || (n == group.2 && text < group.1) {
+            (group.1, group.2) = (text, n);
         }
     }
     let mut out: Vec<ReasonStats> = groups
@@ -225,7 +226,7 @@ mod tests {
     fn causes_group_by_destination_and_status_not_wording() {
         let dead: Option<Arc<str>> = Some("smtp:[192.0.2.1]:25".into());
         let d = |dest: &Option<Arc<str>>, text: &str| Deferral {
-            text: text.into(),
+            reply: crate::message::status::Reply::parse(text, 451),
             dest: dest.clone(),
         };
         let refused = d(&dead, "4.4.1 connect to 192.0.2.1[192.0.2.1]:25: refused");
@@ -242,8 +243,8 @@ mod tests {
         assert_eq!(
             got,
             [
-                row(dead.as_deref(), "4.4.1", &dead_mark.text, 6),
-                row(dead.as_deref(), "4.2.2", &full.text, 2),
+                row(dead.as_deref(), "4.4.1", &dead_mark.reply.to_string(), 6),
+                row(dead.as_deref(), "4.2.2", &full.reply.to_string(), 2),
                 row(None, "4.3.0", "4.3.0 no route", 1),
             ]
         );

@@ -4,7 +4,8 @@
 //! generator and sink are the `sluice-bench` crate's.
 
 pub mod address;
-pub mod cluster_pki;
+/// `sluice cluster-ca` and `cluster-cert` (the cluster owns its PKI).
+pub use crate::cluster::shadow::pki as cluster_pki;
 pub mod keygen;
 pub mod locate;
 pub mod manual;

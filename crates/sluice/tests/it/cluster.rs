@@ -68,13 +68,13 @@ async fn send_many(addr: std::net::SocketAddr, n: usize, tag: &str) {
     }
 }
 
-/// Waits until both nodes have logged `text`.
-async fn both_log(dir: &std::path::Path, text: &str) {
+/// Waits until both nodes have logged the event `name`, about themselves.
+async fn both_log(dir: &std::path::Path, name: &str) {
     for node in ["n1", "n2"] {
-        let said = || read_log(&dir.join(node)).contains(text);
+        let said = || has_event(&dir.join(node), name, |e| e["node"] == node);
         assert!(
             wait_until(10, said).await,
-            "{node}: no {text:?}\n{}",
+            "{node}: no {name:?}\n{}",
             logs(dir)
         );
     }
@@ -129,12 +129,12 @@ async fn with_redis_gone_each_node_delivers_with_its_share() {
     assert!(wait_until(10, both_seen).await, "{}", logs(&dir));
 
     redis.kill();
-    both_log(&dir, "redis unavailable").await;
+    both_log(&dir, "redis_lost").await;
     tokio::join!(send_many(a1, 20, "one"), send_many(a2, 20, "two"));
     all_arrived_within_cap(&sink, 40, 4, &dir).await;
 
     redis.restart();
-    both_log(&dir, "redis reachable again").await;
+    both_log(&dir, "redis_back").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -190,7 +190,7 @@ async fn a_host_one_node_found_dead_is_spared_by_the_other() {
     send_many(a1, 1, "one").await;
     let n1_tried = || !events_named(&dir.join("n1"), "connect_failed").is_empty();
     assert!(wait_until(10, n1_tried).await, "{}", logs(&dir));
-    let n2_learned = || read_log(&dir.join("n2")).contains("marked dead by a node of the cluster");
+    let n2_learned = || !events_named(&dir.join("n2"), "dead_mark_shared").is_empty();
     assert!(wait_until(10, n2_learned).await, "{}", logs(&dir));
 
     send_many(a2, 1, "two").await;

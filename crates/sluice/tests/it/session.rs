@@ -96,7 +96,9 @@ async fn run_with(name: &str, chunks: &[&[u8]], backlog: usize) -> (Vec<String>,
         logger: Logger::disabled(),
         milters: Default::default(),
         flow: queue.flow(),
-        shadow: None,
+        store: sluice::intake::store::Storage::Local(sluice::intake::store::LocalSpool::new(
+            spool.clone(),
+        )),
     });
     let ctx = Arc::new(SessionContext {
         policy: RelayPolicy::new(config.mynetworks(), &config.smtpd.relay_domains),

@@ -3,6 +3,10 @@
 //! incarnation (it lost its spool), the peer holding its copies queues
 //! them as its own mail and delivers them.
 //!
+//! A claimed copy enters this node's queue through the intake's door for
+//! them, `Intake::adopt` (stored and queued under a new ID, its own event),
+//! not through a door for new mail.
+//!
 //! Each copy is claimed once in Redis (`SET NX`) before it is queued, so
 //! that if two peers hold a copy (a copy whose acknowledgement was late,
 //! then sent to the next peer) only one delivers it.
@@ -26,21 +30,18 @@ use tokio::time::Instant;
 use super::holder::{Copies, Holder};
 use super::lock;
 use crate::cluster::Cluster;
-use crate::log;
+use crate::event;
+use crate::intake::{ClaimedCopy, Intake};
 use crate::log::qid;
-use crate::receive::local::Submitter;
 
 /// A claim key lives this long (longer than any queue lifetime).
 const CLAIM_TTL_SECS: u64 = 30 * 86_400;
 
 /// Claims one copy: 1 if it is this node's (now, or already from a claim
 /// cut short), 0 if another peer has it. KEYS[1]: the copy's claim key;
-/// ARGV: this node, the key's lifetime.
-const CLAIM: &str = r"
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then return 1 end
-if redis.call('GET', KEYS[1]) == ARGV[1] then return 1 end
-return 0
-";
+/// ARGV: this node, the key's lifetime. Run by its SHA1 (`EVALSHA`,
+/// pipelined), sent again when Redis does not know it (`NOSCRIPT`).
+const CLAIM: &str = include_str!("../lua/claim_copy.lua");
 /// Copies claimed per Redis round trip.
 const CHUNK: usize = 256;
 
@@ -56,13 +57,17 @@ enum ClaimError {
     Queue(String),
 }
 
+/// The intake of the running configuration (a reload replaces it).
+pub type CurrentIntake = Arc<ArcSwap<Intake>>;
+
 /// Every heartbeat: claims what is due. Runs as long as the runtime.
 pub fn start(
     holder: Arc<Holder>,
     cluster: Arc<Cluster>,
-    submitter: Arc<ArcSwap<Submitter>>,
+    intake: CurrentIntake,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
+        let script = redis::Script::new(CLAIM);
         let config = cluster.config().clone();
         let beat = Duration::from_millis(config.heartbeat_ms);
         let after = Duration::from_secs(config.shadow_claim_secs);
@@ -85,22 +90,41 @@ pub fn start(
                 let mut exists = redis::cmd("EXISTS");
                 exists.arg(away);
                 let stopped = exists.query_async::<bool>(&mut *con).await;
+                // Its mark gone, it may be back: its restart heartbeats
+                // before it removes the mark, and our view of who is alive
+                // is a heartbeat old (claimed then, its copies would be
+                // delivered twice, by it and by us).
+                if !superseded && stopped.as_ref().is_ok_and(|s| !s) {
+                    let dead_ms = config.node_dead_secs * 1000;
+                    if seen_within(con, &copies.origin, dead_ms).await != Ok(false) {
+                        continue;
+                    }
+                }
                 if !superseded && stopped.unwrap_or(true) {
                     if !copies.waiting.swap(true, Ordering::Relaxed) {
-                        log!(
+                        event!(
                             holder.logger,
                             "shadow",
+                            "shadow_waiting",
+                            { origin: copies.origin },
                             "node {} stopped cleanly: its copies wait for it (shadow_away_secs)",
                             copies.origin
                         );
                     }
                     continue;
                 }
-                let intake = submitter.load().intake.clone();
-                if let Err(e) = claim(&holder, &copies, con, &intake).await {
-                    log!(
+                let intake = intake.load_full();
+                let to = Claimer {
+                    con: &mut *con,
+                    script: &script,
+                    intake: &intake,
+                };
+                if let Err(e) = claim(&holder, &copies, to).await {
+                    event!(
                         holder.logger,
                         "shadow",
+                        "shadow_claim_cut_short",
+                        { origin: copies.origin, error: e.to_string() },
                         "claim of node {}'s copies cut short: {e}; resumed at the next heartbeat",
                         copies.origin
                     );
@@ -108,6 +132,24 @@ pub fn start(
             }
         }
     })
+}
+
+/// Whether `node`'s last heartbeat in Redis is within `dead_ms` of
+/// Redis's clock (`sync.rs` keeps the node set by that clock).
+async fn seen_within(
+    con: &mut ConnectionManager,
+    node: &str,
+    dead_ms: u64,
+) -> Result<bool, redis::RedisError> {
+    let (seen, (secs, micros)): (Option<f64>, (u64, u64)) = redis::pipe()
+        .cmd("ZSCORE")
+        .arg("sluice:nodes")
+        .arg(node)
+        .cmd("TIME")
+        .query_async(con)
+        .await?;
+    let now_ms = (secs * 1000 + micros / 1000) as f64;
+    Ok(seen.is_some_and(|t| t + dead_ms as f64 >= now_ms))
 }
 
 /// The copies to claim now (of an origin that came back as another
@@ -148,12 +190,14 @@ fn due(holder: &Holder, cluster: &Cluster, after: Duration) -> Vec<(Arc<Copies>,
 /// Claims one origin incarnation's copies: the spool is closed to new
 /// copies and reopened to list them, each is claimed in Redis and queued,
 /// then the area is removed.
-async fn claim(
-    holder: &Holder,
-    copies: &Arc<Copies>,
-    con: &mut ConnectionManager,
-    intake: &Arc<crate::intake::Intake>,
-) -> Result<(), ClaimError> {
+/// What a claim goes through: Redis (and the claim script), the intake.
+struct Claimer<'a> {
+    con: &'a mut ConnectionManager,
+    script: &'a redis::Script,
+    intake: &'a Intake,
+}
+
+async fn claim(holder: &Holder, copies: &Arc<Copies>, to: Claimer<'_>) -> Result<(), ClaimError> {
     let Some(spool) = lock(&copies.spool).take() else {
         return Ok(());
     };
@@ -178,7 +222,7 @@ async fn claim(
             return Err(e.into());
         }
     };
-    let result = claim_all(holder, copies, &spool, recovered, con, intake).await;
+    let result = claim_all(holder, copies, &spool, recovered, to).await;
     if result.is_err() {
         *lock(&copies.spool) = Some(spool);
         return result;
@@ -200,37 +244,33 @@ async fn claim_all(
     copies: &Copies,
     spool: &Spool,
     recovered: Vec<Recovered>,
-    con: &mut ConnectionManager,
-    intake: &Arc<crate::intake::Intake>,
+    to: Claimer<'_>,
 ) -> Result<(), ClaimError> {
     let (origin, inc) = (&copies.origin, copies.incarnation);
     if !recovered.is_empty() {
-        log!(
+        event!(
             holder.logger,
             "shadow",
+            "shadow_claiming",
+            { origin: origin, incarnation: format!("{inc:016x}"), copies: recovered.len() },
             "node {origin} (incarnation {inc:016x}) is gone: claiming its {} copies",
             recovered.len()
         );
     }
     let (mut queued, mut elsewhere) = (0usize, 0usize);
     for chunk in recovered.chunks(CHUNK) {
-        let mut pipe = redis::pipe();
-        for r in chunk {
-            let key = format!("sluice:shadow:{{{origin}@{inc:016x}}}:{:x}", r.id);
-            pipe.cmd("EVAL")
-                .arg(CLAIM)
-                .arg(1)
-                .arg(key)
-                .arg(&holder.node)
-                .arg(CLAIM_TTL_SECS);
-        }
-        let won: Vec<i64> = pipe.query_async(con).await?;
+        let keys: Vec<String> = (chunk.iter())
+            .map(|r| format!("sluice:shadow:{{{origin}@{inc:016x}}}:{:x}", r.id))
+            .collect();
+        let won = claim_keys(to.con, to.script, &keys, &holder.node).await?;
         for (r, won) in chunk.iter().zip(won) {
             if won == 1 {
-                let new = requeue(spool, r, intake).await?;
-                log!(
+                let new = adopt(spool, r, origin, to.intake).await?;
+                event!(
                     holder.logger,
                     "shadow",
+                    "shadow_claimed",
+                    { origin: origin, queue_id: qid(r.id), new_id: qid(new) },
                     "{}: claimed from node {origin}, queued as {}",
                     qid(r.id),
                     qid(new)
@@ -243,20 +283,55 @@ async fn claim_all(
         }
     }
     if !recovered.is_empty() {
-        log!(
+        event!(
             holder.logger,
             "shadow",
+            "shadow_claim_done",
+            { origin: origin, queued: queued, elsewhere: elsewhere },
             "node {origin}: {queued} copies queued here, {elsewhere} claimed by another peer"
         );
     }
     Ok(())
 }
 
-/// Queues one copy here, without the recipients its origin had finished.
-async fn requeue(
+/// Runs the claim script on each key, in one pipeline: 1 for each key
+/// this node holds now. The script is run by its SHA1; a Redis that lost
+/// it (restarted, failed over) is sent it and the chunk tried again (the
+/// script is idempotent: a key already this node's answers 1 again).
+async fn claim_keys(
+    con: &mut ConnectionManager,
+    script: &redis::Script,
+    keys: &[String],
+    node: &str,
+) -> Result<Vec<i64>, redis::RedisError> {
+    let pipe = || {
+        let mut pipe = redis::pipe();
+        for key in keys {
+            pipe.cmd("EVALSHA")
+                .arg(script.get_hash())
+                .arg(1)
+                .arg(key)
+                .arg(node)
+                .arg(CLAIM_TTL_SECS);
+        }
+        pipe
+    };
+    match pipe().query_async(con).await {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            script.load_async(con).await?;
+            pipe().query_async(con).await
+        }
+        answered => answered,
+    }
+}
+
+/// Queues one copy here through the intake's door for claimed copies,
+/// without the recipients its origin had finished.
+async fn adopt(
     spool: &Spool,
     r: &Recovered,
-    intake: &Arc<crate::intake::Intake>,
+    origin: &str,
+    intake: &Intake,
 ) -> Result<u64, ClaimError> {
     let (s, body_ref) = (spool.clone(), r.body);
     let (env, body) = tokio::task::spawn_blocking(move || {
@@ -273,8 +348,14 @@ async fn requeue(
         (true, false) => env.flags |= QUARANTINE,
         (false, false) => {}
     }
+    let copy = ClaimedCopy {
+        origin: origin.to_string(),
+        origin_id: r.id,
+        envelope: env,
+        body,
+    };
     intake
-        .requeue(env, body)
+        .adopt(copy)
         .await
         .map_err(|e| ClaimError::Queue(e.to_string()))
 }

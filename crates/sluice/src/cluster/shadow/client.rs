@@ -27,7 +27,7 @@ use tokio::time::Instant;
 use super::tls::LinkTls;
 use super::wire::{self, Outcome, WireError};
 use super::{lock, random};
-use crate::log;
+use crate::event;
 use crate::log::Logger;
 
 /// Outcomes kept for one peer while it is away, at most.
@@ -159,9 +159,11 @@ impl Shadow {
                 Ok(Ok(())) => {
                     *lock(&link.failed_at) = None;
                     if link.away.swap(false, Ordering::Relaxed) {
-                        log!(
+                        event!(
                             self.logger,
                             "shadow",
+                            "shadow_peer_back",
+                            { peer: link.addr },
                             "peer {} takes copies again",
                             link.addr
                         );
@@ -179,7 +181,13 @@ impl Shadow {
                 *conn = None;
             }
             if !link.away.swap(true, Ordering::Relaxed) {
-                log!(self.logger, "shadow", "peer set aside: {last}");
+                event!(
+                    self.logger,
+                    "shadow",
+                    "shadow_peer_away",
+                    { peer: link.addr, error: last },
+                    "peer set aside: {last}"
+                );
             }
         }
         Err(ShadowError::NoPeer(last))
@@ -235,26 +243,32 @@ impl Shadow {
         if kind == wire::WELCOME
             && !wire::mac_ok(&self.secret, b"sluice-shadow-welcome", &fields, &why)
         {
-            log!(
+            event!(
                 self.logger,
                 "shadow",
+                "shadow_peer_unproven",
+                { peer: addr },
                 "peer {addr} could not prove the shadow_secret: not a peer"
             );
             return Err(WireError::Malformed("peer's welcome not proven"));
         }
         if kind != wire::WELCOME {
             let why = String::from_utf8_lossy(&why).into_owned();
-            log!(
+            event!(
                 self.logger,
                 "shadow",
+                "shadow_refused_by_peer",
+                { peer: addr, reason: why },
                 "peer {addr} refused this node: {why}"
             );
             return Err(WireError::Malformed("peer refused the hello"));
         }
         if !self.linked_to(addr, &holder) {
-            log!(
+            event!(
                 self.logger,
                 "shadow",
+                "shadow_peer_linked",
+                { peer: addr, node: holder },
                 "peer {addr} is node {holder}: copies go there"
             );
         }
@@ -398,7 +412,14 @@ async fn flush_outcomes(shadow: std::sync::Weak<Shadow>) {
                 if over > 0 {
                     backlog.drain(..over);
                     if !link.dropped.swap(true, Ordering::Relaxed) {
-                        log!(shadow.logger, "shadow", "peer {} away: its oldest outcomes dropped (its copies of those messages stay until this node dies and they are claimed: duplicates)", link.addr);
+                        event!(
+                            shadow.logger,
+                            "shadow",
+                            "shadow_outcomes_dropped",
+                            { peer: link.addr, kept: BACKLOG },
+                            "peer {} away: its oldest outcomes dropped (its copies of those messages stay until this node dies and they are claimed: duplicates)",
+                            link.addr
+                        );
                     }
                 }
                 if (backlog.is_empty() && !keepalive) || set_aside(link) {
@@ -496,7 +517,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_peer_that_cannot_prove_the_secret_gets_no_copy() {
-        let ca = crate::tools::cluster_pki::new_ca().unwrap();
+        let ca = crate::cluster::shadow::pki::new_ca().unwrap();
         let addr = impostor(super::super::tls::for_test(&ca, "n2")).await;
         let config: crate::config::cluster::ClusterConfig = toml::from_str(&format!(
             "redis_url = \"redis://127.0.0.1:9/\"\nshadow = true\n\

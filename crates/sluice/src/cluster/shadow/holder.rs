@@ -31,7 +31,7 @@ use tokio::time::Instant;
 use super::tls::LinkTls;
 use super::wire::{self, WireError};
 use super::{lock, random};
-use crate::log;
+use crate::event;
 use crate::log::Logger;
 
 /// Copies of one link held in memory (read, not yet on disk), at most.
@@ -123,9 +123,11 @@ impl Holder {
                 continue;
             };
             if let Err(e) = holder.copies_for(origin, inc) {
-                log!(
+                event!(
                     holder.logger,
                     "shadow",
+                    "shadow_copies_unreadable",
+                    { area: name, error: e.to_string() },
                     "copies of {name} cannot be opened: {e}"
                 );
             }
@@ -146,9 +148,11 @@ impl Holder {
         };
         let (spool, recovered, _) = Spool::open(config).map_err(std::io::Error::other)?;
         if !recovered.is_empty() {
-            log!(
+            event!(
                 self.logger,
                 "shadow",
+                "shadow_holding",
+                { origin: origin, incarnation: format!("{inc:016x}"), copies: recovered.len() },
                 "holding {} copies for node {origin} (incarnation {inc:016x})",
                 recovered.len()
             );
@@ -189,7 +193,13 @@ impl Holder {
                 let holder = holder.clone();
                 tokio::spawn(async move {
                     if let Err(e) = holder.clone().link(stream, peer, permit).await {
-                        log!(holder.logger, "shadow", "link from {peer} ended: {e}");
+                        event!(
+                            holder.logger,
+                            "shadow",
+                            "shadow_link_ended",
+                            { peer: peer.to_string(), error: e.to_string() },
+                            "link from {peer} ended: {e}"
+                        );
                     }
                 });
             }
@@ -204,9 +214,11 @@ impl Holder {
         if seen.1.is_some_and(|t| t.elapsed() < STRANGERS_LOGGED) {
             return;
         }
-        log!(
+        event!(
             self.logger,
             "shadow",
+            "shadow_strangers_refused",
+            { links: seen.0, last: peer.to_string() },
             "refused {} link(s) from addresses not in peers (the last from {peer})",
             seen.0
         );
@@ -267,7 +279,13 @@ impl Holder {
             None
         };
         if let Some(why) = why {
-            log!(self.logger, "shadow", "refused a link from {peer}: {why}");
+            event!(
+                self.logger,
+                "shadow",
+                "shadow_link_refused",
+                { peer: peer.to_string(), reason: why },
+                "refused a link from {peer}: {why}"
+            );
             let refused = wire::frame(wire::REFUSED, |o| o.extend_from_slice(why.as_bytes()));
             stream.write_all(&refused).await?;
             return Ok(None);
@@ -353,9 +371,11 @@ impl Holder {
     fn welcome(&self, hello: &wire::Hello) -> Result<Arc<Copies>, WireError> {
         let before = lock(&self.current).insert(hello.node.clone(), hello.incarnation);
         if before.is_some_and(|b| b != hello.incarnation) {
-            log!(
+            event!(
                 self.logger,
                 "shadow",
+                "shadow_new_incarnation",
+                { origin: hello.node, incarnation: format!("{:016x}", hello.incarnation) },
                 "node {} is back as a new incarnation {:016x}: its earlier copies are claimed",
                 hello.node,
                 hello.incarnation

@@ -9,7 +9,9 @@
 //! `shadow_claim_secs` beyond `node_dead_secs`, or comes back having lost
 //! its spool (a new *incarnation*: a random number kept in the spool
 //! directory), the holder claims the copies and delivers them
-//! (`claim.rs`). Duplicates arise for messages whose delivery was under
+//! (`claim.rs`), handing each to the intake's door for them
+//! (`Intake::adopt`). The intake reaches this module only through its
+//! storage trait: the daemon gives it a [`Mirrored`] store. Duplicates arise for messages whose delivery was under
 //! way, or whose outcome had not reached the holder, when the origin died;
 //! and when an origin comes back with its spool after its copies were
 //! claimed (down longer than `shadow_claim_secs`, or `shadow_away_secs`
@@ -27,6 +29,8 @@
 mod claim;
 mod client;
 mod holder;
+mod mirrored;
+pub mod pki;
 mod tls;
 mod wire;
 
@@ -35,6 +39,7 @@ use std::path::Path;
 pub use claim::start as start_claims;
 pub use client::{Shadow, ShadowError};
 pub use holder::{Door, Holder};
+pub use mirrored::Mirrored;
 pub use tls::{node_name, LinkTls};
 
 /// The frames an attacker on the link would write, well formed as the

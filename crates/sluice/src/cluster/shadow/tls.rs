@@ -164,8 +164,8 @@ pub fn node_name(chain: Option<&[CertificateDer<'_>]>) -> Option<String> {
 
 /// A node's link TLS made in memory from `ca` (tests).
 #[cfg(test)]
-pub fn for_test(ca: &crate::tools::cluster_pki::Pair, node: &str) -> Arc<LinkTls> {
-    let pair = crate::tools::cluster_pki::new_node(&ca.key_pem, node).unwrap();
+pub fn for_test(ca: &super::pki::Pair, node: &str) -> Arc<LinkTls> {
+    let pair = super::pki::new_node(&ca.key_pem, node).unwrap();
     let cas = vec![CertificateDer::from_pem_slice(ca.cert_pem.as_bytes()).unwrap()];
     let chain = vec![CertificateDer::from_pem_slice(pair.cert_pem.as_bytes()).unwrap()];
     let key = PrivateKeyDer::from_pem_slice(pair.key_pem.as_bytes()).unwrap();
@@ -175,7 +175,7 @@ pub fn for_test(ca: &crate::tools::cluster_pki::Pair, node: &str) -> Arc<LinkTls
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tools::cluster_pki::new_ca;
+    use crate::cluster::shadow::pki::new_ca;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     /// Both ends learn the other's node name from its certificate; an

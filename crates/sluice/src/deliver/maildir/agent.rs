@@ -16,9 +16,11 @@ use sluice_spool::Spool;
 
 use super::commit::{Committer, ToWrite};
 use super::dirs::MaildirPolicy;
-use super::write::{finish, stage, MaildirError, SyncStats};
+use super::write::{finish, stage, SyncStats};
+use super::MaildirError;
 use crate::config::Config;
 use crate::message::body;
+use crate::message::reply::{Enhanced, Relay, Reply};
 use crate::message::status::Outcome;
 use crate::queue::{
     defer_all, run_worker, Attempt, DeliveryAgent, Job, WorkerSession, WorkerStart,
@@ -66,11 +68,10 @@ impl WorkerSession for MaildirWorker {
     async fn attempt(&mut self, job: &Job) -> Attempt {
         let results = match body::load(&self.spool, &job.body, job.body_ref).await {
             Ok(body) => self.deliver(job, body).await,
-            Err(e) => defer_all(
-                job,
-                "maildir",
-                &format!("4.3.0 cannot read queue file: {e}"),
-            ),
+            Err(e) => {
+                let text = format!("cannot read queue file: {e}");
+                defer_all(job, &Relay::Maildir, &own(451, (4, 3, 0), text))
+            }
         };
         Attempt {
             results,
@@ -105,13 +106,21 @@ impl MaildirWorker {
                 Ok(None) => results.push((
                     r,
                     Outcome::Bounced {
-                        relay: "maildir".into(),
-                        reason: "5.1.1 user unknown in virtual mailbox table".into(),
+                        relay: Relay::Maildir,
+                        reply: own(
+                            550,
+                            (5, 1, 1),
+                            "user unknown in virtual mailbox table".into(),
+                        ),
                     },
                 )),
                 Err(err) => results.push((
                     r,
-                    deferred(format!("4.3.0 temporary lookup failure: {err}")),
+                    deferred(own(
+                        451,
+                        (4, 3, 0),
+                        format!("temporary lookup failure: {err}"),
+                    )),
                 )),
             }
         }
@@ -144,11 +153,15 @@ impl MaildirWorker {
         };
         let outcome = |t: &Target, done: Result<String, MaildirError>| match done {
             Ok(name) => Outcome::Delivered {
-                relay: "maildir".into(),
-                reply: format!("delivered to maildir {}/new/{name}", t.dir.display()),
+                relay: Relay::Maildir,
+                reply: Reply::own(
+                    250,
+                    None,
+                    format!("delivered to maildir {}/new/{name}", t.dir.display()),
+                ),
                 notified: false,
             },
-            Err(err) => deferred(err.to_string()),
+            Err(err) => deferred(err.reply()),
         };
         targets
             .iter()
@@ -186,9 +199,14 @@ impl MaildirWorker {
     }
 }
 
-fn deferred(reason: String) -> Outcome {
+fn deferred(reply: Reply) -> Outcome {
     Outcome::Deferred {
-        relay: "maildir".into(),
-        reason,
+        relay: Relay::Maildir,
+        reply,
     }
+}
+
+/// Our own reply with status `class.subject.detail`.
+fn own(code: u16, (c, s, d): (u8, u8, u8), text: String) -> Reply {
+    Reply::own(code, Enhanced::new(c, s, d), text)
 }

@@ -35,7 +35,8 @@ use std::sync::Arc;
 use tokio::sync::oneshot;
 
 use super::dirs::MaildirPolicy;
-use super::write::{stage, MaildirError, Staged, SyncStats};
+use super::write::{stage, Staged, SyncStats};
+use super::MaildirError;
 
 /// Files per batch at most (a batch is synced while the next gathers).
 const MAX_BATCH: usize = 1024;

@@ -28,7 +28,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Mutex;
 
 use super::owner::Ownership;
-use super::write::MaildirError;
+use super::MaildirError;
 
 /// Mailboxes remembered at most (the set is emptied when full).
 const KNOWN_MAX: usize = 100_000;

@@ -18,33 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::dirs::MaildirPolicy;
-use crate::log::io_text;
-
-/// Why a Maildir delivery failed (all are temporary: the message stays
-/// queued and is retried).
-#[derive(Debug, thiserror::Error)]
-pub enum MaildirError {
-    #[error("4.2.2 mailbox full or no space left: {}", io_text(.0))]
-    Full(std::io::Error),
-    #[error("4.3.0 cannot write to maildir {}: {}", .0, io_text(.1))]
-    Io(String, std::io::Error),
-    /// The path breaks the mailbox policy (a configuration or directory error).
-    #[error("4.3.5 maildir {0} refused: {1}")]
-    Refused(String, String),
-}
-
-impl MaildirError {
-    pub fn from_io(maildir: &Path, e: std::io::Error) -> MaildirError {
-        if matches!(
-            e.raw_os_error(),
-            Some(libc::ENOSPC | libc::EDQUOT | libc::EFBIG)
-        ) {
-            MaildirError::Full(e)
-        } else {
-            MaildirError::Io(maildir.display().to_string(), e)
-        }
-    }
-}
+use super::MaildirError;
 
 static SEQUENCE: AtomicU64 = AtomicU64::new(0);
 

@@ -26,7 +26,7 @@ use crate::config::Config;
 mod targets;
 use crate::log::Logger;
 use crate::message::body;
-use crate::message::status::Outcome;
+use crate::message::status::{Enhanced, Outcome, Relay, Reply};
 use crate::queue::{
     bounce_all, defer_all, run_worker, Attempt, DeliveryAgent, Feedback, Job, WorkerSession,
     WorkerStart,
@@ -131,6 +131,28 @@ enum NoConnection {
     /// failure: its text).
     #[error("{0}")]
     Route(String),
+}
+
+impl NoConnection {
+    /// The deferral it causes: our own 451 with the status its text
+    /// leads with.
+    fn reply(&self) -> Reply {
+        let status = |d| Enhanced::new(4, 4, d);
+        match self {
+            NoConnection::NoAddress => Reply::own(451, status(1), "no address to connect to"),
+            NoConnection::AllDead(secs) => {
+                let text =
+                    format!("all addresses failed within the last {secs} s (dead-host cache)");
+                Reply::own(451, status(1), text)
+            }
+            NoConnection::Connect(e) => e.reply(),
+            // Texts of DNS, DANE and policy errors, made here, leading
+            // with their status: taken apart once, where they become a
+            // reply.
+            NoConnection::Dane(e) => Reply::parse(&e.to_string(), 451),
+            NoConnection::Route(why) => Reply::parse(why, 451),
+        }
+    }
 }
 
 /// Host name and address, in the order to try them.
@@ -318,8 +340,9 @@ impl SmtpWorker {
         let body = match body::load(&self.spool, &job.body, job.body_ref).await {
             Ok(b) => b,
             Err(e) => {
-                let why = format!("4.3.0 cannot read queue file: {e}");
-                return (defer_all(job, "none", &why), Feedback::Ok);
+                let text = format!("cannot read queue file: {e}");
+                let reply = Reply::own(451, Enhanced::new(4, 3, 0), text);
+                return (defer_all(job, &Relay::None, &reply), Feedback::Ok);
             }
         };
         let mut rest: Targets = Vec::new();
@@ -333,7 +356,7 @@ impl SmtpWorker {
                 }
             }
             let conn = self.conn.as_mut().expect("connected above");
-            let fitted = super::fit::fit(job, &body, &conn.relay, conn.eightbit, conn.smtputf8);
+            let fitted = super::fit::fit(job, &body, &conn.peer, conn.eightbit, conn.smtputf8);
             let sub = match &fitted.narrowed {
                 Some(narrowed) => narrowed,
                 None if fitted.refused.is_empty() => job,
@@ -375,13 +398,14 @@ impl SmtpWorker {
                     self.conn = None;
                 }
                 Err(TxError::Stale) => {
-                    let relay = conn.relay.clone();
+                    let relay = conn.peer.clone();
                     self.conn = None;
-                    let why = "4.4.2 lost connection before any reply";
-                    return (defer_all(job, &relay, why), Feedback::Ok);
+                    let text = "lost connection before any reply";
+                    let why = Reply::own(451, Enhanced::new(4, 4, 2), text);
+                    return (defer_all(job, &relay, &why), Feedback::Ok);
                 }
                 Err(TxError::Broken(why)) => {
-                    let relay = conn.relay.clone();
+                    let relay = conn.peer.clone();
                     self.conn = None;
                     return (defer_all(job, &relay, &why), Feedback::Ok);
                 }
@@ -409,7 +433,10 @@ impl SmtpWorker {
             match self.first_targets(job).await {
                 Ok(t) => self.connect_first(&t).await,
                 Err(Unreachable::Permanent(why)) => {
-                    return Err((bounce_all(job, "none", &why), Feedback::Ok))
+                    // Our own text, leading with its status: taken apart
+                    // once, here, where it becomes a reply.
+                    let reply = Reply::parse(&why, 550);
+                    return Err((bounce_all(job, &Relay::None, &reply), Feedback::Ok));
                 }
                 Err(Unreachable::Temporary(why)) => Err(NoConnection::Route(why)),
             }
@@ -423,10 +450,10 @@ impl SmtpWorker {
                 Ok(())
             }
             Err(why) => {
-                let relay = match &*self.hop {
+                let relay = Relay::Hop(match &*self.hop {
                     NextHop::Smtp { host, port, .. } => format!("{host}:{port}"),
                     other => other.key(),
-                };
+                });
                 // A host that refused was logged as it was tried (one
                 // line per attempt); the others say so here.
                 if !matches!(why, NoConnection::Connect(_) | NoConnection::Dane(_))
@@ -441,8 +468,10 @@ impl SmtpWorker {
                         crate::log::qid(job.msg)
                     );
                 }
-                let why = why.to_string();
-                Err((defer_all(job, &relay, &why), Feedback::ConnectFailed))
+                Err((
+                    defer_all(job, &relay, &why.reply()),
+                    Feedback::ConnectFailed,
+                ))
             }
         }
     }

@@ -20,40 +20,89 @@ use super::tls::{server_name, Level, Stream, TlsChoice};
 use crate::config::services::ServiceAddr;
 use crate::config::Config;
 use crate::log::io_text;
+use crate::message::reply::{Enhanced, Relay, Reply};
 use crate::smtp::io::{summary, MaybeTls};
 use crate::smtp::wire::Wire;
 
 /// Why a connection could not be set up, as a type: the agent decides on
 /// it (is the host down? may TLS be skipped?), never on the words of its
 /// message, which is what the log and the deferral say.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug)]
 pub enum ConnectError {
-    #[error("4.4.1 connect to {target}: {why}")]
-    Unreachable { target: String, why: String },
-    #[error("4.4.2 {relay}: no greeting: {}", io_text(.why))]
-    NoGreeting { relay: String, why: std::io::Error },
-    #[error("4.4.0 {relay} refused to talk to me: {code} {text}")]
+    Unreachable {
+        target: String,
+        why: String,
+    },
+    NoGreeting {
+        relay: String,
+        why: std::io::Error,
+    },
     Refused {
         relay: String,
         code: u16,
         text: String,
     },
-    #[error("4.4.0 {relay} rejected HELO: {code} {text}")]
     HeloRejected {
         relay: String,
         code: u16,
         text: String,
     },
     /// The session broke during EHLO/HELO.
-    #[error("4.4.2 {relay}: {}", io_text(.why))]
-    Broken { relay: String, why: std::io::Error },
-    #[error("4.7.4 TLS is required, but was not offered by {relay}")]
-    TlsNotOffered { relay: String },
-    #[error("4.7.5 TLS with {relay} failed: {why}")]
-    Tls { relay: String, why: String },
+    Broken {
+        relay: String,
+        why: std::io::Error,
+    },
+    TlsNotOffered {
+        relay: String,
+    },
+    Tls {
+        relay: String,
+        why: String,
+    },
+}
+
+impl std::error::Error for ConnectError {}
+
+impl std::fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.reply())
+    }
 }
 
 impl ConnectError {
+    /// The deferral it causes: our own 451 with its enhanced status.
+    pub fn reply(&self) -> Reply {
+        let status = |s, d| Enhanced::new(4, s, d);
+        let (status, text) = match self {
+            ConnectError::Unreachable { target, why } => {
+                (status(4, 1), format!("connect to {target}: {why}"))
+            }
+            ConnectError::NoGreeting { relay, why } => (
+                status(4, 2),
+                format!("{relay}: no greeting: {}", io_text(why)),
+            ),
+            ConnectError::Refused { relay, code, text } => (
+                status(4, 0),
+                format!("{relay} refused to talk to me: {code} {text}"),
+            ),
+            ConnectError::HeloRejected { relay, code, text } => (
+                status(4, 0),
+                format!("{relay} rejected HELO: {code} {text}"),
+            ),
+            ConnectError::Broken { relay, why } => {
+                (status(4, 2), format!("{relay}: {}", io_text(why)))
+            }
+            ConnectError::TlsNotOffered { relay } => (
+                status(7, 4),
+                format!("TLS is required, but was not offered by {relay}"),
+            ),
+            ConnectError::Tls { relay, why } => {
+                (status(7, 5), format!("TLS with {relay} failed: {why}"))
+            }
+        };
+        Reply::own(451, status, text)
+    }
+
     /// The host is not taking mail at all (no connection, no greeting, a
     /// refusal to talk): the dead-host cache skips it for a while.
     pub fn host_is_down(&self) -> bool {
@@ -70,11 +119,7 @@ impl ConnectError {
     /// without its status code (`connect to mx[192.0.2.1]:25: Connection
     /// refused`, as Postfix).
     pub fn logged(&self) -> String {
-        let text = self.to_string();
-        match text.split_once(' ') {
-            Some((code, rest)) if crate::message::status::is_status(code) => rest.to_string(),
-            _ => text,
-        }
+        self.reply().text
     }
 
     /// The TLS handshake (or STARTTLS) failed: with `may`, try again in
@@ -86,36 +131,6 @@ impl ConnectError {
 
 /// Bytes of a body written under one write timeout.
 const BODY_PIECE: usize = 64 << 10;
-
-/// An SMTP reply: code and text (`550 5.1.1 User unknown`; the lines of a
-/// multi-line reply joined by spaces).
-pub(super) struct Reply {
-    pub code: u16,
-    pub text: String,
-}
-
-impl Reply {
-    /// A reply we make up ourselves (e.g. for a lost connection).
-    pub fn new(code: u16, text: String) -> Reply {
-        Reply {
-            text: format!("{code} {text}"),
-            code,
-        }
-    }
-
-    fn from_response(r: smtp_proto::Response<String>) -> Reply {
-        let message = r.message.replace(['\r', '\n'], " ");
-        let text = match r.esc {
-            [0, 0, 0] => format!("{} {}", r.code, message.trim()),
-            [c, s, d] => format!("{} {c}.{s}.{d} {}", r.code, message.trim()),
-        };
-        Reply { code: r.code, text }
-    }
-
-    pub fn class(&self) -> u16 {
-        self.code / 100
-    }
-}
 
 /// One step of reading a reply, with no I/O (so it can be fuzzed): feeds
 /// the buffered bytes `rbuf` to `parser` and moves the bytes it used to
@@ -148,7 +163,7 @@ pub(super) enum TxError {
     /// The connection died before the first reply of this transaction.
     Stale,
     /// The connection died or misbehaved mid-transaction.
-    Broken(String),
+    Broken(Reply),
 }
 
 pub(super) struct SmtpConn {
@@ -159,6 +174,8 @@ pub(super) struct SmtpConn {
     pub rbuf: Vec<u8>,
     /// `host[ip]:port`, for the log.
     pub relay: String,
+    /// The same server, typed, for outcomes.
+    pub peer: Relay,
     pub pipelining: bool,
     pub size: bool,
     pub eightbit: bool,
@@ -204,10 +221,13 @@ impl SmtpConn {
             }
         };
         let _ = stream.set_nodelay(true);
-        let relay = format!("{host}[{ip}]:{port}");
+        let peer = Relay::Smtp {
+            host: host.to_string(),
+            addr,
+        };
         let mut conn = SmtpConn::greeted(
             tokio_util::either::Either::Left(stream),
-            relay,
+            peer,
             config,
             false,
         )
@@ -248,7 +268,7 @@ impl SmtpConn {
             Ok(Err(e)) => return Err(unreachable(io_text(&e))),
             Err(_) => return Err(unreachable("timed out".into())),
         };
-        let mut conn = SmtpConn::greeted(wire, target, config, true).await?;
+        let mut conn = SmtpConn::greeted(wire, Relay::Lmtp(target), config, true).await?;
         conn.hello(&config.hostname).await?;
         Ok(conn)
     }
@@ -256,7 +276,7 @@ impl SmtpConn {
     /// A session on `wire` once the server's greeting was a 2xx.
     async fn greeted(
         wire: Wire,
-        relay: String,
+        peer: Relay,
         config: &Config,
         lmtp: bool,
     ) -> Result<SmtpConn, ConnectError> {
@@ -264,7 +284,8 @@ impl SmtpConn {
             stream: MaybeTls::Plain(wire),
             tls: None,
             rbuf: Vec::with_capacity(1024),
-            relay,
+            relay: peer.to_string(),
+            peer,
             pipelining: false,
             size: false,
             eightbit: false,
@@ -287,7 +308,7 @@ impl SmtpConn {
             return Err(ConnectError::Refused {
                 relay: conn.relay.clone(),
                 code: greeting.code,
-                text: greeting.text,
+                text: greeting.to_string(),
             });
         }
         Ok(conn)
@@ -310,7 +331,7 @@ impl SmtpConn {
             return Err(ConnectError::HeloRejected {
                 relay: self.relay.clone(),
                 code: ehlo.code,
-                text: ehlo.text,
+                text: ehlo.to_string(),
             });
         }
         if ehlo.class() == 2 {
@@ -331,7 +352,7 @@ impl SmtpConn {
             return Err(ConnectError::HeloRejected {
                 relay: self.relay.clone(),
                 code: helo.code,
-                text: helo.text,
+                text: helo.to_string(),
             });
         }
         (self.pipelining, self.size, self.eightbit, self.smtputf8) = (false, false, false, false);
@@ -351,7 +372,7 @@ impl SmtpConn {
         self.send(b"STARTTLS\r\n").await.map_err(|e| fail(&e))?;
         let reply = self.read_reply().await.map_err(|e| fail(&e))?;
         if reply.code != 220 {
-            return Err(fail(&format!("STARTTLS refused: {}", reply.text)));
+            return Err(fail(&format!("STARTTLS refused: {reply}")));
         }
         // Anything the server sent after 220 came in clear: not trusted.
         self.rbuf.clear();
@@ -448,10 +469,7 @@ impl SmtpConn {
         self.send(b"RSET\r\n").await?;
         let reply = self.read_reply().await?;
         if reply.class() != 2 {
-            return Err(std::io::Error::other(format!(
-                "RSET refused: {}",
-                reply.text
-            )));
+            return Err(std::io::Error::other(format!("RSET refused: {reply}")));
         }
         Ok(())
     }
@@ -467,7 +485,7 @@ impl SmtpConn {
 
 #[cfg(test)]
 mod tests {
-    use super::ConnectError;
+    use super::{ConnectError, Enhanced};
 
     #[test]
     fn decisions_follow_the_kind_of_error_not_its_words() {
@@ -496,5 +514,38 @@ mod tests {
         };
         assert!(down.host_is_down());
         assert!(down.to_string().starts_with("4.4.1 connect to mx.test"));
+    }
+
+    #[test]
+    fn connect_errors_are_replies_that_read_as_before() {
+        let relay = || "mx.test[192.0.2.1]:25".to_string();
+        let refused = ConnectError::Refused {
+            relay: relay(),
+            code: 554,
+            text: "554 5.7.1 go away".into(),
+        };
+        let reply = refused.reply();
+        assert!(reply.is_temporary() && reply.status == Enhanced::new(4, 4, 0));
+        assert_eq!(
+            refused.to_string(),
+            "4.4.0 mx.test[192.0.2.1]:25 refused to talk to me: 554 554 5.7.1 go away"
+        );
+        assert_eq!(
+            refused.logged(),
+            "mx.test[192.0.2.1]:25 refused to talk to me: 554 554 5.7.1 go away"
+        );
+        let tls = ConnectError::TlsNotOffered { relay: relay() };
+        assert_eq!(
+            tls.to_string(),
+            "4.7.4 TLS is required, but was not offered by mx.test[192.0.2.1]:25"
+        );
+        let broken = ConnectError::Broken {
+            relay: relay(),
+            why: std::io::Error::from_raw_os_error(104),
+        };
+        assert_eq!(
+            broken.to_string(),
+            "4.4.2 mx.test[192.0.2.1]:25: Connection reset by peer"
+        );
     }
 }

@@ -11,7 +11,7 @@ use std::borrow::Cow;
 
 use crate::message::flags;
 use crate::message::mime;
-use crate::message::status::Outcome;
+use crate::message::status::{Enhanced, Outcome, Relay, Reply};
 use crate::queue::Job;
 use crate::routing::dns::ascii_name;
 
@@ -43,41 +43,46 @@ pub fn wire_address(addr: &str, smtputf8: bool) -> Option<Cow<'_, str>> {
 pub fn fit<'a>(
     job: &Job,
     body: &'a [u8],
-    relay: &str,
+    relay: &Relay,
     eightbit: bool,
     smtputf8: bool,
 ) -> Fitted<'a> {
     let env = &job.envelope;
-    let bounce = |reason: &str| -> Vec<(u16, Outcome)> {
+    let bounced = |reply: Reply| Outcome::Bounced {
+        relay: relay.clone(),
+        reply,
+    };
+    let bounce = |reply: Reply| -> Vec<(u16, Outcome)> {
         job.rcpts
             .iter()
-            .map(|&r| {
-                let (relay, reason) = (relay.to_string(), reason.to_string());
-                (r, Outcome::Bounced { relay, reason })
-            })
+            .map(|&r| (r, bounced(reply.clone())))
             .collect()
     };
-    let refuse_all = |reason: &str| Fitted {
+    let refuse_all = |reply: Reply| Fitted {
         narrowed: None,
         body: Cow::Borrowed(body),
-        refused: bounce(reason),
+        refused: bounce(reply),
     };
+    let no_utf8 = |text: String| Reply::own(550, Enhanced::new(5, 6, 7), text);
     if !smtputf8 {
         if wire_address(&env.sender, false).is_none() {
-            return refuse_all(&format!(
-                "5.6.7 the sender address needs SMTPUTF8, which {relay} does not offer"
-            ));
+            return refuse_all(no_utf8(format!(
+                "the sender address needs SMTPUTF8, which {relay} does not offer"
+            )));
         }
         if env.flags & flags::SMTPUTF8 != 0 && mime::has_8bit_headers(body) {
-            return refuse_all(&format!(
-                "5.6.7 the message has UTF-8 headers and {relay} does not offer SMTPUTF8"
-            ));
+            return refuse_all(no_utf8(format!(
+                "the message has UTF-8 headers and {relay} does not offer SMTPUTF8"
+            )));
         }
     }
     let body = if !eightbit && mime::is_8bit(body) {
         match mime::downgrade(body) {
             Ok(b) => Cow::Owned(b),
-            Err(e) => return refuse_all(&format!("{e} ({relay} does not offer 8BITMIME)")),
+            Err(e) => {
+                let text = format!("{} ({relay} does not offer 8BITMIME)", e.text());
+                return refuse_all(Reply::own(550, e.status(), text));
+            }
         }
     } else {
         Cow::Borrowed(body)
@@ -99,15 +104,9 @@ pub fn fit<'a>(
         if wire_address(&env.recipients[r as usize], smtputf8).is_some() {
             rcpts.push(r);
         } else {
-            let reason =
-                format!("5.6.7 the recipient address needs SMTPUTF8, which {relay} does not offer");
-            refused.push((
-                r,
-                Outcome::Bounced {
-                    relay: relay.to_string(),
-                    reason,
-                },
-            ));
+            let text =
+                format!("the recipient address needs SMTPUTF8, which {relay} does not offer");
+            refused.push((r, bounced(no_utf8(text))));
         }
     }
     let narrowed = (!refused.is_empty() && !rcpts.is_empty()).then(|| Job {

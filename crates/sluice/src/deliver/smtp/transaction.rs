@@ -10,9 +10,10 @@
 use sluice_proto::dotstuff;
 use sluice_proto::dsn::notify_value;
 
-use super::conn::{Reply, SmtpConn, TxError};
+use super::conn::{SmtpConn, TxError};
 use crate::log::io_text;
 use crate::message::flags;
+use crate::message::reply::{Enhanced, Relay, Reply};
 use crate::message::status::Outcome;
 use crate::queue::Job;
 
@@ -43,8 +44,11 @@ impl SmtpConn {
         body: &[u8],
     ) -> Result<Vec<(u16, Outcome)>, TxError> {
         let env = self.envelope(job, body.len()).await?;
-        let relay = self.relay.clone();
-        let lost = format!("4.4.2 lost connection with {relay}");
+        let (relay, shown) = (self.peer.clone(), self.relay.clone());
+        let lost = |why: &dyn std::fmt::Display| {
+            let text = format!("lost connection with {shown}: {why}");
+            Reply::smtp(451, Enhanced::new(4, 4, 2), text)
+        };
         let mut results: Vec<(u16, Outcome)> = Vec::with_capacity(job.rcpts.len());
         if env.mail.class() != 2 {
             for &r in &job.rcpts {
@@ -67,7 +71,7 @@ impl SmtpConn {
             Some(Ok(reply)) => reply,
             Some(Err(e)) => {
                 self.usable = false;
-                open(&mut results, &Reply::new(451, format!("{lost}: {e}")));
+                open(&mut results, &lost(&e));
                 return Ok(results);
             }
             None => {
@@ -93,8 +97,8 @@ impl SmtpConn {
                 // A success (or anything else) that is not "354 go ahead"
                 // delivered nothing: never record it as delivered.
                 self.usable = false;
-                let why = format!("4.5.0 unexpected reply to DATA from {relay}: {}", data.text);
-                open(&mut results, &Reply::new(451, why));
+                let why = format!("unexpected reply to DATA from {shown}: {data}");
+                open(&mut results, &Reply::smtp(451, Enhanced::new(4, 5, 0), why));
             }
             return Ok(results);
         }
@@ -113,7 +117,7 @@ impl SmtpConn {
                 // The message may or may not have arrived: retry (at worst
                 // a duplicate, never a loss).
                 self.usable = false;
-                open(&mut results, &Reply::new(451, format!("{lost}: {e}")));
+                open(&mut results, &lost(&e));
             }
         }
         Ok(results)
@@ -124,10 +128,8 @@ impl SmtpConn {
         let (cmds, mail_len) = self.envelope_commands(job, size);
         let relay = self.relay.clone();
         let broken = |e: std::io::Error| {
-            TxError::Broken(format!(
-                "4.4.2 lost connection with {relay}: {}",
-                io_text(&e)
-            ))
+            let text = format!("lost connection with {relay}: {}", io_text(&e));
+            TxError::Broken(Reply::own(451, Enhanced::new(4, 4, 2), text))
         };
         // MAIL (and, pipelined, RCPTs and DATA) in one write.
         let first = if self.pipelining {
@@ -248,7 +250,7 @@ impl SmtpConn {
         accepted: &[usize],
         results: &mut Vec<(u16, Outcome)>,
     ) {
-        let relay = self.relay.clone();
+        let (relay, shown) = (self.peer.clone(), self.relay.clone());
         let mut broken = self.send_stuffed(body).await.err().map(|e| io_text(&e));
         for &i in accepted {
             if broken.is_none() {
@@ -261,7 +263,8 @@ impl SmtpConn {
                 }
             }
             let why = broken.as_deref().unwrap_or_default();
-            let lost = Reply::new(451, format!("4.4.2 lost connection with {relay}: {why}"));
+            let text = format!("lost connection with {shown}: {why}");
+            let lost = Reply::smtp(451, Enhanced::new(4, 4, 2), text);
             results.push((job.rcpts[i], outcome(&lost, &relay)));
         }
         if broken.is_some() {
@@ -276,21 +279,15 @@ impl SmtpConn {
 }
 
 /// A recipient's outcome from the reply that settled it.
-fn outcome(reply: &Reply, relay: &str) -> Outcome {
-    let (relay, text) = (relay.to_string(), reply.text.clone());
+fn outcome(reply: &Reply, relay: &Relay) -> Outcome {
+    let (relay, reply) = (relay.clone(), reply.clone());
     match reply.class() {
         2 => Outcome::Delivered {
             relay,
-            reply: text,
+            reply,
             notified: false,
         },
-        5 => Outcome::Bounced {
-            relay,
-            reason: text,
-        },
-        _ => Outcome::Deferred {
-            relay,
-            reason: text,
-        },
+        5 => Outcome::Bounced { relay, reply },
+        _ => Outcome::Deferred { relay, reply },
     }
 }

@@ -13,6 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, BufStream};
 use super::proto::{self, action, step, Command, ProtoError, Response};
 use super::Verdict;
 use crate::config::services::ServiceAddr;
+use crate::message::reply::{Enhanced, Reply};
 use crate::smtp::wire::Wire;
 
 /// Changes one filter may ask for on one message at most ...
@@ -200,32 +201,39 @@ fn verdict(answer: Response) -> Result<Option<Verdict>, MilterError> {
         Response::Continue => None,
         Response::Accept => Some(Verdict::Pass),
         Response::Discard => Some(Verdict::Discard),
-        Response::Reject => Some(Verdict::Refuse("550 5.7.1 Command rejected".into())),
-        Response::Tempfail => Some(Verdict::Refuse(
-            "451 4.7.1 Service unavailable - try again later".into(),
-        )),
+        Response::Reject => Some(Verdict::Refuse(rejected())),
+        Response::Tempfail => Some(Verdict::Refuse(tempfail())),
         Response::Reply(text) => Some(Verdict::Refuse(reply(&text))),
         other => return Err(MilterError::Unexpected(Box::new(other))),
     })
 }
 
+/// `550 5.7.1 Command rejected`: a filter's (or the default) refusal.
+pub(super) fn rejected() -> Reply {
+    Reply::smtp(550, Enhanced::new(5, 7, 1), "Command rejected")
+}
+
+/// `451 4.7.1 Service unavailable - try again later`.
+pub(super) fn tempfail() -> Reply {
+    let text = "Service unavailable - try again later";
+    Reply::smtp(451, Enhanced::new(4, 7, 1), text)
+}
+
 /// A filter's own reply, if it is one (a 4xx or 5xx code, printable
-/// text, one line); else the generic rejection of its class.
-fn reply(text: &str) -> String {
+/// text, one line); else the generic rejection of its class. The filter's
+/// text is parsed once, here, where it comes in.
+fn reply(text: &str) -> Reply {
     let clean: String = text
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .take(400)
         .collect();
+    let coded = clean.len() > 4 && clean.as_bytes()[..3].iter().all(u8::is_ascii_digit);
     match clean.as_bytes().first() {
-        Some(b'4') if clean.len() > 4 && clean.as_bytes()[..3].iter().all(u8::is_ascii_digit) => {
-            clean
-        }
-        Some(b'5') if clean.len() > 4 && clean.as_bytes()[..3].iter().all(u8::is_ascii_digit) => {
-            clean
-        }
-        Some(b'4') => "451 4.7.1 Service unavailable - try again later".into(),
-        _ => "550 5.7.1 Command rejected".into(),
+        Some(b'4') if coded => Reply::parse(&clean, 451),
+        Some(b'5') if coded => Reply::parse(&clean, 550),
+        Some(b'4') => tempfail(),
+        _ => rejected(),
     }
 }
 
@@ -235,15 +243,15 @@ mod tests {
 
     #[test]
     fn a_filter_reply_is_one_clean_line_or_the_generic_one() {
-        assert_eq!(reply("554 5.7.1 Gtube pattern"), "554 5.7.1 Gtube pattern");
-        assert_eq!(
-            reply("450 4.7.1 later\r\n250 ok"),
-            "450 4.7.1 later  250 ok"
-        );
-        assert_eq!(reply("250 2.0.0 fine"), "550 5.7.1 Command rejected");
-        assert_eq!(
-            reply("4"),
-            "451 4.7.1 Service unavailable - try again later"
-        );
+        let text = |t: &str| reply(t).to_string();
+        assert_eq!(text("554 5.7.1 Gtube pattern"), "554 5.7.1 Gtube pattern");
+        assert_eq!(text("450 4.7.1 later\r\n250 ok"), "450 4.7.1 later  250 ok");
+        assert_eq!(text("250 2.0.0 fine"), "550 5.7.1 Command rejected");
+        assert_eq!(text("4"), "451 4.7.1 Service unavailable - try again later");
+        // Typed where it comes in: the code decides, the status is kept.
+        let r = reply("450 4.7.1 later");
+        assert!(r.is_temporary() && r.status == Enhanced::new(4, 7, 1));
+        assert_eq!(reply("4501 odd").to_string(), "4501 odd");
+        assert!(reply("4501 odd").is_temporary());
     }
 }

@@ -29,6 +29,7 @@ use proto::{step, Command, Response};
 
 use crate::config::services::ServiceAddr;
 use crate::config::smtpd::{MilterDefault, SmtpdConfig};
+use crate::message::reply::Reply;
 
 /// The filters for each door.
 #[derive(Default)]
@@ -57,7 +58,7 @@ pub enum Verdict {
     /// Drop it silently, reporting success (SMFIR_DISCARD).
     Discard,
     /// Refuse it with this SMTP reply.
-    Refuse(String),
+    Refuse(Reply),
     /// Store it (perhaps changed) and put it on hold (SMFIR_QUARANTINE,
     /// Postfix's milter-hold), for this reason.
     Hold(String),
@@ -128,14 +129,8 @@ impl Milters {
                     on_error(service, &e);
                     match self.default {
                         MilterDefault::Accept => continue,
-                        MilterDefault::Tempfail => {
-                            return Verdict::Refuse(
-                                "451 4.7.1 Service unavailable - try again later".into(),
-                            )
-                        }
-                        MilterDefault::Reject => {
-                            return Verdict::Refuse("550 5.7.1 Command rejected".into())
-                        }
+                        MilterDefault::Tempfail => return Verdict::Refuse(conn::tempfail()),
+                        MilterDefault::Reject => return Verdict::Refuse(conn::rejected()),
                     }
                 }
             };

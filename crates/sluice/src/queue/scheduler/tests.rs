@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::*;
-use crate::message::status::Outcome;
+use crate::message::status::{Enhanced, Outcome, Relay, Reply};
 use crate::queue::agent::WorkerStart;
 use crate::queue::job::Feedback;
 use crate::routing::domains::LocalDomains;
@@ -54,7 +54,9 @@ fn intake(config: &Config, spool: &Spool, queue: &QueueHandle) -> Arc<crate::int
         logger,
         milters: Default::default(),
         flow: queue.flow(),
-        shadow: None,
+        store: crate::intake::store::Storage::Local(crate::intake::store::LocalSpool::new(
+            spool.clone(),
+        )),
     })
 }
 
@@ -134,6 +136,15 @@ impl Harness {
     }
 }
 
+/// `mx[127.0.0.1]:1`.
+fn mx() -> Relay {
+    let addr = "127.0.0.1:1".parse().expect("an address");
+    Relay::Smtp {
+        host: "mx".into(),
+        addr,
+    }
+}
+
 fn deferred(job: &Job) -> Vec<(u16, Outcome)> {
     job.rcpts
         .iter()
@@ -141,8 +152,8 @@ fn deferred(job: &Job) -> Vec<(u16, Outcome)> {
             (
                 r,
                 Outcome::Deferred {
-                    relay: "mx[127.0.0.1]:1".into(),
-                    reason: "451 4.3.0 try later".into(),
+                    relay: mx(),
+                    reply: Reply::smtp(451, Enhanced::new(4, 3, 0), "try later"),
                 },
             )
         })
@@ -156,8 +167,8 @@ fn delivered(job: &Job) -> Vec<(u16, Outcome)> {
             (
                 r,
                 Outcome::Delivered {
-                    relay: "mx[127.0.0.1]:1".into(),
-                    reply: "250 ok".into(),
+                    relay: mx(),
+                    reply: Reply::smtp(250, None, "ok"),
                     notified: false,
                 },
             )

@@ -16,9 +16,10 @@
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::session::{Next, Session};
-use crate::config::services::{PolicyAction, PolicyStage, Reply};
+use crate::config::services::{PolicyAction, PolicyStage};
 use crate::event;
 use crate::log::qid;
+use crate::message::reply::Reply;
 use crate::receive::policy::Request;
 
 /// What the session does after asking.
@@ -178,7 +179,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             (PolicyStage::EndOfMessage, _) => "<END-OF-MESSAGE>: End-of-data rejected".into(),
             _ => "<DATA>: Data command rejected".into(),
         };
-        let (code, dsn, text) = (r.code, r.dsn.as_str(), r.text.as_str());
+        // A policy reply always has its status (services.rs).
+        let (code, text) = (r.code, r.text.as_str());
+        let dsn = r.status.map(|s| s.to_string()).unwrap_or_default();
         event!(
             self.ctx.logger,
             "smtpd",

@@ -6,7 +6,7 @@
 //! argon2 check holds ~19 MiB while it runs, so a flood of AUTH attempts
 //! from many clients took the daemon to gigabytes (security review H3).
 //! Here at most one check per core runs, each thread reusing one argon2
-//! working buffer of its own (`auth::check_hash_in`), so hashing memory is
+//! working buffer of its own (`password::check_hash_in`), so hashing memory is
 //! bounded by the core count whatever the number of sessions.
 //!
 //! Two lanes: checks for clients in `mynetworks` ([`Lane::Trusted`]) are
@@ -92,7 +92,7 @@ impl Pool {
         let mut blocks = Vec::new();
         loop {
             let job = self.take();
-            let ok = super::auth::check_hash_in(&job.hash, &job.password, &mut blocks);
+            let ok = super::password::check_hash_in(&job.hash, &job.password, &mut blocks);
             let _ = job.answer.send(ok);
         }
     }
@@ -138,7 +138,7 @@ mod tests {
 
     #[tokio::test]
     async fn checks_are_answered_and_a_full_queue_is_refused_at_once() {
-        let hash = super::super::auth::hash_password("right").unwrap();
+        let hash = super::super::password::hash_password("right").unwrap();
         assert_eq!(
             check(Lane::Stranger, hash.clone(), "right".into()).await,
             Ok(true)

@@ -18,6 +18,7 @@ pub mod auth;
 mod commands;
 mod delegate;
 mod hash_pool;
+mod password;
 pub mod proxy;
 mod screen;
 mod session;

@@ -315,7 +315,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 self.reply_fmt(format_args!("250 2.0.0 Ok: discarded as {}", qid(id)));
             }
             Err(refusal) => {
-                self.reply(&refusal.reply());
+                self.reply_fmt(format_args!("{}", refusal.reply()));
                 if !refusal.is_temporary() {
                     self.errors += 1;
                 }

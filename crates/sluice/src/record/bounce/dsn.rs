@@ -14,7 +14,7 @@ use sluice_spool::Envelope;
 
 use crate::log::qid;
 use crate::message::flags;
-use crate::message::status::{is_status, Failure};
+use crate::message::status::Failure;
 use crate::timefmt;
 
 /// Longest diagnostic text kept, in octets (the rest is cut, marked `...`).
@@ -164,13 +164,15 @@ fn human_part(m: &mut String, original: &Envelope, failed: &[(u16, Failure)], ut
     let addr = |a: &str| clean(a, 256, utf8);
     for (i, f) in failed {
         let _ = write!(m, "<{}>:\r\n", addr(rcpt(original, *i)));
-        if let Some(relay) = &f.relay {
-            let _ = write!(m, "    host {} said:\r\n", clean(relay, 300, false));
+        if let Some(relay) = f.remote() {
+            let relay = relay.to_string();
+            let _ = write!(m, "    host {} said:\r\n", clean(&relay, 300, false));
         }
+        let diagnostic = f.reply.to_string();
         let _ = write!(
             m,
             "    {}\r\n\r\n",
-            clean(&f.diagnostic, MAX_DIAGNOSTIC, utf8)
+            clean(&diagnostic, MAX_DIAGNOSTIC, utf8)
         );
     }
 }
@@ -233,32 +235,30 @@ fn recipient_fields(m: &mut String, to: &str, f: &Failure, utf8: bool, notice: N
     } else {
         "rfc822"
     };
-    let (action, fallback) = match notice {
-        Notice::Failed => ("failed", "5.0.0"),
-        Notice::Delayed => ("delayed", "4.0.0"),
-        Notice::Delivered => ("delivered", "2.0.0"),
-        Notice::Relayed => ("relayed", "2.0.0"),
+    let action = match notice {
+        Notice::Failed => "failed",
+        Notice::Delayed => "delayed",
+        Notice::Delivered => "delivered",
+        Notice::Relayed => "relayed",
     };
-    let status = if is_status(&f.status) {
-        &f.status
-    } else {
-        fallback
-    };
+    let status = f.status;
     let _ = write!(
         m,
         "\r\nFinal-Recipient: {kind}; {}\r\nAction: {action}\r\nStatus: {status}\r\n",
         clean(to, 256, utf8)
     );
-    if let Some(relay) = &f.relay {
-        let host = relay.split('[').next().unwrap_or(relay);
+    if let Some(relay) = f.remote() {
+        // The name as the log shows it, up to its `[address]`.
+        let shown = relay.to_string();
+        let host = shown.split('[').next().unwrap_or(&shown);
         let _ = write!(m, "Remote-MTA: dns; {}\r\n", clean(host, 255, false));
     }
-    let kind = if f.remote_reply { "smtp" } else { "X-Sluice" };
+    let kind = if f.remote_reply() { "smtp" } else { "X-Sluice" };
     // The status part is ASCII (RFC 3464) even when addresses are not.
     let _ = write!(
         m,
         "Diagnostic-Code: {kind}; {}\r\n",
-        clean(&f.diagnostic, MAX_DIAGNOSTIC, false)
+        clean(&f.reply.to_string(), MAX_DIAGNOSTIC, false)
     );
 }
 

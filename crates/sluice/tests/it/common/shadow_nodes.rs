@@ -199,6 +199,15 @@ pub async fn read_reply(
 }
 
 /// Subjects the sink received, with their counts.
+/// How many copies of node `origin` the node logging to `dir` claimed
+/// (its `shadow_claimed` events).
+pub fn claimed_from(dir: &std::path::Path, origin: &str) -> usize {
+    events_named(dir, "shadow_claimed")
+        .iter()
+        .filter(|e| e["origin"] == origin)
+        .count()
+}
+
 pub fn received(sink: &Sink) -> HashMap<String, usize> {
     let mut seen = HashMap::new();
     for m in sink.messages() {
@@ -290,6 +299,16 @@ impl Pair {
 
     pub fn log(&self, node: &str) -> String {
         read_log(&self.dir.join(node))
+    }
+
+    /// How many copies of `origin` `node` claimed ([`claimed_from`]).
+    pub fn claimed(&self, node: &str, origin: &str) -> usize {
+        claimed_from(&self.dir.join(node), origin)
+    }
+
+    /// Whether `node` logged the event `name` about node `origin`.
+    pub fn said(&self, node: &str, name: &str, origin: &str) -> bool {
+        has_event(&self.dir.join(node), name, |e| e["origin"] == origin)
     }
 
     /// The next hop comes back: waits until `<tag>-0..n` have arrived,

@@ -2,6 +2,7 @@ use sluice_proto::data::{BareLinePolicy, DataDecoder, DataLimits};
 use sluice_proto::dotstuff;
 
 use super::*;
+use crate::message::status::{Relay, Reply};
 
 fn envelope(sender: &str, rcpts: &[&str], flags: u32) -> Envelope {
     Envelope {
@@ -50,6 +51,18 @@ fn accepted_by_our_server(message: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
+/// An SMTP server that answered, `host[addr]`.
+fn smtp(host: &str, addr: &str) -> Relay {
+    let addr = addr.parse().expect("an address");
+    let host = host.to_string();
+    Relay::Smtp { host, addr }
+}
+
+/// A bounce with a reply given as text.
+fn bounce(relay: Relay, reply: &str) -> Failure {
+    Failure::from_bounce(&relay, &Reply::parse(reply, 550))
+}
+
 fn text(report: &Report) -> String {
     String::from_utf8(report.message.clone()).unwrap()
 }
@@ -59,7 +72,10 @@ fn a_remote_refusal_has_the_rfc3464_parts() {
     let env = envelope("s@a.example", &["ok@b.example", "gone@b.example"], 0);
     let failed = [(
         1,
-        Failure::from_bounce("mx.b.example[127.0.0.1]:25", "550 5.1.1 User unknown"),
+        bounce(
+            smtp("mx.b.example", "127.0.0.1:25"),
+            "550 5.1.1 User unknown",
+        ),
     )];
     let r = build(
         "mx.example",
@@ -87,7 +103,11 @@ fn expired_mail_names_no_bogus_remote_mta() {
     let env = envelope("s@a.example", &["late@c.example"], 0);
     let failed = [(
         0,
-        Failure::expired(432_000, "none", "4.4.1 connect to c: refused"),
+        Failure::expired(
+            432_000,
+            &Relay::None,
+            &Reply::parse("4.4.1 connect to c: refused", 451),
+        ),
     )];
     let t = text(&build("mx.example", &env, &failed, b"Subject: x\r\n", 1));
     assert!(!t.contains("Remote-MTA"), "{t}");
@@ -98,7 +118,11 @@ fn expired_mail_names_no_bogus_remote_mta() {
     // With a remote server as the last error, that server is named.
     let failed = [(
         0,
-        Failure::expired(9, "mx.c[10.0.0.3]:25", "451 4.3.0 try later"),
+        Failure::expired(
+            9,
+            &smtp("mx.c", "10.0.0.3:25"),
+            &Reply::parse("451 4.3.0 try later", 451),
+        ),
     )];
     let t = text(&build("mx.example", &env, &failed, b"", 1));
     assert!(t.contains("Remote-MTA: dns; mx.c\r\n"), "{t}");
@@ -111,8 +135,8 @@ fn hostile_remote_text_still_gives_a_well_formed_bounce() {
     nasty.push_str("\r\n.\r\nMAIL FROM:<x>\r\n\0\x1b[2J\x7f caf\u{e9} ");
     nasty.push_str(&"x".repeat(64 << 10));
     // A long relay name on top of a long diagnostic.
-    let relay = format!("{}[10.0.0.1]:25", "mx".repeat(200));
-    let failed = [(0, Failure::from_bounce(&relay, &nasty))];
+    let relay = smtp(&"mx".repeat(200), "10.0.0.1:25");
+    let failed = [(0, bounce(relay, &nasty))];
     let headers = format!(
         "Subject: {}\r\nX-Bad: a\rb\0c\x1b[2J\r\nX-Utf8: {}\r\n",
         "y".repeat(3000),
@@ -133,10 +157,7 @@ fn hostile_remote_text_still_gives_a_well_formed_bounce() {
 #[test]
 fn smtputf8_mail_gets_a_global_dsn() {
     let env = envelope("s\u{e9}@a.example", &["r\u{fc}@b.example"], flags::SMTPUTF8);
-    let failed = [(
-        0,
-        Failure::from_bounce("mx[10.0.0.1]:25", "550 5.1.1 unknown"),
-    )];
+    let failed = [(0, bounce(smtp("mx", "10.0.0.1:25"), "550 5.1.1 unknown"))];
     let r = build(
         "mx.example",
         &env,
