@@ -226,10 +226,16 @@ impl Reserved {
 }
 
 /// Starts a server in this process; its events are read from memory as
-/// they are logged ([`live`]).
+/// they are logged ([`live`]). Its start-up events (`started`,
+/// `listening` …) are in the log when this returns.
 pub async fn start(config: Config) -> (Server, SocketAddr) {
     let logger = live::logger(&config);
-    let server = Server::start_logging_to(config, logger).await.unwrap();
+    let server = Server::start_logging_to(config, logger.clone())
+        .await
+        .unwrap();
+    tokio::task::spawn_blocking(move || logger.flush())
+        .await
+        .unwrap();
     let addr = server.addrs[0];
     (server, addr)
 }
