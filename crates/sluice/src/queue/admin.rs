@@ -15,13 +15,12 @@
 //! a deletion or bounce of a message with deliveries in flight takes
 //! effect when its round ends (`doomed`).
 
-use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::collections::HashSet;
 
 use tokio::sync::oneshot;
 
-use super::scheduler::{RcptState, Scheduler};
+use super::core::{Doom, RcptState};
+use super::scheduler::Scheduler;
 pub use super::view::{DestinationStats, Place, QueueStats, ReasonStats, Snap};
 use crate::log::qid;
 use crate::message::status::{Enhanced, Failure, Relay, Reply};
@@ -93,89 +92,20 @@ impl Applied {
     }
 }
 
-/// Deletion or bounce waiting for a round to end.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Doom {
-    Delete,
-    Bounce,
-}
-
-/// The hold list's file name in `data_dir`.
-const HOLD_LIST: &str = "hold.list";
-
-#[derive(Default)]
-pub struct AdminState {
-    pub held: HashSet<u64>,
-    pub doomed: HashMap<u64, Doom>,
-    /// Where `held` is kept (none: nowhere, for tests of the scheduler).
-    pub hold_file: Option<HoldFile>,
-}
-
-/// `<data_dir>/hold.list` and which of its versions reached the disk.
-pub struct HoldFile {
-    dir: PathBuf,
-    /// Bumped by each save.
-    generation: u64,
-    /// The newest generation written: of two saves racing on the blocking
-    /// pool, the older never replaces the newer.
-    written: Arc<Mutex<u64>>,
-}
-
-impl HoldFile {
-    /// A durable write of `held` as it is now, to run off the scheduler.
-    fn save(&mut self, held: &HashSet<u64>) -> impl FnOnce() -> std::io::Result<()> + Send {
-        self.generation += 1;
-        let generation = self.generation;
-        let (dir, written) = (self.dir.clone(), self.written.clone());
-        let mut ids: Vec<u64> = held.iter().copied().collect();
-        ids.sort_unstable();
-        let text: String = ids.iter().map(|id| format!("{}\n", qid(*id))).collect();
-        move || {
-            let mut newest = written.lock().unwrap_or_else(PoisonError::into_inner);
-            if *newest >= generation {
-                return Ok(());
-            }
-            sluice_spool::replace_file(&dir, HOLD_LIST, text.as_bytes(), 0o600)?;
-            *newest = generation;
-            Ok(())
-        }
-    }
-}
-
-impl AdminState {
-    /// Loads held IDs from `<data_dir>/hold.list` (one hex ID a line).
-    pub fn load(data_dir: &std::path::Path) -> AdminState {
-        let held = std::fs::read_to_string(data_dir.join(HOLD_LIST))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| u64::from_str_radix(l.trim(), 16).ok())
-            .collect();
-        AdminState {
-            held,
-            doomed: HashMap::new(),
-            hold_file: Some(HoldFile {
-                dir: data_dir.to_path_buf(),
-                generation: 0,
-                written: Arc::new(Mutex::new(0)),
-            }),
-        }
-    }
-}
-
 impl Scheduler {
     pub(super) fn admin(&mut self, request: AdminRequest, reply: oneshot::Sender<AdminReply>) {
         // Only these change the hold list (a mailq or a /metrics scrape
         // writes nothing).
         let changes_holds = matches!(request, AdminRequest::Apply(..));
         let answer = match request {
-            AdminRequest::Snapshot => AdminReply::Snapshot(self.snapshot()),
-            AdminRequest::Stats => AdminReply::Stats(self.stats()),
+            AdminRequest::Snapshot => AdminReply::Snapshot(self.view().snapshot()),
+            AdminRequest::Stats => AdminReply::Stats(self.view().stats()),
             AdminRequest::Flush(ids) => AdminReply::Count(self.flush(ids)),
             AdminRequest::Apply(op, ids) => AdminReply::Applied(self.apply_op(op, ids)),
         };
-        let save = match (&mut self.admin.hold_file, changes_holds) {
-            (Some(file), true) => Some(file.save(&self.admin.held)),
-            _ => None,
+        let save = match changes_holds {
+            true => self.admin.save_holds(),
+            false => None,
         };
         match save {
             // Answered once the list is on disk (two syncs: not on the
@@ -196,11 +126,21 @@ impl Scheduler {
         self.admit();
     }
 
+    /// The queue's state as the read-only views see it.
+    fn view(&self) -> super::view::Queue<'_> {
+        super::view::Queue {
+            messages: &self.messages,
+            admission: &self.admission,
+            dests: &self.dests,
+            admin: &self.admin,
+        }
+    }
+
     /// `op` on each of `ids`, or on every message (`None`).
     fn apply_op(&mut self, op: Op, ids: Option<Vec<u64>>) -> Tally {
         let ids = ids.unwrap_or_else(|| {
-            let mut all: Vec<u64> = self.parked.keys().collect();
-            all.extend(self.messages.keys());
+            let mut all: Vec<u64> = self.admission.ids().collect();
+            all.extend(self.messages.ids());
             all.sort_unstable();
             all
         });
@@ -223,25 +163,22 @@ impl Scheduler {
     }
 
     fn in_queue(&self, id: u64) -> bool {
-        self.parked.contains_key(id) || self.messages.contains_key(&id)
+        self.admission.contains(id) || self.messages.contains(id)
     }
 
     /// Waiting mail (not held) goes back to the front of the line now; the
     /// destinations' dead marks and the agents' dead-host caches are
     /// forgotten (all of them, for a flush of one message too).
     fn flush(&mut self, ids: Option<Vec<u64>>) -> usize {
-        let queued: HashSet<u64> = self.ready.iter().copied().collect();
+        let queued: HashSet<u64> = self.admission.line().collect();
         let candidates: Vec<u64> = match ids {
             Some(ids) => ids,
-            None => self.parked.keys().collect(),
+            None => self.admission.ids().collect(),
         };
         let mut n = 0;
         for id in candidates {
-            if self.parked.contains_key(id)
-                && !self.admin.held.contains(&id)
-                && !queued.contains(&id)
-            {
-                self.ready.push_back(id);
+            if self.admission.contains(id) && !self.admin.is_held(id) && !queued.contains(&id) {
+                self.admission.line_up(id);
                 n += 1;
             }
         }
@@ -254,8 +191,8 @@ impl Scheduler {
     }
 
     fn delete(&mut self, id: u64) -> Applied {
-        self.admin.held.remove(&id);
-        if self.parked.remove(id).is_some() {
+        self.admin.release(id);
+        if self.admission.remove(id).is_some() {
             // (Its place in `ready` is skipped by admit: no longer parked.)
             self.spool.record_outcome(id, Vec::new(), true);
             event!(
@@ -268,13 +205,14 @@ impl Scheduler {
             );
             return Applied::Changed;
         }
-        match self.messages.get(&id) {
-            Some(m) if m.in_flight == 0 && !m.bounce_pending => {
+        let bouncing = self.notices.pending(id);
+        match self.messages.get(id) {
+            Some(m) if m.in_flight() == 0 && !bouncing => {
                 self.delete_active(id);
                 Applied::Changed
             }
             Some(_) => {
-                let again = self.admin.doomed.insert(id, Doom::Delete) == Some(Doom::Delete);
+                let again = self.admin.doom(id, Doom::Delete) == Some(Doom::Delete);
                 Applied::changed_if(true, !again)
             }
             None => Applied::Missing,
@@ -282,27 +220,27 @@ impl Scheduler {
     }
 
     fn hold(&mut self, id: u64) -> Applied {
-        if !self.in_queue(id) || self.admin.held.contains(&id) {
+        if !self.in_queue(id) || self.admin.is_held(id) {
             return Applied::changed_if(self.in_queue(id), false);
         }
-        self.admin.held.insert(id);
+        self.admin.hold(id);
         // For the shadow copy: a peer that claims it holds it too.
         self.spool
             .record_marks(id, crate::message::flags::MARK_HELD);
-        self.ready.retain(|r| *r != id);
+        self.admission.leave_line(id);
         log!(self.logger, "qmgr", "{}: placed on hold", qid(id));
         Applied::Changed
     }
 
     fn release(&mut self, id: u64) -> Applied {
-        if !self.admin.held.remove(&id) {
+        if !self.admin.release(id) {
             return Applied::changed_if(self.in_queue(id), false);
         }
         // A quarantined message is not held again after a restart.
         self.spool
             .record_marks(id, crate::message::flags::MARK_RELEASED);
-        if self.parked.contains_key(id) {
-            self.ready.push_back(id);
+        if self.admission.contains(id) {
+            self.admission.line_up(id);
         }
         log!(self.logger, "qmgr", "{}: released from hold", qid(id));
         Applied::Changed
@@ -317,13 +255,13 @@ impl Scheduler {
         if !self.in_queue(id) {
             return Applied::Missing;
         }
-        if self.admin.held.contains(&id) {
+        if self.admin.is_held(id) {
             self.release(id);
         }
-        if let Some(m) = self.messages.get_mut(&id) {
+        if let Some(m) = self.messages.get_mut(id) {
             m.attempts = 0;
         }
-        if let Some(p) = self.parked.get_mut(id) {
+        if let Some(p) = self.admission.get_mut(id) {
             p.attempts = 0;
             p.next_at = 0;
             p.reason = None;
@@ -332,8 +270,8 @@ impl Scheduler {
                 ..Default::default()
             };
             self.spool.record_attempt(id, attempt);
-            if !self.ready.contains(&id) {
-                self.ready.push_back(id);
+            if !self.admission.in_line(id) {
+                self.admission.line_up(id);
             }
         }
         log!(self.logger, "qmgr", "{}: requeued", qid(id));
@@ -345,15 +283,16 @@ impl Scheduler {
         if !self.in_queue(id) {
             return Applied::Missing;
         }
-        self.admin.held.remove(&id);
-        if self.admin.doomed.insert(id, Doom::Bounce) == Some(Doom::Bounce) {
+        self.admin.release(id);
+        if self.admin.doom(id, Doom::Bounce) == Some(Doom::Bounce) {
             return Applied::Unchanged;
         }
-        if self.parked.contains_key(id) && !self.ready.contains(&id) {
-            self.ready.push_back(id);
+        if self.admission.contains(id) && !self.admission.in_line(id) {
+            self.admission.line_up(id);
         }
-        if let Some(m) = self.messages.get(&id) {
-            if m.in_flight == 0 && !m.bounce_pending {
+        let bouncing = self.notices.pending(id);
+        if let Some(m) = self.messages.get(id) {
+            if m.in_flight() == 0 && !bouncing {
                 self.finish_round(id);
             }
         }
@@ -376,14 +315,14 @@ impl Scheduler {
     /// At the end of a round: a pending deletion (true: the message is
     /// gone) or bounce (its open recipients become failures).
     pub(super) fn admin_round_end(&mut self, id: u64) -> bool {
-        let Some(doom) = self.admin.doomed.remove(&id) else {
+        let Some(doom) = self.admin.take_doom(id) else {
             return false;
         };
         if doom == Doom::Delete {
             self.delete_active(id);
             return true;
         }
-        let Some(msg) = self.messages.get_mut(&id) else {
+        let Some(msg) = self.messages.get_mut(id) else {
             return false;
         };
         for (i, state) in msg.rcpts.iter_mut().enumerate() {

@@ -7,16 +7,14 @@
 //! is, and which recipients are done; its envelope is read back from the
 //! spool (on the blocking pool, in batches) when room frees up.
 //!
-//! Invariants: a message is in exactly one of `messages` (active),
-//! `parked`, or an envelope load in flight (`loading` counts those, and
-//! they count against the limit); `ready` and the retry queue hold only
-//! parked IDs; arrivals are admitted first come, first served.
+//! The state (parked messages, the line for room, the count of loads)
+//! is `core::Admission`'s; this file does the reading and the
+//! scheduler's side: recovery, due retries, admission.
 
-use sluice_spool::{BodyRef, Envelope};
+use sluice_spool::Envelope;
 
-use super::compact::{Reason, Spot};
-use sluice_spool::DoneSet;
-
+use super::compact::Spot;
+use super::core::{secs32, Parked};
 use super::scheduler::Scheduler;
 use super::{Event, QueuedMessage};
 use crate::log;
@@ -34,50 +32,13 @@ pub enum ReadBack {
     Mismatch,
 }
 
-/// Envelopes read back per blocking task.
-const LOAD_BATCH: usize = 256;
-
-/// A message waiting on disk (56 bytes; see `compact.rs`).
-pub(super) struct Parked {
-    pub done: DoneSet,
-    /// Why it was last deferred (for `sluice queue list`), shared with the
-    /// other messages deferred for the same reason.
-    pub reason: Option<Reason>,
-    /// Where its record is (with the table's key, its `BodyRef`).
-    pub spot: Spot,
-    /// Delivery attempts so far (saturating: the backoff stops growing
-    /// long before).
-    pub attempts: u16,
-    /// The sender has had a delay warning.
-    pub warned: bool,
-    /// When it was last tried and is due again, Unix seconds (0: not
-    /// known), for `sluice queue show`; the retry queue holds the timer.
-    pub last_at: u32,
-    pub next_at: u32,
-}
-
-// The size the figure above assumes.
-#[cfg(target_pointer_width = "64")]
-const _: () = assert!(std::mem::size_of::<Parked>() == 56);
-
-/// Unix seconds in 32 bits (good until 2106).
-pub(super) fn secs32(secs: u64) -> u32 {
-    secs.min(u32::MAX as u64) as u32
-}
-
 impl Scheduler {
     /// Parks a message; it waits for room (`ready`) unless `retry_at` is
     /// given, in which case it waits for that time first.
     pub(super) fn park(&mut self, id: u64, parked: Parked, retry_at: Option<tokio::time::Instant>) {
-        self.parked.insert(id, parked);
-        if self.admin.held.contains(&id) {
-            // On hold: kept, neither retried nor brought in.
-            return;
-        }
-        match retry_at {
-            Some(at) => self.retry.push(at, id),
-            None => self.ready.push_back(id),
-        }
+        // On hold: kept, neither retried nor brought in.
+        let held = self.admin.is_held(id);
+        self.admission.park(id, parked, held, retry_at);
     }
 
     /// Messages found in the spool at start-up: all wait on disk first,
@@ -87,7 +48,7 @@ impl Scheduler {
         let now = crate::timefmt::now_millis() / 1000;
         for r in batch {
             if r.flags & QUARANTINE != 0 && r.marks & MARK_RELEASED == 0 {
-                self.admin.held.insert(r.id);
+                self.admin.hold(r.id);
             }
             let attempt = r.attempt.unwrap_or_default();
             // The spool keeps the text, not the destination that gave it.
@@ -96,7 +57,7 @@ impl Scheduler {
             // did) becomes a typed reply once, here.
             let reason = (!attempt.reason.is_empty()).then(|| {
                 let reply = crate::message::status::Reply::parse(&attempt.reason, 451);
-                self.reasons.get(&None, &reply)
+                self.admission.reason(&None, &reply)
             });
             let parked = Parked {
                 spot: Spot::of(r.body),
@@ -127,42 +88,24 @@ impl Scheduler {
 
     /// Deferred messages whose retry time has come wait for room.
     pub(super) fn run_due_retries(&mut self) {
-        if self.draining.is_some() || self.retry.is_empty() {
+        if self.draining() {
             return;
         }
+        let admin = &self.admin;
         let now = tokio::time::Instant::now();
-        while let Some(id) = self.retry.pop_due(now) {
-            if self.parked.contains_key(id) && !self.admin.held.contains(&id) {
-                self.ready.push_back(id);
-            }
-        }
-    }
-
-    /// True if a new arrival can go straight into the active queue: there
-    /// is room and nobody is waiting or being brought in ahead of it.
-    pub(super) fn has_room(&self) -> bool {
-        self.ready.is_empty() && self.loading == 0 && self.messages.len() < self.active_limit
+        self.admission.run_due_retries(now, |id| admin.is_held(id));
     }
 
     /// Starts reading envelopes for waiting messages while there is room.
     pub(super) fn admit(&mut self) {
-        if self.draining.is_some() {
+        if self.draining() {
             return;
         }
         loop {
-            let room = self
-                .active_limit
-                .saturating_sub(self.messages.len() + self.loading);
-            let n = room.min(self.ready.len()).min(LOAD_BATCH);
-            if n == 0 {
+            let batch = self.admission.next_batch(self.messages.len());
+            if batch.is_empty() {
                 return;
             }
-            let batch: Vec<(u64, BodyRef)> = self
-                .ready
-                .drain(..n)
-                .filter_map(|id| self.parked.get(id).map(|p| (id, p.spot.body_ref(id))))
-                .collect();
-            self.loading += batch.len();
             let (spool, events) = (self.spool.clone(), self.events.clone());
             tokio::task::spawn_blocking(move || {
                 let ids: Vec<u64> = batch.iter().map(|(id, _)| *id).collect();
@@ -188,8 +131,7 @@ impl Scheduler {
     /// Envelopes read back: the messages become active and are dispatched.
     pub(super) fn loaded(&mut self, loaded: Vec<(u64, Result<Envelope, ReadBack>)>) {
         for (id, result) in loaded {
-            self.loading = self.loading.saturating_sub(1);
-            let Some(parked) = self.parked.remove(id) else {
+            let Some(parked) = self.admission.loaded(id) else {
                 continue;
             };
             match result {

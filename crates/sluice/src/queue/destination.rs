@@ -8,10 +8,10 @@
 //! each message waiting on a timeout. A slow or dead destination therefore
 //! holds only its own window, never others'.
 //!
-//! Invariants: `workers` holds the job sender of every live worker;
-//! `idle` ⊆ `workers`; a job is in at most one of `queue` or a worker.
+//! The destination itself (window, dead mark, pace) is
+//! `core::Destination`, the set of them `core::Destinations`; this file
+//! hands jobs to workers and takes their reports.
 
-use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,121 +19,18 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::agent::WorkerStart;
+use super::core::Destination;
 use super::job::{defer_all, Feedback, Job, Reporter, WorkerId};
 use super::scheduler::Scheduler;
 use crate::config::hop::NextHop;
 use crate::event;
 use crate::message::status::{Enhanced, Outcome, Relay, Reply};
 
-pub(super) struct Destination {
-    pub hop: Arc<NextHop>,
-    pub queue: VecDeque<Job>,
-    pub workers: HashMap<WorkerId, mpsc::Sender<Job>>,
-    pub idle: Vec<WorkerId>,
-    /// Workers told to end (their sender dropped) that have not exited:
-    /// their connections are still open.
-    pub closing: HashSet<WorkerId>,
-    pub limit: usize,
-    pub window: usize,
-    pub dead_until: Option<Instant>,
-    /// Its mail hosts are being looked up (`rollup.rs`): no workers yet.
-    pub resolving: bool,
-    /// A rate limit: at least this long between jobs handed out.
-    pub interval: Option<Duration>,
-    /// The next job may go at this time (with `interval`).
-    pub next_send: Instant,
-    /// A pacing wake-up is scheduled for this destination.
-    pub wake_pending: bool,
-}
-
-impl Destination {
-    pub fn new(hop: Arc<NextHop>, limit: usize, initial: usize) -> Destination {
-        let limit = limit.max(1);
-        Destination {
-            hop,
-            queue: VecDeque::new(),
-            workers: HashMap::new(),
-            idle: Vec::new(),
-            closing: HashSet::new(),
-            limit,
-            window: initial.clamp(1, limit),
-            dead_until: None,
-            resolving: false,
-            interval: None,
-            next_send: Instant::now(),
-            wake_pending: false,
-        }
-    }
-
-    /// Connections open: live workers and those on their way out.
-    pub fn held(&self) -> usize {
-        self.workers.len() + self.closing.len()
-    }
-
-    /// Ends a worker once it is idle (dropping its sender); it counts as
-    /// closing until its exit report.
-    pub fn close(&mut self, worker: WorkerId) {
-        self.idle.retain(|w| *w != worker);
-        if self.workers.remove(&worker).is_some() {
-            self.closing.insert(worker);
-        }
-    }
-
-    /// With a rate limit: whether a job may go at `now` (and if so, the
-    /// next one is due one interval later); otherwise when it may.
-    pub fn pace(&mut self, now: Instant) -> Result<(), Instant> {
-        let Some(interval) = self.interval else {
-            return Ok(());
-        };
-        if now < self.next_send {
-            return Err(self.next_send);
-        }
-        self.next_send = self.next_send.max(now) + interval;
-        Ok(())
-    }
-
-    /// A job came back from a connection that worked.
-    pub fn on_success(&mut self, delivered_any: bool) {
-        if delivered_any && self.window < self.limit {
-            self.window += 1;
-        }
-    }
-
-    /// The peer said it is too busy (421): one connection fewer, but the
-    /// destination is alive.
-    pub fn on_throttle(&mut self) {
-        self.window = self.window.saturating_sub(1).max(1);
-    }
-
-    /// A connection could not be made; returns true if the destination is
-    /// now dead (no other connection to it works).
-    pub fn on_connect_failure(&mut self, now: Instant, dead_for: Duration) -> bool {
-        self.window = self.window.saturating_sub(1).max(1);
-        if self.workers.len() <= 1 {
-            self.dead_until = Some(now + dead_for);
-            return true;
-        }
-        false
-    }
-
-    /// True while the destination is marked dead.
-    pub fn is_dead(&mut self, now: Instant) -> bool {
-        match self.dead_until {
-            Some(until) if now < until => true,
-            Some(_) => {
-                self.dead_until = None;
-                false
-            }
-            None => false,
-        }
-    }
-}
-
 impl Scheduler {
     /// The destination `key` (delivering through `hop`), made on first use
     /// with the concurrency and rate configured for that key.
     pub(super) fn destination_for(&mut self, key: &Arc<str>, hop: &Arc<NextHop>) -> Arc<str> {
-        if !self.dests.contains_key(key) {
+        if !self.dests.contains(key) {
             let (limit, interval) = self.limits_for(key);
             // A local disk needs no slow start: its window opens at once.
             let initial = match **hop {
@@ -143,11 +40,6 @@ impl Scheduler {
             let mut dest = Destination::new(hop.clone(), limit, initial);
             dest.interval = interval;
             self.dests.insert(key.clone(), dest);
-            if matches!(**hop, NextHop::Maildir | NextHop::Lmtp(_))
-                && !self.local_dests.contains(key)
-            {
-                self.local_dests.push(key.clone());
-            }
         }
         key.clone()
     }
@@ -155,13 +47,7 @@ impl Scheduler {
     /// Tells the sessions how many jobs wait for local delivery (in-flow
     /// pacing, `intake/flow.rs`): the queues of the local destinations.
     pub(super) fn publish_flow(&self) {
-        let waiting = self
-            .local_dests
-            .iter()
-            .filter_map(|k| self.dests.get(k))
-            .map(|d| d.queue.len())
-            .sum();
-        self.flow.publish(waiting);
+        self.flow.publish(self.dests.local_backlog());
     }
 
     /// The concurrency limit and the rate-limit interval configured for
@@ -205,7 +91,7 @@ impl Scheduler {
 
     /// Hands queued jobs to idle workers, or starts workers within the window.
     pub(super) fn pump(&mut self, key: &Arc<str>) {
-        if self.draining.is_some() {
+        if self.draining() {
             return;
         }
         let Some(dest) = self.dests.get_mut(key) else {
@@ -219,6 +105,8 @@ impl Scheduler {
             super::leases::shed(dest, allowed);
         }
         let now = Instant::now();
+        dest.last_used = now;
+        let mut wake = None;
         while let Some(job) = dest.queue.pop_front() {
             // Room first: a rate's slot is not spent on a job with nowhere
             // to go.
@@ -234,10 +122,7 @@ impl Scheduler {
             if let Err(at) = paced {
                 dest.queue.push_front(job);
                 // No time: a reservation is under way and pumps when done.
-                if let Some(at) = at.filter(|_| !dest.wake_pending) {
-                    dest.wake_pending = true;
-                    self.pacing.push(std::cmp::Reverse((at, key.clone())));
-                }
+                wake = at;
                 break;
             }
             if let Some(worker) = dest.idle.pop() {
@@ -268,6 +153,9 @@ impl Scheduler {
             // What it holds now, for the next claim.
             super::leases::allowance(self.cluster.as_deref(), key, dest);
         }
+        if let Some(at) = wake {
+            self.dests.wake_at(key, at);
+        }
     }
 
     pub(super) fn job_done(
@@ -280,7 +168,7 @@ impl Scheduler {
         wants_more: bool,
     ) {
         let dead_for = Duration::from_secs(self.config.queue.minimal_backoff_secs);
-        let draining = self.draining.is_some();
+        let draining = self.draining();
         let mut dead = false;
         if let Some(dest) = self.dests.get_mut(&key) {
             if feedback == Feedback::ConnectFailed {
@@ -326,10 +214,10 @@ impl Scheduler {
     }
 
     pub(super) fn worker_exit(&mut self, key: Arc<str>, worker: WorkerId, returned: Vec<Job>) {
-        if self.draining.is_some() {
+        if self.draining() {
             // Not started and not to be started now: they stay open in
             // the spool, and the drain does not wait for them.
-            self.jobs_out = self.jobs_out.saturating_sub(returned.len());
+            self.messages.jobs_abandoned(returned.len());
         } else if let Some(dest) = self.dests.get_mut(&key) {
             for job in returned.into_iter().rev() {
                 dest.queue.push_front(job);
@@ -347,59 +235,5 @@ impl Scheduler {
     pub(super) fn defer_job(&mut self, job: Job, key: &Arc<str>, reply: &Reply) {
         let results = defer_all(&job, &Relay::None, reply);
         self.apply_results(job.msg, Some(key), results);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn dest(limit: usize, initial: usize) -> Destination {
-        Destination::new(Arc::new(NextHop::Discard), limit, initial)
-    }
-
-    #[test]
-    fn the_window_grows_on_delivery_and_shrinks_on_failure() {
-        let mut d = dest(4, 2);
-        assert_eq!(d.window, 2);
-        d.on_success(false);
-        assert_eq!(d.window, 2, "a job that delivered nothing does not grow it");
-        for _ in 0..5 {
-            d.on_success(true);
-        }
-        assert_eq!(d.window, 4, "capped at the limit");
-        d.workers.insert(1, mpsc::channel(1).0);
-        d.workers.insert(2, mpsc::channel(1).0);
-        let now = Instant::now();
-        assert!(!d.on_connect_failure(now, Duration::from_secs(60)));
-        assert_eq!(d.window, 3);
-        assert!(!d.is_dead(now));
-        d.on_throttle();
-        assert_eq!(d.window, 2, "a 421 shrinks the window");
-        assert!(!d.is_dead(now), "but does not kill the destination");
-        d.workers.remove(&2);
-        assert!(d.on_connect_failure(now, Duration::from_secs(60)));
-        assert!(d.is_dead(now + Duration::from_secs(59)));
-        assert!(!d.is_dead(now + Duration::from_secs(60)));
-        assert_eq!(dest(3, 0).window, 1, "never below one");
-    }
-
-    #[test]
-    fn a_rate_limit_lets_one_job_go_per_interval() {
-        let mut d = dest(4, 2);
-        let t0 = Instant::now();
-        assert!(d.pace(t0).is_ok(), "no limit: always");
-        assert!(d.pace(t0).is_ok());
-        d.interval = Some(Duration::from_millis(500));
-        d.next_send = t0;
-        assert!(d.pace(t0).is_ok(), "the first goes at once");
-        assert_eq!(d.pace(t0), Err(t0 + Duration::from_millis(500)));
-        let t1 = t0 + Duration::from_millis(500);
-        assert!(d.pace(t1).is_ok());
-        assert_eq!(d.pace(t1), Err(t1 + Duration::from_millis(500)));
-        // Idle for a long time: no burst of saved-up sends afterwards.
-        let t2 = t1 + Duration::from_secs(10);
-        assert!(d.pace(t2).is_ok());
-        assert!(d.pace(t2).is_err());
     }
 }

@@ -13,8 +13,9 @@ use std::sync::Arc;
 use sluice_proto::dsn::{NOTIFY_DELAY, NOTIFY_FAILURE, NOTIFY_SUCCESS};
 use sluice_spool::{BodyRef, Envelope};
 
-use super::results::{delay, orig_to, OrigTo};
-use super::scheduler::{Message, RcptState, Scheduler};
+use super::core::{Message, RcptState};
+use super::lines::{delay, orig_to, OrigTo};
+use super::scheduler::Scheduler;
 use super::Event;
 use crate::event;
 use crate::log::{qid, Logger};
@@ -27,7 +28,7 @@ use crate::timefmt;
 impl Scheduler {
     /// Returns failed recipients to the sender (or logs why not).
     pub(super) fn bounce(&mut self, id: u64, failed: Vec<(u16, Failure)>) {
-        let Some(msg) = self.messages.get_mut(&id) else {
+        let Some(msg) = self.messages.get_mut(id) else {
             return;
         };
         let indices: Vec<u16> = failed.iter().map(|(i, _)| *i).collect();
@@ -65,9 +66,8 @@ impl Scheduler {
             self.bounce_stored(id, indices);
             return;
         }
-        msg.bounce_pending = true;
-        self.bounces_out += 1;
-        let original = (msg.envelope.clone(), msg.body.clone(), msg.body_ref);
+        let original = msg.original();
+        self.notices.bounce_out(id);
         self.spawn_notice(original, Notice::Failed, failed, Some(indices));
     }
 
@@ -110,7 +110,7 @@ impl Scheduler {
     /// again; only a crash between the two can.
     pub(super) fn warn_if_delayed(&mut self, id: u64) {
         let after = self.config.queue.delay_warning_secs;
-        let Some(msg) = self.messages.get_mut(&id) else {
+        let Some(msg) = self.messages.get_mut(id) else {
             return;
         };
         let age_secs = timefmt::now_millis().saturating_sub(msg.envelope.arrival) / 1000;
@@ -134,20 +134,20 @@ impl Scheduler {
             return;
         }
         msg.warned = true;
-        let original = (msg.envelope.clone(), msg.body.clone(), msg.body_ref);
+        let original = msg.original();
         self.spawn_notice(original, Notice::Delayed, delayed, None);
     }
 
     pub(super) fn bounce_stored(&mut self, id: u64, recipients: Vec<u16>) {
-        let Some(msg) = self.messages.get_mut(&id) else {
+        self.notices.bounce_back(id);
+        let Some(msg) = self.messages.get(id) else {
             return;
         };
-        msg.bounce_pending = false;
-        let complete = msg.all_final() && msg.in_flight == 0 && msg.failed.is_empty();
+        let complete = msg.all_final() && msg.in_flight() == 0 && msg.failed.is_empty();
         self.spool.record_outcome(id, recipients, complete);
         if complete {
             self.remove(id);
-        } else if msg.in_flight == 0 {
+        } else if msg.in_flight() == 0 {
             self.finish_round(id);
         }
     }

@@ -14,27 +14,8 @@
 
 use std::sync::Arc;
 
-use super::destination::Destination;
-use super::scheduler::Scheduler;
-use super::Event;
+use super::core::Destination;
 use crate::cluster::Cluster;
-
-impl Scheduler {
-    /// Joins a cluster: its caps apply from now on, and a grown grant
-    /// pumps the destination again.
-    pub fn set_cluster(&mut self, cluster: Arc<Cluster>) {
-        let events = self.events.clone();
-        cluster.on_grant(Box::new(move |key| {
-            // Never dropped for a full queue of events: the destination
-            // would wait for its next mail.
-            let events = events.clone();
-            tokio::spawn(async move {
-                let _ = events.send(Event::Leased(key)).await;
-            });
-        }));
-        self.cluster = Some(cluster);
-    }
-}
 
 /// The connections `dest` may hold now under the cluster's cap for `key`
 /// (`None`: no cap), having told the cluster what it would like.

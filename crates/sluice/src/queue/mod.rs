@@ -20,10 +20,12 @@ pub mod admin;
 mod admission;
 pub mod agent;
 mod compact;
+mod core;
 mod destination;
 mod failures;
 pub mod job;
 mod leases;
+mod lines;
 mod reconfig;
 mod results;
 pub mod retry;
@@ -36,10 +38,10 @@ use std::sync::Arc;
 use sluice_spool::{BodyRef, Envelope};
 use tokio::sync::{mpsc, oneshot};
 
+pub use self::core::SecureMx;
 pub use agent::{run_worker, Attempt, DeliveryAgent, WorkerSession, WorkerStart};
 pub use job::{bounce_all, defer_all, Feedback, Job, JobReport, Reporter, WorkerId};
 pub use reconfig::Reconfig;
-pub use rollup::SecureMx;
 pub use scheduler::Scheduler;
 
 /// Events waiting for the scheduler at most (then senders wait).

@@ -20,8 +20,9 @@
 use std::sync::Arc;
 
 use super::agent::DeliveryAgent;
+use super::core::RcptState;
 use super::job::Job;
-use super::scheduler::{RcptState, Scheduler};
+use super::scheduler::Scheduler;
 use crate::config::hop::NextHop;
 use crate::config::Config;
 use crate::routing::dns::Dns;
@@ -54,10 +55,11 @@ impl Scheduler {
             Arc::as_ptr(&r.agent) as *const (),
         );
         let fresh = !same_agent || routing(&self.config) != routing(&r.config);
-        self.active_limit = r.config.queue.active_limit.max(1);
+        self.admission.set_limit(r.config.queue.active_limit);
         let q = &r.config.queue;
         self.flow.configure(q.in_flow_limit, q.in_flow_delay_ms);
-        self.body_cache_limit = r.config.spool.body_cache_mib << 20;
+        self.messages
+            .set_body_limit(r.config.spool.body_cache_mib << 20);
         self.config = r.config;
         self.router = r.router;
         self.agent = r.agent;
@@ -103,7 +105,7 @@ impl Scheduler {
         }
         // A destination whose connections are still closing stays, so
         // that they count against its limits until they are gone.
-        self.dests.retain(|_, d| {
+        self.dests.retain(|d| {
             !d.queue.is_empty() || !d.workers.is_empty() || !d.closing.is_empty() || d.resolving
         });
         for job in queued {
@@ -113,11 +115,13 @@ impl Scheduler {
 
     /// Takes back a job nobody started and routes its recipients again.
     fn reroute(&mut self, job: Job) {
-        let Some(msg) = self.messages.get_mut(&job.msg) else {
+        if !self.messages.contains(job.msg) {
+            return;
+        }
+        self.messages.job_back(job.msg);
+        let Some(msg) = self.messages.get_mut(job.msg) else {
             return;
         };
-        msg.in_flight = msg.in_flight.saturating_sub(1);
-        self.jobs_out = self.jobs_out.saturating_sub(1);
         for &r in &job.rcpts {
             if let Some(state) = msg.rcpts.get_mut(r as usize) {
                 *state = RcptState::Pending;

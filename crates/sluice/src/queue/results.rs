@@ -12,13 +12,14 @@
 use std::sync::Arc;
 
 use sluice_proto::dsn::NOTIFY_SUCCESS;
-use sluice_spool::{DoneSet, Envelope};
+use sluice_spool::DoneSet;
 use tokio::time::Instant;
 
-use super::admission::Parked;
 use super::compact::Spot;
+use super::core::{secs32, Parked, RcptState};
 use super::failures::{expire, wants};
-use super::scheduler::{RcptState, Scheduler};
+use super::lines::{delay, orig_to, OrigTo};
+use super::scheduler::Scheduler;
 use crate::admin::rates::Tally;
 use crate::event;
 use crate::log::qid;
@@ -34,8 +35,8 @@ impl Scheduler {
         dest: Option<&Arc<str>>,
         results: Vec<(u16, Outcome)>,
     ) {
-        self.jobs_out = self.jobs_out.saturating_sub(1);
-        let Some(msg) = self.messages.get_mut(&id) else {
+        self.messages.job_back(id);
+        let Some(msg) = self.messages.get_mut(id) else {
             return;
         };
         let env = msg.envelope.clone();
@@ -111,15 +112,14 @@ impl Scheduler {
                 }
             }
         }
-        msg.in_flight = msg.in_flight.saturating_sub(1);
-        let round_over = msg.in_flight == 0;
+        let round_over = msg.in_flight() == 0;
         let complete = round_over && msg.failed.is_empty() && msg.all_final();
         if !successes.is_empty() && !env.sender.is_empty() {
             let kind = match relayed {
                 true => Notice::Relayed,
                 false => Notice::Delivered,
             };
-            let original = (env.clone(), msg.body.clone(), msg.body_ref);
+            let original = msg.original();
             self.spawn_notice(original, kind, successes, None);
         }
         if !delivered.is_empty() {
@@ -135,49 +135,23 @@ impl Scheduler {
     }
 }
 
-/// Seconds since arrival, to the hundredth (`delay=` of a delivery line;
-/// a number in the JSON log).
-pub(super) fn delay(env: &Envelope) -> f64 {
-    let ms = crate::timefmt::now_millis().saturating_sub(env.arrival);
-    (ms / 10) as f64 / 100.0
-}
-
-/// The address recipient `i` was given as, when an alias expanded it to
-/// another (compared as Postfix does, ignoring case).
-pub(super) fn orig_to(env: &Envelope, i: usize) -> Option<&str> {
-    let given = env.orig_rcpt.get(i).filter(|o| !o.is_empty())?;
-    let to = env.recipients.get(i)?;
-    (!given.eq_ignore_ascii_case(to)).then_some(given.as_str())
-}
-
-/// `, orig_to=<…>` after `to=<…>`, or nothing.
-pub(super) struct OrigTo<'a>(pub Option<&'a str>);
-
-impl std::fmt::Display for OrigTo<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0 {
-            Some(given) => write!(f, ", orig_to=<{given}>"),
-            None => Ok(()),
-        }
-    }
-}
-
 impl Scheduler {
     /// All jobs of a delivery round are back: bounce, retry or remove.
     pub(super) fn finish_round(&mut self, id: u64) {
         if self.admin_round_end(id) {
             return;
         }
-        let Some(msg) = self.messages.get_mut(&id) else {
+        let Some(msg) = self.messages.get_mut(id) else {
             return;
         };
         expire(msg, self.config.queue.maximal_lifetime_secs, &self.logger);
-        if !msg.failed.is_empty() && !msg.bounce_pending {
+        let bouncing = self.notices.pending(id);
+        if !msg.failed.is_empty() && !bouncing {
             let failed = std::mem::take(&mut msg.failed);
             self.bounce(id, failed);
             return;
         }
-        if msg.bounce_pending {
+        if bouncing {
             return;
         }
         if msg.all_final() {
@@ -187,23 +161,18 @@ impl Scheduler {
         }
         self.warn_if_delayed(id);
         // Deferred mail waits on disk: no envelope or body in memory.
-        let Some(msg) = self.messages.get(&id) else {
+        let Some(msg) = self.messages.get(id) else {
             return;
         };
         let attempts = msg.attempts + 1;
         let wait = self.retry_wait(attempts, id);
         let at = Instant::now() + wait;
-        let Some(msg) = self.messages.remove(&id) else {
+        let Some(msg) = self.messages.remove(id) else {
             return;
         };
-        self.uncache_body(&msg);
-        let done: Vec<bool> = msg
-            .rcpts
-            .iter()
-            .map(|s| matches!(s, RcptState::Delivered | RcptState::Bounced))
-            .collect();
+        let done: Vec<bool> = msg.rcpts.iter().map(RcptState::is_final).collect();
         let reason = msg.rcpts.iter().find_map(|s| match s {
-            RcptState::Deferred { reply, dest, .. } => Some(self.reasons.get(dest, reply)),
+            RcptState::Deferred { reply, dest, .. } => Some(self.admission.reason(dest, reply)),
             _ => None,
         });
         // Kept in the spool: a restart goes on counting and waits as well.
@@ -227,8 +196,8 @@ impl Scheduler {
             attempts: attempts.min(u16::MAX as u32) as u16,
             warned: msg.warned,
             reason,
-            last_at: super::admission::secs32(now),
-            next_at: super::admission::secs32(next),
+            last_at: secs32(now),
+            next_at: secs32(next),
         };
         self.park(id, parked, Some(at));
     }

@@ -27,14 +27,12 @@
 //! `MAX_ALIASES` mappings are kept; a lookup resolves at most
 //! `MAX_GROUP_HOSTS` MX hosts (a domain with more stays on its own).
 
-use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::core::{Alias, SecureMx};
 use super::job::Job;
 use super::scheduler::Scheduler;
 use super::Event;
@@ -49,24 +47,6 @@ pub const MAX_ALIASES: usize = 100_000;
 /// the hosts it tries, `delivery.mx_address_limit`), so a hostile zone
 /// never makes the rollup look up hundreds of names.
 pub const MAX_GROUP_HOSTS: usize = 16;
-
-/// A domain's group, as of `at` (`None`: on its own).
-pub(super) struct Alias {
-    pub group: Option<Arc<str>>,
-    pub at: Instant,
-}
-
-/// Whether a domain's MX RRset is DNSSEC-secure (DANE applies to it);
-/// an error counts as secure (the domain is then kept on its own).
-pub type SecureMx = Arc<dyn Fn(String) -> Pin<Box<dyn Future<Output = bool> + Send>> + Send + Sync>;
-
-#[derive(Default)]
-pub(super) struct Rollup {
-    pub dns: Option<Arc<Dns>>,
-    /// Set when DANE is on.
-    pub secure_mx: Option<SecureMx>,
-    pub aliases: HashMap<Arc<str>, Alias>,
-}
 
 /// The group hop for a domain's mail hosts: every host, by preference
 /// level, names lowercased and sorted within a level (stable, although
@@ -92,12 +72,6 @@ pub fn group_hop(hosts: &[(u16, &str)], port: u16) -> Option<NextHop> {
 }
 
 impl Scheduler {
-    /// Lets the scheduler look up MX hosts for rollup.
-    pub fn set_resolver(&mut self, dns: Arc<Dns>, secure_mx: Option<SecureMx>) {
-        self.rollup.dns = Some(dns);
-        self.rollup.secure_mx = secure_mx;
-    }
-
     /// Whether `hop` (keyed `key`) is grouped by its MX host.
     fn rolls_up(&self, hop: &NextHop, key: &str) -> bool {
         let d = &self.config.delivery;

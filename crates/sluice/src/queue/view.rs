@@ -10,7 +10,7 @@ use std::sync::Arc;
 use sluice_spool::{BodyRef, Envelope};
 
 use super::compact::Deferral;
-use super::scheduler::{RcptState, Scheduler};
+use super::core::{AdminState, Admission, Destinations, Messages, RcptState};
 use crate::message::status::Enhanced;
 
 /// The queue at a glance.
@@ -82,18 +82,22 @@ pub struct Snap {
     pub next_retry: Option<u64>,
 }
 
-impl Scheduler {
+/// What `view` reads: the queue's state, borrowed.
+pub(super) struct Queue<'a> {
+    pub messages: &'a Messages,
+    pub admission: &'a Admission,
+    pub dests: &'a Destinations,
+    pub admin: &'a AdminState,
+}
+
+impl Queue<'_> {
     pub(super) fn stats(&self) -> QueueStats {
-        let hold = self.admin.held.len();
+        let hold = self.admin.held_count();
         // Waiting messages by their deferral (each reason is shared, so
         // counted per reason first, then grouped), at most 100,000.
         let mut by_reason: HashMap<*const Deferral, (&Deferral, usize)> = HashMap::new();
-        for (id, p) in self.parked.iter().take(100_000) {
-            if let Some(r) = p
-                .reason
-                .as_deref()
-                .filter(|_| !self.admin.held.contains(&id))
-            {
+        for (id, p) in self.admission.iter().take(100_000) {
+            if let Some(r) = p.reason.as_deref().filter(|_| !self.admin.is_held(id)) {
                 by_reason.entry(std::ptr::from_ref(r)).or_insert((r, 0)).1 += 1;
             }
         }
@@ -127,7 +131,7 @@ impl Scheduler {
         destinations.truncate(20);
         QueueStats {
             active: self.messages.len(),
-            deferred: self.parked.len().saturating_sub(hold),
+            deferred: self.admission.len().saturating_sub(hold),
             hold,
             destinations,
             reasons: causes(by_reason.into_values()),
@@ -135,8 +139,8 @@ impl Scheduler {
     }
 
     pub(super) fn snapshot(&self) -> Vec<Snap> {
-        let mut out = Vec::with_capacity(self.messages.len() + self.parked.len());
-        for (&id, m) in &self.messages {
+        let mut out = Vec::with_capacity(self.messages.len() + self.admission.len());
+        for (id, m) in self.messages.iter() {
             let reasons = m
                 .rcpts
                 .iter()
@@ -150,11 +154,7 @@ impl Scheduler {
                 place: Place::Active,
                 body_ref: m.body_ref,
                 envelope: Some(m.envelope.clone()),
-                done: m
-                    .rcpts
-                    .iter()
-                    .map(|s| matches!(s, RcptState::Delivered | RcptState::Bounced))
-                    .collect(),
+                done: m.rcpts.iter().map(RcptState::is_final).collect(),
                 reasons,
                 last_reason: None,
                 attempts: m.attempts,
@@ -162,10 +162,10 @@ impl Scheduler {
                 next_retry: None,
             });
         }
-        for (id, p) in self.parked.iter() {
+        for (id, p) in self.admission.iter() {
             out.push(Snap {
                 id,
-                place: if self.admin.held.contains(&id) {
+                place: if self.admin.is_held(id) {
                     Place::Hold
                 } else {
                     Place::Deferred
@@ -177,8 +177,7 @@ impl Scheduler {
                 last_reason: p.reason.as_ref().map(|r| r.reply.to_string()),
                 attempts: p.attempts.into(),
                 last_attempt: (p.last_at != 0).then_some(p.last_at.into()),
-                next_retry: (p.next_at != 0 && !self.admin.held.contains(&id))
-                    .then_some(p.next_at.into()),
+                next_retry: (p.next_at != 0 && !self.admin.is_held(id)).then_some(p.next_at.into()),
             });
         }
         out.sort_by_key(|s| s.id);

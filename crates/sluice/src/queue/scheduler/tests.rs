@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use sluice_spool::SpoolConfig;
+use sluice_spool::{Envelope, SpoolConfig};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -523,3 +523,4 @@ async fn a_reload_routes_queued_mail_anew_and_ends_old_workers_after_their_job()
 }
 
 mod admission;
+mod sim;
