@@ -20,9 +20,14 @@
 //! A reopen request (SIGUSR1) is never dropped: it is a flag the writer
 //! reads after every round, and the message sent with it only wakes a
 //! writer waiting on an empty channel (a full one needs no waking).
+//!
+//! Tests that run a daemon in their own process subscribe to the lines
+//! as they are written ([`Logger::subscribe`]), not re-reading the file.
 // libc calls the standard library does not wrap; each block says why
 // it is sound.
 #![allow(unsafe_code)]
+
+mod tap;
 
 use std::io::Write;
 use std::path::Path;
@@ -64,6 +69,8 @@ enum Item {
     /// Look at the reopen flag now (the writer was perhaps waiting on an
     /// empty channel); the flag, not this message, is the request.
     Wake,
+    /// Send every line written from now on here too.
+    Subscribe(mpsc::Sender<String>),
 }
 
 use crate::timefmt;
@@ -101,7 +108,7 @@ impl Logger {
         std::thread::Builder::new()
             .name("log-writer".into())
             .spawn(move || {
-                let mut out = std::io::BufWriter::with_capacity(256 << 10, out);
+                let mut out = tap::Out::new(out);
                 while let Ok(first) = rx.recv() {
                     let mut flushed = Vec::new();
                     // At most a channel's worth per round, so flushes and
@@ -115,6 +122,7 @@ impl Logger {
                             Item::Event(ms, event) => write_event(&mut out, ms, *event),
                             Item::Flush(done) => flushed.push(done),
                             Item::Wake => {}
+                            Item::Subscribe(tap) => out.subscribe(tap),
                         }
                     }
                     if reopen_wanted.swap(false, Ordering::AcqRel) {
@@ -214,6 +222,17 @@ impl Logger {
         }
     }
 
+    /// Every line logged from now on, as in the file (without its line
+    /// end), once the file has it (`tap.rs`): for tests running the daemon
+    /// in their own process. Unbounded: read it. Disabled: ends at once.
+    pub fn subscribe(&self) -> mpsc::Receiver<String> {
+        let (tap, lines) = mpsc::channel();
+        if let Some(tx) = &self.tx {
+            let _ = tx.send(Item::Subscribe(tap));
+        }
+        lines
+    }
+
     /// Waits (at most 5 s) until every line logged before is written out:
     /// the last lines of a stopping daemon must reach the file.
     pub fn flush(&self) {
@@ -271,11 +290,11 @@ fn open_append(path: &Path) -> std::io::Result<std::fs::File> {
     }
 }
 
-fn reopen(out: &mut std::io::BufWriter<Box<dyn Write + Send>>, path: Option<&Path>, json: bool) {
+fn reopen(out: &mut tap::Out, path: Option<&Path>, json: bool) {
     let _ = out.flush();
     match open(path) {
         Ok(file) if path.is_some() => {
-            *out = std::io::BufWriter::with_capacity(256 << 10, file);
+            out.replace(file);
             let text = "log file reopened".to_string();
             note(out, json, "master", "log_reopened", Fields::new(), text);
         }
@@ -453,7 +472,7 @@ mod tests {
             .try_iter()
             .map(|i| match i {
                 Item::Line(_, l) => l,
-                Item::Event(..) | Item::Flush(_) | Item::Wake => String::new(),
+                Item::Event(..) | Item::Flush(_) | Item::Wake | Item::Subscribe(_) => String::new(),
             })
             .collect();
         assert_eq!(kept.len(), 4);

@@ -1,6 +1,6 @@
 //! The cluster's local arithmetic: shares, and what the queue may hold as
 //! Redis answers, stops answering and comes back (paused clock). The
-//! Redis side runs against a real redis-server in `tests/cluster.rs`.
+//! Redis side runs against a real redis-server in `tests/it/cluster.rs`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -109,6 +109,20 @@ impl Server {
         config: Config,
         account: Option<privilege::Account>,
     ) -> Result<Server, StartError> {
+        Server::open(config, account, None).await
+    }
+
+    /// As [`Server::start`], logging through `logger` instead of opening
+    /// `log_file` (a test's, which it subscribed to: [`Logger::subscribe`]).
+    pub async fn start_logging_to(config: Config, logger: Logger) -> Result<Server, StartError> {
+        Server::open(config, None, Some(logger)).await
+    }
+
+    async fn open(
+        config: Config,
+        account: Option<privilege::Account>,
+        logger: Option<Logger>,
+    ) -> Result<Server, StartError> {
         config.validate()?;
         if let Some(account) = &account {
             privilege::keys_readable(&config, account)?;
@@ -134,7 +148,10 @@ impl Server {
                 .and_then(|()| privilege::drop_to(account, maildir_group))?;
         }
         let json = config.log_format == crate::config::LogFormat::Json;
-        let logger = Logger::start_as(config.log_file.as_deref(), json).map_err(StartError::Log)?;
+        let logger = match logger {
+            Some(logger) => logger,
+            None => Logger::start_as(config.log_file.as_deref(), json).map_err(StartError::Log)?,
+        };
         crate::log::route_crate_logs(&logger);
         for warning in config.local.warnings() {
             event!(logger, "master", "warning", { kind: "config" }, "{warning}");

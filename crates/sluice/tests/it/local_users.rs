@@ -1,0 +1,278 @@
+//! Any local user can send mail and list the queue, as with Postfix's
+//! postdrop and showq: sendmail(1) and mailq run as a real unprivileged
+//! account the test creates, through the submission socket (0666); the
+//! envelope sender is that user's login at our hostname whatever `-f`
+//! said, the `Received:` names their uid (from the socket's peer
+//! credentials, not from anything they send); administering the queue
+//! stays with root and the daemon's group.
+#![allow(unsafe_code, clippy::undocumented_unsafe_blocks)]
+
+use crate::common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::users::TestUser;
+use common::*;
+
+/// `program args…` as `user`, `stdin` in: (exit status, stdout, stderr).
+fn run_as(user: &TestUser, program: &Path, args: &[&str], stdin: &[u8]) -> (i32, String, String) {
+    output_of(as_user(user, program, args), stdin)
+}
+
+/// The command line of `program args…` as `user`.
+fn as_user(user: &TestUser, program: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new("setpriv");
+    cmd.arg(format!("--reuid={}", user.uid))
+        .arg(format!("--regid={}", user.uid))
+        .arg("--clear-groups")
+        .arg(program)
+        .args(args)
+        .env("USER", "root"); // a lie: the daemon does not believe it
+    cmd
+}
+
+fn need_root() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        panic!("this test creates a local account: run the suite as root, as CI does");
+    }
+}
+
+/// H1 of the 2026-11-27 review: with no `-C`, sendmail and mailq (as an
+/// ordinary user) and `sluice queue` (as root) never look for the daemon
+/// under the current directory, where another account planted
+/// `./var/public/submit.sock` and `./var/admin.sock`; the plant gets no
+/// connection and the tool names the absolute socket it tried.
+#[test]
+fn client_tools_never_use_a_socket_in_the_current_directory() {
+    use std::os::unix::fs::PermissionsExt;
+    need_root();
+    let user = TestUser::create("p");
+    let dir = temp_dir("local-plant");
+    let trap = dir.join("trap");
+    std::fs::create_dir_all(trap.join("var/public")).unwrap();
+    for d in [&*dir, trap.as_path()] {
+        std::fs::set_permissions(d, PermissionsExt::from_mode(0o1777)).unwrap();
+    }
+    let plant = |p: &Path| {
+        let l = std::os::unix::net::UnixListener::bind(p).unwrap();
+        std::fs::set_permissions(p, PermissionsExt::from_mode(0o666)).unwrap();
+        l.set_nonblocking(true).unwrap();
+        l
+    };
+    let submit = plant(&trap.join("var/public/submit.sock"));
+    let admin = plant(&trap.join("var/admin.sock"));
+    let bin = Path::new(env!("CARGO_BIN_EXE_sluice"));
+    let sendmail = dir.join("sendmail");
+    std::os::unix::fs::symlink(bin, &sendmail).unwrap();
+    let runs: [(Command, &[u8]); 3] = [
+        (
+            as_user(&user, &sendmail, &["-i", "boss@remote.test"]),
+            b"Subject: payroll\n\nsalary\n",
+        ),
+        (as_user(&user, &sendmail, &["-bp"]), b""),
+        (
+            {
+                let mut c = Command::new(bin);
+                c.args(["queue", "list"]);
+                c
+            },
+            b"",
+        ),
+    ];
+    for (mut cmd, input) in runs {
+        cmd.current_dir(&trap).env_remove("SLUICE_CONFIG");
+        let (code, out, err) = output_of(cmd, input);
+        assert_ne!(
+            code, 0,
+            "no daemon runs here, yet it succeeded: {out} {err}"
+        );
+        assert!(!err.contains("./var"), "a relative socket: {err}");
+        assert!(
+            err.contains("/var/spool/sluice/") || err.contains("/etc/sluice/"),
+            "names the absolute place it tried: {err}"
+        );
+    }
+    for (name, l) in [("submit", &submit), ("admin", &admin)] {
+        assert!(
+            matches!(l.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+            "the planted {name} socket got a connection"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ordinary_user_can_send_mail_as_themselves_only() {
+    need_root();
+    let user = TestUser::create("u");
+    let dir = temp_dir("local-users");
+    // The user may pass through the test's directory, as through /var/spool.
+    std::fs::set_permissions(&*dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let sink = recording_sink().await;
+    let cfg = config(&dir, Some(sink.addr));
+    let conf = client_config(&dir, &cfg.data_dir).display().to_string();
+    let (sendmail, mailq) = (dir.join("sendmail"), dir.join("mailq"));
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_sluice"), &sendmail).unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_sluice"), &mailq).unwrap();
+    let (server, _) = start(cfg).await;
+
+    let msg = b"From: The CEO <ceo@ours.test>\nSubject: from a user\n\nhello\n";
+    let (code, _, err) = run_as(
+        &user,
+        &sendmail,
+        &["-C", &conf, "-f", "ceo@ours.test", "x@ours.test"],
+        msg,
+    );
+    assert_eq!(code, 0, "sendmail as {}: {err}", user.name);
+    let (code, out, err) = run_as(&user, &mailq, &["-C", &conf], b"");
+    assert_eq!(code, 0, "mailq as {}: {out} {err}", user.name);
+    let bin = Path::new(env!("CARGO_BIN_EXE_sluice"));
+    let (code, _, err) = run_as(&user, bin, &["queue", "flush", "--config", &conf], b"");
+    assert_ne!(code, 0, "an ordinary user flushed the queue");
+    assert!(err.contains("Permission denied"), "{err}");
+
+    assert!(
+        wait_until(15, || sink.count() == 1).await,
+        "{}",
+        read_log(&dir)
+    );
+    server.shutdown().await;
+    let got = &sink.messages()[0];
+    let own = format!("{}@mx.test", user.name);
+    assert_eq!(got.sender, own, "the envelope sender is the user's own");
+    let text = String::from_utf8_lossy(&got.body);
+    assert!(
+        text.contains(&format!("(Sluice sendmail, from userid {})", user.uid)),
+        "{text}"
+    );
+    assert!(
+        has_event(&dir, "sender_replaced", |e| e["asked"] == "ceo@ours.test"
+            && e["sender"] == own.as_str()
+            && e["uid"] == user.uid),
+        "{}",
+        read_log(&dir)
+    );
+}
+
+/// L1 of the 2026-11-27 review: an ordinary user's mailq lists only the
+/// mail they sent; root's lists everything (Postfix lists everything to
+/// anyone by default: `queue.mailq_anyone = true` does that).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ordinary_users_mailq_shows_only_their_own_mail() {
+    need_root();
+    let user = TestUser::create("q");
+    let dir = temp_dir("local-mailq");
+    std::fs::set_permissions(&*dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    // A next hop that is not there: the mail waits in the queue.
+    let dead = reserve();
+    let cfg = config(&dir, Some(dead.addr));
+    let conf = client_config(&dir, &cfg.data_dir).display().to_string();
+    let sendmail = dir.join("sendmail");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_sluice"), &sendmail).unwrap();
+    let (server, _) = start(cfg).await;
+    let mut root = Command::new(&sendmail);
+    root.args([
+        "-C",
+        &conf,
+        "-f",
+        "hr-director@ours.test",
+        "lawyer@outside.test",
+    ]);
+    let (code, _, err) = output_of(root, b"Subject: secret\n\nx\n");
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = run_as(
+        &user,
+        &sendmail,
+        &["-C", &conf, "friend@outside.test"],
+        b"Subject: mine\n\nx\n",
+    );
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = run_as(&user, &sendmail, &["-C", &conf, "-bp"], b"");
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("friend@outside.test"), "their own mail: {out}");
+    assert!(
+        !out.contains("hr-director") && !out.contains("lawyer@"),
+        "another's mail listed to {}: {out}",
+        user.name
+    );
+    let mut root = Command::new(&sendmail);
+    root.args(["-C", &conf, "-bp"]);
+    let (code, out, err) = output_of(root, b"");
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("lawyer@outside.test") && out.contains("friend@outside.test"),
+        "{out}"
+    );
+    server.shutdown().await;
+}
+
+/// M5 of the 2026-11-27 review: an ordinary local account's mail is
+/// DKIM-signed only when its From: is the account's own address; with
+/// any other From: (`ceo@` of a domain we sign for) it goes unsigned, and
+/// the event says why. Root's mail is signed whatever its From:.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_user_gets_our_signature_only_on_their_own_from() {
+    need_root();
+    let user = TestUser::create("d");
+    let dir = temp_dir("local-dkim");
+    std::fs::set_permissions(&*dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let key = dir.join("dkim.pem");
+    sluice::tools::keygen::keygen(
+        sluice::tools::keygen::Algorithm::Ed25519,
+        "mx.test",
+        "s1",
+        &key,
+    )
+    .unwrap();
+    let sink = recording_sink().await;
+    let mut cfg = config(&dir, Some(sink.addr));
+    cfg.dkim.keys.push(dkim_key("mx.test", "s1", key));
+    let conf = client_config(&dir, &cfg.data_dir).display().to_string();
+    let sendmail = dir.join("sendmail");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_sluice"), &sendmail).unwrap();
+    let (server, _) = start(cfg).await;
+    let own = format!("{}@mx.test", user.name);
+    let forged = b"From: CEO <ceo@mx.test>\nSubject: urgent wire transfer\n\nx\n";
+    let (code, _, err) = run_as(&user, &sendmail, &["-C", &conf, "t1@ours.test"], forged);
+    assert_eq!(code, 0, "{err}");
+    let mine = format!("From: Me <{own}>\nSubject: mine\n\nx\n");
+    let (code, _, err) = run_as(
+        &user,
+        &sendmail,
+        &["-C", &conf, "t2@ours.test"],
+        mine.as_bytes(),
+    );
+    assert_eq!(code, 0, "{err}");
+    let mut root = Command::new(&sendmail);
+    root.args(["-C", &conf, "t3@ours.test"]);
+    let (code, _, err) = output_of(root, forged);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        wait_until(15, || sink.count() == 3).await,
+        "{}",
+        read_log(&dir)
+    );
+    server.shutdown().await;
+    let signed = |to: &str| {
+        let m = sink
+            .messages()
+            .into_iter()
+            .find(|m| m.recipients == [to])
+            .unwrap();
+        String::from_utf8_lossy(&m.body).contains("DKIM-Signature:")
+    };
+    assert!(
+        !signed("t1@ours.test"),
+        "a local user's ceo@ From: was signed"
+    );
+    assert!(signed("t2@ours.test"), "the user's own From: is signed");
+    assert!(signed("t3@ours.test"), "root's mail is signed");
+    assert!(
+        has_event(&dir, "dkim_not_signed", |e| e["cause"] == "local_from"
+            && e["from"] == "ceo@mx.test"
+            && e["user"] == own.as_str()),
+        "{}",
+        read_log(&dir)
+    );
+}

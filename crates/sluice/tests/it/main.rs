@@ -1,0 +1,63 @@
+//! Sluice's integration tests, one binary: each module was a test binary
+//! of its own (each linking the whole daemon, each compiling `common`
+//! again); now the daemon is linked and `common` compiled once.
+//!
+//! libtest runs these tests as threads of one process: a test must not
+//! change process-wide state (environment, current directory, umask), and
+//! one that asserts on it runs itself alone ([`common::alone`]). nextest
+//! (`scripts/test`) runs each test in a process of its own.
+
+mod common;
+
+mod abuse;
+mod acme;
+mod balancer;
+mod cluster;
+mod config_doc;
+mod dane;
+mod dashboard;
+mod delay_warning;
+mod delivery;
+mod descriptors;
+mod dkim;
+mod dns;
+mod dnsbl;
+mod downgrade;
+mod dsn;
+mod durability;
+mod first_hour;
+mod intake;
+mod ldap;
+mod ldap_replica;
+mod limits;
+mod lmtp;
+mod local;
+mod local_users;
+mod log_why;
+mod logging;
+mod loops;
+mod maildir_owner;
+mod manual;
+mod milter;
+mod mta_sts;
+mod mx_limits;
+mod outbound;
+mod outbound_tls;
+mod policy;
+mod privilege;
+mod process;
+mod proxy;
+mod queue_admin;
+mod queue_story;
+mod relay;
+mod reload;
+mod rollup;
+mod sender_auth;
+mod sendmail;
+mod session;
+mod shadow;
+mod shadow_trust;
+mod small_disk;
+mod smuggling;
+mod strictness;
+mod tls_auth;
