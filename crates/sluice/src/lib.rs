@@ -1,11 +1,12 @@
 //! Sluice, a mail transfer agent.
 //!
 //! The module tree follows a message, bottom to top (a layer imports only
-//! the layers below it, with one exception, named last):
+//! the layers below it; there are no import cycles between them):
 //!
 //! - [`message`] and [`config`] (the leaves), with [`timefmt`], [`pki`]
-//!   (TLS trust), [`log`] (the mail log) and [`accept`] (what an accept
-//!   loop does when `accept` fails): shared types, settings and services;
+//!   (TLS trust), [`log`] (the mail log), [`rates`] (the dashboard's
+//!   counts of the last minutes) and [`accept`] (what an accept loop does
+//!   when `accept` fails): shared types, settings and services;
 //! - [`tables`]: lookup tables (static files, LDAP);
 //! - [`routing`]: local domains, virtual mailboxes and aliases, next hops,
 //!   MX lookups, relay policy;
@@ -34,10 +35,6 @@
 //! daemon) and its door for claimed copies (`Intake::adopt`); the intake
 //! does not import the cluster.
 //!
-//! The exception: `admin` imports `queue` (its commands) and `receive`
-//! (the submission socket), and both import `admin::rates` (the
-//! dashboard's counters), so the three import each other.
-//!
 //! The SMTP grammar is the crate `sluice-proto`, the spool `sluice-spool`;
 //! the load generator and sink used by the benchmarks and tests are
 //! `sluice-bench`.
@@ -53,6 +50,7 @@ pub mod log;
 pub mod message;
 pub mod pki;
 pub mod queue;
+pub mod rates;
 pub mod receive;
 pub mod record;
 pub mod routing;

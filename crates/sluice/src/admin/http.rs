@@ -2,7 +2,7 @@
 //! Prometheus text at `/metrics` (the `metrics` crates' recorder: every
 //! histogram a Prometheus histogram, with the buckets below), the queue
 //! at a glance as JSON at `/api/queue`, the last ten minutes' counts at
-//! `/api/rates` (`rates.rs`), and a live dashboard at `/` (dashboard.html:
+//! `/api/rates` (`crate::rates`), and a live dashboard at `/` (dashboard.html:
 //! rates per minute, queue by destination, why mail waits, a chart; it
 //! polls the three endpoints, no page reloads).
 //!
@@ -45,6 +45,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
 use super::recorder::recorder;
+pub use super::recorder::MetricsError;
 use crate::accept::AcceptErrors;
 use crate::event;
 use crate::log::Logger;
@@ -99,18 +100,6 @@ impl BadHost {
             BadHost::Foreign(_) => "foreign_host",
         }
     }
-}
-
-/// Why the metrics listener could not start.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum MetricsError {
-    #[error("metrics: {0}")]
-    Recorder(Arc<metrics_exporter_prometheus::BuildError>),
-    #[error("metrics.listen {addr}: {err}")]
-    Listen {
-        addr: SocketAddr,
-        err: Arc<std::io::Error>,
-    },
 }
 
 struct Http {
@@ -345,9 +334,9 @@ impl Http {
     }
 }
 
-/// `/api/rates`: the last minutes' counts (`rates.rs`).
+/// `/api/rates`: the last minutes' counts (`crate::rates`).
 fn rates_json() -> String {
-    serde_json::to_string(&super::rates::rates()).unwrap_or_else(|_| "{}".into())
+    serde_json::to_string(&crate::rates::rates()).unwrap_or_else(|_| "{}".into())
 }
 
 #[cfg(test)]

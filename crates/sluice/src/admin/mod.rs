@@ -17,7 +17,6 @@ pub mod gauges;
 mod history;
 pub mod http;
 pub mod protocol;
-pub mod rates;
 mod recorder;
 pub mod socket;
 

@@ -6,11 +6,10 @@
 //! process, whoever asks first (daemons started at once in one process,
 //! as the tests do, share it).
 
+use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
-
-use super::http::MetricsError;
 
 /// The process's Prometheus recorder (one per process: the `metrics`
 /// macros write to a global recorder). Installed under the lock, so that
@@ -101,6 +100,18 @@ fn describe() {
     ] {
         describe_counter!(name, help);
     }
+}
+
+/// Why the metrics listener could not start.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum MetricsError {
+    #[error("metrics: {0}")]
+    Recorder(Arc<metrics_exporter_prometheus::BuildError>),
+    #[error("metrics.listen {addr}: {err}")]
+    Listen {
+        addr: SocketAddr,
+        err: Arc<std::io::Error>,
+    },
 }
 
 #[cfg(test)]

@@ -20,10 +20,10 @@ use super::core::{secs32, Parked, RcptState};
 use super::failures::{expire, wants};
 use super::lines::{delay, orig_to, OrigTo};
 use super::scheduler::Scheduler;
-use crate::admin::rates::Tally;
 use crate::event;
 use crate::log::qid;
 use crate::message::status::{Failure, Outcome, Relay};
+use crate::rates::Tally;
 use crate::record::bounce::dsn::Notice;
 
 impl Scheduler {
@@ -78,7 +78,7 @@ impl Scheduler {
             let status = outcome.status_word();
             metrics::counter!("sluice_deliveries_total", "transport" => transport, "status" => status)
                 .increment(1);
-            crate::admin::rates::count(match outcome {
+            crate::rates::count(match outcome {
                 Outcome::Delivered { .. } => Tally::Delivered,
                 Outcome::Deferred { .. } => Tally::Deferred,
                 Outcome::Bounced { .. } => Tally::Bounced,

@@ -308,7 +308,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             Ok(Accepted::Queued(id)) => {
                 self.messages += 1;
                 metrics::counter!("sluice_messages_received_total").increment(1);
-                crate::admin::rates::count(crate::admin::rates::Tally::Received);
+                crate::rates::count(crate::rates::Tally::Received);
                 self.reply_fmt(format_args!("250 2.0.0 Ok: queued as {}", qid(id)));
             }
             Ok(Accepted::Discarded(id)) => {
