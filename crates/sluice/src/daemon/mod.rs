@@ -17,6 +17,7 @@ mod listeners;
 pub mod privilege;
 mod reload;
 mod spool_size;
+mod start;
 
 pub use build::{check, routing, BuildError};
 
@@ -32,12 +33,12 @@ use tokio::task::JoinHandle;
 use crate::config::Config;
 use crate::intake::Intake;
 use crate::log::Logger;
-use crate::queue::{QueueHandle, Scheduler};
+use crate::queue::QueueHandle;
 use crate::receive::local::Submitter;
 use crate::receive::smtp::SessionContext;
 use crate::routing::mailboxes::VirtualMailboxes;
 use crate::{event, log};
-use build::{Parts, Purpose};
+use build::Parts;
 use listeners::Listeners;
 
 #[derive(Debug, thiserror::Error)]
@@ -116,155 +117,6 @@ impl Server {
     /// `log_file` (a test's, which it subscribed to: [`Logger::subscribe`]).
     pub async fn start_logging_to(config: Config, logger: Logger) -> Result<Server, StartError> {
         Server::open(config, None, Some(logger)).await
-    }
-
-    async fn open(
-        config: Config,
-        account: Option<privilege::Account>,
-        logger: Option<Logger>,
-    ) -> Result<Server, StartError> {
-        config.validate()?;
-        if let Some(account) = &account {
-            privilege::keys_readable(&config, account)?;
-        }
-        let maildir_group = privilege::maildir_group(&config, account.as_ref())?;
-        let (shutdown, _) = watch::channel(false);
-        let mut listeners = Listeners::new(shutdown.subscribe(), config.smtpd.reuse_port);
-        let bound = listeners
-            .bind_new(&config)
-            .map_err(|(listen, e)| StartError::Listen(listen, e))?;
-        // The ACME challenge port (80, usually) is bound while we may.
-        let acme_listener = match &config.acme {
-            Some(acme) => Some(
-                tokio::net::TcpListener::bind(acme.http_listen)
-                    .await
-                    .map_err(|e| StartError::Listen(acme.http_listen, e))?,
-            ),
-            None => None,
-        };
-        if let Some(account) = &account {
-            let log = config.log_file.as_deref();
-            privilege::hand_over(&config.data_dir, log, account)
-                .and_then(|()| privilege::drop_to(account, maildir_group))?;
-        }
-        let json = config.log_format == crate::config::LogFormat::Json;
-        let logger = match logger {
-            Some(logger) => logger,
-            None => Logger::start_as(config.log_file.as_deref(), json).map_err(StartError::Log)?,
-        };
-        crate::log::route_crate_logs(&logger);
-        for warning in config.local.warnings() {
-            event!(logger, "master", "warning", { kind: "config" }, "{warning}");
-        }
-        let config = Arc::new(config);
-        let (spool, recovered, spool_config) = open_spool(&config, &logger).await?;
-        let mut parts = Parts::build(config.clone(), &logger, None, Purpose::Serve)?;
-        let node = cluster::start(&config, &spool, &spool_config, &logger).await?;
-        parts.cluster = node.as_ref().map(|n| n.cluster.clone());
-        parts.shadow = node.as_ref().and_then(|n| n.shadow.clone());
-        parts.agents(&spool, &logger, None);
-        let (queue, rx) = QueueHandle::channel();
-        let intake = parts.intake(&spool, &logger, &queue);
-        let mut scheduler = Scheduler::new(
-            config.clone(),
-            parts.router.clone(),
-            spool.clone(),
-            logger.clone(),
-            parts.agents.clone().expect("agents just built"),
-            &queue,
-            intake.clone(),
-        );
-        scheduler.set_resolver(parts.dns.clone(), build::secure_mx(parts.dane.as_ref()));
-        if let Some(cluster) = &parts.cluster {
-            scheduler.set_cluster(cluster.clone());
-        }
-        let scheduler_task = tokio::spawn(scheduler.run(rx));
-        spawn_recovered(&queue, recovered);
-        let ctx = Arc::new(parts.session_context(&intake, None));
-        let mailboxes = Arc::new(ArcSwap::new(parts.mailboxes.clone()));
-        spawn_lookup_stats(&mailboxes, &logger, shutdown.subscribe());
-        spawn_table_watcher(&mailboxes, shutdown.subscribe());
-        // The admin socket before the SMTP listeners: a daemon that cannot
-        // be administered does not start taking mail.
-        let submitter = Arc::new(ArcSwap::from_pointee(parts.submitter(&intake)));
-        let current = Arc::new(ArcSwap::new(intake.clone()));
-        if let Some(node) = &node {
-            cluster::start_claims(node, &current);
-        }
-        let (control, control_rx) = crate::admin::control::channel();
-        let admin = crate::admin::spawn(
-            &config.data_dir,
-            &queue,
-            submitter.clone(),
-            config.log_file.clone(),
-            control,
-        )
-        .map_err(|err| {
-            let dir = config.data_dir.clone();
-            log!(
-                logger,
-                "master",
-                "fatal: admin socket in {}: {err}",
-                dir.display()
-            );
-            StartError::Admin { dir, err }
-        })?;
-        let observe = observe(&config, &queue, &spool, &mailboxes, &logger).await?;
-        listeners.apply(&config, bound, &ctx, &logger).await;
-        if let (Some(acme), Some(listener), Some(tls)) = (&config.acme, acme_listener, &parts.tls) {
-            let addr = listener
-                .local_addr()
-                .map_err(|e| StartError::Listen(acme.http_listen, e))?;
-            event!(
-                logger,
-                "master",
-                "listening",
-                { addr: addr.to_string(), kind: "acme" },
-                "ACME http-01 challenges on http://{addr}/"
-            );
-            let (data_dir, tls) = (&config.data_dir, tls.clone());
-            acme::spawn(
-                acme.clone(),
-                data_dir,
-                tls,
-                listener,
-                logger.clone(),
-                shutdown.subscribe(),
-            );
-        }
-        if let Some(account) = &account {
-            event!(
-                logger,
-                "master",
-                "running_as",
-                { user: account.name, uid: account.uid },
-                "running as {} (uid {})",
-                account.name,
-                account.uid
-            );
-        }
-        parts.own_addrs.set(listeners.addrs());
-        Ok(Server {
-            addrs: listeners.addrs(),
-            admin_socket: crate::admin::socket_path(&config.data_dir),
-            metrics_addr: observe.as_ref().map(|(a, _)| *a),
-            observe: observe.map(|(_, t)| t),
-            admin,
-            shutdown,
-            listeners,
-            queue,
-            scheduler_task,
-            spool,
-            logger,
-            parts,
-            ctx,
-            submitter,
-            intake: current,
-            mailboxes,
-            drain_deadline: Duration::from_secs(config.queue.shutdown_drain_secs),
-            control: Some(control_rx),
-            started: std::time::Instant::now(),
-        })
     }
 
     /// Reopens the log file (SIGUSR1, after logrotate renamed it).

@@ -1,0 +1,274 @@
+//! Start-up, in the order it must happen: bind the listening sockets
+//! (and the ACME port) while we may still be root, then give root up;
+//! open the log; start the pipeline (spool and recovery, the cluster's
+//! parts, the delivery agents, the intake, the scheduler); then serve
+//! (the admin socket before the SMTP listeners: a daemon that cannot be
+//! administered does not start taking mail; metrics; ACME).
+//!
+//! Trust: the configuration is validated first; nothing is opened as
+//! root but the sockets, and the state directory and log are handed to
+//! the account before root is given up (`privilege.rs`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use sluice_spool::Spool;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::build::{Parts, Purpose};
+use super::listeners::{Bound, Listeners};
+use super::{acme, cluster, privilege, Server, StartError};
+use crate::config::Config;
+use crate::intake::Intake;
+use crate::log::Logger;
+use crate::queue::{QueueHandle, Scheduler};
+use crate::{event, log};
+
+/// What was bound while root could still be given up.
+struct Sockets {
+    listeners: Listeners,
+    bound: Bound,
+    /// The ACME challenge port (80, usually), if ACME is on.
+    acme: Option<TcpListener>,
+}
+
+/// The message path, started: what the listeners hand mail to.
+struct Pipeline {
+    spool: Spool,
+    parts: Parts,
+    node: Option<cluster::Node>,
+    queue: QueueHandle,
+    intake: Arc<Intake>,
+    scheduler_task: JoinHandle<()>,
+}
+
+impl Server {
+    pub(super) async fn open(
+        config: Config,
+        account: Option<privilege::Account>,
+        logger: Option<Logger>,
+    ) -> Result<Server, StartError> {
+        config.validate()?;
+        let (shutdown, _) = watch::channel(false);
+        let sockets = bind(&config, account.as_ref(), &shutdown).await?;
+        let logger = start_log(&config, logger)?;
+        let config = Arc::new(config);
+        let pipeline = start_pipeline(&config, &logger).await?;
+        serve(config, account, logger, shutdown, sockets, pipeline).await
+    }
+}
+
+/// Binds the listeners and the ACME port, then (a root start) hands the
+/// state directory and log to the account and becomes it.
+async fn bind(
+    config: &Config,
+    account: Option<&privilege::Account>,
+    shutdown: &watch::Sender<bool>,
+) -> Result<Sockets, StartError> {
+    if let Some(account) = account {
+        privilege::keys_readable(config, account)?;
+    }
+    let maildir_group = privilege::maildir_group(config, account)?;
+    let listeners = Listeners::new(shutdown.subscribe(), config.smtpd.reuse_port);
+    let bound = listeners
+        .bind_new(config)
+        .map_err(|(listen, e)| StartError::Listen(listen, e))?;
+    let acme = match &config.acme {
+        Some(acme) => Some(
+            TcpListener::bind(acme.http_listen)
+                .await
+                .map_err(|e| StartError::Listen(acme.http_listen, e))?,
+        ),
+        None => None,
+    };
+    if let Some(account) = account {
+        let log = config.log_file.as_deref();
+        privilege::hand_over(&config.data_dir, log, account)
+            .and_then(|()| privilege::drop_to(account, maildir_group))?;
+    }
+    Ok(Sockets {
+        listeners,
+        bound,
+        acme,
+    })
+}
+
+/// The mail log (`log_file`, or the caller's), with the configuration's
+/// warnings as its first lines.
+fn start_log(config: &Config, logger: Option<Logger>) -> Result<Logger, StartError> {
+    let json = config.log_format == crate::config::LogFormat::Json;
+    let logger = match logger {
+        Some(logger) => logger,
+        None => Logger::start_as(config.log_file.as_deref(), json).map_err(StartError::Log)?,
+    };
+    crate::log::route_crate_logs(&logger);
+    for warning in config.local.warnings() {
+        event!(logger, "master", "warning", { kind: "config" }, "{warning}");
+    }
+    Ok(logger)
+}
+
+/// Opens the spool (recovering what it holds), starts the cluster's
+/// parts, the agents, the intake and the scheduler, and queues the
+/// recovered mail.
+async fn start_pipeline(config: &Arc<Config>, logger: &Logger) -> Result<Pipeline, StartError> {
+    let (spool, recovered, spool_config) = super::open_spool(config, logger).await?;
+    let mut parts = Parts::build(config.clone(), logger, None, Purpose::Serve)?;
+    let node = cluster::start(config, &spool, &spool_config, logger).await?;
+    parts.cluster = node.as_ref().map(|n| n.cluster.clone());
+    parts.shadow = node.as_ref().and_then(|n| n.shadow.clone());
+    parts.agents(&spool, logger, None);
+    let (queue, rx) = QueueHandle::channel();
+    let intake = parts.intake(&spool, logger, &queue);
+    let mut scheduler = Scheduler::new(
+        config.clone(),
+        parts.router.clone(),
+        spool.clone(),
+        logger.clone(),
+        parts.agents.clone().expect("agents just built"),
+        &queue,
+        intake.clone(),
+    );
+    scheduler.set_resolver(
+        parts.dns.clone(),
+        super::build::secure_mx(parts.dane.as_ref()),
+    );
+    if let Some(cluster) = &parts.cluster {
+        scheduler.set_cluster(cluster.clone());
+    }
+    let scheduler_task = tokio::spawn(scheduler.run(rx));
+    super::spawn_recovered(&queue, recovered);
+    Ok(Pipeline {
+        spool,
+        parts,
+        node,
+        queue,
+        intake,
+        scheduler_task,
+    })
+}
+
+/// Opens the doors: the admin socket first, then metrics, the SMTP
+/// listeners and the ACME responder.
+async fn serve(
+    config: Arc<Config>,
+    account: Option<privilege::Account>,
+    logger: Logger,
+    shutdown: watch::Sender<bool>,
+    sockets: Sockets,
+    pipeline: Pipeline,
+) -> Result<Server, StartError> {
+    let Pipeline {
+        spool,
+        parts,
+        node,
+        queue,
+        intake,
+        scheduler_task,
+    } = pipeline;
+    let Sockets {
+        mut listeners,
+        bound,
+        acme,
+    } = sockets;
+    let ctx = Arc::new(parts.session_context(&intake, None));
+    let mailboxes = Arc::new(ArcSwap::new(parts.mailboxes.clone()));
+    super::spawn_lookup_stats(&mailboxes, &logger, shutdown.subscribe());
+    super::spawn_table_watcher(&mailboxes, shutdown.subscribe());
+    let submitter = Arc::new(ArcSwap::from_pointee(parts.submitter(&intake)));
+    let current = Arc::new(ArcSwap::new(intake.clone()));
+    if let Some(node) = &node {
+        cluster::start_claims(node, &current);
+    }
+    let (control, control_rx) = crate::admin::control::channel();
+    let admin = crate::admin::spawn(
+        &config.data_dir,
+        &queue,
+        submitter.clone(),
+        config.log_file.clone(),
+        control,
+    )
+    .map_err(|err| {
+        let dir = config.data_dir.clone();
+        log!(
+            logger,
+            "master",
+            "fatal: admin socket in {}: {err}",
+            dir.display()
+        );
+        StartError::Admin { dir, err }
+    })?;
+    let observe = super::observe(&config, &queue, &spool, &mailboxes, &logger).await?;
+    listeners.apply(&config, bound, &ctx, &logger).await;
+    if let (Some(listener), Some(tls)) = (acme, &parts.tls) {
+        serve_acme(&config, listener, tls, &logger, &shutdown)?;
+    }
+    if let Some(account) = &account {
+        event!(
+            logger,
+            "master",
+            "running_as",
+            { user: account.name, uid: account.uid },
+            "running as {} (uid {})",
+            account.name,
+            account.uid
+        );
+    }
+    parts.own_addrs.set(listeners.addrs());
+    Ok(Server {
+        addrs: listeners.addrs(),
+        admin_socket: crate::admin::socket_path(&config.data_dir),
+        metrics_addr: observe.as_ref().map(|(a, _)| *a),
+        observe: observe.map(|(_, t)| t),
+        admin,
+        shutdown,
+        listeners,
+        queue,
+        scheduler_task,
+        spool,
+        logger,
+        parts,
+        ctx,
+        submitter,
+        intake: current,
+        mailboxes,
+        drain_deadline: Duration::from_secs(config.queue.shutdown_drain_secs),
+        control: Some(control_rx),
+        started: std::time::Instant::now(),
+    })
+}
+
+/// The ACME client and its http-01 responder on the port bound at start.
+fn serve_acme(
+    config: &Config,
+    listener: TcpListener,
+    tls: &Arc<crate::receive::smtp::tls::ServerTls>,
+    logger: &Logger,
+    shutdown: &watch::Sender<bool>,
+) -> Result<(), StartError> {
+    let Some(acme) = &config.acme else {
+        return Ok(());
+    };
+    let addr = listener
+        .local_addr()
+        .map_err(|e| StartError::Listen(acme.http_listen, e))?;
+    event!(
+        logger,
+        "master",
+        "listening",
+        { addr: addr.to_string(), kind: "acme" },
+        "ACME http-01 challenges on http://{addr}/"
+    );
+    acme::spawn(
+        acme.clone(),
+        &config.data_dir,
+        tls.clone(),
+        listener,
+        logger.clone(),
+        shutdown.subscribe(),
+    );
+    Ok(())
+}
