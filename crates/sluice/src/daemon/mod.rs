@@ -17,6 +17,8 @@ mod listeners;
 pub mod privilege;
 mod reload;
 mod spool_size;
+#[doc(hidden)]
+pub mod testing;
 
 pub use build::{check, routing, BuildError};
 
