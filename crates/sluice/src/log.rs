@@ -28,6 +28,9 @@
 #![allow(unsafe_code)]
 
 mod tap;
+mod write;
+
+use write::{note, open, reopen, write_event, write_json, write_line};
 
 use std::io::Write;
 use std::path::Path;
@@ -255,129 +258,6 @@ impl Logger {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         let _ = wait.recv_timeout(left);
     }
-}
-
-/// The log file (appended, created with its directory) or stderr.
-fn open(path: Option<&Path>) -> std::io::Result<Box<dyn Write + Send>> {
-    Ok(match path {
-        Some(p) => {
-            if let Some(dir) = p.parent() {
-                std::fs::create_dir_all(dir)?;
-            }
-            Box::new(open_append(p)?)
-        }
-        None => Box::new(std::io::stderr()),
-    })
-}
-
-/// Opens the log for appending; a new file is made mode 0640 whatever the
-/// umask (the daemon's is 077): readable by the `adm` group, as logs are.
-fn open_append(path: &Path) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::PermissionsExt;
-    match std::fs::OpenOptions::new()
-        .create_new(true)
-        .append(true)
-        .open(path)
-    {
-        Ok(file) => {
-            file.set_permissions(std::fs::Permissions::from_mode(0o640))?;
-            Ok(file)
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            std::fs::OpenOptions::new().append(true).open(path)
-        }
-        Err(e) => Err(e),
-    }
-}
-
-fn reopen(out: &mut tap::Out, path: Option<&Path>, json: bool) {
-    let _ = out.flush();
-    match open(path) {
-        Ok(file) if path.is_some() => {
-            out.replace(file);
-            let text = "log file reopened".to_string();
-            note(out, json, "master", "log_reopened", Fields::new(), text);
-        }
-        Ok(_) => {}
-        Err(e) => {
-            let mut fields = Fields::new();
-            fields.insert("error".into(), e.to_string().into());
-            let text = format!("cannot reopen the log: {e}");
-            note(out, json, "master", "log_reopen_failed", fields, text);
-        }
-    }
-}
-
-/// A line of the writer's own, in the log's format.
-fn note(
-    out: &mut impl Write,
-    json: bool,
-    component: &str,
-    name: &'static str,
-    fields: Fields,
-    text: String,
-) {
-    let now = timefmt::now_millis();
-    match json {
-        true => {
-            let component = component.to_string();
-            let event = Event {
-                component,
-                name,
-                fields,
-                text,
-            };
-            write_event(out, now, event)
-        }
-        false => write_line(out, now, &format!("sluice/{component}: {text}")),
-    }
-}
-
-/// An event as one JSON object: `ts`, `program`, `component`, `event`,
-/// `queue_id` (null when none), `text`, then the event's own fields.
-fn write_event(out: &mut impl Write, millis: u64, event: Event) {
-    let mut object = Fields::new();
-    object.insert("ts".into(), timefmt::iso8601(millis).into());
-    object.insert("program".into(), "sluice".into());
-    object.insert("component".into(), event.component.into());
-    object.insert("event".into(), event.name.into());
-    object.insert("queue_id".into(), serde_json::Value::Null);
-    object.insert("text".into(), event.text.into());
-    object.extend(event.fields);
-    let _ = writeln!(out, "{}", serde_json::Value::Object(object));
-}
-
-/// One line as a JSON object: `sluice/smtpd: 1A2B: text` gives program
-/// `sluice`, component `smtpd`, queue_id `1A2B`, text.
-fn write_json(out: &mut impl Write, millis: u64, line: &str) {
-    let (head, text) = line.split_once(": ").unwrap_or(("", line));
-    let (program, component) = head.split_once('/').unwrap_or((head, ""));
-    let queue_id = text.split_once(": ").map(|(id, _)| id).filter(|id| {
-        id.len() >= 8
-            && id
-                .bytes()
-                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_lowercase())
-    });
-    let value = serde_json::json!({
-        "ts": timefmt::iso8601(millis),
-        "program": program,
-        "component": component,
-        "event": "log",
-        "queue_id": queue_id,
-        "text": text,
-    });
-    let _ = writeln!(out, "{value}");
-}
-
-/// One line of the text format. A line end inside the text (whatever a
-/// peer managed to get into it) becomes a space: one event, one line, and
-/// nobody can write a line of their own into the log.
-fn write_line(out: &mut impl Write, millis: u64, line: &str) {
-    let ts = timefmt::iso8601(millis);
-    let _ = match memchr::memchr2(b'\n', b'\r', line.as_bytes()) {
-        None => writeln!(out, "{ts} {line}"),
-        Some(_) => writeln!(out, "{ts} {}", line.replace(['\n', '\r'], " ")),
-    };
 }
 
 /// `log!(logger, "smtpd", "{id}: client={peer}")`: a line with no fields

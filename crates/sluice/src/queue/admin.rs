@@ -126,6 +126,23 @@ impl Scheduler {
         self.admit();
     }
 
+    /// A message that is gone (delivered, bounced) leaves the hold list,
+    /// in memory and on disk (off the scheduler's task; of two saves the
+    /// later one stands).
+    pub(super) fn forget_hold(&mut self, id: u64) {
+        if !self.admin.release(id) {
+            return;
+        }
+        if let Some(save) = self.admin.save_holds() {
+            let logger = self.logger.clone();
+            tokio::task::spawn_blocking(move || {
+                if let Err(e) = save() {
+                    log!(logger, "qmgr", "warning: cannot save the hold list: {e}");
+                }
+            });
+        }
+    }
+
     /// The queue's state as the read-only views see it.
     fn view(&self) -> super::view::Queue<'_> {
         super::view::Queue {

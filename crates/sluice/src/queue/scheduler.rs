@@ -376,6 +376,8 @@ impl Scheduler {
     /// Forgets an active message (its "complete" is recorded already).
     pub(super) fn remove(&mut self, id: u64) {
         if self.messages.remove(id).is_some() {
+            // Held while it was being delivered: gone, so off the list.
+            self.forget_hold(id);
             event!(
                 self.logger,
                 "qmgr",

@@ -91,6 +91,12 @@ pub(super) struct Queue<'a> {
 }
 
 impl Queue<'_> {
+    /// Held messages waiting on disk (the others are being delivered).
+    fn held_waiting(&self) -> usize {
+        let waiting = |id: &u64| self.admission.contains(*id);
+        self.admin.held().filter(waiting).count()
+    }
+
     pub(super) fn stats(&self) -> QueueStats {
         let hold = self.admin.held_count();
         // Waiting messages by their deferral (each reason is shared, so
@@ -131,7 +137,9 @@ impl Queue<'_> {
         destinations.truncate(20);
         QueueStats {
             active: self.messages.len(),
-            deferred: self.admission.len().saturating_sub(hold),
+            // (A message held while being delivered is active, not
+            // waiting on disk.)
+            deferred: self.admission.len() - self.held_waiting(),
             hold,
             destinations,
             reasons: causes(by_reason.into_values()),

@@ -83,6 +83,11 @@ impl AdminState {
         self.held.len()
     }
 
+    /// The messages on hold, in no order.
+    pub fn held(&self) -> impl Iterator<Item = u64> + '_ {
+        self.held.iter().copied()
+    }
+
     /// Message `id` is to be deleted or bounced when its round ends;
     /// returns what was pending for it before.
     pub fn doom(&mut self, id: u64, doom: Doom) -> Option<Doom> {

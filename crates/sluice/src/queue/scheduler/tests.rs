@@ -11,6 +11,7 @@ use tokio::task::JoinHandle;
 
 use super::*;
 use crate::message::status::{Enhanced, Outcome, Relay, Reply};
+use crate::queue::admin::{AdminReply, AdminRequest, Op};
 use crate::queue::agent::WorkerStart;
 use crate::queue::job::Feedback;
 use crate::routing::domains::LocalDomains;
@@ -524,3 +525,37 @@ async fn a_reload_routes_queued_mail_anew_and_ends_old_workers_after_their_job()
 
 mod admission;
 mod sim;
+
+async fn stats(h: &Harness) -> crate::queue::view::QueueStats {
+    match h.queue.admin(AdminRequest::Stats).await {
+        Some(AdminReply::Stats(s)) => s,
+        _ => panic!("the queue answers"),
+    }
+}
+
+/// A message held while it is being delivered, then delivered, is gone:
+/// not counted as held any more (it stayed on the hold list, so the
+/// dashboard showed one held message too many and one deferred too few).
+#[tokio::test]
+async fn a_message_held_in_flight_leaves_the_hold_list_once_delivered() {
+    let mut h = harness("held-done", |_| {});
+    let id = h.message("a@b.test", &["r@c.test"], Some(10)).await;
+    let w = h.workers.recv().await.unwrap();
+    let held = h
+        .queue
+        .admin(AdminRequest::Apply(Op::Hold, Some(vec![id])))
+        .await;
+    assert!(matches!(held, Some(AdminReply::Applied(t)) if t.changed == 1));
+    let s = stats(&h).await;
+    assert_eq!((s.active, s.hold, s.deferred), (1, 1, 0));
+    let results = delivered(&w.first);
+    finish_once(w, results, false).await;
+    // Until its round is over (the outcome recorded, then removed).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut s = stats(&h).await;
+    while s.active > 0 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        s = stats(&h).await;
+    }
+    assert_eq!((s.active, s.hold, s.deferred), (0, 0, 0));
+}
