@@ -18,6 +18,8 @@ pub mod privilege;
 mod reload;
 mod spool_size;
 mod start;
+#[doc(hidden)]
+pub mod testing;
 
 pub use build::{check, routing, BuildError};
 

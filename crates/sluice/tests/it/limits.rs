@@ -1,49 +1,43 @@
 //! Every configured limit answers with its RFC reply and loses nothing.
+//!
+//! The replies to a conversation alone are checked on an in-memory
+//! session ([`ScriptedSession`]); the rest, and one test per area, through
+//! a real socket to a whole server. Command replies: on the socket,
+//! `too_many_errors_disconnects`; in memory,
+//! `command_errors_have_defined_replies`.
 
 use crate::common;
 
+use common::scripted::ScriptedSession;
 use common::*;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn command_errors_have_defined_replies() {
     let dir = temp_dir("limits-commands");
-    let (server, addr) = start(config(&dir, None)).await;
-    let (mut c, _) = Client::connect(addr).await;
-    assert!(
-        c.cmd("MAIL FROM:<a@b.test>").await.starts_with("503 5.5.1"),
-        "MAIL before EHLO"
-    );
-    assert!(c.cmd("EHLO x.test").await.starts_with("250"));
-    assert!(
-        c.cmd("RCPT TO:<a@b.test>").await.starts_with("503 5.5.1"),
-        "RCPT before MAIL"
-    );
-    assert!(
-        c.cmd("DATA").await.starts_with("503 5.5.1"),
-        "DATA before MAIL"
-    );
-    assert!(c.cmd("FROB").await.starts_with("500 5.5.1"));
-    assert!(c.cmd("MAIL FROM:a@b.test").await.starts_with("501"));
-    assert!(c.cmd("MAIL FROM:<a@b.test>").await.starts_with("250"));
-    assert!(
-        c.cmd("MAIL FROM:<a@b.test>").await.starts_with("503 5.5.1"),
-        "nested MAIL"
-    );
-    assert!(c.cmd("RCPT TO:<>").await.starts_with("501 5.1.3"));
-    assert!(c.cmd("RCPT TO:<nodomain>").await.starts_with("501 5.1.3"));
-    assert!(
-        c.cmd("DATA").await.starts_with("554 5.5.1"),
-        "no valid recipients"
-    );
-    assert!(c.cmd("VRFY someone").await.starts_with("252 2.0.0"));
-    assert!(c.cmd("HELP").await.starts_with("214 2.0.0"));
-    assert!(c.cmd("EXPN list").await.starts_with("502 5.5.1"));
-    assert!(
-        c.cmd("STARTTLS").await.starts_with("503 5.5.1"),
-        "not inside a transaction"
-    );
-    assert!(c.cmd("RSET").await.starts_with("250 2.0.0"));
-    assert!(c.cmd("NOOP").await.starts_with("250 2.0.0"));
+    let (mut c, _) = ScriptedSession::connect(config(&dir, None)).await;
+    // MAIL before EHLO.
+    c.expect("MAIL FROM:<a@b.test>", "503 5.5.1").await;
+    c.expect("EHLO x.test", "250").await;
+    // RCPT before MAIL.
+    c.expect("RCPT TO:<a@b.test>", "503 5.5.1").await;
+    // DATA before MAIL.
+    c.expect("DATA", "503 5.5.1").await;
+    c.expect("FROB", "500 5.5.1").await;
+    c.expect("MAIL FROM:a@b.test", "501").await;
+    c.expect("MAIL FROM:<a@b.test>", "250").await;
+    // Nested MAIL.
+    c.expect("MAIL FROM:<a@b.test>", "503 5.5.1").await;
+    c.expect("RCPT TO:<>", "501 5.1.3").await;
+    c.expect("RCPT TO:<nodomain>", "501 5.1.3").await;
+    // No valid recipients.
+    c.expect("DATA", "554 5.5.1").await;
+    c.expect("VRFY someone", "252 2.0.0").await;
+    c.expect("HELP", "214 2.0.0").await;
+    c.expect("EXPN list", "502 5.5.1").await;
+    // Not inside a transaction.
+    c.expect("STARTTLS", "503 5.5.1").await;
+    c.expect("RSET", "250 2.0.0").await;
+    c.expect("NOOP", "250 2.0.0").await;
     // NUL, bare LF, over-long line.
     c.send(b"NO\0OP\r\n").await;
     assert!(c.reply().await.starts_with("501 5.5.2"));
@@ -55,12 +49,10 @@ async fn command_errors_have_defined_replies() {
         .reply()
         .await
         .starts_with("500 5.5.2 Error: command line too long"));
-    assert!(
-        c.cmd("NOOP").await.starts_with("250"),
-        "still in sync after the long line"
-    );
-    assert!(c.cmd("QUIT").await.starts_with("221 2.0.0"));
-    server.shutdown().await;
+    // Still in sync after the long line.
+    c.expect("NOOP", "250").await;
+    c.expect("QUIT", "221 2.0.0").await;
+    c.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

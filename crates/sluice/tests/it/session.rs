@@ -1,5 +1,7 @@
 //! In-memory session tests: no sockets, an I/O stub that records each
-//! write, so "pipelined replies go out in one write" is checked exactly.
+//! write, so "pipelined replies go out in one write" is checked exactly;
+//! the context is the daemon's ([`SessionContext::for_tests`]). For
+//! conversations that need no such stub, see `common::scripted`.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -8,11 +10,8 @@ use std::task::{Context as TaskContext, Poll};
 
 use sluice::config::Config;
 use sluice::log::Logger;
-use sluice::queue::{Event, QueueHandle};
+use sluice::queue::Event;
 use sluice::receive::smtp::{Session, SessionContext};
-use sluice::routing::mailboxes::VirtualMailboxes;
-use sluice::routing::policy::RelayPolicy;
-use sluice_spool::{Spool, SpoolConfig};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// Serves `input` one chunk per read, then EOF; records every write.
@@ -62,59 +61,14 @@ async fn run_with(name: &str, chunks: &[&[u8]], backlog: usize) -> (Vec<String>,
         .prefix(&format!("sluice-session-{name}-"))
         .tempdir()
         .unwrap();
-    let dir = tmp.path().to_path_buf();
-    let (spool, _, _) = Spool::open(SpoolConfig {
-        dir: dir.clone(),
-        sync: true,
-        segment_bytes: 1 << 20,
-        reserve_bytes: 0,
-    })
-    .unwrap();
-    let (queue, mut rx) = QueueHandle::channel();
-    let config = Arc::new(Config::default());
-    let q = &config.queue;
-    queue.flow().configure(q.in_flow_limit, q.in_flow_delay_ms);
-    queue.flow().publish(backlog);
-    let mailboxes = Arc::new(
-        VirtualMailboxes::build(
-            &config.local,
-            &None,
-            &None,
-            &config.tables,
-            &dir,
-            &Logger::disabled(),
-        )
-        .unwrap(),
-    );
-    let intake = Arc::new(sluice::intake::Intake {
-        config: config.clone(),
-        spool: spool.clone(),
-        mailboxes: mailboxes.clone(),
-        dkim: Default::default(),
-        sender_auth: None,
-        handoff: Arc::new(queue.clone()),
-        logger: Logger::disabled(),
-        milters: Default::default(),
-        flow: queue.flow(),
-        store: sluice::intake::store::Storage::Local(sluice::intake::store::LocalSpool::new(
-            spool.clone(),
-        )),
-    });
-    let ctx = Arc::new(SessionContext {
-        policy: RelayPolicy::new(config.mynetworks(), &config.smtpd.relay_domains),
-        mailboxes,
-        config,
-        spool: spool.clone(),
-        logger: Logger::disabled(),
-        intake,
-        body_memory: Arc::new(tokio::sync::Semaphore::new(1 << 20)),
-        anvil: sluice::receive::smtp::anvil::Anvil::new(Default::default()),
-        tls: None,
-        credentials: None,
-        policy_service: None,
-        dnsbl: None,
-        stopping: Default::default(),
-    });
+    let config = Config {
+        data_dir: tmp.path().to_path_buf(),
+        ..Default::default()
+    };
+    let (ctx, mut queue) = SessionContext::for_tests(config, Logger::disabled())
+        .await
+        .unwrap();
+    queue.handle.flow().publish(backlog);
     let writes = Arc::new(Mutex::new(Vec::new()));
     let io = Scripted {
         input: chunks.iter().map(|c| c.to_vec()).collect(),
@@ -124,11 +78,7 @@ async fn run_with(name: &str, chunks: &[&[u8]], backlog: usize) -> (Vec<String>,
     Session::new(io, "127.0.0.1:40000".parse().unwrap(), ctx, listener)
         .run()
         .await;
-    let mut events = Vec::new();
-    while let Ok(ev) = rx.try_recv() {
-        events.push(ev);
-    }
-    spool.shutdown();
+    let events = queue.events();
     let writes = writes
         .lock()
         .unwrap()

@@ -1,8 +1,14 @@
 //! SMTP smuggling: only CRLF.CRLF ends DATA; every other line ending is
 //! content, so no second message can be slipped in.
+//!
+//! Through a real socket to a whole server, as the rest need delivery or
+//! the log: `every_vector_is_rejected_by_default_and_nothing_is_smuggled`
+//! for DATA; BDAT's reply alone on an in-memory session
+//! (`bare_lf_in_bdat_is_rejected`, [`ScriptedSession`]).
 
 use crate::common;
 
+use common::scripted::ScriptedSession;
 use common::*;
 
 /// End-of-data look-alikes that must never end a message.
@@ -90,12 +96,10 @@ async fn normalize_mode_accepts_one_message_never_two() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn bare_lf_in_bdat_is_rejected() {
     let dir = temp_dir("smuggle-bdat");
-    let sink = recording_sink().await;
-    let (server, addr) = start(config(&dir, Some(sink.addr))).await;
-    let mut c = Client::ready(addr).await;
+    let mut c = ScriptedSession::ready(config(&dir, None)).await;
     assert!(c.cmd("MAIL FROM:<a@sender.test>").await.starts_with("250"));
     assert!(c.cmd("RCPT TO:<b@dest.test>").await.starts_with("250"));
     let chunk = b"Subject: x\r\n\r\nline\n.\nmore\r\n";
@@ -103,7 +107,7 @@ async fn bare_lf_in_bdat_is_rejected() {
         .await;
     c.send(chunk).await;
     assert!(c.reply().await.starts_with("554 5.6.0"));
-    server.shutdown().await;
+    c.finish().await;
 }
 
 /// Postfix ≥ 3.9's `smtpd_forbid_unauth_pipelining`, on by default: a

@@ -1,13 +1,24 @@
-//! Port 25 strictness, through a real socket as an outside client would
-//! see it: addresses (SMTP audit §A), command syntax (§B), message text
-//! (§C) and backscatter (§F4).
+//! Port 25 strictness as an outside client sees it: addresses (SMTP audit
+//! §A), command syntax (§B), message text (§C) and backscatter (§F4).
+//!
+//! Checks of replies alone talk to an in-memory session
+//! ([`ScriptedSession`]); what needs delivery, and one test per area,
+//! go through a real socket to a whole server: §A
+//! `quoted_local_parts_are_forwarded_quoted_never_raw` (and
+//! `postmaster_and_address_literals`), §B
+//! `pipelining_violations_are_not_executed`, §C
+//! `text_lines_nul_and_bdat_limits` (and
+//! `no_line_over_1000_octets_is_sent_on`), §F4
+//! `unknown_users_in_relay_domains_are_refused_at_rcpt`.
 
 use crate::common;
 
+use common::scripted::ScriptedSession;
 use common::*;
+use tokio::io::{AsyncRead, AsyncWrite};
 
 /// MAIL then each RCPT; returns the RCPT replies.
-async fn rcpts(c: &mut Client, to: &[&str]) -> Vec<String> {
+async fn rcpts<S: AsyncRead + AsyncWrite + Unpin>(c: &mut Client<S>, to: &[&str]) -> Vec<String> {
     let r = c.cmd("MAIL FROM:<a@sender.test>").await;
     assert!(r.starts_with("250"), "{r}");
     let mut out = Vec::new();
@@ -38,14 +49,13 @@ async fn quoted_local_parts_are_forwarded_quoted_never_raw() {
     server.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn untrusted_clients_may_not_use_sender_specified_routing() {
     let dir = temp_dir("strict-routing");
-    let sink = recording_sink().await;
-    let (server, addr) = start(untrusted_config(&dir, Some(sink.addr))).await;
-    let mut c = Client::ready(addr).await;
+    // No next hop: sessions do not route (the transport is not theirs).
+    let mut c = ScriptedSession::ready(untrusted_config(&dir, None)).await;
     let replies = rcpts(
-        &mut c,
+        &mut *c,
         &[
             "<v%evil.test@ours.test>",
             "<evil.test!v@ours.test>",
@@ -65,14 +75,13 @@ async fn untrusted_clients_may_not_use_sender_specified_routing() {
         "a trailing dot is the same domain: {}",
         replies[5]
     );
-    server.shutdown().await;
+    c.finish().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn control_octets_bad_utf8_and_bad_names_get_501() {
     let dir = temp_dir("strict-octets");
-    let (server, addr) = start(config(&dir, None)).await;
-    let (mut c, _) = Client::connect(addr).await;
+    let (mut c, _) = ScriptedSession::connect(config(&dir, None)).await;
     for helo in [&b"EHLO a;b(\r\n"[..], b"EHLO a\x1bb\r\n", b"HELO a b\r\n"] {
         c.send(helo).await;
         let r = c.reply().await;
@@ -102,7 +111,7 @@ async fn control_octets_bad_utf8_and_bad_names_get_501() {
         let r = c.cmd(&line).await;
         assert!(r.starts_with("501 5.1.3"), "{line}: {r}");
     }
-    server.shutdown().await;
+    c.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -129,11 +138,10 @@ async fn postmaster_and_address_literals() {
     server.shutdown().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn commands_take_no_arguments_and_unadvertised_parameters_get_555() {
     let dir = temp_dir("strict-args");
-    let (server, addr) = start(config(&dir, None)).await;
-    let mut c = Client::ready(addr).await;
+    let mut c = ScriptedSession::ready(config(&dir, None)).await;
     for line in ["RSET x", "QUIT now", "STARTTLS please", "NOOP"] {
         let r = c.cmd(line).await;
         let want = if line == "NOOP" { "250" } else { "501 5.5.4" };
@@ -157,16 +165,15 @@ async fn commands_take_no_arguments_and_unadvertised_parameters_get_555() {
     assert!(c.cmd("HELO client.test").await.starts_with("250"));
     let r = c.cmd("MAIL FROM:<a@b.test> SIZE=10").await;
     assert!(r.starts_with("555"), "{r}");
-    server.shutdown().await;
+    c.finish().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn relay_denials_count_as_errors() {
     let dir = temp_dir("strict-relay-errors");
     let mut cfg = untrusted_config(&dir, None);
     cfg.smtpd.max_errors = 3;
-    let (server, addr) = start(cfg).await;
-    let mut c = Client::ready(addr).await;
+    let mut c = ScriptedSession::ready(cfg).await;
     assert!(c.cmd("MAIL FROM:<a@b.test>").await.starts_with("250"));
     let mut all = String::new();
     for i in 0..5 {
@@ -177,7 +184,7 @@ async fn relay_denials_count_as_errors() {
         }
     }
     assert!(all.contains("421 4.7.0"), "{all}");
-    server.shutdown().await;
+    c.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -208,11 +215,10 @@ async fn pipelining_violations_are_not_executed() {
     assert_eq!(sink.count(), 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn bdat_syntax_error_closes_the_session() {
     let dir = temp_dir("strict-bdat-syntax");
-    let (server, addr) = start(config(&dir, None)).await;
-    let mut c = Client::ready(addr).await;
+    let mut c = ScriptedSession::ready(config(&dir, None)).await;
     c.send(b"BDAT 99999999999999999999999 LAST\r\nRSET\r\n")
         .await;
     let replies = c.replies_until_closed().await;
@@ -221,7 +227,7 @@ async fn bdat_syntax_error_closes_the_session() {
         !replies.contains("250"),
         "the chunk is not read as commands: {replies}"
     );
-    server.shutdown().await;
+    c.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -48,6 +48,8 @@ use crate::routing::policy::RelayPolicy;
 
 /// What every session shares (all read-only but the spool
 /// handle and the memory budget, which are safe to share).
+/// Tests build one as the daemon does with `SessionContext::for_tests`
+/// (`daemon/testing.rs`).
 pub struct SessionContext {
     pub config: Arc<Config>,
     pub mailboxes: Arc<VirtualMailboxes>,

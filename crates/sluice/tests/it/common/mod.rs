@@ -14,6 +14,7 @@ pub mod pebble;
 pub mod postgrey;
 pub mod redis;
 pub mod rspamd;
+pub mod scripted;
 pub mod shadow_nodes;
 pub mod slapd;
 pub mod tls;
@@ -31,7 +32,7 @@ pub fn net(text: &str) -> Cidr {
 use sluice::config::Config;
 use sluice::daemon::Server;
 use sluice_bench::sink::{Sink, SinkOptions};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// A test's own directory, removed when the test ends (kept if
@@ -428,9 +429,11 @@ pub fn removed(dir: &std::path::Path, qid: &str) -> bool {
     has_event(dir, "removed", |e| e["queue_id"] == qid)
 }
 
-/// A raw SMTP client that sends exact bytes and reads whole replies.
-pub struct Client {
-    pub stream: TcpStream,
+/// A raw SMTP client that sends exact bytes and reads whole replies: over
+/// TCP to a listener, or over an in-memory stream to a session of this
+/// process ([`scripted::ScriptedSession`]).
+pub struct Client<S = TcpStream> {
+    pub stream: S,
     buf: Vec<u8>,
 }
 
@@ -465,6 +468,16 @@ impl Client {
         let ehlo = c.cmd("EHLO client.test").await;
         assert!(ehlo.starts_with("250"), "{ehlo}");
         c
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
+    /// A client on `stream` (nothing read yet).
+    pub fn on(stream: S) -> Client<S> {
+        Client {
+            stream,
+            buf: Vec::new(),
+        }
     }
 
     pub async fn send(&mut self, bytes: &[u8]) {
