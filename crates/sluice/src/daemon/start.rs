@@ -161,32 +161,26 @@ async fn serve(
     sockets: Sockets,
     pipeline: Pipeline,
 ) -> Result<Server, StartError> {
-    let Pipeline {
-        spool,
-        parts,
-        node,
-        queue,
-        intake,
-        scheduler_task,
-    } = pipeline;
     let Sockets {
         mut listeners,
         bound,
         acme,
     } = sockets;
-    let ctx = Arc::new(parts.session_context(&intake, None));
-    let mailboxes = Arc::new(ArcSwap::new(parts.mailboxes.clone()));
+    let ctx = Arc::new(pipeline.parts.session_context(&pipeline.intake, None));
+    let mailboxes = Arc::new(ArcSwap::new(pipeline.parts.mailboxes.clone()));
     super::spawn_lookup_stats(&mailboxes, &logger, shutdown.subscribe());
     super::spawn_table_watcher(&mailboxes, shutdown.subscribe());
-    let submitter = Arc::new(ArcSwap::from_pointee(parts.submitter(&intake)));
-    let current = Arc::new(ArcSwap::new(intake.clone()));
-    if let Some(node) = &node {
+    let submitter = Arc::new(ArcSwap::from_pointee(
+        pipeline.parts.submitter(&pipeline.intake),
+    ));
+    let current = Arc::new(ArcSwap::new(pipeline.intake.clone()));
+    if let Some(node) = &pipeline.node {
         cluster::start_claims(node, &current);
     }
     let (control, control_rx) = crate::admin::control::channel();
     let admin = crate::admin::spawn(
         &config.data_dir,
-        &queue,
+        &pipeline.queue,
         submitter.clone(),
         config.log_file.clone(),
         control,
@@ -201,9 +195,16 @@ async fn serve(
         );
         StartError::Admin { dir, err }
     })?;
-    let observe = super::observe(&config, &queue, &spool, &mailboxes, &logger).await?;
+    let observe = super::observe(
+        &config,
+        &pipeline.queue,
+        &pipeline.spool,
+        &mailboxes,
+        &logger,
+    )
+    .await?;
     listeners.apply(&config, bound, &ctx, &logger).await;
-    if let (Some(listener), Some(tls)) = (acme, &parts.tls) {
+    if let (Some(listener), Some(tls)) = (acme, &pipeline.parts.tls) {
         serve_acme(&config, listener, tls, &logger, &shutdown)?;
     }
     if let Some(account) = &account {
@@ -217,7 +218,7 @@ async fn serve(
             account.uid
         );
     }
-    parts.own_addrs.set(listeners.addrs());
+    pipeline.parts.own_addrs.set(listeners.addrs());
     Ok(Server {
         addrs: listeners.addrs(),
         admin_socket: crate::admin::socket_path(&config.data_dir),
@@ -226,11 +227,11 @@ async fn serve(
         admin,
         shutdown,
         listeners,
-        queue,
-        scheduler_task,
-        spool,
+        queue: pipeline.queue,
+        scheduler_task: pipeline.scheduler_task,
+        spool: pipeline.spool,
         logger,
-        parts,
+        parts: pipeline.parts,
         ctx,
         submitter,
         intake: current,
