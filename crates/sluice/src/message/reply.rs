@@ -79,7 +79,7 @@ impl fmt::Display for Enhanced {
 
 /// Who speaks in a [`Reply`]: decides whether its code is part of what it
 /// says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Voice {
     /// An SMTP reply (a server's, or one we send): `550 5.1.1 text`.
     Smtp,
@@ -89,7 +89,7 @@ pub enum Voice {
 }
 
 /// An SMTP reply code with its enhanced status and text.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Reply {
     pub code: u16,
     pub status: Option<Enhanced>,

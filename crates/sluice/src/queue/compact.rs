@@ -75,14 +75,15 @@ const REASONS_MAX: usize = 10_000;
 /// backlog for a dead next hop is many messages with the same reason.
 #[derive(Default)]
 pub(super) struct Reasons {
-    by_dest: HashMap<Option<Arc<str>>, HashMap<Box<str>, Reason>>,
+    by_dest: HashMap<Option<Arc<str>>, HashMap<Reply, Reason>>,
     len: usize,
 }
 
 impl Reasons {
     pub fn get(&mut self, dest: &Option<Arc<str>>, reply: &Reply) -> Reason {
-        let reason = reply.to_string();
-        if let Some(r) = self.by_dest.get(dest).and_then(|m| m.get(reason.as_str())) {
+        // Found by the reply itself: no text is made for a deferral
+        // already known.
+        if let Some(r) = self.by_dest.get(dest).and_then(|m| m.get(reply)) {
             return r.clone();
         }
         if self.len >= REASONS_MAX {
@@ -94,8 +95,8 @@ impl Reasons {
             reply: reply.clone(),
             dest: dest.clone(),
         });
-        let texts = self.by_dest.entry(dest.clone()).or_default();
-        texts.insert(reason.into(), r.clone());
+        let replies = self.by_dest.entry(dest.clone()).or_default();
+        replies.insert(reply.clone(), r.clone());
         self.len += 1;
         r
     }
