@@ -27,10 +27,12 @@
 // it is sound.
 #![allow(unsafe_code)]
 
+mod event;
 mod tap;
 mod write;
 
-use write::{note, open, reopen, write_event, write_json, write_line};
+pub use event::{ConnectFailed, Event, Qid, Reject, Reload, Shown, Text};
+use write::{json_body, note, open, reopen, write_body, write_event, write_json, write_line};
 
 use std::io::Write;
 use std::path::Path;
@@ -52,8 +54,9 @@ pub fn field<T: serde::Serialize + ?Sized>(value: &T) -> serde_json::Value {
     serde_json::to_value(value).unwrap_or(serde_json::Value::Null)
 }
 
-/// A named event with its fields, for the JSON format.
-struct Event {
+/// A named event with its fields, for the JSON format (the old path:
+/// [`event!`]).
+struct Legacy {
     component: String,
     name: &'static str,
     fields: Fields,
@@ -65,8 +68,12 @@ struct Event {
 enum Item {
     /// A line: milliseconds since the epoch, and the text.
     Line(u64, String),
-    /// An event (JSON format): milliseconds since the epoch, the event.
-    Event(u64, Box<Event>),
+    /// An event (JSON format, [`event!`]): milliseconds since the epoch,
+    /// the event.
+    Event(u64, Box<Legacy>),
+    /// A typed event as JSON (`Logger::emit`): milliseconds since the
+    /// epoch, and the object without its `ts` (written by the writer).
+    Json(u64, Vec<u8>),
     /// Write out everything before this, then say so.
     Flush(mpsc::SyncSender<()>),
     /// Look at the reopen flag now (the writer was perhaps waiting on an
@@ -123,6 +130,7 @@ impl Logger {
                             Item::Line(ms, text) if json => write_json(&mut out, ms, &text),
                             Item::Line(ms, text) => write_line(&mut out, ms, &text),
                             Item::Event(ms, event) => write_event(&mut out, ms, *event),
+                            Item::Json(ms, body) => write_body(&mut out, ms, &body),
                             Item::Flush(done) => flushed.push(done),
                             Item::Wake => {}
                             Item::Subscribe(tap) => out.subscribe(tap),
@@ -133,10 +141,7 @@ impl Logger {
                     }
                     let n = lost.swap(0, Ordering::Relaxed);
                     if n > 0 {
-                        let text = format!("{n} lines dropped (log writer behind)");
-                        let mut fields = Fields::new();
-                        fields.insert("lines".into(), n.into());
-                        note(&mut out, json, "log", "log_dropped", fields, text);
+                        note(&mut out, json, &Event::LogDropped { lines: n });
                     }
                     let _ = out.flush();
                     let waited_on = !flushed.is_empty();
@@ -188,7 +193,7 @@ impl Logger {
         text: std::fmt::Arguments<'_>,
     ) {
         let Some(tx) = &self.tx else { return };
-        let event = Event {
+        let event = Legacy {
             component: component.to_string(),
             name,
             fields,
@@ -200,7 +205,26 @@ impl Logger {
         }
     }
 
-    /// Logs `component: text`, e.g. `smtpd: 1A2B: client=...`.
+    /// Logs `event`: its JSON object (`log_format = "json"`), serialised
+    /// here straight from the event, or its human line. One allocation a
+    /// line, as `log!` makes.
+    pub fn emit(&self, event: &Event<'_>) {
+        let Some(tx) = &self.tx else { return };
+        let now = timefmt::now_millis();
+        let item = match self.json {
+            true => Item::Json(now, json_body(self.program, event)),
+            false => Item::Line(
+                now,
+                format!("{}/{}: {event}", self.program, event.component()),
+            ),
+        };
+        if let Err(mpsc::TrySendError::Full(_)) = tx.try_send(item) {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Logs `component: text`, e.g. `smtpd: 1A2B: client=...` (the old
+    /// path, [`log!`]).
     pub fn log(&self, component: &str, text: std::fmt::Arguments<'_>) {
         if let Some(tx) = &self.tx {
             let line = Item::Line(
@@ -261,7 +285,9 @@ impl Logger {
 }
 
 /// `log!(logger, "smtpd", "{id}: client={peer}")`: a line with no fields
-/// of its own (event `log` in the JSON format).
+/// of its own (event `log` in the JSON format). The old path: new lines
+/// are [`Event`]s, logged by [`Logger::emit`]; the queue's lines move
+/// there next.
 #[macro_export]
 macro_rules! log {
     ($logger:expr, $component:expr, $($arg:tt)*) => {
@@ -272,7 +298,7 @@ macro_rules! log {
 /// `event!(logger, "smtp", "delivery", { queue_id: qid(id), to: rcpt },
 /// "{}: to=<{rcpt}>, …", qid(id))`: an event with fields. The fields are
 /// evaluated (by reference) only when the log is JSON; the text, as for
-/// [`log!`], is the human line.
+/// [`log!`], is the human line. The old path, as for [`log!`].
 #[macro_export]
 macro_rules! event {
     ($logger:expr, $component:expr, $name:literal, { $($key:ident : $value:expr),* $(,)? }, $($arg:tt)*) => {{
@@ -319,8 +345,12 @@ pub fn route_crate_logs(logger: &Logger) {
         fn log(&self, r: &log::Record<'_>) {
             if self.enabled(r.metadata()) {
                 let module = r.target().split("::").next().unwrap_or("lib");
-                self.0
-                    .log(module, format_args!("{}: {}", r.level(), r.args()));
+                let message = r.args().to_string();
+                self.0.emit(&Event::CrateLog {
+                    library: module.into(),
+                    level: r.level().as_str().into(),
+                    message: message.into(),
+                });
             }
         }
         fn flush(&self) {}
@@ -352,7 +382,11 @@ mod tests {
             .try_iter()
             .map(|i| match i {
                 Item::Line(_, l) => l,
-                Item::Event(..) | Item::Flush(_) | Item::Wake | Item::Subscribe(_) => String::new(),
+                Item::Event(..)
+                | Item::Json(..)
+                | Item::Flush(_)
+                | Item::Wake
+                | Item::Subscribe(_) => String::new(),
             })
             .collect();
         assert_eq!(kept.len(), 4);
@@ -444,6 +478,65 @@ mod tests {
             let plain: serde_json::Value = serde_json::from_str(lines[1]).unwrap();
             assert_eq!(plain["event"], "log");
             assert_eq!(plain["queue_id"], id);
+        }
+    }
+
+    /// A typed event writes the object the old macro wrote (key order
+    /// aside), and the same human line.
+    #[test]
+    fn an_emitted_event_is_the_line_the_macro_wrote() {
+        let dir = tempfile::tempdir().unwrap();
+        for json in [true, false] {
+            let path = dir.path().join(format!("maillog-{json}"));
+            let logger = Logger::start_as(Some(&path), json).unwrap();
+            let (id, to, delay) = (0x1A2B3C4D, "a@b.test", 0.5);
+            let reason = "250 2.0.0 ok";
+            crate::event!(
+                logger,
+                "smtp",
+                "delivery",
+                {
+                    queue_id: qid(id), to: to, orig_to: None::<&str>, relay: "mx", transport: "smtp",
+                    delay: delay, dsn: "2.0.0", status: "sent", reason: reason,
+                },
+                "{}: to=<{to}>, relay=mx, delay={delay:.2}, dsn=2.0.0, status=sent ({reason})",
+                qid(id)
+            );
+            logger.emit(&Event::Delivery {
+                queue_id: Qid(id),
+                to: to.into(),
+                orig_to: None,
+                relay: "mx".into(),
+                transport: "smtp".into(),
+                delay,
+                dsn: "2.0.0".into(),
+                status: "sent".into(),
+                reason: reason.into(),
+            });
+            let fields = [("host", "mx.b.test"), ("error", "refused")];
+            crate::event!(logger, "shadow", "shadow_peer_away", { peer: fields[0].1, error: fields[1].1 }, "peer set aside: refused");
+            logger.emit(&Event::ShadowPeerAway {
+                peer: "mx.b.test".into(),
+                error: "refused".into(),
+            });
+            logger.flush();
+            let text = std::fs::read_to_string(&path).unwrap();
+            let lines: Vec<&str> = text.lines().collect();
+            assert_eq!(lines.len(), 4, "{text}");
+            for pair in lines.chunks(2) {
+                if !json {
+                    assert_eq!(
+                        pair[0].split_once(' ').unwrap().1,
+                        pair[1].split_once(' ').unwrap().1
+                    );
+                    continue;
+                }
+                let mut old: serde_json::Value = serde_json::from_str(pair[0]).unwrap();
+                let mut new: serde_json::Value = serde_json::from_str(pair[1]).unwrap();
+                old["ts"] = serde_json::Value::Null;
+                new["ts"] = serde_json::Value::Null;
+                assert_eq!(old, new);
+            }
         }
     }
 

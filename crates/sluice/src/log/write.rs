@@ -10,7 +10,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use super::{tap, timefmt, Event, Fields};
+use super::{tap, timefmt, Event, Fields, Legacy};
 
 /// The log file (appended, created with its directory) or stderr.
 pub(super) fn open(path: Option<&Path>) -> std::io::Result<Box<dyn Write + Send>> {
@@ -50,47 +50,74 @@ pub(super) fn reopen(out: &mut tap::Out, path: Option<&Path>, json: bool) {
     match open(path) {
         Ok(file) if path.is_some() => {
             out.replace(file);
-            let text = "log file reopened".to_string();
-            note(out, json, "master", "log_reopened", Fields::new(), text);
+            note(out, json, &Event::LogReopened);
         }
         Ok(_) => {}
         Err(e) => {
-            let mut fields = Fields::new();
-            fields.insert("error".into(), e.to_string().into());
-            let text = format!("cannot reopen the log: {e}");
-            note(out, json, "master", "log_reopen_failed", fields, text);
+            let error = e.to_string().into();
+            note(out, json, &Event::LogReopenFailed { error });
         }
     }
 }
 
 /// A line of the writer's own, in the log's format.
-pub(super) fn note(
-    out: &mut impl Write,
-    json: bool,
-    component: &str,
-    name: &'static str,
-    fields: Fields,
-    text: String,
-) {
+pub(super) fn note(out: &mut impl Write, json: bool, event: &Event<'_>) {
     let now = timefmt::now_millis();
     match json {
-        true => {
-            let component = component.to_string();
-            let event = Event {
-                component,
-                name,
-                fields,
-                text,
-            };
-            write_event(out, now, event)
+        true => write_body(out, now, &json_body("sluice", event)),
+        false => {
+            let line = format!("sluice/{}: {event}", event.component());
+            write_line(out, now, &line)
         }
-        false => write_line(out, now, &format!("sluice/{component}: {text}")),
     }
+}
+
+/// An event's JSON object without its `ts`: the event's own fields
+/// (`event` first), then `program`, `component`, `queue_id` (null when
+/// the event has none) and `text`, the human line (unless the event has a
+/// `text` of its own). Serialised straight from the event into one buffer.
+pub(super) fn json_body(program: &str, event: &Event<'_>) -> Vec<u8> {
+    /// The human line, escaped as it is written (no string made first).
+    struct Line<'e, 'a>(&'e Event<'a>);
+    impl serde::Serialize for Line<'_, '_> {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            s.collect_str(self.0)
+        }
+    }
+    let mut buf = Vec::with_capacity(256);
+    // Writing to memory fails only for a value serde cannot write; the
+    // line then says so rather than being lost.
+    if serde_json::to_writer(&mut buf, event).is_err() || buf.last() != Some(&b'}') {
+        buf.clear();
+        buf.extend_from_slice(br#"{"event":"unwritable"}"#);
+    }
+    buf.pop();
+    buf.extend_from_slice(br#","program":"#);
+    let _ = serde_json::to_writer(&mut buf, program);
+    buf.extend_from_slice(br#","component":"#);
+    let _ = serde_json::to_writer(&mut buf, event.component());
+    if event.queue_id().is_none() {
+        buf.extend_from_slice(br#","queue_id":null"#);
+    }
+    if !event.has_text_field() {
+        buf.extend_from_slice(br#","text":"#);
+        let _ = serde_json::to_writer(&mut buf, &Line(event));
+    }
+    buf.push(b'}');
+    buf
+}
+
+/// One JSON line: `{"ts":…,` and the body made by [`json_body`].
+pub(super) fn write_body(out: &mut impl Write, millis: u64, body: &[u8]) {
+    let ts = timefmt::iso8601(millis);
+    let _ = write!(out, "{{\"ts\":\"{ts}\",");
+    let _ = out.write_all(body.get(1..).unwrap_or_default());
+    let _ = out.write_all(b"\n");
 }
 
 /// An event as one JSON object: `ts`, `program`, `component`, `event`,
 /// `queue_id` (null when none), `text`, then the event's own fields.
-pub(super) fn write_event(out: &mut impl Write, millis: u64, event: Event) {
+pub(super) fn write_event(out: &mut impl Write, millis: u64, event: Legacy) {
     let mut object = Fields::new();
     object.insert("ts".into(), timefmt::iso8601(millis).into());
     object.insert("program".into(), "sluice".into());
