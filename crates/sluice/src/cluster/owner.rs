@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use super::Cluster;
-use crate::event;
+use crate::log::Event;
 use crate::log::Logger;
 
 /// Keeps the name if it is this process's or free; 1 if kept, 0 if
@@ -68,38 +68,25 @@ pub async fn register(cluster: &Cluster, logger: &Logger) -> Result<(), NameInUs
             Ok(Ok(false)) => {
                 if !logged {
                     logged = true;
-                    event!(
-                        logger,
-                        "cluster",
-                        "node_name_wait",
-                        { node: cluster.node(), wait_ms: wait.as_millis() as u64 },
-                        "node name {} is held in Redis by another process: waiting up to {} ms for it to lapse",
-                        cluster.node(),
-                        wait.as_millis()
-                    );
+                    logger.emit(&Event::NodeNameWait {
+                        node: cluster.node().into(),
+                        wait_ms: wait.as_millis() as u64,
+                    });
                 }
                 tokio::time::sleep(Duration::from_millis(config.heartbeat_ms.max(100))).await;
             }
             Ok(Err(e)) => {
-                event!(
-                    logger,
-                    "cluster",
-                    "node_name_unchecked",
-                    { node: cluster.node(), error: e.to_string() },
-                    "cannot register node name {} in Redis ({e}): starting without the check",
-                    cluster.node()
-                );
+                logger.emit(&Event::NodeNameUnchecked {
+                    node: cluster.node().into(),
+                    error: e.to_string().into(),
+                });
                 return Ok(());
             }
             Err(_) => {
-                event!(
-                    logger,
-                    "cluster",
-                    "node_name_unchecked",
-                    { node: cluster.node(), error: "no answer in 2 s" },
-                    "Redis did not answer in 2 s: node name {} not checked",
-                    cluster.node()
-                );
+                logger.emit(&Event::NodeNameUnchecked {
+                    node: cluster.node().into(),
+                    error: "no answer in 2 s".into(),
+                });
                 return Ok(());
             }
         }

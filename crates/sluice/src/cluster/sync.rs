@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use super::Cluster;
-use crate::event;
+use crate::log::Event;
 use crate::log::Logger;
 
 /// Marks this node alive and returns the nodes alive (seen within
@@ -58,13 +58,9 @@ async fn run(cluster: Arc<Cluster>, logger: Logger) {
     let client = match redis::Client::open(cluster.config.redis_url.as_str()) {
         Ok(c) => Some(c),
         Err(e) => {
-            event!(
-                logger,
-                "cluster",
-                "redis_unusable",
-                { error: e.to_string() },
-                "redis_url cannot be used: {e}; each node keeps its share of every cap"
-            );
+            logger.emit(&Event::RedisUnusable {
+                error: e.to_string().into(),
+            });
             None
         }
     };
@@ -83,28 +79,19 @@ async fn run(cluster: Arc<Cluster>, logger: Logger) {
             match round(client, &mut conn, &cluster, &scripts, beat, &logger).await {
                 Ok(()) if down => {
                     down = false;
-                    event!(
-                        logger,
-                        "cluster",
-                        "redis_back",
-                        { node: cluster.node(), live_nodes: cluster.live_nodes() },
-                        "redis reachable again: node {} back on shared limits ({} nodes alive)",
-                        cluster.node,
-                        cluster.live_nodes()
-                    );
+                    logger.emit(&Event::RedisBack {
+                        node: cluster.node().into(),
+                        live_nodes: cluster.live_nodes() as u64,
+                    });
                 }
                 Ok(()) => {}
                 Err(e) => {
                     if !down {
                         down = true;
-                        event!(
-                            logger,
-                            "cluster",
-                            "redis_lost",
-                            { node: cluster.node(), error: e.to_string() },
-                            "redis unavailable: {e}; node {} keeps its share of every cap",
-                            cluster.node
-                        );
+                        logger.emit(&Event::RedisLost {
+                            node: cluster.node().into(),
+                            error: e.to_string().into(),
+                        });
                     }
                     conn = None;
                     cluster.round_failed();
@@ -121,13 +108,10 @@ async fn run(cluster: Arc<Cluster>, logger: Logger) {
                 if let Some(con) = conn.as_mut() {
                     if let Err(e) = leave(con, &cluster, &scripts).await {
                         let lapse = cluster.config.lease_secs;
-                        event!(
-                            logger,
-                            "cluster",
-                            "leases_not_returned",
-                            { error: e.to_string(), lapse_secs: lapse },
-                            "leases not given back at stop: {e}; they lapse in {lapse} s"
-                        );
+                        logger.emit(&Event::LeasesNotReturned {
+            error: e.to_string().into(),
+            lapse_secs: lapse,
+        });
                     }
                 }
                 cluster.released.notify_one();
@@ -247,22 +231,12 @@ async fn round(
             .swap(taken, std::sync::atomic::Ordering::Relaxed)
     {
         match taken {
-            true => event!(
-                logger,
-                "cluster",
-                "node_name_taken",
-                { node: cluster.node() },
-                "error: another live process uses node name {} (two incarnations alternate: copies and caps are confused): give each node its own `node`",
-                cluster.node()
-            ),
-            false => event!(
-                logger,
-                "cluster",
-                "node_name_back",
-                { node: cluster.node() },
-                "node name {} is this process's again",
-                cluster.node()
-            ),
+            true => logger.emit(&Event::NodeNameTaken {
+                node: cluster.node().into(),
+            }),
+            false => logger.emit(&Event::NodeNameBack {
+                node: cluster.node().into(),
+            }),
         }
     }
     if cluster.config.shadow {
@@ -329,14 +303,10 @@ async fn sync_dead(
         .map(|p| (p[0].clone(), p[1].parse().unwrap_or(0)))
         .collect();
     for (addr, left) in cluster.dead_learned(known) {
-        event!(
-            logger,
-            "cluster",
-            "dead_mark_shared",
-            { addr: addr.to_string(), secs: left.as_secs() },
-            "{addr}: marked dead by a node of the cluster, for {} s",
-            left.as_secs()
-        );
+        logger.emit(&Event::DeadMarkShared {
+            addr: addr.to_string().into(),
+            secs: left.as_secs(),
+        });
     }
     Ok(())
 }

@@ -146,13 +146,10 @@ async fn peer_addresses(peers: &[String], logger: &Logger) -> Vec<std::net::IpAd
     for peer in peers {
         match tokio::net::lookup_host(peer.as_str()).await {
             Ok(addrs) => out.extend(addrs.map(|a| a.ip().to_canonical())),
-            Err(e) => crate::event!(
-                logger,
-                "shadow",
-                "shadow_peer_unresolved",
-                { peer: peer, error: e.to_string() },
-                "peer {peer}: cannot resolve it ({e}); no links are taken from it"
-            ),
+            Err(e) => logger.emit(&crate::log::Event::ShadowPeerUnresolved {
+                peer: peer.to_string().into(),
+                error: e.to_string().into(),
+            }),
         }
     }
     out

@@ -16,8 +16,7 @@ use sluice_spool::Envelope;
 
 use super::store::Entry;
 use super::{Intake, Refusal, Stored};
-use crate::event;
-use crate::log::qid;
+use crate::log::{Event, Qid};
 
 /// A copy claimed from a dead peer, its finished recipients taken out.
 pub struct ClaimedCopy {
@@ -44,25 +43,14 @@ impl Intake {
         let body = Arc::new(body);
         let body_ref = self.commit(&envelope, &body, Entry::Adopted).await?;
         let id = envelope.id;
-        event!(
-            self.logger,
-            "shadow",
-            "adopted",
-            {
-                queue_id: qid(id),
-                origin: origin,
-                origin_queue_id: qid(origin_id),
-                from: envelope.sender,
-                size: body.len(),
-                nrcpt: envelope.recipients.len(),
-            },
-            "{}: adopted from node {origin} (its {}), from=<{}>, size={}, nrcpt={} (queue active)",
-            qid(id),
-            qid(origin_id),
-            envelope.sender,
-            body.len(),
-            envelope.recipients.len()
-        );
+        self.logger.emit(&Event::Adopted {
+            queue_id: Qid(id),
+            origin: origin.into(),
+            origin_queue_id: Qid(origin_id),
+            from: envelope.sender.as_str().into(),
+            size: body.len() as u64,
+            nrcpt: envelope.recipients.len() as u64,
+        });
         (self.handoff)
             .hand_off(Stored {
                 envelope,

@@ -68,10 +68,11 @@ async fn send_many(addr: std::net::SocketAddr, n: usize, tag: &str) {
     }
 }
 
-/// Waits until both nodes have logged the event `name`, about themselves.
-async fn both_log(dir: &std::path::Path, name: &str) {
+/// Waits until both nodes have logged an event (`name`, for the failure
+/// message) that `about` says is about the node named.
+async fn both_log(dir: &std::path::Path, name: &str, about: impl Fn(&Event, &str) -> bool) {
     for node in ["n1", "n2"] {
-        let said = || has_event(&dir.join(node), name, |e| e["node"] == node);
+        let said = || any_logged(&dir.join(node), |e| about(e, node));
         assert!(
             wait_until(10, said).await,
             "{node}: no {name:?}\n{}",
@@ -129,12 +130,14 @@ async fn with_redis_gone_each_node_delivers_with_its_share() {
     assert!(wait_until(10, both_seen).await, "{}", logs(&dir));
 
     redis.kill();
-    both_log(&dir, "redis_lost").await;
+    let lost = |e: &Event, node: &str| matches!(e, Event::RedisLost { node: n, .. } if n == node);
+    both_log(&dir, "redis_lost", lost).await;
     tokio::join!(send_many(a1, 20, "one"), send_many(a2, 20, "two"));
     all_arrived_within_cap(&sink, 40, 4, &dir).await;
 
     redis.restart();
-    both_log(&dir, "redis_back").await;
+    let back = |e: &Event, node: &str| matches!(e, Event::RedisBack { node: n, .. } if n == node);
+    both_log(&dir, "redis_back", back).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -188,22 +191,30 @@ async fn a_host_one_node_found_dead_is_spared_by_the_other() {
     let (_n2, a2) = start(node("n2")).await;
 
     send_many(a1, 1, "one").await;
-    let n1_tried = || !events_named(&dir.join("n1"), "connect_failed").is_empty();
+    let n1_tried = || any_logged(&dir.join("n1"), |e| matches!(e, Event::ConnectFailed(_)));
     assert!(wait_until(10, n1_tried).await, "{}", logs(&dir));
-    let n2_learned = || !events_named(&dir.join("n2"), "dead_mark_shared").is_empty();
+    let n2_learned = || {
+        any_logged(&dir.join("n2"), |e| {
+            matches!(e, Event::DeadMarkShared { .. })
+        })
+    };
     assert!(wait_until(10, n2_learned).await, "{}", logs(&dir));
 
     send_many(a2, 1, "two").await;
-    let deferred = |e: &serde_json::Value| e["event"] == "delivery" && e["status"] == "deferred";
-    let n2_deferred = || events(&dir.join("n2")).iter().any(deferred);
+    let deferred = |e: &Event| matches!(e, Event::Delivery { status, .. } if status == "deferred");
+    let n2_deferred = || any_logged(&dir.join("n2"), deferred);
     assert!(wait_until(10, n2_deferred).await, "{}", logs(&dir));
     // n2's only word on it is the dead-host cache's, no attempt of its own.
-    let fails = events_named(&dir.join("n2"), "connect_failed");
-    let cached = |e: &serde_json::Value| {
-        e["error"]
-            .as_str()
-            .unwrap_or("")
-            .contains("dead-host cache")
+    let fails: Vec<Event> = logged_events(&dir.join("n2"))
+        .into_iter()
+        .filter(|e| matches!(e, Event::ConnectFailed(_)))
+        .collect();
+    let cached = |e: &Event| match e {
+        Event::ConnectFailed(ConnectFailed::Host { error, .. })
+        | Event::ConnectFailed(ConnectFailed::Job { error, .. }) => {
+            error.contains("dead-host cache")
+        }
+        _ => false,
     };
     assert!(
         !fails.is_empty() && fails.iter().all(cached),

@@ -62,9 +62,9 @@ async fn a_node_killed_with_its_spool_loses_no_acknowledged_message() {
     // balancer before the load starts.
     let started = || {
         (1..=3).all(|n| {
-            events_in(&dir.join(format!("n{n}/maillog")))
+            logged_in(&dir.join(format!("n{n}/maillog")))
                 .iter()
-                .any(|e| e["event"] == "listening")
+                .any(|l| matches!(l.event, Event::Listening { .. }))
         })
     };
     assert!(wait_until(30, started).await, "a node did not start");
@@ -183,7 +183,11 @@ async fn a_node_back_without_its_spool_has_its_copies_delivered_by_its_peer() {
     for _ in 0..3 {
         assert!(stranger_reads(lan, lan.hub(), holder).await.is_empty());
     }
-    let refusals = || events_named(&dir.join("n2"), "shadow_strangers_refused").len();
+    let refusals = || {
+        count_logged(&dir.join("n2"), |e| {
+            matches!(e, Event::ShadowStrangersRefused { .. })
+        })
+    };
     assert!(
         wait_until(5, || refusals() >= 1).await,
         "{}",
@@ -205,7 +209,10 @@ async fn a_node_back_without_its_spool_has_its_copies_delivered_by_its_peer() {
     pair.restart_n1();
     let claimed = || pair.claimed("n2", "n1") >= 10;
     assert!(wait_until(30, claimed).await, "{}", pair.log("n2"));
-    assert!(pair.said("n2", "shadow_new_incarnation", "n1"));
+    assert!(pair.said("n2", |e| matches!(
+        e,
+        Event::ShadowNewIncarnation { origin, .. } if origin == "n1"
+    )));
 
     // The next hop is back: each message arrives once, from n2.
     pair.hop_back_and_receive_once("s", 10, 30).await;
@@ -223,7 +230,12 @@ async fn a_node_stopped_cleanly_is_waited_for_not_claimed() {
     first.wait().unwrap();
     // (`shadow_claimed`, which must not appear here, is the event the
     // tests above wait for: a misspelt name could not pass them.)
-    let waits = || pair.said("n2", "shadow_waiting", "n1");
+    let waits = || {
+        pair.said(
+            "n2",
+            |e| matches!(e, Event::ShadowWaiting { origin } if origin == "n1"),
+        )
+    };
     assert!(wait_until(30, waits).await, "{}", pair.log("n2"));
     assert_eq!(pair.claimed("n2", "n1"), 0, "{}", pair.log("n2"));
 

@@ -30,9 +30,8 @@ use tokio::time::Instant;
 use super::holder::{Copies, Holder};
 use super::lock;
 use crate::cluster::Cluster;
-use crate::event;
 use crate::intake::{ClaimedCopy, Intake};
-use crate::log::qid;
+use crate::log::{Event, Qid};
 
 /// A claim key lives this long (longer than any queue lifetime).
 const CLAIM_TTL_SECS: u64 = 30 * 86_400;
@@ -102,14 +101,9 @@ pub fn start(
                 }
                 if !superseded && stopped.unwrap_or(true) {
                     if !copies.waiting.swap(true, Ordering::Relaxed) {
-                        event!(
-                            holder.logger,
-                            "shadow",
-                            "shadow_waiting",
-                            { origin: copies.origin },
-                            "node {} stopped cleanly: its copies wait for it (shadow_away_secs)",
-                            copies.origin
-                        );
+                        holder.logger.emit(&Event::ShadowWaiting {
+                            origin: copies.origin.as_str().into(),
+                        });
                     }
                     continue;
                 }
@@ -120,14 +114,10 @@ pub fn start(
                     intake: &intake,
                 };
                 if let Err(e) = claim(&holder, &copies, to).await {
-                    event!(
-                        holder.logger,
-                        "shadow",
-                        "shadow_claim_cut_short",
-                        { origin: copies.origin, error: e.to_string() },
-                        "claim of node {}'s copies cut short: {e}; resumed at the next heartbeat",
-                        copies.origin
-                    );
+                    holder.logger.emit(&Event::ShadowClaimCutShort {
+                        origin: copies.origin.as_str().into(),
+                        error: e.to_string().into(),
+                    });
                 }
             }
         }
@@ -248,14 +238,11 @@ async fn claim_all(
 ) -> Result<(), ClaimError> {
     let (origin, inc) = (&copies.origin, copies.incarnation);
     if !recovered.is_empty() {
-        event!(
-            holder.logger,
-            "shadow",
-            "shadow_claiming",
-            { origin: origin, incarnation: format!("{inc:016x}"), copies: recovered.len() },
-            "node {origin} (incarnation {inc:016x}) is gone: claiming its {} copies",
-            recovered.len()
-        );
+        holder.logger.emit(&Event::ShadowClaiming {
+            origin: origin.into(),
+            incarnation: format!("{inc:016x}").into(),
+            copies: recovered.len() as u64,
+        });
     }
     let (mut queued, mut elsewhere) = (0usize, 0usize);
     for chunk in recovered.chunks(CHUNK) {
@@ -266,15 +253,11 @@ async fn claim_all(
         for (r, won) in chunk.iter().zip(won) {
             if won == 1 {
                 let new = adopt(spool, r, origin, to.intake).await?;
-                event!(
-                    holder.logger,
-                    "shadow",
-                    "shadow_claimed",
-                    { origin: origin, queue_id: qid(r.id), new_id: qid(new) },
-                    "{}: claimed from node {origin}, queued as {}",
-                    qid(r.id),
-                    qid(new)
-                );
+                holder.logger.emit(&Event::ShadowClaimed {
+                    origin: origin.into(),
+                    queue_id: Qid(r.id),
+                    new_id: Qid(new),
+                });
                 queued += 1;
             } else {
                 elsewhere += 1;
@@ -283,13 +266,11 @@ async fn claim_all(
         }
     }
     if !recovered.is_empty() {
-        event!(
-            holder.logger,
-            "shadow",
-            "shadow_claim_done",
-            { origin: origin, queued: queued, elsewhere: elsewhere },
-            "node {origin}: {queued} copies queued here, {elsewhere} claimed by another peer"
-        );
+        holder.logger.emit(&Event::ShadowClaimDone {
+            origin: origin.into(),
+            queued: queued as u64,
+            elsewhere: elsewhere as u64,
+        });
     }
     Ok(())
 }

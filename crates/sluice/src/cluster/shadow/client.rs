@@ -27,7 +27,7 @@ use tokio::time::Instant;
 use super::tls::LinkTls;
 use super::wire::{self, Outcome, WireError};
 use super::{lock, random};
-use crate::event;
+use crate::log::Event;
 use crate::log::Logger;
 
 /// Outcomes kept for one peer while it is away, at most.
@@ -159,14 +159,9 @@ impl Shadow {
                 Ok(Ok(())) => {
                     *lock(&link.failed_at) = None;
                     if link.away.swap(false, Ordering::Relaxed) {
-                        event!(
-                            self.logger,
-                            "shadow",
-                            "shadow_peer_back",
-                            { peer: link.addr },
-                            "peer {} takes copies again",
-                            link.addr
-                        );
+                        self.logger.emit(&Event::ShadowPeerBack {
+                            peer: link.addr.to_string().into(),
+                        });
                     }
                     self.current.store(i, Ordering::Relaxed);
                     return Ok(());
@@ -181,13 +176,10 @@ impl Shadow {
                 *conn = None;
             }
             if !link.away.swap(true, Ordering::Relaxed) {
-                event!(
-                    self.logger,
-                    "shadow",
-                    "shadow_peer_away",
-                    { peer: link.addr, error: last },
-                    "peer set aside: {last}"
-                );
+                self.logger.emit(&Event::ShadowPeerAway {
+                    peer: link.addr.to_string().into(),
+                    error: last.to_string().into(),
+                });
             }
         }
         Err(ShadowError::NoPeer(last))
@@ -243,34 +235,24 @@ impl Shadow {
         if kind == wire::WELCOME
             && !wire::mac_ok(&self.secret, b"sluice-shadow-welcome", &fields, &why)
         {
-            event!(
-                self.logger,
-                "shadow",
-                "shadow_peer_unproven",
-                { peer: addr },
-                "peer {addr} could not prove the shadow_secret: not a peer"
-            );
+            self.logger.emit(&Event::ShadowPeerUnproven {
+                peer: addr.to_string().into(),
+            });
             return Err(WireError::Malformed("peer's welcome not proven"));
         }
         if kind != wire::WELCOME {
             let why = String::from_utf8_lossy(&why).into_owned();
-            event!(
-                self.logger,
-                "shadow",
-                "shadow_refused_by_peer",
-                { peer: addr, reason: why },
-                "peer {addr} refused this node: {why}"
-            );
+            self.logger.emit(&Event::ShadowRefusedByPeer {
+                peer: addr.to_string().into(),
+                reason: why.to_string().into(),
+            });
             return Err(WireError::Malformed("peer refused the hello"));
         }
         if !self.linked_to(addr, &holder) {
-            event!(
-                self.logger,
-                "shadow",
-                "shadow_peer_linked",
-                { peer: addr, node: holder },
-                "peer {addr} is node {holder}: copies go there"
-            );
+            self.logger.emit(&Event::ShadowPeerLinked {
+                peer: addr.to_string().into(),
+                node: holder.to_string().into(),
+            });
         }
         let (mut read, write) = tokio::io::split(stream);
         let (tx, rx) = mpsc::channel::<Vec<u8>>(1024);
@@ -412,14 +394,10 @@ async fn flush_outcomes(shadow: std::sync::Weak<Shadow>) {
                 if over > 0 {
                     backlog.drain(..over);
                     if !link.dropped.swap(true, Ordering::Relaxed) {
-                        event!(
-                            shadow.logger,
-                            "shadow",
-                            "shadow_outcomes_dropped",
-                            { peer: link.addr, kept: BACKLOG },
-                            "peer {} away: its oldest outcomes dropped (its copies of those messages stay until this node dies and they are claimed: duplicates)",
-                            link.addr
-                        );
+                        shadow.logger.emit(&Event::ShadowOutcomesDropped {
+                            peer: link.addr.to_string().into(),
+                            kept: BACKLOG as u64,
+                        });
                     }
                 }
                 if (backlog.is_empty() && !keepalive) || set_aside(link) {

@@ -31,8 +31,8 @@ use tokio::time::Instant;
 use super::tls::LinkTls;
 use super::wire::{self, WireError};
 use super::{lock, random};
-use crate::event;
 use crate::log::Logger;
+use crate::log::{Event, Qid};
 
 /// Copies of one link held in memory (read, not yet on disk), at most.
 const IN_FLIGHT: usize = 256;
@@ -123,13 +123,10 @@ impl Holder {
                 continue;
             };
             if let Err(e) = holder.copies_for(origin, inc) {
-                event!(
-                    holder.logger,
-                    "shadow",
-                    "shadow_copies_unreadable",
-                    { area: name, error: e.to_string() },
-                    "copies of {name} cannot be opened: {e}"
-                );
+                holder.logger.emit(&Event::ShadowCopiesUnreadable {
+                    area: name.to_string().into(),
+                    error: e.to_string().into(),
+                });
             }
         }
         Ok(holder)
@@ -148,14 +145,11 @@ impl Holder {
         };
         let (spool, recovered, _) = Spool::open(config).map_err(std::io::Error::other)?;
         if !recovered.is_empty() {
-            event!(
-                self.logger,
-                "shadow",
-                "shadow_holding",
-                { origin: origin, incarnation: format!("{inc:016x}"), copies: recovered.len() },
-                "holding {} copies for node {origin} (incarnation {inc:016x})",
-                recovered.len()
-            );
+            self.logger.emit(&Event::ShadowHolding {
+                origin: origin.to_string().into(),
+                incarnation: format!("{inc:016x}").into(),
+                copies: recovered.len() as u64,
+            });
         }
         let copies = Arc::new(Copies {
             origin: origin.to_string(),
@@ -193,13 +187,10 @@ impl Holder {
                 let holder = holder.clone();
                 tokio::spawn(async move {
                     if let Err(e) = holder.clone().link(stream, peer, permit).await {
-                        event!(
-                            holder.logger,
-                            "shadow",
-                            "shadow_link_ended",
-                            { peer: peer.to_string(), error: e.to_string() },
-                            "link from {peer} ended: {e}"
-                        );
+                        holder.logger.emit(&Event::ShadowLinkEnded {
+                            peer: peer.to_string().into(),
+                            error: e.to_string().into(),
+                        });
                     }
                 });
             }
@@ -214,14 +205,10 @@ impl Holder {
         if seen.1.is_some_and(|t| t.elapsed() < STRANGERS_LOGGED) {
             return;
         }
-        event!(
-            self.logger,
-            "shadow",
-            "shadow_strangers_refused",
-            { links: seen.0, last: peer.to_string() },
-            "refused {} link(s) from addresses not in peers (the last from {peer})",
-            seen.0
-        );
+        self.logger.emit(&Event::ShadowStrangersRefused {
+            links: seen.0,
+            last: peer.to_string().into(),
+        });
         *seen = (0, Some(Instant::now()));
     }
 
@@ -279,13 +266,10 @@ impl Holder {
             None
         };
         if let Some(why) = why {
-            event!(
-                self.logger,
-                "shadow",
-                "shadow_link_refused",
-                { peer: peer.to_string(), reason: why },
-                "refused a link from {peer}: {why}"
-            );
+            self.logger.emit(&Event::ShadowLinkRefused {
+                peer: peer.to_string().into(),
+                reason: why.to_string().into(),
+            });
             let refused = wire::frame(wire::REFUSED, |o| o.extend_from_slice(why.as_bytes()));
             stream.write_all(&refused).await?;
             return Ok(None);
@@ -353,16 +337,12 @@ impl Holder {
         use crate::message::flags::{MARK_HELD, MARK_RELEASED};
         let (held, released) = (marks & MARK_HELD != 0, marks & MARK_RELEASED != 0);
         if held || released {
-            crate::event!(
-                self.logger,
-                "shadow",
-                "copy_marked",
-                { origin: copies.origin.as_str(), queue_id: crate::log::qid(id), held: held, released: released },
-                "copy {} of node {}: {} on its origin",
-                crate::log::qid(id),
-                copies.origin,
-                if held { "held" } else { "released" }
-            );
+            self.logger.emit(&Event::CopyMarked {
+                origin: copies.origin.as_str().into(),
+                queue_id: Qid(id),
+                held,
+                released,
+            });
         }
     }
 
@@ -371,15 +351,10 @@ impl Holder {
     fn welcome(&self, hello: &wire::Hello) -> Result<Arc<Copies>, WireError> {
         let before = lock(&self.current).insert(hello.node.clone(), hello.incarnation);
         if before.is_some_and(|b| b != hello.incarnation) {
-            event!(
-                self.logger,
-                "shadow",
-                "shadow_new_incarnation",
-                { origin: hello.node, incarnation: format!("{:016x}", hello.incarnation) },
-                "node {} is back as a new incarnation {:016x}: its earlier copies are claimed",
-                hello.node,
-                hello.incarnation
-            );
+            self.logger.emit(&Event::ShadowNewIncarnation {
+                origin: hello.node.to_string().into(),
+                incarnation: format!("{:016x}", hello.incarnation).into(),
+            });
         }
         let copies = self.copies_for(&hello.node, hello.incarnation)?;
         *lock(&copies.absent_since) = None;

@@ -16,9 +16,9 @@ use std::sync::Arc;
 use sluice_spool::{BodyRef, Envelope};
 
 use super::Shadow;
-use crate::event;
 use crate::intake::store::{Entry, Store, StoreError};
-use crate::log::{qid, Logger};
+use crate::log::Logger;
+use crate::log::{Event, Qid};
 
 /// `S` (the local spool) mirrored on a peer through `Shadow`.
 pub struct Mirrored<S> {
@@ -61,14 +61,10 @@ impl<S: Store> Store for Mirrored<S> {
                 self.local.forget(envelope.id);
                 return Err(StoreError::NoReplica(e.to_string()));
             }
-            event!(
-                self.logger,
-                "shadow",
-                "shadow_not_copied",
-                { queue_id: qid(envelope.id), error: e.to_string() },
-                "{}: accepted without a shadow copy: {e}",
-                qid(envelope.id)
-            );
+            self.logger.emit(&Event::ShadowNotCopied {
+                queue_id: Qid(envelope.id),
+                error: e.to_string().into(),
+            });
         }
         Ok(body_ref)
     }

@@ -195,7 +195,7 @@ impl Event<'_> {
 
     /// The event has a field named `text` of its own, which the JSON line
     /// keeps in place of the human line (as it always did).
-    pub(crate) fn has_text_field(&self) -> bool {
+    pub fn has_text_field(&self) -> bool {
         matches!(self, Event::PolicyWarn { .. })
     }
 }

@@ -96,7 +96,7 @@ pub enum Reject<'a> {
         queue_id: Qid,
         cause: Text<'a>,
         code: u16,
-        dsn: Text<'a>,
+        dsn: Option<Text<'a>>,
         from: Text<'a>,
         #[serde(rename = "text", skip_serializing)]
         line: Text<'a>,

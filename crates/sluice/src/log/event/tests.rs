@@ -136,7 +136,7 @@ fn samples() -> Vec<Event<'static>> {
         Reject(super::Reject::LookupFailed { stage: t("rcpt"), client_ip: ip, to: t("c@d"), code: 451, dsn: t("4.3.0"), cause: t("lookup_failed"), error: t("ldap") }),
         Reject(super::Reject::Dnsbl { stage: t("connect"), client_ip: ip, code: 554, dsn: t("5.7.1"), cause: t("dnsbl"), list: t("zen.test") }),
         Reject(super::Reject::Queue { stage: t("queue"), queue_id: Q, cause: t("too_big"), error: t("too big"), from: t("a@b") }),
-        Reject(super::Reject::Data { stage: t("data"), queue_id: Q, cause: t("milter"), code: 550, dsn: t("5.7.1"), from: t("a@b"), line: t("1A2B3C4D: reject: end of data from [192.0.2.1]: 550 5.7.1 no; from=<a@b>") }),
+        Reject(super::Reject::Data { stage: t("data"), queue_id: Q, cause: t("milter"), code: 550, dsn: Some(t("5.7.1")), from: t("a@b"), line: t("1A2B3C4D: reject: end of data from [192.0.2.1]: 550 5.7.1 no; from=<a@b>") }),
         Reject(super::Reject::Connect { stage: t("connect"), client_ip: ip, code: 421, dsn: t("4.7.0"), cause: t("connection_rate") }),
         TlsIn { client_ip: ip, result: t("established"), detail: t("TLSv1.3") },
         TlsInFailed { client_ip: ip, error: t("bad") },

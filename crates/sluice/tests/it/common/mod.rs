@@ -7,6 +7,7 @@ pub mod dns_split;
 pub mod dovecot;
 pub mod haproxy;
 pub mod live;
+mod logged;
 pub mod milter_probe;
 pub mod netns;
 pub mod nsd;
@@ -25,6 +26,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 pub use client::{body, qid_of, take_reply, Client};
+pub use logged::*;
 pub use sluice::config::hop::{Cidr, NextHop};
 
 /// A network for `mynetworks` and the like.

@@ -202,10 +202,10 @@ pub async fn read_reply(
 /// How many copies of node `origin` the node logging to `dir` claimed
 /// (its `shadow_claimed` events).
 pub fn claimed_from(dir: &std::path::Path, origin: &str) -> usize {
-    events_named(dir, "shadow_claimed")
-        .iter()
-        .filter(|e| e["origin"] == origin)
-        .count()
+    count_logged(
+        dir,
+        |e| matches!(e, Event::ShadowClaimed { origin: o, .. } if o == origin),
+    )
 }
 
 pub fn received(sink: &Sink) -> HashMap<String, usize> {
@@ -306,9 +306,9 @@ impl Pair {
         claimed_from(&self.dir.join(node), origin)
     }
 
-    /// Whether `node` logged the event `name` about node `origin`.
-    pub fn said(&self, node: &str, name: &str, origin: &str) -> bool {
-        has_event(&self.dir.join(node), name, |e| e["origin"] == origin)
+    /// Whether `node` logged an event that satisfies `pred`.
+    pub fn said(&self, node: &str, pred: impl Fn(&Event) -> bool) -> bool {
+        any_logged(&self.dir.join(node), pred)
     }
 
     /// The next hop comes back: waits until `<tag>-0..n` have arrived,
