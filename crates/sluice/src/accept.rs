@@ -18,7 +18,7 @@
 use std::io;
 use std::time::Duration;
 
-use crate::event;
+use crate::log::Event;
 use crate::log::Logger;
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(10);
@@ -50,15 +50,11 @@ impl AcceptErrors {
     /// A connection was accepted: a burst of errors, if any, is over.
     pub fn accepted(&mut self) {
         if self.burst > 0 {
-            event!(
-                self.logger,
-                self.component,
-                "accept_recovered",
-                { listener: self.component, what: self.what, failures: self.burst },
-                "{}: accepting again after {} failed accepts",
-                self.what,
-                self.burst
-            );
+            self.logger.emit(&Event::AcceptRecovered {
+                listener: self.component.into(),
+                what: self.what.as_str().into(),
+                failures: self.burst,
+            });
             self.burst = 0;
             self.backoff = FIRST_BACKOFF;
         }
@@ -69,14 +65,11 @@ impl AcceptErrors {
     pub async fn failed(&mut self, err: io::Error) {
         self.burst += 1;
         if self.burst == 1 {
-            event!(
-                self.logger,
-                self.component,
-                "accept_failed",
-                { listener: self.component, what: self.what, error: err.to_string() },
-                "warning: {}: accept failed: {err}; backing off until it works again",
-                self.what
-            );
+            self.logger.emit(&Event::AcceptFailed {
+                listener: self.component.into(),
+                what: self.what.as_str().into(),
+                error: err.to_string().into(),
+            });
         }
         if is_per_connection(&err) {
             return;

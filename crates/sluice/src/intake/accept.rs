@@ -11,8 +11,8 @@ use super::sender_auth;
 use super::store::Entry;
 use super::{Accepted, Intake, Origin, Refusal, Stored, Submission};
 use crate::log::qid;
+use crate::log::{Event, Qid, Reject};
 use crate::message::body;
-use crate::{event, log};
 
 pub(super) async fn run(intake: &Intake, mut sub: Submission) -> Result<Accepted, Refusal> {
     let checked = complete(intake, &mut sub).and_then(|()| intake.check_hops(&sub.body));
@@ -35,12 +35,9 @@ pub(super) async fn run(intake: &Intake, mut sub: Submission) -> Result<Accepted
             held = Some(reason);
         }
         Verdict::Discard => {
-            log!(
-                intake.logger,
-                "cleanup",
-                "{}: discarded by a content filter (milter)",
-                qid(sub.id)
-            );
+            intake.logger.emit(&Event::MilterDiscard {
+                queue_id: Qid(sub.id),
+            });
             return Ok(Accepted::Discarded(sub.id));
         }
         Verdict::Refuse(reply) => {
@@ -50,12 +47,9 @@ pub(super) async fn run(intake: &Intake, mut sub: Submission) -> Result<Accepted
         }
     }
     if sub.recipients.is_empty() {
-        log!(
-            intake.logger,
-            "cleanup",
-            "{}: discarded (no recipients left)",
-            qid(sub.id)
-        );
+        intake.logger.emit(&Event::NoRecipientsLeft {
+            queue_id: Qid(sub.id),
+        });
         return Ok(Accepted::Discarded(sub.id));
     }
     let on_top = match &sub.origin {
@@ -79,14 +73,11 @@ pub(super) async fn run(intake: &Intake, mut sub: Submission) -> Result<Accepted
     }
     let stored = store(intake, sub).await;
     if let (Ok(Accepted::Queued(id)), Some(reason)) = (&stored, held) {
-        event!(
-            intake.logger,
-            "cleanup",
-            "hold",
-            { queue_id: qid(*id), cause: "milter", reason: reason },
-            "{}: milter-hold: {reason}",
-            qid(*id)
-        );
+        intake.logger.emit(&Event::Hold {
+            queue_id: Qid(*id),
+            cause: "milter".into(),
+            reason: reason.as_str().into(),
+        });
     }
     stored
 }
@@ -150,13 +141,11 @@ async fn filter(intake: &Intake, sub: &mut Submission) -> Verdict {
     let id = qid(sub.id);
     let logger = intake.logger.clone();
     let mut on_error = |service: &crate::config::services::ServiceAddr, e: &MilterError| {
-        event!(
-            logger,
-            "cleanup",
-            "milter_failed",
-            { queue_id: id, milter: service.to_string(), error: e.to_string() },
-            "{id}: milter {service}: {e}"
-        );
+        logger.emit(&Event::MilterFailed {
+            queue_id: Qid(sub.id),
+            milter: service.to_string().into(),
+            error: e.to_string().into(),
+        });
     };
     let envelope = (&mut sub.sender, &mut sub.recipients);
     milters
@@ -214,48 +203,38 @@ fn sign(intake: &Intake, sub: &Submission) -> String {
             (true, true) => None,
         };
         if let Some(cause) = cause {
-            event!(
-                intake.logger,
-                "cleanup",
-                "dkim_not_signed",
-                { queue_id: qid(sub.id), cause: cause, from: from, user: own },
-                "{}: not DKIM-signed: local user {own} sent it with From: <{from}> ({cause})",
-                qid(sub.id)
-            );
+            intake.logger.emit(&Event::DkimNotSigned {
+                queue_id: Qid(sub.id),
+                cause: cause.into(),
+                from: from.as_str().into(),
+                user: own.as_str().into(),
+            });
             return String::new();
         }
     }
     let authenticated = matches!(&sub.origin, Origin::Smtp(c) if c.authenticated);
     let hostname = &intake.config.hostname;
     if !authenticated && body::carries_our_trace(&sub.body, hostname) {
-        log!(
-            intake.logger,
-            "cleanup",
-            "{}: not DKIM-signed: it already passed through {hostname} (a loop)",
-            qid(sub.id)
-        );
+        intake.logger.emit(&Event::DkimLoop {
+            queue_id: Qid(sub.id),
+            hostname: hostname.to_string().into(),
+        });
         return String::new();
     }
     match intake.dkim.sign(&sub.body) {
         None => String::new(),
         Some(Ok((header, domain))) => {
-            event!(
-                intake.logger,
-                "cleanup",
-                "dkim_signed",
-                { queue_id: qid(sub.id), domain: domain },
-                "{}: DKIM-Signature added (d={domain})",
-                qid(sub.id)
-            );
+            intake.logger.emit(&Event::DkimSigned {
+                queue_id: Qid(sub.id),
+                domain: domain.into(),
+            });
             header
         }
         Some(Err(e)) => {
-            log!(
-                intake.logger,
-                "cleanup",
-                "{}: warning: DKIM signing failed: {e}; sent unsigned",
-                qid(sub.id)
-            );
+            intake.logger.emit(&Event::DkimFailed {
+                queue_id: Qid(sub.id),
+                error: e.to_string().into(),
+            });
             String::new()
         }
     }
@@ -282,23 +261,21 @@ async fn check_sender(
             intake.config.smtpd.dkim_verify_max_signatures,
         )
         .await;
-    event!(
-        intake.logger,
-        "cleanup",
-        "sender_auth",
-        {
-            queue_id: qid(sub.id),
-            spf: verdict.spf,
-            dkim: verdict.dkim,
-            dkim_not_evaluated: verdict.skipped,
-            dmarc: verdict.dmarc,
-            policy: verdict.policy,
-            from_domain: verdict.from_domain,
-        },
-        "{}: sender authentication: {}",
-        qid(sub.id),
-        verdict.summary
-    );
+    intake.logger.emit(&Event::SenderAuth {
+        queue_id: Qid(sub.id),
+        spf: verdict.spf.as_str().into(),
+        dkim: verdict.dkim.iter().map(|d| d.as_str().into()).collect(),
+        dkim_not_evaluated: verdict.skipped as u64,
+        dmarc: verdict.dmarc.into(),
+        policy: verdict.policy.as_str().into(),
+        from_domain: verdict.from_domain.as_str().into(),
+        line: format!(
+            "{}: sender authentication: {}",
+            Qid(sub.id),
+            verdict.summary
+        )
+        .into(),
+    });
     match verdict.reject {
         Some(reply) => Err(Refusal::Dmarc(reply)),
         None => Ok(verdict.header),
@@ -345,21 +322,13 @@ async fn store(intake: &Intake, sub: Submission) -> Result<Accepted, Refusal> {
             Ok(Accepted::Queued(id))
         }
         Err(refusal) => {
-            event!(
-                intake.logger,
-                "cleanup",
-                "reject",
-                {
-                    stage: "queue",
-                    queue_id: qid(envelope.id),
-                    cause: refusal.cause(),
-                    error: refusal.to_string(),
-                    from: envelope.sender,
-                },
-                "{}: reject: {refusal}; from=<{}>",
-                qid(envelope.id),
-                envelope.sender
-            );
+            intake.logger.emit(&Event::Reject(Reject::Queue {
+                stage: "queue".into(),
+                queue_id: Qid(envelope.id),
+                cause: refusal.cause().into(),
+                error: refusal.to_string().into(),
+                from: envelope.sender.as_str().into(),
+            }));
             Err(refusal)
         }
     }
@@ -374,22 +343,20 @@ fn log_refusal(intake: &Intake, sub: &Submission, refusal: &Refusal) {
         Origin::Notice => "a notice".into(),
     };
     let reply = refusal.reply();
-    event!(
-        intake.logger,
-        "cleanup",
-        "reject",
-        {
-            stage: "data",
-            queue_id: qid(sub.id),
-            cause: refusal.cause(),
-            code: reply.code,
-            dsn: reply.status,
-            from: sub.sender,
-        },
-        "{}: reject: end of data from {from}: {reply}; from=<{}>",
-        qid(sub.id),
-        sub.sender
-    );
+    intake.logger.emit(&Event::Reject(Reject::Data {
+        stage: "data".into(),
+        queue_id: Qid(sub.id),
+        cause: refusal.cause().into(),
+        code: reply.code,
+        dsn: reply.status.map(|s| s.to_string().into()),
+        from: sub.sender.as_str().into(),
+        line: format!(
+            "{}: reject: end of data from {from}: {reply}; from=<{}>",
+            Qid(sub.id),
+            sub.sender
+        )
+        .into(),
+    }));
 }
 
 /// The address each of `recipients` was given as, in their order (empty

@@ -52,8 +52,8 @@ use sluice_proto::data::{self, DataFlaws};
 use sluice_spool::{BodyRef, Dsn, Envelope, Spool};
 
 use crate::config::Config;
-use crate::event;
-use crate::log::{qid, Logger};
+use crate::log::Logger;
+use crate::log::{Event, Qid};
 use crate::message::body;
 use crate::routing::mailboxes::{Resolution, VirtualMailboxes};
 pub use refusal::Refusal;
@@ -249,7 +249,7 @@ impl Intake {
     /// The message's first line in the log, under the door's name (as
     /// Postfix's smtpd logs `client=`): `grep QUEUEID` starts here.
     fn log_queued(&self, origin: &Origin, env: &Envelope, size: usize) {
-        let (door, from) = match origin {
+        let (door, _from) = match origin {
             Origin::Smtp(c) => (
                 "smtpd",
                 format!("client=[{}]:{}", c.peer.ip(), c.peer.port()),
@@ -265,25 +265,16 @@ impl Intake {
             Origin::Local { uid, .. } => (None, None, *uid),
             Origin::Notice => (None, None, None),
         };
-        event!(
-            self.logger,
-            door,
-            "received",
-            {
-                queue_id: qid(env.id),
-                origin: door,
-                client_ip: client_ip,
-                client_port: client_port,
-                uid: uid,
-                from: env.sender,
-                size: size,
-                nrcpt: env.recipients.len(),
-            },
-            "{}: {from}, from=<{}>, size={size}, nrcpt={} (queue active)",
-            qid(env.id),
-            env.sender,
-            env.recipients.len()
-        );
+        self.logger.emit(&Event::Received {
+            queue_id: Qid(env.id),
+            origin: door.into(),
+            client_ip,
+            client_port,
+            uid,
+            from: env.sender.as_str().into(),
+            size: size as u64,
+            nrcpt: env.recipients.len() as u64,
+        });
     }
 }
 

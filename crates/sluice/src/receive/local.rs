@@ -21,9 +21,9 @@ use std::sync::Arc;
 
 use sluice_proto::address::parse_mailbox;
 
-use crate::event;
 use crate::intake::refusal::{EX_DATAERR, EX_NOUSER};
 use crate::intake::{Accepted, Intake, LocalUser, Origin, Submission};
+use crate::log::Event;
 use crate::log::{qid, Logger};
 
 /// What is needed to take a submission.
@@ -127,13 +127,11 @@ impl Submitter {
             .own_address(uid)
             .ok_or(UnknownSubmitter::NoAccount(uid))?;
         if !asked.eq_ignore_ascii_case(&own) {
-            event!(
-                self.logger,
-                "sendmail",
-                "sender_replaced",
-                { uid: uid, asked: asked, sender: own },
-                "uid={uid}: sender <{asked}> replaced by <{own}> (not a trusted user)"
-            );
+            self.logger.emit(&Event::SenderReplaced {
+                uid,
+                asked: asked.into(),
+                sender: own.as_str().into(),
+            });
         }
         Ok(own)
     }

@@ -25,6 +25,7 @@ use crate::config::Config;
 
 mod targets;
 use crate::log::Logger;
+use crate::log::{ConnectFailed, Event, Qid};
 use crate::message::body;
 use crate::message::status::{Enhanced, Outcome, Relay, Reply};
 use crate::queue::{
@@ -183,11 +184,9 @@ impl SmtpWorker {
         }
         let hosts = dane.secure_mx_hosts(domain).await?;
         if hosts.is_none() {
-            crate::log!(
-                self.logger,
-                "smtp",
-                "DANE: MX RRset of {domain} is not DNSSEC-validated: opportunistic TLS"
-            );
+            self.logger.emit(&Event::DaneUnvalidated {
+                domain: domain.into(),
+            });
         }
         Ok(hosts)
     }
@@ -206,14 +205,10 @@ impl SmtpWorker {
             .partition(|(name, _)| validated.contains(&host_name(name)));
         if !dropped.is_empty() {
             let names: Vec<&str> = dropped.iter().map(|(n, _)| n.as_str()).collect();
-            crate::event!(
-                self.logger,
-                "smtp",
-                "dane_excluded",
-                { domain: domain, hosts: names },
-                "DANE: {} not in its DNSSEC-validated MX RRset of {domain}: not used",
-                names.join(", ")
-            );
+            self.logger.emit(&Event::DaneExcluded {
+                domain: domain.into(),
+                hosts: names.iter().map(|&n| n.into()).collect(),
+            });
         }
         if kept.is_empty() {
             return Err(Unreachable::Temporary(format!(
@@ -249,7 +244,9 @@ impl SmtpWorker {
             let dane = match self.dane_host(name, addr.port()).await {
                 Ok(d) => d,
                 Err(e) => {
-                    crate::log!(self.logger, "smtp", "{e}");
+                    self.logger.emit(&Event::DaneUnusable {
+                        line: e.to_string().into(),
+                    });
                     why = NoConnection::Dane(e);
                     continue;
                 }
@@ -260,21 +257,15 @@ impl SmtpWorker {
                     return Ok((conn, targets[i + 1..].to_vec()));
                 }
                 Err(e) => {
-                    crate::event!(
-                        self.logger,
-                        "smtp",
-                        "connect_failed",
-                        {
-                            host: name,
-                            ip: addr.ip(),
-                            port: addr.port(),
-                            down: e.host_is_down(),
-                            tls: e.tls_failed(),
-                            error: e.to_string(),
-                        },
-                        "{}",
-                        e.logged()
-                    );
+                    self.logger.emit(&Event::ConnectFailed(ConnectFailed::Host {
+                        host: name.as_str().into(),
+                        ip: addr.ip(),
+                        port: addr.port(),
+                        down: e.host_is_down(),
+                        tls: e.tls_failed(),
+                        error: e.to_string().into(),
+                        line: e.logged().into(),
+                    }));
                     // Could not connect, or no usable greeting: the host is down.
                     if e.host_is_down() {
                         self.dead.mark(*addr);
@@ -309,28 +300,24 @@ impl SmtpWorker {
         };
         let conn = match SmtpConn::connect(host, addr, &self.config, choice).await {
             Err(why) if choice.level == Level::May && why.tls_failed() => {
-                crate::event!(
-                    self.logger,
-                    "smtp",
-                    "tls_fallback",
-                    { host: host, ip: addr.ip(), port: addr.port(), error: why.to_string() },
-                    "{why}; trying again without TLS"
-                );
+                self.logger.emit(&Event::TlsFallback {
+                    host: host.into(),
+                    ip: addr.ip(),
+                    port: addr.port(),
+                    error: why.to_string().into(),
+                });
                 let plain = self.tls.choice(Level::None);
                 SmtpConn::connect(host, addr, &self.config, plain).await?
             }
             other => other?,
         };
         if let Some((text, verified)) = &conn.tls {
-            let trust = if *verified { "Verified" } else { "Untrusted" };
-            crate::event!(
-                self.logger,
-                "smtp",
-                "tls_out",
-                { relay: conn.relay, verified: verified, detail: text },
-                "{trust} TLS connection established to {}: {text}",
-                conn.relay
-            );
+            let _trust = if *verified { "Verified" } else { "Untrusted" };
+            self.logger.emit(&Event::TlsOut {
+                relay: conn.relay.as_str().into(),
+                verified: *verified,
+                detail: text.as_str().into(),
+            });
         }
         Ok(conn)
     }
@@ -459,14 +446,11 @@ impl SmtpWorker {
                 if !matches!(why, NoConnection::Connect(_) | NoConnection::Dane(_))
                     || matches!(*self.hop, NextHop::Lmtp(_))
                 {
-                    crate::event!(
-                        self.logger,
-                        "smtp",
-                        "connect_failed",
-                        { queue_id: crate::log::qid(job.msg), relay: relay, error: why.to_string() },
-                        "{}: connect to {relay}: {why}",
-                        crate::log::qid(job.msg)
-                    );
+                    self.logger.emit(&Event::ConnectFailed(ConnectFailed::Job {
+                        queue_id: Qid(job.msg),
+                        relay: relay.to_string().into(),
+                        error: why.to_string().into(),
+                    }));
                 }
                 Err((
                     defer_all(job, &relay, &why.reply()),
@@ -486,24 +470,22 @@ impl SmtpWorker {
             0 => usize::MAX,
             n => n,
         };
-        let qid = crate::log::qid(job.msg);
+        let qid = Qid(job.msg);
         if sessions >= limit {
-            crate::event!(
-                self.logger,
-                "smtp",
-                "failover",
-                { queue_id: qid, peer: peer, sessions: sessions, next: false },
-                "{qid}: every recipient deferred by {peer}; no more hosts tried after {sessions} sessions (delivery.mx_session_limit)"
-            );
+            self.logger.emit(&Event::Failover {
+                queue_id: qid,
+                peer: peer.into(),
+                sessions: sessions as u64,
+                next: false,
+            });
             return false;
         }
-        crate::event!(
-            self.logger,
-            "smtp",
-            "failover",
-            { queue_id: qid, peer: peer, sessions: sessions, next: true },
-            "{qid}: every recipient deferred by {peer}; trying the next host"
-        );
+        self.logger.emit(&Event::Failover {
+            queue_id: qid,
+            peer: peer.into(),
+            sessions: sessions as u64,
+            next: true,
+        });
         if let Some(conn) = self.conn.take() {
             conn.quit().await;
         }

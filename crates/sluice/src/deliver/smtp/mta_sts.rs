@@ -30,9 +30,9 @@ use tokio_rustls::TlsConnector;
 
 use crate::log::Logger;
 use crate::routing::dns::{ascii_name, Dns, DnsError};
-use crate::{event, log};
 
 mod store;
+use crate::log::Event;
 use store::{Store, Stored};
 
 /// Longest policy body accepted (RFC 8461 §3.3); a longer one is a failed
@@ -221,11 +221,9 @@ impl MtaSts {
                 Some(Arc::new(store))
             }
             Err(e) => {
-                log!(
-                    logger,
-                    "smtp",
-                    "warning: MTA-STS policies kept in memory only: {e}"
-                );
+                logger.emit(&Event::MtaStsMemoryOnly {
+                    error: e.to_string().into(),
+                });
                 None
             }
         });
@@ -276,23 +274,17 @@ impl MtaSts {
             }
             Err(e) => {
                 let cached = self.cached(&domain, None);
-                let left = match cached {
+                let _left = match cached {
                     Some(_) => "the cached policy stays in force",
                     None => "no policy in force",
                 };
-                event!(
-                    self.logger,
-                    "smtp",
-                    "mta_sts",
-                    {
-                        domain: domain,
-                        result: "fetch_failed",
-                        cause: e.cause(),
-                        error: e.to_string(),
-                        policy_in_force: cached.is_some(),
-                    },
-                    "MTA-STS policy of {domain}: fetch failed: mta-sts.{domain}: {e}; {left}"
-                );
+                self.logger.emit(&Event::MtaSts {
+                    domain: domain.as_str().into(),
+                    result: "fetch_failed".into(),
+                    cause: e.cause().into(),
+                    error: e.to_string().into(),
+                    policy_in_force: cached.is_some(),
+                });
                 cached
             }
         }
@@ -335,11 +327,10 @@ impl MtaSts {
             store.save(&domain, &stored).map_err(|e| (domain, e))
         });
         if let Ok(Err((domain, e))) = saving.await {
-            log!(
-                self.logger,
-                "smtp",
-                "warning: MTA-STS policy of {domain} not saved: {e}"
-            );
+            self.logger.emit(&Event::MtaStsNotSaved {
+                domain: domain.into(),
+                error: e.to_string().into(),
+            });
         }
     }
 

@@ -29,8 +29,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use super::hash_pool::{self, Busy, Lane};
 pub use super::password::{check_hash, hash_password};
 use super::session::{Mode, Next, Session};
+use crate::log::Event;
 use crate::tables::{LookupError, Table};
-use crate::{event, log};
 
 /// Where an AUTH exchange stands, waiting for the client's next line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -187,13 +187,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         let shown: String = user.chars().filter(|c| !c.is_control()).take(256).collect();
         if !ctx.anvil.auth_allowed(ip) {
             // Penalised: nothing is checked, so nothing is learned or spent.
-            event!(
-                ctx.logger,
-                "smtpd",
-                "auth",
-                { client_ip: ip, method: method, username: shown, result: "penalised" },
-                "NOQUEUE: reject: [{ip}]: AUTH {method} for {shown:?} refused: too many failed authentications"
-            );
+            ctx.logger.emit(&Event::Auth {
+                client_ip: ip,
+                method: method.into(),
+                username: Some(shown.as_str().into()),
+                result: "penalised".into(),
+                error: None,
+            });
             return self.too_many_failures();
         }
         let checked = match ctx.config.auth.ldap_bind {
@@ -208,25 +208,25 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         };
         match checked {
             Ok(true) => {
-                event!(
-                    ctx.logger,
-                    "smtpd",
-                    "auth",
-                    { client_ip: ip, method: method, username: shown, result: "ok" },
-                    "client=[{ip}], sasl_method={method}, sasl_username={shown}"
-                );
+                ctx.logger.emit(&Event::Auth {
+                    client_ip: ip,
+                    method: method.into(),
+                    username: Some(shown.as_str().into()),
+                    result: "ok".into(),
+                    error: None,
+                });
                 self.auth = Some(shown);
                 self.reply("235 2.7.0 Authentication successful");
                 Next::Continue
             }
             Ok(false) => {
-                event!(
-                    ctx.logger,
-                    "smtpd",
-                    "auth",
-                    { client_ip: ip, method: method, username: shown, result: "failed" },
-                    "warning: [{ip}]: SASL {method} authentication failed for {shown:?}"
-                );
+                ctx.logger.emit(&Event::Auth {
+                    client_ip: ip,
+                    method: method.into(),
+                    username: Some(shown.as_str().into()),
+                    result: "failed".into(),
+                    error: None,
+                });
                 self.failure_delay(began).await;
                 self.reply("535 5.7.8 Error: authentication failed");
                 if !ctx.anvil.auth_failure(ip) {
@@ -235,13 +235,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 self.error_counted()
             }
             Err(err) => {
-                event!(
-                    ctx.logger,
-                    "smtpd",
-                    "auth",
-                    { client_ip: ip, method: method, result: "unavailable", error: err.to_string() },
-                    "warning: [{ip}]: SASL {method}: cannot check now: {err}"
-                );
+                ctx.logger.emit(&Event::Auth {
+                    client_ip: ip,
+                    method: method.into(),
+                    username: None,
+                    result: "unavailable".into(),
+                    error: Some(err.to_string().into()),
+                });
                 match err {
                     CheckError::Busy(_) => {
                         // As slow as a failure and counted like one: a
@@ -274,11 +274,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     /// The failure that started `ip`'s penalty: logged, then
     /// [`Self::too_many_failures`].
     fn penalised(&mut self, ip: std::net::IpAddr) -> Next {
-        log!(
-            self.ctx.logger,
-            "smtpd",
-            "NOQUEUE: reject: [{ip}]: 421 4.7.0 too many failed authentications"
-        );
+        self.ctx
+            .logger
+            .emit(&Event::AuthPenaltyClose { client_ip: ip });
         self.too_many_failures()
     }
 

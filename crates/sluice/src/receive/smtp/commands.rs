@@ -11,10 +11,9 @@ use super::delegate::Verdict;
 use super::session::{Mode, Next, Session};
 use super::transaction::Transaction;
 use crate::config::services::PolicyStage;
-use crate::log::qid;
+use crate::log::{Event, Qid, Reject};
 use crate::message::flags;
 use crate::routing::mailboxes::Resolution;
-use crate::{event, log};
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     pub(super) async fn command(&mut self, line: &[u8]) -> Next {
@@ -200,15 +199,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     // A stranger's RET=FULL would have us send a body of
                     // its choosing to whatever sender it claims: notices
                     // carry the headers only (docs/SECURITY.md).
-                    event!(
-                        self.ctx.logger,
-                        "smtpd",
-                        "ret_full_refused",
-                        { queue_id: qid(id), client_ip: self.peer.ip() },
-                        "{}: RET=FULL from a client that may not relay, [{}]: notices will return headers only",
-                        qid(id),
-                        self.peer.ip()
-                    );
+                    self.ctx.logger.emit(&Event::RetFullRefused {
+                        queue_id: Qid(id),
+                        client_ip: self.peer.ip(),
+                    });
                     2
                 }
                 Some(Ret::Hdrs) => 2,
@@ -285,30 +279,24 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     /// recipients from ip; from=<…> to=<…> proto=ESMTP helo=<…>`.
     fn over_rate(&mut self, what: &str, from: &str, to: Option<&str>) -> Next {
         let ip = self.peer.ip();
-        let (stage, verb) = match to {
+        let (stage, _verb) = match to {
             Some(_) => ("rcpt", "RCPT"),
             None => ("mail", "MAIL"),
         };
         let proto = if self.esmtp { "ESMTP" } else { "SMTP" };
         let helo = self.helo.as_deref().unwrap_or_default();
-        let shown_to = to.map(|to| format!(" to=<{to}>")).unwrap_or_default();
-        event!(
-            self.ctx.logger,
-            "smtpd",
-            "reject",
-            {
-                stage: stage,
-                client_ip: ip,
-                code: 450,
-                dsn: "4.7.1",
-                cause: "rate_limit",
-                from: from,
-                to: to,
-                proto: proto,
-                helo: helo,
-            },
-            "NOQUEUE: reject: {verb} from [{ip}]: 450 4.7.1 Error: {what} from {ip}; from=<{from}>{shown_to} proto={proto} helo=<{helo}>"
-        );
+        let _shown_to = to.map(|to| format!(" to=<{to}>")).unwrap_or_default();
+        self.ctx.logger.emit(&Event::Reject(Reject::RateLimit {
+            stage: stage.into(),
+            client_ip: ip,
+            code: 450,
+            dsn: "4.7.1".into(),
+            cause: "rate_limit".into(),
+            from: from.into(),
+            to: to.map(Into::into),
+            proto: proto.into(),
+            helo: helo.into(),
+        }));
         self.reply_fmt(format_args!("450 4.7.1 Error: {what} from {ip}"));
         Next::Continue
     }
@@ -318,21 +306,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         metrics::counter!("sluice_messages_rejected_total", "reason" => "relay_denied")
             .increment(1);
         let ip = self.peer.ip();
-        event!(
-            self.ctx.logger,
-            "smtpd",
-            "reject",
-            {
-                stage: "rcpt",
-                client_ip: ip,
-                to: address,
-                code: 554,
-                dsn: "5.7.1",
-                cause: "relay_denied",
-                why: why,
-            },
-            "NOQUEUE: reject: RCPT from [{ip}]: 554 5.7.1 <{address}>: Relay access denied ({why})"
-        );
+        self.ctx.logger.emit(&Event::Reject(Reject::Relay {
+            stage: "rcpt".into(),
+            client_ip: ip,
+            to: address.into(),
+            code: 554,
+            dsn: "5.7.1".into(),
+            cause: "relay_denied".into(),
+            why: why.into(),
+        }));
         self.reply_fmt(format_args!("554 5.7.1 <{address}>: Relay access denied"));
         self.error_counted()
     }
@@ -379,24 +361,22 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             Resolution::Accept(targets) => {
                 // An alias may not take the message past the recipient limit.
                 if !txn.add_recipients(targets.into_iter(), max, &params, &address) {
-                    log!(
-                        ctx.logger,
-                        "smtpd",
-                        "{}: reject: RCPT from [{ip}]: 452 4.5.3 <{address}>: alias expansion over {max} recipients",
-                        qid(txn.id)
-                    );
+                    ctx.logger.emit(&Event::AliasTooMany {
+                        queue_id: Qid(txn.id),
+                        client_ip: ip,
+                        to: address.as_str().into(),
+                        max: max as u64,
+                    });
                     self.reply("452 4.5.3 Error: too many recipients");
                     return Next::Continue;
                 }
             }
             Resolution::Discard => {
                 txn.has_discarded = true;
-                log!(
-                    ctx.logger,
-                    "smtpd",
-                    "{}: to=<{address}>: discarded by alias",
-                    qid(txn.id)
-                );
+                ctx.logger.emit(&Event::AliasDiscard {
+                    queue_id: Qid(txn.id),
+                    to: address.as_str().into(),
+                });
             }
             Resolution::Unknown => return self.unknown_user(&address, "virtual mailbox table"),
         }
@@ -409,21 +389,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         metrics::counter!("sluice_messages_rejected_total", "reason" => "unknown_user")
             .increment(1);
         let ip = self.peer.ip();
-        event!(
-            self.ctx.logger,
-            "smtpd",
-            "reject",
-            {
-                stage: "rcpt",
-                client_ip: ip,
-                to: address,
-                code: 550,
-                dsn: "5.1.1",
-                cause: "unknown_user",
-                table: table,
-            },
-            "NOQUEUE: reject: RCPT from [{ip}]: 550 5.1.1 <{address}>: User unknown in {table}"
-        );
+        self.ctx.logger.emit(&Event::Reject(Reject::UnknownUser {
+            stage: "rcpt".into(),
+            client_ip: ip,
+            to: address.into(),
+            code: 550,
+            dsn: "5.1.1".into(),
+            cause: "unknown_user".into(),
+            table: table.into(),
+        }));
         self.reply_fmt(format_args!(
             "550 5.1.1 <{address}>: Recipient address rejected: User unknown in {table}"
         ));
@@ -435,21 +409,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         metrics::counter!("sluice_messages_rejected_total", "reason" => "lookup_failed")
             .increment(1);
         let ip = self.peer.ip();
-        event!(
-            self.ctx.logger,
-            "smtpd",
-            "reject",
-            {
-                stage: "rcpt",
-                client_ip: ip,
-                to: address,
-                code: 451,
-                dsn: "4.3.0",
-                cause: "lookup_failed",
-                error: err,
-            },
-            "NOQUEUE: reject: RCPT from [{ip}]: 451 4.3.0 <{address}>: Temporary lookup failure: {err}"
-        );
+        self.ctx.logger.emit(&Event::Reject(Reject::LookupFailed {
+            stage: "rcpt".into(),
+            client_ip: ip,
+            to: address.into(),
+            code: 451,
+            dsn: "4.3.0".into(),
+            cause: "lookup_failed".into(),
+            error: err.into(),
+        }));
         self.reply_fmt(format_args!(
             "451 4.3.0 <{address}>: Temporary lookup failure"
         ));
@@ -492,14 +460,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     /// the transaction dropped (nothing it sent is stored), disconnected.
     pub(super) fn out_of_sync(&mut self, after: &str) -> Next {
         self.txn = None;
-        event!(
-            self.ctx.logger,
-            "smtpd",
-            "pipelining_violation",
-            { client_ip: self.peer.ip(), after: after },
-            "improper command pipelining after {after} from [{}]; disconnecting",
-            self.peer.ip()
-        );
+        self.ctx.logger.emit(&Event::PipeliningViolation {
+            client_ip: self.peer.ip(),
+            after: after.into(),
+        });
         self.reply("554 5.5.0 Error: SMTP protocol synchronization");
         Next::Close
     }
@@ -518,12 +482,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             return Next::Close;
         }
         if self.pipelined_more {
-            log!(
-                self.ctx.logger,
-                "smtpd",
-                "improper command pipelining after DATA from [{}]; disconnecting",
-                self.peer.ip()
-            );
+            self.ctx.logger.emit(&Event::PipeliningViolation {
+                client_ip: self.peer.ip(),
+                after: "DATA".into(),
+            });
             return Next::Close;
         }
         Next::Continue

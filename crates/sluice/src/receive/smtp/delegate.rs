@@ -17,8 +17,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::session::{Next, Session};
 use crate::config::services::{PolicyAction, PolicyStage};
-use crate::event;
 use crate::log::qid;
+use crate::log::{Event, Qid, Reject};
 use crate::message::reply::Reply;
 use crate::receive::policy::Request;
 
@@ -54,24 +54,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         let ip = self.peer.ip();
         let server = client.addr().to_string();
         if let Some(err) = failed {
-            event!(
-                self.ctx.logger,
-                "smtpd",
-                "policy_failed",
-                { queue_id: qid(id), client_ip: ip, server: server, error: err.to_string() },
-                "warning: {}: policy service {server}: {err}; default action applies",
-                qid(id)
-            );
+            self.ctx.logger.emit(&Event::PolicyFailed {
+                queue_id: Qid(id),
+                client_ip: ip,
+                server: server.to_string().into(),
+                error: err.to_string().into(),
+            });
         }
         if let PolicyAction::Unsupported(text) = &action {
-            event!(
-                self.ctx.logger,
-                "smtpd",
-                "policy_unsupported",
-                { queue_id: qid(id), client_ip: ip, server: server, action: text },
-                "warning: {}: policy service {server}: unsupported action {text:?}; default action applies",
-                qid(id)
-            );
+            self.ctx.logger.emit(&Event::PolicyUnsupported {
+                queue_id: Qid(id),
+                client_ip: ip,
+                server: server.to_string().into(),
+                action: text.to_string().into(),
+            });
             action = self.ctx.config.smtpd.policy_service_default_action.clone();
         }
         self.apply(stage, recipient, action)
@@ -139,28 +135,22 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 Verdict::Go
             }
             PolicyAction::Discard(text) => {
-                event!(
-                    self.ctx.logger,
-                    "smtpd",
-                    "policy_discard",
-                    { queue_id: qid(id), client_ip: ip, why: text },
-                    "{}: discard: policy service: {text}",
-                    qid(id)
-                );
+                self.ctx.logger.emit(&Event::PolicyDiscard {
+                    queue_id: Qid(id),
+                    client_ip: ip,
+                    why: text.to_string().into(),
+                });
                 if let Some(txn) = self.txn.as_mut() {
                     txn.discard = true;
                 }
                 Verdict::Go
             }
             PolicyAction::Log(text) => {
-                event!(
-                    self.ctx.logger,
-                    "smtpd",
-                    "policy_warn",
-                    { queue_id: qid(id), client_ip: ip, text: text },
-                    "{}: warn: policy service: {text}",
-                    qid(id)
-                );
+                self.ctx.logger.emit(&Event::PolicyWarn {
+                    queue_id: Qid(id),
+                    client_ip: ip,
+                    text: text.to_string().into(),
+                });
                 Verdict::Go
             }
             PolicyAction::Dunno
@@ -182,24 +172,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         // A policy reply always has its status (services.rs).
         let (code, text) = (r.code, r.text.as_str());
         let dsn = r.status.map(|s| s.to_string()).unwrap_or_default();
-        event!(
-            self.ctx.logger,
-            "smtpd",
-            "reject",
-            {
-                queue_id: qid(id),
-                stage: stage.protocol_state(),
-                client_ip: ip,
-                to: recipient.unwrap_or(""),
-                code: code,
-                dsn: dsn,
-                cause: "policy",
-                why: text,
-            },
-            "{}: reject: {} from [{ip}]: {code} {dsn} {what}: {text}",
-            qid(id),
-            stage.protocol_state()
-        );
+        self.ctx.logger.emit(&Event::Reject(Reject::Policy {
+            queue_id: Qid(id),
+            stage: stage.protocol_state().into(),
+            client_ip: ip,
+            to: recipient.unwrap_or("").into(),
+            code,
+            dsn: dsn.as_str().into(),
+            cause: "policy".into(),
+            why: text.into(),
+        }));
         self.reply_fmt(format_args!("{code} {dsn} {what}: {text}"));
         if code >= 500 {
             return self.error_counted();

@@ -41,7 +41,7 @@ pub use session::Session;
 use crate::accept::AcceptErrors;
 use crate::config::listener::ListenerConfig;
 use crate::config::Config;
-use crate::log;
+use crate::log::Event;
 use crate::log::Logger;
 use crate::routing::mailboxes::VirtualMailboxes;
 use crate::routing::policy::RelayPolicy;
@@ -200,12 +200,9 @@ fn start_session(
             });
         }
         None => {
-            log!(
-                ctx.logger,
-                "smtpd",
-                "NOQUEUE: reject: connect from [{}]: 421 4.3.2 too many sessions",
-                peer.ip()
-            );
+            ctx.logger.emit(&Event::SessionsFull {
+                client_ip: peer.ip(),
+            });
             let hostname = ctx.config.hostname.clone();
             sessions.spawn(async move {
                 let msg = format!(

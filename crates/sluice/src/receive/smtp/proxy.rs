@@ -25,7 +25,7 @@ use std::sync::atomic::Ordering;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::session::Session;
-use crate::event;
+use crate::log::Event;
 
 /// Longest header accepted (v1 is at most 107 octets; v2 with TLVs more).
 pub const MAX_HEADER: usize = 4096;
@@ -126,22 +126,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                         self.peer = real;
                         self.trusted = self.ctx.policy.is_trusted(real.ip());
                     }
-                    event!(
-                        self.ctx.logger,
-                        "smtpd",
-                        "proxied",
-                        {
-                            client_ip: self.peer.ip(),
-                            client_port: self.peer.port(),
-                            lb_ip: lb.ip(),
-                            lb_port: lb.port(),
-                        },
-                        "proxied connection from [{}]:{} via [{}]:{}",
-                        self.peer.ip(),
-                        self.peer.port(),
-                        lb.ip(),
-                        lb.port()
-                    );
+                    self.ctx.logger.emit(&Event::Proxied {
+                        client_ip: self.peer.ip(),
+                        client_port: self.peer.port(),
+                        lb_ip: lb.ip(),
+                        lb_port: lb.port(),
+                    });
                     return true;
                 }
                 Ok(None) => {}
@@ -160,29 +150,21 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         let host = &self.ctx.config.hostname;
         let reply = format!("421 4.3.2 {host} stopping, send no new sessions\r\n");
         let _ = self.io.write_all(reply.as_bytes()).await;
-        event!(
-            self.ctx.logger,
-            "smtpd",
-            "health_check_failed",
-            { lb_ip: lb.ip(), lb_port: lb.port() },
-            "health check from [{}]:{} answered 421: stopping",
-            lb.ip(),
-            lb.port()
-        );
+        self.ctx.logger.emit(&Event::HealthCheckFailed {
+            lb_ip: lb.ip(),
+            lb_port: lb.port(),
+        });
         false
     }
 
     /// Logs why the balancer's connection is closed; false (session over).
     fn refuse_proxy(&self, lb: SocketAddr, cause: &str, why: &str) -> bool {
-        event!(
-            self.ctx.logger,
-            "smtpd",
-            "proxy_refused",
-            { lb_ip: lb.ip(), lb_port: lb.port(), cause: cause, error: why },
-            "warning: [{}]:{}: {why}; disconnecting",
-            lb.ip(),
-            lb.port()
-        );
+        self.ctx.logger.emit(&Event::ProxyRefused {
+            lb_ip: lb.ip(),
+            lb_port: lb.port(),
+            cause: cause.into(),
+            error: why.into(),
+        });
         false
     }
 }

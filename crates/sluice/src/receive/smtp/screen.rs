@@ -15,8 +15,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 
 use super::session::Session;
 use crate::config::listener::ListenerKind;
+use crate::log::{Event, Reject};
 use crate::receive::dnsbl::{Dnsbl, Verdict};
-use crate::{event, log};
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     /// Runs the screen; false if the client was refused and the session
@@ -41,11 +41,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             }
         }
         if pregreet {
-            log!(
-                ctx.logger,
-                "smtpd",
-                "PREGREET from [{ip}]:{port}: client talked before the greeting; disconnecting"
-            );
+            ctx.logger.emit(&Event::Pregreet {
+                client_ip: ip,
+                client_port: port,
+            });
             self.reply_fmt(format_args!(
                 "554 5.5.1 {} Error: SMTP protocol synchronization (talked before the greeting)",
                 ctx.config.hostname
@@ -61,31 +60,29 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     async fn dnsbl_verdict(&mut self, dnsbl: &Dnsbl, v: &Verdict) -> bool {
         let ip = self.peer.ip();
         if !v.listed_by.is_empty() || !v.unanswered.is_empty() {
-            let silent = match v.unanswered.is_empty() {
+            let _silent = match v.unanswered.is_empty() {
                 true => String::new(),
                 false => format!("; no answer from {}", v.unanswered.join(" ")),
             };
-            event!(
-                self.ctx.logger,
-                "smtpd",
-                "dnsbl",
-                { client_ip: ip, score: v.score, listed_by: v.listed_by.clone(), unanswered: v.unanswered.clone() },
-                "DNSBL rank {} for [{ip}] (listed by: {}{silent})",
-                v.score,
-                v.listed_by.join(" ")
-            );
+            self.ctx.logger.emit(&Event::Dnsbl {
+                client_ip: ip,
+                score: v.score,
+                listed_by: v.listed_by.iter().map(|z| z.as_str().into()).collect(),
+                unanswered: v.unanswered.iter().map(|z| z.as_str().into()).collect(),
+            });
         }
         if !dnsbl.refuses(v) {
             return false;
         }
         let list = v.blocked_by.as_deref().unwrap_or_default();
-        event!(
-            self.ctx.logger,
-            "smtpd",
-            "reject",
-            { stage: "connect", client_ip: ip, code: 554, dsn: "5.7.1", cause: "dnsbl", list: list },
-            "NOQUEUE: reject: connect from [{ip}]: 554 5.7.1 Service unavailable; client [{ip}] blocked using {list}"
-        );
+        self.ctx.logger.emit(&Event::Reject(Reject::Dnsbl {
+            stage: "connect".into(),
+            client_ip: ip,
+            code: 554,
+            dsn: "5.7.1".into(),
+            cause: "dnsbl".into(),
+            list: list.into(),
+        }));
         self.reply_fmt(format_args!(
             "554 5.7.1 Service unavailable; client [{ip}] blocked using {list}"
         ));

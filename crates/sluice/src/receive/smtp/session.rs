@@ -30,8 +30,8 @@ use super::tls::Io;
 use super::transaction::Transaction;
 use super::SessionContext;
 use crate::config::listener::{ListenerConfig, ListenerKind};
+use crate::log::{Event, Reject};
 use crate::smtp::io::MaybeTls;
-use crate::{event, log};
 
 pub(super) enum Mode {
     Command,
@@ -153,13 +153,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             return;
         }
         let (ip, port) = (self.peer.ip(), self.peer.port());
-        event!(
-            ctx.logger,
-            "smtpd",
-            "connect",
-            { client_ip: ip, client_port: port },
-            "connect from [{ip}]:{port}"
-        );
+        ctx.logger.emit(&Event::Connect {
+            client_ip: ip,
+            client_port: port,
+        });
         let _open = OpenSession::new();
         let _slot = match self.trusted {
             true => None,
@@ -189,31 +186,21 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 _ => "lost",
             };
             let err = crate::log::io_text(&err);
-            event!(
-                ctx.logger,
-                "smtpd",
-                "lost_connection",
-                { client_ip: ip, cause: cause, error: err },
-                "lost connection from [{ip}]: {err}"
-            );
+            ctx.logger.emit(&Event::LostConnection {
+                client_ip: ip,
+                cause: cause.into(),
+                error: err.as_str().into(),
+            });
         }
         let cause = self.ended.unwrap_or(cause);
-        event!(
-            ctx.logger,
-            "smtpd",
-            "session_end",
-            {
-                client_ip: ip,
-                client_port: port,
-                cause: cause,
-                messages: self.messages,
-                errors: self.errors,
-                tls: self.tls.is_some(),
-            },
-            "disconnect from [{ip}]:{port} messages={} errors={}",
-            self.messages,
-            self.errors
-        );
+        ctx.logger.emit(&Event::SessionEnd {
+            client_ip: ip,
+            client_port: port,
+            cause: cause.into(),
+            messages: self.messages as u64,
+            errors: self.errors as u64,
+            tls: self.tls.is_some(),
+        });
         let tls = if self.tls.is_some() { "yes" } else { "no" };
         metrics::counter!("sluice_sessions_total", "tls" => tls).increment(1);
     }
@@ -229,13 +216,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             Refusal::TooManySessions => "sessions",
             Refusal::ConnectionRate => "connection_rate",
         };
-        event!(
-            self.ctx.logger,
-            "smtpd",
-            "reject",
-            { stage: "connect", client_ip: ip, code: 421, dsn: "4.7.0", cause: cause },
-            "NOQUEUE: reject: connect from [{ip}]: 421 4.7.0 {what}"
-        );
+        self.ctx.logger.emit(&Event::Reject(Reject::Connect {
+            stage: "connect".into(),
+            client_ip: ip,
+            code: 421,
+            dsn: "4.7.0".into(),
+            cause: cause.into(),
+        }));
         let host = self.ctx.config.hostname.clone();
         self.reply_fmt(format_args!("421 4.7.0 {host} Error: {what} from {ip}"));
         let _ = self.flush(Duration::from_secs(5)).await;
@@ -316,13 +303,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             Ok(Ok(())) => {
                 self.tls = self.io.tls_summary();
                 let summary = self.tls.as_deref().unwrap_or("TLS");
-                event!(
-                    self.ctx.logger,
-                    "smtpd",
-                    "tls_in",
-                    { client_ip: ip, result: "established", detail: summary },
-                    "TLS connection established from [{ip}]: {summary}"
-                );
+                self.ctx.logger.emit(&Event::TlsIn {
+                    client_ip: ip,
+                    result: "established".into(),
+                    detail: summary.into(),
+                });
                 // RFC 3207 §4.2: everything learnt before is forgotten,
                 // an authentication too (it was over the clear channel).
                 self.helo = None;
@@ -333,19 +318,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 true
             }
             Ok(Err(err)) => {
-                log!(
-                    self.ctx.logger,
-                    "smtpd",
-                    "TLS handshake failed from [{ip}]: {err}"
-                );
+                self.ctx.logger.emit(&Event::TlsInFailed {
+                    client_ip: ip,
+                    error: err.to_string().into(),
+                });
                 false
             }
             Err(_) => {
-                log!(
-                    self.ctx.logger,
-                    "smtpd",
-                    "TLS handshake timed out from [{ip}]"
-                );
+                self.ctx.logger.emit(&Event::TlsInTimeout { client_ip: ip });
                 false
             }
         }
@@ -364,19 +344,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             "idle_timeout"
         };
         self.ended = Some(cause);
-        event!(
-            self.ctx.logger,
-            "smtpd",
-            "timeout",
-            {
-                client_ip: self.peer.ip(),
-                cause: cause,
-                code: 421,
-                dsn: "4.4.2",
-            },
-            "{what} from [{}] (421 4.4.2)",
-            self.peer.ip()
-        );
+        self.ctx.logger.emit(&Event::Timeout {
+            client_ip: self.peer.ip(),
+            cause: cause.into(),
+            code: 421,
+            dsn: "4.4.2".into(),
+        });
         let host = self.ctx.config.hostname.clone();
         self.reply_fmt(format_args!("421 4.4.2 {host} Error: {what}"));
         self.flush(idle).await
@@ -432,15 +405,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                         if next == Next::StartTls && pos < inbuf.len() {
                             // CVE-2011-0411: nothing sent in clear before the
                             // handshake may count as a command after it.
-                            event!(
-                                self.ctx.logger,
-                                "smtpd",
-                                "starttls_injection",
-                                { client_ip: self.peer.ip(), octets: inbuf.len() - pos },
-                                "discarded {} octets pipelined after STARTTLS from [{}]",
-                                inbuf.len() - pos,
-                                self.peer.ip()
-                            );
+                            self.ctx.logger.emit(&Event::StarttlsInjection {
+                                client_ip: self.peer.ip(),
+                                octets: (inbuf.len() - pos) as u64,
+                            });
                             pos = inbuf.len();
                         }
                     }

@@ -20,8 +20,8 @@ use super::session::Session;
 use crate::config::services::PolicyStage;
 use crate::intake::headers::{self, SmtpTrace};
 use crate::intake::{Accepted, Origin, SmtpClient, Submission};
-use crate::log;
 use crate::log::qid;
+use crate::log::{Event, Qid};
 use crate::message::flags;
 
 const MEMORY_EXHAUSTED: &str =
@@ -344,14 +344,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
 
     /// Refuses a transaction the door itself could not keep.
     fn reject(&mut self, txn: &Transaction, reply: &str) {
-        log!(
-            self.ctx.logger,
-            "smtpd",
-            "{}: reject: end of data from [{}]: {reply}; from=<{}>",
-            qid(txn.id),
-            self.peer.ip(),
-            txn.sender
-        );
+        self.ctx.logger.emit(&Event::DataRejected {
+            queue_id: Qid(txn.id),
+            client_ip: self.peer.ip(),
+            reply: reply.to_string().into(),
+            from: txn.sender.as_str().into(),
+        });
         self.reply(reply);
         self.errors += 1;
     }

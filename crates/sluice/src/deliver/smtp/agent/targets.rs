@@ -21,6 +21,7 @@ use super::super::guard;
 use super::super::mta_sts::{Mode, Policy};
 use super::{SmtpWorker, Targets, Unreachable};
 use crate::config::hop::NextHop;
+use crate::log::Event;
 use crate::queue::Job;
 use crate::routing::dns::{DnsError, Exchangers};
 
@@ -46,7 +47,9 @@ impl SmtpWorker {
                 screened,
             } => {
                 let validated = self.dane_domain(host, *bracketed).await.map_err(|why| {
-                    crate::log!(self.logger, "smtp", "{why}");
+                    self.logger.emit(&Event::DaneUnusable {
+                        line: why.to_string().into(),
+                    });
                     Unreachable::Temporary(why.to_string())
                 })?;
                 self.dane_secure = validated.is_some();
@@ -158,13 +161,11 @@ impl SmtpWorker {
             targets.extend(addrs.into_iter().take(room).map(at));
         }
         if cut || looked_up < total {
-            crate::event!(
-                self.logger,
-                "smtp",
-                "mx_truncated",
-                { domain: domain, hosts: total, limit: limit },
-                "{domain}: {total} MX hosts, using the first {limit} addresses (delivery.mx_address_limit)"
-            );
+            self.logger.emit(&Event::MxTruncated {
+                domain: domain.into(),
+                hosts: total as u64,
+                limit: limit as u64,
+            });
         }
         if screen && !targets.is_empty() {
             return self.screen(domain, targets);
@@ -191,15 +192,13 @@ impl SmtpWorker {
             match guard::check(addr, &own, allowed) {
                 Ok(()) => kept.push((name, addr)),
                 Err(why) => {
-                    crate::event!(
-                        self.logger,
-                        "smtp",
-                        "mx_refused",
-                        { domain: domain, host: name, ip: addr.ip(), port: addr.port(), error: why.to_string() },
-                        "warning: mail for {domain}: not connecting to MX host {name}[{}]:{}: {why}",
-                        addr.ip(),
-                        addr.port()
-                    );
+                    self.logger.emit(&Event::MxRefused {
+                        domain: domain.into(),
+                        host: name.as_str().into(),
+                        ip: addr.ip(),
+                        port: addr.port(),
+                        error: why.to_string().into(),
+                    });
                     refused = Some((name, addr, why));
                 }
             }
@@ -236,12 +235,10 @@ impl SmtpWorker {
             Mode::Testing | Mode::None => {
                 if p.mode == Mode::Testing && !bad.is_empty() {
                     let names: Vec<&str> = bad.iter().map(|(n, _)| n.as_str()).collect();
-                    crate::log!(
-                        self.logger,
-                        "smtp",
-                        "MTA-STS testing policy of {domain}: {} would be refused",
-                        names.join(", ")
-                    );
+                    self.logger.emit(&Event::MtaStsTesting {
+                        domain: domain.into(),
+                        hosts: names.iter().map(|&n| n.into()).collect(),
+                    });
                 }
                 Ok(ok.into_iter().chain(bad).collect())
             }
