@@ -47,7 +47,7 @@ use tokio::task::JoinHandle;
 use super::recorder::recorder;
 pub use super::recorder::MetricsError;
 use crate::accept::AcceptErrors;
-use crate::event;
+use crate::log::Event;
 use crate::log::Logger;
 use crate::queue::admin::{AdminReply, AdminRequest, QueueStats};
 use crate::queue::QueueHandle;
@@ -158,13 +158,11 @@ pub async fn spawn(
                 if !refusing {
                     let n = access.max_connections;
                     let text = "connections open (metrics.max_connections): answering 503";
-                    event!(
-                        http.logger,
-                        "metrics",
-                        "warning",
-                        { kind: "metrics_connections", open: n },
-                        "warning: {n} {text}"
-                    );
+                    http.logger.emit(&Event::Warning {
+                        kind: "metrics_connections".into(),
+                        open: Some(n as u64),
+                        line: format!("warning: {n} {text}").into(),
+                    });
                 }
                 refusing = true;
                 // Straight from the accept loop: no task, no waiting.
@@ -260,13 +258,11 @@ impl Http {
         let (status, kind, body) = match check_host(hosts, local, &self.hostname) {
             Ok(()) => self.route(req.method(), req.uri().path()).await,
             Err(why) => {
-                event!(
-                    self.logger,
-                    "metrics",
-                    "http_refused",
-                    { peer: peer.to_string(), cause: why.cause() },
-                    "refused a request from {peer}: {why}"
-                );
+                self.logger.emit(&Event::HttpRefused {
+                    peer: peer.to_string().into(),
+                    cause: why.cause().into(),
+                    line: format!("refused a request from {peer}: {why}").into(),
+                });
                 let (status, body) = why.reply();
                 (status, "text/plain", body)
             }

@@ -31,7 +31,7 @@ use tokio::net::UnixStream;
 use tokio::task::JoinHandle;
 
 use crate::accept::AcceptErrors;
-use crate::log;
+use crate::log::Event;
 use crate::log::Logger;
 use crate::queue::admin::{AdminReply, AdminRequest, Op, Place, Snap, Tally};
 use crate::queue::QueueHandle;
@@ -221,7 +221,9 @@ impl Admin {
                 }
                 Ok(_) if door == Door::Public => Response::error(AdminError::NotPublic),
                 Ok(request) => {
-                    log!(self.logger, "admin", "request: {}", line.trim());
+                    self.logger.emit(&Event::AdminRequest {
+                        line: line.trim().into(),
+                    });
                     self.handle(request).await
                 }
                 Err(e) => Response::error(AdminError::Request(e)),

@@ -32,7 +32,7 @@ use crate::deliver::smtp::SmtpAgent;
 use crate::intake::dkim::Signers;
 use crate::intake::sender_auth::SenderAuth;
 use crate::intake::Intake;
-use crate::log;
+use crate::log::Event;
 use crate::log::Logger;
 use crate::queue::{DeliveryAgent, QueueHandle, WorkerStart};
 use crate::receive::dnsbl::Dnsbl;
@@ -288,11 +288,9 @@ impl Parts {
                 Committer::start(policy.clone(), self.maildir_stats.clone())
                     .map(Arc::new)
                     .map_err(|e| {
-                        log!(
-                            logger,
-                            "master",
-                            "maildir: no commit thread ({e}); syncing each"
-                        )
+                        logger.emit(&Event::MaildirNoCommitThread {
+                            error: e.to_string().into(),
+                        })
                     })
                     .ok()
             }

@@ -22,9 +22,9 @@ use tokio::task::JoinHandle;
 
 use crate::config::listener::ListenerConfig;
 use crate::config::Config;
+use crate::log::Event;
 use crate::log::Logger;
 use crate::receive::smtp::{accept_loop, bind, Listening, Serving, SessionContext, SessionCount};
-use crate::{event, log};
 
 struct Running {
     addr: SocketAddr,
@@ -94,14 +94,9 @@ impl Listeners {
             if running.retire.send(ack).is_ok() {
                 let _ = closed.await;
             }
-            event!(
-                logger,
-                "master",
-                "stopped_listening",
-                { addr: running.addr.to_string() },
-                "stopped listening on {}",
-                running.addr
-            );
+            logger.emit(&Event::StoppedListening {
+                addr: running.addr.to_string().into(),
+            });
             self.retired.push(running.task);
         }
         self.retired.retain(|t| !t.is_finished());
@@ -119,7 +114,10 @@ impl Listeners {
                 let (lc, socket) = fresh.swap_remove(i);
                 match self.start(lc, socket, ctx, logger) {
                     Ok(running) => self.running.push((listen, running)),
-                    Err(e) => log!(logger, "master", "cannot listen on {listen}: {e}"),
+                    Err(e) => logger.emit(&Event::ListenFailed {
+                        addr: listen.to_string().into(),
+                        error: e.to_string().into(),
+                    }),
                 }
             }
         }
@@ -134,14 +132,10 @@ impl Listeners {
         logger: &Logger,
     ) -> std::io::Result<Running> {
         let addr = socket.local_addr()?;
-        event!(
-            logger,
-            "master",
-            "listening",
-            { addr: addr.to_string(), kind: lc.kind.as_str() },
-            "listening on {addr} ({})",
-            lc.kind.as_str()
-        );
+        logger.emit(&Event::Listening {
+            addr: addr.to_string().into(),
+            kind: lc.kind.as_str().into(),
+        });
         let serving = Arc::new(ArcSwap::from_pointee(Serving {
             ctx: ctx.clone(),
             listener: Arc::new(lc),

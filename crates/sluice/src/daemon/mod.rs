@@ -34,12 +34,12 @@ use tokio::task::JoinHandle;
 
 use crate::config::Config;
 use crate::intake::Intake;
+use crate::log::Event;
 use crate::log::Logger;
 use crate::queue::QueueHandle;
 use crate::receive::local::Submitter;
 use crate::receive::smtp::SessionContext;
 use crate::routing::mailboxes::VirtualMailboxes;
-use crate::{event, log};
 use build::Parts;
 use listeners::Listeners;
 
@@ -138,14 +138,9 @@ impl Server {
             self.ctx
                 .stopping
                 .store(true, std::sync::atomic::Ordering::Relaxed);
-            event!(
-                self.logger,
-                "master",
-                "balancer_drain",
-                { secs: drain.as_secs() },
-                "stopping: failing the balancer's health checks for {} s before closing the listeners",
-                drain.as_secs()
-            );
+            self.logger.emit(&Event::BalancerDrain {
+                secs: drain.as_secs(),
+            });
             tokio::time::sleep(drain).await;
         }
         let _ = self.shutdown.send(true);
@@ -160,15 +155,10 @@ impl Server {
         self.listeners.join().await;
         let deadline = tokio::time::Instant::now() + self.drain_deadline;
         let drained = self.queue.drain(deadline).await;
-        event!(
-            self.logger,
-            "master",
-            "drained",
-            { finished: drained.finished_jobs, abandoned: drained.abandoned_jobs },
-            "drained: {} deliveries finished, {} abandoned at the deadline (delivered again after restart)",
-            drained.finished_jobs,
-            drained.abandoned_jobs
-        );
+        self.logger.emit(&Event::Drained {
+            finished: drained.finished_jobs as u64,
+            abandoned: drained.abandoned_jobs as u64,
+        });
         let _ = self.scheduler_task.await;
         if let Some(cluster) = &self.parts.cluster {
             // Deliveries are over: no connection is held any more.
@@ -181,14 +171,9 @@ impl Server {
             stats.messages.load(std::sync::atomic::Ordering::Relaxed),
             stats.syncs.load(std::sync::atomic::Ordering::Relaxed),
         );
-        log!(
-            self.logger,
-            "master",
-            "daemon stopped: spool stored {messages} messages with {syncs} disk syncs ({:.1} messages per sync)",
-            messages as f64 / syncs.max(1) as f64
-        );
+        self.logger.emit(&Event::Stopped { messages, syncs });
         for line in self.parts.mailboxes.stats_lines() {
-            log!(self.logger, "lookup", "{line}");
+            self.logger.emit(&Event::LookupStats { line: line.into() });
         }
         let md = &self.parts.maildir_stats;
         let (files, syncs) = (
@@ -196,14 +181,7 @@ impl Server {
             md.syncs.load(std::sync::atomic::Ordering::Relaxed),
         );
         if files > 0 {
-            event!(
-                self.logger,
-                "master",
-                "maildir_stats",
-                { files: files, syncs: syncs },
-                "maildir: delivered {files} files with {syncs} disk syncs ({:.1} files per sync)",
-                files as f64 / syncs.max(1) as f64
-            );
+            self.logger.emit(&Event::MaildirStats { files, syncs });
         }
         let logger = self.logger.clone();
         let _ = tokio::task::spawn_blocking(move || logger.flush()).await;
@@ -256,13 +234,10 @@ async fn observe(
         logger.clone(),
     )
     .await?;
-    event!(
-        logger,
-        "master",
-        "listening",
-        { addr: bound.to_string(), kind: "metrics" },
-        "metrics and dashboard on http://{bound}/"
-    );
+    logger.emit(&Event::Listening {
+        addr: bound.to_string().into(),
+        kind: "metrics".into(),
+    });
     Ok(Some((bound, task)))
 }
 
@@ -279,7 +254,11 @@ async fn open_spool(
     let size = spool_size::fit(&config.spool, fs);
     if let Some(warning) = spool_size::shortage(&dir, size, fs) {
         eprintln!("sluice: {warning}");
-        event!(logger, "master", "warning", { kind: "spool_space" }, "{warning}");
+        logger.emit(&Event::Warning {
+            kind: "spool_space".into(),
+            open: None,
+            line: warning.to_string().into(),
+        });
     }
     let spool_config = SpoolConfig {
         dir,
@@ -291,46 +270,27 @@ async fn open_spool(
     let (spool, recovered, report) = tokio::task::spawn_blocking(move || Spool::open(spool_config))
         .await
         .map_err(StartError::Recovery)??;
-    event!(
-        logger,
-        "master",
-        "started",
-        {
-            segments: report.segments,
-            to_deliver: report.messages_pending,
-            segment_mib: size.segment_bytes >> 20,
-            reserve_mib: size.reserve_bytes >> 20,
-            unsafe_ack: config.spool.unsafe_ack_before_fsync,
-        },
-        "daemon started: spool {} segments, {} messages to deliver, segments of {} MiB, {} MiB kept free{}",
-        report.segments,
-        report.messages_pending,
-        size.segment_bytes >> 20,
-        size.reserve_bytes >> 20,
-        if config.spool.unsafe_ack_before_fsync {
-            " (WARNING: unsafe_ack_before_fsync is on; acknowledged mail can be lost on power failure)"
-        } else {
-            ""
-        }
-    );
+    logger.emit(&Event::Started {
+        segments: report.segments as u64,
+        to_deliver: report.messages_pending as u64,
+        segment_mib: size.segment_bytes >> 20,
+        reserve_mib: size.reserve_bytes >> 20,
+        unsafe_ack: config.spool.unsafe_ack_before_fsync,
+    });
     for damage in &report.damage {
-        log!(logger, "master", "spool recovery: {damage}");
+        logger.emit(&Event::SpoolDamage {
+            damage: damage.to_string().into(),
+        });
     }
     if report.known_damage > 0 {
-        log!(
-            logger,
-            "master",
-            "spool recovery: {} damaged ranges already quarantined in spool/corrupt/",
-            report.known_damage
-        );
+        logger.emit(&Event::SpoolQuarantined {
+            ranges: report.known_damage as u64,
+        });
     }
     if !report.pinned.is_empty() {
-        log!(
-            logger,
-            "master",
-            "spool recovery: WARNING: segments {:?} hold damaged bytes that could not be quarantined; they are kept (no space is reclaimed behind them) until a start-up can copy them to spool/corrupt/",
-            report.pinned
-        );
+        logger.emit(&Event::SpoolPinned {
+            segments: report.pinned.clone(),
+        });
     }
     Ok((spool, recovered, kept))
 }
@@ -371,7 +331,7 @@ fn spawn_lookup_stats(
                 _ = tick.tick() => {}
             }
             for line in mailboxes.load().stats_lines() {
-                log!(logger, "lookup", "{line}");
+                logger.emit(&Event::LookupStats { line: line.into() });
             }
         }
     });

@@ -28,8 +28,8 @@ use super::Server;
 use crate::admin::control::ReloadOutcome;
 use crate::config::source::Source;
 use crate::config::Config;
+use crate::log::{Event, Reload};
 use crate::queue::Reconfig;
-use crate::{event, log};
 
 impl Server {
     /// Reloads the configuration from its source (a file and `-o`
@@ -59,13 +59,13 @@ impl Server {
         addr: Option<&str>,
         why: &str,
     ) -> ReloadOutcome {
-        event!(
-            self.logger,
-            "master",
-            "reload",
-            { result: "refused", cause: cause, line: line, addr: addr, error: why },
-            "reload: {why}; keeping the running configuration"
-        );
+        self.logger.emit(&Event::Reload(Reload::Refused {
+            result: "refused".into(),
+            cause: cause.into(),
+            line: line.map(|l| l as u64),
+            addr: addr.map(Into::into),
+            error: why.into(),
+        }));
         ReloadOutcome {
             result: "refused".into(),
             error: Some(why.to_string()),
@@ -124,13 +124,12 @@ impl Server {
         let sections = sections_changed(&old, &new);
         self.parts = parts;
         let changed = outcome_text(&sections, &later);
-        event!(
-            self.logger,
-            "master",
-            "reload",
-            { result: "applied", sections: sections, later: later },
-            "reload: {changed}"
-        );
+        self.logger.emit(&Event::Reload(Reload::Applied {
+            result: "applied".into(),
+            sections: sections.iter().map(|&s| s.into()).collect(),
+            later: later.iter().map(|&s| s.into()).collect(),
+            line: format!("reload: {changed}").into(),
+        }));
         ReloadOutcome {
             result: "applied".into(),
             sections: sections.iter().map(|s| s.to_string()).collect(),
@@ -144,7 +143,7 @@ impl Server {
     /// keeps (`parts` being what it built; all of them without).
     fn refresh(&self, parts: Option<&Parts>) {
         if parts.is_none_or(|p| Arc::ptr_eq(&self.parts.mailboxes, &p.mailboxes)) {
-            log!(self.logger, "master", "reload: lookup tables");
+            self.logger.emit(&Event::ReloadTables);
             self.parts.mailboxes.reload();
         }
         let same_tls = match (parts, &self.parts.tls) {
@@ -154,21 +153,14 @@ impl Server {
         };
         if let Some(tls) = same_tls {
             match tls.reload() {
-                Ok(()) => event!(
-                    self.logger,
-                    "master",
-                    "reload",
-                    { result: "certificate", file: tls.cert_path() },
-                    "reload: TLS certificate {}",
-                    tls.cert_path().display()
-                ),
-                Err(err) => event!(
-                    self.logger,
-                    "master",
-                    "reload",
-                    { result: "certificate_kept", error: err.to_string() },
-                    "reload: {err}; keeping the previous certificate"
-                ),
+                Ok(()) => self.logger.emit(&Event::Reload(Reload::Certificate {
+                    result: "certificate".into(),
+                    file: tls.cert_path().display().to_string().into(),
+                })),
+                Err(err) => self.logger.emit(&Event::Reload(Reload::CertificateKept {
+                    result: "certificate_kept".into(),
+                    error: err.to_string().into(),
+                })),
             }
         }
     }

@@ -23,9 +23,9 @@ use super::listeners::{Bound, Listeners};
 use super::{acme, cluster, privilege, Server, StartError};
 use crate::config::Config;
 use crate::intake::Intake;
+use crate::log::Event;
 use crate::log::Logger;
 use crate::queue::{QueueHandle, Scheduler};
-use crate::{event, log};
 
 /// What was bound while root could still be given up.
 struct Sockets {
@@ -106,7 +106,11 @@ fn start_log(config: &Config, logger: Option<Logger>) -> Result<Logger, StartErr
     };
     crate::log::route_crate_logs(&logger);
     for warning in config.local.warnings() {
-        event!(logger, "master", "warning", { kind: "config" }, "{warning}");
+        logger.emit(&Event::Warning {
+            kind: "config".into(),
+            open: None,
+            line: warning.to_string().into(),
+        });
     }
     Ok(logger)
 }
@@ -187,12 +191,10 @@ async fn serve(
     )
     .map_err(|err| {
         let dir = config.data_dir.clone();
-        log!(
-            logger,
-            "master",
-            "fatal: admin socket in {}: {err}",
-            dir.display()
-        );
+        logger.emit(&Event::AdminSocketFailed {
+            dir: dir.display().to_string().into(),
+            error: err.to_string().into(),
+        });
         StartError::Admin { dir, err }
     })?;
     let observe = super::observe(
@@ -208,15 +210,10 @@ async fn serve(
         serve_acme(&config, listener, tls, &logger, &shutdown)?;
     }
     if let Some(account) = &account {
-        event!(
-            logger,
-            "master",
-            "running_as",
-            { user: account.name, uid: account.uid },
-            "running as {} (uid {})",
-            account.name,
-            account.uid
-        );
+        logger.emit(&Event::RunningAs {
+            user: account.name.as_str().into(),
+            uid: account.uid,
+        });
     }
     pipeline.parts.own_addrs.set(listeners.addrs());
     Ok(Server {
@@ -256,13 +253,10 @@ fn serve_acme(
     let addr = listener
         .local_addr()
         .map_err(|e| StartError::Listen(acme.http_listen, e))?;
-    event!(
-        logger,
-        "master",
-        "listening",
-        { addr: addr.to_string(), kind: "acme" },
-        "ACME http-01 challenges on http://{addr}/"
-    );
+    logger.emit(&Event::Listening {
+        addr: addr.to_string().into(),
+        kind: "acme".into(),
+    });
     acme::spawn(
         acme.clone(),
         &config.data_dir,

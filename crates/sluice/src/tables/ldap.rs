@@ -23,7 +23,7 @@ use ldap3::{Ldap, LdapConnAsync, LdapConnSettings, Scope, SearchEntry};
 
 use super::{LookupError, TableError, Values};
 use crate::config::tables::TableConfig;
-use crate::event;
+use crate::log::Event;
 use crate::log::Logger;
 use crate::pki::TlsError;
 
@@ -183,14 +183,11 @@ impl LdapTable {
             }
         }
         self.stats.failures.fetch_add(1, Ordering::Relaxed);
-        event!(
-            self.logger,
-            "lookup",
-            "lookup_failed",
-            { table: self.name, key: key, error: last_err.to_string() },
-            "table {}: lookup of {key} failed: {last_err}",
-            self.name
-        );
+        self.logger.emit(&Event::LookupFailed {
+            table: self.name.as_str().into(),
+            key: key.into(),
+            error: last_err.to_string().into(),
+        });
         Err(LdapError::Table {
             table: self.name.clone(),
             error: Box::new(last_err),

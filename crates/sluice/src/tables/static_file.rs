@@ -18,7 +18,7 @@ use std::time::SystemTime;
 use arc_swap::ArcSwap;
 
 use super::{TableError, Values};
-use crate::log;
+use crate::log::Event;
 use crate::log::Logger;
 
 /// Checks one entry (key, values) of a table; an error refuses the file.
@@ -113,21 +113,17 @@ impl StaticTable {
             Ok((map, _)) => {
                 let n = map.len();
                 self.map.store(Arc::new(map));
-                log!(
-                    self.logger,
-                    "lookup",
-                    "table {}: reloaded {} ({n} keys)",
-                    self.name,
-                    self.path.display()
-                );
+                self.logger.emit(&Event::TableReloaded {
+                    table: self.name.as_str().into(),
+                    path: self.path.display().to_string().into(),
+                    keys: n as u64,
+                });
             }
             Err(err) => {
-                log!(
-                    self.logger,
-                    "lookup",
-                    "table {}: reload refused, old contents kept: {err}",
-                    self.name
-                );
+                self.logger.emit(&Event::TableReloadRefused {
+                    table: self.name.as_str().into(),
+                    error: err.to_string().into(),
+                });
             }
         }
     }

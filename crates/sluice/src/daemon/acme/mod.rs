@@ -32,7 +32,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::config::acme::AcmeConfig;
-use crate::event;
+use crate::log::Event;
 use crate::log::Logger;
 use crate::pki::TlsError;
 use crate::receive::smtp::tls::{acme_file, ServerTls};
@@ -115,14 +115,10 @@ impl Client {
                     // renewal window longer than the CA's lifetimes).
                     Ok(issued) => self.until_due(&issued).clamp(retry, check),
                     Err(e) => {
-                        event!(
-                            self.logger,
-                            "acme",
-                            "acme_failed",
-                            { error: e.to_string(), retry_secs: retry.as_secs() },
-                            "acme: renewal failed: {e}; the current certificate stays; next try in {}s",
-                            retry.as_secs()
-                        );
+                        self.logger.emit(&Event::AcmeFailed {
+                            error: e.to_string().into(),
+                            retry_secs: retry.as_secs(),
+                        });
                         retry
                     }
                 },
@@ -158,14 +154,10 @@ impl Client {
     /// One order, start to finish; installs and returns the certificate.
     async fn renew(&self, why: &str) -> Result<Issued, AcmeError> {
         let names: Vec<String> = self.config.domains.iter().map(|d| d.to_string()).collect();
-        event!(
-            self.logger,
-            "acme",
-            "acme_ordering",
-            { domains: names.join(","), reason: why },
-            "acme: ordering a certificate for {} ({why})",
-            names.join(",")
-        );
+        self.logger.emit(&Event::AcmeOrdering {
+            domains: names.join(",").into(),
+            reason: why.into(),
+        });
         let account = self.account().await?;
         let identifiers: Vec<Identifier> = names.iter().cloned().map(Identifier::Dns).collect();
         let mut order = account.new_order(&NewOrder::new(&identifiers)).await?;
@@ -185,15 +177,11 @@ impl Client {
         self.tls.install(self.file.clone(), self.file.clone())?;
         let issued = read_issued(&self.file)?;
         let not_after = crate::timefmt::iso8601(issued.not_after_secs.saturating_mul(1000));
-        event!(
-            self.logger,
-            "acme",
-            "acme_issued",
-            { domains: names.join(","), serial: issued.serial, not_after: not_after },
-            "acme: certificate for {} installed (serial {}, valid until {not_after})",
-            names.join(","),
-            issued.serial
-        );
+        self.logger.emit(&Event::AcmeIssued {
+            domains: names.join(",").into(),
+            serial: issued.serial.to_string().into(),
+            not_after: not_after.into(),
+        });
         Ok(issued)
     }
 

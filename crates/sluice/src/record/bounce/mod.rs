@@ -17,10 +17,9 @@ use std::time::Duration;
 use sluice_spool::{BodyRef, Envelope};
 
 use crate::intake::{Intake, Origin, Submission};
-use crate::log::qid;
+use crate::log::{Event, Qid};
 use crate::message::status::Failure;
 use crate::message::{body, flags};
-use crate::{event, log};
 
 /// Largest original returned whole (RET=FULL), in octets.
 pub const RETURN_LIMIT: usize = 100 << 10;
@@ -77,41 +76,33 @@ pub async fn store(
         };
         match intake.accept(notice).await {
             Ok(_) => {
-                let (what, kind) = match kind {
+                let (_what, kind) = match kind {
                     dsn::Notice::Failed => ("non-delivery", "failure"),
                     dsn::Notice::Delayed => ("delay", "delay"),
                     dsn::Notice::Delivered => ("delivery status", "success"),
                     dsn::Notice::Relayed => ("delivery status", "relayed"),
                 };
-                event!(
-                    logger,
-                    "bounce",
-                    "notice",
-                    { queue_id: qid(original.id), kind: kind, notice_id: qid(id) },
-                    "{}: sender {what} notification: {}",
-                    qid(original.id),
-                    qid(id)
-                );
+                logger.emit(&Event::Notice {
+                    queue_id: Qid(original.id),
+                    kind: kind.into(),
+                    notice_id: Qid(id),
+                });
                 return true;
             }
             Err(refusal) if refusal.is_temporary() => {
-                log!(
-                    logger,
-                    "bounce",
-                    "{}: cannot store bounce: {refusal}; retrying in {}s",
-                    qid(original.id),
-                    wait.as_secs()
-                );
+                logger.emit(&Event::NoticeRetry {
+                    queue_id: Qid(original.id),
+                    error: refusal.to_string().into(),
+                    retry_secs: wait.as_secs(),
+                });
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(Duration::from_secs(300));
             }
             Err(refusal) => {
-                log!(
-                    logger,
-                    "bounce",
-                    "{}: error: notice refused: {refusal}; none sent",
-                    qid(original.id)
-                );
+                logger.emit(&Event::NoticeRefused {
+                    queue_id: Qid(original.id),
+                    error: refusal.to_string().into(),
+                });
                 return false;
             }
         }
