@@ -66,6 +66,8 @@ pub enum StartError {
     Recovery(tokio::task::JoinError),
     #[error("cannot listen on {0}: {1}")]
     Listen(SocketAddr, std::io::Error),
+    #[error("cannot start the queue manager's thread: {0}")]
+    Queue(std::io::Error),
 }
 
 /// A running server.
@@ -75,7 +77,7 @@ pub struct Server {
     shutdown: watch::Sender<bool>,
     listeners: Listeners,
     queue: QueueHandle,
-    scheduler_task: JoinHandle<()>,
+    scheduler_task: tokio::sync::oneshot::Receiver<()>,
     spool: Spool,
     logger: Logger,
     /// What the running configuration built (replaced by a reload).

@@ -16,7 +16,6 @@ use arc_swap::ArcSwap;
 use sluice_spool::Spool;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
 use super::build::{Parts, Purpose};
 use super::listeners::{Bound, Listeners};
@@ -42,7 +41,7 @@ struct Pipeline {
     node: Option<cluster::Node>,
     queue: QueueHandle,
     intake: Arc<Intake>,
-    scheduler_task: JoinHandle<()>,
+    scheduler_task: tokio::sync::oneshot::Receiver<()>,
 }
 
 impl Server {
@@ -143,7 +142,7 @@ async fn start_pipeline(config: &Arc<Config>, logger: &Logger) -> Result<Pipelin
     if let Some(cluster) = &parts.cluster {
         scheduler.set_cluster(cluster.clone());
     }
-    let scheduler_task = tokio::spawn(scheduler.run(rx));
+    let scheduler_task = scheduler.spawn(rx).map_err(StartError::Queue)?;
     super::spawn_recovered(&queue, recovered);
     Ok(Pipeline {
         spool,

@@ -10,17 +10,16 @@
 //! retry (it is not delivered) until released; held IDs are kept in
 //! `<data_dir>/hold.list` so a hold survives a restart or a power cut: the
 //! list is replaced durably (`sluice_spool::replace_file`: temporary file
-//! synced, renamed, directory synced) on the blocking pool, never on the
-//! scheduler's task, and the administrator is answered once it is on disk;
+//! synced, renamed, directory synced) by the driver on the blocking pool
+//! (`Action::SaveHolds`, `Action::Answer`), and the administrator is
+//! answered once it is on disk;
 //! a deletion or bounce of a message with deliveries in flight takes
 //! effect when its round ends (`doomed`).
 
 use std::collections::HashSet;
 
-use tokio::sync::oneshot;
-
-use super::core::{Doom, RcptState};
-use super::scheduler::Scheduler;
+use super::core::{Action, Doom, RcptState, Ticket};
+use super::dispatch::QueueCore;
 pub use super::view::{DestinationStats, Place, QueueStats, ReasonStats, Snap};
 use crate::log::qid;
 use crate::message::status::{Enhanced, Failure, Relay, Reply};
@@ -92,54 +91,40 @@ impl Applied {
     }
 }
 
-impl Scheduler {
-    pub(super) fn admin(&mut self, request: AdminRequest, reply: oneshot::Sender<AdminReply>) {
+impl QueueCore {
+    pub(super) fn admin(&mut self, ticket: Ticket, request: AdminRequest) {
         // Only these change the hold list (a mailq or a /metrics scrape
         // writes nothing).
         let changes_holds = matches!(request, AdminRequest::Apply(..));
-        let answer = match request {
+        let reply = match request {
             AdminRequest::Snapshot => AdminReply::Snapshot(self.view().snapshot()),
             AdminRequest::Stats => AdminReply::Stats(self.view().stats()),
             AdminRequest::Flush(ids) => AdminReply::Count(self.flush(ids)),
             AdminRequest::Apply(op, ids) => AdminReply::Applied(self.apply_op(op, ids)),
         };
-        let save = match changes_holds {
+        // Answered once the list is on disk (two syncs: by the driver, on
+        // the blocking pool).
+        let after = match changes_holds {
             true => self.admin.save_holds(),
             false => None,
         };
-        match save {
-            // Answered once the list is on disk (two syncs: not on the
-            // scheduler's task).
-            Some(save) => {
-                let logger = self.logger.clone();
-                tokio::task::spawn_blocking(move || {
-                    if let Err(e) = save() {
-                        log!(logger, "qmgr", "warning: cannot save the hold list: {e}");
-                    }
-                    let _ = reply.send(answer);
-                });
-            }
-            None => {
-                let _ = reply.send(answer);
-            }
-        }
+        self.out.push(Action::Answer {
+            ticket,
+            reply,
+            after,
+        });
         self.admit();
     }
 
     /// A message that is gone (delivered, bounced) leaves the hold list,
-    /// in memory and on disk (off the scheduler's task; of two saves the
-    /// later one stands).
+    /// in memory and on disk (by the driver; of two saves the later one
+    /// stands).
     pub(super) fn forget_hold(&mut self, id: u64) {
         if !self.admin.release(id) {
             return;
         }
         if let Some(save) = self.admin.save_holds() {
-            let logger = self.logger.clone();
-            tokio::task::spawn_blocking(move || {
-                if let Err(e) = save() {
-                    log!(logger, "qmgr", "warning: cannot save the hold list: {e}");
-                }
-            });
+            self.out.push(Action::SaveHolds(save));
         }
     }
 
@@ -202,7 +187,7 @@ impl Scheduler {
         for dest in self.dests.values_mut() {
             dest.dead_until = None;
         }
-        self.agent.flushed();
+        self.out.push(Action::Flushed);
         log!(self.logger, "qmgr", "flush: {n} messages to be retried now");
         n
     }
@@ -211,7 +196,7 @@ impl Scheduler {
         self.admin.release(id);
         if self.admission.remove(id).is_some() {
             // (Its place in `ready` is skipped by admit: no longer parked.)
-            self.spool.record_outcome(id, Vec::new(), true);
+            self.record(id, Vec::new(), true);
             event!(
                 self.logger,
                 "qmgr",
@@ -242,8 +227,8 @@ impl Scheduler {
         }
         self.admin.hold(id);
         // For the shadow copy: a peer that claims it holds it too.
-        self.spool
-            .record_marks(id, crate::message::flags::MARK_HELD);
+        let marks = crate::message::flags::MARK_HELD;
+        self.out.push(Action::Marks { id, marks });
         self.admission.leave_line(id);
         log!(self.logger, "qmgr", "{}: placed on hold", qid(id));
         Applied::Changed
@@ -254,8 +239,8 @@ impl Scheduler {
             return Applied::changed_if(self.in_queue(id), false);
         }
         // A quarantined message is not held again after a restart.
-        self.spool
-            .record_marks(id, crate::message::flags::MARK_RELEASED);
+        let marks = crate::message::flags::MARK_RELEASED;
+        self.out.push(Action::Marks { id, marks });
         if self.admission.contains(id) {
             self.admission.line_up(id);
         }
@@ -286,7 +271,7 @@ impl Scheduler {
                 at: p.last_at.into(),
                 ..Default::default()
             };
-            self.spool.record_attempt(id, attempt);
+            self.out.push(Action::Attempt { id, attempt });
             if !self.admission.in_line(id) {
                 self.admission.line_up(id);
             }
@@ -319,7 +304,7 @@ impl Scheduler {
     /// Forgets an active message with nothing in flight: recorded
     /// complete in the spool, so it is never delivered again.
     fn delete_active(&mut self, id: u64) {
-        self.spool.record_outcome(id, Vec::new(), true);
+        self.record(id, Vec::new(), true);
         self.remove(id);
         log!(
             self.logger,

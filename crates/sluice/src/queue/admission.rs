@@ -8,15 +8,16 @@
 //! spool (on the blocking pool, in batches) when room frees up.
 //!
 //! The state (parked messages, the line for room, the count of loads)
-//! is `core::Admission`'s; this file does the reading and the
-//! scheduler's side: recovery, due retries, admission.
+//! is `core::Admission`'s; this file decides: recovery, due retries,
+//! admission (`Action::ReadBack`; the driver reads the envelopes on the
+//! blocking pool and hands them back as `Input::Loaded`).
 
 use sluice_spool::Envelope;
 
 use super::compact::Spot;
-use super::core::{secs32, Parked};
-use super::scheduler::Scheduler;
-use super::{Event, QueuedMessage};
+use super::core::{secs32, Action, Parked};
+use super::dispatch::QueueCore;
+use super::QueuedMessage;
 use crate::log;
 use crate::log::qid;
 use crate::message::flags::{MARK_DELAY_WARNED, MARK_RELEASED, QUARANTINE};
@@ -32,10 +33,10 @@ pub enum ReadBack {
     Mismatch,
 }
 
-impl Scheduler {
+impl QueueCore {
     /// Parks a message; it waits for room (`ready`) unless `retry_at` is
     /// given, in which case it waits for that time first.
-    pub(super) fn park(&mut self, id: u64, parked: Parked, retry_at: Option<tokio::time::Instant>) {
+    pub(super) fn park(&mut self, id: u64, parked: Parked, retry_at: Option<std::time::Instant>) {
         // On hold: kept, neither retried nor brought in.
         let held = self.admin.is_held(id);
         self.admission.park(id, parked, held, retry_at);
@@ -45,7 +46,7 @@ impl Scheduler {
     /// deferred mail until the retry time recorded with its last attempt
     /// (as Postfix waits), with its attempt count and reason.
     pub(super) fn recovered(&mut self, batch: Vec<sluice_spool::Recovered>) {
-        let now = crate::timefmt::now_millis() / 1000;
+        let now = self.clock.unix_ms / 1000;
         for r in batch {
             if r.flags & QUARANTINE != 0 && r.marks & MARK_RELEASED == 0 {
                 self.admin.hold(r.id);
@@ -76,14 +77,14 @@ impl Scheduler {
     /// seconds) is tried: then, if still to come, but never later than
     /// the longest backoff from now (a clock set back must not strand
     /// it); at once (`None`) if due, or never deferred.
-    fn recovered_retry(&self, next: u64, now: u64) -> Option<tokio::time::Instant> {
+    fn recovered_retry(&self, next: u64, now: u64) -> Option<std::time::Instant> {
         if next <= now {
             return None;
         }
         let q = &self.config.queue;
         let longest = q.maximal_backoff_secs.max(q.minimal_backoff_secs).max(1);
         let wait = std::time::Duration::from_secs((next - now).min(longest));
-        Some(tokio::time::Instant::now() + wait)
+        Some(self.clock.at + wait)
     }
 
     /// Deferred messages whose retry time has come wait for room.
@@ -92,8 +93,8 @@ impl Scheduler {
             return;
         }
         let admin = &self.admin;
-        let now = tokio::time::Instant::now();
-        self.admission.run_due_retries(now, |id| admin.is_held(id));
+        self.admission
+            .run_due_retries(self.clock.at, |id| admin.is_held(id));
     }
 
     /// Starts reading envelopes for waiting messages while there is room.
@@ -106,25 +107,7 @@ impl Scheduler {
             if batch.is_empty() {
                 return;
             }
-            let (spool, events) = (self.spool.clone(), self.events.clone());
-            tokio::task::spawn_blocking(move || {
-                let ids: Vec<u64> = batch.iter().map(|(id, _)| *id).collect();
-                let read = || {
-                    batch
-                        .into_iter()
-                        .map(|(id, body)| (id, spool.read_envelope(body).map_err(ReadBack::Io)))
-                        .collect()
-                };
-                // Whatever happens, every ID comes back, so `loading` is
-                // always paid back and admission never stalls.
-                let loaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(read))
-                    .unwrap_or_else(|_| {
-                        ids.into_iter()
-                            .map(|id| (id, Err(ReadBack::Panicked)))
-                            .collect()
-                    });
-                let _ = events.blocking_send(Event::Loaded(loaded));
-            });
+            self.out.push(Action::ReadBack(batch));
         }
     }
 
@@ -156,7 +139,7 @@ impl Scheduler {
                         qid(id)
                     );
                     let attempts = parked.attempts.saturating_add(1);
-                    let at = tokio::time::Instant::now() + self.retry_wait(attempts.into(), id);
+                    let at = self.clock.at + self.retry_wait(attempts.into(), id);
                     let parked = Parked { attempts, ..parked };
                     self.park(id, parked, Some(at));
                 }

@@ -10,23 +10,20 @@
 //!
 //! The destination itself (window, dead mark, pace) is
 //! `core::Destination`, the set of them `core::Destinations`; this file
-//! hands jobs to workers and takes their reports.
+//! decides which job goes to which worker (`Action::Hand`, or a new
+//! worker: `Action::Start`) and takes their reports.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
-use tokio::time::Instant;
-
-use super::agent::WorkerStart;
-use super::core::Destination;
-use super::job::{defer_all, Feedback, Job, Reporter, WorkerId};
-use super::scheduler::Scheduler;
+use super::core::{Action, Destination};
+use super::dispatch::QueueCore;
+use super::job::{defer_all, Feedback, Job, WorkerId};
 use crate::config::hop::NextHop;
 use crate::event;
 use crate::message::status::{Enhanced, Outcome, Relay, Reply};
 
-impl Scheduler {
+impl QueueCore {
     /// The destination `key` (delivering through `hop`), made on first use
     /// with the concurrency and rate configured for that key.
     pub(super) fn destination_for(&mut self, key: &Arc<str>, hop: &Arc<NextHop>) -> Arc<str> {
@@ -37,17 +34,11 @@ impl Scheduler {
                 NextHop::Maildir => limit,
                 _ => self.config.delivery.initial_concurrency,
             };
-            let mut dest = Destination::new(hop.clone(), limit, initial);
+            let mut dest = Destination::new(hop.clone(), limit, initial, self.clock.at);
             dest.interval = interval;
             self.dests.insert(key.clone(), dest);
         }
         key.clone()
-    }
-
-    /// Tells the sessions how many jobs wait for local delivery (in-flow
-    /// pacing, `intake/flow.rs`): the queues of the local destinations.
-    pub(super) fn publish_flow(&self) {
-        self.flow.publish(self.dests.local_backlog());
     }
 
     /// The concurrency limit and the rate-limit interval configured for
@@ -79,7 +70,7 @@ impl Scheduler {
         };
         let key = self.destination_for(&key, &hop);
         let dest = self.dests.get_mut(&key).expect("destination just made");
-        if dest.is_dead(Instant::now()) {
+        if dest.is_dead(self.clock.at) {
             let text = format!("{key} is not responding; delivery deferred");
             let reply = Reply::own(451, Enhanced::new(4, 4, 1), text);
             self.defer_job(job, &key, &reply);
@@ -100,11 +91,14 @@ impl Scheduler {
         if dest.resolving {
             return;
         }
-        let allowed = super::leases::allowance(self.cluster.as_deref(), key, dest);
+        let caps = self.caps.as_deref();
+        let allowed = super::leases::allowance(caps, key, dest);
         if let Some(allowed) = allowed {
-            super::leases::shed(dest, allowed);
+            for worker in super::leases::shed(dest, allowed) {
+                self.out.push(Action::Close(worker));
+            }
         }
-        let now = Instant::now();
+        let now = self.clock.at;
         dest.last_used = now;
         let mut wake = None;
         while let Some(job) = dest.queue.pop_front() {
@@ -116,7 +110,7 @@ impl Scheduler {
                 break;
             }
             let paced = match dest.pace(now) {
-                Ok(()) => super::leases::take_slot(self.cluster.as_deref(), key),
+                Ok(()) => super::leases::take_slot(caps, key),
                 Err(at) => Err(Some(at)),
             };
             if let Err(at) = paced {
@@ -125,37 +119,45 @@ impl Scheduler {
                 wake = at;
                 break;
             }
+            let dest_key = key.clone();
             if let Some(worker) = dest.idle.pop() {
-                let sent = match dest.workers.get(&worker) {
-                    Some(tx) => tx.try_send(job).map_err(|e| e.into_inner()),
-                    None => Err(job),
-                };
-                if let Err(job) = sent {
-                    // The worker is on its way out; its exit report follows.
-                    dest.queue.push_front(job);
-                }
+                // Should the worker be on its way out, the job comes back
+                // (`Input::Unsent`).
+                self.out.push(Action::Hand {
+                    dest: dest_key,
+                    worker,
+                    job,
+                });
                 continue;
             }
-            let id = self.next_worker;
+            let worker = self.next_worker;
             self.next_worker += 1;
-            let (tx, jobs) = mpsc::channel(1);
-            dest.workers.insert(id, tx);
-            self.agent.spawn(WorkerStart {
-                id,
-                dest: key.clone(),
+            dest.workers.insert(worker);
+            self.out.push(Action::Start {
+                worker,
+                dest: dest_key,
                 hop: dest.hop.clone(),
                 first: job,
-                jobs,
-                reports: Reporter(self.events.clone()),
             });
         }
         if allowed.is_some() {
             // What it holds now, for the next claim.
-            super::leases::allowance(self.cluster.as_deref(), key, dest);
+            super::leases::allowance(caps, key, dest);
         }
         if let Some(at) = wake {
             self.dests.wake_at(key, at);
         }
+    }
+
+    /// A job handed to a worker already on its way out: back to the front
+    /// of its queue (or, in a drain, left open in the spool).
+    pub(super) fn unsent(&mut self, key: Arc<str>, job: Job) {
+        let draining = self.draining();
+        match self.dests.get_mut(&key) {
+            Some(dest) if !draining => dest.queue.push_front(job),
+            _ => self.messages.jobs_abandoned(1),
+        }
+        self.pump(&key);
     }
 
     pub(super) fn job_done(
@@ -172,7 +174,7 @@ impl Scheduler {
         let mut dead = false;
         if let Some(dest) = self.dests.get_mut(&key) {
             if feedback == Feedback::ConnectFailed {
-                dead = dest.on_connect_failure(Instant::now(), dead_for);
+                dead = dest.on_connect_failure(self.clock.at, dead_for);
             } else if feedback == Feedback::Throttled {
                 dest.on_throttle();
             } else {
@@ -184,7 +186,8 @@ impl Scheduler {
             if draining || !wants_more || worker < self.retire_below {
                 // Dropping the sender ends the worker once it is idle.
                 dest.close(worker);
-            } else if dest.workers.contains_key(&worker) {
+                self.out.push(Action::Close(worker));
+            } else if dest.workers.contains(&worker) {
                 dest.idle.push(worker);
             }
         }

@@ -8,24 +8,18 @@
 //! likewise a delay warning is marked sent (a spool mark, kept across
 //! restarts) only after it is stored.
 
-use std::sync::Arc;
-
 use sluice_proto::dsn::{NOTIFY_DELAY, NOTIFY_FAILURE, NOTIFY_SUCCESS};
-use sluice_spool::{BodyRef, Envelope};
+use sluice_spool::Envelope;
 
-use super::core::{Message, RcptState};
+use super::core::{Action, Message, Original, RcptState};
+use super::dispatch::QueueCore;
 use super::lines::{delay, orig_to, OrigTo};
-use super::scheduler::Scheduler;
-use super::Event;
 use crate::event;
 use crate::log::{qid, Logger};
-use crate::message::flags;
 use crate::message::status::Failure;
-use crate::record::bounce;
 use crate::record::bounce::dsn::Notice;
-use crate::timefmt;
 
-impl Scheduler {
+impl QueueCore {
     /// Returns failed recipients to the sender (or logs why not).
     pub(super) fn bounce(&mut self, id: u64, failed: Vec<(u16, Failure)>) {
         let Some(msg) = self.messages.get_mut(id) else {
@@ -71,34 +65,23 @@ impl Scheduler {
         self.spawn_notice(original, Notice::Failed, failed, Some(indices));
     }
 
-    /// Hands a notice (`kind`) about `list`, recipients of `original`, to
-    /// the intake off the scheduler's task; it is stored and queued like any
-    /// mail. With `stored_for`, the scheduler then hears that the notice is
-    /// safe (the bounced recipients are recorded final only then; a notice
-    /// refused for good counts as sent, and is logged).
+    /// Has the driver hand a notice (`kind`) about `list`, recipients of
+    /// `original`, to the intake; it is stored and queued like any mail.
+    /// With `stored_for`, the core then hears that the notice is safe (the
+    /// bounced recipients are recorded final only then; a notice refused
+    /// for good counts as sent, and is logged).
     pub(super) fn spawn_notice(
-        &self,
-        (env, body, body_ref): (Arc<Envelope>, Option<Arc<Vec<u8>>>, BodyRef),
+        &mut self,
+        original: Original,
         kind: Notice,
         list: Vec<(u16, Failure)>,
         stored_for: Option<Vec<u16>>,
     ) {
-        let (spool, events, intake) =
-            (self.spool.clone(), self.events.clone(), self.intake.clone());
-        tokio::spawn(async move {
-            let warned = (kind == Notice::Delayed).then_some(env.id);
-            // The intake stores the notice and queues it like any mail.
-            let stored = bounce::store(&intake, &env, (body, body_ref), &list, kind).await;
-            if let Some(id) = warned.filter(|_| stored) {
-                // Only once the warning is safe: a crash in between may
-                // repeat it, never lose it. The mark goes out with the
-                // spool's next commit (a clean stop flushes it).
-                spool.record_marks(id, flags::MARK_DELAY_WARNED);
-            }
-            if let Some(recipients) = stored_for {
-                let msg = env.id;
-                let _ = events.send(Event::BounceStored { msg, recipients }).await;
-            }
+        self.out.push(Action::Notice {
+            original,
+            kind,
+            list,
+            stored_for,
         });
     }
 
@@ -106,14 +89,14 @@ impl Scheduler {
     /// `delay_warning_secs`: a DSN with Action: delayed to the sender (not
     /// to the null sender). It waits for nothing: the recipients stay
     /// deferred. Once the warning is stored, the message is marked in the
-    /// spool ([`flags::MARK_DELAY_WARNED`]), so a restart does not send it
+    /// spool ([`crate::message::flags::MARK_DELAY_WARNED`]), so a restart does not send it
     /// again; only a crash between the two can.
     pub(super) fn warn_if_delayed(&mut self, id: u64) {
         let after = self.config.queue.delay_warning_secs;
         let Some(msg) = self.messages.get_mut(id) else {
             return;
         };
-        let age_secs = timefmt::now_millis().saturating_sub(msg.envelope.arrival) / 1000;
+        let age_secs = self.clock.unix_ms.saturating_sub(msg.envelope.arrival) / 1000;
         if after == 0 || msg.warned || msg.envelope.sender.is_empty() || age_secs < after {
             return;
         }
@@ -143,11 +126,12 @@ impl Scheduler {
         let Some(msg) = self.messages.get(id) else {
             return;
         };
-        let complete = msg.all_final() && msg.in_flight() == 0 && msg.failed.is_empty();
-        self.spool.record_outcome(id, recipients, complete);
+        let round_over = msg.in_flight() == 0;
+        let complete = msg.all_final() && round_over && msg.failed.is_empty();
+        self.record(id, recipients, complete);
         if complete {
             self.remove(id);
-        } else if msg.in_flight() == 0 {
+        } else if round_over {
             self.finish_round(id);
         }
     }
@@ -169,9 +153,10 @@ pub(super) fn wants(env: &Envelope, i: u16, kind: u8) -> bool {
     }
 }
 
-/// Past the queue lifetime, deferred recipients become failures.
-pub(super) fn expire(msg: &mut Message, max_life: u64, logger: &Logger) {
-    let age_secs = timefmt::now_millis().saturating_sub(msg.envelope.arrival) / 1000;
+/// Past the queue lifetime (at `unix_ms`), deferred recipients become
+/// failures.
+pub(super) fn expire(msg: &mut Message, max_life: u64, unix_ms: u64, logger: &Logger) {
+    let age_secs = unix_ms.saturating_sub(msg.envelope.arrival) / 1000;
     if age_secs < max_life {
         return;
     }

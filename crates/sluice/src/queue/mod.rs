@@ -2,7 +2,8 @@
 //! jobs to delivery agents.
 //!
 //! Data flow: the SMTP server (or recovery, or a bounce) hands a spooled
-//! message to [`QueueHandle::enqueue`]; the [`Scheduler`] groups its open
+//! message to [`QueueHandle::enqueue`]; the [`Scheduler`] (a driver
+//! doing the I/O for `dispatch::QueueCore`, which decides) groups its open
 //! recipients by next hop into [`Job`]s, queues them per destination and
 //! starts workers through a [`DeliveryAgent`] (SMTP, Maildir, or a fake in
 //! tests) within each destination's concurrency window. Workers report
@@ -22,6 +23,7 @@ pub mod agent;
 mod compact;
 mod core;
 mod destination;
+mod dispatch;
 mod failures;
 pub mod job;
 mod leases;
@@ -38,10 +40,10 @@ use std::sync::Arc;
 use sluice_spool::{BodyRef, Envelope};
 use tokio::sync::{mpsc, oneshot};
 
-pub use self::core::SecureMx;
 pub use agent::{run_worker, Attempt, DeliveryAgent, WorkerSession, WorkerStart};
 pub use job::{bounce_all, defer_all, Feedback, Job, JobReport, Reporter, WorkerId};
 pub use reconfig::Reconfig;
+pub use rollup::SecureMx;
 pub use scheduler::Scheduler;
 
 /// Events waiting for the scheduler at most (then senders wait).

@@ -20,9 +20,9 @@
 use std::sync::Arc;
 
 use super::agent::DeliveryAgent;
-use super::core::RcptState;
+use super::core::{Action, RcptState};
+use super::dispatch::QueueCore;
 use super::job::Job;
-use super::scheduler::Scheduler;
 use crate::config::hop::NextHop;
 use crate::config::Config;
 use crate::routing::dns::Dns;
@@ -41,31 +41,34 @@ pub struct Reconfig {
 }
 
 /// The settings that decide where mail goes and how it is sent.
-fn routing(c: &Config) -> String {
+pub(super) fn routing(c: &Config) -> String {
     format!(
         "{:?}{:?}{:?}{:?}{:?}",
         c.transport, c.delivery, c.local, c.tables, c.dns
     )
 }
 
-impl Scheduler {
-    pub(super) fn reconfigure(&mut self, r: Reconfig) {
-        let same_agent = std::ptr::eq(
-            Arc::as_ptr(&self.agent) as *const (),
-            Arc::as_ptr(&r.agent) as *const (),
-        );
-        let fresh = !same_agent || routing(&self.config) != routing(&r.config);
-        self.admission.set_limit(r.config.queue.active_limit);
-        let q = &r.config.queue;
-        self.flow.configure(q.in_flow_limit, q.in_flow_delay_ms);
+impl QueueCore {
+    /// New settings and routes; `fresh_agents`: the delivery agents were
+    /// replaced (the driver compared them); `resolves`: MX lookups for
+    /// rollup are possible.
+    pub(super) fn reconfigure(
+        &mut self,
+        config: Arc<Config>,
+        router: Router,
+        fresh_agents: bool,
+        resolves: bool,
+    ) {
+        let fresh = fresh_agents || routing(&self.config) != routing(&config);
+        self.admission.set_limit(config.queue.active_limit);
+        let q = &config.queue;
+        let (limit, delay_ms) = (q.in_flow_limit, q.in_flow_delay_ms);
+        self.out.push(Action::FlowLimits { limit, delay_ms });
         self.messages
-            .set_body_limit(r.config.spool.body_cache_mib << 20);
-        self.config = r.config;
-        self.router = r.router;
-        self.agent = r.agent;
-        self.rollup.dns = Some(r.resolver);
-        self.rollup.secure_mx = r.secure_mx;
-        self.intake = r.intake;
+            .set_body_limit(config.spool.body_cache_mib << 20);
+        self.config = config;
+        self.router = router;
+        self.rollup.resolves = resolves;
         if fresh {
             self.start_afresh();
         }
@@ -98,6 +101,7 @@ impl Scheduler {
             for worker in std::mem::take(&mut d.idle) {
                 // Dropping its sender ends the worker.
                 d.close(worker);
+                self.out.push(Action::Close(worker));
             }
             if !d.resolving {
                 queued.extend(d.queue.drain(..));

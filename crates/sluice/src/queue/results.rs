@@ -11,22 +11,20 @@
 
 use std::sync::Arc;
 
-use sluice_proto::dsn::NOTIFY_SUCCESS;
-use sluice_spool::DoneSet;
-use tokio::time::Instant;
-
 use super::compact::Spot;
-use super::core::{secs32, Parked, RcptState};
+use super::core::{secs32, Action, Parked, RcptState};
+use super::dispatch::QueueCore;
 use super::failures::{expire, wants};
 use super::lines::{delay, orig_to, OrigTo};
-use super::scheduler::Scheduler;
 use crate::event;
 use crate::log::qid;
 use crate::message::status::{Failure, Outcome, Relay};
 use crate::rates::Tally;
 use crate::record::bounce::dsn::Notice;
+use sluice_proto::dsn::NOTIFY_SUCCESS;
+use sluice_spool::DoneSet;
 
-impl Scheduler {
+impl QueueCore {
     /// Applies one job's results (called exactly once per job), from
     /// destination `dest`.
     pub(super) fn apply_results(
@@ -123,7 +121,7 @@ impl Scheduler {
             self.spawn_notice(original, kind, successes, None);
         }
         if !delivered.is_empty() {
-            self.spool.record_outcome(id, delivered, complete);
+            self.record(id, delivered, complete);
             if complete {
                 self.remove(id);
                 return;
@@ -135,7 +133,7 @@ impl Scheduler {
     }
 }
 
-impl Scheduler {
+impl QueueCore {
     /// All jobs of a delivery round are back: bounce, retry or remove.
     pub(super) fn finish_round(&mut self, id: u64) {
         if self.admin_round_end(id) {
@@ -144,7 +142,8 @@ impl Scheduler {
         let Some(msg) = self.messages.get_mut(id) else {
             return;
         };
-        expire(msg, self.config.queue.maximal_lifetime_secs, &self.logger);
+        let max_life = self.config.queue.maximal_lifetime_secs;
+        expire(msg, max_life, self.clock.unix_ms, &self.logger);
         let bouncing = self.notices.pending(id);
         if !msg.failed.is_empty() && !bouncing {
             let failed = std::mem::take(&mut msg.failed);
@@ -155,7 +154,7 @@ impl Scheduler {
             return;
         }
         if msg.all_final() {
-            self.spool.record_outcome(id, Vec::new(), true);
+            self.record(id, Vec::new(), true);
             self.remove(id);
             return;
         }
@@ -166,7 +165,7 @@ impl Scheduler {
         };
         let attempts = msg.attempts + 1;
         let wait = self.retry_wait(attempts, id);
-        let at = Instant::now() + wait;
+        let at = self.clock.at + wait;
         let Some(msg) = self.messages.remove(id) else {
             return;
         };
@@ -176,7 +175,7 @@ impl Scheduler {
             _ => None,
         });
         // Kept in the spool: a restart goes on counting and waits as well.
-        let now = crate::timefmt::now_millis() / 1000;
+        let now = self.clock.unix_ms / 1000;
         let next = now + wait.as_secs_f64().ceil() as u64;
         let attempt = sluice_spool::Attempt {
             count: attempts,
@@ -189,7 +188,7 @@ impl Scheduler {
                 .map(|d| d.reply.to_string())
                 .unwrap_or_default(),
         };
-        self.spool.record_attempt(id, attempt);
+        self.out.push(Action::Attempt { id, attempt });
         let parked = Parked {
             spot: Spot::of(msg.body_ref),
             done: DoneSet::from(done),

@@ -8,7 +8,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::Duration;
 
-use tokio::time::Instant;
+use std::time::Instant;
 
 /// Delay before attempt `attempts + 1`: `min · 2^(attempts-1)`, capped at
 /// `max`, plus 0–9 % jitter derived from the queue ID, so messages deferred
@@ -27,16 +27,25 @@ pub fn backoff(attempts: u32, min_secs: u64, max_secs: u64, id: u64) -> Duration
 
 /// Messages by the time of their next attempt: 16 bytes each (a backlog
 /// of a million deferred messages is in here), the time kept as
-/// nanoseconds after the first push.
-#[derive(Default)]
+/// nanoseconds after the queue's start (`origin`, given by its owner:
+/// the queue's clock is its caller's, never read here).
 pub struct RetryQueue {
-    origin: Option<Instant>,
+    origin: Instant,
     heap: BinaryHeap<Reverse<(u64, u64)>>,
 }
 
 impl RetryQueue {
+    /// An empty queue whose times count from `origin` (a time no retry
+    /// is due before: when the queue started).
+    pub fn new(origin: Instant) -> RetryQueue {
+        RetryQueue {
+            origin,
+            heap: BinaryHeap::new(),
+        }
+    }
+
     pub fn push(&mut self, at: Instant, id: u64) {
-        let origin = *self.origin.get_or_insert_with(Instant::now);
+        let origin = self.origin;
         // Before the origin means already due: as early as the origin,
         // which is past.
         let nanos = at.saturating_duration_since(origin).as_nanos();
@@ -49,7 +58,7 @@ impl RetryQueue {
     }
 
     fn at(&self, nanos: u64) -> Option<Instant> {
-        Some(self.origin? + Duration::from_nanos(nanos))
+        Some(self.origin + Duration::from_nanos(nanos))
     }
 
     /// When the earliest retry is due.
@@ -84,14 +93,19 @@ impl RetryQueue {
 mod tests {
     use super::*;
 
-    #[tokio::test(start_paused = true)]
-    async fn retries_come_due_in_time_order_at_their_exact_time() {
-        let mut q = RetryQueue::default();
-        let now = Instant::now();
+    #[test]
+    fn retries_come_due_in_time_order_at_their_exact_time() {
+        let origin = Instant::now();
+        let now = origin + Duration::from_secs(5);
+        let mut q = RetryQueue::new(origin);
         q.push(now + Duration::from_millis(2_500), 1);
         q.push(now + Duration::from_nanos(1), 2);
-        q.push(now - Duration::from_secs(1), 3);
-        assert_eq!(q.next_due(), Some(now), "a time already past is due now");
+        q.push(origin - Duration::from_secs(1), 3);
+        assert_eq!(
+            q.next_due(),
+            Some(origin),
+            "a time before the origin is due at once"
+        );
         assert_eq!(q.pop_due(now), Some(3));
         assert_eq!(q.pop_due(now), None);
         assert_eq!(q.next_due(), Some(now + Duration::from_nanos(1)));

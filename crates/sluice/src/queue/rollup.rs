@@ -5,8 +5,8 @@
 //! each opening its own.
 //!
 //! The first job for an MX-routed domain waits while its mail hosts are
-//! looked up (off the scheduler's task; the answer comes back as an
-//! event); the domain is then mapped to its group for `ROLLUP_TTL`. A
+//! looked up (by the driver, `lookup` below: the core asks with
+//! `Action::Resolve` and the answer comes back as `Input::Resolved`); the domain is then mapped to its group for `ROLLUP_TTL`. A
 //! lookup that fails leaves the domain on its own, and its worker meets
 //! the failure (bounce or deferral) as before.
 //!
@@ -23,21 +23,24 @@
 //! so every member's effective policy is the group's default one.
 //!
 //! Invariants: a destination with `resolving` set starts no worker; every
-//! lookup spawned ends in exactly one `Event::Resolved`; at most
+//! lookup asked for ends in exactly one `Input::Resolved`; at most
 //! `MAX_ALIASES` mappings are kept; a lookup resolves at most
 //! `MAX_GROUP_HOSTS` MX hosts (a domain with more stays on its own).
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
-use super::core::{Alias, SecureMx};
+use super::core::{Action, Alias};
+use super::dispatch::QueueCore;
 use super::job::Job;
-use super::scheduler::Scheduler;
-use super::Event;
 use crate::config::hop::NextHop;
 use crate::routing::dns::{Dns, DnsError, Exchangers, MailHost};
+
+/// Whether a domain's MX RRset is DNSSEC-secure (DANE applies to it);
+/// an error counts as secure (the domain is then kept on its own).
+pub type SecureMx = Arc<dyn Fn(String) -> Pin<Box<dyn Future<Output = bool> + Send>> + Send + Sync>;
 
 /// How long a domain stays mapped to its group before it is looked up again.
 pub const ROLLUP_TTL: Duration = Duration::from_secs(300);
@@ -71,7 +74,7 @@ pub fn group_hop(hosts: &[(u16, &str)], port: u16) -> Option<NextHop> {
     })
 }
 
-impl Scheduler {
+impl QueueCore {
     /// Whether `hop` (keyed `key`) is grouped by its MX host.
     fn rolls_up(&self, hop: &NextHop, key: &str) -> bool {
         let d = &self.config.delivery;
@@ -85,7 +88,7 @@ impl Scheduler {
             return false;
         };
         d.mx_rollup
-            && self.rollup.dns.is_some()
+            && self.rollup.resolves
             && *screened
             && !*bracketed
             && host.parse::<std::net::IpAddr>().is_err()
@@ -102,7 +105,7 @@ impl Scheduler {
         if !self.rolls_up(hop, &key) {
             return Some((key, job));
         }
-        let now = Instant::now();
+        let now = self.clock.at;
         match self.rollup.aliases.get(&key) {
             Some(a) if now.duration_since(a.at) < ROLLUP_TTL => {
                 return Some((a.group.clone().unwrap_or(key), job));
@@ -119,31 +122,15 @@ impl Scheduler {
         None
     }
 
-    fn spawn_lookup(&self, key: Arc<str>, hop: &NextHop) {
-        let (Some(dns), NextHop::Smtp { host, port, .. }) = (self.rollup.dns.clone(), hop) else {
-            return;
-        };
-        let (host, port, events) = (host.clone(), *port, self.events.clone());
-        let sts = self.config.delivery.mta_sts;
-        let secure_mx = self.rollup.secure_mx.clone();
-        tokio::spawn(async move {
-            let group = match group_hosts(&dns, &host).await {
-                // A domain with an MTA-STS record or a signed MX RRset
-                // keeps its own destination: its policy is its own, not
-                // its provider's.
-                Ok(_) if sts && has_sts_record(&dns, &host).await => None,
-                Ok(_) if dane_applies(secure_mx.as_ref(), &host).await => None,
-                Ok(hosts) => {
-                    let names: Vec<(u16, &str)> = hosts
-                        .iter()
-                        .map(|h| (h.preference, h.name.as_str()))
-                        .collect();
-                    group_hop(&names, port).map(Arc::new)
-                }
-                Err(_) => None,
-            };
-            let _ = events.send(Event::Resolved { dest: key, group }).await;
-        });
+    fn spawn_lookup(&mut self, key: Arc<str>, hop: &NextHop) {
+        if let NextHop::Smtp { host, port, .. } = hop {
+            let (host, port) = (host.clone(), *port);
+            self.out.push(Action::Resolve {
+                dest: key,
+                host,
+                port,
+            });
+        }
     }
 
     /// A domain's mail hosts are known: map it, move its waiting jobs.
@@ -156,7 +143,7 @@ impl Scheduler {
             key.clone(),
             Alias {
                 group: group_key.clone(),
-                at: Instant::now(),
+                at: self.clock.at,
             },
         );
         let Some(dest) = self.dests.get_mut(&key) else {
@@ -173,6 +160,31 @@ impl Scheduler {
             g.queue.extend(waiting);
         }
         self.pump(&target);
+    }
+}
+
+/// The driver's side of a rollup lookup: the group hop of `host`'s mail
+/// hosts, or `None` when the domain stays on its own (a domain with an
+/// MTA-STS record or a signed MX RRset keeps its own destination: its
+/// policy is its own, not its provider's; a failed lookup likewise).
+pub async fn lookup(
+    dns: &Dns,
+    secure_mx: Option<&SecureMx>,
+    sts: bool,
+    host: &str,
+    port: u16,
+) -> Option<Arc<NextHop>> {
+    match group_hosts(dns, host).await {
+        Ok(_) if sts && has_sts_record(dns, host).await => None,
+        Ok(_) if dane_applies(secure_mx, host).await => None,
+        Ok(hosts) => {
+            let names: Vec<(u16, &str)> = hosts
+                .iter()
+                .map(|h| (h.preference, h.name.as_str()))
+                .collect();
+            group_hop(&names, port).map(Arc::new)
+        }
+        Err(_) => None,
     }
 }
 

@@ -1,97 +1,89 @@
-//! The scheduler: one task owns the in-memory queue.
+//! The queue's driver: it owns the queue's channel and everything that
+//! does I/O for the core (`dispatch.rs`, a state machine that only
+//! decides): it turns each event into an `Input` at the current time,
+//! hands it to `QueueCore::handle`, and carries out the actions that come
+//! back, in order: spool records, workers started, jobs handed to them,
+//! envelopes read back and notices stored (on other tasks, whose answers
+//! come back as events), administrators answered.
 //!
-//! Messages and destinations are referred to by ID (queue ID, destination
-//! key), never by pointer. Each message's open recipients are grouped by
-//! next hop into jobs and queued on their destination (`destination.rs`).
+//! It runs on a thread of its own ([`Scheduler::spawn`]) with its own
+//! small runtime for waiting, so a spool write that blocks (group commit
+//! under load) holds only this thread, never a worker of the shared
+//! runtime; what it starts (workers, read-backs, notices, lookups) runs on
+//! the shared runtime.
 //!
-//! Outcomes: delivered and bounced recipients are recorded in the spool
-//! (group commit) and the message is forgotten when all are final;
-//! deferred recipients are retried with backoff (`retry.rs`) until the
-//! maximum queue lifetime, then bounced. Bounces are stored in the spool
-//! before the bounced recipients are marked final, and a message from the
-//! null sender never gets a bounce (it is logged instead).
+//! Trust: events come from the queue's own handles and workers.
 //!
-//! The state lives in sub-states that own their fields and counters
-//! (`core/`): `Messages`, `Admission`, `Destinations`, `Notices`,
-//! `AdminState`; this struct ties them to the spool, the agents and the
-//! event channel.
-//!
-//! Invariants that keep the spool safe (checked after every step by the
-//! simulation, `core/sim.rs`):
-//! - `complete` is recorded exactly once per message, immediately before
-//!   it is removed from `messages`;
-//! - `Message::in_flight` is the number of its jobs not yet reported;
-//! - a message with a bounce being stored is active, not in the retry
-//!   queue;
-//! - a message waiting for a retry is parked on disk (`admission.rs`): no
-//!   envelope or body of it is held in memory.
+//! Invariants: the actions of one input are carried out before the next
+//! input is handled; a job handed to a worker that is gone comes back to
+//! the core (`Input::Unsent`) after the other actions of its input; every
+//! read-back, notice with `stored_for` and lookup answers with exactly
+//! one event; the driver keeps no strong sender to its own channel, so
+//! the run ends once every handle and worker is gone.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use sluice_spool::Spool;
+use sluice_spool::{BodyRef, Envelope, Spool};
+use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot};
-use tokio::time::Instant;
 
-use super::agent::DeliveryAgent;
-use super::compact::Spot;
-use super::core::{AdminState, Admission, Destinations, Messages, Notices, Parked, RcptState};
-use super::job::{Job, JobReport, WorkerId};
-use super::lines;
-use super::retry::backoff;
-use super::{DrainReport, Event, QueueHandle, QueuedMessage};
-use crate::config::hop::NextHop;
+use super::admin::AdminReply;
+use super::admission::ReadBack;
+use super::agent::{DeliveryAgent, WorkerStart};
+use super::core::{Action, AdminState, Clock, HoldSave, Input, Original, Ticket};
+use super::dispatch::QueueCore;
+use super::job::{Job, JobReport, Reporter, WorkerId};
+use super::rollup::SecureMx;
+use super::{DrainReport, Event, QueueHandle};
 use crate::config::Config;
-use crate::event;
-use crate::log::{qid, Logger};
+use crate::log;
+use crate::log::Logger;
 use crate::message::flags;
-use crate::message::status::{Enhanced, Relay, Reply};
+use crate::message::status::Failure;
+use crate::record::bounce;
+use crate::record::bounce::dsn::Notice;
+use crate::routing::dns::Dns;
 use crate::routing::Router;
-
-/// Why a recipient without a route waits: `4.4.0 no route …`.
-fn no_route() -> Reply {
-    let text = "no route to destination (an address without a domain)";
-    Reply::own(451, Enhanced::new(4, 4, 0), text)
-}
 
 /// Events handled in one go before timers (retries, drain deadline) are
 /// looked at again: sustained input must not starve retries.
 const MAX_BURST: usize = 256;
 
-/// A drain in progress (shutdown).
-pub(super) struct Drain {
-    deadline: Instant,
-    done: oneshot::Sender<DrainReport>,
-    finished_jobs: usize,
+pub struct Scheduler {
+    /// The decisions (public to the queue's tests and simulation).
+    pub(super) core: QueueCore,
+    spool: Spool,
+    logger: Logger,
+    agent: Arc<dyn DeliveryAgent>,
+    /// The queue's own channel, for what the driver starts to answer on.
+    events: mpsc::WeakSender<Event>,
+    /// Where notices (bounces, delay warnings) go in, as all mail does.
+    intake: Arc<crate::intake::Intake>,
+    /// Local delivery's backlog, published after every round of events.
+    flow: Arc<crate::intake::flow::InFlow>,
+    dns: Option<Arc<Dns>>,
+    secure_mx: Option<SecureMx>,
+    /// The job sender of each live worker (dropped: the worker ends once
+    /// idle).
+    senders: HashMap<WorkerId, mpsc::Sender<Job>>,
+    /// Administrators waiting for an answer.
+    tickets: HashMap<Ticket, oneshot::Sender<AdminReply>>,
+    next_ticket: Ticket,
+    drain_done: Option<oneshot::Sender<DrainReport>>,
+    /// The drain is over: the run ends.
+    over: bool,
+    /// The runtime what the driver starts runs on, when the driver has a
+    /// thread of its own (otherwise the one it runs on).
+    shared: Option<Handle>,
 }
 
-pub struct Scheduler {
-    pub(super) config: Arc<Config>,
-    pub(super) router: Router,
-    pub(super) spool: Spool,
-    pub(super) logger: Logger,
-    pub(super) agent: Arc<dyn DeliveryAgent>,
-    pub(super) events: mpsc::Sender<Event>,
-    /// The active messages and their jobs out.
-    pub(super) messages: Messages,
-    /// Messages waiting on disk, for room or a retry (`admission.rs`).
-    pub(super) admission: Admission,
-    pub(super) dests: Destinations,
-    /// Bounces being stored.
-    pub(super) notices: Notices,
-    pub(super) next_worker: WorkerId,
-    draining: Option<Drain>,
-    pub(super) rollup: super::core::Rollup,
-    /// Held messages and pending admin deletions/bounces (`admin.rs`).
-    pub(super) admin: AdminState,
-    /// Workers numbered below this were started before the last reload:
-    /// they end after their current job (`reconfig.rs`).
-    pub(super) retire_below: WorkerId,
-    /// Where notices (bounces, delay warnings) go in, as all mail does.
-    pub(super) intake: Arc<crate::intake::Intake>,
-    /// Local delivery's backlog, published after every round of events.
-    pub(super) flow: Arc<crate::intake::flow::InFlow>,
-    /// Cluster-wide connection caps, when a node of a cluster (`leases.rs`).
-    pub(super) cluster: Option<Arc<crate::cluster::Cluster>>,
+/// The time now as the core sees it (the tokio clock, which tests pause).
+fn clock() -> Clock {
+    Clock {
+        at: tokio::time::Instant::now().into_std(),
+        unix_ms: crate::timefmt::now_millis(),
+    }
 }
 
 impl Scheduler {
@@ -104,39 +96,54 @@ impl Scheduler {
         queue: &QueueHandle,
         intake: Arc<crate::intake::Intake>,
     ) -> Scheduler {
-        let body_cache_limit = config.spool.body_cache_mib << 20;
-        let active_limit = config.queue.active_limit;
         let admin = AdminState::load(&config.data_dir);
         let flow = queue.flow();
         let q = &config.queue;
         flow.configure(q.in_flow_limit, q.in_flow_delay_ms);
+        let core = QueueCore::new(config, router, logger.clone(), admin, clock());
         Scheduler {
-            config,
-            router,
+            core,
             spool,
             logger,
             agent,
-            events: queue.sender(),
-            messages: Messages::new(body_cache_limit),
-            admission: Admission::new(active_limit),
-            dests: Destinations::default(),
-            notices: Notices::default(),
-            next_worker: 1,
-            draining: None,
-            rollup: Default::default(),
-            admin,
-            retire_below: 0,
+            events: queue.sender().downgrade(),
             intake,
             flow,
-            cluster: None,
+            dns: None,
+            secure_mx: None,
+            senders: HashMap::new(),
+            tickets: HashMap::new(),
+            next_ticket: 0,
+            drain_done: None,
+            over: false,
+            shared: None,
         }
+    }
+
+    /// Runs the driver on a thread of its own (see the head comment);
+    /// what it starts goes to the runtime this is called on. The receiver
+    /// resolves when the run has ended.
+    pub fn spawn(mut self, rx: mpsc::Receiver<Event>) -> std::io::Result<oneshot::Receiver<()>> {
+        self.shared = Some(Handle::current());
+        let (ended, end) = oneshot::channel();
+        std::thread::Builder::new()
+            .name("sluice-qmgr".into())
+            .spawn(move || {
+                let own = tokio::runtime::Builder::new_current_thread()
+                    .enable_time()
+                    .build()
+                    .expect("a runtime for the queue's driver");
+                own.block_on(self.run(rx));
+                let _ = ended.send(());
+            })?;
+        Ok(end)
     }
 
     pub async fn run(mut self, mut rx: mpsc::Receiver<Event>) {
         loop {
             // Timers first: a due retry never waits behind queued events.
-            self.run_due_retries();
-            let wake = self.next_wakeup();
+            self.step(Input::Timers);
+            let wake = self.core.next_wakeup();
             tokio::select! {
                 ev = rx.recv() => match ev {
                     Some(ev) => self.handle(ev),
@@ -151,262 +158,260 @@ impl Scheduler {
                 }
             }
             self.after_events();
-            if self.drain_over() {
+            if self.over {
                 return;
             }
         }
     }
 
-    /// What follows a round of events: due timers, admission, the
-    /// published backlog, idle destinations pruned.
-    fn after_events(&mut self) {
-        self.run_due_retries();
-        self.run_due_pacing();
-        self.admit();
-        self.publish_flow();
-        self.dests.prune_idle(Instant::now());
+    /// The end of a round of events (`Input::RoundEnd`).
+    pub(super) fn after_events(&mut self) {
+        self.step(Input::RoundEnd);
     }
 
-    fn next_wakeup(&self) -> Option<Instant> {
-        let paced = self.dests.next_wake();
-        match (&self.draining, self.admission.next_retry()) {
-            (Some(d), _) => Some(d.deadline),
-            (None, due) => [due, paced].into_iter().flatten().min(),
-        }
-    }
-
-    /// Pumps rate-limited destinations whose next job is due.
-    fn run_due_pacing(&mut self) {
-        let now = Instant::now();
-        while let Some(key) = self.dests.pop_due_wake(now) {
-            self.pump(&key);
-        }
-    }
-
-    fn handle(&mut self, event: Event) {
-        match event {
-            Event::Queued(msg) => self.queued(msg),
-            Event::Recovered(batch) => self.recovered(batch),
-            Event::Leased(key) => self.pump(&key),
-            Event::Loaded(loaded) => self.loaded(loaded),
-            Event::Report(JobReport::Done {
-                dest,
-                worker,
-                msg,
-                results,
-                feedback,
-                wants_more,
-            }) => {
-                self.drain_counts_job();
-                self.job_done(dest, worker, msg, results, feedback, wants_more)
-            }
-            Event::Report(JobReport::Exit {
-                dest,
-                worker,
-                returned,
-            }) => self.worker_exit(dest, worker, returned),
-            Event::Resolved { dest, group } => self.resolved(dest, group),
-            Event::Admin(request, reply) => self.admin(request, reply),
-            Event::BounceStored { msg, recipients } => self.bounce_stored(msg, recipients),
-            Event::Reconfigure(r) => self.reconfigure(*r),
-            Event::Drain { deadline, done } => self.start_drain(deadline, done),
-        }
-    }
-
-    /// Stops new deliveries; jobs not yet started stay in the spool.
-    fn start_drain(&mut self, deadline: Instant, done: oneshot::Sender<DrainReport>) {
-        for dest in self.dests.values_mut() {
-            // Not started: these recipients stay open in the spool.
-            self.messages.jobs_abandoned(dest.queue.len());
-            dest.queue.clear();
-            for worker in std::mem::take(&mut dest.idle) {
-                dest.close(worker);
-            }
-        }
-        event!(
-            self.logger,
-            "qmgr",
-            "draining",
-            { in_flight: self.messages.jobs_out(), bounces: self.notices.out() },
-            "draining: {} deliveries in flight, {} bounces being stored",
-            self.messages.jobs_out(),
-            self.notices.out()
-        );
-        self.draining = Some(Drain {
-            deadline,
-            done,
-            finished_jobs: 0,
-        });
-    }
-
-    /// True once a drain has finished (or timed out) and been reported.
-    fn drain_over(&mut self) -> bool {
-        let Some(d) = &self.draining else {
-            return false;
-        };
-        let idle = self.messages.jobs_out() == 0 && self.notices.out() == 0;
-        if !idle && Instant::now() < d.deadline {
-            return false;
-        }
-        let d = self.draining.take().expect("checked above");
-        let _ = d.done.send(DrainReport {
-            finished_jobs: d.finished_jobs,
-            abandoned_jobs: self.messages.jobs_out(),
-        });
-        true
-    }
-
-    fn queued(&mut self, inc: QueuedMessage) {
-        if inc.envelope.flags & flags::QUARANTINE != 0 {
-            // Quarantined by a content filter: held from the start.
-            self.admin.hold(inc.envelope.id);
-        }
-        let active = self.messages.len();
-        if self.admission.has_room(active) && !self.admin.is_held(inc.envelope.id) {
-            self.activate(inc, 0, false);
-            return;
-        }
-        let parked = Parked {
-            spot: Spot::of(inc.body_ref),
-            done: inc.done.into(),
-            attempts: 0,
-            warned: false,
-            reason: None,
-            last_at: 0,
-            next_at: 0,
-        };
-        self.park(inc.envelope.id, parked, None);
-    }
-
-    /// Puts a message into the active queue and dispatches it.
-    pub(super) fn activate(&mut self, inc: QueuedMessage, attempts: u32, warned: bool) {
-        let id = inc.envelope.id;
-        let (body_ref, body) = (inc.body_ref, inc.body);
-        let state = (attempts, warned);
-        self.messages
-            .insert(inc.envelope, body_ref, body, &inc.done, state);
-        if self.admin.is_doomed(id) {
-            self.finish_round(id);
-        } else if self.draining.is_none() {
-            self.dispatch(id);
-        }
-    }
-
-    /// How long a message waits before attempt `attempts + 1`.
-    pub(super) fn retry_wait(&self, attempts: u32, id: u64) -> std::time::Duration {
-        let q = &self.config.queue;
-        backoff(attempts, q.minimal_backoff_secs, q.maximal_backoff_secs, id)
-    }
-
-    /// Turns a message's open recipients into jobs, one per next hop.
-    fn dispatch(&mut self, id: u64) {
-        self.dispatch_where(id, |_, state| {
-            matches!(state, RcptState::Pending | RcptState::Deferred { .. })
-        });
-    }
-
-    /// Turns the recipients of message `id` that `pick` chooses into jobs
-    /// (a reload routes a queued job's recipients again this way).
-    pub(super) fn dispatch_where(&mut self, id: u64, pick: impl Fn(usize, &RcptState) -> bool) {
-        let Some(msg) = self.messages.get_mut(id) else {
-            return;
-        };
-        let per_job = self.config.delivery.recipients_per_transaction.max(1);
-        let mut groups: Vec<(Arc<NextHop>, Vec<u16>)> = Vec::new();
-        let (mut discarded, mut unroutable) = (Vec::new(), Vec::new());
-        let envelope = msg.envelope.clone();
-        for (i, state) in msg.rcpts.iter_mut().enumerate() {
-            if !pick(i, state) {
-                continue;
-            }
-            match self.router.route(&envelope.recipients[i]) {
-                None => {
-                    *state = RcptState::Deferred {
-                        relay: Relay::None,
-                        reply: no_route(),
-                        dest: None,
-                    };
-                    unroutable.push(i);
+    /// One event from the channel, as an input to the core.
+    pub(super) fn handle(&mut self, event: Event) {
+        let input = match event {
+            Event::Queued(msg) => Input::Queued(msg),
+            Event::Recovered(batch) => Input::Recovered(batch),
+            Event::Loaded(loaded) => Input::Loaded(loaded),
+            Event::Report(report) => {
+                if let JobReport::Exit { worker, .. } = &report {
+                    self.senders.remove(worker);
                 }
-                Some(hop) if *hop == NextHop::Discard => {
-                    *state = RcptState::Delivered;
-                    discarded.push(i as u16);
+                Input::Report(report)
+            }
+            Event::Admin(request, reply) => {
+                let ticket = self.next_ticket;
+                self.next_ticket += 1;
+                self.tickets.insert(ticket, reply);
+                Input::Admin { ticket, request }
+            }
+            Event::Resolved { dest, group } => Input::Resolved { dest, group },
+            Event::BounceStored { msg, recipients } => Input::BounceStored { msg, recipients },
+            Event::Leased(key) => Input::Leased(key),
+            Event::Reconfigure(r) => {
+                let same_agent = std::ptr::eq(
+                    Arc::as_ptr(&self.agent) as *const (),
+                    Arc::as_ptr(&r.agent) as *const (),
+                );
+                self.agent = r.agent;
+                self.dns = Some(r.resolver);
+                self.secure_mx = r.secure_mx;
+                self.intake = r.intake;
+                Input::Reconfigure {
+                    config: r.config,
+                    router: r.router,
+                    fresh_agents: !same_agent,
+                    resolves: true,
                 }
-                Some(hop) => {
-                    *state = RcptState::InFlight;
-                    match groups
-                        .iter_mut()
-                        .find(|(h, r)| *h == hop && r.len() < per_job)
-                    {
-                        Some((_, list)) => list.push(i as u16),
-                        None => groups.push((hop, vec![i as u16])),
+            }
+            Event::Drain { deadline, done } => {
+                self.drain_done = Some(done);
+                Input::Drain {
+                    deadline: deadline.into_std(),
+                }
+            }
+        };
+        self.step(input);
+    }
+
+    /// Hands `input` to the core and carries out its actions; jobs that
+    /// found their worker gone go back to the core afterwards.
+    fn step(&mut self, input: Input) {
+        // Workers, read-backs, notices and lookups go to the shared runtime.
+        let shared = self.shared.clone();
+        let _entered = shared.as_ref().map(Handle::enter);
+        let mut unsent = Vec::new();
+        for action in self.core.handle(clock(), input) {
+            if let Some(back) = self.execute(action) {
+                unsent.push(back);
+            }
+        }
+        for (dest, job) in unsent {
+            self.step(Input::Unsent { dest, job });
+        }
+    }
+
+    /// Carries out one action; a job a worker could not take is returned.
+    fn execute(&mut self, action: Action) -> Option<(Arc<str>, Job)> {
+        match action {
+            Action::Record {
+                id,
+                rcpts,
+                complete,
+            } => self.spool.record_outcome(id, rcpts, complete),
+            Action::Attempt { id, attempt } => self.spool.record_attempt(id, attempt),
+            Action::Marks { id, marks } => self.spool.record_marks(id, marks),
+            Action::ReadBack(batch) => self.read_back(batch),
+            Action::Start {
+                worker,
+                dest,
+                hop,
+                first,
+            } => self.start(worker, dest, hop, first),
+            Action::Hand { dest, worker, job } => {
+                let sent = match self.senders.get(&worker) {
+                    Some(tx) => tx.try_send(job).map_err(|e| e.into_inner()),
+                    None => Err(job),
+                };
+                // The worker is on its way out; its exit report follows.
+                return sent.err().map(|job| (dest, job));
+            }
+            Action::Close(worker) => {
+                self.senders.remove(&worker);
+            }
+            Action::Notice {
+                original,
+                kind,
+                list,
+                stored_for,
+            } => self.notice(original, kind, list, stored_for),
+            Action::Resolve { dest, host, port } => self.resolve(dest, host, port),
+            Action::SaveHolds(save) => self.save_holds(save, None),
+            Action::Answer {
+                ticket,
+                reply,
+                after,
+            } => {
+                let to = self.tickets.remove(&ticket)?;
+                match after {
+                    Some(save) => self.save_holds(save, Some((to, reply))),
+                    None => {
+                        let _ = to.send(reply);
                     }
                 }
             }
+            Action::Flushed => self.agent.flushed(),
+            Action::Backlog(n) => self.flow.publish(n),
+            Action::FlowLimits { limit, delay_ms } => self.flow.configure(limit, delay_ms),
+            Action::Drained(report) => {
+                if let Some(done) = self.drain_done.take() {
+                    let _ = done.send(report);
+                }
+                self.over = true;
+            }
         }
-        let (body, body_ref) = (msg.body().cloned(), msg.body_ref);
-        for &i in &discarded {
-            lines::discarded(&self.logger, &envelope, i as usize);
-        }
-        for &i in &unroutable {
-            lines::unroutable(&self.logger, &envelope, i, &no_route());
-        }
-        if !discarded.is_empty() {
-            // The "complete" record, if due, is written by finish_round.
-            self.spool.record_outcome(id, discarded, false);
-        }
-        self.messages.jobs_sent(id, groups.len());
-        let idle = self.messages.get(id).is_some_and(|m| m.in_flight() == 0);
-        if groups.is_empty() && idle {
-            self.finish_round(id);
-            return;
-        }
-        for (hop, rcpts) in groups {
-            let job = Job {
-                msg: id,
-                envelope: envelope.clone(),
-                body: body.clone(),
-                body_ref,
-                rcpts,
-            };
-            self.enqueue(hop, job);
-        }
+        None
     }
 
-    /// Forgets an active message (its "complete" is recorded already).
-    pub(super) fn remove(&mut self, id: u64) {
-        if self.messages.remove(id).is_some() {
-            // Held while it was being delivered: gone, so off the list.
-            self.forget_hold(id);
-            event!(
-                self.logger,
-                "qmgr",
-                "removed",
-                { queue_id: qid(id), by: "queue" },
-                "{}: removed",
-                qid(id)
-            );
-        }
+    fn start(
+        &mut self,
+        id: WorkerId,
+        dest: Arc<str>,
+        hop: Arc<crate::config::hop::NextHop>,
+        first: Job,
+    ) {
+        let Some(events) = self.events.upgrade() else {
+            return;
+        };
+        let (tx, jobs) = mpsc::channel(1);
+        self.senders.insert(id, tx);
+        self.agent.spawn(WorkerStart {
+            id,
+            dest,
+            hop,
+            first,
+            jobs,
+            reports: Reporter(events),
+        });
+    }
+
+    /// Reads parked messages' envelopes on the blocking pool.
+    fn read_back(&self, batch: Vec<(u64, BodyRef)>) {
+        let (spool, Some(events)) = (self.spool.clone(), self.events.upgrade()) else {
+            return;
+        };
+        tokio::task::spawn_blocking(move || {
+            let ids: Vec<u64> = batch.iter().map(|(id, _)| *id).collect();
+            let read = || {
+                batch
+                    .into_iter()
+                    .map(|(id, body)| (id, spool.read_envelope(body).map_err(ReadBack::Io)))
+                    .collect()
+            };
+            // Whatever happens, every ID comes back, so the core's count
+            // of loads is always paid back and admission never stalls.
+            let loaded: Vec<(u64, Result<Envelope, ReadBack>)> =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(read)).unwrap_or_else(|_| {
+                    ids.into_iter()
+                        .map(|id| (id, Err(ReadBack::Panicked)))
+                        .collect()
+                });
+            let _ = events.blocking_send(Event::Loaded(loaded));
+        });
+    }
+
+    /// Stores a notice through the intake off the driver's thread.
+    fn notice(
+        &self,
+        (env, body, body_ref): Original,
+        kind: Notice,
+        list: Vec<(u16, Failure)>,
+        stored_for: Option<Vec<u16>>,
+    ) {
+        let (spool, intake) = (self.spool.clone(), self.intake.clone());
+        let events = self.events.upgrade();
+        tokio::spawn(async move {
+            let warned = (kind == Notice::Delayed).then_some(env.id);
+            // The intake stores the notice and queues it like any mail.
+            let stored = bounce::store(&intake, &env, (body, body_ref), &list, kind).await;
+            if let Some(id) = warned.filter(|_| stored) {
+                // Only once the warning is safe: a crash in between may
+                // repeat it, never lose it. The mark goes out with the
+                // spool's next commit (a clean stop flushes it).
+                spool.record_marks(id, flags::MARK_DELAY_WARNED);
+            }
+            if let (Some(recipients), Some(events)) = (stored_for, events) {
+                let msg = env.id;
+                let _ = events.send(Event::BounceStored { msg, recipients }).await;
+            }
+        });
+    }
+
+    /// Looks up a domain's mail hosts for rollup (none without a resolver:
+    /// the domain stays on its own).
+    fn resolve(&self, dest: Arc<str>, host: String, port: u16) {
+        let Some(events) = self.events.upgrade() else {
+            return;
+        };
+        let (dns, secure_mx) = (self.dns.clone(), self.secure_mx.clone());
+        let sts = self.core.config.delivery.mta_sts;
+        tokio::spawn(async move {
+            let group = match dns {
+                Some(dns) => {
+                    super::rollup::lookup(&dns, secure_mx.as_ref(), sts, &host, port).await
+                }
+                None => None,
+            };
+            let _ = events.send(Event::Resolved { dest, group }).await;
+        });
+    }
+
+    /// Saves the hold list on the blocking pool, then answers, if asked.
+    fn save_holds(&self, save: HoldSave, then: Option<(oneshot::Sender<AdminReply>, AdminReply)>) {
+        let logger = self.logger.clone();
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = save() {
+                log!(logger, "qmgr", "warning: cannot save the hold list: {e}");
+            }
+            if let Some((to, reply)) = then {
+                let _ = to.send(reply);
+            }
+        });
     }
 
     /// Messages in memory, messages waiting on disk, and body bytes
     /// cached (for tests and stats).
     pub fn counts(&self) -> (usize, usize, usize) {
-        (
-            self.messages.len(),
-            self.admission.len(),
-            self.messages.body_bytes(),
-        )
+        self.core.counts()
     }
 
     /// Lets the scheduler look up MX hosts for rollup.
-    pub fn set_resolver(
-        &mut self,
-        dns: Arc<crate::routing::dns::Dns>,
-        secure_mx: Option<super::SecureMx>,
-    ) {
-        self.rollup.dns = Some(dns);
-        self.rollup.secure_mx = secure_mx;
+    pub fn set_resolver(&mut self, dns: Arc<Dns>, secure_mx: Option<SecureMx>) {
+        self.dns = Some(dns);
+        self.secure_mx = secure_mx;
+        self.core.set_resolves(true);
     }
 
     /// Joins a cluster: its caps apply from now on, and a grown grant
@@ -416,30 +421,20 @@ impl Scheduler {
         cluster.on_grant(Box::new(move |key| {
             // Never dropped for a full queue of events: the destination
             // would wait for its next mail.
-            let events = events.clone();
+            let Some(events) = events.upgrade() else {
+                return;
+            };
             tokio::spawn(async move {
                 let _ = events.send(Event::Leased(key)).await;
             });
         }));
-        self.cluster = Some(cluster);
-    }
-
-    /// True once a drain has started (nothing new is dispatched).
-    pub(super) fn draining(&self) -> bool {
-        self.draining.is_some()
-    }
-
-    /// Counts a job reported during a drain.
-    fn drain_counts_job(&mut self) {
-        if let Some(d) = self.draining.as_mut() {
-            d.finished_jobs += 1;
-        }
+        self.core.set_caps(cluster);
     }
 }
 
-async fn sleep_until(at: Option<Instant>) {
+async fn sleep_until(at: Option<std::time::Instant>) {
     match at {
-        Some(at) => tokio::time::sleep_until(at).await,
+        Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
         None => std::future::pending().await,
     }
 }

@@ -105,9 +105,10 @@ impl AdminState {
 
     /// A durable write of the hold list as it is now, to run off the
     /// scheduler (none: the list is kept nowhere).
-    pub fn save_holds(&mut self) -> Option<impl FnOnce() -> std::io::Result<()> + Send> {
+    pub fn save_holds(&mut self) -> Option<super::HoldSave> {
         let held = &self.held;
-        self.hold_file.as_mut().map(|file| file.save(held))
+        let file = self.hold_file.as_mut()?;
+        Some(Box::new(file.save(held)))
     }
 
     /// Loads held IDs from `<data_dir>/hold.list` (one hex ID a line).

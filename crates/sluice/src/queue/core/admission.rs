@@ -17,7 +17,7 @@
 use std::collections::VecDeque;
 
 use sluice_spool::{BodyRef, DoneSet, IdTable};
-use tokio::time::Instant;
+use std::time::Instant;
 
 use crate::message::status::Reply;
 use crate::queue::compact::{Reason, Reasons, Spot};
@@ -69,13 +69,13 @@ pub struct Admission {
 }
 
 impl Admission {
-    pub fn new(limit: usize) -> Admission {
+    pub fn new(limit: usize, origin: Instant) -> Admission {
         Admission {
             parked: IdTable::default(),
             ready: VecDeque::new(),
             loading: 0,
             limit: limit.max(1),
-            retry: RetryQueue::default(),
+            retry: RetryQueue::new(origin),
             reasons: Reasons::default(),
         }
     }

@@ -6,16 +6,16 @@
 //! does. A destination whose connections all fail is declared dead for the
 //! minimal backoff time.
 //!
-//! Invariants: `workers` holds the job sender of every live worker;
+//! Invariants: `workers` holds every live worker (the driver keeps their
+//! job senders);
 //! `idle` ⊆ `workers`; a job is in at most one of `queue` or a worker;
 //! `1 <= window <= limit`.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
-use tokio::time::Instant;
+use std::time::Instant;
 
 use crate::config::hop::NextHop;
 use crate::queue::job::{Job, WorkerId};
@@ -23,7 +23,7 @@ use crate::queue::job::{Job, WorkerId};
 pub struct Destination {
     pub hop: Arc<NextHop>,
     pub queue: VecDeque<Job>,
-    pub workers: HashMap<WorkerId, mpsc::Sender<Job>>,
+    pub workers: HashSet<WorkerId>,
     pub idle: Vec<WorkerId>,
     /// Workers told to end (their sender dropped) that have not exited:
     /// their connections are still open.
@@ -44,12 +44,12 @@ pub struct Destination {
 }
 
 impl Destination {
-    pub fn new(hop: Arc<NextHop>, limit: usize, initial: usize) -> Destination {
+    pub fn new(hop: Arc<NextHop>, limit: usize, initial: usize, now: Instant) -> Destination {
         let limit = limit.max(1);
         Destination {
             hop,
             queue: VecDeque::new(),
-            workers: HashMap::new(),
+            workers: HashSet::new(),
             idle: Vec::new(),
             closing: HashSet::new(),
             limit,
@@ -57,9 +57,9 @@ impl Destination {
             dead_until: None,
             resolving: false,
             interval: None,
-            next_send: Instant::now(),
+            next_send: now,
             wake_pending: false,
-            last_used: Instant::now(),
+            last_used: now,
         }
     }
 
@@ -68,11 +68,12 @@ impl Destination {
         self.workers.len() + self.closing.len()
     }
 
-    /// Ends a worker once it is idle (dropping its sender); it counts as
-    /// closing until its exit report.
+    /// Ends a worker once it is idle (the caller has the driver drop its
+    /// sender: `Action::Close`); it counts as closing until its exit
+    /// report.
     pub fn close(&mut self, worker: WorkerId) {
         self.idle.retain(|w| *w != worker);
-        if self.workers.remove(&worker).is_some() {
+        if self.workers.remove(&worker) {
             self.closing.insert(worker);
         }
     }
@@ -151,7 +152,7 @@ mod tests {
     use super::*;
 
     fn dest(limit: usize, initial: usize) -> Destination {
-        Destination::new(Arc::new(NextHop::Discard), limit, initial)
+        Destination::new(Arc::new(NextHop::Discard), limit, initial, Instant::now())
     }
 
     #[test]
@@ -164,8 +165,8 @@ mod tests {
             d.on_success(true);
         }
         assert_eq!(d.window, 4, "capped at the limit");
-        d.workers.insert(1, mpsc::channel(1).0);
-        d.workers.insert(2, mpsc::channel(1).0);
+        d.workers.insert(1);
+        d.workers.insert(2);
         let now = Instant::now();
         assert!(!d.on_connect_failure(now, Duration::from_secs(60)));
         assert_eq!(d.window, 3);
@@ -209,13 +210,13 @@ mod tests {
         d.dead_until = Some(t0 + idle * 2);
         assert!(!d.prunable(t0 + idle, idle), "its dead mark still counts");
         assert!(d.prunable(t0 + idle * 2, idle), "not once it has run out");
-        d.workers.insert(1, mpsc::channel(1).0);
+        d.workers.insert(1);
         assert!(!d.prunable(t0 + idle * 2, idle), "a worker is alive");
         let group = NextHop::MxSet {
             levels: vec![vec!["mx.test".into()]],
             port: 25,
         };
-        let g = Destination::new(Arc::new(group), 4, 2);
+        let g = Destination::new(Arc::new(group), 4, 2, t0);
         assert!(!g.prunable(t0 + idle * 2, idle), "an MX group is kept");
     }
 }

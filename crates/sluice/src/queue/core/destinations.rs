@@ -22,7 +22,7 @@ use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
+use std::time::Instant;
 
 use super::destination::Destination;
 use crate::config::hop::NextHop;
@@ -157,7 +157,7 @@ impl Destinations {
             if d.wake_pending && entries == 0 {
                 return Err(format!("{key}: wake pending with {entries} entries"));
             }
-            if !d.idle.iter().all(|w| d.workers.contains_key(w)) {
+            if !d.idle.iter().all(|w| d.workers.contains(w)) {
                 return Err(format!("{key}: an idle worker that is not live"));
             }
             if d.window == 0 || d.window > d.limit {

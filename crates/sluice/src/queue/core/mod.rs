@@ -14,8 +14,9 @@
 //! - [`AdminState`]: held messages and deletions or bounces waiting for
 //!   their round to end.
 //!
-//! Nothing here spawns, sleeps or touches the spool. Times are
-//! `tokio::time::Instant` (a plain instant; the tests pause the clock).
+//! Nothing here spawns, sleeps, reads a clock or touches the spool. Times
+//! are `std::time::Instant`s handed in with each input (`step.rs`: what
+//! goes into the core and what comes out).
 //! Trust: callers hand in IDs the scheduler made or read from its own
 //! spool. In debug builds a counter that would go below zero panics: it
 //! would be a bug of the scheduler, never repaired by saturating.
@@ -27,6 +28,7 @@ mod destinations;
 mod messages;
 mod notices;
 mod rollup;
+mod step;
 
 pub(super) use admin::{AdminState, Doom};
 pub(super) use admission::{secs32, Admission, Parked};
@@ -34,5 +36,5 @@ pub(super) use destination::Destination;
 pub(super) use destinations::Destinations;
 pub(super) use messages::{Message, Messages, RcptState};
 pub(super) use notices::Notices;
-pub use rollup::SecureMx;
 pub(super) use rollup::{Alias, Rollup};
+pub use step::{Action, Clock, HoldSave, Input, Original, Ticket};

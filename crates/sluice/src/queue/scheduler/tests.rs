@@ -14,8 +14,11 @@ use crate::message::status::{Enhanced, Outcome, Relay, Reply};
 use crate::queue::admin::{AdminReply, AdminRequest, Op};
 use crate::queue::agent::WorkerStart;
 use crate::queue::job::Feedback;
+use crate::queue::retry::backoff;
+use crate::queue::QueuedMessage;
 use crate::routing::domains::LocalDomains;
 use crate::timefmt;
+use tokio::time::Instant;
 
 struct FakeAgent(mpsc::UnboundedSender<WorkerStart>);
 

@@ -42,6 +42,7 @@ use std::sync::Mutex;
 
 use super::*;
 use crate::queue::admin::{AdminRequest, Op};
+use crate::queue::dispatch::QueueCore;
 
 /// A small, fast, seedable generator (xorshift64*).
 struct Rng(u64);
@@ -69,8 +70,8 @@ struct Records {
     errors: Vec<String>,
 }
 
-impl Scheduler {
-    /// The invariants of the head comment that the scheduler itself holds.
+impl QueueCore {
+    /// The invariants of the head comment that the queue's core holds.
     fn check(&self, records: &Records) -> Result<(), String> {
         self.messages.check()?;
         self.dests.check()?;
@@ -94,7 +95,7 @@ impl Scheduler {
                 None => return Err(format!("{id:x} bouncing, not active")),
             }
         }
-        let now = Instant::now();
+        let now = self.clock.at;
         for (key, d) in self.dests.iter() {
             // No destination starves: queued jobs have a worker coming,
             // or a reason to wait (dead, looked up, paced).
@@ -236,7 +237,7 @@ impl World {
                 self.s.handle(ev);
                 self.s.after_events();
             }
-            if self.s.admission.loading() == 0 && self.s.notices.out() == 0 {
+            if self.s.core.admission.loading() == 0 && self.s.core.notices.out() == 0 {
                 break;
             }
             // Waits by yielding, never idle: an idle runtime on a paused
@@ -248,8 +249,8 @@ impl World {
                 if std::time::Instant::now() > deadline {
                     return Err(format!(
                         "stuck: {} loads and {} bounces never came back",
-                        self.s.admission.loading(),
-                        self.s.notices.out()
+                        self.s.core.admission.loading(),
+                        self.s.core.notices.out()
                     ));
                 }
                 tokio::task::yield_now().await;
@@ -467,7 +468,7 @@ impl World {
         if let Some(e) = records.errors.first() {
             return Err(e.clone());
         }
-        self.s.check(&records)
+        self.s.core.check(&records)
     }
 }
 
@@ -491,7 +492,7 @@ async fn run(seed: u64, steps: usize) -> Result<(usize, usize), (String, Vec<&'s
                 inputs.len(),
                 inputs.last(),
                 w.workers.len(),
-                w.s.messages.jobs_out()
+                w.s.core.messages.jobs_out()
             );
         }
         if let Err(e) = w.check() {
