@@ -7,12 +7,15 @@
 //! next round finds many lines (one wake-up per round, not per line). Nothing is ever synced: a log line
 //! is not worth a disk flush in the hot path.
 //!
-//! Two formats, one stream of events: `text` (the default) is the
-//! Postfix-like line people read; `json` (`log_format = "json"`) writes
-//! each line as one object with the event's name and fields (queue ID,
-//! recipient, status, DSN code, relay, delay …) beside the same text, for
-//! log pipelines and for the tests, which assert on fields, never on the
-//! wording. Fields are only gathered when the format is JSON ([`event!`]).
+//! Two formats, one stream of events: every line is an [`Event`]
+//! (`log/event.rs`), logged by [`Logger::emit`]. `text` (the default) is
+//! the Postfix-like line people read (the event's `Display`); `json`
+//! (`log_format = "json"`) writes each line as one object with the
+//! event's name and fields (queue ID, recipient, status, DSN code, relay,
+//! delay …) beside the same text, serialised straight from the event, for
+//! log pipelines and for the tests, which read the same type back and
+//! assert on variants, never on the wording. ([`event!`] and [`log!`] are
+//! the old path, left for the queue's lines until they move.)
 //!
 //! Invariant: logging never blocks a caller and never grows without bound.
 //! If the writer falls behind by more than `CAPACITY` lines, new lines are
