@@ -16,12 +16,14 @@ async fn next_hop_down_then_up_defers_then_delivers() {
     assert!(r.starts_with("250"), "{r}");
     let qid = qid_of(&r);
     assert!(
-        wait_event(10, &dir, "delivery", |e| e["queue_id"] == qid
-            && e["to"] == "b@dest.test"
-            && e["status"] == "deferred"
-            && e["relay"]
-                .as_str()
-                .is_some_and(|r| r.starts_with("127.0.0.1")))
+        wait_logged(10, &dir, |e| matches!(
+            e,
+            Event::Delivery { queue_id, to, status, relay, .. }
+                if *queue_id == qid.as_str()
+                    && to == "b@dest.test"
+                    && status == "deferred"
+                    && relay.starts_with("127.0.0.1")
+        ))
         .await,
         "{}",
         read_log(&dir)
@@ -89,8 +91,10 @@ async fn permanent_failure_bounces_to_the_sender() {
         "bounced",
         ""
     ));
-    assert!(has_event(&dir, "notice", |e| e["queue_id"] == qid
-        && e["kind"] == "failure"));
+    assert!(any_logged(&dir, |e| matches!(
+        e,
+        Event::Notice { queue_id, kind, .. } if *queue_id == qid.as_str() && kind == "failure"
+    )));
     server.shutdown().await;
 }
 
@@ -110,11 +114,13 @@ async fn null_sender_never_gets_a_bounce() {
         "{}",
         read_log(&dir)
     );
-    assert!(has_event(&dir, "notice_skipped", |e| e["queue_id"] == qid
-        && e["to"] == "reject-this@dest.test"
-        && e["why"] == "null_sender"));
+    assert!(any_logged(&dir, |e| matches!(
+        e,
+        Event::NoticeSkipped { queue_id, to, why, .. }
+            if *queue_id == qid.as_str() && to == "reject-this@dest.test" && why == "null_sender"
+    )));
     assert!(
-        events_named(&dir, "notice").is_empty(),
+        !any_logged(&dir, |e| matches!(e, Event::Notice { .. })),
         "{}",
         read_log(&dir)
     );
@@ -147,10 +153,13 @@ async fn temporary_failures_retry_then_expire_into_a_bounce() {
     // The drained stop also flushes the mail log.
     server.shutdown().await;
     let log = read_log(&dir);
-    let attempts = deliveries(&dir, &qid)
-        .iter()
-        .filter(|e| e["to"] == "defer-me@dest.test" && e["status"] == "deferred")
-        .count();
+    let attempts = count_logged(&dir, |e| {
+        matches!(
+            e,
+            Event::Delivery { queue_id, to, status, .. }
+                if *queue_id == qid.as_str() && to == "defer-me@dest.test" && status == "deferred"
+        )
+    });
     assert!(attempts >= 2, "retried: {attempts} attempts\n{log}");
     assert!(
         delivered_as(&dir, &qid, "defer-me@dest.test", "expired", ""),
@@ -217,14 +226,15 @@ async fn slow_and_dead_destinations_do_not_hold_up_others() {
         fast.count()
     );
     assert!(
-        wait_event(10, &dir, "destination_dead", |_| true).await,
+        wait_logged(10, &dir, |e| matches!(e, Event::DestinationDead { .. })).await,
         "{}",
         read_log(&dir)
     );
     assert!(
-        !deliveries(&dir, "")
-            .iter()
-            .any(|e| e["to"] == "z@silent.test"),
+        !any_logged(&dir, |e| matches!(
+            e,
+            Event::Delivery { to, .. } if to == "z@silent.test"
+        )),
         "still waiting on the silent hop: {}",
         read_log(&dir)
     );
@@ -235,5 +245,8 @@ async fn slow_and_dead_destinations_do_not_hold_up_others() {
         server.shutdown(),
     );
     assert!(stop.await.is_ok(), "shutdown is bounded by its deadline");
-    assert!(has_event(&dir, "drained", |e| e["abandoned"].as_u64() > Some(0)));
+    assert!(any_logged(
+        &dir,
+        |e| matches!(e, Event::Drained { abandoned, .. } if *abandoned > 0)
+    ));
 }

@@ -146,7 +146,7 @@ async fn send_until_bounced(
     subject: &str,
 ) -> (
     String,
-    Vec<serde_json::Value>,
+    Vec<Event<'static>>,
     Vec<sluice_bench::sink::ReceivedMessage>,
 ) {
     let (server, sink, mut c) = relay_to(dir, hop).await;
@@ -158,7 +158,7 @@ async fn send_until_bounced(
         read_log(dir)
     );
     server.shutdown().await;
-    (qid.clone(), deliveries(dir, &qid), sink.messages())
+    (qid.clone(), delivery_events(dir, &qid), sink.messages())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -172,12 +172,16 @@ async fn a_refusal_stands_when_the_rset_after_it_fails() {
     let (qid, log, bounces) = send_until_bounced(&dir, hop, &["gone@dest.test"], "gone").await;
     let relay = format!("127.0.0.1[127.0.0.1]:{}", hop.port());
     assert!(
-        log.iter().any(|e| e["queue_id"] == qid
-            && e["to"] == "gone@dest.test"
-            && e["relay"] == relay.as_str()
-            && e["dsn"] == "5.1.1"
-            && e["status"] == "bounced"
-            && e["reason"] == "550 5.1.1 no such user here"),
+        log.iter().any(|e| is_delivery(
+            e,
+            "gone@dest.test",
+            "bounced",
+            "5.1.1",
+            "550 5.1.1 no such user here"
+        ) && matches!(
+            e,
+            Event::Delivery { queue_id, relay: r, .. } if *queue_id == qid.as_str() && *r == relay
+        )),
         "{log:?}"
     );
     assert!(String::from_utf8_lossy(&bounces[0].body).contains("Status: 5.1.1"));
@@ -240,12 +244,15 @@ async fn the_final_dot_gets_its_own_longer_wait() {
         "{}",
         read_log(&dir)
     );
-    let log = deliveries(&dir, &qid);
+    let log = delivery_events(&dir, &qid);
     assert!(
         delivered_as(&dir, &qid, "x@dest.test", "sent", "250 2.0.0 taken"),
         "{log:?}"
     );
-    assert!(!log.iter().any(|e| e["status"] == "deferred"), "{log:?}");
+    assert!(
+        !log.iter().any(|e| is_delivery(e, "", "deferred", "", "")),
+        "{log:?}"
+    );
     server.shutdown().await;
 }
 
@@ -260,8 +267,7 @@ async fn a_peer_without_pipelining_is_spoken_to_in_lock_step() {
     let (_, log, _) =
         send_until_bounced(&dir, hop, &["ok@dest.test", "gone@dest.test"], "lockstep").await;
     let was = |to: &str, status: &str, reply: &str| {
-        log.iter()
-            .any(|e| e["to"] == to && e["status"] == status && e["reason"] == reply)
+        log.iter().any(|e| is_delivery(e, to, status, "", reply))
     };
     assert!(was("ok@dest.test", "sent", "250 2.0.0 taken"), "{log:?}");
     assert!(
@@ -269,7 +275,10 @@ async fn a_peer_without_pipelining_is_spoken_to_in_lock_step() {
         "{log:?}"
     );
     // Lock step: nothing was sent before its reply, so nothing deferred.
-    assert!(!log.iter().any(|e| e["status"] == "deferred"), "{log:?}");
+    assert!(
+        !log.iter().any(|e| is_delivery(e, "", "deferred", "", "")),
+        "{log:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -285,7 +294,8 @@ async fn a_refusal_stands_when_the_connection_dies_at_data() {
         send_until_bounced(&dir, hop, &["ok@dest.test", "gone@dest.test"], "cut").await;
     let was = |to: &str, status: &str, dsn: &str| {
         log.iter().any(|e| {
-            e["queue_id"] == qid && e["to"] == to && e["status"] == status && e["dsn"] == dsn
+            is_delivery(e, to, status, dsn, "")
+                && matches!(e, Event::Delivery { queue_id, .. } if *queue_id == qid.as_str())
         })
     };
     assert!(was("gone@dest.test", "bounced", "5.1.1"), "{log:?}");
@@ -308,21 +318,15 @@ async fn a_success_reply_to_data_is_not_a_delivery() {
         .message("a@sender.test", &["x@dest.test"], &body("odd"))
         .await;
     let qid = qid_of(&r);
-    let deferred = |e: &serde_json::Value| {
-        e["queue_id"] == qid
-            && e["to"] == "x@dest.test"
-            && e["status"] == "deferred"
-            && e["dsn"] == "4.5.0"
+    let deferred = |e: &Event| {
+        is_delivery(e, "x@dest.test", "deferred", "4.5.0", "")
+            && matches!(e, Event::Delivery { queue_id, .. } if *queue_id == qid.as_str())
     };
-    assert!(
-        wait_event(10, &dir, "delivery", deferred).await,
-        "{}",
-        read_log(&dir)
-    );
+    assert!(wait_logged(10, &dir, deferred).await, "{}", read_log(&dir));
     server.shutdown().await;
-    let log = deliveries(&dir, &qid);
+    let log = delivery_events(&dir, &qid);
     assert!(
-        !log.iter().any(|e| e["status"] == "sent"),
+        !log.iter().any(|e| is_delivery(e, "", "sent", "", "")),
         "never recorded as delivered: {log:?}"
     );
     assert!(!removed(&dir, &qid), "{log:?}");

@@ -36,15 +36,17 @@ async fn relays_a_message_with_received_header_and_exact_body() {
     assert!(body.contains(&format!("id {qid}")));
     assert!(body.ends_with(text), "{body:?}");
     assert!(wait_until(5, || removed(&dir, &qid)).await);
-    let sent = deliveries(&dir, &qid);
+    let sent = logged_events(&dir);
     assert!(
-        sent.iter().any(|e| e["to"] == "b@dest.test"
-            && e["relay"]
-                .as_str()
-                .unwrap()
-                .starts_with("127.0.0.1[127.0.0.1]")
-            && e["status"] == "sent"
-            && e["reason"] == "250 2.0.0 Ok: queued"),
+        sent.iter().any(|e| matches!(
+            e,
+            Event::Delivery { queue_id, to, relay, status, reason, .. }
+                if *queue_id == qid.as_str()
+                    && to == "b@dest.test"
+                    && relay.starts_with("127.0.0.1[127.0.0.1]")
+                    && status == "sent"
+                    && *reason == "250 2.0.0 Ok: queued"
+        )),
         "{sent:?}"
     );
     server.shutdown().await;
@@ -165,9 +167,11 @@ async fn discard_transport_and_unroutable_domain() {
         .await;
     let qid = qid_of(&r);
     assert!(wait_until(5, || removed(&dir, &qid)).await);
-    assert!(has_event(&dir, "delivery", |e| e["queue_id"] == qid
-        && e["transport"] == "discard"
-        && e["status"] == "sent"));
+    assert!(any_logged(&dir, |e| matches!(
+        e,
+        Event::Delivery { queue_id, transport, status, .. }
+            if *queue_id == qid.as_str() && transport == "discard" && status == "sent"
+    )));
     let r = c
         .message("a@sender.test", &["x@nowhere.test"], &body("nowhere"))
         .await;
@@ -175,11 +179,15 @@ async fn discard_transport_and_unroutable_domain() {
     // No route: the domain's own mail hosts, and DNS (here: no answer) is
     // a temporary failure, never a bounce.
     assert!(
-        wait_event(5, &dir, "delivery", |e| e["queue_id"] == qid
-            && e["to"] == "x@nowhere.test"
-            && e["relay"] == "nowhere.test:25"
-            && e["status"] == "deferred"
-            && e["dsn"] == "4.4.3")
+        wait_logged(5, &dir, |e| matches!(
+            e,
+            Event::Delivery { queue_id, to, relay, status, dsn, .. }
+                if *queue_id == qid.as_str()
+                    && to == "x@nowhere.test"
+                    && relay == "nowhere.test:25"
+                    && status == "deferred"
+                    && *dsn == "4.4.3"
+        ))
         .await,
         "{}",
         read_log(&dir)
@@ -210,9 +218,10 @@ async fn relays_to_an_ipv6_next_hop() {
     );
     server.shutdown().await;
     assert!(
-        has_event(&dir, "delivery", |e| e["relay"]
-            .as_str()
-            .is_some_and(|r| r.starts_with("::1[::1]:"))),
+        any_logged(&dir, |e| matches!(
+            e,
+            Event::Delivery { relay, .. } if relay.starts_with("::1[::1]:")
+        )),
         "{}",
         read_log(&dir)
     );

@@ -9,6 +9,7 @@
 //! events) are the only ones passed over.
 
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -67,4 +68,91 @@ pub fn count_logged(dir: &Path, pred: impl Fn(&Event<'static>) -> bool) -> usize
 /// Whether an event of the mail log in `dir` satisfies `pred`.
 pub fn any_logged(dir: &Path, pred: impl Fn(&Event<'static>) -> bool) -> bool {
     count_logged(dir, pred) > 0
+}
+
+/// Waits up to `secs` for an event of the mail log in `dir` that
+/// satisfies `pred`: woken by each batch of lines of a server in this
+/// process, and every 20 ms.
+pub async fn wait_logged(secs: u64, dir: &Path, pred: impl Fn(&Event<'static>) -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let live = super::live::of(&dir.join("maillog"));
+    loop {
+        let changed = live.as_ref().map(|l| l.changed.notified());
+        let mut changed = std::pin::pin!(changed);
+        if let Some(changed) = changed.as_mut().as_pin_mut() {
+            changed.enable();
+        }
+        if any_logged(dir, &pred) {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        let pause = Duration::from_millis(20);
+        match changed.as_mut().as_pin_mut() {
+            Some(changed) => {
+                let _ = tokio::time::timeout(pause, changed).await;
+            }
+            None => tokio::time::sleep(pause).await,
+        }
+    }
+}
+
+/// Whether message `qid` was removed from the queue.
+pub fn removed(dir: &Path, qid: &str) -> bool {
+    any_logged(
+        dir,
+        |e| matches!(e, Event::Removed { queue_id, .. } if *queue_id == qid),
+    )
+}
+
+/// Whether recipient `to` of message `qid` (any message when empty) had a
+/// delivery event with `status` whose reason starts with `reason`.
+pub fn delivered_as(dir: &Path, qid: &str, to: &str, status: &str, reason: &str) -> bool {
+    any_logged(dir, |e| match e {
+        Event::Delivery {
+            queue_id,
+            to: t,
+            status: s,
+            reason: r,
+            ..
+        } => {
+            (qid.is_empty() || *queue_id == qid)
+                && (to.is_empty() || t == to)
+                && s == status
+                && r.text().starts_with(reason)
+        }
+        _ => false,
+    })
+}
+
+/// The delivery events (one per recipient and attempt) of message `qid`,
+/// or of every message when `qid` is empty.
+pub fn delivery_events(dir: &Path, qid: &str) -> Vec<Event<'static>> {
+    logged_events(dir)
+        .into_iter()
+        .filter(
+            |e| matches!(e, Event::Delivery { queue_id, .. } if qid.is_empty() || *queue_id == qid),
+        )
+        .collect()
+}
+
+/// Whether `e` is a delivery to `to` (any when empty) with `status`, and
+/// with `dsn` and `reason` when they are not empty.
+pub fn is_delivery(e: &Event, to: &str, status: &str, dsn: &str, reason: &str) -> bool {
+    match e {
+        Event::Delivery {
+            to: t,
+            status: s,
+            dsn: d,
+            reason: r,
+            ..
+        } => {
+            (to.is_empty() || t == to)
+                && s == status
+                && (dsn.is_empty() || *d == dsn)
+                && (reason.is_empty() || *r == reason)
+        }
+        _ => false,
+    }
 }

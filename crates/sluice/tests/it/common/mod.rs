@@ -410,27 +410,6 @@ pub fn deliveries(dir: &std::path::Path, qid: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// Whether recipient `to` of message `qid` (any message when empty) had a
-/// delivery event with `status` whose reason starts with `reason`.
-pub fn delivered_as(
-    dir: &std::path::Path,
-    qid: &str,
-    to: &str,
-    status: &str,
-    reason: &str,
-) -> bool {
-    deliveries(dir, qid).iter().any(|e| {
-        (to.is_empty() || e["to"] == to)
-            && e["status"] == status
-            && e["reason"].as_str().is_some_and(|r| r.starts_with(reason))
-    })
-}
-
-/// Whether message `qid` was removed from the queue.
-pub fn removed(dir: &std::path::Path, qid: &str) -> bool {
-    has_event(dir, "removed", |e| e["queue_id"] == qid)
-}
-
 /// A DKIM key entry for `domain` and `selector` with the key at `key_file`
 /// (default headers and expiry).
 pub fn dkim_key(
