@@ -310,7 +310,7 @@ fn events_where(
 
 /// How many times a daemon logging to `dir` has started.
 pub fn starts(dir: &std::path::Path) -> usize {
-    events_named(dir, "started").len()
+    count_logged(dir, |e| matches!(e, Event::Started { .. }))
 }
 
 /// The address a daemon logging to `dir` listens on for `kind` ("smtp",
@@ -325,25 +325,20 @@ pub async fn listening_on(dir: &std::path::Path, start: usize, kind: &str) -> So
 pub async fn listening_in(log: &std::path::Path, start: usize, kind: &str) -> SocketAddr {
     let mut found = None;
     let seen = wait_until(20, || {
-        let all = events_in(log);
+        let all = logged_in(log);
         let Some(begin) = all
             .iter()
             .enumerate()
-            .filter(|(_, e)| e["event"] == "started")
+            .filter(|(_, l)| matches!(l.event, Event::Started { .. }))
             .nth(start)
             .map(|(i, _)| i)
         else {
             return false;
         };
-        found = all[begin..]
-            .iter()
-            .find(|e| {
-                e["event"] == "listening"
-                    && e["kind"]
-                        .as_str()
-                        .is_some_and(|k| k.eq_ignore_ascii_case(kind))
-            })
-            .and_then(|e| e["addr"].as_str()?.parse().ok());
+        found = all[begin..].iter().find_map(|l| match &l.event {
+            Event::Listening { addr, kind: k } if k.eq_ignore_ascii_case(kind) => addr.parse().ok(),
+            _ => None,
+        });
         found.is_some()
     })
     .await;
