@@ -291,12 +291,15 @@ pub fn events_in(path: &std::path::Path) -> Vec<serde_json::Value> {
 }
 
 /// The events of the log file `path` that satisfy `pred`: from memory
-/// while a server of this process writes it ([`live`]), else read.
+/// while a server of this process writes it ([`live`]), else read. Each
+/// line must read as a typed event whose text is its own
+/// ([`logged::read`]): whatever a test asserts, the log stays typed.
 fn events_where(
     path: &std::path::Path,
     pred: impl Fn(&serde_json::Value) -> bool,
 ) -> Vec<serde_json::Value> {
     if let Some(events) = live::events_where(path, &pred) {
+        events.iter().for_each(|e| drop(logged::read(e)));
         return events;
     }
     let raw = std::fs::read_to_string(path).unwrap_or_default();
@@ -304,6 +307,7 @@ fn events_where(
     whole
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l:?}: {e}")))
+        .inspect(|e| drop(logged::read(e)))
         .filter(|e| pred(e))
         .collect()
 }
