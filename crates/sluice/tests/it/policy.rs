@@ -62,11 +62,13 @@ async fn greylists_at(stage: PolicyStage) {
     assert!(first.starts_with("450 4.7.1 "), "{stage:?}: {first}");
     assert!(first.contains("Greylisted"), "postgrey's text: {first}");
     assert!(
-        wait_event(10, &dir, "reject", |e| e["cause"] == "policy"
-            && e["code"] == 450)
+        wait_logged(10, &dir, |e| matches!(
+            e,
+            Event::Reject(Reject::Policy { cause, code: 450, .. }) if cause == "policy"
+        ))
         .await,
         "{:?}",
-        events_named(&dir, "reject")
+        logged_events(&dir)
     );
     let deadline = Instant::now() + Duration::from_secs(30);
     let accepted = loop {
@@ -151,7 +153,8 @@ async fn a_dead_or_silent_server_gets_the_default_action() {
         ),
         "{r}"
     );
-    assert!(wait_event(10, &dir, "policy_failed", |e| e["client_ip"] == "127.0.0.1").await);
+    let failed = |e: &Event| matches!(e, Event::PolicyFailed { client_ip, .. } if client_ip.to_string() == "127.0.0.1");
+    assert!(wait_logged(10, &dir, failed).await);
     server.shutdown().await;
 
     // Silent: accepts, reads, never answers; one try of one second.
@@ -173,11 +176,11 @@ async fn a_dead_or_silent_server_gets_the_default_action() {
         "DUNNO by default: {r}"
     );
     let timed_out =
-        |e: &serde_json::Value| e["error"].as_str().is_some_and(|t| t.contains("timeout"));
+        |e: &Event| matches!(e, Event::PolicyFailed { error, .. } if error.contains("timeout"));
     assert!(
-        wait_event(10, &dir, "policy_failed", timed_out).await,
+        wait_logged(10, &dir, timed_out).await,
         "{:?}",
-        events_named(&dir, "policy_failed")
+        logged_events(&dir)
     );
     held.abort();
     server.shutdown().await;
@@ -220,7 +223,7 @@ async fn a_refused_first_chunk_ends_the_transaction() {
     let second = c.reply().await;
     assert!(second.starts_with("503 "), "no transaction left: {second}");
     assert!(c.cmd("QUIT").await.starts_with("221"));
-    assert!(events_named(&dir, "received").is_empty());
+    assert!(!any_logged(&dir, |e| matches!(e, Event::Received { .. })));
     server.shutdown().await;
     assert_eq!(sink.count(), 0);
 }
