@@ -57,9 +57,11 @@ async fn a_command_trickled_byte_by_byte_is_cut_off() {
         "cut off while still trickling ({sent} bytes)"
     );
     server.shutdown().await;
-    assert!(has_event(&dir, "session_end", |e| e["client_ip"]
-        == "127.0.0.1"
-        && e["cause"] == "idle_timeout"));
+    assert!(any_logged(&dir, |e| matches!(
+        e,
+        Event::SessionEnd { client_ip, cause, .. }
+            if client_ip.to_string() == "127.0.0.1" && cause == "idle_timeout"
+    )));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -127,9 +129,11 @@ async fn one_address_cannot_take_every_session() {
     let (_g, gg) = connect_from("127.0.0.3", addr).await;
     assert!([ge, gf, gg].iter().all(|g| g.starts_with("220")));
     server.shutdown().await;
-    assert!(has_event(&dir, "reject", |e| e["stage"] == "connect"
-        && e["code"] == 421
-        && e["cause"] == "sessions"));
+    assert!(any_logged(&dir, |e| matches!(
+        e,
+        Event::Reject(Reject::Connect { stage, code: 421, cause, .. })
+            if stage == "connect" && cause == "sessions"
+    )));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -194,5 +198,8 @@ async fn a_client_that_stops_reading_loses_its_session() {
     assert!(greeting.starts_with("220"), "{greeting}");
     drop(writer);
     server.shutdown().await;
-    assert!(has_event(&dir, "session_end", |e| e["cause"] == "write_timeout"));
+    assert!(any_logged(&dir, |e| matches!(
+        e,
+        Event::SessionEnd { cause, .. } if cause == "write_timeout"
+    )));
 }

@@ -45,11 +45,17 @@ async fn unwritable_maildir_defers_then_delivers() {
     assert!(r.starts_with("250 2.0.0"), "{r}");
     let qid = qid_of(&r);
     assert!(
-        wait_event(10, &dir, "delivery", |e| e["queue_id"] == qid
-            && e["to"] == "a@local.test"
-            && e["relay"] == "virtual"
-            && e["status"] == "deferred"
-            && e["dsn"] == "4.3.0")
+        wait_logged(10, &dir, |e| is_delivery(
+            e,
+            "a@local.test",
+            "deferred",
+            "4.3.0",
+            ""
+        ) && matches!(
+            e,
+            Event::Delivery { queue_id, relay, .. }
+                if *queue_id == qid.as_str() && relay == "virtual"
+        ))
         .await,
         "{}",
         read_log(&dir)
@@ -76,10 +82,17 @@ async fn unwritable_maildir_defers_then_delivers() {
         .await;
     let qid = qid_of(&r);
     assert!(
-        wait_event(10, &dir, "delivery", |e| e["queue_id"] == qid
-            && e["to"] == "y@routed.test"
-            && e["transport"] == "discard"
-            && e["status"] == "sent")
+        wait_logged(10, &dir, |e| is_delivery(
+            e,
+            "y@routed.test",
+            "sent",
+            "",
+            ""
+        ) && matches!(
+            e,
+            Event::Delivery { queue_id, transport, .. }
+                if *queue_id == qid.as_str() && transport == "discard"
+        ))
         .await,
         "{}",
         read_log(&dir)
@@ -137,12 +150,14 @@ async fn maildir_deliveries_share_their_disk_syncs() {
         };
         assert!(wait_until(10, delivered).await, "{}", read_log(&dir));
         server.shutdown().await;
-        let stats = events_named(&dir, "maildir_stats");
-        let line = stats
-            .iter()
-            .find(|e| e["files"] == 20)
+        let line = logged_events(&dir)
+            .into_iter()
+            .find(|e| matches!(e, Event::MaildirStats { files: 20, .. }))
             .unwrap_or_else(|| panic!("{mode:?}: no maildir_stats event: {}", read_log(&dir)));
-        let syncs = line["syncs"].as_u64().unwrap();
+        let Event::MaildirStats { syncs, .. } = line else {
+            unreachable!("found as maildir_stats")
+        };
+        let line = format!("{line:?}");
         assert!(syncs <= most, "{mode:?}: {line}");
         if mode == MaildirSync::Each {
             assert!(syncs >= 40, "each message pays its own: {line}");
