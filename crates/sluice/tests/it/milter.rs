@@ -48,8 +48,10 @@ async fn rspamd_refuses_gtube_and_marks_suspicious_mail() {
     assert!(r.starts_with("554 5.7.1"), "{r}");
     assert!(r.to_ascii_lowercase().contains("gtube"), "{r}");
     assert!(
-        wait_event(10, &dir, "reject", |e| e["cause"] == "milter"
-            && e["code"] == 554)
+        wait_logged(10, &dir, |e| matches!(
+            e,
+            Event::Reject(Reject::Data { cause, code: 554, .. }) if cause == "milter"
+        ))
         .await,
         "{}",
         read_log(&dir)
@@ -171,8 +173,10 @@ async fn quarantined_mail_is_held_across_a_restart_until_released() {
     assert!(r.starts_with("250 2.0.0"), "{r}");
     let held = qid_of(&r);
     assert!(
-        wait_event(10, &dir, "hold", |e| e["queue_id"] == held.as_str()
-            && e["cause"] == "milter")
+        wait_logged(10, &dir, |e| matches!(
+            e,
+            Event::Hold { queue_id, cause, .. } if *queue_id == held.as_str() && cause == "milter"
+        ))
         .await,
         "{}",
         read_log(&dir)
@@ -184,9 +188,10 @@ async fn quarantined_mail_is_held_across_a_restart_until_released() {
     assert!(r.starts_with("250 2.0.0"), "{r}");
     assert!(wait_until(20, || sink.count() == 1).await);
     assert_eq!(in_state(&data_dir, "hold").await, vec![held.clone()]);
-    assert!(events_named(&dir, "delivery")
-        .iter()
-        .all(|e| e["queue_id"] != held.as_str()));
+    assert!(!any_logged(&dir, |e| matches!(
+        e,
+        Event::Delivery { queue_id, .. } if *queue_id == held.as_str()
+    )));
     server.shutdown().await;
 
     let in_state_soon = |state: &'static str| {
@@ -209,8 +214,11 @@ async fn quarantined_mail_is_held_across_a_restart_until_released() {
         .unwrap();
     assert_eq!(r.count, 1);
     assert!(
-        wait_event(20, &dir, "delivery", |e| e["queue_id"] == held.as_str()
-            && e["status"] == "deferred")
+        wait_logged(20, &dir, |e| matches!(
+            e,
+            Event::Delivery { queue_id, status, .. }
+                if *queue_id == held.as_str() && status == "deferred"
+        ))
         .await,
         "tried once released"
     );
@@ -272,8 +280,10 @@ async fn a_dead_or_silent_filter_gets_the_default_action() {
     let r = c.message("a@sender.test", &to, &mail("m1", "Hello.")).await;
     assert!(r.starts_with("451 4.7.1"), "tempfail by default: {r}");
     assert!(
-        wait_event(10, &dir, "milter_failed", |e| e["milter"]
-            == format!("unix:{}", dead.display()))
+        wait_logged(10, &dir, |e| matches!(
+            e,
+            Event::MilterFailed { milter, .. } if *milter == format!("unix:{}", dead.display())
+        ))
         .await
     );
     server.shutdown().await;

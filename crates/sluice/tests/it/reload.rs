@@ -131,10 +131,18 @@ async fn reload_moves_listeners_routes_and_limits_and_keeps_open_sessions() {
     );
     assert_eq!(old_hop.count(), 0);
     let log = read_log(&dir);
-    let at = |e: &serde_json::Value, addr: SocketAddr| e["addr"] == addr.to_string();
-    assert!(has_event(&dir, "listening", |e| at(e, second)), "{log}");
     assert!(
-        has_event(&dir, "stopped_listening", |e| at(e, first)),
+        any_logged(&dir, |e| matches!(
+            e,
+            Event::Listening { addr, .. } if *addr == second.to_string()
+        )),
+        "{log}"
+    );
+    assert!(
+        any_logged(&dir, |e| matches!(
+            e,
+            Event::StoppedListening { addr } if *addr == first.to_string()
+        )),
         "{log}"
     );
     stop(server).await;
@@ -159,11 +167,15 @@ async fn a_reload_that_cannot_bind_changes_nothing() {
         ))
         .await;
     // (The log is written by its own thread: wait for the event.)
-    let refused = |e: &serde_json::Value| {
-        e["result"] == "refused" && e["cause"] == "listen" && e["addr"] == busy.as_str()
+    let refused = |e: &Event| {
+        matches!(
+            e,
+            Event::Reload(Reload::Refused { result, cause, addr: Some(addr), .. })
+                if result == "refused" && cause == "listen" && *addr == busy.as_str()
+        )
     };
     assert!(
-        wait_event(5, &dir, "reload", refused).await,
+        wait_logged(5, &dir, refused).await,
         "the log names it: {}",
         read_log(&dir)
     );
@@ -231,10 +243,13 @@ async fn a_reload_that_adds_a_mailbox_domain_builds_its_tables() {
         read_log(&dir)
     );
     assert!(
-        has_event(&dir, "reload", |e| e["result"] == "applied"
-            && e["sections"] == serde_json::json!(["local and tables"])),
+        any_logged(&dir, |e| matches!(
+            e,
+            Event::Reload(Reload::Applied { result, sections, .. })
+                if result == "applied" && *sections == ["local and tables"]
+        )),
         "{:?}",
-        events_named(&dir, "reload")
+        logged_events(&dir)
     );
     stop(server).await;
 }

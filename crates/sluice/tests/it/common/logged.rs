@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use serde_json::Value;
 
-pub use sluice::log::{ConnectFailed, Event, Reject};
+pub use sluice::log::{ConnectFailed, Event, Reject, Reload};
 
 /// One line of the mail log (its time and component for failure
 /// messages, which print it whole).
