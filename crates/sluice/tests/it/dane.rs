@@ -121,10 +121,10 @@ async fn send_to_dane_test(dir: &Path, dns: std::net::SocketAddr, anchor: PathBu
 async fn a_matching_tlsa_record_authenticates_the_mx() {
     let (dir, sink) = run("dane-match", |spki| format!("3 1 1 {spki}")).await;
     assert!(
-        has_event(&dir, "tls_out", |e| e["verified"] == true
-            && e["relay"]
-                .as_str()
-                .is_some_and(|r| r.starts_with("mx.dane.test[127.0.0.31]"))),
+        any_logged(&dir, |e| matches!(
+            e,
+            Event::TlsOut { verified: true, relay, .. } if relay.starts_with("mx.dane.test[127.0.0.31]")
+        )),
         "{}",
         read_log(&dir)
     );
@@ -138,8 +138,11 @@ async fn a_tlsa_record_that_does_not_match_keeps_the_mail() {
     let log = read_log(&dir);
     // The handshake failed on the certificate check (no TLSA matched).
     assert!(
-        has_event(&dir, "connect_failed", |e| e["host"] == "mx.dane.test"
-            && e["tls"] == true),
+        any_logged(&dir, |e| matches!(
+            e,
+            Event::ConnectFailed(ConnectFailed::Host { host, tls: true, .. })
+                if host == "mx.dane.test"
+        )),
         "{log}"
     );
     assert!(
@@ -175,7 +178,10 @@ async fn mx_hosts_not_in_the_validated_answer_are_not_used() {
     let log = read_log(&dir);
     assert_eq!(evil.count(), 0, "delivered to the forged MX: {log}");
     assert!(
-        has_event(&dir, "dane_excluded", |e| e["domain"] == "dane.test"),
+        any_logged(&dir, |e| matches!(
+            e,
+            Event::DaneExcluded { domain, .. } if domain == "dane.test"
+        )),
         "{log}"
     );
     assert!(
