@@ -142,7 +142,11 @@ async fn a_clean_stop_waits_for_deliveries_and_records_them() {
     got_body.notified().await;
     let stopping = tokio::spawn(server.shutdown());
     assert!(
-        wait_event(10, &dir, "draining", |e| e["in_flight"] == 1).await,
+        wait_logged(10, &dir, |e| matches!(
+            e,
+            Event::Draining { in_flight: 1, .. }
+        ))
+        .await,
         "{}",
         read_log(&dir)
     );
@@ -151,8 +155,13 @@ async fn a_clean_stop_waits_for_deliveries_and_records_them() {
     let log = read_log(&dir);
     assert!(delivered_as(&dir, &qid, "x@dest.test", "sent", ""), "{log}");
     assert!(
-        has_event(&dir, "drained", |e| e["finished"] == 1
-            && e["abandoned"] == 0),
+        any_logged(&dir, |e| matches!(
+            e,
+            Event::Drained {
+                finished: 1,
+                abandoned: 0
+            }
+        )),
         "{log}"
     );
     // Started again on the same spool, there is nothing left to send.
@@ -163,8 +172,14 @@ async fn a_clean_stop_waits_for_deliveries_and_records_them() {
     let (server, _) = start(cfg).await;
     // This start's own event (the log is written asynchronously).
     assert!(wait_until(10, || starts(&dir) > before).await);
-    let started = events_named(&dir, "started").pop().unwrap();
-    assert_eq!(started["to_deliver"], 0, "{started}");
+    let started = logged_events(&dir)
+        .into_iter()
+        .rfind(|e| matches!(e, Event::Started { .. }))
+        .unwrap();
+    assert!(
+        matches!(started, Event::Started { to_deliver: 0, .. }),
+        "{started:?}"
+    );
     server.shutdown().await;
     assert_eq!(
         sink.count(),

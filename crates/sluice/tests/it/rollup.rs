@@ -163,11 +163,8 @@ async fn each_domain_keeps_its_own_mail_hosts_when_its_best_mx_is_shared() {
         "all four delivered"
     );
     assert!(
-        wait_event(10, &dir, "delivery", |e| e["status"] == "bounced"
-            && e["dsn"] == "5.1.10"
-            && e["to"]
-                .as_str()
-                .is_some_and(|t| t.ends_with("@n.split.test")))
+        wait_logged(10, &dir, |e| is_delivery(e, "", "bounced", "5.1.10", "")
+            && matches!(e, Event::Delivery { to, .. } if to.ends_with("@n.split.test")))
         .await
     );
     server.shutdown().await;
