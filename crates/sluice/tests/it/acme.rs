@@ -29,9 +29,12 @@ async fn served_serial(addr: std::net::SocketAddr, ca: &std::path::Path) -> Stri
 }
 
 fn issued(dir: &std::path::Path) -> Vec<String> {
-    events_named(dir, "acme_issued")
-        .iter()
-        .map(|e| e["serial"].as_str().unwrap_or_default().to_string())
+    logged_events(dir)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::AcmeIssued { serial, .. } => Some(serial.into_owned()),
+            _ => None,
+        })
         .collect()
 }
 
@@ -127,8 +130,9 @@ async fn a_certificate_from_pebble_is_served_renewed_and_kept_when_the_ca_is_gon
 
     // The CA goes away: renewal fails, the certificate stays.
     pebble.stop();
-    let failures = events_named(&dir, "acme_failed").len();
-    assert!(wait_until(30, || events_named(&dir, "acme_failed").len() > failures).await);
+    let acme_failures = || count_logged(&dir, |e| matches!(e, Event::AcmeFailed { .. }));
+    let failures = acme_failures();
+    assert!(wait_until(30, || acme_failures() > failures).await);
     let last = issued(&dir).last().unwrap().clone();
     assert_eq!(
         served_serial(addr, &root).await,
@@ -149,10 +153,10 @@ async fn a_certificate_from_pebble_is_served_renewed_and_kept_when_the_ca_is_gon
     let chain = &text[..text.find("-----BEGIN PRIVATE KEY").unwrap()];
     std::fs::write(&file, chain).unwrap();
     let not_in_use = || {
-        events_named(&dir, "acme_ordering")
-            .iter()
-            .filter(|e| e["reason"] == "no issued certificate in use")
-            .count()
+        count_logged(
+            &dir,
+            |e| matches!(e, Event::AcmeOrdering { reason, .. } if reason == "no issued certificate in use"),
+        )
     };
     let (orders, before) = (not_in_use(), starts(&dir));
     let (server, _) = start(cfg).await;

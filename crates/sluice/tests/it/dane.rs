@@ -107,9 +107,10 @@ async fn send_to_dane_test(dir: &Path, dns: std::net::SocketAddr, anchor: PathBu
     let r = c.message("a@b.test", &["x@dane.test"], &body("dane")).await;
     assert!(r.starts_with("250"), "{r}");
     assert!(
-        wait_until(20, || deliveries(dir, "")
-            .iter()
-            .any(|e| e["to"] == "x@dane.test"))
+        wait_until(20, || any_logged(dir, |e| matches!(
+            e,
+            Event::Delivery { to, .. } if to == "x@dane.test"
+        )))
         .await,
         "{}",
         read_log(dir)

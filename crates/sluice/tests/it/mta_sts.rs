@@ -160,10 +160,7 @@ async fn deferred_for_tls(dir: &Path, sink: &sluice_bench::sink::Sink, deferrals
 
 /// Deliveries deferred because TLS was required and not to be had (4.7.4).
 fn tls_deferrals(dir: &Path) -> usize {
-    deliveries(dir, "")
-        .iter()
-        .filter(|e| e["status"] == "deferred" && e["dsn"] == "4.7.4")
-        .count()
+    count_logged(dir, |e| is_delivery(e, "", "deferred", "4.7.4", ""))
 }
 
 async fn send(addr: SocketAddr, subject: &str) {

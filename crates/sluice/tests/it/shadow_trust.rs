@@ -141,10 +141,13 @@ async fn a_relay_on_the_shadow_link_cannot_inject_frames() {
         refused.as_ref().is_err_and(|r| r.starts_with("451")),
         "a 250 without a real copy: {refused:?}"
     );
-    let link_broken = |e: &serde_json::Value| {
-        e["event"] == "shadow_link_ended" || e["event"] == "shadow_link_refused"
+    let link_broken = |e: &Event| {
+        matches!(
+            e,
+            Event::ShadowLinkEnded { .. } | Event::ShadowLinkRefused { .. }
+        )
     };
-    let n2_events = events(&dir.join("n2"));
+    let n2_events = logged_events(&dir.join("n2"));
     assert!(
         n2_events.iter().any(link_broken),
         "{}",
@@ -213,9 +216,9 @@ async fn a_held_message_stays_held_when_its_copy_is_claimed() {
     // The hold reaches n2 with the outcomes (every 100 ms).
     let n2_log = pair.dir.join("n2/maillog");
     let marked = || {
-        events_in(&n2_log)
+        logged_in(&n2_log)
             .iter()
-            .any(|e| e["event"] == "copy_marked" && e["held"] == true)
+            .any(|l| matches!(l.event, Event::CopyMarked { held: true, .. }))
     };
     assert!(wait_until(10, marked).await, "{}", pair.log("n2"));
     // n1 dies; n2 claims both copies.
