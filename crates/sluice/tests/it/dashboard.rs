@@ -215,17 +215,11 @@ async fn a_request_for_another_host_name_is_refused_421() {
         assert!(r.starts_with("HTTP/1.1 200 "), "{host}: {r}");
         assert!(r.contains("\"active\""), "{r}");
     }
-    let refused = |e: &serde_json::Value| {
-        e["component"] == "metrics"
-            && e["peer"]
-                .as_str()
-                .is_some_and(|p| p.starts_with("127.0.0.1:"))
+    let refused = |e: &Event| {
+        e.component() == "metrics"
+            && matches!(e, Event::HttpRefused { peer, .. } if peer.starts_with("127.0.0.1:"))
     };
-    assert!(
-        wait_event(10, &dir, "http_refused", refused).await,
-        "{}",
-        read_log(&dir)
-    );
+    assert!(wait_logged(10, &dir, refused).await, "{}", read_log(&dir));
     server.shutdown().await;
 }
 
@@ -306,12 +300,13 @@ async fn past_the_connection_limit_the_dashboard_answers_503_at_once() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let warned = |e: &serde_json::Value| e["kind"] == "metrics_connections" && e["open"] == 4;
-    assert!(
-        wait_event(10, &dir, "warning", warned).await,
-        "{}",
-        read_log(&dir)
-    );
+    let warned = |e: &Event| {
+        matches!(
+            e,
+            Event::Warning { kind, open: Some(4), .. } if kind == "metrics_connections"
+        )
+    };
+    assert!(wait_logged(10, &dir, warned).await, "{}", read_log(&dir));
     drop(held);
     server.shutdown().await;
 }

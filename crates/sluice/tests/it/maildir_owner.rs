@@ -250,12 +250,12 @@ async fn an_unprivileged_daemon_shares_the_owners_group() {
         .status();
     let log = dir.join("log/maillog");
     let refused = wait_until(10, || {
-        events_in(&log).iter().any(|e| {
-            e["event"] == "reload"
-                && e["result"] == "refused"
-                && e["error"]
-                    .as_str()
-                    .is_some_and(|t| t.contains("local.maildir_owner"))
+        logged_in(&log).iter().any(|l| {
+            matches!(
+                &l.event,
+                Event::Reload(Reload::Refused { result, error, .. })
+                    if result == "refused" && error.contains("local.maildir_owner")
+            )
         })
     })
     .await;

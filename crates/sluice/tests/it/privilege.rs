@@ -111,11 +111,12 @@ async fn a_root_start_gives_root_up_and_keeps_its_files_to_itself() {
     assert_eq!(socket, (0o660, uid));
     assert_eq!(mode_and_owner(&log_path), (0o640, uid));
     assert!(
-        events_in(&log_path)
-            .iter()
-            .any(|e| e["event"] == "running_as" && e["user"] == user.name && e["uid"] == uid),
+        logged_in(&log_path).iter().any(|l| matches!(
+            &l.event,
+            Event::RunningAs { user: u, uid: id } if *u == user.name && *id == uid
+        )),
         "{:?}",
-        events_in(&log_path)
+        logged_in(&log_path)
     );
 
     // Something in data_dir that is not the account's (planted, or left
@@ -180,9 +181,9 @@ async fn a_key_the_account_cannot_read_stops_the_start() {
         "{err}"
     );
     assert!(
-        !events_in(&dir.join("log/maillog"))
+        !logged_in(&dir.join("log/maillog"))
             .iter()
-            .any(|e| e["event"] == "listening"),
+            .any(|l| matches!(l.event, Event::Listening { .. })),
         "it said it listens"
     );
     // Given to the account's group, it starts.

@@ -127,8 +127,10 @@ fn stop(child: &mut Child) {
 }
 
 /// The last `started` event of the log.
-fn last_start(dir: &std::path::Path) -> serde_json::Value {
-    events_named(dir, "started").pop().unwrap_or_default()
+fn last_start(dir: &std::path::Path) -> Option<Event<'static>> {
+    logged_events(dir)
+        .into_iter()
+        .rfind(|e| matches!(e, Event::Started { .. }))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -176,7 +178,11 @@ async fn killed_with_mail_queued_restarts_and_delivers_exactly_once() {
     );
     // Once the five are recorded as removed, a clean stop makes the count final.
     assert!(
-        wait_until(10, || events_named(&dir, "removed").len() == 5).await,
+        wait_until(10, || count_logged(&dir, |e| matches!(
+            e,
+            Event::Removed { .. }
+        )) == 5)
+        .await,
         "{}",
         read_log(&dir)
     );
@@ -194,7 +200,11 @@ async fn killed_with_mail_queued_restarts_and_delivers_exactly_once() {
     let before = starts(&dir);
     let mut server = spawn(&config, None);
     let _ = connect_when_up(&dir, before).await;
-    assert!(last_start(&dir)["to_deliver"] == 0, "{}", last_start(&dir));
+    assert!(
+        matches!(last_start(&dir), Some(Event::Started { to_deliver: 0, .. })),
+        "{:?}",
+        last_start(&dir)
+    );
     stop(&mut server);
     assert_eq!(
         sink.count(),
@@ -255,23 +265,27 @@ async fn sigusr1_reopens_the_log_for_logrotate() {
     let listen = listening_on(&dir, 0, "smtp").await;
     let _ = Client::ready(listen).await;
     let (log, rotated) = (dir.join("maillog"), dir.join("maillog.1"));
-    assert!(wait_event(10, &dir, "connect", |_| true).await);
+    assert!(wait_logged(10, &dir, |e| matches!(e, Event::Connect { .. })).await);
     // logrotate: rename, then SIGUSR1; new lines go to a new file.
     std::fs::rename(&log, &rotated).unwrap();
     let _ = Command::new("kill")
         .arg("-USR1")
         .arg(server.id().to_string())
         .status();
-    let named =
-        |path: &std::path::Path, name: &str| events_in(path).iter().any(|e| e["event"] == name);
+    let said = |path: &std::path::Path, what: fn(&Event) -> bool| {
+        logged_in(path).iter().any(|l| what(&l.event))
+    };
     assert!(
-        wait_until(10, || named(&log, "log_reopened")).await,
+        wait_until(10, || said(&log, |e| matches!(e, Event::LogReopened))).await,
         "a new log file after SIGUSR1"
     );
     let _ = Client::ready(listen).await;
-    assert!(wait_until(10, || named(&log, "connect")).await);
+    assert!(wait_until(10, || said(&log, |e| matches!(e, Event::Connect { .. }))).await);
     stop(&mut server);
-    assert!(named(&rotated, "started") && !named(&rotated, "log_reopened"));
+    assert!(
+        said(&rotated, |e| matches!(e, Event::Started { .. }))
+            && !said(&rotated, |e| matches!(e, Event::LogReopened))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -292,16 +306,14 @@ async fn sighup_refuses_a_bad_configuration_and_keeps_running() {
     let broken = good.replacen("data_dir = ", "data_dir = = ", 1);
     std::fs::write(&config, broken).unwrap();
     hup(&server);
-    let refused = |e: &serde_json::Value| e["result"] == "refused";
+    let refused = |e: &Event| matches!(e, Event::Reload(Reload::Refused { result, .. }) if result == "refused");
+    assert!(wait_logged(10, &dir, refused).await, "{}", read_log(&dir));
     assert!(
-        wait_event(10, &dir, "reload", refused).await,
-        "{}",
-        read_log(&dir)
-    );
-    assert!(
-        has_event(&dir, "reload", |e| refused(e)
-            && e["cause"] == "config"
-            && e["line"] == 2),
+        any_logged(&dir, |e| refused(e)
+            && matches!(
+                e,
+                Event::Reload(Reload::Refused { cause, line: Some(2), .. }) if cause == "config"
+            )),
         "the error names its line: {}",
         read_log(&dir)
     );
@@ -317,20 +329,26 @@ async fn sighup_refuses_a_bad_configuration_and_keeps_running() {
     )
     .unwrap();
     hup(&server);
-    let named = |e: &serde_json::Value, list: &str, section: &str| {
-        e["result"] == "applied"
-            && e[list]
-                .as_array()
-                .is_some_and(|l| l.iter().any(|s| s == section))
+    let named = |e: &Event, list: &str, section: &str| match e {
+        Event::Reload(Reload::Applied {
+            result,
+            sections,
+            later,
+            ..
+        }) if result == "applied" => {
+            let l = if list == "sections" { sections } else { later };
+            l.iter().any(|s| s == section)
+        }
+        _ => false,
     };
     assert!(
-        wait_event(10, &dir, "reload", |e| named(e, "sections", "queue")).await,
+        wait_logged(10, &dir, |e| named(e, "sections", "queue")).await,
         "{}",
         read_log(&dir)
     );
     // One line says both: applied now, and what waits for a restart.
     assert!(
-        has_event(&dir, "reload", |e| named(e, "sections", "queue")
+        any_logged(&dir, |e| named(e, "sections", "queue")
             && named(e, "later", "spool")),
         "{}",
         read_log(&dir)

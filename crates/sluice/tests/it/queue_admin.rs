@@ -44,12 +44,7 @@ async fn the_queue_is_administered_through_the_socket() {
         queued.push(qid_of(&r));
     }
     let (m1, m2, m3) = (&queued[0], &queued[1], &queued[2]);
-    let deferred = || {
-        deliveries(&dir, "")
-            .iter()
-            .filter(|e| e["status"] == "deferred")
-            .count()
-    };
+    let deferred = || count_logged(&dir, |e| is_delivery(e, "", "deferred", "", ""));
     assert!(wait_until(15, || deferred() >= 3).await);
     let all = call(&data_dir, &list(Filter::default())).await.unwrap();
     assert_eq!(all.messages.len(), 3);
@@ -196,7 +191,7 @@ async fn a_flush_forgets_dead_hosts_so_mail_goes_out_at_once() {
         .message("s@ours.test", &["x@ours.test"], &body("dead"))
         .await;
     assert!(r.starts_with("250"), "{r}");
-    assert!(wait_event(15, &dir, "delivery", |e| e["status"] == "deferred").await);
+    assert!(wait_logged(15, &dir, |e| is_delivery(e, "", "deferred", "", "")).await);
     // The next hop is back; postqueue -f would deliver now.
     let sink = hop.sink().await;
     let flush = Request::Flush {

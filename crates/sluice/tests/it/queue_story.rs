@@ -46,9 +46,9 @@ fn waiting(n: u32) -> impl Fn(&Entry) -> bool {
 }
 
 fn deferrals(dir: &Path, id: &str) -> usize {
-    deliveries(dir, id)
+    delivery_events(dir, id)
         .iter()
-        .filter(|e| e["status"] == "deferred")
+        .filter(|e| is_delivery(e, "", "deferred", "", ""))
         .count()
 }
 

@@ -63,13 +63,25 @@ async fn a_40_mb_file_system_takes_mail_with_the_default_sizes() {
     let _ = server.wait();
     let log = read_log(&dir);
     assert!(r.starts_with("250"), "{r}\n{log}");
-    let started = events_named(&dir, "started");
+    let started = logged_events(&dir)
+        .into_iter()
+        .find(|e| matches!(e, Event::Started { .. }));
     assert!(
-        started[0]["segment_mib"] == 2 && started[0]["reserve_mib"] == 4,
+        matches!(
+            started,
+            Some(Event::Started {
+                segment_mib: 2,
+                reserve_mib: 4,
+                ..
+            })
+        ),
         "{log}"
     );
     assert!(
-        !has_event(&dir, "warning", |e| e["kind"] == "spool_space"),
+        !any_logged(
+            &dir,
+            |e| matches!(e, Event::Warning { kind, .. } if kind == "spool_space")
+        ),
         "{log}"
     );
 }
