@@ -38,8 +38,10 @@ const DOMAINS: [&str; 5] = ["c.test", "slow.test", "box.test", "d.test", "e.test
 const EPOCH_MS: u64 = 1_800_000_000_000;
 
 fn config(data_dir: &std::path::Path) -> Config {
-    let mut config = Config::default();
-    config.data_dir = data_dir.to_path_buf();
+    let mut config = Config {
+        data_dir: data_dir.to_path_buf(),
+        ..Config::default()
+    };
     let routes = [
         ("c.test", "smtp:[127.0.0.1]:1"),
         ("slow.test", "smtp:[127.0.0.2]:1"),
