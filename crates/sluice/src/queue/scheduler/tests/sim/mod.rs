@@ -155,3 +155,94 @@ fn a_seed_repeats_exactly() {
         (again.finals, again.completes)
     );
 }
+
+/// Found by the simulation (seed 18, 4,466 inputs): a destination whose
+/// domain was being looked up again (rollup's TTL over) skipped the
+/// shedding of idle connections over the cluster's allowance, since
+/// `pump` returned before it; they stayed open over the allowance.
+#[test]
+fn a_destination_looked_up_again_still_sheds_idle_connections() {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use crate::queue::core::{Action, Clock, Input};
+    use crate::queue::job::{Feedback, JobReport};
+    use crate::queue::rollup::ROLLUP_TTL;
+    use crate::queue::QueuedMessage;
+    use sluice_spool::{BodyRef, Envelope};
+
+    let dir = tempfile::tempdir().unwrap();
+    let caps = Arc::new(model::FakeCaps::default());
+    let start = Instant::now();
+    let at = |secs: u64| Clock {
+        at: start + Duration::from_secs(secs),
+        unix_ms: 1_800_000_000_000 + secs * 1000,
+    };
+    let mut core = world::new_core(&world::config(dir.path()), &caps, at(0));
+    let message = |id: u64| {
+        let envelope = Envelope {
+            id,
+            arrival: 1_800_000_000_000,
+            sender: "a@b.test".into(),
+            recipients: vec!["r@e.test".into()],
+            flags: 0,
+            dsn: None,
+            orig_rcpt: Vec::new(),
+        };
+        let body_ref = BodyRef {
+            id,
+            segment: 1,
+            record: 0,
+            offset: 100,
+            len: 10,
+        };
+        Input::Queued(QueuedMessage {
+            envelope,
+            body_ref,
+            body: None,
+            done: vec![false],
+        })
+    };
+    // The first message waits for the lookup, then gets a worker.
+    let out = core.handle(at(0), message(1));
+    let Some(Action::Resolve { dest, .. }) = out
+        .into_iter()
+        .find(|a| matches!(a, Action::Resolve { .. }))
+    else {
+        panic!("a lookup");
+    };
+    let resolved = Input::Resolved {
+        dest: dest.clone(),
+        group: None,
+    };
+    let started = core
+        .handle(at(1), resolved)
+        .into_iter()
+        .find_map(|a| match a {
+            Action::Start { worker, .. } => Some(worker),
+            _ => None,
+        });
+    let worker = started.expect("a worker starts");
+    // It delivers and waits for more: idle.
+    let done = JobReport::Done {
+        dest: dest.clone(),
+        worker,
+        msg: 1,
+        results: vec![(0, world::outcome(0))],
+        feedback: Feedback::Ok,
+        wants_more: true,
+    };
+    core.handle(at(2), Input::Report(done));
+    // Past the TTL a second message makes the domain looked up again.
+    let later = at(ROLLUP_TTL.as_secs() + 10);
+    let out = core.handle(later, message(2));
+    assert!(out.iter().any(|a| matches!(a, Action::Resolve { .. })));
+    // The cluster's share for it drops to none and the destination is
+    // looked at: its idle connection is closed.
+    caps.grants.lock().unwrap().insert(dest.to_string(), (3, 0));
+    let out = core.handle(later, Input::Leased(dest.clone()));
+    let closed = out
+        .iter()
+        .any(|a| matches!(a, Action::Close(w) if *w == worker));
+    assert!(closed, "the idle connection over the allowance is closed");
+}

@@ -324,8 +324,9 @@ impl QueueCore {
         if d.held() > allowed && !d.idle.is_empty() {
             let idle = d.idle.len();
             return Err(format!(
-                "{key}: holds {} over {allowed}, {idle} idle",
-                d.held()
+                "{key}: holds {} over {allowed}, {idle} idle (resolving {})",
+                d.held(),
+                d.resolving
             ));
         }
         Ok(())

@@ -37,7 +37,7 @@ const DOMAINS: [&str; 5] = ["c.test", "slow.test", "box.test", "d.test", "e.test
 /// The wall clock at the simulation's start (Unix milliseconds).
 const EPOCH_MS: u64 = 1_800_000_000_000;
 
-fn config(data_dir: &std::path::Path) -> Config {
+pub(super) fn config(data_dir: &std::path::Path) -> Config {
     let mut config = Config {
         data_dir: data_dir.to_path_buf(),
         ..Config::default()
@@ -556,7 +556,7 @@ impl World {
 }
 
 /// A new core as the daemon makes one at start-up.
-fn new_core(config: &Config, caps: &Arc<FakeCaps>, clock: Clock) -> QueueCore {
+pub(super) fn new_core(config: &Config, caps: &Arc<FakeCaps>, clock: Clock) -> QueueCore {
     let admin = AdminState::load(&config.data_dir);
     let logger = Logger::disabled();
     let mut core = QueueCore::new(
@@ -572,7 +572,7 @@ fn new_core(config: &Config, caps: &Arc<FakeCaps>, clock: Clock) -> QueueCore {
 }
 
 /// A recipient's outcome, by a roll of a six-sided die.
-fn outcome(roll: usize) -> Outcome {
+pub(super) fn outcome(roll: usize) -> Outcome {
     let relay = Relay::Smtp {
         host: "mx".into(),
         addr: "127.0.0.1:1".parse().expect("an address"),
