@@ -88,15 +88,17 @@ impl QueueCore {
         let Some(dest) = self.dests.get_mut(key) else {
             return;
         };
-        if dest.resolving {
-            return;
-        }
         let caps = self.caps.as_deref();
         let allowed = super::leases::allowance(caps, key, dest);
         if let Some(allowed) = allowed {
             for worker in super::leases::shed(dest, allowed) {
                 self.out.push(Action::Close(worker));
             }
+        }
+        // Over its allowance or not, a destination whose domain is being
+        // looked up starts nothing: its jobs wait for the answer.
+        if dest.resolving {
+            return;
         }
         let now = self.clock.at;
         dest.last_used = now;

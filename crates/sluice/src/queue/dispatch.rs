@@ -26,7 +26,7 @@
 //! shared counters).
 //!
 //! Invariants that keep the spool safe (checked after every step by the
-//! simulation, `scheduler/tests/sim.rs`):
+//! simulation, `scheduler/tests/sim/`):
 //! - `complete` is recorded exactly once per message, immediately before
 //!   it is removed from `messages`;
 //! - `Message::in_flight` is the number of its jobs not yet reported;
