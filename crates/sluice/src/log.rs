@@ -14,8 +14,8 @@
 //! event's name and fields (queue ID, recipient, status, DSN code, relay,
 //! delay …) beside the same text, serialised straight from the event, for
 //! log pipelines and for the tests, which read the same type back and
-//! assert on variants, never on the wording. ([`event!`] and [`log!`] are
-//! the old path, left for the queue's lines until they move.)
+//! assert on variants, never on the wording. There is no other way to
+//! write a line: an untyped line cannot be logged.
 //!
 //! Invariant: logging never blocks a caller and never grows without bound.
 //! If the writer falls behind by more than `CAPACITY` lines, new lines are
@@ -35,7 +35,7 @@ mod tap;
 mod write;
 
 pub use event::{ConnectFailed, Event, Qid, Reject, Reload, Shown, Text};
-use write::{json_body, note, open, reopen, write_body, write_event, write_json, write_line};
+use write::{json_body, note, open, reopen, write_body, write_json, write_line};
 
 use std::io::Write;
 use std::path::Path;
@@ -49,31 +49,10 @@ const CAPACITY: usize = 65_536;
 /// at most; at 100,000 lines a second the channel holds a few thousand).
 const GATHER: std::time::Duration = std::time::Duration::from_millis(20);
 
-/// Structured fields of an event (JSON format only).
-pub type Fields = serde_json::Map<String, serde_json::Value>;
-
-/// One field's value (anything serde can write; `Null` if it cannot).
-pub fn field<T: serde::Serialize + ?Sized>(value: &T) -> serde_json::Value {
-    serde_json::to_value(value).unwrap_or(serde_json::Value::Null)
-}
-
-/// A named event with its fields, for the JSON format (the old path:
-/// [`event!`]).
-struct Legacy {
-    component: String,
-    name: &'static str,
-    fields: Fields,
-    /// The human line without its `program/component: ` prefix.
-    text: String,
-}
-
 /// What the writer thread receives.
 enum Item {
     /// A line: milliseconds since the epoch, and the text.
     Line(u64, String),
-    /// An event (JSON format, [`event!`]): milliseconds since the epoch,
-    /// the event.
-    Event(u64, Box<Legacy>),
     /// A typed event as JSON (`Logger::emit`): milliseconds since the
     /// epoch, and the object without its `ts` (written by the writer).
     Json(u64, Vec<u8>),
@@ -132,7 +111,6 @@ impl Logger {
                         match item {
                             Item::Line(ms, text) if json => write_json(&mut out, ms, &text),
                             Item::Line(ms, text) => write_line(&mut out, ms, &text),
-                            Item::Event(ms, event) => write_event(&mut out, ms, *event),
                             Item::Json(ms, body) => write_body(&mut out, ms, &body),
                             Item::Flush(done) => flushed.push(done),
                             Item::Wake => {}
@@ -181,33 +159,6 @@ impl Logger {
         }
     }
 
-    /// Whether events' fields are wanted ([`event!`] gathers them only then).
-    pub fn is_json(&self) -> bool {
-        self.json && self.tx.is_some()
-    }
-
-    /// Logs event `name` with its `fields` and the human `text` (JSON
-    /// format; [`event!`] calls [`Logger::log`] for the text format).
-    pub fn event(
-        &self,
-        component: &str,
-        name: &'static str,
-        fields: Fields,
-        text: std::fmt::Arguments<'_>,
-    ) {
-        let Some(tx) = &self.tx else { return };
-        let event = Legacy {
-            component: component.to_string(),
-            name,
-            fields,
-            text: text.to_string(),
-        };
-        let item = Item::Event(timefmt::now_millis(), Box::new(event));
-        if let Err(mpsc::TrySendError::Full(_)) = tx.try_send(item) {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
     /// Logs `event`: its JSON object (`log_format = "json"`), serialised
     /// here straight from the event, or its human line. One allocation a
     /// line, as `log!` makes.
@@ -223,20 +174,6 @@ impl Logger {
         };
         if let Err(mpsc::TrySendError::Full(_)) = tx.try_send(item) {
             self.dropped.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// Logs `component: text`, e.g. `smtpd: 1A2B: client=...` (the old
-    /// path, [`log!`]).
-    pub fn log(&self, component: &str, text: std::fmt::Arguments<'_>) {
-        if let Some(tx) = &self.tx {
-            let line = Item::Line(
-                timefmt::now_millis(),
-                format!("{}/{component}: {text}", self.program),
-            );
-            if let Err(mpsc::TrySendError::Full(_)) = tx.try_send(line) {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
-            }
         }
     }
 
@@ -285,36 +222,6 @@ impl Logger {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         let _ = wait.recv_timeout(left);
     }
-}
-
-/// `log!(logger, "smtpd", "{id}: client={peer}")`: a line with no fields
-/// of its own (event `log` in the JSON format). The old path: new lines
-/// are [`Event`]s, logged by [`Logger::emit`]; the queue's lines move
-/// there next.
-#[macro_export]
-macro_rules! log {
-    ($logger:expr, $component:expr, $($arg:tt)*) => {
-        $logger.log($component, format_args!($($arg)*))
-    };
-}
-
-/// `event!(logger, "smtp", "delivery", { queue_id: qid(id), to: rcpt },
-/// "{}: to=<{rcpt}>, …", qid(id))`: an event with fields. The fields are
-/// evaluated (by reference) only when the log is JSON; the text, as for
-/// [`log!`], is the human line. The old path, as for [`log!`].
-#[macro_export]
-macro_rules! event {
-    ($logger:expr, $component:expr, $name:literal, { $($key:ident : $value:expr),* $(,)? }, $($arg:tt)*) => {{
-        let logger = &$logger;
-        if logger.is_json() {
-            #[allow(unused_mut)]
-            let mut fields = $crate::log::Fields::new();
-            $( fields.insert(stringify!($key).to_string(), $crate::log::field(&$value)); )*
-            logger.event($component, $name, fields, format_args!($($arg)*));
-        } else {
-            logger.log($component, format_args!($($arg)*));
-        }
-    }};
 }
 
 /// An I/O error as people read it, without Rust's ` (os error 111)`:
@@ -378,22 +285,18 @@ mod tests {
             json: false,
         };
         for i in 0..10 {
-            crate::log!(logger, "test", "line {i}");
+            logger.emit(&Event::Flush { messages: i });
         }
         assert_eq!(logger.dropped.load(Ordering::Relaxed), 6);
         let kept: Vec<String> = rx
             .try_iter()
             .map(|i| match i {
                 Item::Line(_, l) => l,
-                Item::Event(..)
-                | Item::Json(..)
-                | Item::Flush(_)
-                | Item::Wake
-                | Item::Subscribe(_) => String::new(),
+                Item::Json(..) | Item::Flush(_) | Item::Wake | Item::Subscribe(_) => String::new(),
             })
             .collect();
         assert_eq!(kept.len(), 4);
-        assert_eq!(kept[0], "sluice/test: line 0");
+        assert_eq!(kept[0], "sluice/qmgr: flush: 0 messages to be retried now");
     }
 
     /// logrotate renames the file and sends SIGUSR1 while the writer is
@@ -425,7 +328,7 @@ mod tests {
                 std::time::Instant::now() < deadline,
                 "the channel never filled"
             );
-            crate::log!(logger, "test", "line {i}");
+            logger.emit(&Event::Flush { messages: i });
             i += 1;
         }
         std::fs::rename(&path, dir.path().join("maillog.1")).unwrap();
@@ -449,97 +352,54 @@ mod tests {
         drain.join().unwrap();
     }
 
+    /// A delivery line in both formats: the human line, and one object
+    /// with exactly the keys and values the log has always had (the
+    /// object the old `event!` macro wrote, spelled out).
     #[test]
     fn an_event_is_one_object_with_its_fields_and_the_human_text() {
         let dir = tempfile::tempdir().unwrap();
         for json in [true, false] {
             let path = dir.path().join(format!("maillog-{json}"));
             let logger = Logger::start_as(Some(&path), json).unwrap();
-            let (id, to) = ("1A2B3C4D", "a@b.test");
-            crate::event!(
-                logger,
-                "smtp",
-                "delivery",
-                { queue_id: id, to: to, delay: 0.5 },
-                "{id}: to=<{to}>, status=sent"
-            );
-            crate::log!(logger, "qmgr", "{id}: a line with no fields");
-            logger.flush();
-            let text = std::fs::read_to_string(&path).unwrap();
-            let lines: Vec<&str> = text.lines().collect();
-            if !json {
-                assert!(lines[0].ends_with(" sluice/smtp: 1A2B3C4D: to=<a@b.test>, status=sent"));
-                continue;
-            }
-            let event: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
-            assert_eq!(event["event"], "delivery");
-            assert_eq!(event["component"], "smtp");
-            assert_eq!(event["queue_id"], id);
-            assert_eq!(event["to"], to);
-            assert_eq!(event["delay"], 0.5);
-            assert_eq!(event["text"], "1A2B3C4D: to=<a@b.test>, status=sent");
-            let plain: serde_json::Value = serde_json::from_str(lines[1]).unwrap();
-            assert_eq!(plain["event"], "log");
-            assert_eq!(plain["queue_id"], id);
-        }
-    }
-
-    /// A typed event writes the object the old macro wrote (key order
-    /// aside), and the same human line.
-    #[test]
-    fn an_emitted_event_is_the_line_the_macro_wrote() {
-        let dir = tempfile::tempdir().unwrap();
-        for json in [true, false] {
-            let path = dir.path().join(format!("maillog-{json}"));
-            let logger = Logger::start_as(Some(&path), json).unwrap();
-            let (id, to, delay) = (0x1A2B3C4D, "a@b.test", 0.5);
-            let reason = "250 2.0.0 ok";
-            crate::event!(
-                logger,
-                "smtp",
-                "delivery",
-                {
-                    queue_id: qid(id), to: to, orig_to: None::<&str>, relay: "mx", transport: "smtp",
-                    delay: delay, dsn: "2.0.0", status: "sent", reason: reason,
-                },
-                "{}: to=<{to}>, relay=mx, delay={delay:.2}, dsn=2.0.0, status=sent ({reason})",
-                qid(id)
-            );
             logger.emit(&Event::Delivery {
-                queue_id: Qid(id),
-                to: to.into(),
+                queue_id: Qid(0x1A2B3C4D),
+                to: "a@b.test".into(),
                 orig_to: None,
                 relay: "mx".into(),
                 transport: "smtp".into(),
-                delay,
+                delay: 0.5,
                 dsn: "2.0.0".into(),
                 status: "sent".into(),
-                reason: reason.into(),
+                reason: "250 2.0.0 ok".into(),
             });
-            let fields = [("host", "mx.b.test"), ("error", "refused")];
-            crate::event!(logger, "shadow", "shadow_peer_away", { peer: fields[0].1, error: fields[1].1 }, "peer set aside: refused");
-            logger.emit(&Event::ShadowPeerAway {
-                peer: "mx.b.test".into(),
-                error: "refused".into(),
+            logger.emit(&Event::Held {
+                queue_id: Qid(0x1A2B3C4D),
             });
             logger.flush();
             let text = std::fs::read_to_string(&path).unwrap();
             let lines: Vec<&str> = text.lines().collect();
-            assert_eq!(lines.len(), 4, "{text}");
-            for pair in lines.chunks(2) {
-                if !json {
-                    assert_eq!(
-                        pair[0].split_once(' ').unwrap().1,
-                        pair[1].split_once(' ').unwrap().1
-                    );
-                    continue;
-                }
-                let mut old: serde_json::Value = serde_json::from_str(pair[0]).unwrap();
-                let mut new: serde_json::Value = serde_json::from_str(pair[1]).unwrap();
-                old["ts"] = serde_json::Value::Null;
-                new["ts"] = serde_json::Value::Null;
-                assert_eq!(old, new);
+            let human = "1A2B3C4D: to=<a@b.test>, relay=mx, delay=0.50, dsn=2.0.0, status=sent (250 2.0.0 ok)";
+            if !json {
+                assert!(
+                    lines[0].ends_with(&format!(" sluice/smtp: {human}")),
+                    "{text}"
+                );
+                assert!(lines[1].ends_with(" sluice/qmgr: 1A2B3C4D: placed on hold"));
+                continue;
             }
+            let mut event: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+            assert!(event["ts"].is_string());
+            event["ts"] = serde_json::Value::Null;
+            let want = serde_json::json!({
+                "ts": null, "program": "sluice", "component": "smtp", "event": "delivery",
+                "queue_id": "1A2B3C4D", "text": human, "to": "a@b.test", "orig_to": null,
+                "relay": "mx", "transport": "smtp", "delay": 0.5, "dsn": "2.0.0",
+                "status": "sent", "reason": "250 2.0.0 ok",
+            });
+            assert_eq!(event, want);
+            let held: serde_json::Value = serde_json::from_str(lines[1]).unwrap();
+            assert_eq!(held["event"], "held");
+            assert_eq!(held["queue_id"], "1A2B3C4D");
         }
     }
 
@@ -552,8 +412,14 @@ mod tests {
         for json in [true, false] {
             let path = dir.path().join(format!("maillog-{json}"));
             let logger = Logger::start_as(Some(&path), json).unwrap();
-            crate::event!(logger, "smtpd", "auth", { username: forged }, "user {forged}");
-            crate::log!(logger, "smtpd", "plain {forged}");
+            logger.emit(&Event::Auth {
+                client_ip: std::net::Ipv4Addr::LOCALHOST.into(),
+                method: "PLAIN".into(),
+                username: Some(forged.into()),
+                result: "failed".into(),
+                error: None,
+            });
+            logger.emit(&Event::Flush { messages: 1 });
             logger.flush();
             let text = std::fs::read_to_string(&path).unwrap();
             assert_eq!(text.lines().count(), 2, "{text}");
@@ -580,11 +446,14 @@ mod tests {
         let path = dir.path().join("maillog");
         let logger = Logger::start(Some(&path)).unwrap();
         for i in 0..1000 {
-            crate::log!(logger, "test", "line {i}");
+            logger.emit(&Event::Flush { messages: i });
         }
         logger.flush();
         let text = std::fs::read_to_string(&path).unwrap();
         assert_eq!(text.lines().count(), 1000);
-        assert!(text.ends_with("sluice/test: line 999\n"), "{text}");
+        assert!(
+            text.ends_with("sluice/qmgr: flush: 999 messages to be retried now\n"),
+            "{text}"
+        );
     }
 }

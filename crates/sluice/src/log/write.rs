@@ -10,7 +10,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use super::{tap, timefmt, Event, Fields, Legacy};
+use super::{tap, timefmt, Event};
 
 /// The log file (appended, created with its directory) or stderr.
 pub(super) fn open(path: Option<&Path>) -> std::io::Result<Box<dyn Write + Send>> {
@@ -113,20 +113,6 @@ pub(super) fn write_body(out: &mut impl Write, millis: u64, body: &[u8]) {
     let _ = write!(out, "{{\"ts\":\"{ts}\",");
     let _ = out.write_all(body.get(1..).unwrap_or_default());
     let _ = out.write_all(b"\n");
-}
-
-/// An event as one JSON object: `ts`, `program`, `component`, `event`,
-/// `queue_id` (null when none), `text`, then the event's own fields.
-pub(super) fn write_event(out: &mut impl Write, millis: u64, event: Legacy) {
-    let mut object = Fields::new();
-    object.insert("ts".into(), timefmt::iso8601(millis).into());
-    object.insert("program".into(), "sluice".into());
-    object.insert("component".into(), event.component.into());
-    object.insert("event".into(), event.name.into());
-    object.insert("queue_id".into(), serde_json::Value::Null);
-    object.insert("text".into(), event.text.into());
-    object.extend(event.fields);
-    let _ = writeln!(out, "{}", serde_json::Value::Object(object));
 }
 
 /// One line as a JSON object: `sluice/smtpd: 1A2B: text` gives program

@@ -21,9 +21,8 @@ use std::collections::HashSet;
 use super::core::{Action, Doom, RcptState, Ticket};
 use super::dispatch::QueueCore;
 pub use super::view::{DestinationStats, Place, QueueStats, ReasonStats, Snap};
-use crate::log::qid;
+use crate::log::{Event, Qid};
 use crate::message::status::{Enhanced, Failure, Relay, Reply};
-use crate::{event, log};
 
 /// What an administrator asked the queue to do.
 #[derive(Debug)]
@@ -188,7 +187,7 @@ impl QueueCore {
             dest.dead_until = None;
         }
         self.out.push(Action::Flushed);
-        log!(self.logger, "qmgr", "flush: {n} messages to be retried now");
+        self.logger.emit(&Event::Flush { messages: n as u64 });
         n
     }
 
@@ -197,14 +196,11 @@ impl QueueCore {
         if self.admission.remove(id).is_some() {
             // (Its place in `ready` is skipped by admit: no longer parked.)
             self.record(id, Vec::new(), true);
-            event!(
-                self.logger,
-                "qmgr",
-                "removed",
-                { queue_id: qid(id), by: "administrator" },
-                "{}: removed (deleted by the administrator)",
-                qid(id)
-            );
+            let by = "administrator".into();
+            self.logger.emit(&Event::Removed {
+                queue_id: Qid(id),
+                by,
+            });
             return Applied::Changed;
         }
         let bouncing = self.notices.pending(id);
@@ -230,7 +226,7 @@ impl QueueCore {
         let marks = crate::message::flags::MARK_HELD;
         self.out.push(Action::Marks { id, marks });
         self.admission.leave_line(id);
-        log!(self.logger, "qmgr", "{}: placed on hold", qid(id));
+        self.logger.emit(&Event::Held { queue_id: Qid(id) });
         Applied::Changed
     }
 
@@ -244,7 +240,7 @@ impl QueueCore {
         if self.admission.contains(id) {
             self.admission.line_up(id);
         }
-        log!(self.logger, "qmgr", "{}: released from hold", qid(id));
+        self.logger.emit(&Event::Released { queue_id: Qid(id) });
         Applied::Changed
     }
 
@@ -276,7 +272,7 @@ impl QueueCore {
                 self.admission.line_up(id);
             }
         }
-        log!(self.logger, "qmgr", "{}: requeued", qid(id));
+        self.logger.emit(&Event::Requeued { queue_id: Qid(id) });
         Applied::Changed
     }
 
@@ -306,12 +302,7 @@ impl QueueCore {
     fn delete_active(&mut self, id: u64) {
         self.record(id, Vec::new(), true);
         self.remove(id);
-        log!(
-            self.logger,
-            "qmgr",
-            "{}: deleted by the administrator",
-            qid(id)
-        );
+        self.logger.emit(&Event::Deleted { queue_id: Qid(id) });
     }
 
     /// At the end of a round: a pending deletion (true: the message is
@@ -336,12 +327,7 @@ impl QueueCore {
                     .push((i as u16, Failure::from_bounce(&Relay::None, &why)));
             }
         }
-        log!(
-            self.logger,
-            "qmgr",
-            "{}: returned to the sender by the administrator",
-            qid(id)
-        );
+        self.logger.emit(&Event::Returned { queue_id: Qid(id) });
         false
     }
 }

@@ -18,8 +18,7 @@ use super::compact::Spot;
 use super::core::{secs32, Action, Parked};
 use super::dispatch::QueueCore;
 use super::QueuedMessage;
-use crate::log;
-use crate::log::qid;
+use crate::log::{Event, Qid};
 use crate::message::flags::{MARK_DELAY_WARNED, MARK_RELEASED, QUARANTINE};
 
 /// Why a parked message's envelope could not be read back.
@@ -132,12 +131,10 @@ impl QueueCore {
                         Err(e) => e,
                         Ok(_) => ReadBack::Mismatch,
                     };
-                    log!(
-                        self.logger,
-                        "qmgr",
-                        "{}: cannot read queue file: {why}; left in the spool, retried later",
-                        qid(id)
-                    );
+                    self.logger.emit(&Event::QueueFileUnreadable {
+                        queue_id: Qid(id),
+                        error: why.to_string().into(),
+                    });
                     let attempts = parked.attempts.saturating_add(1);
                     let at = self.clock.at + self.retry_wait(attempts.into(), id);
                     let parked = Parked { attempts, ..parked };

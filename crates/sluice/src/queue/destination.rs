@@ -20,7 +20,7 @@ use super::core::{Action, Destination};
 use super::dispatch::QueueCore;
 use super::job::{defer_all, Feedback, Job, WorkerId};
 use crate::config::hop::NextHop;
-use crate::event;
+use crate::log::Event;
 use crate::message::status::{Enhanced, Outcome, Relay, Reply};
 
 impl QueueCore {
@@ -203,14 +203,10 @@ impl QueueCore {
                 .get_mut(&key)
                 .map(|d| d.queue.drain(..).collect())
                 .unwrap_or_default();
-            event!(
-                self.logger,
-                "qmgr",
-                "destination_dead",
-                { destination: &*key, deferred: queued.len() },
-                "{key}: destination marked dead (connect failed); {} queued jobs deferred",
-                queued.len()
-            );
+            self.logger.emit(&Event::DestinationDead {
+                destination: (&*key).into(),
+                deferred: queued.len() as u64,
+            });
             for job in queued {
                 self.defer_job(job, &key, &reply);
             }

@@ -50,8 +50,7 @@ use super::retry::backoff;
 use super::{DrainReport, QueuedMessage};
 use crate::config::hop::NextHop;
 use crate::config::Config;
-use crate::event;
-use crate::log::{qid, Logger};
+use crate::log::{Event, Logger, Qid};
 use crate::message::flags;
 use crate::message::status::{Enhanced, Relay, Reply};
 use crate::routing::Router;
@@ -234,15 +233,10 @@ impl QueueCore {
                 self.out.push(Action::Close(worker));
             }
         }
-        event!(
-            self.logger,
-            "qmgr",
-            "draining",
-            { in_flight: self.messages.jobs_out(), bounces: self.notices.out() },
-            "draining: {} deliveries in flight, {} bounces being stored",
-            self.messages.jobs_out(),
-            self.notices.out()
-        );
+        self.logger.emit(&Event::Draining {
+            in_flight: self.messages.jobs_out() as u64,
+            bounces: self.notices.out() as u64,
+        });
         self.draining = Some(Drain {
             deadline,
             finished_jobs: 0,
@@ -397,14 +391,11 @@ impl QueueCore {
         if self.messages.remove(id).is_some() {
             // Held while it was being delivered: gone, so off the list.
             self.forget_hold(id);
-            event!(
-                self.logger,
-                "qmgr",
-                "removed",
-                { queue_id: qid(id), by: "queue" },
-                "{}: removed",
-                qid(id)
-            );
+            let by = "queue".into();
+            self.logger.emit(&Event::Removed {
+                queue_id: Qid(id),
+                by,
+            });
         }
     }
 

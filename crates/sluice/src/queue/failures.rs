@@ -13,9 +13,8 @@ use sluice_spool::Envelope;
 
 use super::core::{Action, Message, Original, RcptState};
 use super::dispatch::QueueCore;
-use super::lines::{delay, orig_to, OrigTo};
-use crate::event;
-use crate::log::{qid, Logger};
+use super::lines::{delay, orig_to};
+use crate::log::{Event, Logger, Qid, Shown};
 use crate::message::status::Failure;
 use crate::record::bounce::dsn::Notice;
 
@@ -29,14 +28,17 @@ impl QueueCore {
         if msg.envelope.sender.is_empty() {
             for (i, f) in &failed {
                 let to = &msg.envelope.recipients[*i as usize];
-                event!(
-                    self.logger,
-                    "bounce",
-                    "notice_skipped",
-                    { queue_id: qid(id), to: to, why: "null_sender", dsn: f.status },
+                let line = format!(
                     "{}: to=<{to}>: undeliverable mail from the null sender discarded, no bounce sent ({f})",
-                    qid(id)
+                    Qid(id)
                 );
+                self.logger.emit(&Event::NoticeSkipped {
+                    queue_id: Qid(id),
+                    to: to.into(),
+                    why: "null_sender".into(),
+                    dsn: Shown::Value(&f.status),
+                    line: line.into(),
+                });
             }
             self.bounce_stored(id, indices);
             return;
@@ -47,14 +49,17 @@ impl QueueCore {
             .partition(|(i, _)| wants(&msg.envelope, *i, NOTIFY_FAILURE));
         for (i, f) in &unwanted {
             let to = &msg.envelope.recipients[*i as usize];
-            event!(
-                self.logger,
-                "bounce",
-                "notice_skipped",
-                { queue_id: qid(id), to: to, why: "notify", dsn: f.status },
+            let line = format!(
                 "{}: to=<{to}>: no bounce sent, the sender asked for none (NOTIFY) ({f})",
-                qid(id)
+                Qid(id)
             );
+            self.logger.emit(&Event::NoticeSkipped {
+                queue_id: Qid(id),
+                to: to.into(),
+                why: "notify".into(),
+                dsn: Shown::Value(&f.status),
+                line: line.into(),
+            });
         }
         if failed.is_empty() {
             self.bounce_stored(id, indices);
@@ -165,26 +170,17 @@ pub(super) fn expire(msg: &mut Message, max_life: u64, unix_ms: u64, logger: &Lo
             let failure = Failure::expired(age_secs, relay, reply);
             let (to, delay) = (&msg.envelope.recipients[i], delay(&msg.envelope));
             let orig = orig_to(&msg.envelope, i);
-            event!(
-                logger,
-                "qmgr",
-                "delivery",
-                {
-                    queue_id: qid(msg.envelope.id),
-                    to: to,
-                    orig_to: orig,
-                    relay: "none",
-                    transport: "none",
-                    delay: delay,
-                    dsn: "4.4.7",
-                    status: "expired",
-                    reason: failure.reply,
-                },
-                "{}: to=<{to}>{}, relay=none, delay={delay:.2}, dsn=4.4.7, status=expired ({})",
-                qid(msg.envelope.id),
-                OrigTo(orig),
-                failure.reply
-            );
+            logger.emit(&Event::Delivery {
+                queue_id: Qid(msg.envelope.id),
+                to: to.into(),
+                orig_to: orig.map(Into::into),
+                relay: "none".into(),
+                transport: "none".into(),
+                delay,
+                dsn: Shown::Text("4.4.7".into()),
+                status: "expired".into(),
+                reason: Shown::Value(&failure.reply),
+            });
             msg.failed.push((i as u16, failure));
             *state = RcptState::Bounced;
         }

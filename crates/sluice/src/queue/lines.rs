@@ -4,8 +4,7 @@
 
 use sluice_spool::Envelope;
 
-use crate::event;
-use crate::log::{qid, Logger};
+use crate::log::{Event, Logger, Qid, Shown};
 use crate::message::status::Reply;
 
 /// Seconds since arrival, to the hundredth (`delay=` of a delivery line;
@@ -23,67 +22,37 @@ pub fn orig_to(env: &Envelope, i: usize) -> Option<&str> {
     (!given.eq_ignore_ascii_case(to)).then_some(given.as_str())
 }
 
-/// `, orig_to=<…>` after `to=<…>`, or nothing.
-pub struct OrigTo<'a>(pub Option<&'a str>);
-
-impl std::fmt::Display for OrigTo<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0 {
-            Some(given) => write!(f, ", orig_to=<{given}>"),
-            None => Ok(()),
-        }
-    }
-}
-
 /// A recipient routed to `discard`: delivered to nobody.
 pub fn discarded(logger: &Logger, env: &Envelope, i: usize) {
-    let id = env.id;
     let (to, delay) = (&env.recipients[i], delay(env));
     let orig = orig_to(env, i);
-    event!(
-        logger,
-        "discard",
-        "delivery",
-        {
-            queue_id: qid(id),
-            to: to,
-            orig_to: orig,
-            relay: "none",
-            transport: "discard",
-            delay: delay,
-            dsn: "2.0.0",
-            status: "sent",
-            reason: "discarded",
-        },
-        "{}: to=<{to}>{}, relay=none, delay={delay:.2}, dsn=2.0.0, status=sent (discarded)",
-        qid(id),
-        OrigTo(orig)
-    );
+    logger.emit(&Event::Delivery {
+        queue_id: Qid(env.id),
+        to: to.into(),
+        orig_to: orig.map(Into::into),
+        relay: "none".into(),
+        transport: "discard".into(),
+        delay,
+        dsn: Shown::Text("2.0.0".into()),
+        status: "sent".into(),
+        reason: Shown::Text("discarded".into()),
+    });
 }
 
 /// A recipient with no route (an address without a domain): deferred
 /// with `reason`.
 pub fn unroutable(logger: &Logger, env: &Envelope, i: usize, reason: &Reply) {
-    let id = env.id;
     let (to, delay) = (&env.recipients[i], delay(env));
     let orig = orig_to(env, i);
-    event!(
-        logger,
-        "qmgr",
-        "delivery",
-        {
-            queue_id: qid(id),
-            to: to,
-            orig_to: orig,
-            relay: "none",
-            transport: "none",
-            delay: delay,
-            dsn: "4.4.0",
-            status: "deferred",
-            reason: reason,
-        },
-        "{}: to=<{to}>{}, relay=none, delay={delay:.2}, dsn=4.4.0, status=deferred ({reason})",
-        qid(id),
-        OrigTo(orig)
-    );
+    logger.emit(&Event::Delivery {
+        queue_id: Qid(env.id),
+        to: to.into(),
+        orig_to: orig.map(Into::into),
+        relay: "none".into(),
+        transport: "none".into(),
+        delay,
+        dsn: Shown::Text("4.4.0".into()),
+        status: "deferred".into(),
+        reason: Shown::Value(reason),
+    });
 }

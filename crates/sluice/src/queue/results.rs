@@ -15,9 +15,8 @@ use super::compact::Spot;
 use super::core::{secs32, Action, Parked, RcptState};
 use super::dispatch::QueueCore;
 use super::failures::{expire, wants};
-use super::lines::{delay, orig_to, OrigTo};
-use crate::event;
-use crate::log::qid;
+use super::lines::{delay, orig_to};
+use crate::log::{Event, Qid, Shown};
 use crate::message::status::{Failure, Outcome, Relay};
 use crate::rates::Tally;
 use crate::record::bounce::dsn::Notice;
@@ -46,33 +45,24 @@ impl QueueCore {
                 continue;
             };
             // Labels for the log and metrics only: LMTP relays are named
-            // by their service address (`unix:/path`, `inet:host:port`).
-            let (transport, service) = outcome.relay().labels();
+            // by their service address (`unix:/path`, `inet:host:port`);
+            // the line is logged under the transport's service.
+            let (transport, _) = outcome.relay().labels();
             let shown = outcome.relay().shown();
             let (to, delay) = (&env.recipients[r as usize], delay(&env));
             let orig = orig_to(&env, r as usize);
-            event!(
-                self.logger,
-                service,
-                "delivery",
-                {
-                    queue_id: qid(id),
-                    to: to,
-                    orig_to: orig,
-                    relay: shown,
-                    transport: transport,
-                    delay: delay,
-                    dsn: outcome.dsn(),
-                    status: outcome.status_word(),
-                    reason: outcome.reply(),
-                },
-                "{}: to=<{to}>{}, relay={shown}, delay={delay:.2}, dsn={}, status={} ({})",
-                qid(id),
-                OrigTo(orig),
-                outcome.dsn(),
-                outcome.status_word(),
-                outcome.reply()
-            );
+            let dsn = outcome.dsn();
+            self.logger.emit(&Event::Delivery {
+                queue_id: Qid(id),
+                to: to.into(),
+                orig_to: orig.map(Into::into),
+                relay: shown.as_str().into(),
+                transport: transport.into(),
+                delay,
+                dsn: Shown::Value(&dsn),
+                status: outcome.status_word().into(),
+                reason: Shown::Value(outcome.reply()),
+            });
             let status = outcome.status_word();
             metrics::counter!("sluice_deliveries_total", "transport" => transport, "status" => status)
                 .increment(1);

@@ -37,8 +37,7 @@ use super::job::{Job, JobReport, Reporter, WorkerId};
 use super::rollup::SecureMx;
 use super::{DrainReport, Event, QueueHandle};
 use crate::config::Config;
-use crate::log;
-use crate::log::Logger;
+use crate::log::{Event as Logged, Logger};
 use crate::message::flags;
 use crate::message::status::Failure;
 use crate::record::bounce;
@@ -393,7 +392,8 @@ impl Scheduler {
         let logger = self.logger.clone();
         tokio::task::spawn_blocking(move || {
             if let Err(e) = save() {
-                log!(logger, "qmgr", "warning: cannot save the hold list: {e}");
+                let error = e.to_string().into();
+                logger.emit(&Logged::HoldListUnsaved { error });
             }
             if let Some((to, reply)) = then {
                 let _ = to.send(reply);

@@ -4,9 +4,8 @@
 //!
 //! Trusts nothing: a line that is not an event fails the test, and so
 //! does one whose human text is not what its event displays (the text
-//! people grep for is checked on every line read). Lines of the old
-//! `log!` path (`"event": "log"`, the queue's until it moves to typed
-//! events) are the only ones passed over.
+//! people grep for is checked on every line read). There is no untyped
+//! line to pass over.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -26,28 +25,24 @@ pub struct Logged {
     pub event: Event<'static>,
 }
 
-/// The event of one JSON line; `None` for an old-path `log` line. Any
-/// other line that does not read as an event, or whose `text` or
-/// `component` is not its event's, fails the test.
-pub fn read(line: &Value) -> Option<Logged> {
-    if line["event"] == "log" {
-        return None;
-    }
+/// The event of one JSON line. A line that does not read as an event,
+/// or whose `text` or `component` is not its event's, fails the test.
+pub fn read(line: &Value) -> Logged {
     let event = Event::deserialize(line).unwrap_or_else(|e| panic!("not an event: {e}: {line}"));
     if !event.has_text_field() {
         assert_eq!(line["text"], event.to_string(), "text of {line}");
     }
     assert_eq!(line["component"], event.component(), "component of {line}");
-    Some(Logged {
+    Logged {
         ts: line["ts"].as_str().unwrap_or_default().to_string(),
         component: event.component().to_string(),
         event,
-    })
+    }
 }
 
 /// Every line of the log file `path`, typed (see [`super::events_in`]).
 pub fn logged_in(path: &Path) -> Vec<Logged> {
-    super::events_in(path).iter().filter_map(read).collect()
+    super::events_in(path).iter().map(read).collect()
 }
 
 /// Every line of the mail log of the daemon logging to `dir`, typed.
