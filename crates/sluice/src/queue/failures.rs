@@ -28,17 +28,8 @@ impl QueueCore {
         if msg.envelope.sender.is_empty() {
             for (i, f) in &failed {
                 let to = &msg.envelope.recipients[*i as usize];
-                let line = format!(
-                    "{}: to=<{to}>: undeliverable mail from the null sender discarded, no bounce sent ({f})",
-                    Qid(id)
-                );
-                self.logger.emit(&Event::NoticeSkipped {
-                    queue_id: Qid(id),
-                    to: to.into(),
-                    why: "null_sender".into(),
-                    dsn: Shown::Value(&f.status),
-                    line: line.into(),
-                });
+                let why = "undeliverable mail from the null sender discarded, no bounce sent";
+                skipped(&self.logger, id, to, ("null_sender", why), f);
             }
             self.bounce_stored(id, indices);
             return;
@@ -49,17 +40,8 @@ impl QueueCore {
             .partition(|(i, _)| wants(&msg.envelope, *i, NOTIFY_FAILURE));
         for (i, f) in &unwanted {
             let to = &msg.envelope.recipients[*i as usize];
-            let line = format!(
-                "{}: to=<{to}>: no bounce sent, the sender asked for none (NOTIFY) ({f})",
-                Qid(id)
-            );
-            self.logger.emit(&Event::NoticeSkipped {
-                queue_id: Qid(id),
-                to: to.into(),
-                why: "notify".into(),
-                dsn: Shown::Value(&f.status),
-                line: line.into(),
-            });
+            let why = "no bounce sent, the sender asked for none (NOTIFY)";
+            skipped(&self.logger, id, to, ("notify", why), f);
         }
         if failed.is_empty() {
             self.bounce_stored(id, indices);
@@ -140,6 +122,19 @@ impl QueueCore {
             self.finish_round(id);
         }
     }
+}
+
+/// Logs that no bounce goes to the sender of `id` about `to`: `why` is
+/// the event's word (`null_sender`, `notify`) and the line's words.
+fn skipped(logger: &Logger, id: u64, to: &str, why: (&str, &str), f: &Failure) {
+    let line = format!("{}: to=<{to}>: {} ({f})", Qid(id), why.1);
+    logger.emit(&Event::NoticeSkipped {
+        queue_id: Qid(id),
+        to: to.into(),
+        why: why.0.into(),
+        dsn: Shown::Value(&f.status),
+        line: line.into(),
+    });
 }
 
 /// Whether recipient `i`'s sender asked for a notice of this kind
