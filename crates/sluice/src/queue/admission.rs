@@ -15,22 +15,12 @@
 use sluice_spool::Envelope;
 
 use super::compact::Spot;
-use super::core::{secs32, Action, Parked};
+use super::core::{secs32, Parked};
 use super::dispatch::QueueCore;
+use super::step::{Action, ReadBack};
 use super::QueuedMessage;
 use crate::log::{Event, Qid};
 use crate::message::flags::{MARK_DELAY_WARNED, MARK_RELEASED, QUARANTINE};
-
-/// Why a parked message's envelope could not be read back.
-#[derive(Debug, thiserror::Error)]
-pub enum ReadBack {
-    #[error("{0}")]
-    Io(std::io::Error),
-    #[error("reading the queue file failed unexpectedly")]
-    Panicked,
-    #[error("recipient count does not match the spool index")]
-    Mismatch,
-}
 
 impl QueueCore {
     /// Parks a message; it waits for room (`ready`) unless `retry_at` is

@@ -16,9 +16,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::core::{Action, Destination};
+use super::core::Destination;
 use super::dispatch::QueueCore;
 use super::job::{defer_all, Feedback, Job, WorkerId};
+use super::step::Action;
 use crate::config::hop::NextHop;
 use crate::log::Event;
 use crate::message::status::{Enhanced, Outcome, Relay, Reply};

@@ -1,7 +1,7 @@
 //! The queue's core: a synchronous state machine that decides and does
 //! no I/O (no tokio, no spool, no sockets): [`QueueCore::handle`] takes
 //! an input at a given time and returns the actions the driver
-//! (`scheduler.rs`) carries out, in order (`core/step.rs`).
+//! (`scheduler.rs`) carries out, in order (`step.rs`).
 //!
 //! Messages and destinations are referred to by ID (queue ID, destination
 //! key), never by pointer. Each message's open recipients are grouped by
@@ -40,13 +40,13 @@ use std::time::Instant;
 
 use super::compact::Spot;
 use super::core::{
-    Action, AdminState, Admission, Clock, Destinations, Input, Messages, Notices, Parked,
-    RcptState, Rollup,
+    AdminState, Admission, Destinations, Messages, Notices, Parked, RcptState, Rollup,
 };
 use super::job::{Job, JobReport, WorkerId};
 use super::leases::Caps;
 use super::lines;
 use super::retry::backoff;
+use super::step::{Action, Clock, Input};
 use super::{DrainReport, QueuedMessage};
 use crate::config::hop::NextHop;
 use crate::config::Config;

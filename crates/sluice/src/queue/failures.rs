@@ -11,9 +11,10 @@
 use sluice_proto::dsn::{NOTIFY_DELAY, NOTIFY_FAILURE, NOTIFY_SUCCESS};
 use sluice_spool::Envelope;
 
-use super::core::{Action, Message, Original, RcptState};
+use super::core::{Message, RcptState};
 use super::dispatch::QueueCore;
 use super::lines::{delay, orig_to};
+use super::step::{Action, Original};
 use crate::log::{Event, Logger, Qid, Shown};
 use crate::message::status::Failure;
 use crate::record::bounce::dsn::Notice;

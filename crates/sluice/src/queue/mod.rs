@@ -29,10 +29,12 @@ pub mod job;
 mod leases;
 mod lines;
 mod reconfig;
+mod requests;
 mod results;
 pub mod retry;
 mod rollup;
 pub mod scheduler;
+mod step;
 mod view;
 
 use std::sync::Arc;
@@ -66,7 +68,7 @@ pub enum Event {
     /// Messages found in the spool at start-up (envelopes still on disk).
     Recovered(Vec<sluice_spool::Recovered>),
     /// Envelopes read back for parked messages (see `admission.rs`).
-    Loaded(Vec<(u64, Result<Envelope, admission::ReadBack>)>),
+    Loaded(Vec<(u64, Result<Envelope, step::ReadBack>)>),
     Report(JobReport),
     /// An administrator's request (`admin.rs`).
     Admin(admin::AdminRequest, oneshot::Sender<admin::AdminReply>),

@@ -20,9 +20,10 @@
 use std::sync::Arc;
 
 use super::agent::DeliveryAgent;
-use super::core::{Action, RcptState};
+use super::core::RcptState;
 use super::dispatch::QueueCore;
 use super::job::Job;
+use super::step::Action;
 use crate::config::hop::NextHop;
 use crate::config::Config;
 use crate::routing::dns::Dns;

@@ -12,10 +12,11 @@
 use std::sync::Arc;
 
 use super::compact::Spot;
-use super::core::{secs32, Action, Parked, RcptState};
+use super::core::{secs32, Parked, RcptState};
 use super::dispatch::QueueCore;
 use super::failures::{expire, wants};
 use super::lines::{delay, orig_to};
+use super::step::Action;
 use crate::log::{Event, Qid, Shown};
 use crate::message::status::{Failure, Outcome, Relay};
 use crate::rates::Tally;

@@ -32,9 +32,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::core::{Action, Alias};
+use super::core::Alias;
 use super::dispatch::QueueCore;
 use super::job::Job;
+use super::step::Action;
 use crate::config::hop::NextHop;
 use crate::routing::dns::{Dns, DnsError, Exchangers, MailHost};
 

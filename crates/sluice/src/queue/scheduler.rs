@@ -29,12 +29,12 @@ use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot};
 
 use super::admin::AdminReply;
-use super::admission::ReadBack;
 use super::agent::{DeliveryAgent, WorkerStart};
-use super::core::{Action, AdminState, Clock, HoldSave, Input, Original, Ticket};
+use super::core::AdminState;
 use super::dispatch::QueueCore;
 use super::job::{Job, JobReport, Reporter, WorkerId};
 use super::rollup::SecureMx;
+use super::step::{Action, Clock, HoldSave, Input, Original, ReadBack, Ticket};
 use super::{DrainReport, Event, QueueHandle};
 use crate::config::Config;
 use crate::log::{Event as Logged, Logger};

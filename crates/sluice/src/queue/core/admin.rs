@@ -14,6 +14,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::log::qid;
 
+/// A durable write of the hold list, made here (what to write) and run
+/// by the driver off its thread.
+pub type HoldSave = Box<dyn FnOnce() -> std::io::Result<()> + Send>;
+
 /// Deletion or bounce waiting for a round to end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Doom {
@@ -105,7 +109,7 @@ impl AdminState {
 
     /// A durable write of the hold list as it is now, to run off the
     /// scheduler (none: the list is kept nowhere).
-    pub fn save_holds(&mut self) -> Option<super::HoldSave> {
+    pub fn save_holds(&mut self) -> Option<HoldSave> {
         let held = &self.held;
         let file = self.hold_file.as_mut()?;
         Some(Box::new(file.save(held)))

@@ -15,8 +15,8 @@
 //!   their round to end.
 //!
 //! Nothing here spawns, sleeps, reads a clock or touches the spool. Times
-//! are `std::time::Instant`s handed in with each input (`step.rs`: what
-//! goes into the core and what comes out).
+//! are `std::time::Instant`s handed in with each input (`queue/step.rs`:
+//! what goes into the core and what comes out).
 //! Trust: callers hand in IDs the scheduler made or read from its own
 //! spool. In debug builds a counter that would go below zero panics: it
 //! would be a bug of the scheduler, never repaired by saturating.
@@ -28,13 +28,11 @@ mod destinations;
 mod messages;
 mod notices;
 mod rollup;
-mod step;
 
-pub(super) use admin::{AdminState, Doom};
+pub(super) use admin::{AdminState, Doom, HoldSave};
 pub(super) use admission::{secs32, Admission, Parked};
 pub(super) use destination::Destination;
 pub(super) use destinations::Destinations;
 pub(super) use messages::{Message, Messages, RcptState};
 pub(super) use notices::Notices;
 pub(super) use rollup::{Alias, Rollup};
-pub use step::{Action, Clock, HoldSave, Input, Original, Ticket};

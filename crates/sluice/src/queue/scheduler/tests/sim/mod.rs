@@ -165,9 +165,9 @@ fn a_destination_looked_up_again_still_sheds_idle_connections() {
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
-    use crate::queue::core::{Action, Clock, Input};
     use crate::queue::job::{Feedback, JobReport};
     use crate::queue::rollup::ROLLUP_TTL;
+    use crate::queue::step::{Action, Clock, Input};
     use crate::queue::QueuedMessage;
     use sluice_spool::{BodyRef, Envelope};
 

@@ -23,12 +23,23 @@ use sluice_spool::{BodyRef, Envelope};
 use crate::config::hop::NextHop;
 use crate::config::Config;
 use crate::message::status::Failure;
-use crate::queue::admin::{AdminReply, AdminRequest};
-use crate::queue::admission::ReadBack;
+pub(super) use crate::queue::core::HoldSave;
 use crate::queue::job::{Job, JobReport, WorkerId};
+use crate::queue::requests::{AdminReply, AdminRequest};
 use crate::queue::{DrainReport, QueuedMessage};
 use crate::record::bounce::dsn::Notice;
 use crate::routing::Router;
+
+/// Why a parked message's envelope could not be read back.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadBack {
+    #[error("{0}")]
+    Io(std::io::Error),
+    #[error("reading the queue file failed unexpectedly")]
+    Panicked,
+    #[error("recipient count does not match the spool index")]
+    Mismatch,
+}
 
 /// The time an input happens at: the monotonic instant (timers, backoff,
 /// pacing) and the wall clock in Unix milliseconds (a message's age, the
@@ -41,10 +52,6 @@ pub struct Clock {
 
 /// Names an administrator's request until it is answered.
 pub type Ticket = u64;
-
-/// A durable write of the hold list, made by the core (what to write) and
-/// run by the driver off its thread.
-pub type HoldSave = Box<dyn FnOnce() -> std::io::Result<()> + Send>;
 
 /// A message as a notice quotes it: its envelope, its body if in memory,
 /// and where the body is.
