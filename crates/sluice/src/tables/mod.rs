@@ -13,7 +13,9 @@
 //! per message (the 451 storms of published Postfix + LDAP runs came from
 //! a directory overloaded with per-lookup connections).
 
+pub mod cidr;
 mod ldap;
+pub mod pattern;
 mod static_file;
 
 use std::sync::atomic::{AtomicU64, Ordering};
