@@ -2,7 +2,8 @@
 //! `network/prefix result` rules (or a plain address), `!` to negate,
 //! `if network/prefix` … `endif` blocks that nest; the first match wins.
 //! IPv4 and IPv6 are compared in binary (IPv6 spelling does not matter);
-//! a rule's address may be written in `[ ]`.
+//! a rule's address may be written in `[ ]`. A rule or `if` on the other
+//! address family never applies, negated or not.
 //!
 //! Like postmap, a bad line is skipped with a [`Warning`]: an address
 //! postmap's parser rejects (an IPv4 octet with a leading zero, `010.0.0.0`,
@@ -24,6 +25,13 @@ struct Net {
 }
 
 impl Net {
+    /// Whether a rule on this network applies to `key`: as postmap, a key
+    /// of the other family never does, negated or not (an `if` on the
+    /// other family skips its block).
+    fn applies(&self, key: IpAddr, matches: bool) -> bool {
+        self.addr.is_ipv4() == key.is_ipv4() && self.contains(key) == matches
+    }
+
     fn contains(&self, key: IpAddr) -> bool {
         match (self.addr, key) {
             (IpAddr::V4(n), IpAddr::V4(k)) => {
@@ -152,7 +160,7 @@ impl CidrTable {
                     matches,
                     skip_to,
                 } => {
-                    i = if net.contains(key) == *matches {
+                    i = if net.applies(key, *matches) {
                         i + 1
                     } else {
                         *skip_to
@@ -163,7 +171,7 @@ impl CidrTable {
                     matches,
                     result,
                 } => {
-                    if net.contains(key) == *matches {
+                    if net.applies(key, *matches) {
                         return Some(result.clone());
                     }
                     i += 1;
@@ -252,6 +260,9 @@ mod tests {
         assert_eq!(t.lookup("5.6.0.1").as_deref(), Some("notfive"));
         assert_eq!(t.lookup("5.5.0.1"), None);
         assert_eq!(t.lookup("fe80::1").as_deref(), Some("any6"));
+        let (t, _) = CidrTable::parse("if !10.0.0.0/8\n::/0 in\nendif\n!1.0.0.0/8 not1\n", "t");
+        assert_eq!(t.lookup("::1"), None);
+        assert_eq!(t.lookup("2.0.0.1").as_deref(), Some("not1"));
         assert_eq!(t.lookup("a\0b"), None);
         assert_eq!(t.lookup(&"1".repeat(10_240)), None);
     }

@@ -60,4 +60,5 @@ mod shadow_trust;
 mod small_disk;
 mod smuggling;
 mod strictness;
+mod tables_postmap;
 mod tls_auth;
