@@ -6,11 +6,12 @@
 //! /etc/postfix. Needs `postfix` and `postfix-pcre` (scripts/test installs
 //! them).
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
 
 use sluice::tables::cidr::CidrTable;
-use sluice::tables::pattern::{Flavour, MatchError, PatternTable, Problem};
+use sluice::tables::pattern::{Flavour, MatchError, PatternTable, Problem, Warning};
 
 /// postmap's answer for `key` in `map` (e.g. "regexp:/x"): Some(value) or
 /// None.
@@ -39,6 +40,28 @@ fn postmap(conf: &Path, map: &str, key: &str) -> Option<String> {
             String::from_utf8_lossy(&out.stderr)
         ),
     }
+}
+
+/// The line numbers postmap warns about when it opens `map` (each bad
+/// line it skips or notes).
+fn postmap_warned_lines(conf: &Path, map: &str) -> BTreeSet<usize> {
+    let out = Command::new("postmap")
+        .arg("-c")
+        .arg(conf)
+        .arg("-q")
+        .arg("probe")
+        .arg(map)
+        .output()
+        .expect("postmap runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    stderr
+        .lines()
+        .filter_map(|l| l.split(", line ").nth(1)?.split(':').next()?.parse().ok())
+        .collect()
+}
+
+fn our_lines(warnings: &[Warning]) -> BTreeSet<usize> {
+    warnings.iter().map(|w| w.line).collect()
 }
 
 struct Scratch {
@@ -195,6 +218,10 @@ fn regexp_tables_answer_as_postmap_does() {
         .iter()
         .any(|w| w.problem == Problem::UnknownFlag('q')));
     let map = format!("regexp:{}", path.display());
+    assert_eq!(
+        our_lines(&warnings),
+        postmap_warned_lines(s.dir.path(), &map)
+    );
     compare(
         s.dir.path(),
         &map,
@@ -222,6 +249,9 @@ if !/^skip/
 /^in-(\d+)$/ in $1
 endif
 /^q/Z unknown-flag
+/(a+)+$/ catastrophic-in-pcre
+/^(e)$/E endonly $1
+/^(xx)$/X extra $1
 !/@/ no-at
 "#;
 
@@ -264,6 +294,10 @@ fn pcre_tables_answer_as_postmap_does() {
         .iter()
         .any(|w| w.problem == Problem::UnknownFlag('Z')));
     let map = format!("pcre:{}", path.display());
+    assert_eq!(
+        our_lines(&warnings),
+        postmap_warned_lines(s.dir.path(), &map)
+    );
     compare(s.dir.path(), &map, |k| table.lookup(k).unwrap(), PCRE_KEYS);
 }
 
@@ -363,6 +397,10 @@ fn cidr_tables_answer_as_postmap_does() {
         .iter()
         .any(|w| matches!(w.problem, Problem::HostBits(_))));
     let map = format!("cidr:{}", path.display());
+    assert_eq!(
+        our_lines(&warnings),
+        postmap_warned_lines(s.dir.path(), &map)
+    );
     compare(s.dir.path(), &map, |k| table.lookup(k), CIDR_KEYS);
 }
 

@@ -62,6 +62,8 @@ pub enum Problem {
     IndexOutOfRange(String),
     #[error("$number found in negative match replacement text: skipping this rule")]
     GroupInNegated,
+    #[error("ignoring obsolete flag {0:?}")]
+    ObsoleteFlag(char),
     #[error("no replacement text: using empty string")]
     NoReplacement,
     #[error("ignoring extra text after IF statement: {0:?}")]
@@ -166,7 +168,16 @@ impl PatternTable {
             };
             match statement(&l.text) {
                 Statement::If(rest) => match pattern(rest, flavour) {
-                    Ok((matcher, matches, _groups, extra)) => {
+                    Ok(Parsed {
+                        matcher,
+                        matches,
+                        rest: extra,
+                        note,
+                        ..
+                    }) => {
+                        if let Some(n) = note {
+                            warn(n);
+                        }
                         if !extra.is_empty() {
                             warn(Problem::ExtraAfterIf(extra.to_string()));
                         }
@@ -292,7 +303,16 @@ fn rule(
     line: usize,
     warn: &mut impl FnMut(Problem),
 ) -> Result<Step, Problem> {
-    let (matcher, matches, groups, rest) = pattern(text, flavour)?;
+    let Parsed {
+        matcher,
+        matches,
+        groups,
+        rest,
+        note,
+    } = pattern(text, flavour)?;
+    if let Some(n) = note {
+        warn(n);
+    }
     if rest.is_empty() {
         warn(Problem::NoReplacement);
     }
@@ -305,10 +325,20 @@ fn rule(
     })
 }
 
-/// Parses `[!…]<d>pattern<d>flags` at the start of `text`: the matcher,
-/// whether a match is wanted (`!` toggles), its group count, and the text
-/// after the flags and whitespace.
-fn pattern(text: &str, flavour: Flavour) -> Result<(Matcher, bool, usize, &str), Problem> {
+/// A parsed `[!…]<d>pattern<d>flags`.
+struct Parsed<'a> {
+    matcher: Matcher,
+    /// Whether a match is wanted (`!` toggles).
+    matches: bool,
+    groups: usize,
+    /// The text after the flags and whitespace.
+    rest: &'a str,
+    /// A warning that does not skip the rule.
+    note: Option<Problem>,
+}
+
+/// Parses `[!…]<d>pattern<d>flags` at the start of `text`.
+fn pattern(text: &str, flavour: Flavour) -> Result<Parsed<'_>, Problem> {
     let mut matches = true;
     let mut p = text;
     loop {
@@ -341,7 +371,16 @@ fn pattern(text: &str, flavour: Flavour) -> Result<(Matcher, bool, usize, &str),
     let flag_end = after.find(char::is_whitespace).unwrap_or(after.len());
     let (flags, rest) = after.split_at(flag_end);
     let (matcher, groups) = compile(pat, flags, flavour)?;
-    Ok((matcher, matches, groups, rest.trim_start()))
+    // Postfix on PCRE2 ignores X (PCRE_EXTRA is gone) with a warning.
+    let note =
+        (flavour == Flavour::Pcre && flags.contains('X')).then_some(Problem::ObsoleteFlag('X'));
+    Ok(Parsed {
+        matcher,
+        matches,
+        groups,
+        rest: rest.trim_start(),
+        note,
+    })
 }
 
 fn compile(pat: &str, flags: &str, flavour: Flavour) -> Result<(Matcher, usize), Problem> {
@@ -380,7 +419,7 @@ fn compile(pat: &str, flags: &str, flavour: Flavour) -> Result<(Matcher, usize),
                     'A' => a = !a,
                     'U' => u = !u,
                     // E (dollar end-only) is how fancy-regex always reads
-                    // `$`; X (PCRE_EXTRA) only adds strictness.
+                    // `$`; X is obsolete (warned about by the caller).
                     'E' | 'X' => {}
                     _ => return Err(Problem::UnknownFlag(f)),
                 }
