@@ -146,6 +146,16 @@ endif
 /^line.break$/ dotnl
 /^trailing$/ end-only
 /^$/ empty-key
+/^iv(a{2,3})$/ interval $1
+/^iw(a{,2})b$/ interval-open $1
+/^\<word\>$/ word-bounds
+/^w\w+$/ word-class
+/^[[:upper:]]+-up$/ upper-class
+/^alt-(one|two|)$/ alt [$1]
+/^neg[^a]m$/m neg-class-m
+/^q(x?)+$/ nested-q $1
+/^dup(x)(x)*$/ repeat-group [$2]
+/^brace{$/ lone-brace
 "#;
 
 const REGEXP_KEYS: &[&str] = &[
@@ -207,6 +217,24 @@ const REGEXP_KEYS: &[&str] = &[
     "anchor",
     "pre\nanchor\npost",
     "é@example.com",
+    "ivaa",
+    "ivaaaa",
+    "iwb",
+    "iwaab",
+    "word",
+    "wx_1",
+    "ABC-up",
+    "abc-up",
+    "alt-one",
+    "alt-",
+    "alt-three",
+    "neg\nm",
+    "negbm",
+    "qxx",
+    "q",
+    "dupxxx",
+    "dupx",
+    "brace{",
 ];
 
 #[test]
@@ -228,6 +256,26 @@ fn regexp_tables_answer_as_postmap_does() {
         |k| table.lookup(k).unwrap(),
         REGEXP_KEYS,
     );
+}
+
+#[test]
+fn regexp_differences_are_typed() {
+    let s = Scratch::new();
+    // glibc takes back-references in ERE; the regex crate has none, so
+    // Sluice skips the rule with a typed warning where postmap matches.
+    let path = s.file("backref", "/^(a)\\1$/ back\n");
+    let (table, warnings) = PatternTable::load(&path, Flavour::Regexp).unwrap();
+    assert!(matches!(
+        warnings.as_slice(),
+        [Warning {
+            line: 1,
+            problem: Problem::BadPattern(_),
+            ..
+        }]
+    ));
+    let map = format!("regexp:{}", path.display());
+    assert_eq!(postmap(s.dir.path(), &map, "aa").as_deref(), Some("back"));
+    assert_eq!(table.lookup("aa").unwrap(), None);
 }
 
 const PCRE: &str = r#"# pcre

@@ -32,7 +32,8 @@ pub(crate) fn to_regex(pat: &str, extended: bool) -> String {
                     continue;
                 }
                 match n {
-                    '(' | ')' | '{' | '}' | '|' | '+' | '?' => out.push(n),
+                    '{' => interval(&chars, i, &mut out),
+                    '(' | ')' | '}' | '|' | '+' | '?' => out.push(n),
                     _ => {
                         out.push('\\');
                         out.push(n);
@@ -43,6 +44,10 @@ pub(crate) fn to_regex(pat: &str, extended: bool) -> String {
             '(' | ')' | '{' | '}' | '|' | '+' | '?' if !extended => {
                 out.push('\\');
                 out.push(c);
+                i += 1;
+            }
+            '{' if extended => {
+                interval(&chars, i + 1, &mut out);
                 i += 1;
             }
             '*' if !extended && was_start => {
@@ -57,6 +62,15 @@ pub(crate) fn to_regex(pat: &str, extended: bool) -> String {
         }
     }
     out
+}
+
+/// Opens an interval; glibc's `{,n}` is `{0,n}` (`next`: the index after
+/// the brace).
+fn interval(chars: &[char], next: usize, out: &mut String) {
+    out.push('{');
+    if chars.get(next) == Some(&',') {
+        out.push('0');
+    }
 }
 
 /// Copies the bracket expression starting at `chars[start]` (`[`), returns
@@ -118,5 +132,7 @@ mod tests {
         assert_eq!(to_regex("[]a[:digit:]]", true), "[\\]a[:digit:]]");
         assert_eq!(to_regex("\\(a+\\)\\{2\\}(x)", false), "(a\\+){2}\\(x\\)");
         assert_eq!(to_regex("*a", false), "\\*a");
+        assert_eq!(to_regex("a{,2}", true), "a{0,2}");
+        assert_eq!(to_regex("a\\{,2\\}", false), "a{0,2}");
     }
 }
