@@ -396,7 +396,7 @@ fn compile(pat: &str, flags: &str, flavour: Flavour) -> Result<(Matcher, usize),
                     _ => return Err(Problem::UnknownFlag(f)),
                 }
             }
-            let re = regex::RegexBuilder::new(&posix::to_regex(pat, extended))
+            let re = regex::RegexBuilder::new(&posix::to_regex(pat, extended, newline))
                 .case_insensitive(icase)
                 .multi_line(newline)
                 .dot_matches_new_line(!newline)

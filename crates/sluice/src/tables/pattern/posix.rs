@@ -11,8 +11,9 @@
 //! back-references (`\1`), collating elements (`[[.x.]]`) and equivalence
 //! classes (`[[=x=]]`). glibc's `\'` and `` \` `` are not supported either.
 
-/// Rewrites a POSIX pattern (`extended`: ERE, else BRE).
-pub(crate) fn to_regex(pat: &str, extended: bool) -> String {
+/// Rewrites a POSIX pattern (`extended`: ERE, else BRE; `newline`:
+/// REG_NEWLINE, the `m` flag).
+pub(crate) fn to_regex(pat: &str, extended: bool, newline: bool) -> String {
     let mut out = String::with_capacity(pat.len() + 8);
     let chars: Vec<char> = pat.chars().collect();
     let mut i = 0;
@@ -22,7 +23,7 @@ pub(crate) fn to_regex(pat: &str, extended: bool) -> String {
         let was_start = at_start;
         at_start = false;
         match c {
-            '[' => i = bracket(&chars, i, &mut out),
+            '[' => i = bracket(&chars, i, newline, &mut out),
             '\\' if i + 1 < chars.len() => {
                 let n = chars[i + 1];
                 i += 2;
@@ -75,12 +76,16 @@ fn interval(chars: &[char], next: usize, out: &mut String) {
 
 /// Copies the bracket expression starting at `chars[start]` (`[`), returns
 /// the index after it; an unclosed one is copied as is (regex rejects it).
-fn bracket(chars: &[char], start: usize, out: &mut String) -> usize {
+fn bracket(chars: &[char], start: usize, newline: bool, out: &mut String) -> usize {
     let mut i = start + 1;
     out.push('[');
     if chars.get(i) == Some(&'^') {
         out.push('^');
         i += 1;
+        if newline {
+            // REG_NEWLINE: a non-matching list never matches a newline.
+            out.push_str("\\n");
+        }
     }
     if chars.get(i) == Some(&']') {
         out.push_str("\\]");
@@ -128,11 +133,15 @@ mod tests {
 
     #[test]
     fn ere_and_bre() {
-        assert_eq!(to_regex("a[\\]]b", true), "a[\\\\]]b");
-        assert_eq!(to_regex("[]a[:digit:]]", true), "[\\]a[:digit:]]");
-        assert_eq!(to_regex("\\(a+\\)\\{2\\}(x)", false), "(a\\+){2}\\(x\\)");
-        assert_eq!(to_regex("*a", false), "\\*a");
-        assert_eq!(to_regex("a{,2}", true), "a{0,2}");
-        assert_eq!(to_regex("a\\{,2\\}", false), "a{0,2}");
+        assert_eq!(to_regex("a[\\]]b", true, false), "a[\\\\]]b");
+        assert_eq!(to_regex("[]a[:digit:]]", true, false), "[\\]a[:digit:]]");
+        assert_eq!(
+            to_regex("\\(a+\\)\\{2\\}(x)", false, false),
+            "(a\\+){2}\\(x\\)"
+        );
+        assert_eq!(to_regex("*a", false, false), "\\*a");
+        assert_eq!(to_regex("[^a]", true, true), "[^\\na]");
+        assert_eq!(to_regex("a{,2}", true, false), "a{0,2}");
+        assert_eq!(to_regex("a\\{,2\\}", false, false), "a{0,2}");
     }
 }
