@@ -14,7 +14,9 @@
 //! a directory overloaded with per-lookup connections).
 
 mod ldap;
+pub mod search;
 mod static_file;
+pub mod text;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -60,4 +60,5 @@ mod shadow_trust;
 mod small_disk;
 mod smuggling;
 mod strictness;
+mod tables_text;
 mod tls_auth;
