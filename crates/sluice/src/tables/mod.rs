@@ -16,7 +16,9 @@
 pub mod cidr;
 mod ldap;
 pub mod pattern;
+pub mod search;
 mod static_file;
+pub mod text;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

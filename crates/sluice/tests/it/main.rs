@@ -61,4 +61,5 @@ mod small_disk;
 mod smuggling;
 mod strictness;
 mod tables_postmap;
+mod tables_text;
 mod tls_auth;
