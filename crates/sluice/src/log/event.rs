@@ -15,6 +15,11 @@
 //! A field marked `rename = "text", skip_serializing` is the whole human
 //! line of a variant whose wording cannot be rebuilt from its fields: it
 //! is written once, as the envelope's `text`, and read back from there.
+//!
+//! Why this file is over 600 lines: it is the one declaration of the
+//! enum (a Rust enum cannot be spread over files), grouped by component
+//! with section comments. What the variants do is elsewhere: their text
+//! (`text.rs`), component (`meta.rs`), multi-shape payloads (`shapes.rs`).
 
 mod meta;
 mod shapes;

@@ -24,35 +24,35 @@ pub fn orig_to(env: &Envelope, i: usize) -> Option<&str> {
 
 /// A recipient routed to `discard`: delivered to nobody.
 pub fn discarded(logger: &Logger, env: &Envelope, i: usize) {
-    let (to, delay) = (&env.recipients[i], delay(env));
-    let orig = orig_to(env, i);
-    logger.emit(&Event::Delivery {
-        queue_id: Qid(env.id),
-        to: to.into(),
-        orig_to: orig.map(Into::into),
-        relay: "none".into(),
-        transport: "discard".into(),
-        delay,
-        dsn: Shown::Text("2.0.0".into()),
-        status: "sent".into(),
-        reason: Shown::Text("discarded".into()),
-    });
+    let reason = Shown::Text("discarded".into());
+    unrelayed(logger, env, i, ("discard", "2.0.0", "sent"), reason);
 }
 
 /// A recipient with no route (an address without a domain): deferred
 /// with `reason`.
 pub fn unroutable(logger: &Logger, env: &Envelope, i: usize, reason: &Reply) {
-    let (to, delay) = (&env.recipients[i], delay(env));
-    let orig = orig_to(env, i);
+    let reason = Shown::Value(reason);
+    unrelayed(logger, env, i, ("none", "4.4.0", "deferred"), reason);
+}
+
+/// The delivery line of recipient `i` that no agent tried (`relay=none`):
+/// its transport, DSN code and status, and why.
+fn unrelayed(
+    logger: &Logger,
+    env: &Envelope,
+    i: usize,
+    (transport, dsn, status): (&str, &str, &str),
+    reason: Shown<'_>,
+) {
     logger.emit(&Event::Delivery {
         queue_id: Qid(env.id),
-        to: to.into(),
-        orig_to: orig.map(Into::into),
+        to: env.recipients[i].as_str().into(),
+        orig_to: orig_to(env, i).map(Into::into),
         relay: "none".into(),
-        transport: "none".into(),
-        delay,
-        dsn: Shown::Text("4.4.0".into()),
-        status: "deferred".into(),
-        reason: Shown::Value(reason),
+        transport: transport.into(),
+        delay: delay(env),
+        dsn: Shown::Text(dsn.into()),
+        status: status.into(),
+        reason,
     });
 }

@@ -90,7 +90,9 @@ impl CidrTable {
         let mut warnings = Vec::new();
         let mut steps = Vec::new();
         let mut open: Vec<(usize, usize)> = Vec::new();
-        for l in logical_lines(text) {
+        let (lines, orphans) = logical_lines(text);
+        warnings.extend(Warning::orphans(origin, orphans));
+        for l in lines {
             let mut warn = |problem| {
                 warnings.push(Warning {
                     origin: origin.to_string(),

@@ -8,10 +8,9 @@
 //! The format, as Postfix 3.7's `postmap -q … texthash:` reads it (the
 //! differential test `tests/it/tables_text.rs` holds both to the same
 //! answers):
-//! - a line starting with whitespace continues the logical line before it
-//!   (the line end is dropped, the whitespace kept); blank lines and
-//!   lines whose first non-blank character is `#` are skipped, also
-//!   between a line and its continuation, so a `#` elsewhere is text;
+//! - logical lines as every Postfix table file has them
+//!   (`pattern/lines.rs`): continuations, blank and comment lines, so a
+//!   `#` elsewhere is text;
 //! - a logical line is `key whitespace value`: the key up to the first
 //!   blank, folded to lower case; the value the rest, trimmed at both
 //!   ends (a CRLF file's CR included), inner blanks kept;
@@ -27,6 +26,8 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
+
+use super::pattern::lines::{logical_lines, Logical};
 
 /// What is wrong with a logical line (skipped, as `postmap` skips it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -52,8 +53,14 @@ pub struct Warning {
 pub fn parse(text: &str) -> (HashMap<String, String>, Vec<Warning>) {
     let mut map = HashMap::new();
     let mut warnings = Vec::new();
-    for (line, logical) in logical_lines(text, &mut warnings) {
-        let (key, value) = split_entry(&logical);
+    let (lines, orphans) = logical_lines(text);
+    warnings.extend(orphans.into_iter().map(|line| Warning {
+        line,
+        key: String::new(),
+        problem: Problem::LeadingWhitespace,
+    }));
+    for Logical { line, text } in lines {
+        let (key, value) = split_entry(&text);
         let key = key.to_ascii_lowercase();
         let problem = match map.entry(key.clone()) {
             _ if value.is_empty() => Some(Problem::NoValue),
@@ -68,29 +75,6 @@ pub fn parse(text: &str) -> (HashMap<String, String>, Vec<Warning>) {
         }
     }
     (map, warnings)
-}
-
-/// The logical lines of `text`, each with the number of its first
-/// physical line.
-fn logical_lines(text: &str, warnings: &mut Vec<Warning>) -> Vec<(usize, String)> {
-    let mut lines: Vec<(usize, String)> = Vec::new();
-    for (n, raw) in text.split('\n').enumerate() {
-        let trimmed = raw.trim_start();
-        if trimmed.trim_end().is_empty() || trimmed.starts_with('#') {
-            continue;
-        }
-        let continues = raw.starts_with(|c: char| c.is_ascii_whitespace());
-        match lines.last_mut() {
-            Some((_, logical)) if continues => logical.push_str(raw),
-            None if continues => warnings.push(Warning {
-                line: n + 1,
-                key: String::new(),
-                problem: Problem::LeadingWhitespace,
-            }),
-            _ => lines.push((n + 1, raw.to_string())),
-        }
-    }
-    lines
 }
 
 /// `key whitespace value` → the key and the trimmed value ("" if none).

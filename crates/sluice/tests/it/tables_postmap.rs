@@ -54,9 +54,20 @@ fn postmap_warned_lines(conf: &Path, map: &str) -> BTreeSet<usize> {
         .output()
         .expect("postmap runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
+    // A continuation with nothing to continue is named by its text, not
+    // its number: found in the file.
+    let file = std::fs::read_to_string(map.split_once(':').unwrap().1).unwrap();
+    let orphan = |l: &str| {
+        let quoted = l.split("must not start with whitespace: \"").nth(1)?;
+        let text = quoted.strip_suffix('"')?;
+        file.lines().position(|line| line == text).map(|i| i + 1)
+    };
     stderr
         .lines()
-        .filter_map(|l| l.split(", line ").nth(1)?.split(':').next()?.parse().ok())
+        .filter_map(|l| {
+            let numbered = l.split(", line ").nth(1).and_then(|r| r.split(':').next());
+            numbered.and_then(|n| n.parse().ok()).or_else(|| orphan(l))
+        })
         .collect()
 }
 
@@ -95,7 +106,8 @@ fn hostile_keys() -> Vec<String> {
     ]
 }
 
-const REGEXP: &str = r#"# a comment
+const REGEXP: &str = r#"  /^orphan$/ x
+# a comment
 /^user@(example)\.com$/ found-$1
 /^UPPER$/i case-sensitive
 /^lower$/ insensitive
@@ -161,6 +173,7 @@ endif
 "#;
 
 const REGEXP_KEYS: &[&str] = &[
+    "orphan",
     "user@example.com",
     "USER@EXAMPLE.COM",
     "user@example.org",

@@ -1,9 +1,13 @@
-//! Postfix's logical lines (readllines(3)), shared by the pattern and cidr
-//! tables: blank lines and lines whose first non-blank character is `#`
-//! are skipped; a line that starts with whitespace continues the previous
-//! logical line (joined without the newline, its leading whitespace kept,
-//! as postmap does); trailing whitespace is dropped. Each logical line
-//! carries the number of its first physical line.
+//! Postfix's logical lines (readllines(3)), shared by every table file
+//! kind (the source format, pattern and cidr tables): blank lines and
+//! lines whose first non-blank character is `#` are skipped, also between
+//! a line and its continuation; a line that starts with whitespace
+//! continues the previous logical line (joined without the line end, its
+//! leading whitespace and any CR kept, as postmap does); trailing
+//! whitespace is dropped. Each logical line carries the number of its
+//! first physical line. A continuation with nothing to continue is
+//! skipped, and its line number reported (postmap warns "logical line must
+//! not start with whitespace").
 //!
 //! Trusts nothing: any text gives some list of lines.
 
@@ -13,20 +17,23 @@ pub(crate) struct Logical {
     pub(crate) text: String,
 }
 
-/// Splits `text` into logical lines.
-pub(crate) fn logical_lines(text: &str) -> Vec<Logical> {
+/// Splits `text` into logical lines; also the numbers of the lines that
+/// continued nothing.
+pub(crate) fn logical_lines(text: &str) -> (Vec<Logical>, Vec<usize>) {
     let mut out: Vec<Logical> = Vec::new();
-    for (i, raw) in text.lines().enumerate() {
+    let mut orphans = Vec::new();
+    for (i, raw) in text.split('\n').enumerate() {
         let trimmed = raw.trim_start();
-        if trimmed.is_empty() || trimmed.starts_with('#') {
+        if trimmed.trim_end().is_empty() || trimmed.starts_with('#') {
             continue;
         }
         let continues = raw.len() != trimmed.len();
         match out.last_mut() {
             Some(last) if continues => last.text.push_str(raw),
+            None if continues => orphans.push(i + 1),
             _ => out.push(Logical {
                 line: i + 1,
-                text: trimmed.to_string(),
+                text: raw.to_string(),
             }),
         }
     }
@@ -34,7 +41,7 @@ pub(crate) fn logical_lines(text: &str) -> Vec<Logical> {
         let end = l.text.trim_end().len();
         l.text.truncate(end);
     }
-    out
+    (out, orphans)
 }
 
 /// The statement a logical line holds: `if`, `endif`, or anything else.
@@ -71,9 +78,10 @@ mod tests {
 
     #[test]
     fn continuation_and_comments() {
-        let l = logical_lines("# c\n/a/ x\n  y\n\n\t z  \n/b/ c\n");
+        let (l, orphans) = logical_lines("  o\n# c\n/a/ x\n  y\n\n\t z  \n/b/ c\n");
+        assert_eq!(orphans, [1]);
         let got: Vec<(usize, &str)> = l.iter().map(|l| (l.line, l.text.as_str())).collect();
-        assert_eq!(got, vec![(2, "/a/ x  y\t z"), (6, "/b/ c")]);
+        assert_eq!(got, vec![(3, "/a/ x  y\t z"), (7, "/b/ c")]);
     }
 
     #[test]

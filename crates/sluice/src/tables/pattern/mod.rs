@@ -74,6 +74,8 @@ pub enum Problem {
     EndifWithoutIf,
     #[error("IF has no matching ENDIF")]
     IfWithoutEndif,
+    #[error("logical line must not start with whitespace")]
+    LeadingWhitespace,
     #[error("bad network value {0:?}: skipping this rule")]
     BadNetwork(String),
     #[error("bad mask length {0:?}: skipping this rule")]
@@ -89,6 +91,17 @@ pub struct Warning {
     pub origin: String,
     pub line: usize,
     pub problem: Problem,
+}
+
+impl Warning {
+    /// The warnings for continuation lines that continued nothing.
+    pub(crate) fn orphans(origin: &str, lines: Vec<usize>) -> impl Iterator<Item = Warning> + '_ {
+        lines.into_iter().map(move |line| Warning {
+            origin: origin.to_string(),
+            line,
+            problem: Problem::LeadingWhitespace,
+        })
+    }
 }
 
 /// The table file could not be read.
@@ -158,7 +171,9 @@ impl PatternTable {
         let mut warnings = Vec::new();
         let mut steps = Vec::new();
         let mut open: Vec<(usize, usize)> = Vec::new(); // (step index, line)
-        for l in logical_lines(text) {
+        let (lines, orphans) = logical_lines(text);
+        warnings.extend(Warning::orphans(origin, orphans));
+        for l in lines {
             let mut warn = |problem| {
                 warnings.push(Warning {
                     origin: origin.to_string(),

@@ -8,7 +8,6 @@
 //! line to pass over.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -69,28 +68,7 @@ pub fn any_logged(dir: &Path, pred: impl Fn(&Event<'static>) -> bool) -> bool {
 /// satisfies `pred`: woken by each batch of lines of a server in this
 /// process, and every 20 ms.
 pub async fn wait_logged(secs: u64, dir: &Path, pred: impl Fn(&Event<'static>) -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    let live = super::live::of(&dir.join("maillog"));
-    loop {
-        let changed = live.as_ref().map(|l| l.changed.notified());
-        let mut changed = std::pin::pin!(changed);
-        if let Some(changed) = changed.as_mut().as_pin_mut() {
-            changed.enable();
-        }
-        if any_logged(dir, &pred) {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        let pause = Duration::from_millis(20);
-        match changed.as_mut().as_pin_mut() {
-            Some(changed) => {
-                let _ = tokio::time::timeout(pause, changed).await;
-            }
-            None => tokio::time::sleep(pause).await,
-        }
-    }
+    super::wait_for_log(secs, dir, || any_logged(dir, &pred)).await
 }
 
 /// Whether message `qid` was removed from the queue.

@@ -376,6 +376,13 @@ pub async fn wait_event(
     name: &str,
     pred: impl Fn(&serde_json::Value) -> bool,
 ) -> bool {
+    wait_for_log(secs, dir, || has_event(dir, name, &pred)).await
+}
+
+/// Waits up to `secs` until `found()` says the mail log in `dir` holds
+/// what is wanted: asked again at each batch of lines a server in this
+/// process writes, and every 20 ms.
+pub async fn wait_for_log(secs: u64, dir: &std::path::Path, found: impl Fn() -> bool) -> bool {
     let deadline = Instant::now() + Duration::from_secs(secs);
     let live = live::of(&dir.join("maillog"));
     loop {
@@ -384,7 +391,7 @@ pub async fn wait_event(
         if let Some(changed) = changed.as_mut().as_pin_mut() {
             changed.enable();
         }
-        if has_event(dir, name, &pred) {
+        if found() {
             return true;
         }
         if Instant::now() >= deadline {
