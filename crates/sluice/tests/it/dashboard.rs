@@ -514,9 +514,10 @@ async fn the_daemon_keeps_the_last_minutes_rates() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deferred_mail_shows_its_destination_and_one_cause() {
     let dir = temp_dir("dashboard-deferred");
-    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let dead_addr = dead.local_addr().unwrap();
-    drop(dead);
+    // Kept bound and not listening: refused for the whole test, and no
+    // other test's listener can take the port meanwhile.
+    let dead = reserve();
+    let dead_addr = dead.addr;
     let mut cfg = config(&dir, Some(dead_addr));
     cfg.metrics.listen = Some("127.0.0.1:0".parse().unwrap());
     cfg.queue.minimal_backoff_secs = 600;
