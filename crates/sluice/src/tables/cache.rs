@@ -237,3 +237,101 @@ impl Cached {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tables::Answer;
+
+    fn limits(max_in_flight: usize) -> Limits {
+        Limits {
+            hit_ttl: Duration::from_secs(60),
+            miss_ttl: Duration::from_secs(0),
+            max_entries: 100,
+            max_in_flight,
+            wait: Duration::from_secs(3),
+        }
+    }
+
+    fn found(v: &str) -> Result<Option<Values>, String> {
+        Ok(Some(Arc::new(Answer::text(v))))
+    }
+
+    #[tokio::test]
+    async fn hits_are_cached_misses_with_ttl_0_and_failures_never() {
+        let c = Cached::new("t", limits(4), Logger::disabled());
+        assert_eq!(
+            c.get("k", async |_: &str| found("v"))
+                .await
+                .unwrap()
+                .unwrap()
+                .raw(),
+            "v"
+        );
+        let again = c
+            .get("k", async |_: &str| Err("not asked".to_string()))
+            .await;
+        assert_eq!(again.unwrap().unwrap().raw(), "v", "from the cache");
+        assert!(c
+            .get("gone", async |_: &str| Ok(None))
+            .await
+            .unwrap()
+            .is_none());
+        let failed = c.get("gone", async |_: &str| Err("down".to_string())).await;
+        assert!(
+            matches!(failed, Err(LookupError::Unavailable(ref e)) if e == "table t: down"),
+            "a miss with TTL 0 is asked again: {failed:?}"
+        );
+        assert_eq!(
+            c.get("gone", async |_: &str| found("back"))
+                .await
+                .unwrap()
+                .unwrap()
+                .raw(),
+            "back",
+            "a failure is not cached"
+        );
+        let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        assert_eq!(
+            (
+                n(&c.stats.queries),
+                n(&c.stats.cache_hits),
+                n(&c.stats.failures)
+            ),
+            (4, 1, 1)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_table_with_every_slot_busy_says_try_again_after_its_wait() {
+        let c = Arc::new(Cached::new("slow", limits(1), Logger::disabled()));
+        let (release, held) = tokio::sync::oneshot::channel::<()>();
+        let busy = {
+            let c = c.clone();
+            tokio::spawn(async move {
+                c.get("a", async |_: &str| {
+                    let _ = held.await;
+                    found("late")
+                })
+                .await
+            })
+        };
+        tokio::task::yield_now().await;
+        let other = c.get("b", async |_: &str| found("never")).await;
+        assert!(
+            matches!(other, Err(LookupError::Unavailable(ref e)) if e.contains("1 queries already in flight")),
+            "{other:?}"
+        );
+        release.send(()).unwrap();
+        assert_eq!(busy.await.unwrap().unwrap().unwrap().raw(), "late");
+        assert_eq!(
+            c.get("b", async |_: &str| found("now"))
+                .await
+                .unwrap()
+                .unwrap()
+                .raw(),
+            "now",
+            "the slot is free again"
+        );
+    }
+}
