@@ -13,7 +13,7 @@ use super::answer::Answer;
 use super::file::{FileTable, Format};
 use super::pattern::Flavour;
 use super::spec::{self, TEXT_KINDS};
-use super::{LdapTable, Table, TableError};
+use super::{cf, ldap_cf, LdapTable, Table, TableError};
 use crate::config::tables::TableConfig;
 use crate::log::Logger;
 
@@ -81,10 +81,12 @@ fn build(name: &str, config: &TableConfig, scope: &mut Scope<'_>) -> Result<Tabl
         "pcre" => file(Format::Pattern(Flavour::Pcre)),
         "cidr" => file(Format::Cidr),
         "ldap" => {
-            if config.uris.is_empty() {
-                return Err(needs("uris"));
-            }
-            let table = LdapTable::new(name, config.clone(), scope.logger.clone())?;
+            let config = match (&config.path, config.uris.is_empty()) {
+                (Some(path), true) => ldap_cf::settings(&cf::read(path)?, config.clone())?,
+                (None, false) => config.clone(),
+                _ => return Err(needs("either uris or path (a Postfix ldap_table file)")),
+            };
+            let table = LdapTable::new(name, config, scope.logger.clone())?;
             Ok(Table::Ldap(Box::new(table)))
         }
         "union" | "unionmap" => Ok(Table::Union(members(name, config, scope)?)),

@@ -73,8 +73,15 @@ impl LdapTable {
     /// Looks `key` up through the cache (see `cache.rs`); a query that
     /// fails is tried once more on a fresh connection, which may fail
     /// over to another URI.
+    ///
+    /// As Postfix's, a filter with `%d` is not sent for a key without a
+    /// domain (Postfix: "the query is suppressed"): not found.
     pub async fn lookup(&self, key: &str) -> Result<Option<Values>, LookupError> {
         let key = key.to_ascii_lowercase();
+        let domain = key.rsplit_once('@').map_or("", |(_, d)| d);
+        if domain.is_empty() && self.config.filter.replace("%%", "").contains("%d") {
+            return Ok(None);
+        }
         self.cached
             .get(&key, async |key: &str| {
                 let mut last_err = LdapError::Timeout("lookup");

@@ -28,11 +28,13 @@
 pub mod answer;
 mod build;
 pub mod cache;
+pub mod cf;
 pub mod cidr;
 mod compose;
 pub mod file;
 mod find;
 mod ldap;
+mod ldap_cf;
 pub mod pattern;
 pub mod search;
 pub mod spec;
@@ -86,6 +88,8 @@ pub enum TableError {
         what: &'static str,
         value: String,
     },
+    #[error(transparent)]
+    Cf(#[from] cf::CfError),
     #[error("tables.{table}: tls_ca_file {err}")]
     Tls {
         table: String,

@@ -5,8 +5,8 @@
 //! - `hash:/etc/postfix/virtual` (and `lmdb`, `btree`, `cdb`, `dbm`,
 //!   `sdbm`, `texthash`, `text`): the source file is read, as it is (no
 //!   `.db`: Sluice keeps the map in memory, see `text.rs`);
-//! - `regexp:`, `pcre:`, `cidr:` and `pgsql:`, `mysql:`, `sqlite:` a
-//!   file; `ldap:` is named by a `[tables]` entry, not a file;
+//! - `regexp:`, `pcre:`, `cidr:` a file; `ldap:`, `pgsql:`, `mysql:`,
+//!   `sqlite:` Postfix's parameter file for it (`ldap_table(5)` …);
 //! - `static:VALUE`, `static:{VALUE WITH BLANKS}`;
 //! - `socketmap:inet:HOST:PORT:NAME`, `socketmap:unix:PATH:NAME`,
 //!   `tcp:HOST:PORT`;
@@ -46,7 +46,7 @@ pub fn parse(spec: &str) -> Result<TableConfig, SpecError> {
     match kind.as_str() {
         "proxy" => return parse(name),
         k if TEXT_KINDS.contains(&k) => config.kind = "text".into(),
-        "regexp" | "pcre" | "cidr" | "pgsql" | "mysql" | "sqlite" => {}
+        "regexp" | "pcre" | "cidr" | "ldap" | "pgsql" | "mysql" | "sqlite" => {}
         "static" => {
             config.value = Some(braced(name).unwrap_or(name).to_string());
             return Ok(config);

@@ -140,3 +140,60 @@ fn a_file_that_is_not_there_or_a_bad_spec_is_an_error_not_not_found() {
         assert_eq!((code, out.as_str()), (2, ""), "{spec}");
     }
 }
+
+/// A site's Postfix ldap_table files work as they are: the same files
+/// asked of a real slapd by `postmap -q KEY ldap:FILE` (postfix-ldap) and
+/// by `sluice lookup ldap:FILE KEY` give the same answers, multi-valued
+/// results, `%u`/`%d` and filter metacharacters in keys included.
+#[test]
+fn postfix_ldap_table_files_answer_as_postmap_does() {
+    super::common::ensure_package("/usr/lib/postfix/postfix-ldap.so", "postfix-ldap");
+    let slapd = super::common::slapd::Slapd::start("ldap-cf", 3);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("main.cf"), "").unwrap();
+    let config = dir.path().join("sluice.toml");
+    std::fs::write(&config, "").unwrap();
+    let base = super::common::slapd::BASE;
+    let cf = |name: &str, body: &str| {
+        let path = dir.path().join(name);
+        let text = format!(
+            "server_host = 127.0.0.1:{}\nversion = 3\nbind = no\ntimeout = 5\n{body}",
+            slapd.port
+        );
+        std::fs::write(&path, text).unwrap();
+        format!("ldap:{}", path.display())
+    };
+    let tables = [
+        cf("users.cf", &format!("search_base = ou=people,{base}\nquery_filter = (mail=%s)\nresult_attribute = homeDirectory\n")),
+        cf("aliases.cf", &format!("search_base = ou=aliases,{base}\nquery_filter = (cn=%s)\nresult_attribute = rfc822MailMember\n")),
+        cf("parts.cf", &format!("search_base = {base}\nquery_filter = (&(uid=%u)(mail=*@%d))\nresult_attribute = uid, mail\n")),
+    ];
+    let keys = [
+        "user1@example.com",
+        "USER2@Example.COM",
+        "sales@example.com",
+        "@catch.example.com",
+        "nobody@example.com",
+        "user1",
+        "user3@",
+        "*",
+        "*@example.com",
+        "user1)(uid=*",
+        "' OR 1=1 --",
+    ];
+    let mut differences = Vec::new();
+    let mut found = 0;
+    for spec in &tables {
+        for key in keys {
+            let want = postmap(dir.path(), spec, key);
+            assert!(want.0 == 0 || want.0 == 1, "postmap {spec} {key}: {want:?}");
+            found += usize::from(want.0 == 0);
+            let got = sluice(&config, spec, key);
+            if want != got {
+                differences.push(format!("{spec} {key:?}: postmap {want:?}, sluice {got:?}"));
+            }
+        }
+    }
+    assert!(differences.is_empty(), "{}", differences.join("\n"));
+    assert!(found >= 6, "the cases find something: {found}");
+}
