@@ -3,18 +3,30 @@
 # /work/shared/BENCH.md.
 #
 # What it measures
-#   A real slapd on 127.0.0.1:$LDAP_PORT holds $USERS virtual users of one
-#   domain (uid=userN,ou=people,dc=example,dc=com, mail userN@example.com,
-#   homeDirectory example.com/userN/Maildir/). In one run, one after the
-#   other, Sluice and Postfix listen on 127.0.0.1:55125, take mail from the
-#   same generator for $DURATION seconds, validate every recipient in the
-#   directory at RCPT time (unknown users: 550 5.1.1) and deliver into
+#   A directory holds $USERS virtual users of one domain (userN@example.com,
+#   Maildir example.com/userN/Maildir/); which one is DIRECTORY's choice:
+#     ldap   (default) a real slapd on 127.0.0.1:$LDAP_PORT
+#            (uid=userN,ou=people,dc=example,dc=com, mail userN@example.com,
+#            homeDirectory example.com/userN/Maildir/);
+#     pgsql  a real PostgreSQL 15 cluster of the script's own on
+#            127.0.0.1:$PG_PORT, database mail, table users(email text
+#            primary key, maildir text not null), read by both systems
+#            through one Postfix pgsql_table(5) query file;
+#     text   a text map file (userN@example.com example.com/userN/Maildir/),
+#            no directory process.
+#   In one run, one after the other, Sluice and Postfix listen on
+#   127.0.0.1:55125, take mail from the same generator for $DURATION
+#   seconds, validate every recipient in the directory at RCPT time (unknown users: 550 5.1.1) and deliver into
 #   Maildirs below a base directory:
-#     sluice   target/release/sluice serve, [local] + an ldap table
+#     sluice   target/release/sluice serve, [local] + a table named users
+#              (kind ldap, pgsql with the query file as path, or text)
 #     postfix  Debian's Postfix as an isolated instance (own config dir, own
 #              queue under a temp dir, `postfix -c DIR start`), virtual(8)
-#              transport, virtual_mailbox_maps = ldap:..., Postfix defaults
-#              otherwise (fsync on, default concurrency limits).
+#              transport, virtual_mailbox_maps = ldap:... (ldap),
+#              proxy:pgsql:<the query file> (pgsql) or hash:<the map>
+#              (text, after postmap; lmdb: would be the other choice),
+#              Postfix defaults otherwise (fsync on, default concurrency
+#              limits).
 #   Generator: $SESSIONS concurrent sessions, ~1 KiB messages, one
 #   recipient each. Two variants (RECIPIENTS):
 #     random    1-3 messages per session, recipients drawn at random from
@@ -32,11 +44,14 @@
 #   of the user in their Delivered-To: header.
 #
 # How to run (as root; it apt-installs slapd, ldap-utils, postfix,
-# postfix-ldap if missing):
+# postfix-ldap if missing; with DIRECTORY=pgsql postgresql-15 and
+# postfix-pgsql instead of the LDAP ones):
 #   bash bench/local.sh                               # the real thing, ~25 min
 #   RECIPIENTS=distinct COUNT=100000 SESSIONS=250 bash bench/local.sh
 #                                                      # issue 10's variant
 #   USERS=20000 DURATION=60 bash bench/local.sh        # a quick run
+#   DIRECTORY=pgsql SESSIONS=250 bash bench/local.sh   # issue 37's: the
+#   DIRECTORY=text SESSIONS=250 bash bench/local.sh    #   other directories
 #
 # Environment
 #   DURATION=600       seconds each system receives mail
@@ -44,6 +59,7 @@
 #                      the generator's messages/s x 60, and INTERVAL
 #                      defaults to 5)
 #   RECIPIENTS=random  random | distinct (see above)
+#   DIRECTORY=ldap     ldap | pgsql | text: where the users are (see above)
 #   USERS=500000       users in the directory
 #   SYSTEMS="sluice postfix"   which systems to run, in that order
 #   SESSIONS=50        concurrent generator sessions
@@ -53,6 +69,8 @@
 #   DRAIN_TIMEOUT=300  seconds to wait for the queue to drain after a run
 #   SPOT_CHECKS=5      delivered files checked against their Maildir
 #   SLUICE=target/release/sluice      binary for `serve` and `bench`
+#   SLUICE_BENCH=<beside $SLUICE>     the generator (sluice-bench); default
+#                      $(dirname $SLUICE)/sluice-bench, else target/release's
 #   SLUICE_BUILD=1     run `cargo build --release` first (0: use the binary as is)
 #   MAILDIR_SYNC=batch Sluice's local.maildir_sync (batch | each)
 #   SLUICE_CONF_EXTRA  TOML appended to Sluice's configuration (experiments;
@@ -67,9 +85,12 @@
 #                      is then its payload (-l) plus the ~200 B of headers it
 #                      adds. It reports no per-minute rows: accepted_per_min is
 #                      COUNT over its run time, and the CSV/chart are skipped.
-#   LDAP_PORT=55389    slapd's port on 127.0.0.1
+#   LDAP_PORT=55389    slapd's port on 127.0.0.1 (DIRECTORY=ldap)
+#   PG_PORT=55432      PostgreSQL's port on 127.0.0.1 (DIRECTORY=pgsql)
+#   PG_BIN=/usr/lib/postgresql/15/bin   initdb, postgres, psql
 #   POSTFIX_MAILLOG=1  Postfix logs to a file in its temp dir (0: no logging)
-#   KEEP=0             1: keep the temp dir (slapd db, configs, logs, Maildirs)
+#   KEEP=0             1: keep the temp dir (slapd or PostgreSQL data, the
+#                      map, configs, logs, Maildirs)
 #   FRESH_FS=1         each system's spool and Maildirs on new ext4 file
 #                      systems (loop images of FS_GB=16 GiB, sparse, in the
 #                      temp dir), so no run pays for the inodes the run
@@ -82,7 +103,8 @@
 #     local-$STAMP-<system>.csv   the generator's CSV of each system's run
 #     local-$STAMP.svg            messages/minute over time, both systems
 #     local-$STAMP.txt            RESULT lines, prefixed with date and commit
-#   (local-distinct-... for RECIPIENTS=distinct)
+#   (local-distinct-... for RECIPIENTS=distinct; local-pgsql-...,
+#   local-text-..., local-pgsql-distinct-... for the other directories)
 #   Then both CSVs on stdout and, last, one line per system:
 #     RESULT system=<sluice|postfix> workload=L users=<U> sessions=<S>
 #       duration=<s> accepted=<n> msgs_per_min=<avg over the full minutes>
@@ -94,13 +116,26 @@
 #       cpu_ms_per_msg=<cpu_s per delivered message> flushes_per_msg=<disk
 #       flush requests of the whole machine's disk per delivered message>
 #       slapd_cpu_s=<s> ldap_queries_per_msg=<Sluice's LDAP queries per
-#       delivered message, from its counters; n/a for Postfix>
+#       delivered message, from its counters; n/a for Postfix> (these two
+#       with DIRECTORY=ldap only, where they always were)
 #       delivered_per_min=<delivered x 60 / (generator seconds + drain_s)>
 #       delivered_ratio_vs_postfix=<x>
 #       accepted_per_min=<accepted per minute while the generator ran>
 #       last_delivery_after_ack_s=<the newest Maildir file's rename time
 #       minus the generator's exit, to the ms: how far delivery lagged
 #       receipt; negative when the last file landed before the last reply>
+#       directory=<ldap|pgsql|text> directory_cpu_s=<CPU seconds of the
+#       directory server over the same span as cpu_s: slapd, or every
+#       PostgreSQL server process (postmaster, backends, checkpointer ...,
+#       exited ones included); n/a for text>
+#       table_queries_per_msg=<queries the directory answered per delivered
+#       message: pgsql, both systems: PostgreSQL's own count, index plus
+#       sequential scans of table users (pg_stat_user_tables idx_scan +
+#       seq_scan, one per SELECT), from the generator's start until the
+#       system stopped; ldap: Sluice's counters (= ldap_queries_per_msg),
+#       n/a for Postfix; text: n/a>
+#       sluice_queries_per_msg=<pgsql, Sluice only: its own table counters,
+#       beside PostgreSQL's count>
 #   (a failed run adds failed=<reason>). Exit status 1 if any run failed,
 #   2 if the set-up failed. rejected_5xx/temp_4xx are as the generator counts
 #   them (`sluice-bench bench`: replies, so a refused RCPT plus the 554 to the
@@ -118,6 +153,38 @@
 #     virtual_mailbox_base: the `postfix` user (102 on Debian) is used.
 #   - An LDAP error at RCPT gives "451 4.3.0 Temporary lookup failure"; the
 #     script counts such lines in the Postfix maillog after the run.
+#
+# Notes (Postfix + PostgreSQL, DIRECTORY=pgsql)
+#   - The cluster: initdb (as the postgres OS user, data dir owned by it) in
+#     the temp dir, postgres started in the foreground as a child of this
+#     script, on 127.0.0.1:$PG_PORT and a socket dir in the temp dir (the
+#     script's own psql goes through it as postgres, trust); the role `mail`
+#     logs in over TCP with a password (scram-sha-256). max_connections is
+#     2 x SESSIONS + 100: Postfix opens one connection per proxymap process.
+#     Defaults otherwise (fsync on, shared_buffers 128 MB).
+#   - The users are loaded with COPY into a table without its index, then
+#     the primary key is built, then VACUUM (FREEZE, ANALYZE) and CHECKPOINT:
+#     no hint-bit writes or autovacuum during the runs.
+#   - The query file (pgsql_table(5)) is written once, $W/pgsql/mailboxes.cf:
+#     hosts = inet:127.0.0.1:$PG_PORT (3.7 takes inet:host:port, host:port
+#     or a postgresql:// URI), user, password, dbname = mail,
+#     query = SELECT maildir FROM users WHERE email='%s'. Postfix reads it
+#     as proxy:pgsql:FILE (proxymap(8): one connection per proxymap process,
+#     shared by every smtpd and virtual; proxy_read_maps' default includes
+#     $virtual_mailbox_maps), Sluice as [tables.users] kind = "pgsql",
+#     path = FILE, with the same (default) cache settings as its ldap table.
+#     `postmap -q` and psql, as the mail role over TCP, must answer before
+#     the runs.
+#   - Queries are counted by PostgreSQL (idx_scan + seq_scan of users), read
+#     after the system has stopped and its connections are gone (a backend
+#     reports its counters when idle or at exit). virtual(8) looks the
+#     recipient up again at delivery: Postfix's count includes that.
+#
+# Notes (text, DIRECTORY=text)
+#   - One map file, $W/text/users; Postfix gets hash:FILE after `postmap
+#     -c <our dir> hash:FILE` (FILE.db beside it), Sluice reads the source
+#     file itself (kind = "text"). No directory process: directory_cpu_s and
+#     table_queries_per_msg are n/a.
 
 set -euo pipefail
 
@@ -145,7 +212,10 @@ SLUICE_BUILD=${SLUICE_BUILD:-1}
 generator_option "$@"
 # smtp-source only sends distinct recipients: that is its default there.
 [ "$GENERATOR" = smtp-source ] && RECIPIENTS=${RECIPIENTS_ENV:-distinct}
+DIRECTORY=${DIRECTORY:-ldap}
 LDAP_PORT=${LDAP_PORT:-55389}
+PG_PORT=${PG_PORT:-55432}
+PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
 POSTFIX_MAILLOG=${POSTFIX_MAILLOG:-1}
 KEEP=${KEEP:-0}
 FRESH_FS=${FRESH_FS:-1}
@@ -163,6 +233,13 @@ for s in $SYSTEMS; do
     case $s in sluice|postfix) ;; *) die "unknown system '$s' in SYSTEMS" ;; esac
 done
 case $RECIPIENTS in random|distinct) ;; *) die "RECIPIENTS is random or distinct (is '$RECIPIENTS')" ;; esac
+# DIR_LABEL: the directory's name in logs, comments and chart titles.
+case $DIRECTORY in
+ldap) DIR_LABEL=LDAP ;;
+pgsql) DIR_LABEL=PostgreSQL ;;
+text) DIR_LABEL="text map" ;;
+*) die "DIRECTORY is ldap, pgsql or text (is '$DIRECTORY')" ;;
+esac
 case $GENERATOR in
 sluice) ;;
 smtp-source)
@@ -173,25 +250,40 @@ smtp-source)
 *) die "GENERATOR must be sluice or smtp-source (is '$GENERATOR')" ;;
 esac
 [[ $COUNT =~ ^[0-9]+$ ]] || die "COUNT must be a number (is '$COUNT')"
-# Output file names: the random variant keeps the historical ones.
+# Output file names: the random variant with LDAP keeps the historical ones;
+# another directory and then the other variant are added to them
+# (local-pgsql-distinct-...).
 TAG=local
-[ "$RECIPIENTS" = random ] || TAG=local-$RECIPIENTS
-for v in DURATION USERS SESSIONS INTERVAL SIZE DRAIN_TIMEOUT SPOT_CHECKS LDAP_PORT; do
+[ "$DIRECTORY" = ldap ] || TAG=$TAG-$DIRECTORY
+[ "$RECIPIENTS" = random ] || TAG=$TAG-$RECIPIENTS
+for v in DURATION USERS SESSIONS INTERVAL SIZE DRAIN_TIMEOUT SPOT_CHECKS LDAP_PORT PG_PORT; do
     [[ ${!v} =~ ^[0-9]+$ ]] && [ "${!v}" -gt 0 ] || die "$v must be a positive integer (is '${!v}')"
 done
 require_root
 
 # ------------------------------------------------------------- installs ----
 ensure_packages() {
-    local pkgs=()
-    command -v slapd >/dev/null 2>&1 || pkgs+=(slapd)
-    command -v slapadd >/dev/null 2>&1 || pkgs+=(slapd)
-    command -v ldapsearch >/dev/null 2>&1 || pkgs+=(ldap-utils)
+    local pkgs=() pg_installed=1
+    if [ "$DIRECTORY" = ldap ]; then
+        command -v slapd >/dev/null 2>&1 || pkgs+=(slapd)
+        command -v slapadd >/dev/null 2>&1 || pkgs+=(slapd)
+        command -v ldapsearch >/dev/null 2>&1 || pkgs+=(ldap-utils)
+    fi
     command -v postfix >/dev/null 2>&1 || pkgs+=(postfix)
     # (not `postconf -m`: it needs an /etc/postfix/main.cf, which a "No
     # configuration" install does not have)
-    dpkg-query -W -f='${Status}' postfix-ldap 2>/dev/null | grep -q 'ok installed' \
-        || pkgs+=(postfix-ldap)
+    case $DIRECTORY in
+    ldap)
+        dpkg-query -W -f='${Status}' postfix-ldap 2>/dev/null | grep -q 'ok installed' \
+            || pkgs+=(postfix-ldap) ;;
+    pgsql)
+        dpkg-query -W -f='${Status}' postfix-pgsql 2>/dev/null | grep -q 'ok installed' \
+            || pkgs+=(postfix-pgsql)
+        if [ ! -x "$PG_BIN/postgres" ] || [ ! -x "$PG_BIN/initdb" ] || [ ! -x "$PG_BIN/psql" ]; then
+            pkgs+=(postgresql-15 postgresql-client-15)
+            pg_installed=0
+        fi ;;
+    esac
     command -v ss >/dev/null 2>&1 || pkgs+=(iproute2)
     command -v python3 >/dev/null 2>&1 || pkgs+=(python3)
     [ "$GENERATOR" = smtp-source ] && ! command -v smtp-source >/dev/null 2>&1 && pkgs+=(postfix)
@@ -207,6 +299,12 @@ EOF
     apt_install "${pkgs[@]}"
     # Should a package have started a system daemon anyway, stop it.
     stop_system_postfix
+    # postgresql-15 creates and starts the system cluster "main" (5432):
+    # stop it, so that it takes no CPU during the runs.
+    if [ "$pg_installed" = 0 ] && command -v pg_ctlcluster >/dev/null 2>&1; then
+        log "stopping the system PostgreSQL cluster the package started"
+        pg_ctlcluster 15 main stop >&2 2>/dev/null || true
+    fi
 }
 
 needs_sluice_binary() {
@@ -229,11 +327,15 @@ ensure_sluice_generator() {
 # ------------------------------------------------------------ temp dir -----
 make_workdir local      # W, PF, PF_ETC
 LD="$W/ldap"            # slapd: $LD/slapd.conf, $LD/db, $LD/users.ldif
+PGW="$W/pgsql"          # PostgreSQL: $PGW/data, $PGW/sock, $PGW/mailboxes.cf
+PG_CF="$PGW/mailboxes.cf"   # the pgsql_table(5) query file both systems read
+TEXT_MAP="$W/text/users"    # DIRECTORY=text: the map (and users.db for Postfix)
 PF_MAIL="$W/postfix-mail"
 SL_VAR="$W/sluice-var"
 SL_MAIL="$W/sluice-mail"
 
 SLAPD_PID=""
+PG_PID=""
 SLUICE_PID=""
 GEN_PID=""
 TICKER_PID=""
@@ -245,6 +347,8 @@ cleanup_processes() {
     kill_wait "$SLUICE_PID" TERM 30
     stop_postfix_instance
     kill_wait "$SLAPD_PID" TERM 15
+    # SIGINT: PostgreSQL's fast shutdown (TERM would wait for the clients).
+    kill_wait "$PG_PID" INT 30
 }
 install_cleanup_traps
 
@@ -334,6 +438,182 @@ start_slapd() {
     log "slapd: up on ldap://$HOST:$LDAP_PORT/ (pid $SLAPD_PID), lookups verified"
 }
 
+# users_pairs SEP: for every user "userN@example.com<SEP>example.com/userN/Maildir/",
+# and with GENERATOR=smtp-source a second address of the same user,
+# "<N>user@example.com" (the recipients of its -N; the LDIF's second mail).
+users_pairs() {
+    awk -v n="$USERS" -v dom="$DOMAIN" -v sep="$1" \
+        -v seq="$([ "$GENERATOR" = smtp-source ] && echo 1 || echo 0)" 'BEGIN {
+        for (i = 1; i <= n; i++) {
+            printf "user%d@%s%s%s/user%d/Maildir/\n", i, dom, sep, dom, i
+            if (seq) printf "%duser@%s%s%s/user%d/Maildir/\n", i, dom, sep, dom, i
+        }
+    }'
+}
+users_rows() { [ "$GENERATOR" = smtp-source ] && echo $((2 * USERS)) || echo "$USERS"; }
+
+# ----------------------------------------------------------- postgresql ----
+# An own cluster (initdb as the postgres OS user) in $PGW/data, postgres in
+# the foreground as a child of this script on $HOST:$PG_PORT and a socket in
+# $PGW/sock (mode 700: root and postgres only). The script's psql connects
+# through the socket as postgres (trust); the mail role over TCP with a
+# password, as Postfix and Sluice do.
+PG_PASSWORD=mailbench
+as_postgres() {  # as_postgres CMD...: CMD as the postgres OS user, in /
+    (cd / && exec setpriv --reuid=postgres --regid=postgres --init-groups -- "$@")
+}
+pg_psql() {  # pg_psql DB [ARGS...]: psql as postgres through the socket
+    local db=$1
+    shift
+    as_postgres "$PG_BIN/psql" -X -q -A -t -v ON_ERROR_STOP=1 -h "$PGW/sock" -p "$PG_PORT" \
+        -U postgres -d "$db" "$@"
+}
+
+setup_pgsql() {
+    listening "$PG_PORT" && die "port $PG_PORT is already in use"
+    mkdir -p "$PGW/data" "$PGW/sock"
+    chown postgres:postgres "$PGW" "$PGW/data" "$PGW/sock"
+    chmod 700 "$PGW/data" "$PGW/sock"
+    # -N: no fsync of the new cluster (run_one syncs before each run).
+    as_postgres "$PG_BIN/initdb" -D "$PGW/data" -U postgres -E UTF8 --locale=C \
+        --auth-local=trust --auth-host=scram-sha-256 -N >"$PGW/initdb.log" 2>&1 || {
+        tail -20 "$PGW/initdb.log" >&2; die "initdb failed"
+    }
+    # Postfix opens one connection per proxymap process (up to
+    # default_process_limit), Sluice a pool: room for both.
+    cat >>"$PGW/data/postgresql.conf" <<EOF
+
+# bench/local.sh (DIRECTORY=pgsql); defaults otherwise
+listen_addresses = '$HOST'
+port = $PG_PORT
+unix_socket_directories = '$PGW/sock'
+max_connections = $((SESSIONS * 2 + 100))
+logging_collector = off
+EOF
+    # The query file (pgsql_table(5)) both systems read.
+    cat >"$PG_CF" <<EOF
+# pgsql_table(5) for workload L (bench/local.sh): Postfix reads it as
+# proxy:pgsql:$PG_CF, Sluice as [tables.users] kind = "pgsql".
+hosts = inet:$HOST:$PG_PORT
+user = mail
+password = $PG_PASSWORD
+dbname = mail
+query = SELECT maildir FROM users WHERE email='%s'
+EOF
+    chmod 644 "$PG_CF"
+}
+
+start_pgsql() {
+    (cd / && exec setpriv --reuid=postgres --regid=postgres --init-groups -- \
+        "$PG_BIN/postgres" -D "$PGW/data") >"$PGW/postgres.log" 2>&1 &
+    PG_PID=$!
+    local i
+    for ((i = 0; i < 600; i++)); do
+        "$PG_BIN/pg_isready" -q -h "$PGW/sock" -p "$PG_PORT" && break
+        kill -0 "$PG_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    "$PG_BIN/pg_isready" -q -h "$PGW/sock" -p "$PG_PORT" && listening "$PG_PORT" || {
+        tail -20 "$PGW/postgres.log" >&2; die "PostgreSQL did not come up on $HOST:$PG_PORT"
+    }
+    log "postgresql: up on $HOST:$PG_PORT (pid $PG_PID)"
+}
+
+# load_pgsql: role and database mail, the users by COPY into a table without
+# its index, then the primary key, VACUUM (FREEZE, ANALYZE) and a
+# checkpoint (nothing left for autovacuum or hint-bit writes during the
+# runs); then the first and the one past the last user asked as the mail
+# role over TCP.
+load_pgsql() {
+    local t0=$SECONDS rows h
+    rows=$(users_rows)
+    users_pairs '\t' >"$PGW/users.tsv"
+    chmod 644 "$PGW/users.tsv"
+    log "postgresql: loading $rows rows ($(du -h "$PGW/users.tsv" | cut -f1)) with COPY"
+    pg_psql postgres >"$PGW/load.log" 2>&1 <<EOF || { cat "$PGW/load.log" >&2; die "creating role and database mail failed"; }
+CREATE ROLE mail LOGIN PASSWORD '$PG_PASSWORD';
+CREATE DATABASE mail OWNER mail;
+EOF
+    pg_psql mail >>"$PGW/load.log" 2>&1 <<EOF || { cat "$PGW/load.log" >&2; die "loading the users failed"; }
+CREATE TABLE users (email text NOT NULL, maildir text NOT NULL);
+COPY users FROM '$PGW/users.tsv';
+ALTER TABLE users ADD PRIMARY KEY (email);
+ALTER TABLE users OWNER TO mail;
+VACUUM (FREEZE, ANALYZE) users;
+CHECKPOINT;
+EOF
+    [ "$KEEP" = 1 ] || rm -f "$PGW/users.tsv"
+    h=$(pg_psql mail -c "SELECT count(*) FROM users")
+    [ "$h" = "$rows" ] || die "postgresql: users holds '$h' rows, not $rows"
+    log "postgresql: loaded $rows rows in $((SECONDS - t0)) s ($(du -sh "$PGW/data" | cut -f1) on disk)"
+    h=$(pg_mail_query "user$USERS@$DOMAIN")
+    [ "$h" = "$DOMAIN/user$USERS/Maildir/" ] || die "psql as mail: user$USERS@$DOMAIN gave '$h'"
+    h=$(pg_mail_query "user$((USERS + 1))@$DOMAIN")
+    [ -z "$h" ] || die "psql as mail: user$((USERS + 1))@$DOMAIN gave '$h'"
+    log "postgresql: lookups as the mail role over TCP verified"
+}
+pg_mail_query() {  # the query file's query, as the mail role over TCP
+    PGPASSWORD=$PG_PASSWORD "$PG_BIN/psql" -X -q -A -t -v ON_ERROR_STOP=1 -h "$HOST" \
+        -p "$PG_PORT" -U mail -d mail -c "SELECT maildir FROM users WHERE email='$1'"
+}
+
+# CPU seconds of every PostgreSQL server process so far: the postmaster and
+# its living children (backends, checkpointer, walwriter, autovacuum ...),
+# each with its reaped children (cutime/cstime: the postmaster's hold the
+# backends that have exited).
+pg_cpu_s() {
+    [ -n "$PG_PID" ] || { echo n/a; return 0; }
+    local p
+    for p in "$PG_PID" $(pgrep -P "$PG_PID" || true); do
+        cat "/proc/$p/stat" 2>/dev/null || true
+    done | awk -v hz="$(getconf CLK_TCK)" '
+        { sub(/^.*\) /, ""); split($0, f, " "); t += f[12] + f[13] + f[14] + f[15]; n++ }
+        END { if (n) printf "%.2f", t / hz; else print "n/a" }'
+}
+
+# Scans of table users so far (index + sequential: one per SELECT, whoever
+# asks), as PostgreSQL counts them.
+pg_table_scans() {
+    pg_psql mail -c "SELECT coalesce(idx_scan, 0) + coalesce(seq_scan, 0) FROM pg_stat_user_tables WHERE relname = 'users'" 2>/dev/null || true
+}
+pg_connections() {  # connections to database mail but the asker's
+    pg_psql postgres -c "SELECT count(*) FROM pg_stat_activity WHERE datname = 'mail' AND pid <> pg_backend_pid()" 2>/dev/null || echo "?"
+}
+# A backend reports its counters when idle (at most a second late) or at
+# exit: after a system stopped, wait (at most 15 s) until its connections
+# are gone, then a second more.
+pg_wait_idle() {
+    local i
+    for ((i = 0; i < 150; i++)); do
+        [ "$(pg_connections)" = 0 ] && break
+        sleep 0.1
+    done
+    sleep 1
+}
+
+# ----------------------------------------------------------------- text ----
+# DIRECTORY=text: one map file, "userN@example.com example.com/userN/Maildir/"
+# (postmap's source format): Sluice reads it, Postfix its .db (postmap in
+# setup_postfix_map).
+setup_text() {
+    local t0=$SECONDS
+    mkdir -p "$(dirname "$TEXT_MAP")"
+    users_pairs ' ' >"$TEXT_MAP"
+    chmod 644 "$TEXT_MAP"
+    log "text map: $(users_rows) lines ($(du -h "$TEXT_MAP" | cut -f1)) in $TEXT_MAP in $((SECONDS - t0)) s"
+}
+
+directory_cpu_s() {
+    case $DIRECTORY in
+    ldap) slapd_cpu_s ;;
+    pgsql) pg_cpu_s ;;
+    text) echo n/a ;;
+    esac
+}
+directory_queries() {  # the directory's own count of queries, where it has one
+    if [ "$DIRECTORY" = pgsql ]; then pg_table_scans; fi
+}
+
 # --------------------------------------------------------------- sluice ----
 # fresh_dirs DIR...: empty directories, each on a new file system when
 # FRESH_FS=1 (see fresh_fs in lib/common.sh).
@@ -361,12 +641,7 @@ mailbox_table = "users"
 maildir_base = "$SL_MAIL"
 maildir_sync = "${MAILDIR_SYNC:-batch}"
 
-[tables.users]
-kind = "ldap"
-uris = ["ldap://$HOST:$LDAP_PORT"]
-base = "$PEOPLE"
-filter = "(mail=%s)"
-attributes = ["homeDirectory"]
+$(sluice_table_toml)
 
 # Mail to domains with no route (bounces) looks up MX records: point
 # the resolver at a port where nothing answers, so no query leaves the
@@ -378,6 +653,16 @@ attempts = 1
 EOF
     # Experiments: more configuration appended as is (\n for new lines).
     [ -z "${SLUICE_CONF_EXTRA:-}" ] || printf '%b\n' "$SLUICE_CONF_EXTRA" >>"$W/sluice.toml"
+    # A table other than the ldap one: Sluice must read it before serving.
+    if [ "$DIRECTORY" != ldap ]; then
+        local h
+        h=$("$SLUICE" lookup --config "$W/sluice.toml" users "user$USERS@$DOMAIN" 2>"$W/sluice-lookup.err") || true
+        if [ "$h" != "$DOMAIN/user$USERS/Maildir/" ]; then
+            log "sluice lookup users user$USERS@$DOMAIN gave '$h': $(head -3 "$W/sluice-lookup.err")"
+            return 1
+        fi
+        log "sluice: lookup in the $DIR_LABEL table verified"
+    fi
     # In the CPU cgroup (cg_exec), so its CPU is measured as Postfix's is.
     (cg_exec "$SLUICE" serve --config "$W/sluice.toml" >"$W/sluice.out" 2>&1) &
     SLUICE_PID=$!
@@ -386,6 +671,35 @@ EOF
         tail -20 "$SL_VAR/maillog" >&2 2>/dev/null || true
         return 1
     }
+}
+
+# Sluice's mailbox table, named users in every variant (its counters are
+# logged as "table users: ..."). Cache settings: the defaults, the same for
+# every kind.
+sluice_table_toml() {
+    case $DIRECTORY in
+    ldap) cat <<EOF
+[tables.users]
+kind = "ldap"
+uris = ["ldap://$HOST:$LDAP_PORT"]
+base = "$PEOPLE"
+filter = "(mail=%s)"
+attributes = ["homeDirectory"]
+EOF
+    ;;
+    pgsql) cat <<EOF
+[tables.users]
+kind = "pgsql"
+path = "$PG_CF"
+EOF
+    ;;
+    text) cat <<EOF
+[tables.users]
+kind = "text"
+path = "$TEXT_MAP"
+EOF
+    ;;
+    esac
 }
 
 stop_sluice() {
@@ -406,7 +720,10 @@ setup_postfix() {
     prepare_postfix_instance
     VMAIL_UID=$(id -u postfix)
     VMAIL_GID=$(id -g postfix)
-    cat >"$PF_ETC/ldap-users.cf" <<EOF
+    local maps map_type failure
+    case $DIRECTORY in
+    ldap)
+        cat >"$PF_ETC/ldap-users.cf" <<EOF
 server_host = ldap://$HOST:$LDAP_PORT
 search_base = $PEOPLE
 query_filter = (mail=%s)
@@ -414,11 +731,15 @@ result_attribute = homeDirectory
 version = 3
 bind = no
 EOF
-    chmod 644 "$PF_ETC/ldap-users.cf"
+        chmod 644 "$PF_ETC/ldap-users.cf"
+        maps="ldap:$PF_ETC/ldap-users.cf" map_type=ldap failure="an LDAP failure" ;;
+    pgsql) maps="proxy:pgsql:$PG_CF" map_type=pgsql failure="a PostgreSQL failure" ;;
+    text) maps="hash:$TEXT_MAP" map_type=hash failure="an unreadable map" ;;
+    esac
     {
         cat <<EOF
 # Postfix instance for workload L (bench/local.sh): virtual mailboxes in
-# Maildirs, recipients validated in LDAP at RCPT time. Postfix defaults
+# Maildirs, recipients validated in $DIR_LABEL at RCPT time. Postfix defaults
 # otherwise (fsync on, default process and concurrency limits).
 EOF
         postfix_main_cf_instance postfix.bench bench
@@ -436,11 +757,11 @@ append_dot_mydomain = no
 biff = no
 virtual_mailbox_domains = $DOMAIN
 virtual_mailbox_base = $PF_MAIL
-virtual_mailbox_maps = ldap:$PF_ETC/ldap-users.cf
+virtual_mailbox_maps = $maps
 virtual_uid_maps = static:$VMAIL_UID
 virtual_gid_maps = static:$VMAIL_GID
 virtual_transport = virtual
-# Unknown users: 550 5.1.1 at RCPT (an LDAP failure gives 451 4.3.0).
+# Unknown users: 550 5.1.1 at RCPT ($failure gives 451 4.3.0).
 smtpd_reject_unlisted_recipient = yes
 unknown_virtual_mailbox_reject_code = 550
 
@@ -457,7 +778,32 @@ EOF
     } >"$PF_ETC/main.cf"
     # master.cf: every service with chroot off; smtpd only on 127.0.0.1:55125.
     write_postfix_master_cf "$SMTP_PORT"
-    postconf -c "$PF_ETC" -m | grep -qx ldap || die "postconf -m: no ldap map type (install postfix-ldap)"
+    postconf -c "$PF_ETC" -m | grep -qx "$map_type" \
+        || die "postconf -m: no $map_type map type$([ "$map_type" = hash ] || echo " (install postfix-$map_type)")"
+    setup_postfix_map
+}
+
+# setup_postfix_map: DIRECTORY=text: postmap the map (hash: FILE.db); then,
+# pgsql and text, Postfix must find the last user and not the one after it
+# (postmap -q, through the instance's configuration; pgsql: not through
+# proxy:, which needs the running instance).
+setup_postfix_map() {
+    local spec h t0=$SECONDS
+    case $DIRECTORY in
+    ldap) return 0 ;;
+    pgsql) spec="pgsql:$PG_CF" ;;
+    text)
+        spec="hash:$TEXT_MAP"
+        postmap -c "$PF_ETC" "$spec" || die "postmap $spec failed"
+        chmod 644 "$TEXT_MAP.db"
+        log "postfix: postmap $spec in $((SECONDS - t0)) s ($(du -h "$TEXT_MAP.db" | cut -f1))" ;;
+    esac
+    h=$(postmap -c "$PF_ETC" -q "user$USERS@$DOMAIN" "$spec") || true
+    [ "$h" = "$DOMAIN/user$USERS/Maildir/" ] || die "postmap -q user$USERS@$DOMAIN $spec gave '$h'"
+    if h=$(postmap -c "$PF_ETC" -q "user$((USERS + 1))@$DOMAIN" "$spec"); then
+        die "postmap -q user$((USERS + 1))@$DOMAIN $spec found '$h'"
+    fi
+    log "postfix: postmap -q $spec verified"
 }
 
 start_postfix() {
@@ -697,7 +1043,10 @@ bench_field() {  # bench_field NAME: the value of NAME= on the BENCH line
 # ------------------------------------------------------------------ runs ----
 GEN_END=0
 GEN_START=0
-declare -A R_PERSEC R_GENSECS R_LASTDEL R_FAIL R_ACC R_ERR R_5XX R_4XX R_DELIV R_DRAIN R_CPU R_CSV R_MTA_CPU R_FLUSH R_SLAPD R_LDAPQ R_RATE R_GEN_S
+# R_DIRCPU: the directory's CPU (slapd_cpu_s, directory_cpu_s); R_OWNQ:
+# Sluice's own table counters per message (ldap_queries_per_msg,
+# sluice_queries_per_msg); R_TQ: table_queries_per_msg.
+declare -A R_PERSEC R_GENSECS R_LASTDEL R_FAIL R_ACC R_ERR R_5XX R_4XX R_DELIV R_DRAIN R_CPU R_CSV R_MTA_CPU R_FLUSH R_DIRCPU R_OWNQ R_TQ R_RATE R_GEN_S
 
 run_one() {
     local sys=$1 fail="" csv
@@ -729,9 +1078,10 @@ run_one() {
     log "=== $sys: generator ($GENERATOR, $SESSIONS sessions, $([ "$COUNT" -gt 0 ] && echo "$COUNT messages" || echo "$DURATION s"), $USERS users, $RECIPIENTS recipients); load average $(cut -d' ' -f1-3 /proc/loadavg)"
     ticker "$sys" &
     TICKER_PID=$!
-    local c0 c1 f0 s0
+    local c0 c1 f0 s0 q0
     cg_reset
-    f0=$(flushes); s0=$(slapd_cpu_s)
+    q0=$(directory_queries)
+    f0=$(flushes); s0=$(directory_cpu_s)
     c0=$(cpu_ticks)
     run_generator
     c1=$(cpu_ticks)
@@ -792,10 +1142,10 @@ run_one() {
     sleep 2
     R_MTA_CPU[$sys]=$(cg_cpu_s)
     local f1 s1
-    f1=$(flushes); s1=$(slapd_cpu_s)
-    R_FLUSH[$sys]=n/a; R_SLAPD[$sys]=n/a
+    f1=$(flushes); s1=$(directory_cpu_s)
+    R_FLUSH[$sys]=n/a; R_DIRCPU[$sys]=n/a
     [[ $f0 =~ ^[0-9]+$ && $f1 =~ ^[0-9]+$ ]] && R_FLUSH[$sys]=$((f1 - f0))
-    [[ $s0 =~ ^[0-9.]+$ && $s1 =~ ^[0-9.]+$ ]] && R_SLAPD[$sys]=$(fmt %.2f "$(calc "$s1 - $s0")")
+    [[ $s0 =~ ^[0-9.]+$ && $s1 =~ ^[0-9.]+$ ]] && R_DIRCPU[$sys]=$(fmt %.2f "$(calc "$s1 - $s0")")
     n=$(delivered_count "$sys")
     R_DELIV[$sys]=$n
     log "drain: $n files delivered, generator accepted ${acc:-?} (drained ${R_DRAIN[$sys]} s after the generator)"
@@ -810,20 +1160,36 @@ run_one() {
     [ -z "$SPOT_FAIL" ] || fail="${fail:+$fail,}$SPOT_FAIL"
     # The Maildirs stay until the end (removing a few hundred thousand
     # directories takes minutes; the EXIT trap does it after the report).
+    [ "$DIRECTORY" = pgsql ] && log "postgresql: $(pg_connections) connections to database mail at the end of the run"
     case $sys in
     sluice)
         stop_sluice
-        # The LDAP table's counters, logged at stop.
+        # The table's counters, logged at stop (the same line for every
+        # table kind that asks a server; none for text).
         local q
         q=$(grep -o 'table users: queries=[0-9]*' "$SL_VAR/maillog" 2>/dev/null | tail -1 | cut -d= -f2)
-        R_LDAPQ[$sys]=$(per_msg "${q:-}" "$n")
-        log "sluice: LDAP queries ${q:-n/a} for $n delivered; $(grep 'maildir: delivered' "$SL_VAR/maillog" | tail -1 | sed 's/.*maildir: //')"
+        R_OWNQ[$sys]=$(per_msg "${q:-}" "$n")
+        log "sluice: $DIR_LABEL queries ${q:-n/a} for $n delivered; $(grep 'maildir: delivered' "$SL_VAR/maillog" | tail -1 | sed 's/.*maildir: //')"
         ;;
     postfix)
         log "postfix queue at stop: $(postfix_queue_summary)"
         grep -c 'Temporary lookup failure' "$PF/maillog" 2>/dev/null \
             | sed 's/^/[local] postfix maillog: "Temporary lookup failure" lines: /' >&2 || true
         stop_postfix ;;
+    esac
+    # Queries per message as the directory counts them (pgsql), read once
+    # the system's connections are gone; else Sluice's own counters (ldap).
+    R_TQ[$sys]=n/a
+    case $DIRECTORY in
+    pgsql)
+        local q1
+        pg_wait_idle
+        q1=$(pg_table_scans)
+        if [[ $q0 =~ ^[0-9]+$ && $q1 =~ ^[0-9]+$ ]]; then
+            R_TQ[$sys]=$(per_msg "$((q1 - q0))" "$n")
+            log "postgresql: $((q1 - q0)) scans of table users for $n delivered"
+        fi ;;
+    ldap) R_TQ[$sys]=${R_OWNQ[$sys]:-n/a} ;;
     esac
     if [ -n "$fail" ]; then
         R_FAIL[$sys]=$fail
@@ -852,9 +1218,12 @@ if [ -n "$ifree" ] && [ "$ifree" -lt 6000000 ]; then
     log "WARNING: only $ifree free inodes on the file system of $W; a long run may fill it"
 fi
 
-log "workload L: systems=[$SYSTEMS] users=$USERS sessions=$SESSIONS duration=${DURATION}s generator=$GENERATOR tmp=$W"
-setup_slapd
-start_slapd
+log "workload L: systems=[$SYSTEMS] directory=$DIRECTORY users=$USERS sessions=$SESSIONS duration=${DURATION}s generator=$GENERATOR tmp=$W"
+case $DIRECTORY in
+ldap) setup_slapd; start_slapd ;;
+pgsql) setup_pgsql; start_pgsql; load_pgsql ;;
+text) setup_text ;;
+esac
 [[ " $SYSTEMS " == *" postfix "* ]] && setup_postfix
 
 for sys in $SYSTEMS; do
@@ -919,8 +1288,11 @@ for sys in $SYSTEMS; do
     l+=" delivered_per_min=${R_DPM[$sys]:-n/a} delivered_ratio_vs_postfix=${R_DRATIO[$sys]:-n/a}"
     l+=" cpu_ms_per_msg=$(per_msg "${R_MTA_CPU[$sys]:-n/a}" "${R_DELIV[$sys]:-0}" 1000)"
     l+=" flushes_per_msg=$(per_msg "${R_FLUSH[$sys]:-n/a}" "${R_DELIV[$sys]:-0}")"
-    l+=" slapd_cpu_s=${R_SLAPD[$sys]:-n/a} ldap_queries_per_msg=${R_LDAPQ[$sys]:-n/a}"
+    # (the LDAP names, where they always were: older lines stay comparable)
+    [ "$DIRECTORY" = ldap ] && l+=" slapd_cpu_s=${R_DIRCPU[$sys]:-n/a} ldap_queries_per_msg=${R_OWNQ[$sys]:-n/a}"
     [ "$sys" = sluice ] && l+=" maildir_sync=${MAILDIR_SYNC:-batch}"
+    l+=" directory=$DIRECTORY directory_cpu_s=${R_DIRCPU[$sys]:-n/a} table_queries_per_msg=${R_TQ[$sys]:-n/a}"
+    [ "$DIRECTORY" = pgsql ] && [ "$sys" = sluice ] && l+=" sluice_queries_per_msg=${R_OWNQ[$sys]:-n/a}"
     if [ -n "${R_FAIL[$sys]:-}" ]; then
         any_failed=1
         l+=" failed=${R_FAIL[$sys]}"
@@ -935,7 +1307,7 @@ for sys in $SYSTEMS; do
 done
 if [ ${#series[@]} -gt 0 ]; then
     python3 "$REPO/bench/chart.py" --out "$svg" --interval "$INTERVAL" --rows "$FULL" \
-        --title "Workload L ($RECIPIENTS recipients): local delivery, $USERS LDAP users, $SESSIONS sessions ($STAMP)" \
+        --title "Workload L ($RECIPIENTS recipients): local delivery, $USERS $DIR_LABEL users, $SESSIONS sessions ($STAMP)" \
         "${series[@]}" && log "chart: $svg" || log "chart.py failed"
 fi
 
@@ -952,7 +1324,7 @@ if [ ${#series[@]} -gt 0 ]; then
     svg="$RESULTS_DIR/$TAG-$STAMP-s$SESSIONS-delivered.svg"
     python3 "$REPO/bench/chart.py" --out "$svg" --interval 1 --raw --column 1 \
         --ylabel "delivered per second" --unit " msg/s" \
-        --title "Workload L ($GENERATOR, $SESSIONS sessions): deliveries per second from the generator's start (generator ran:$gens)" \
+        --title "Workload L ($GENERATOR, $SESSIONS sessions$([ "$DIRECTORY" = ldap ] || echo ", $DIR_LABEL users")): deliveries per second from the generator's start (generator ran:$gens)" \
         "${series[@]}" && log "chart: $svg" || log "chart.py failed"
 fi
 
