@@ -985,6 +985,9 @@ run_generator() {
     rm -f "$W/gen.time"
     [ -x /usr/bin/time ] && cmd=(/usr/bin/time -f '%U %S %e' -o "$W/gen.time" "${cmd[@]}")
     GEN_RC=0
+    # (created first: else the tail below may look before the background
+    # job has opened it, and give up)
+    : >"$W/gen.out"
     GEN_START=$(date +%s.%N)
     timeout -k 10 $((DURATION + 300)) "${cmd[@]}" >"$W/gen.out" 2>"$W/gen.err" &
     GEN_PID=$!
