@@ -177,8 +177,11 @@
 #     the runs.
 #   - Queries are counted by PostgreSQL (idx_scan + seq_scan of users), read
 #     after the system has stopped and its connections are gone (a backend
-#     reports its counters when idle or at exit). virtual(8) looks the
-#     recipient up again at delivery: Postfix's count includes that.
+#     reports its counters when idle, up to 10 s late, or at exit; the count
+#     starts 11 s after the smoke test for the same reason). virtual(8)
+#     looks the recipient up again at delivery: Postfix's count includes
+#     that (2 per message; an unknown user costs 2 at RCPT, user@domain
+#     and @domain).
 #
 # Notes (text, DIRECTORY=text)
 #   - One map file, $W/text/users; Postfix gets hash:FILE after `postmap
