@@ -1177,7 +1177,7 @@ run_one() {
         # The table's counters, logged at stop (the same line for every
         # table kind that asks a server; none for text).
         local q
-        q=$(grep -o 'table users: queries=[0-9]*' "$SL_VAR/maillog" 2>/dev/null | tail -1 | cut -d= -f2)
+        q=$(grep -o 'table users: queries=[0-9]*' "$SL_VAR/maillog" 2>/dev/null | tail -1 | cut -d= -f2 || true)
         R_OWNQ[$sys]=$(per_msg "${q:-}" "$n")
         log "sluice: $DIR_LABEL queries ${q:-n/a} for $n delivered; $(grep 'maildir: delivered' "$SL_VAR/maillog" | tail -1 | sed 's/.*maildir: //')"
         ;;
