@@ -17,7 +17,9 @@ pub mod cidr;
 mod ldap;
 pub mod pattern;
 pub mod search;
+pub mod socketmap;
 mod static_file;
+pub mod tcp;
 pub mod text;
 
 use std::sync::atomic::{AtomicU64, Ordering};
