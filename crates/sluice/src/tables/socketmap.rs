@@ -31,6 +31,7 @@ pub(crate) use endpoint::printable;
 pub use endpoint::{Endpoint, RemoteError, ServerClass, POSTFIX_TIMEOUT};
 use netstring::NetstringError;
 use pool::{AttemptFuture, Conn, Pool};
+pub use pool::{MAX_CONNECTIONS, MAX_IDLE_CONNECTIONS};
 
 /// Postfix's reply size limit (`DICT_SOCKMAP_DEF_MAX_REPLY`), without the
 /// netstring framing.
