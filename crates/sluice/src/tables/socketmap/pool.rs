@@ -12,10 +12,11 @@
 //! time limit.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::io::BufReader;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 
 use super::endpoint::{Endpoint, Io, RemoteError};
 
@@ -151,3 +152,72 @@ where
 /// One attempt's future.
 pub(crate) type AttemptFuture<'c, T> =
     std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, RemoteError>> + Send + 'c>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lent(pool: &Pool) -> Conn {
+        let (ours, _theirs) = tokio::io::duplex(64);
+        Conn {
+            io: BufReader::new(Box::new(ours)),
+            born: Instant::now(),
+            _permit: pool.permits.clone().try_acquire_owned().unwrap(),
+        }
+    }
+
+    fn pool() -> Pool {
+        Pool::new(Endpoint::Unix("/nonexistent".into()))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_connections_expire_as_postfix_s() {
+        let p = pool();
+        p.put(lent(&p));
+        assert!(p.take_idle().is_some(), "a connection just used is reused");
+        p.put(lent(&p));
+        tokio::time::advance(MAX_IDLE).await;
+        assert!(p.take_idle().is_none(), "idle for {MAX_IDLE:?}: closed");
+        let old = lent(&p);
+        tokio::time::advance(MAX_TTL).await;
+        p.put(old);
+        assert!(p.take_idle().is_none(), "older than {MAX_TTL:?}: closed");
+    }
+
+    #[tokio::test]
+    async fn the_pool_is_bounded() {
+        let p = pool();
+        for _ in 0..MAX_IDLE_CONNECTIONS + 3 {
+            p.put(lent(&p));
+        }
+        assert_eq!(p.idle.lock().unwrap().len(), MAX_IDLE_CONNECTIONS);
+        let held: Vec<Conn> = (0..MAX_CONNECTIONS).map(|_| lent(&p)).collect();
+        assert!(
+            p.permits.clone().try_acquire_owned().is_err(),
+            "no more than {MAX_CONNECTIONS}"
+        );
+        drop(held);
+        assert!(p.permits.clone().try_acquire_owned().is_ok());
+    }
+
+    #[tokio::test]
+    async fn unread_bytes_close_the_connection() {
+        let p = pool();
+        let (ours, mut theirs) = tokio::io::duplex(64);
+        tokio::io::AsyncWriteExt::write_all(&mut theirs, b"5:extra,")
+            .await
+            .unwrap();
+        let mut conn = Conn {
+            io: BufReader::new(Box::new(ours)),
+            born: Instant::now(),
+            _permit: p.permits.clone().try_acquire_owned().unwrap(),
+        };
+        // Read part of it: the rest is buffered, unread.
+        let mut first = [0u8; 2];
+        tokio::io::AsyncReadExt::read_exact(&mut conn.io, &mut first)
+            .await
+            .unwrap();
+        p.put(conn);
+        assert!(p.take_idle().is_none());
+    }
+}
