@@ -60,6 +60,7 @@ mod shadow_trust;
 mod small_disk;
 mod smuggling;
 mod strictness;
+mod tables_lookup;
 mod tables_postmap;
 mod tables_remote;
 mod tables_text;
