@@ -37,7 +37,9 @@ mod ldap;
 mod ldap_cf;
 pub mod pattern;
 pub mod search;
+pub mod socketmap;
 pub mod spec;
+pub mod tcp;
 pub mod text;
 
 use std::sync::Arc;

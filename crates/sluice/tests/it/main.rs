@@ -62,5 +62,6 @@ mod smuggling;
 mod strictness;
 mod tables_lookup;
 mod tables_postmap;
+mod tables_remote;
 mod tables_text;
 mod tls_auth;

@@ -14,6 +14,7 @@ pub mod nsd;
 pub mod opendkim;
 pub mod pebble;
 pub mod postgrey;
+pub mod postsrsd;
 pub mod redis;
 pub mod rspamd;
 pub mod scripted;
