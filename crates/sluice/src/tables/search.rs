@@ -22,7 +22,18 @@
 //! `double-bounce`, nor (with `-` among the delimiters and
 //! `owner_request_special`) for `owner-…` and `…-request`; never when the
 //! local part would be empty (`+ext`). `user+` splits, with an empty
-//! extension.
+//! extension. The extension a key left out keeps its delimiter (`-last`
+//! with `recipient_delimiter = +-`), and [`mapped_address`] puts it back
+//! on what was found, as `propagate_unmatched_extensions` says.
+//!
+//! For a domain in a domain list ([`domain_keys`]): the domain, then its
+//! parents, as `parent.example` or `.parent.example` after
+//! `parent_domain_matches_subdomains`.
+//!
+//! The order, the splitting, the extension put back and the parent
+//! domains are held to the real Postfix's by the differential test
+//! `tests/it/tables_search.rs` (virtual_alias_maps and relay_domains of
+//! an isolated Postfix, `tests/it/common/postfix.rs`).
 //!
 //! Pure: no table, no I/O. Case is left as given; each table folds keys
 //! as Postfix's does (fixed tables lower-case them).
@@ -48,9 +59,12 @@ pub struct Key<'a> {
     /// Only the full address is not partial; pattern tables skip partial
     /// keys.
     pub partial: bool,
-    /// The extension this key left out (without its delimiter), for
-    /// `propagate_unmatched_extensions`.
-    pub dropped: Option<&'a str>,
+    /// The extension this key left out, *with* its delimiter (`+ext`,
+    /// `-ext`: Postfix's saved extension), for
+    /// `propagate_unmatched_extensions` ([`mapped_address`]). Set for
+    /// `user@domain` and `user` only: `@domain` and `user+ext` leave
+    /// nothing out.
+    pub extension: Option<&'a str>,
 }
 
 /// The extension of `local`, if Postfix would split it: the local part
@@ -84,7 +98,7 @@ pub fn address_keys<'a>(address: &'a str, rules: &Rules<'_>) -> Vec<Key<'a>> {
     let full = Key {
         text: Cow::Borrowed(address),
         partial: false,
-        dropped: None,
+        extension: None,
     };
     let Some(at) = address.rfind('@') else {
         return vec![full];
@@ -92,21 +106,93 @@ pub fn address_keys<'a>(address: &'a str, rules: &Rules<'_>) -> Vec<Key<'a>> {
     let (local, domain) = (&address[..at], &address[at + 1..]);
     let split = split_extension(local, rules);
     let mut keys = vec![full];
-    let partial = |text: Cow<'a, str>, dropped| Key {
+    let partial = |text: Cow<'a, str>, extension| Key {
         text,
         partial: true,
-        dropped,
+        extension,
     };
-    if let Some((bare, ext)) = split {
-        keys.push(partial(format!("{bare}@{domain}").into(), Some(ext)));
+    // The extension with its delimiter: what follows the bare local part.
+    let split = split.map(|(bare, _)| (bare, &local[bare.len()..]));
+    if let Some((bare, extension)) = split {
+        keys.push(partial(format!("{bare}@{domain}").into(), Some(extension)));
     }
     if rules.local {
         keys.push(partial(Cow::Borrowed(local), None));
-        if let Some((bare, ext)) = split {
-            keys.push(partial(Cow::Borrowed(bare), Some(ext)));
+        if let Some((bare, extension)) = split {
+            keys.push(partial(Cow::Borrowed(bare), Some(extension)));
         }
     }
     keys.push(partial(Cow::Borrowed(&address[at..]), None));
+    keys
+}
+
+/// What a value found for `address` makes of it, one address of the
+/// value (Postfix's mail_addr_map; a value listing several addresses is
+/// split by the caller and each is passed here):
+///
+/// - a value `@domain` keeps the address's local part, less the
+///   extension its key left out: `user+ext@a` found under `@a` with
+///   `@b` gives `user+ext@b`;
+/// - with `propagate` (`propagate_unmatched_extensions` names the
+///   table's use: canonical and virtual by default), the extension the
+///   key left out is put back ([`propagate_extension`]).
+pub fn mapped_address(
+    address: &str,
+    found: &str,
+    extension: Option<&str>,
+    propagate: bool,
+) -> String {
+    let value = match found.strip_prefix('@') {
+        Some(_) => {
+            let local = address.rfind('@').map_or(address, |at| &address[..at]);
+            let local = local.strip_suffix(extension.unwrap_or("")).unwrap_or(local);
+            format!("{local}{found}")
+        }
+        None => found.to_string(),
+    };
+    match extension {
+        Some(extension) if propagate => propagate_extension(&value, extension),
+        _ => value,
+    }
+}
+
+/// `target` with `extension` (its delimiter included) put before its
+/// last `@`, or at its end when it has none; as Postfix does, even when
+/// `target` has an extension already.
+pub fn propagate_extension(target: &str, extension: &str) -> String {
+    match target.rfind('@') {
+        Some(at) => format!("{}{extension}{}", &target[..at], &target[at..]),
+        None => format!("{target}{extension}"),
+    }
+}
+
+/// The keys a domain is looked up under in a table named in a domain
+/// list (`relay_domains`, `mydestination`, `virtual_alias_domains` …:
+/// Postfix's match_hostname), in order: the domain itself, then at each
+/// dot after its first character the rest, as a parent
+/// (`sub.example.com`, `example.com`, `com`) when the list is named in
+/// `parent_domain_matches_subdomains`, else with its leading dot
+/// (`sub.example.com`, `.example.com`, `.com`): so a `.example.com`
+/// entry means "strict subdomains" only without the flag, and an
+/// `example.com` entry covers its subdomains only with it.
+///
+/// Only the first key is full: Postfix asks pattern tables (regexp,
+/// pcre, cidr) the domain itself only. (The access maps of
+/// `check_*_access` walk the same keys, but not for a numeric address;
+/// the caller skips the parents there.) Case is left as given; an empty
+/// domain has no keys.
+pub fn domain_keys(domain: &str, parent_matches_subdomains: bool) -> Vec<&str> {
+    let mut keys = Vec::new();
+    let mut at = 0;
+    while at < domain.len() {
+        keys.push(&domain[at..]);
+        // Byte search: a dot is never inside a UTF-8 sequence, so every
+        // cut is on a character boundary.
+        let Some(dot) = domain.as_bytes()[at + 1..].iter().position(|&b| b == b'.') else {
+            break;
+        };
+        at += 1 + dot + usize::from(parent_matches_subdomains);
+    }
     keys
 }
 
@@ -135,7 +221,8 @@ mod tests {
         );
         let keys = address_keys("user+ext@example.com", &PLUS);
         assert!(!keys[0].partial && keys[1].partial && keys[2].partial);
-        assert_eq!(keys[1].dropped, Some("ext"));
+        assert_eq!(keys[1].extension, Some("+ext"));
+        assert_eq!(keys[2].extension, None);
     }
 
     #[test]
@@ -197,5 +284,48 @@ mod tests {
     fn an_empty_local_part_is_never_made() {
         assert_eq!(split_extension("+ext", &PLUS), None);
         assert_eq!(split_extension("user+", &PLUS), Some(("user", "")));
+    }
+
+    #[test]
+    fn an_unmatched_extension_is_put_back_with_its_delimiter() {
+        let dash = Rules {
+            delimiters: "+-",
+            ..PLUS
+        };
+        let keys = address_keys("first-last@example.com", &dash);
+        assert_eq!(keys[1].text, "first@example.com");
+        assert_eq!(keys[1].extension, Some("-last"));
+        let to = |found, key: &Key, propagate| {
+            mapped_address("first-last@example.com", found, key.extension, propagate)
+        };
+        assert_eq!(to("t@hit.test", &keys[1], true), "t-last@hit.test");
+        assert_eq!(to("t@hit.test", &keys[1], false), "t@hit.test");
+        assert_eq!(to("t+x@hit.test", &keys[1], true), "t+x-last@hit.test");
+        assert_eq!(to("@hit.test", &keys[1], true), "first-last@hit.test");
+        assert_eq!(to("@hit.test", &keys[1], false), "first@hit.test");
+        // `@domain` leaves nothing out: the local part is kept whole.
+        assert_eq!(to("@hit.test", &keys[2], false), "first-last@hit.test");
+        assert_eq!(propagate_extension("local", "+x"), "local+x");
+        assert_eq!(propagate_extension("a@b@c", "+"), "a@b+@c");
+    }
+
+    #[test]
+    fn a_domain_and_its_parents_in_either_style() {
+        assert_eq!(
+            domain_keys("a.b.example.com", true),
+            ["a.b.example.com", "b.example.com", "example.com", "com"]
+        );
+        assert_eq!(
+            domain_keys("a.b.example.com", false),
+            ["a.b.example.com", ".b.example.com", ".example.com", ".com"]
+        );
+        assert_eq!(domain_keys("com", true), ["com"]);
+        assert!(domain_keys("", false).is_empty());
+        // A leading or trailing dot, and a name not ASCII, as Postfix
+        // walks them.
+        assert_eq!(domain_keys(".x.org", true), [".x.org", "org"]);
+        assert_eq!(domain_keys("x.org.", true), ["x.org.", "org."]);
+        assert_eq!(domain_keys("x.org.", false), ["x.org.", ".org.", "."]);
+        assert_eq!(domain_keys("é.org", false), ["é.org", ".org"]);
     }
 }
