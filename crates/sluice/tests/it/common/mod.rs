@@ -13,6 +13,7 @@ pub mod netns;
 pub mod nsd;
 pub mod opendkim;
 pub mod pebble;
+pub mod postfix;
 pub mod postgrey;
 pub mod redis;
 pub mod rspamd;
