@@ -29,7 +29,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use sluice::tables::search::{self, Rules};
 use sluice::tables::text;
 
-use crate::common::postfix::{Postfix, Reply};
+use crate::common::postfix::{Delivery, Postfix};
 
 /// xorshift64*: the same addresses for the same seed.
 struct Rng(u64);
@@ -50,7 +50,7 @@ impl Rng {
 /// The virtual alias table's keys, in the file's spelling (upper case
 /// included: texthash folds it). Each maps to `tN@hit.test`, N its
 /// place, but for the `@domain` values that keep the local part.
-const ALIAS_KEYS: [&str; 19] = [
+const ALIAS_KEYS: [&str; 23] = [
     "user+ext@virt.test",
     "user@virt.test",
     "@virt.test",
@@ -67,14 +67,18 @@ const ALIAS_KEYS: [&str; 19] = [
     "alice+tag",
     "bob",
     "carol@local.test",
+    "carol+ext",
+    "dan+ext",
+    "dan",
+    "@local2.test",
     "eve@far.test",
     "@wild.test",
     "sam@wild.test",
 ];
 
 const VIRTUAL_DOMAINS: &str = "virt.test, virt2.test, virt3.test, wild.test";
-/// `mydestination`, and `myhostname` (= `myorigin`): local both.
-const LOCAL_DOMAINS: [&str; 2] = ["local.test", "pf.test"];
+/// `mydestination`, and `myhostname` (= `myorigin`): local all.
+const LOCAL_DOMAINS: [&str; 3] = ["local.test", "local2.test", "pf.test"];
 
 fn alias_table() -> String {
     ALIAS_KEYS
@@ -109,6 +113,11 @@ fn addresses(seed: u64) -> Vec<String> {
         "bob+x@local.test",
         "bob@pf.test",
         "bob@virt2.test",
+        "bob+x@local2.test",
+        "carol+ext@local.test",
+        "dan+ext@local.test",
+        "dan+other@local2.test",
+        "zed+x@local2.test",
         "Eve+X@far.test",
         "Sam+x@wild.test",
         "other+x@wild.test",
@@ -137,6 +146,8 @@ fn addresses(seed: u64) -> Vec<String> {
         "list-request",
         "first-last",
         "double-bounce",
+        "dan",
+        "zed",
     ];
     let extensions = [
         "", "", "+ext", "+Ext", "-ext", "+tag", "+", "-", "+a-b", "-a+b", "++", "+foo",
@@ -146,6 +157,7 @@ fn addresses(seed: u64) -> Vec<String> {
         "virt2.test",
         "virt3.test",
         "local.test",
+        "local2.test",
         "pf.test",
         "far.test",
         "wild.test",
@@ -216,54 +228,74 @@ fn ours(
 
 /// Postfix's answer for each address: what it was delivered to, or none
 /// when no key found it (refused at RCPT in a virtual alias domain,
-/// delivered as itself elsewhere).
+/// delivered as itself elsewhere). Twenty recipients a message: each
+/// delivery line says which it is by its `orig_to` (or its `to`, when
+/// nothing rewrote it).
 async fn theirs(postfix: &Postfix, addresses: &[String]) -> Vec<Option<String>> {
     let mut session = postfix.session().await;
-    let mut sent = Vec::new();
-    for address in addresses {
-        sent.push(session.send("sender@client.test", address).await);
+    let mut asked = HashMap::new();
+    for message in messages(addresses) {
+        let sent = session.send("sender@client.test", &message).await;
+        for (address, reply) in message.iter().zip(sent.rcpts) {
+            asked.insert(address.clone(), (reply, sent.queue_id.clone()));
+        }
     }
-    let queued: Vec<String> = sent.iter().filter_map(|s| s.queue_id.clone()).collect();
+    let mut queued: Vec<String> = asked.values().filter_map(|(_, q)| q.clone()).collect();
+    queued.sort();
+    queued.dedup();
     let deliveries = postfix.wait_done(&queued, 15).await;
-    let by_queue_id: HashMap<&str, _> = deliveries
+    let answers: Vec<Option<String>> = addresses
         .iter()
-        .map(|d| (d.queue_id.as_str(), d))
-        .collect();
-    assert_eq!(by_queue_id.len(), deliveries.len(), "one delivery each");
-    addresses
-        .iter()
-        .zip(&sent)
-        .map(|(address, sent)| {
-            let Some(qid) = &sent.queue_id else {
+        .map(|address| match &asked[address] {
+            (reply, Some(qid)) if reply.code == 250 => delivered(&deliveries, qid, address),
+            (reply, _) => {
+                let refused = (reply.code, reply.enhanced.as_deref());
+                assert_eq!(refused, (550, Some("5.1.1")), "{address}: {reply:?}");
                 let domain = address.rsplit_once('@').unwrap().1.to_ascii_lowercase();
-                let refused = Reply {
-                    code: 550,
-                    enhanced: Some("5.1.1".into()),
-                    ..sent.rcpt.clone()
-                };
-                assert_eq!(sent.rcpt, refused, "{address}");
                 let virtual_domain = VIRTUAL_DOMAINS.split(", ").any(|d| d == domain);
-                assert!(virtual_domain, "{address}: {sent:?}");
-                return None;
-            };
-            let d = by_queue_id[qid.as_str()];
-            assert_eq!(
-                (d.status.as_str(), d.dsn.as_str()),
-                ("sent", "2.0.0"),
-                "{d:?}"
-            );
-            match &d.orig_to {
-                Some(orig) => {
-                    assert_eq!(orig, address);
-                    Some(d.to.clone())
-                }
-                None => {
-                    assert_eq!(&d.to, address);
-                    None
-                }
+                assert!(virtual_domain, "{address}: {reply:?}");
+                None
             }
         })
-        .collect()
+        .collect();
+    let taken = asked.values().filter(|(r, _)| r.code == 250).count();
+    assert_eq!(taken, deliveries.len(), "one delivery each: {deliveries:?}");
+    answers
+}
+
+/// The addresses in messages of at most twenty recipients, two that
+/// differ only in case never in the same one: cleanup drops a recipient
+/// whose original and final addresses both equal another's but for case.
+fn messages(addresses: &[String]) -> Vec<Vec<String>> {
+    let mut messages: Vec<Vec<String>> = Vec::new();
+    for address in addresses {
+        let fits = |m: &&mut Vec<String>| {
+            m.len() < 20 && !m.iter().any(|a| a.eq_ignore_ascii_case(address))
+        };
+        match messages.iter_mut().find(fits) {
+            Some(message) => message.push(address.clone()),
+            None => messages.push(vec![address.clone()]),
+        }
+    }
+    messages
+}
+
+/// What `address`, a recipient of message `qid`, was delivered to: none
+/// when to itself.
+fn delivered(deliveries: &[Delivery], qid: &str, address: &str) -> Option<String> {
+    let mut lines = deliveries
+        .iter()
+        .filter(|d| d.queue_id == qid && d.orig_to.as_deref().unwrap_or(&d.to) == address);
+    let d = lines
+        .next()
+        .unwrap_or_else(|| panic!("{address}: no delivery in {qid}"));
+    assert!(lines.next().is_none(), "{address}: two deliveries");
+    assert_eq!(
+        (d.status.as_str(), d.dsn.as_str()),
+        ("sent", "2.0.0"),
+        "{d:?}"
+    );
+    d.orig_to.as_ref().map(|_| d.to.clone())
 }
 
 /// The whole comparison for one `recipient_delimiter` and
@@ -275,7 +307,7 @@ async fn aliases_compare(delimiters: &str, owner_request_special: bool, seed: u6
         &[("virtual", &table)],
         &[
             ("myhostname", "pf.test"),
-            ("mydestination", "local.test"),
+            ("mydestination", "local.test, local2.test"),
             ("virtual_alias_domains", VIRTUAL_DOMAINS),
             ("virtual_alias_maps", "texthash:$config_directory/virtual"),
             ("recipient_delimiter", delimiters),

@@ -7,7 +7,8 @@
 //! `postfix -c DIR check` then `postfix -c DIR start`. Several instances
 //! run at once (each its own directories and port); each is stopped when
 //! dropped (`postfix -c DIR stop`, then its master is waited for, killed
-//! if it lingers). Starting takes about half a second.
+//! if it lingers). Starting takes about half a second (its files are
+//! written already settled: see [`write_settled`]).
 //!
 //! What it trusts: the `postfix` package (its binaries, its files in
 //! `/etc/postfix` as `meta_directory`, read and never written: the
@@ -146,7 +147,7 @@ impl Postfix {
             let port = free_port();
             let master =
                 format!("127.0.0.1:{port} inet n - n - - smtpd\n{MASTER_CF}{master_extra}\n");
-            std::fs::write(dir.join("master.cf"), master).unwrap();
+            write_settled(&dir.join("master.cf"), &master);
             run(&dir, "check");
             let (ok, output) = postfix(&dir, "start");
             if ok {
@@ -187,6 +188,11 @@ impl Postfix {
     }
 
     /// The delivery lines of its log so far.
+    ///
+    /// A delivery line is logged for each recipient of a message:
+    /// `orig_to` tells them apart when several recipients of one message
+    /// were rewritten (cleanup drops a duplicate only when both its
+    /// original and its final address are the same).
     pub fn deliveries(&self) -> Vec<Delivery> {
         self.maillog().lines().filter_map(Delivery::parse).collect()
     }
@@ -244,7 +250,7 @@ fn prepare(dir: &Path, files: &[(&str, &str)], extra: &[(&str, &str)]) {
         .unwrap();
     assert!(chown.success(), "chown postfix data");
     for (name, text) in files {
-        std::fs::write(dir.join(name), text).unwrap();
+        write_settled(&dir.join(name), text);
     }
     let mut cf = base_main_cf(dir);
     for (name, value) in extra {
@@ -254,7 +260,19 @@ fn prepare(dir: &Path, files: &[(&str, &str)], extra: &[(&str, &str)]) {
         }
     }
     let text: String = cf.iter().map(|(k, v)| format!("{k} = {v}\n")).collect();
-    std::fs::write(dir.join("main.cf"), text).unwrap();
+    write_settled(&dir.join("main.cf"), &text);
+}
+
+/// Writes `path` with a modification time in the past: Postfix reads a
+/// file changed within the last second again and again, 300 ms apart,
+/// until it is a second old (in case it was still being written), which
+/// cost each program that reads it (postfix, postconf, every daemon
+/// opening a texthash table) 1.5 s.
+fn write_settled(path: &Path, text: &str) {
+    std::fs::write(path, text).unwrap();
+    let past = std::time::SystemTime::now() - Duration::from_secs(10);
+    let file = std::fs::File::options().write(true).open(path).unwrap();
+    file.set_modified(past).unwrap();
 }
 
 /// A loopback port free now (see the head comment for the race).
@@ -352,8 +370,9 @@ impl Reply {
 /// What became of one message sent in a [`Session`].
 #[derive(Debug, Clone)]
 pub struct Sent {
-    pub rcpt: Reply,
-    /// The queue ID, when the message was queued.
+    /// The reply to each RCPT, in order.
+    pub rcpts: Vec<Reply>,
+    /// The queue ID, when the message was queued (some recipient taken).
     pub queue_id: Option<String>,
 }
 
@@ -382,17 +401,20 @@ impl Session {
         replies
     }
 
-    /// One message from `from` to `rcpt`: the RCPT reply and, when it was
-    /// taken, the message sent and its queue ID.
-    pub async fn send(&mut self, from: &str, rcpt: &str) -> Sent {
+    /// One message from `from` to `rcpts`: the RCPT replies and, when
+    /// one was taken, the message sent and its queue ID.
+    pub async fn send(&mut self, from: &str, rcpts: &[String]) -> Sent {
         let mail = self.cmd(&format!("MAIL FROM:<{from}>")).await;
         assert_eq!(mail.code, 250, "MAIL: {mail:?}");
-        let reply = self.cmd(&format!("RCPT TO:<{rcpt}>")).await;
-        if reply.code != 250 {
+        let mut replies = Vec::with_capacity(rcpts.len());
+        for rcpt in rcpts {
+            replies.push(self.cmd(&format!("RCPT TO:<{rcpt}>")).await);
+        }
+        if replies.iter().all(|r| r.code != 250) {
             let rset = self.cmd("RSET").await;
             assert_eq!(rset.code, 250, "RSET: {rset:?}");
             return Sent {
-                rcpt: reply,
+                rcpts: replies,
                 queue_id: None,
             };
         }
@@ -402,7 +424,7 @@ impl Session {
         let queued = self.cmd(".").await;
         assert_eq!(queued.code, 250, "end of data: {queued:?}");
         Sent {
-            rcpt: reply,
+            rcpts: replies,
             queue_id: Some(super::qid_of(&queued.text)),
         }
     }
@@ -467,11 +489,9 @@ impl Delivery {
 async fn an_instance_starts_delivers_nothing_outside_and_stops() {
     let postfix = Postfix::start(&[], "");
     let mut session = postfix.session().await;
-    let sent = session.send("a@client.test", "b@far.test").await;
-    assert_eq!(
-        (sent.rcpt.code, sent.rcpt.enhanced.as_deref()),
-        (250, Some("2.1.5"))
-    );
+    let sent = session.send("a@client.test", &["b@far.test".into()]).await;
+    let rcpt = &sent.rcpts[0];
+    assert_eq!((rcpt.code, rcpt.enhanced.as_deref()), (250, Some("2.1.5")));
     let qid = sent.queue_id.expect("queued");
     let deliveries = postfix.wait_done(std::slice::from_ref(&qid), 10).await;
     let d = &deliveries[..];
