@@ -22,7 +22,10 @@
 //! `double-bounce`, nor (with `-` among the delimiters and
 //! `owner_request_special`) for `owner-…` and `…-request`; never when the
 //! local part would be empty (`+ext`). `user+` splits, with an empty
-//! extension. The extension a key left out keeps its delimiter (`-last`
+//! extension. The address is in its canonical form (sluice-proto's, as
+//! Postfix's external form: a local part quoted only when not a
+//! dot-string); a quoted local part is split on its text, quoting
+//! undone, and each part quoted again as needed (`"e f+x"@d`: `"e f"@d`). The extension a key left out keeps its delimiter (`-last`
 //! with `recipient_delimiter = +-`), and [`mapped_address`] puts it back
 //! on what was found, as `propagate_unmatched_extensions` says.
 //!
@@ -60,11 +63,11 @@ pub struct Key<'a> {
     /// keys.
     pub partial: bool,
     /// The extension this key left out, *with* its delimiter (`+ext`,
-    /// `-ext`: Postfix's saved extension), for
+    /// `-ext`: Postfix's saved extension), its quoting undone, for
     /// `propagate_unmatched_extensions` ([`mapped_address`]). Set for
     /// `user@domain` and `user` only: `@domain` and `user+ext` leave
     /// nothing out.
-    pub extension: Option<&'a str>,
+    pub extension: Option<Cow<'a, str>>,
 }
 
 /// The extension of `local`, if Postfix would split it: the local part
@@ -104,26 +107,68 @@ pub fn address_keys<'a>(address: &'a str, rules: &Rules<'_>) -> Vec<Key<'a>> {
         return vec![full];
     };
     let (local, domain) = (&address[..at], &address[at + 1..]);
-    let split = split_extension(local, rules);
+    // Split as Postfix does: the text, its quoting undone; each part
+    // quoted again as needed.
+    let text = local_text(local);
+    let parts = split_extension(&text, rules).map(|(bare, _)| match &text {
+        Cow::Borrowed(t) => (
+            quote(Cow::Borrowed(&t[..bare.len()])),
+            Cow::Borrowed(&t[bare.len()..]),
+        ),
+        Cow::Owned(t) => (
+            quote(Cow::Owned(t[..bare.len()].to_string())),
+            Cow::Owned(t[bare.len()..].to_string()),
+        ),
+    });
     let mut keys = vec![full];
     let partial = |text: Cow<'a, str>, extension| Key {
         text,
         partial: true,
         extension,
     };
-    // The extension with its delimiter: what follows the bare local part.
-    let split = split.map(|(bare, _)| (bare, &local[bare.len()..]));
-    if let Some((bare, extension)) = split {
-        keys.push(partial(format!("{bare}@{domain}").into(), Some(extension)));
+    if let Some((bare, extension)) = &parts {
+        let key = format!("{bare}@{domain}").into();
+        keys.push(partial(key, Some(extension.clone())));
     }
     if rules.local {
         keys.push(partial(Cow::Borrowed(local), None));
-        if let Some((bare, extension)) = split {
-            keys.push(partial(Cow::Borrowed(bare), Some(extension)));
+        if let Some((bare, extension)) = parts {
+            keys.push(partial(bare, Some(extension)));
         }
     }
     keys.push(partial(Cow::Borrowed(&address[at..]), None));
     keys
+}
+
+/// A local part as an address has it, quoting undone (`"a b"` → `a b`).
+fn local_text(local: &str) -> Cow<'_, str> {
+    match local.starts_with('"') {
+        true => Cow::Owned(sluice_proto::address::unquote(local)),
+        false => Cow::Borrowed(local),
+    }
+}
+
+/// A local part's text as an address has it: as is when a dot-string,
+/// else quoted with `"` and `\` escaped (Postfix's quote_822_local,
+/// sluice-proto's canonical form).
+pub fn quote_local(text: &str) -> Cow<'_, str> {
+    quote(Cow::Borrowed(text))
+}
+
+fn quote(text: Cow<'_, str>) -> Cow<'_, str> {
+    if sluice_proto::address::is_dot_string(&text) {
+        return text;
+    }
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        if c == '"' || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    Cow::Owned(out)
 }
 
 /// What a value found for `address` makes of it, one address of the
@@ -145,8 +190,9 @@ pub fn mapped_address(
     let value = match found.strip_prefix('@') {
         Some(_) => {
             let local = address.rfind('@').map_or(address, |at| &address[..at]);
-            let local = local.strip_suffix(extension.unwrap_or("")).unwrap_or(local);
-            format!("{local}{found}")
+            let text = local_text(local);
+            let text = text.strip_suffix(extension.unwrap_or("")).unwrap_or(&text);
+            format!("{}{found}", quote_local(text))
         }
         None => found.to_string(),
     };
@@ -156,14 +202,16 @@ pub fn mapped_address(
     }
 }
 
-/// `target` with `extension` (its delimiter included) put before its
-/// last `@`, or at its end when it has none; as Postfix does, even when
-/// `target` has an extension already.
+/// `target` with `extension` (its delimiter included) put at the end of
+/// its local part (before its last `@`, or at its end when it has none),
+/// quoted again as needed; as Postfix does, even when `target` has an
+/// extension already.
 pub fn propagate_extension(target: &str, extension: &str) -> String {
-    match target.rfind('@') {
-        Some(at) => format!("{}{extension}{}", &target[..at], &target[at..]),
-        None => format!("{target}{extension}"),
-    }
+    let (local, rest) = target
+        .rfind('@')
+        .map_or((target, ""), |at| target.split_at(at));
+    let text = format!("{}{extension}", local_text(local));
+    format!("{}{rest}", quote_local(&text))
 }
 
 /// The keys a domain is looked up under in a table named in a domain
@@ -221,7 +269,7 @@ mod tests {
         );
         let keys = address_keys("user+ext@example.com", &PLUS);
         assert!(!keys[0].partial && keys[1].partial && keys[2].partial);
-        assert_eq!(keys[1].extension, Some("+ext"));
+        assert_eq!(keys[1].extension.as_deref(), Some("+ext"));
         assert_eq!(keys[2].extension, None);
     }
 
@@ -294,9 +342,14 @@ mod tests {
         };
         let keys = address_keys("first-last@example.com", &dash);
         assert_eq!(keys[1].text, "first@example.com");
-        assert_eq!(keys[1].extension, Some("-last"));
+        assert_eq!(keys[1].extension.as_deref(), Some("-last"));
         let to = |found, key: &Key, propagate| {
-            mapped_address("first-last@example.com", found, key.extension, propagate)
+            mapped_address(
+                "first-last@example.com",
+                found,
+                key.extension.as_deref(),
+                propagate,
+            )
         };
         assert_eq!(to("t@hit.test", &keys[1], true), "t-last@hit.test");
         assert_eq!(to("t@hit.test", &keys[1], false), "t@hit.test");
@@ -306,7 +359,36 @@ mod tests {
         // `@domain` leaves nothing out: the local part is kept whole.
         assert_eq!(to("@hit.test", &keys[2], false), "first-last@hit.test");
         assert_eq!(propagate_extension("local", "+x"), "local+x");
-        assert_eq!(propagate_extension("a@b@c", "+"), "a@b+@c");
+        assert_eq!(propagate_extension("a@b@c", "+"), "\"a@b+\"@c");
+    }
+
+    #[test]
+    fn a_quoted_local_part_is_split_unquoted_and_quoted_again() {
+        let local = Rules {
+            local: true,
+            ..PLUS
+        };
+        assert_eq!(
+            texts("\"e f+x\"@example.com", &local),
+            [
+                "\"e f+x\"@example.com",
+                "\"e f\"@example.com",
+                "\"e f+x\"",
+                "\"e f\"",
+                "@example.com"
+            ]
+        );
+        let keys = address_keys("\"g+h i\"@example.com", &PLUS);
+        assert_eq!(keys[1].text, "g@example.com");
+        let extension = keys[1].extension.as_deref();
+        assert_eq!(extension, Some("+h i"));
+        let to = |found| mapped_address("\"g+h i\"@example.com", found, extension, true);
+        assert_eq!(to("t@hit.test"), "\"t+h i\"@hit.test");
+        assert_eq!(to("@hit.test"), "\"g+h i\"@hit.test");
+        assert_eq!(to("\"a b\"@hit.test"), "\"a b+h i\"@hit.test");
+        assert_eq!(quote_local("a\"b"), "\"a\\\"b\"");
+        assert_eq!(quote_local(".a"), "\".a\"");
+        assert_eq!(quote_local("a.b"), "a.b");
     }
 
     #[test]

@@ -11,7 +11,8 @@
 //!   A recipient no key finds is refused at RCPT (`550 5.1.1`) in a
 //!   virtual alias domain, and delivered as itself elsewhere. Seeded
 //!   addresses (with and without extensions, the names Postfix never
-//!   splits, empty local parts, upper case, local and virtual domains)
+//!   splits, empty local parts, upper case, quoted local parts, local
+//!   and virtual domains)
 //!   for `recipient_delimiter` `+` and `+-`, and `-+s` with
 //!   `owner_request_special = no`.
 //! - Domains: `relay_domains = texthash:FILE` with an `example.com` and
@@ -28,6 +29,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use sluice::tables::search::{self, Rules};
 use sluice::tables::text;
+use sluice_proto::address::parse_mailbox;
 
 use crate::common::postfix::{Delivery, Postfix};
 
@@ -50,7 +52,7 @@ impl Rng {
 /// The virtual alias table's keys, in the file's spelling (upper case
 /// included: texthash folds it). Each maps to `tN@hit.test`, N its
 /// place, but for the `@domain` values that keep the local part.
-const ALIAS_KEYS: [&str; 25] = [
+const ALIAS_KEYS: [&str; 29] = [
     "user+ext@virt.test",
     "user@virt.test",
     "@virt.test",
@@ -63,6 +65,9 @@ const ALIAS_KEYS: [&str; 25] = [
     "mailer@virt2.test",
     "Dave@Virt2.TEST",
     "+foo@virt2.test",
+    "\"a b\"@virt2.test",
+    "\"e f\"@virt2.test",
+    "g@virt2.test",
     "@virt3.test",
     "po@virt3.test",
     "double@virt3.test",
@@ -72,6 +77,7 @@ const ALIAS_KEYS: [&str; 25] = [
     "carol+ext",
     "dan+ext",
     "dan",
+    "\"k l\"",
     "@local2.test",
     "eve@far.test",
     "@wild.test",
@@ -108,6 +114,8 @@ fn addresses(seed: u64) -> Vec<String> {
         "mailer-daemon@virt2.test",
         "postmaster+x@virt2.test",
         "+foo@virt2.test",
+        "\"e f\"@virt2.test",
+        "g@virt2.test",
         "+bar@virt3.test",
         "postmaster@virt3.test",
         "double-bounce@virt3.test",
@@ -127,6 +135,15 @@ fn addresses(seed: u64) -> Vec<String> {
         "Sam+x@wild.test",
         "other+x@wild.test",
         "nobody@local.test",
+        "\"a b\"@virt2.test",
+        "\"A B\"@virt2.test",
+        "\"e f+x\"@virt2.test",
+        "\"g+h i\"@virt2.test",
+        "\"c+d\"@virt.test",
+        "\"user+ext\"@virt.test",
+        "\"sam+y z\"@wild.test",
+        "\"o p\"@wild.test",
+        "\"k l+x\"@local.test",
     ];
     let bases = [
         "user",
@@ -171,6 +188,7 @@ fn addresses(seed: u64) -> Vec<String> {
     ];
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let mut all: BTreeSet<String> = fixed.iter().map(|a| a.to_string()).collect();
+    assert_eq!(all.len(), fixed.len(), "each fixed case once");
     let mut out: Vec<String> = fixed.iter().map(|a| a.to_string()).collect();
     while out.len() < 80 {
         let local = format!("{}{}", rng.pick(&bases), rng.pick(&extensions));
@@ -187,6 +205,15 @@ fn addresses(seed: u64) -> Vec<String> {
         }
     }
     out
+}
+
+/// `raw` as Sluice holds an address it received (sluice-proto's
+/// canonical form, Postfix's external form: the local part quoted only
+/// when it is not a dot-string), its domain as written.
+fn canonical(raw: &str) -> String {
+    let mailbox = parse_mailbox(raw).unwrap_or_else(|e| panic!("{raw}: {e:?}"));
+    let domain = raw.rsplit_once('@').map_or("", |(_, d)| d);
+    format!("{}@{domain}", mailbox.local)
 }
 
 /// Which key found the address (or none): the kinds the comparison must
@@ -217,14 +244,15 @@ fn ours(
     };
     for key in search::address_keys(address, &rules) {
         if let Some(found) = map.get(&key.text.to_ascii_lowercase()) {
-            let kind = match (key.partial, key.text.find('@'), key.extension) {
+            let kind = match (key.partial, key.text.find('@'), &key.extension) {
                 (false, _, _) => Found::Full,
                 (_, Some(0), _) => Found::AtDomain,
                 (_, Some(_), _) => Found::Bare,
                 (_, None, None) => Found::LocalPart,
                 (_, None, Some(_)) => Found::BareLocalPart,
             };
-            let to = search::mapped_address(address, found, key.extension, true);
+            let extension = key.extension.as_deref();
+            let to = search::mapped_address(address, found, extension, true);
             return (Some(to), kind);
         }
     }
@@ -252,7 +280,9 @@ async fn theirs(postfix: &Postfix, addresses: &[String]) -> Vec<Option<String>> 
     let answers: Vec<Option<String>> = addresses
         .iter()
         .map(|address| match &asked[address] {
-            (reply, Some(qid)) if reply.code == 250 => delivered(&deliveries, qid, address),
+            (reply, Some(qid)) if reply.code == 250 => {
+                delivered(&deliveries, qid, &canonical(address))
+            }
             (reply, _) => {
                 let refused = (reply.code, reply.enhanced.as_deref());
                 assert_eq!(refused, (550, Some("5.1.1")), "{address}: {reply:?}");
@@ -275,7 +305,10 @@ fn messages(addresses: &[String]) -> Vec<Vec<String>> {
     let mut messages: Vec<Vec<String>> = Vec::new();
     for address in addresses {
         let fits = |m: &&mut Vec<String>| {
-            m.len() < 20 && !m.iter().any(|a| a.eq_ignore_ascii_case(address))
+            m.len() < 20
+                && !m
+                    .iter()
+                    .any(|a| canonical(a).eq_ignore_ascii_case(&canonical(address)))
         };
         match messages.iter_mut().find(fits) {
             Some(message) => message.push(address.clone()),
@@ -327,9 +360,12 @@ async fn aliases_compare(delimiters: &str, owner_request_special: bool, seed: u6
     let mut seen = BTreeMap::new();
     let mut wrong = Vec::new();
     for (address, theirs) in addresses.iter().zip(answers) {
-        let (ours, kind) = ours(address, &map, delimiters, owner_request_special);
+        let canonical = canonical(address);
+        let (ours, kind) = ours(&canonical, &map, delimiters, owner_request_special);
         if ours != theirs {
-            wrong.push(format!("{address}: postfix {theirs:?}, sluice {ours:?}"));
+            wrong.push(format!(
+                "{address} ({canonical}): postfix {theirs:?}, sluice {ours:?}"
+            ));
         }
         *seen.entry(kind).or_insert(0) += 1;
     }
