@@ -15,6 +15,7 @@ pub mod opendkim;
 pub mod pebble;
 pub mod postfix;
 pub mod postgrey;
+pub mod postsrsd;
 pub mod redis;
 pub mod rspamd;
 pub mod scripted;
