@@ -276,7 +276,7 @@ async fn theirs(postfix: &Postfix, addresses: &[String]) -> Vec<Option<String>> 
     let mut queued: Vec<String> = asked.values().filter_map(|(_, q)| q.clone()).collect();
     queued.sort();
     queued.dedup();
-    let deliveries = postfix.wait_done(&queued, 15).await;
+    let deliveries = postfix.wait_done(&queued, 30).await;
     let answers: Vec<Option<String>> = addresses
         .iter()
         .map(|address| match &asked[address] {

@@ -7,8 +7,11 @@
 //! `postfix -c DIR check` then `postfix -c DIR start`. Several instances
 //! run at once (each its own directories and port); each is stopped when
 //! dropped (`postfix -c DIR stop`, then its master is waited for, killed
-//! if it lingers). Starting takes about half a second (its files are
-//! written already settled: see [`write_settled`]).
+//! if it lingers; a test process killed outright leaves its instance
+//! running, to be stopped with `postfix -c DIR stop`). Starting takes
+//! about half a second (its files are written already settled: see
+//! [`write_settled`]); a failed test keeps its directory (maillog
+//! included) and names it.
 //!
 //! What it trusts: the `postfix` package (its binaries, its files in
 //! `/etc/postfix` as `meta_directory`, read and never written: the
@@ -231,6 +234,10 @@ impl Drop for Postfix {
             let _ = Command::new("kill")
                 .args(["-KILL", &pid.to_string()])
                 .status();
+            let deadline = Instant::now() + Duration::from_secs(1);
+            while alive(pid) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
         }
     }
 }
