@@ -111,7 +111,7 @@ impl FileTable {
     /// backtracking limit is "try again", logged with the table's name.
     pub fn lookup(&self, key: &str) -> Result<Option<Values>, LookupError> {
         match &**self.contents.load() {
-            Contents::Map(map) => Ok(map.get(&key.to_ascii_lowercase()).cloned()),
+            Contents::Map(map) => Ok(map.get(&super::fold(key)).cloned()),
             Contents::Pattern(t) => match t.lookup(key) {
                 Ok(found) => Ok(found.map(|v| Arc::new(Answer::text(v)))),
                 Err(err) => {

@@ -102,6 +102,17 @@ pub enum TableError {
     },
 }
 
+/// A key as fixed-key tables store and look it up: lower case, as
+/// Postfix folds it (UTF-8 case folding with `smtputf8_enable`, its
+/// default: `ÜSER` finds `üser`). ASCII keys, nearly all, are folded
+/// without allocating a new kind of string.
+pub fn fold(key: &str) -> String {
+    match key.is_ascii() {
+        true => key.to_ascii_lowercase(),
+        false => key.to_lowercase(),
+    }
+}
+
 /// A lookup table of any kind.
 pub enum Table {
     File(FileTable),

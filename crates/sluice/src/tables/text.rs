@@ -71,7 +71,7 @@ pub fn parse(text: &str) -> (HashMap<String, String>, Vec<Warning>) {
             warnings.push(Warning { line, key, problem });
             continue;
         };
-        let key = key.to_ascii_lowercase();
+        let key = super::fold(key);
         let problem = match map.entry(key.clone()) {
             _ if value.is_empty() => Some(Problem::NoValue),
             Entry::Occupied(_) => Some(Problem::Duplicate),
