@@ -17,6 +17,7 @@ pub mod cidr;
 mod ldap;
 pub mod pattern;
 pub mod search;
+pub mod sql;
 mod static_file;
 pub mod text;
 
