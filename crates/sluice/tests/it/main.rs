@@ -61,5 +61,6 @@ mod small_disk;
 mod smuggling;
 mod strictness;
 mod tables_postmap;
+mod tables_sql;
 mod tables_text;
 mod tls_auth;

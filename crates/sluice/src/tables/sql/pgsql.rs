@@ -108,10 +108,9 @@ impl Pgsql {
         for host in &self.hosts {
             let attempt = async {
                 let config = self.config(host)?;
-                let (client, connection) =
-                    config.connect(NoTls).await.map_err(|e| e.to_string())?;
+                let (client, connection) = config.connect(NoTls).await.map_err(|e| pg_error(&e))?;
                 tokio::spawn(connection);
-                let statement = client.prepare(sql).await.map_err(|e| e.to_string())?;
+                let statement = client.prepare(sql).await.map_err(|e| pg_error(&e))?;
                 Ok::<_, String>(Conn {
                     client: Arc::new(client),
                     statement,
@@ -182,14 +181,14 @@ impl Pgsql {
                 what: "query",
                 ms: self.query_timeout.as_millis(),
             })?
-            .map_err(|e| self.failed(e.to_string()))?;
+            .map_err(|e| self.failed(pg_error(&e)))?;
         rows.iter()
             .map(|row| {
                 (0..row.len())
                     .map(|i| {
                         row.try_get::<_, PgText>(i)
                             .map(|t| t.0)
-                            .map_err(|e| self.failed(column_error(&e)))
+                            .map_err(|e| self.failed(pg_error(&e)))
                     })
                     .collect()
             })
@@ -204,9 +203,13 @@ impl Pgsql {
     }
 }
 
-/// tokio-postgres's conversion error, with its cause (which names the
+/// tokio-postgres's error with what it wraps: the server's message
+/// (`db error` alone says nothing) or the cause (a conversion's names the
 /// column's type).
-fn column_error(e: &tokio_postgres::Error) -> String {
+fn pg_error(e: &tokio_postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        return format!("{}: {}", db.severity(), db.message());
+    }
     match e.source() {
         Some(cause) => format!("{e}: {cause}"),
         None => e.to_string(),

@@ -4,7 +4,8 @@
 //! `query_timeout` is interrupted (sqlite3_interrupt) and is an error; a
 //! locked database waits at most as long (busy timeout).
 //!
-//! Values as Postfix reads them (sqlite3_column_text): integers in
+//! Values as Postfix reads them (sqlite3_column_text of each row's FIRST
+//! column only, unlike pgsql and mysql which read every column): integers in
 //! decimal, reals as `%!.15g`, text and blobs as their bytes.
 
 use std::sync::{Arc, Mutex};
@@ -86,7 +87,8 @@ fn open(path: &str, timeout: Duration) -> Result<Connection, BoxError> {
 
 fn select(db: &Connection, sql: &str, params: &[String]) -> Result<Rows, BoxError> {
     let mut statement = db.prepare(sql)?;
-    let columns = statement.column_count();
+    // Postfix reads the first column of each row only (dict_sqlite).
+    let columns = statement.column_count().min(1);
     let mut rows = statement.query(rusqlite::params_from_iter(params.iter()))?;
     let mut out = Vec::new();
     while let Some(row) = rows.next()? {
