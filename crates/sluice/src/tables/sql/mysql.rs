@@ -30,8 +30,7 @@ pub(super) struct Mysql {
 
 impl Mysql {
     pub(super) fn new(table: &str, s: &Settings) -> Mysql {
-        let constraints =
-            PoolConstraints::new(0, s.pool_size).unwrap_or(PoolConstraints::default());
+        let constraints = PoolConstraints::new(0, s.pool_size).unwrap_or_default();
         let pool_opts = PoolOpts::default()
             .with_constraints(constraints)
             .with_inactive_connection_ttl(s.idle_interval)
