@@ -242,6 +242,18 @@ async fn pgsql_answers_as_postmap_does() {
     pg_setup(&pg);
     let tcp = format!("inet:127.0.0.1:{}", pg.port);
     compare("pgsql", Flavour::Pgsql, &dir, &pg_head(&tcp)).await;
+    // A column Sluice cannot render as PostgreSQL's text would: an error
+    // naming its type, not a guess.
+    let cf = dir.join("timestamp.cf");
+    let query = "query = SELECT now() FROM aliases WHERE address = '%s'";
+    std::fs::write(&cf, format!("{}\n{query}\n", pg_head(&tcp))).unwrap();
+    let table = SqlTable::open("timestamp", Flavour::Pgsql, &cf).unwrap();
+    let err = table
+        .query("alice@example.com")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("timestamp"), "{err}");
 }
 
 fn my_setup(db: &Mariadb) {

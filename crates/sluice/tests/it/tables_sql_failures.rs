@@ -172,3 +172,39 @@ async fn errors_never_show_the_password() {
     );
     db.stop();
 }
+
+#[tokio::test]
+async fn a_slow_sqlite_query_is_interrupted_at_the_timeout() {
+    let dir = crate::common::temp_dir("sql-sqlite-slow");
+    let db = super::sqlite_db(&dir);
+    let head = format!("dbpath = {}\nquery_timeout = 500ms", db.display());
+    let cf = dir.join("slow.cf");
+    std::fs::write(
+        &cf,
+        format!(
+            "{head}\nquery = SELECT goto FROM aliases WHERE address = '%s' AND \
+             (WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 1000000000) \
+             SELECT count(*) FROM c) > 0\n"
+        ),
+    )
+    .unwrap();
+    let slow = SqlTable::open("slow", Flavour::Sqlite, &cf).unwrap();
+    for _ in 0..2 {
+        let answer = tokio::time::timeout(Duration::from_secs(10), slow.query("alice@example.com"))
+            .await
+            .expect("the timeout ends the lookup");
+        let err = answer.unwrap_err().to_string();
+        assert!(err.contains("timed out"), "{err}");
+    }
+    // The interrupted connection answers the next, quick, query.
+    let (quick, _) = table(
+        &dir,
+        "quick",
+        Flavour::Sqlite,
+        &format!("dbpath = {}", db.display()),
+    );
+    assert_eq!(
+        ours(&quick, "alice@example.com").await,
+        Answer::Found(ALICE.into())
+    );
+}

@@ -8,6 +8,7 @@
 //! column only, unlike pgsql and mysql which read every column): integers in
 //! decimal, reals as `%!.15g`, text and blobs as their bytes.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -38,7 +39,9 @@ impl Sqlite {
         let conn = self.conn.clone();
         let (path, sql, timeout) = (self.path.clone(), sql.to_string(), self.timeout);
         let params: Vec<String> = params.iter().map(|p| p.to_string()).collect();
-        let (interrupt_tx, interrupt_rx) = tokio::sync::oneshot::channel();
+        let (interrupt_tx, mut interrupt_rx) = tokio::sync::oneshot::channel();
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let given_up = cancelled.clone();
         let job = tokio::task::spawn_blocking(move || {
             let mut guard = conn.lock().unwrap_or_else(|p| p.into_inner());
             if guard.is_none() {
@@ -46,6 +49,10 @@ impl Sqlite {
             }
             let db = guard.as_ref().ok_or("not open")?;
             let _ = interrupt_tx.send(db.get_interrupt_handle());
+            if given_up.load(Ordering::SeqCst) {
+                // Queued behind a slow query and already answered "timed out".
+                return Err("abandoned".into());
+            }
             let result = select(db, &sql, &params);
             if result.is_err() {
                 // Opened afresh next time (the file may have been replaced).
@@ -63,7 +70,10 @@ impl Sqlite {
             Ok(Ok(Err(e))) => Err(failed(e.to_string())),
             Ok(Err(join)) => Err(failed(join.to_string())),
             Err(_) => {
-                if let Ok(handle) = interrupt_rx.await {
+                // Never waits: a job still queued for the connection sees
+                // the flag; one running is interrupted.
+                cancelled.store(true, Ordering::SeqCst);
+                if let Ok(handle) = interrupt_rx.try_recv() {
                     handle.interrupt();
                 }
                 Err(SqlError::Timeout {
