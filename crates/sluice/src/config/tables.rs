@@ -1,4 +1,7 @@
-//! `[tables.NAME]`: lookup table settings (static files or LDAP).
+//! `[tables.NAME]`: lookup table settings. `kind` names Postfix's table
+//! type (docs/CONFIG.md, "Lookup tables", lists them); the other fields
+//! are what that kind reads. Values only: `tables::Table::build` checks
+//! that a kind has what it needs.
 
 use std::path::PathBuf;
 
@@ -8,10 +11,33 @@ use serde::Deserialize;
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TableConfig {
-    /// `static` or `ldap`.
+    /// The table type, by Postfix's name: `text` (also `hash`, `lmdb`,
+    /// `btree`, `cdb`, `dbm`, `sdbm`, `texthash`: their source file is
+    /// read), `regexp`, `pcre`, `cidr`, `ldap`, `pgsql`, `mysql`,
+    /// `sqlite`, `socketmap`, `tcp`, `union` (`unionmap`), `pipe`
+    /// (`pipemap`), `static`.
     pub kind: String,
-    /// static: the file (`key value[, value…]` per line, `#` comments).
+    /// The file: a map's source, a pattern or cidr file, or an SQL table's
+    /// Postfix query file (`pgsql_table(5)` …). `static` with a path is
+    /// Sluice's older name of a text file, read strictly.
     pub path: Option<PathBuf>,
+    /// static: the one value every key finds (Postfix's `static:VALUE`).
+    #[serde(default)]
+    pub value: Option<String>,
+    /// socketmap: `inet:HOST:PORT` or `unix:PATH`; tcp: `HOST:PORT`.
+    #[serde(default)]
+    pub address: Option<String>,
+    /// socketmap: the map name sent with each key.
+    #[serde(default)]
+    pub map_name: Option<String>,
+    /// union, pipe: the member tables, each a `[tables]` name or a
+    /// Postfix `type:name` (`pcre:/etc/postfix/x.pcre`).
+    #[serde(default)]
+    pub tables: Vec<String>,
+    /// Server-backed tables: queries in flight at once; a lookup that
+    /// waits longer than `query_timeout_ms` for a slot gives "try again".
+    #[serde(default = "default_in_flight")]
+    pub max_in_flight: usize,
     /// ldap: server URIs, tried in order (failover).
     #[serde(default)]
     pub uris: Vec<String>,
@@ -49,6 +75,38 @@ pub struct TableConfig {
     pub cache_max_entries: usize,
 }
 
+impl TableConfig {
+    /// A table of `kind` with every other setting at its default.
+    pub fn of_kind(kind: &str) -> TableConfig {
+        TableConfig {
+            kind: kind.to_string(),
+            path: None,
+            value: None,
+            address: None,
+            map_name: None,
+            tables: Vec::new(),
+            max_in_flight: default_in_flight(),
+            uris: Vec::new(),
+            starttls: false,
+            tls_ca_file: None,
+            bind_dn: String::new(),
+            bind_password: String::new(),
+            base: String::new(),
+            filter: default_filter(),
+            attributes: Vec::new(),
+            pool_size: default_pool(),
+            connect_timeout_ms: default_timeout_ms(),
+            query_timeout_ms: default_timeout_ms(),
+            cache_hit_ttl_secs: default_hit_ttl(),
+            cache_miss_ttl_secs: default_miss_ttl(),
+            cache_max_entries: default_cache_entries(),
+        }
+    }
+}
+
+fn default_in_flight() -> usize {
+    64
+}
 fn default_filter() -> String {
     "(mail=%s)".into()
 }

@@ -306,6 +306,13 @@ pub enum Event<'a> {
         table: Text<'a>,
         error: Text<'a>,
     },
+    /// A line of a table file skipped or overruled, as Postfix warns.
+    TableWarning {
+        table: Text<'a>,
+        path: Text<'a>,
+        line: u64,
+        problem: Text<'a>,
+    },
 
     // ---- outbound ("smtp")
     DaneUnvalidated {

@@ -17,8 +17,12 @@ use crate::tables::{Table, TableError, Values};
 /// Why the routing tables could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum RoutingError {
-    #[error("local.{0}: must be a static table (it is consulted without I/O)")]
+    #[error("local.{0}: must be a file table (it is consulted without I/O)")]
     NotStatic(&'static str),
+    #[error(
+        "local.transport_table: must be a text file table (its routes are checked when loaded)"
+    )]
+    TransportNotText,
     #[error("{setting}: {err}")]
     Table {
         setting: String,
@@ -75,6 +79,9 @@ impl LocalDomains {
         // A typo in a route must not send mail to the default route
         // instead: checked now, and at every reload of the file.
         if let Some(t) = &transport_table {
+            if t.contents().is_none() {
+                return Err(RoutingError::TransportNotText);
+            }
             t.set_check(check_route)
                 .map_err(|err| RoutingError::Table {
                     setting: "local.transport_table".into(),

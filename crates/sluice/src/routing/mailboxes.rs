@@ -58,24 +58,26 @@ impl VirtualMailboxes {
         logger: &Logger,
     ) -> Result<VirtualMailboxes, RoutingError> {
         let mut built = HashMap::new();
-        let mut get =
-            |name: &Option<String>, what: &str| -> Result<Option<Arc<Table>>, RoutingError> {
-                let Some(name) = name else { return Ok(None) };
-                if let Some(t) = built.get(name) {
-                    return Ok(Some(Arc::clone(t)));
-                }
-                let cfg = tables.get(name).ok_or_else(|| RoutingError::NoSuchTable {
-                    what: what.to_string(),
-                    name: name.clone(),
-                })?;
-                let t = Table::build(name, cfg, logger).map_err(|err| RoutingError::Table {
+        let mut get = |name: &Option<String>,
+                       what: &str|
+         -> Result<Option<Arc<Table>>, RoutingError> {
+            let Some(name) = name else { return Ok(None) };
+            if let Some(t) = built.get(name) {
+                return Ok(Some(Arc::clone(t)));
+            }
+            let cfg = tables.get(name).ok_or_else(|| RoutingError::NoSuchTable {
+                what: what.to_string(),
+                name: name.clone(),
+            })?;
+            let t =
+                Table::build_in(name, cfg, tables, logger).map_err(|err| RoutingError::Table {
                     setting: format!("local.{what}"),
                     err: Box::new(err),
                 })?;
-                let t = Arc::new(t);
-                built.insert(name.clone(), t.clone());
-                Ok(Some(t))
-            };
+            let t = Arc::new(t);
+            built.insert(name.clone(), t.clone());
+            Ok(Some(t))
+        };
         let domain_table = get(&config.domain_table, "domain_table")?;
         let transport_table = get(&config.transport_table, "transport_table")?;
         let domains = LocalDomains::new(&config.domains, domain_table, transport_table)?;

@@ -150,6 +150,11 @@ impl CidrTable {
         (CidrTable { steps }, warnings)
     }
 
+    /// How many rules and statements the table holds.
+    pub fn rules(&self) -> usize {
+        self.steps.len()
+    }
+
     /// The first matching rule's result, if any; a key that is not a bare
     /// address finds nothing.
     pub fn lookup(&self, key: &str) -> Option<String> {

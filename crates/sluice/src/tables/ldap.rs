@@ -1,9 +1,8 @@
 //! LDAP lookup tables: a pool of multiplexed connections with failover,
 //! timeouts, TLS (`ldaps://` or StartTLS, rustls, certificate checked
-//! against the system roots or `tls_ca_file`), and a hit/miss cache (moka:
-//! bounded by `cache_max_entries`, each answer kept for its own TTL, and
-//! TinyLFU admission, so a flood of new addresses cannot flush the users
-//! looked up often, audit §J4).
+//! against the system roots or `tls_ca_file`), behind the tables' cache
+//! (`cache.rs`: hit/miss TTLs, single flight, a bound on queries in
+//! flight).
 //!
 //! A connection whose query failed or timed out is dropped from its pool
 //! slot, so a hung connection is replaced on next use instead of costing
@@ -12,32 +11,18 @@
 //! Trust: the directory's answers are data, never code; the key is the
 //! client's address and is escaped before it goes into a filter.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-
-use moka::sync::Cache;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use ldap3::{Ldap, LdapConnAsync, LdapConnSettings, Scope, SearchEntry};
 
+use super::answer::Answer;
+use super::cache::{Cached, Limits};
 use super::{LookupError, TableError, Values};
 use crate::config::tables::TableConfig;
-use crate::log::Event;
 use crate::log::Logger;
 use crate::pki::TlsError;
-
-/// Counters for the log and for tests.
-#[derive(Debug, Default)]
-pub struct LdapStats {
-    pub queries: AtomicU64,
-    pub cache_hits: AtomicU64,
-    pub found: AtomicU64,
-    pub not_found: AtomicU64,
-    pub failures: AtomicU64,
-    /// Lookups answered by another lookup's query (single flight).
-    pub shared: AtomicU64,
-}
 
 /// Why the directory could not answer (the lookup is then `451`, never a
 /// "no such user").
@@ -52,42 +37,14 @@ pub enum LdapError {
     Timeout(&'static str),
     #[error("query: {0}")]
     Query(String),
-    /// Failed twice (a fresh connection the second time).
-    #[error("table {table}: {error}")]
-    Table {
-        table: String,
-        error: Box<LdapError>,
-    },
-}
-
-/// One query in flight for a key, and its answer once there.
-type Flight = Arc<tokio::sync::OnceCell<Result<Option<Values>, LdapError>>>;
-
-#[derive(Clone)]
-struct CacheEntry {
-    ttl: Duration,
-    value: Option<Values>,
-}
-
-/// Each answer lives for its own TTL (hits and misses have their own).
-struct ByTtl;
-
-impl moka::Expiry<String, CacheEntry> for ByTtl {
-    fn expire_after_create(&self, _: &String, entry: &CacheEntry, _: Instant) -> Option<Duration> {
-        Some(entry.ttl)
-    }
 }
 
 pub struct LdapTable {
-    pub(super) name: String,
     config: TableConfig,
     pool: Vec<tokio::sync::Mutex<Option<Ldap>>>,
     tls: Arc<rustls::ClientConfig>,
     next: AtomicUsize,
-    cache: Cache<String, CacheEntry>,
-    inflight: Mutex<HashMap<String, Flight>>,
-    pub stats: LdapStats,
-    logger: Logger,
+    pub(super) cached: Cached,
 }
 
 impl LdapTable {
@@ -99,112 +56,44 @@ impl LdapTable {
             table: name.to_string(),
             err,
         })?;
-        let cache = Cache::builder()
-            .max_capacity(config.cache_max_entries as u64)
-            .expire_after(ByTtl)
-            .build();
+        let cached = Cached::new(name, Limits::of(&config), logger);
         Ok(LdapTable {
-            name: name.to_string(),
             config,
             pool,
             tls,
             next: AtomicUsize::new(0),
-            cache,
-            inflight: Mutex::new(HashMap::new()),
-            stats: LdapStats::default(),
-            logger,
+            cached,
         })
     }
 
     pub fn clear_cache(&self) {
-        self.cache.invalidate_all();
+        self.cached.clear();
     }
 
-    /// Looks `key` up: from the cache, or by a query that concurrent
-    /// lookups of the same key share (single flight: a burst of mail for
-    /// one new address costs one query, not one per session).
+    /// Looks `key` up through the cache (see `cache.rs`); a query that
+    /// fails is tried once more on a fresh connection, which may fail
+    /// over to another URI.
+    ///
+    /// As Postfix's, a filter with `%d` is not sent for a key without a
+    /// domain (Postfix: "the query is suppressed"): not found.
     pub async fn lookup(&self, key: &str) -> Result<Option<Values>, LookupError> {
         let key = key.to_ascii_lowercase();
-        if let Some(hit) = self.cached(&key) {
-            self.stats.cache_hits.fetch_add(1, Ordering::Relaxed);
-            return Ok(hit);
+        let domain = key.rsplit_once('@').map_or("", |(_, d)| d);
+        if domain.is_empty() && self.config.filter.replace("%%", "").contains("%d") {
+            return Ok(None);
         }
-        let flight = self
-            .inflight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(key.clone())
-            .or_default()
-            .clone();
-        let mut asked = false;
-        let answer = flight
-            .get_or_init(|| {
-                asked = true;
-                self.query_and_cache(&key)
+        self.cached
+            .get(&key, async |key: &str| {
+                let mut last_err = LdapError::Timeout("lookup");
+                for attempt in 0..2 {
+                    match self.query(key, attempt > 0).await {
+                        Ok(value) => return Ok(value),
+                        Err(err) => last_err = err,
+                    }
+                }
+                Err(last_err.to_string())
             })
             .await
-            .clone();
-        if !asked {
-            self.stats.shared.fetch_add(1, Ordering::Relaxed);
-        }
-        {
-            let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
-            if inflight.get(&key).is_some_and(|f| Arc::ptr_eq(f, &flight)) {
-                inflight.remove(&key);
-            }
-        }
-        answer.map_err(|e| LookupError::Unavailable(e.to_string()))
-    }
-
-    /// The query behind a lookup (the cache is asked again first: a flight
-    /// that just ended may have filled it), its answer cached.
-    async fn query_and_cache(&self, key: &str) -> Result<Option<Values>, LdapError> {
-        if let Some(hit) = self.cached(key) {
-            self.stats.cache_hits.fetch_add(1, Ordering::Relaxed);
-            return Ok(hit);
-        }
-        let key = key.to_string();
-        // One retry on a fresh connection (which may fail over to another URI).
-        let mut last_err = LdapError::Timeout("lookup");
-        for attempt in 0..2 {
-            match self.query(&key, attempt > 0).await {
-                Ok(value) => {
-                    let ttl = if value.is_some() {
-                        self.stats.found.fetch_add(1, Ordering::Relaxed);
-                        self.config.cache_hit_ttl_secs
-                    } else {
-                        self.stats.not_found.fetch_add(1, Ordering::Relaxed);
-                        self.config.cache_miss_ttl_secs
-                    };
-                    self.store(&key, value.clone(), ttl);
-                    return Ok(value);
-                }
-                Err(err) => last_err = err,
-            }
-        }
-        self.stats.failures.fetch_add(1, Ordering::Relaxed);
-        self.logger.emit(&Event::LookupFailed {
-            table: self.name.as_str().into(),
-            key: key.into(),
-            error: last_err.to_string().into(),
-        });
-        Err(LdapError::Table {
-            table: self.name.clone(),
-            error: Box::new(last_err),
-        })
-    }
-
-    fn cached(&self, key: &str) -> Option<Option<Values>> {
-        self.cache.get(key).map(|e| e.value)
-    }
-
-    fn store(&self, key: &str, value: Option<Values>, ttl: u64) {
-        if ttl == 0 {
-            return;
-        }
-        let ttl = Duration::from_secs(ttl);
-        self.cache
-            .insert(key.to_string(), CacheEntry { ttl, value });
     }
 
     /// A connection handle from the pool and its slot, connecting (with
@@ -240,7 +129,6 @@ impl LdapTable {
         }
         let timeout = Duration::from_millis(self.config.query_timeout_ms.max(1));
         let (index, mut ldap) = self.handle(false).await?;
-        self.stats.queries.fetch_add(1, Ordering::Relaxed);
         let filter = expand_filter(&self.config.filter, &key.to_ascii_lowercase());
         let search = ldap.with_timeout(timeout).search(
             &self.config.base,
@@ -330,7 +218,6 @@ impl LdapTable {
     }
 
     async fn search(&self, mut ldap: Ldap, key: &str) -> Result<Option<Values>, LdapError> {
-        self.stats.queries.fetch_add(1, Ordering::Relaxed);
         let filter = expand_filter(&self.config.filter, key);
         let attrs: Vec<&str> = if self.config.attributes.is_empty() {
             vec!["1.1"]
@@ -352,7 +239,7 @@ impl LdapTable {
             return Ok(None);
         }
         if self.config.attributes.is_empty() {
-            return Ok(Some(Arc::new(vec![key.to_string()])));
+            return Ok(Some(Arc::new(Answer::values(vec![key.to_string()]))));
         }
         let mut values = Vec::new();
         for entry in entries {
@@ -371,7 +258,7 @@ impl LdapTable {
         if values.is_empty() {
             return Ok(None);
         }
-        Ok(Some(Arc::new(values)))
+        Ok(Some(Arc::new(Answer::values(values))))
     }
 }
 

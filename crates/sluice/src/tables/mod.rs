@@ -1,37 +1,54 @@
-//! Lookup tables behind one small interface: a static text file or an LDAP
-//! directory. Used for recipient validation (virtual mailboxes), aliases
-//! and mailbox paths.
+//! Lookup tables behind one interface, with Postfix's kinds and lookup
+//! semantics: every user of a table (mailboxes, aliases, relay
+//! recipients, AUTH users, routes, and the access and rewriting maps to
+//! come) asks through [`Table`].
 //!
-//! A lookup answers found (one or more values), not found, or
-//! [`LookupError::Unavailable`]. The last must never be mistaken for "not
-//! found": the SMTP layer turns it into `451 4.3.0`, never `550`.
+//! A lookup answers found (an [`Answer`]: Postfix's string and its list),
+//! not found, or [`LookupError::Unavailable`]. The last must never be
+//! mistaken for "not found": the SMTP layer turns it into `451 4.3.0`,
+//! never `550`.
 //!
-//! LDAP tables keep a small pool of multiplexed connections (ldap3 runs
-//! many searches over one connection), fail over across their URIs, time
-//! out connects and queries, and cache hits and misses with separate TTLs
-//! so a busy server asks the directory once per address per TTL, not once
-//! per message (the 451 storms of published Postfix + LDAP runs came from
-//! a directory overloaded with per-lookup connections).
+//! The kinds: files read into memory and swapped whole on change (`text`
+//! and Postfix's indexed names for it, `regexp`, `pcre`, `cidr`: see
+//! `file.rs`); LDAP (a pool of multiplexed connections with fail-over,
+//! `ldap.rs`); `static`, `union` and `pipe` made of other tables
+//! (`compose.rs`). Server-backed tables sit behind `cache.rs` (hit/miss
+//! TTLs, single flight, a bound on queries in flight), so a busy server
+//! asks the directory once per key per TTL, not once per message (the 451
+//! storms of published Postfix + LDAP runs came from a directory
+//! overloaded with per-lookup connections).
+//!
+//! Keys: text, LDAP and the server kinds fold keys to lower case, as
+//! Postfix's fixed tables do; pattern tables see keys as given. Which
+//! keys an address or a domain is looked up under is `search.rs`'s, and
+//! `find.rs` walks them.
+//!
+//! Trust: keys are the client's; tables are the operator's.
 
+pub mod answer;
+mod build;
+pub mod cache;
+pub mod cf;
 pub mod cidr;
+mod compose;
+pub mod file;
+mod find;
 mod ldap;
+mod ldap_cf;
 pub mod pattern;
 pub mod search;
+pub mod socketmap;
+pub mod spec;
 pub mod sql;
-mod static_file;
+pub mod tcp;
 pub mod text;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-pub use ldap::{expand_filter, LdapStats, LdapTable};
-pub use static_file::{parse_static, EntryCheck, LineProblem, StaticTable};
-
-use crate::config::tables::TableConfig;
-use crate::log::Logger;
-
-/// Values found for a key.
-pub type Values = Arc<Vec<String>>;
+pub use answer::{Answer, Values};
+pub use file::{EntryCheck, FileTable, Format};
+pub use find::Found;
+pub use ldap::{expand_filter, LdapTable};
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum LookupError {
@@ -42,23 +59,31 @@ pub enum LookupError {
 /// Why a table could not be built or (re)loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum TableError {
-    #[error("tables.{0}: a static table needs `path`")]
-    NoPath(String),
-    #[error("tables.{0}: an ldap table needs `uris`")]
-    NoUris(String),
-    #[error("tables.{table}: unknown kind {kind:?} (want \"static\" or \"ldap\")")]
+    #[error("tables.{table}: a {kind} table needs `{needs}`")]
+    Needs {
+        table: String,
+        kind: String,
+        needs: &'static str,
+    },
+    #[error("tables.{table}: unknown kind {kind:?} (want one of {})", build::KINDS.join(", "))]
     UnknownKind { table: String, kind: String },
+    #[error("tables.{table}: member {member:?}: {why}")]
+    Member {
+        table: String,
+        member: String,
+        why: String,
+    },
     #[error("{}: {err}", path.display())]
     Read {
         path: std::path::PathBuf,
         err: std::io::Error,
     },
-    #[error("{origin}: line {line}: key {key:?} {problem}")]
-    Line {
+    /// A strict (`static`) file with a line Postfix would skip.
+    #[error("{origin}: line {line}: {problem}")]
+    Refused {
         origin: String,
         line: usize,
-        key: String,
-        problem: LineProblem,
+        problem: String,
     },
     #[error("{key:?}: bad {what} {value:?}")]
     Entry {
@@ -66,6 +91,8 @@ pub enum TableError {
         what: &'static str,
         value: String,
     },
+    #[error(transparent)]
+    Cf(#[from] cf::CfError),
     #[error("tables.{table}: tls_ca_file {err}")]
     Tls {
         table: String,
@@ -73,44 +100,40 @@ pub enum TableError {
     },
 }
 
-/// A lookup table of either kind.
+/// A lookup table of any kind.
 pub enum Table {
-    Static(StaticTable),
+    File(FileTable),
     Ldap(Box<LdapTable>),
+    /// Postfix's `static:`: every key finds the one value.
+    Static(Values),
+    /// Postfix's `unionmap:`: every member is asked; the answers of those
+    /// that found the key, joined with commas.
+    Union(Vec<Arc<Table>>),
+    /// Postfix's `pipemap:`: each member's answer is the next one's key.
+    Pipe(Vec<Arc<Table>>),
 }
 
 impl Table {
-    pub fn build(name: &str, config: &TableConfig, logger: &Logger) -> Result<Table, TableError> {
-        match config.kind.as_str() {
-            "static" => {
-                let path = config
-                    .path
-                    .clone()
-                    .ok_or_else(|| TableError::NoPath(name.to_string()))?;
-                Ok(Table::Static(StaticTable::load(
-                    name,
-                    &path,
-                    logger.clone(),
-                )?))
-            }
-            "ldap" => {
-                if config.uris.is_empty() {
-                    return Err(TableError::NoUris(name.to_string()));
-                }
-                let table = LdapTable::new(name, config.clone(), logger.clone())?;
-                Ok(Table::Ldap(Box::new(table)))
-            }
-            other => Err(TableError::UnknownKind {
-                table: name.to_string(),
-                kind: other.to_string(),
-            }),
+    /// The answer for `key` as given (`postmap -q`): no search order.
+    pub async fn lookup(&self, key: &str) -> Result<Option<Values>, LookupError> {
+        match self {
+            Table::File(t) => t.lookup(key),
+            Table::Ldap(t) => t.lookup(key).await,
+            Table::Static(v) => Ok(Some(v.clone())),
+            Table::Union(members) => compose::union(members, key).await,
+            Table::Pipe(members) => compose::pipe(members, key).await,
         }
     }
 
-    pub async fn lookup(&self, key: &str) -> Result<Option<Values>, LookupError> {
+    /// Whether partial keys (`user`, `@domain`) are asked of this table:
+    /// not for pattern and cidr tables, nor for a union or pipe with one
+    /// among its members (Postfix asks tables without a fixed key only
+    /// for full addresses).
+    pub fn fixed(&self) -> bool {
         match self {
-            Table::Static(t) => Ok(t.lookup(key)),
-            Table::Ldap(t) => t.lookup(key).await,
+            Table::File(t) => t.fixed(),
+            Table::Ldap(_) | Table::Static(_) => true,
+            Table::Union(m) | Table::Pipe(m) => m.iter().all(|t| t.fixed()),
         }
     }
 
@@ -121,92 +144,84 @@ impl Table {
                 .bind_check(key, password)
                 .await
                 .map_err(|e| LookupError::Unavailable(e.to_string())),
-            Table::Static(_) => Err(LookupError::Unavailable(
+            _ => Err(LookupError::Unavailable(
                 "bind authentication needs an ldap table".into(),
             )),
         }
     }
 
-    /// A lookup that needs no I/O: static tables only (None for LDAP).
+    /// A lookup that needs no I/O: files and `static` (None for the
+    /// others, and for a pattern that could not decide).
     pub fn lookup_now(&self, key: &str) -> Option<Option<Values>> {
         match self {
-            Table::Static(t) => Some(t.lookup(key)),
-            Table::Ldap(_) => None,
+            Table::File(t) => t.lookup(key).ok(),
+            Table::Static(v) => Some(Some(v.clone())),
+            _ => None,
         }
     }
 
-    /// A static table's whole contents in force (None for LDAP): the
+    /// A text file's whole contents in force (None for the others): the
     /// same `Arc` until a reload swaps them, so a user may keep a view
     /// derived from them and rebuild it only when the pointer changes.
     pub fn contents(&self) -> Option<Arc<std::collections::HashMap<String, Values>>> {
         match self {
-            Table::Static(t) => Some(t.contents()),
-            Table::Ldap(_) => None,
+            Table::File(t) => t.contents(),
+            _ => None,
         }
     }
 
-    /// Requires every entry of a static table to pass `check`, now and at
-    /// every reload (nothing for LDAP tables).
+    /// Requires every entry of a text file to pass `check`, now and at
+    /// every reload (nothing for the other kinds).
     pub fn set_check(&self, check: EntryCheck) -> Result<(), TableError> {
         match self {
-            Table::Static(t) => t.set_check(check),
-            Table::Ldap(_) => Ok(()),
+            Table::File(t) => t.set_check(check),
+            _ => Ok(()),
         }
     }
 
+    /// Whether the table answers without I/O ([`Table::lookup_now`]): a
+    /// file, or `static`.
     pub fn is_static(&self) -> bool {
-        matches!(self, Table::Static(_))
+        matches!(self, Table::File(_) | Table::Static(_))
     }
 
-    /// An LDAP table's name and counters (queries, cache hits, found, not
-    /// found, failures, lookups that shared another's query), for /metrics.
+    /// A server-backed table's name and counters (queries, cache hits,
+    /// found, not found, failures, lookups that shared another's query),
+    /// for /metrics.
     pub fn counters(&self) -> Option<(String, [(&'static str, u64); 6])> {
-        let Table::Ldap(t) = self else { return None };
-        let s = &t.stats;
-        let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        Some((
-            t.name.clone(),
-            [
-                ("queries", n(&s.queries)),
-                ("cache_hits", n(&s.cache_hits)),
-                ("found", n(&s.found)),
-                ("not_found", n(&s.not_found)),
-                ("failures", n(&s.failures)),
-                ("shared", n(&s.shared)),
-            ],
-        ))
+        let cached = self.cached()?;
+        Some((cached.name().to_string(), cached.counters()))
     }
 
-    /// A log line with an LDAP table's counters.
+    /// A log line with a server-backed table's counters.
     pub fn stats_line(&self) -> Option<String> {
-        let Table::Ldap(t) = self else { return None };
-        let s = &t.stats;
-        let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        Some(format!(
-            "table {}: queries={} cache_hits={} shared={} found={} not_found={} failures={}",
-            t.name,
-            n(&s.queries),
-            n(&s.cache_hits),
-            n(&s.shared),
-            n(&s.found),
-            n(&s.not_found),
-            n(&s.failures)
-        ))
+        Some(self.cached()?.stats_line())
     }
 
-    /// Reloads a static table whose file changed (blocking; the daemon's
-    /// watcher calls it); nothing for LDAP.
-    pub fn reload_if_changed(&self) {
-        if let Table::Static(t) = self {
-            t.reload_if_changed();
+    fn cached(&self) -> Option<&cache::Cached> {
+        match self {
+            Table::Ldap(t) => Some(&t.cached),
+            _ => None,
         }
     }
 
-    /// Re-reads a static table's file (SIGHUP); LDAP tables drop their cache.
+    /// Reloads a file whose modification time changed (blocking; the
+    /// daemon's watcher calls it), members included.
+    pub fn reload_if_changed(&self) {
+        match self {
+            Table::File(t) => t.reload_if_changed(),
+            Table::Union(m) | Table::Pipe(m) => m.iter().for_each(|t| t.reload_if_changed()),
+            _ => {}
+        }
+    }
+
+    /// Re-reads files (SIGHUP); server-backed tables drop their cache.
     pub fn reload(&self) {
         match self {
-            Table::Static(t) => t.reload(),
+            Table::File(t) => t.reload(),
             Table::Ldap(t) => t.clear_cache(),
+            Table::Static(_) => {}
+            Table::Union(m) | Table::Pipe(m) => m.iter().for_each(|t| t.reload()),
         }
     }
 }

@@ -282,21 +282,28 @@ pub enum LookupCliError {
     NoTable(String),
     #[error(transparent)]
     Build(#[from] crate::tables::TableError),
+    #[error(transparent)]
+    Spec(#[from] crate::tables::spec::SpecError),
     #[error("{0}")]
     TryLater(LookupError),
 }
 
-/// `sluice lookup TABLE KEY`: the values, or None when the key is absent.
+/// `sluice lookup TABLE KEY`: the answer (Postfix's string, as `postmap
+/// -q` prints it), or None when the key is absent. TABLE is a `[tables]`
+/// name or a Postfix `type:name` (`pcre:/etc/postfix/checks.pcre`), so a
+/// file can be asked without a configuration naming it.
 pub async fn lookup(
     config: &Config,
     table: &str,
     key: &str,
-) -> Result<Option<Vec<String>>, LookupCliError> {
-    let settings = config
-        .tables
-        .get(table)
-        .ok_or_else(|| LookupCliError::NoTable(table.to_string()))?;
-    let built = Table::build(table, settings, &crate::log::Logger::disabled())?;
+) -> Result<Option<String>, LookupCliError> {
+    let settings = match config.tables.get(table) {
+        Some(settings) => settings.clone(),
+        None if table.contains(':') => crate::tables::spec::parse(table)?,
+        None => return Err(LookupCliError::NoTable(table.to_string())),
+    };
+    let logger = crate::log::Logger::disabled();
+    let built = Table::build_in(table, &settings, &config.tables, &logger)?;
     let found = built.lookup(key).await.map_err(LookupCliError::TryLater)?;
-    Ok(found.map(|values| values.iter().map(|v| v.to_string()).collect()))
+    Ok(found.map(|answer| answer.raw().to_string()))
 }

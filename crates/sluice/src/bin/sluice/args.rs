@@ -35,12 +35,13 @@ pub(crate) enum Command {
         #[arg(required = true)]
         addresses: Vec<String>,
     },
-    /// Look a key up in a table of `[tables]`, like postmap -q (exit 1:
-    /// not found; 75: the table could not answer).
+    /// Look a key up in a table, like postmap -q (exit 1: not found; 75:
+    /// the table could not answer).
     Lookup {
         #[command(flatten)]
         source: SourceArgs,
-        /// The table's name in `[tables]`.
+        /// The table's name in `[tables]`, or a Postfix TYPE:NAME
+        /// (hash:/etc/postfix/virtual, pcre:/etc/postfix/checks.pcre).
         table: String,
         /// The key, as given (no address search order).
         key: String,

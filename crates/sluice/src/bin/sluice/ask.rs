@@ -93,8 +93,8 @@ pub(crate) async fn lookup(source: SourceArgs, table: String, key: String) -> Ex
         }
     };
     match lookup(&config, &table, &key).await {
-        Ok(Some(values)) => {
-            println!("{}", values.join(", "));
+        Ok(Some(value)) => {
+            println!("{value}");
             ExitCode::SUCCESS
         }
         Ok(None) => ExitCode::from(1),

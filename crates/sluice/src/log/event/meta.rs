@@ -50,7 +50,8 @@ impl Event<'_> {
             LookupStats { .. }
             | LookupFailed { .. }
             | TableReloaded { .. }
-            | TableReloadRefused { .. } => "lookup",
+            | TableReloadRefused { .. }
+            | TableWarning { .. } => "lookup",
             LogReopened
             | LogReopenFailed { .. }
             | Warning { .. }

@@ -92,6 +92,7 @@ fn samples() -> Vec<Event<'static>> {
         LookupFailed { table: t("users"), key: t("a@b"), error: t("timeout") },
         TableReloaded { table: t("aliases"), path: t("/etc/aliases"), keys: 4 },
         TableReloadRefused { table: t("aliases"), error: t("line 3") },
+        TableWarning { table: t("aliases"), path: t("/etc/aliases"), line: 3, problem: t("duplicate entry") },
         DaneUnvalidated { domain: t("b.test") },
         DaneExcluded { domain: t("b.test"), hosts: vec![t("mx1.b.test"), t("mx2.b.test")] },
         DaneUnusable { line: t("DANE: no TLSA") },

@@ -250,6 +250,12 @@ impl Event<'_> {
             TableReloadRefused { table, error } => {
                 write!(f, "table {table}: reload refused, old contents kept: {error}")
             }
+            TableWarning {
+                table,
+                path,
+                line,
+                problem,
+            } => write!(f, "warning: table {table}: {path}, line {line}: {problem}"),
             _ => self.fmt_outbound(f),
         }
     }

@@ -236,6 +236,11 @@ impl PatternTable {
         (table, warnings)
     }
 
+    /// How many rules and statements the table holds.
+    pub fn rules(&self) -> usize {
+        self.steps.len()
+    }
+
     /// The first matching rule's expanded result, if any.
     pub fn lookup(&self, key: &str) -> Result<Option<String>, MatchError> {
         let mut i = 0;

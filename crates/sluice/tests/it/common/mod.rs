@@ -16,6 +16,7 @@ pub mod opendkim;
 pub mod pebble;
 pub mod postgres;
 pub mod postgrey;
+pub mod postsrsd;
 pub mod redis;
 pub mod rspamd;
 pub mod scripted;
