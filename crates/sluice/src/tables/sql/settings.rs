@@ -1,7 +1,7 @@
-//! A Postfix pgsql_table(5), mysql_table(5) or sqlite_table(5) file:
-//! `name = value` logical lines (continuations and comments as in
-//! main.cf, the last of a name given twice wins, unknown names ignored as
-//! Postfix ignores them), read into [`Settings`].
+//! A Postfix pgsql_table(5), mysql_table(5) or sqlite_table(5) file,
+//! read by the tables' common parameter-file reader (`tables::cf`:
+//! main.cf's logical lines, the last of a name given twice wins) into
+//! [`Settings`]; unknown names are ignored, as Postfix ignores them.
 //!
 //! Trust: the file is the operator's. The password is kept apart from
 //! everything that can be shown ([`Host::label`] never holds it).
@@ -10,7 +10,6 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::{Flavour, SqlError};
-use crate::tables::pattern::lines::logical_lines;
 
 /// Where a server is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,24 +49,24 @@ pub(super) struct Settings {
 
 impl Settings {
     pub(super) fn read(name: &str, flavour: Flavour, cf: &Path) -> Result<Settings, SqlError> {
-        let text = std::fs::read_to_string(cf).map_err(|err| SqlError::Read {
-            table: name.to_string(),
-            path: cf.to_path_buf(),
-            err: err.to_string(),
+        let params = crate::tables::cf::read(cf).map_err(|err| match err {
+            crate::tables::cf::CfError::Read { err, .. } => SqlError::Read {
+                table: name.to_string(),
+                path: cf.to_path_buf(),
+                err: err.to_string(),
+            },
+            other => SqlError::Config {
+                table: name.to_string(),
+                path: cf.to_path_buf(),
+                reason: other.to_string(),
+            },
         })?;
         let bad = |reason: String| SqlError::Config {
             table: name.to_string(),
             path: cf.to_path_buf(),
             reason,
         };
-        let mut map = std::collections::HashMap::new();
-        for line in logical_lines(&text).0 {
-            let (k, v) = line
-                .text
-                .split_once('=')
-                .ok_or_else(|| bad(format!("line {}: expected name = value", line.line)))?;
-            map.insert(k.trim().to_string(), v.trim().to_string());
-        }
+        let map = params.values;
         let get = |k: &str| map.get(k).cloned().unwrap_or_default();
         let query = match map.get("query") {
             Some(q) => q.clone(),
@@ -112,7 +111,7 @@ impl Settings {
 
 /// The query Postfix builds from the old `table`, `select_field`,
 /// `where_field` and `additional_conditions`.
-fn legacy_query(map: &std::collections::HashMap<String, String>) -> Result<String, String> {
+fn legacy_query(map: &std::collections::BTreeMap<String, String>) -> Result<String, String> {
     let get = |k: &str| {
         map.get(k)
             .filter(|v| !v.is_empty())
