@@ -70,7 +70,7 @@ impl Mariadb {
             .spawn()
             .expect("start mariadbd");
         let child = self.child.insert(child);
-        super::wait_for_socket(child, &self.socket, 60, "mariadbd", &self.dir);
+        super::postgres::wait_or_show_log(child, &self.socket, "mariadbd", &log);
     }
 
     /// Runs `sql` as root over the socket; panics with the client's

@@ -97,14 +97,14 @@ impl Postgres {
             .expect("start postgres");
         let child = self.child.insert(child);
         let socket = self.socket_dir.join(format!(".s.PGSQL.{}", self.port));
-        super::wait_for_socket(child, &socket, 60, "postgres", &self.dir);
+        wait_or_show_log(child, &socket, "postgres", &self.dir.join("postgres.log"));
         // The socket exists a moment before logins are accepted.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         while !self.try_psql("postgres", "SELECT 1") {
             assert!(
                 std::time::Instant::now() < deadline,
-                "postgres does not answer; see {}",
-                self.dir.join("postgres.log").display()
+                "postgres does not answer; its log:\n{}",
+                std::fs::read_to_string(self.dir.join("postgres.log")).unwrap_or_default()
             );
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
@@ -150,5 +150,22 @@ impl Postgres {
 impl Drop for Postgres {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// Waits (60 s at most) until `child` accepts on the Unix socket
+/// `socket`; if it exits or does not come up, fails the test with the
+/// server's log (`what` names it), never skipping silently.
+pub fn wait_or_show_log(child: &mut Child, socket: &Path, what: &str, log: &Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::os::unix::net::UnixStream::connect(socket).is_err() {
+        let exited = child.try_wait().unwrap();
+        assert!(
+            exited.is_none() && std::time::Instant::now() < deadline,
+            "{what} did not start ({exited:?}); its log {}:\n{}",
+            log.display(),
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
