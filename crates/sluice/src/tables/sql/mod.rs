@@ -179,3 +179,55 @@ impl SqlTable {
         Ok(Some(values))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn send_sync<T: Send + Sync>(_: &T) {}
+    fn send<T: Send>(_: &T) {}
+
+    #[test]
+    fn a_table_is_shared_across_tasks_and_opens_without_a_server() {
+        let dir = tempfile::tempdir().unwrap();
+        let cf = dir.path().join("t.cf");
+        for (flavour, head) in [
+            (Flavour::Pgsql, "hosts = inet:127.0.0.1:1"),
+            (Flavour::Mysql, "hosts = inet:127.0.0.1:1"),
+            (Flavour::Sqlite, "dbpath = /nonexistent/x.sqlite"),
+        ] {
+            let text = format!("{head}\npassword = secret\nquery = SELECT a FROM t WHERE b='%s'\n");
+            std::fs::write(&cf, text).unwrap();
+            let table = SqlTable::open("t", flavour, &cf).unwrap();
+            send_sync(&table);
+            send(&table.query("x"));
+            assert_eq!(table.name(), "t");
+        }
+    }
+
+    #[test]
+    fn bad_files_are_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let cf = dir.path().join("t.cf");
+        for (flavour, text) in [
+            (Flavour::Pgsql, "query = SELECT a FROM t WHERE b='%x'"),
+            (Flavour::Pgsql, "result_format = %q\nquery = SELECT 1"),
+            (Flavour::Mysql, "query = SELECT a FROM t WHERE b=?"),
+            (Flavour::Sqlite, "query = SELECT 1"),
+            (
+                Flavour::Pgsql,
+                "domain = hash:/etc/postfix/domains\nquery = SELECT 1",
+            ),
+            (Flavour::Pgsql, "table = t"),
+            (Flavour::Pgsql, "not a parameter line"),
+        ] {
+            std::fs::write(&cf, format!("password = secret\n{text}\n")).unwrap();
+            let err = SqlTable::open("t", flavour, &cf).err().expect(text);
+            let shown = err.to_string();
+            assert!(
+                shown.contains("t.cf") && !shown.contains("secret"),
+                "{shown}"
+            );
+        }
+    }
+}
