@@ -36,6 +36,7 @@ mod find;
 mod ldap;
 mod ldap_cf;
 pub mod pattern;
+mod remote;
 pub mod search;
 pub mod socketmap;
 pub mod spec;
@@ -93,6 +94,8 @@ pub enum TableError {
     },
     #[error(transparent)]
     Cf(#[from] cf::CfError),
+    #[error("tables.{table}: {err}")]
+    Remote { table: String, err: String },
     #[error("tables.{table}: tls_ca_file {err}")]
     Tls {
         table: String,
@@ -104,6 +107,8 @@ pub enum TableError {
 pub enum Table {
     File(FileTable),
     Ldap(Box<LdapTable>),
+    /// socketmap, tcp (and SQL): a server per key, behind the cache.
+    Remote(Box<remote::Remote>),
     /// Postfix's `static:`: every key finds the one value.
     Static(Values),
     /// Postfix's `unionmap:`: every member is asked; the answers of those
@@ -119,6 +124,7 @@ impl Table {
         match self {
             Table::File(t) => t.lookup(key),
             Table::Ldap(t) => t.lookup(key).await,
+            Table::Remote(t) => t.lookup(key).await,
             Table::Static(v) => Ok(Some(v.clone())),
             Table::Union(members) => compose::union(members, key).await,
             Table::Pipe(members) => compose::pipe(members, key).await,
@@ -132,6 +138,7 @@ impl Table {
     pub fn fixed(&self) -> bool {
         match self {
             Table::File(t) => t.fixed(),
+            Table::Remote(t) => t.fixed(),
             Table::Ldap(_) | Table::Static(_) => true,
             Table::Union(m) | Table::Pipe(m) => m.iter().all(|t| t.fixed()),
         }
@@ -201,6 +208,7 @@ impl Table {
     fn cached(&self) -> Option<&cache::Cached> {
         match self {
             Table::Ldap(t) => Some(&t.cached),
+            Table::Remote(t) => Some(&t.cached),
             _ => None,
         }
     }
@@ -220,6 +228,7 @@ impl Table {
         match self {
             Table::File(t) => t.reload(),
             Table::Ldap(t) => t.clear_cache(),
+            Table::Remote(t) => t.cached.clear(),
             Table::Static(_) => {}
             Table::Union(m) | Table::Pipe(m) => m.iter().for_each(|t| t.reload()),
         }

@@ -14,6 +14,7 @@ pub mod netns;
 pub mod nsd;
 pub mod opendkim;
 pub mod pebble;
+pub mod postfix;
 pub mod postgres;
 pub mod postgrey;
 pub mod postsrsd;
