@@ -40,6 +40,7 @@ mod remote;
 pub mod search;
 pub mod socketmap;
 pub mod spec;
+pub mod sql;
 pub mod tcp;
 pub mod text;
 

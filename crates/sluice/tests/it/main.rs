@@ -64,5 +64,6 @@ mod tables_lookup;
 mod tables_postmap;
 mod tables_remote;
 mod tables_search;
+mod tables_sql;
 mod tables_text;
 mod tls_auth;
