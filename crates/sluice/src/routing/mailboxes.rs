@@ -19,6 +19,7 @@ use crate::config::tables::TableConfig;
 use crate::log::Logger;
 use crate::message::address::domain_of;
 use crate::routing::domains::{LocalDomains, RoutingError};
+use crate::tables::search::Rules;
 use crate::tables::{LookupError, Table};
 
 /// What an address in a local domain resolves to.
@@ -114,19 +115,20 @@ impl VirtualMailboxes {
         self.credentials.clone()
     }
 
-    /// Whether a recipient in `relay_domains` is known: its address or
-    /// its `@domain` is in the relay recipient table (any address is
-    /// known when there is no table).
+    /// Whether a recipient in `relay_domains` is known: found in the relay
+    /// recipient table under Postfix's keys for a remote address (the
+    /// address, then `@domain`; any address is known when there is no
+    /// table).
     pub async fn relay_recipient_known(&self, address: &str) -> Result<bool, LookupError> {
         let Some(table) = &self.relay_recipients else {
             return Ok(true);
         };
-        let lower = address.to_ascii_lowercase();
-        if table.lookup(&lower).await?.is_some() {
-            return Ok(true);
-        }
-        let domain = format!("@{}", domain_of(&lower));
-        Ok(table.lookup(&domain).await?.is_some())
+        let rules = Rules {
+            delimiters: "",
+            local: false,
+            owner_request_special: true,
+        };
+        Ok(table.find_address(address, &rules).await?.is_some())
     }
 
     /// Resolves a recipient at RCPT time.

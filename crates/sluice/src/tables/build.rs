@@ -8,11 +8,16 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::answer::Answer;
+use super::cache::{Cached, Limits};
 use super::file::{FileTable, Format};
 use super::pattern::Flavour;
+use super::remote::{Backend, Remote};
+use super::socketmap::{RemoteError, SocketmapTable};
 use super::spec::{self, TEXT_KINDS};
+use super::tcp::TcpTable;
 use super::{cf, ldap_cf, LdapTable, Table, TableError};
 use crate::config::tables::TableConfig;
 use crate::log::Logger;
@@ -20,7 +25,16 @@ use crate::log::Logger;
 /// The kinds a `[tables]` entry may name (Postfix's other names for a
 /// text map are accepted too: `spec::TEXT_KINDS`).
 pub const KINDS: &[&str] = &[
-    "text", "static", "regexp", "pcre", "cidr", "ldap", "union", "pipe",
+    "text",
+    "static",
+    "regexp",
+    "pcre",
+    "cidr",
+    "ldap",
+    "socketmap",
+    "tcp",
+    "union",
+    "pipe",
 ];
 
 /// How deep unions and pipes may nest.
@@ -89,6 +103,7 @@ fn build(name: &str, config: &TableConfig, scope: &mut Scope<'_>) -> Result<Tabl
             let table = LdapTable::new(name, config, scope.logger.clone())?;
             Ok(Table::Ldap(Box::new(table)))
         }
+        "socketmap" | "tcp" => remote(name, config, scope.logger),
         "union" | "unionmap" => Ok(Table::Union(members(name, config, scope)?)),
         "pipe" | "pipemap" => Ok(Table::Pipe(members(name, config, scope)?)),
         other => Err(TableError::UnknownKind {
@@ -96,6 +111,36 @@ fn build(name: &str, config: &TableConfig, scope: &mut Scope<'_>) -> Result<Tabl
             kind: other.to_string(),
         }),
     }
+}
+
+/// A socketmap or tcp table: `address` (and `map_name`), the server's
+/// timeout `query_timeout_ms` (Sluice's 3 s default, not Postfix's 100 s:
+/// a session waits on it), behind the cache.
+fn remote(name: &str, config: &TableConfig, logger: &Logger) -> Result<Table, TableError> {
+    let needs = |needs| TableError::Needs {
+        table: name.to_string(),
+        kind: config.kind.clone(),
+        needs,
+    };
+    let address = config.address.as_deref().ok_or_else(|| needs("address"))?;
+    let timeout = Duration::from_millis(config.query_timeout_ms.max(1));
+    let bad = |e: RemoteError| TableError::Remote {
+        table: name.to_string(),
+        err: e.to_string(),
+    };
+    let backend = match config.kind.as_str() {
+        "socketmap" => {
+            let map = config
+                .map_name
+                .as_deref()
+                .ok_or_else(|| needs("map_name"))?;
+            let spec = format!("{address}:{map}");
+            Backend::Socketmap(SocketmapTable::new(name, &spec, timeout).map_err(bad)?)
+        }
+        _ => Backend::Tcp(TcpTable::new(name, address, timeout).map_err(bad)?),
+    };
+    let cached = Cached::new(name, Limits::of(config), logger.clone());
+    Ok(Table::Remote(Box::new(Remote::new(backend, cached))))
 }
 
 /// A union's or pipe's members, built in order.

@@ -107,11 +107,25 @@ impl FileTable {
 
     /// The answer for `key`: text tables fold it to lower case, pattern
     /// tables match it as given (their `i` flag decides), cidr tables
-    /// parse it as an address. No I/O, no lock.
+    /// parse it as an address. No I/O, no lock. A pcre pattern past its
+    /// backtracking limit is "try again", logged with the table's name.
     pub fn lookup(&self, key: &str) -> Result<Option<Values>, LookupError> {
         match &**self.contents.load() {
-            Contents::Map(map) => Ok(map.get(&key.to_ascii_lowercase()).cloned()),
-            Contents::Pattern(t) => Ok(t.lookup(key)?.map(|v| Arc::new(Answer::text(v)))),
+            Contents::Map(map) => Ok(map.get(&super::fold(key)).cloned()),
+            Contents::Pattern(t) => match t.lookup(key) {
+                Ok(found) => Ok(found.map(|v| Arc::new(Answer::text(v)))),
+                Err(err) => {
+                    self.logger.emit(&Event::LookupFailed {
+                        table: self.name.as_str().into(),
+                        key: key.into(),
+                        error: err.to_string().into(),
+                    });
+                    Err(LookupError::Unavailable(format!(
+                        "table {}: {err}",
+                        self.name
+                    )))
+                }
+            },
             Contents::Cidr(t) => Ok(t.lookup(key).map(|v| Arc::new(Answer::text(v)))),
         }
     }

@@ -20,8 +20,9 @@ pub struct Found {
     pub values: Values,
     /// The key that found it.
     pub key: String,
-    /// The extension that key left out (for
-    /// `propagate_unmatched_extensions`).
+    /// The extension that key left out, with its delimiter (`+ext`,
+    /// `-ext`), for `propagate_unmatched_extensions`
+    /// (`search::mapped_address`).
     pub dropped: Option<String>,
     /// Which table of the list answered.
     pub table: usize,
@@ -53,7 +54,7 @@ pub async fn find_address(
                 return Ok(Some(Found {
                     values,
                     key: key.text.into_owned(),
-                    dropped: key.dropped.map(str::to_string),
+                    dropped: key.extension.map(std::borrow::Cow::into_owned),
                     table: index,
                 }));
             }
@@ -112,7 +113,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             (found.key.as_str(), found.dropped.as_deref()),
-            ("bob@x.test", Some("news"))
+            ("bob@x.test", Some("+news"))
         );
     }
 }

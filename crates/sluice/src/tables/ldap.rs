@@ -77,7 +77,7 @@ impl LdapTable {
     /// As Postfix's, a filter with `%d` is not sent for a key without a
     /// domain (Postfix: "the query is suppressed"): not found.
     pub async fn lookup(&self, key: &str) -> Result<Option<Values>, LookupError> {
-        let key = key.to_ascii_lowercase();
+        let key = super::fold(key);
         let domain = key.rsplit_once('@').map_or("", |(_, d)| d);
         if domain.is_empty() && self.config.filter.replace("%%", "").contains("%d") {
             return Ok(None);
@@ -129,7 +129,7 @@ impl LdapTable {
         }
         let timeout = Duration::from_millis(self.config.query_timeout_ms.max(1));
         let (index, mut ldap) = self.handle(false).await?;
-        let filter = expand_filter(&self.config.filter, &key.to_ascii_lowercase());
+        let filter = expand_filter(&self.config.filter, &super::fold(key));
         let search = ldap.with_timeout(timeout).search(
             &self.config.base,
             Scope::Subtree,

@@ -36,9 +36,11 @@ mod find;
 mod ldap;
 mod ldap_cf;
 pub mod pattern;
+mod remote;
 pub mod search;
 pub mod socketmap;
 pub mod spec;
+pub mod sql;
 pub mod tcp;
 pub mod text;
 
@@ -92,6 +94,8 @@ pub enum TableError {
     },
     #[error(transparent)]
     Cf(#[from] cf::CfError),
+    #[error("tables.{table}: {err}")]
+    Remote { table: String, err: String },
     #[error("tables.{table}: tls_ca_file {err}")]
     Tls {
         table: String,
@@ -99,10 +103,23 @@ pub enum TableError {
     },
 }
 
+/// A key as fixed-key tables store and look it up: lower case, as
+/// Postfix folds it (UTF-8 case folding with `smtputf8_enable`, its
+/// default: `ÜSER` finds `üser`). ASCII keys, nearly all, are folded
+/// without allocating a new kind of string.
+pub fn fold(key: &str) -> String {
+    match key.is_ascii() {
+        true => key.to_ascii_lowercase(),
+        false => key.to_lowercase(),
+    }
+}
+
 /// A lookup table of any kind.
 pub enum Table {
     File(FileTable),
     Ldap(Box<LdapTable>),
+    /// socketmap, tcp (and SQL): a server per key, behind the cache.
+    Remote(Box<remote::Remote>),
     /// Postfix's `static:`: every key finds the one value.
     Static(Values),
     /// Postfix's `unionmap:`: every member is asked; the answers of those
@@ -118,6 +135,7 @@ impl Table {
         match self {
             Table::File(t) => t.lookup(key),
             Table::Ldap(t) => t.lookup(key).await,
+            Table::Remote(t) => t.lookup(key).await,
             Table::Static(v) => Ok(Some(v.clone())),
             Table::Union(members) => compose::union(members, key).await,
             Table::Pipe(members) => compose::pipe(members, key).await,
@@ -131,6 +149,7 @@ impl Table {
     pub fn fixed(&self) -> bool {
         match self {
             Table::File(t) => t.fixed(),
+            Table::Remote(t) => t.fixed(),
             Table::Ldap(_) | Table::Static(_) => true,
             Table::Union(m) | Table::Pipe(m) => m.iter().all(|t| t.fixed()),
         }
@@ -200,6 +219,7 @@ impl Table {
     fn cached(&self) -> Option<&cache::Cached> {
         match self {
             Table::Ldap(t) => Some(&t.cached),
+            Table::Remote(t) => Some(&t.cached),
             _ => None,
         }
     }
@@ -219,6 +239,7 @@ impl Table {
         match self {
             Table::File(t) => t.reload(),
             Table::Ldap(t) => t.clear_cache(),
+            Table::Remote(t) => t.cached.clear(),
             Table::Static(_) => {}
             Table::Union(m) | Table::Pipe(m) => m.iter().for_each(|t| t.reload()),
         }

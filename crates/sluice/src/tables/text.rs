@@ -12,8 +12,11 @@
 //!   (`pattern/lines.rs`): continuations, blank and comment lines, so a
 //!   `#` elsewhere is text;
 //! - a logical line is `key whitespace value`: the key up to the first
-//!   blank, folded to lower case; the value the rest, trimmed at both
-//!   ends (a CRLF file's CR included), inner blanks kept;
+//!   blank outside double quotes and not after a backslash (kept as
+//!   written: `"a b"@example.com` is a key, quotes included; a quote not
+//!   closed skips the line with a warning), folded to lower case; the
+//!   value the rest, trimmed at both ends (a CRLF file's CR included),
+//!   inner blanks kept;
 //! - a line with no value, or a continuation with nothing to continue, is
 //!   skipped with a warning; a key given twice keeps its first value,
 //!   with a warning.
@@ -38,6 +41,8 @@ pub enum Problem {
     Duplicate,
     #[error("logical line must not start with whitespace")]
     LeadingWhitespace,
+    #[error("unbalanced '\"' -- ignoring this line")]
+    UnbalancedQuote,
 }
 
 /// A line skipped or overruled, with the number of the physical line
@@ -60,8 +65,13 @@ pub fn parse(text: &str) -> (HashMap<String, String>, Vec<Warning>) {
         problem: Problem::LeadingWhitespace,
     }));
     for Logical { line, text } in lines {
-        let (key, value) = split_entry(&text);
-        let key = key.to_ascii_lowercase();
+        let Some((key, value)) = split_entry(&text) else {
+            let key = String::new();
+            let problem = Problem::UnbalancedQuote;
+            warnings.push(Warning { line, key, problem });
+            continue;
+        };
+        let key = super::fold(key);
         let problem = match map.entry(key.clone()) {
             _ if value.is_empty() => Some(Problem::NoValue),
             Entry::Occupied(_) => Some(Problem::Duplicate),
@@ -77,13 +87,31 @@ pub fn parse(text: &str) -> (HashMap<String, String>, Vec<Warning>) {
     (map, warnings)
 }
 
-/// `key whitespace value` → the key and the trimmed value ("" if none).
-fn split_entry(logical: &str) -> (&str, &str) {
+/// `key whitespace value` → the key and the trimmed value ("" if none);
+/// `None` when a quote in the key is not closed. The key ends at the
+/// first blank outside double quotes and not after a backslash, and is
+/// kept as written (quotes and backslashes included), as Postfix's
+/// texthash and postmap read it: `"a b"@example.com` is one key.
+fn split_entry(logical: &str) -> Option<(&str, &str)> {
     let blank = |c: char| c.is_ascii_whitespace();
-    match logical.find(blank) {
-        Some(at) => (&logical[..at], logical[at..].trim_matches(blank)),
-        None => (logical.trim_end_matches(blank), ""),
+    let (mut quoted, mut escaped) = (false, false);
+    let mut end = logical.len();
+    for (at, c) in logical.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' => escaped = true,
+            '"' => quoted = !quoted,
+            c if blank(c) && !quoted => {
+                end = at;
+                break;
+            }
+            _ => {}
+        }
     }
+    if quoted {
+        return None;
+    }
+    Some((&logical[..end], logical[end..].trim_matches(blank)))
 }
 
 #[cfg(test)]
@@ -105,6 +133,22 @@ mod tests {
         let problems: Vec<(usize, Problem)> =
             warnings.iter().map(|w| (w.line, w.problem)).collect();
         assert_eq!(problems, [(6, Problem::NoValue), (9, Problem::Duplicate)]);
+    }
+
+    #[test]
+    fn a_key_may_hold_quoted_or_escaped_blanks() {
+        let text = "\"A b\"@x v1\n\"c\\\" d\"@x v2\nk\\ ey v3\n\"open x v4\ne\\ x\n";
+        let (map, warnings) = parse(text);
+        assert_eq!(map["\"a b\"@x"], "v1");
+        assert_eq!(map["\"c\\\" d\"@x"], "v2");
+        assert_eq!(map["k\\ ey"], "v3");
+        assert_eq!(map.len(), 3);
+        let problems: Vec<(usize, Problem)> =
+            warnings.iter().map(|w| (w.line, w.problem)).collect();
+        assert_eq!(
+            problems,
+            [(4, Problem::UnbalancedQuote), (5, Problem::NoValue)]
+        );
     }
 
     #[test]

@@ -63,5 +63,7 @@ mod strictness;
 mod tables_lookup;
 mod tables_postmap;
 mod tables_remote;
+mod tables_search;
+mod tables_sql;
 mod tables_text;
 mod tls_auth;

@@ -197,3 +197,27 @@ fn postfix_ldap_table_files_answer_as_postmap_does() {
     assert!(differences.is_empty(), "{}", differences.join("\n"));
     assert!(found >= 6, "the cases find something: {found}");
 }
+
+/// tcp tables through the whole lookup path (spec, build, cache, no case
+/// folding) against postmap, with a real postsrsd: the forward answer
+/// (an SRS address, whose hash depends on case) and the reverse.
+#[test]
+fn tcp_tables_answer_as_postmap_does_through_the_cache() {
+    let srsd = super::common::postsrsd::Postsrsd::start("example.org");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("main.cf"), "").unwrap();
+    let config = dir.path().join("sluice.toml");
+    std::fs::write(&config, "").unwrap();
+    let forward = format!("tcp:127.0.0.1:{}", srsd.forward);
+    let reverse = format!("tcp:127.0.0.1:{}", srsd.reverse);
+    for sender in ["User@Outside.NET", "user@outside.net", "user@example.org"] {
+        let want = postmap(dir.path(), &forward, sender);
+        assert_eq!(sluice(&config, &forward, sender), want, "{sender}");
+        if want.0 == 0 && want.1.starts_with("SRS0=") {
+            let srs = want.1.trim_end();
+            let back = postmap(dir.path(), &reverse, srs);
+            assert_eq!(back, (0, format!("{sender}\n")), "postsrsd reverses {srs}");
+            assert_eq!(sluice(&config, &reverse, srs), back, "{srs}");
+        }
+    }
+}

@@ -19,6 +19,7 @@ mod fake;
 mod socketmap;
 mod tcp;
 
+use std::os::unix::process::ExitStatusExt;
 use std::process::Command;
 
 use sluice::tables::socketmap::RemoteError;
@@ -78,6 +79,10 @@ impl Postmap {
                     Answer::Found(v)
                 }
                 Some(1) if stderr.contains("fatal:") => Answer::Error,
+                // Killed by SIGPIPE: the server hung up while postmap was
+                // still writing (postsrsd closes on an over-long line; who
+                // wins that race is timing). A failure, as a fatal is.
+                None if out.status.signal() == Some(libc::SIGPIPE) => Answer::Error,
                 Some(1) => Answer::NotFound,
                 other => panic!("postmap -q {key:?} {map}: exit {other:?}: {stderr}"),
             }

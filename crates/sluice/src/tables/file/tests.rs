@@ -171,3 +171,37 @@ b@x 2
     t.reload_if_changed();
     assert_eq!(get(&t, "b@x").unwrap().as_slice(), ["2"]);
 }
+
+#[test]
+fn a_pattern_past_its_backtracking_limit_is_try_again_and_logged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("checks.pcre");
+    std::fs::write(&path, "/^(a+)+\\1$/ cat\n").unwrap();
+    let logger = Logger::start_as(Some(&tmp.path().join("log")), true).unwrap();
+    let lines = logger.subscribe();
+    let t = FileTable::load(
+        "checks",
+        &path,
+        Format::Pattern(Flavour::Pcre),
+        logger.clone(),
+    )
+    .unwrap();
+    let key = format!("{}b", "a".repeat(30));
+    assert!(
+        matches!(t.lookup(&key), Err(LookupError::Unavailable(ref e)) if e.starts_with("table checks: "))
+    );
+    logger.flush();
+    let events: Vec<Event<'static>> = lines
+        .try_iter()
+        .map(|l| {
+            serde::Deserialize::deserialize(&serde_json::from_str::<serde_json::Value>(&l).unwrap())
+                .unwrap()
+        })
+        .collect();
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::LookupFailed { table, .. } if table == "checks")),
+        "{events:?}"
+    );
+}
