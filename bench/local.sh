@@ -135,7 +135,8 @@
 #       system stopped; ldap: Sluice's counters (= ldap_queries_per_msg),
 #       n/a for Postfix; text: n/a>
 #       sluice_queries_per_msg=<pgsql, Sluice only: its own table counters,
-#       beside PostgreSQL's count>
+#       beside PostgreSQL's count; like ldap_queries_per_msg they count from
+#       Sluice's start, so the smoke test's 2 lookups are in them>
 #   (a failed run adds failed=<reason>). Exit status 1 if any run failed,
 #   2 if the set-up failed. rejected_5xx/temp_4xx are as the generator counts
 #   them (`sluice-bench bench`: replies, so a refused RCPT plus the 554 to the
