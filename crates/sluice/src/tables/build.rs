@@ -17,6 +17,7 @@ use super::pattern::Flavour;
 use super::remote::{Backend, Remote};
 use super::socketmap::{RemoteError, SocketmapTable};
 use super::spec::{self, TEXT_KINDS};
+use super::sql::{self, SqlTable};
 use super::tcp::TcpTable;
 use super::{cf, ldap_cf, LdapTable, Table, TableError};
 use crate::config::tables::TableConfig;
@@ -31,6 +32,9 @@ pub const KINDS: &[&str] = &[
     "pcre",
     "cidr",
     "ldap",
+    "pgsql",
+    "mysql",
+    "sqlite",
     "socketmap",
     "tcp",
     "union",
@@ -103,7 +107,7 @@ fn build(name: &str, config: &TableConfig, scope: &mut Scope<'_>) -> Result<Tabl
             let table = LdapTable::new(name, config, scope.logger.clone())?;
             Ok(Table::Ldap(Box::new(table)))
         }
-        "socketmap" | "tcp" => remote(name, config, scope.logger),
+        "socketmap" | "tcp" | "pgsql" | "mysql" | "sqlite" => remote(name, config, scope.logger),
         "union" | "unionmap" => Ok(Table::Union(members(name, config, scope)?)),
         "pipe" | "pipemap" => Ok(Table::Pipe(members(name, config, scope)?)),
         other => Err(TableError::UnknownKind {
@@ -113,10 +117,41 @@ fn build(name: &str, config: &TableConfig, scope: &mut Scope<'_>) -> Result<Tabl
     }
 }
 
-/// A socketmap or tcp table: `address` (and `map_name`), the server's
-/// timeout `query_timeout_ms` (Sluice's 3 s default, not Postfix's 100 s:
-/// a session waits on it), behind the cache.
+/// A table that asks a server, behind the cache: SQL (`path`: Postfix's
+/// query file, which holds its own timeouts), socketmap or tcp
+/// (`address`, `map_name`; the server's timeout `query_timeout_ms`,
+/// Sluice's 3 s default, not Postfix's 100 s: a session waits on it).
 fn remote(name: &str, config: &TableConfig, logger: &Logger) -> Result<Table, TableError> {
+    let needs = |needs| TableError::Needs {
+        table: name.to_string(),
+        kind: config.kind.clone(),
+        needs,
+    };
+    let bad = |err: String| TableError::Remote {
+        table: name.to_string(),
+        err,
+    };
+    let flavour = match config.kind.as_str() {
+        "pgsql" => Some(sql::Flavour::Pgsql),
+        "mysql" => Some(sql::Flavour::Mysql),
+        "sqlite" => Some(sql::Flavour::Sqlite),
+        _ => None,
+    };
+    let backend = match flavour {
+        Some(flavour) => {
+            let path = config.path.as_deref().ok_or_else(|| needs("path"))?;
+            Backend::Sql(Box::new(
+                SqlTable::open(name, flavour, path).map_err(|e| bad(e.to_string()))?,
+            ))
+        }
+        None => socket_backend(name, config)?,
+    };
+    let cached = Cached::new(name, Limits::of(config), logger.clone());
+    Ok(Table::Remote(Box::new(Remote::new(backend, cached))))
+}
+
+/// A socketmap or tcp client (see [`remote`]).
+fn socket_backend(name: &str, config: &TableConfig) -> Result<Backend, TableError> {
     let needs = |needs| TableError::Needs {
         table: name.to_string(),
         kind: config.kind.clone(),
@@ -128,7 +163,7 @@ fn remote(name: &str, config: &TableConfig, logger: &Logger) -> Result<Table, Ta
         table: name.to_string(),
         err: e.to_string(),
     };
-    let backend = match config.kind.as_str() {
+    Ok(match config.kind.as_str() {
         "socketmap" => {
             let map = config
                 .map_name
@@ -138,9 +173,7 @@ fn remote(name: &str, config: &TableConfig, logger: &Logger) -> Result<Table, Ta
             Backend::Socketmap(SocketmapTable::new(name, &spec, timeout).map_err(bad)?)
         }
         _ => Backend::Tcp(TcpTable::new(name, address, timeout).map_err(bad)?),
-    };
-    let cached = Cached::new(name, Limits::of(config), logger.clone());
-    Ok(Table::Remote(Box::new(Remote::new(backend, cached))))
+    })
 }
 
 /// A union's or pipe's members, built in order.

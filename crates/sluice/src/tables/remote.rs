@@ -16,11 +16,13 @@ use std::sync::Arc;
 use super::answer::Answer;
 use super::cache::Cached;
 use super::socketmap::SocketmapTable;
+use super::sql::SqlTable;
 use super::tcp::TcpTable;
 use super::{LookupError, Values};
 
 /// The protocol behind a server-backed table.
 pub enum Backend {
+    Sql(Box<SqlTable>),
     Socketmap(SocketmapTable),
     Tcp(TcpTable),
 }
@@ -40,15 +42,22 @@ impl Remote {
     /// tcp).
     pub fn fixed(&self) -> bool {
         match self.backend {
+            Backend::Sql(_) => true,
             Backend::Socketmap(_) | Backend::Tcp(_) => false,
         }
     }
 
-    /// The answer for `key`, through the cache.
+    /// The answer for `key`, through the cache (SQL keys folded first).
     pub async fn lookup(&self, key: &str) -> Result<Option<Values>, LookupError> {
         let text = |found: Option<String>| found.map(|v| Arc::new(Answer::text(v)));
+        let rows = |found: Option<Vec<String>>| found.map(|v| Arc::new(Answer::values(v)));
+        let key = match self.backend {
+            Backend::Sql(_) => super::fold(key),
+            _ => key.to_string(),
+        };
         self.cached
-            .get(key, async |key: &str| match &self.backend {
+            .get(&key, async |key: &str| match &self.backend {
+                Backend::Sql(t) => t.query(key).await.map(rows).map_err(|e| e.to_string()),
                 Backend::Socketmap(t) => t.query(key).await.map(text).map_err(|e| e.to_string()),
                 Backend::Tcp(t) => t.query(key).await.map(text).map_err(|e| e.to_string()),
             })

@@ -221,3 +221,52 @@ fn tcp_tables_answer_as_postmap_does_through_the_cache() {
         }
     }
 }
+
+/// SQL tables through the whole lookup path (spec, build, folding, the
+/// cache, rows joined as Postfix joins them) against postmap: SQLite,
+/// which needs no server (the servers' own differentials are in
+/// `tables_sql.rs`).
+#[test]
+fn sqlite_tables_answer_as_postmap_does_through_the_cache() {
+    super::common::ensure_package("/usr/lib/postfix/postfix-sqlite.so", "postfix-sqlite");
+    super::common::ensure_package("/usr/bin/sqlite3", "sqlite3");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("main.cf"), "").unwrap();
+    let config = dir.path().join("sluice.toml");
+    std::fs::write(&config, "").unwrap();
+    let db = dir.path().join("mail.db");
+    let made = Command::new("sqlite3")
+        .arg(&db)
+        .arg(
+            "CREATE TABLE alias(address TEXT, goto TEXT);\
+             INSERT INTO alias VALUES ('info@example.com','alice@example.com'),\
+             ('info@example.com','bob@example.com'),('bob@example.com','bob@example.com');",
+        )
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let cf = dir.path().join("alias.cf");
+    std::fs::write(
+        &cf,
+        format!(
+            "dbpath = {}\nquery = SELECT goto FROM alias WHERE address='%s'\n",
+            db.display()
+        ),
+    )
+    .unwrap();
+    let spec = format!("sqlite:{}", cf.display());
+    let mut found = 0;
+    for key in [
+        "info@example.com",
+        "INFO@Example.COM",
+        "bob@example.com",
+        "nobody@example.com",
+        "' OR 1=1 --",
+        "x' OR 'a'='a",
+    ] {
+        let want = postmap(dir.path(), &spec, key);
+        found += usize::from(want.0 == 0);
+        assert_eq!(sluice(&config, &spec, key), want, "{key}");
+    }
+    assert_eq!(found, 3, "info (twice, folded) and bob");
+}
