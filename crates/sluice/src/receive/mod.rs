@@ -5,6 +5,7 @@
 //! is sending and reads the message; every message then goes through the
 //! one intake (`crate::intake`), never to the spool directly.
 
+pub mod access;
 pub mod dnsbl;
 pub mod local;
 pub mod policy;

@@ -10,6 +10,7 @@
 mod common;
 
 mod abuse;
+mod access_actions;
 mod acme;
 mod balancer;
 mod cluster;
