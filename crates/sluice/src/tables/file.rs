@@ -95,10 +95,6 @@ impl FileTable {
         Ok(table)
     }
 
-    pub fn format(&self) -> Format {
-        self.format
-    }
-
     /// Whether the table answers partial keys (`user`, `@domain`): text
     /// tables do; pattern and cidr tables see full keys only, as Postfix's.
     pub fn fixed(&self) -> bool {

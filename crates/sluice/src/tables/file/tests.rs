@@ -205,3 +205,11 @@ fn a_pattern_past_its_backtracking_limit_is_try_again_and_logged() {
         "{events:?}"
     );
 }
+
+#[test]
+fn keys_fold_beyond_ascii_as_postfix_folds_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = table_of(&tmp, "ÜSER@virt.test box\n", Format::Text { strict: false }).unwrap();
+    assert_eq!(get(&t, "üser@VIRT.test").unwrap().raw(), "box");
+    assert_eq!(get(&t, "ÜSER@virt.test").unwrap().raw(), "box");
+}
