@@ -71,6 +71,11 @@ pub struct ListenerConfig {
     /// domain publishes p=reject (550 5.7.1).
     #[serde(default)]
     pub dmarc_reject: bool,
+    /// This listener's own restriction lists (master.cf's `-o
+    /// smtpd_recipient_restrictions=…`): each one set replaces the main
+    /// one of `[restrictions]` here.
+    #[serde(default)]
+    pub restrictions: super::restrictions::ListOverrides,
 }
 
 impl ListenerConfig {

@@ -32,6 +32,7 @@ pub mod local;
 pub mod names;
 mod one_line;
 pub mod owner;
+pub mod restrictions;
 pub mod services;
 pub mod show;
 pub mod smtpd;
@@ -64,6 +65,11 @@ pub struct Config {
     /// default `postmaster@<hostname>`. Accepted from any client.
     pub postmaster: Option<MailAddress>,
     pub smtpd: SmtpdConfig,
+    /// Postfix's recipient_delimiter: any one of these characters starts
+    /// an address extension (`user+ext`), for table searches ("" none).
+    pub recipient_delimiter: String,
+    /// Postfix's restriction lists (`receive/restrict`).
+    pub restrictions: restrictions::RestrictionsConfig,
     pub tls: listener::TlsConfig,
     pub auth: listener::AuthConfig,
     pub spool: SpoolSettings,
@@ -241,6 +247,8 @@ impl Default for Config {
             log_format: LogFormat::Text,
             postmaster: None,
             smtpd: SmtpdConfig::default(),
+            recipient_delimiter: String::new(),
+            restrictions: Default::default(),
             tls: listener::TlsConfig::default(),
             auth: listener::AuthConfig::default(),
             spool: SpoolSettings::default(),
@@ -397,6 +405,7 @@ impl Config {
             auth_without_tls: false,
             sender_auth: self.smtpd.sender_auth,
             dmarc_reject: self.smtpd.dmarc_reject,
+            restrictions: Default::default(),
         });
         plain.chain(self.smtpd.listeners.iter().cloned()).collect()
     }

@@ -560,6 +560,14 @@ pub enum Event<'a> {
         client_ip: IpAddr,
         text: Text<'a>,
     },
+    /// A refusal `warn_if_reject` turned into this warning (`by` the
+    /// restriction, `reply` what the client would have been told).
+    RestrictionWarn {
+        queue_id: Qid,
+        client_ip: IpAddr,
+        by: Text<'a>,
+        reply: Text<'a>,
+    },
     Proxied {
         client_ip: IpAddr,
         client_port: u16,

@@ -9,4 +9,5 @@ pub mod access;
 pub mod dnsbl;
 pub mod local;
 pub mod policy;
+pub mod restrict;
 pub mod smtp;

@@ -52,6 +52,8 @@ mod queue_admin;
 mod queue_story;
 mod relay;
 mod reload;
+mod restrict_diff;
+mod restrict_hostile;
 mod rollup;
 mod sender_auth;
 mod sendmail;

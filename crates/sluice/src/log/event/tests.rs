@@ -133,6 +133,8 @@ fn samples() -> Vec<Event<'static>> {
         Reject(super::Reject::Policy { queue_id: Q, stage: t("RCPT"), client_ip: ip, to: t("c@d"), code: 554, dsn: t("5.7.1"), cause: t("policy"), why: t("no") }),
         Reject(super::Reject::Policy { queue_id: Qid(0), stage: t("END-OF-MESSAGE"), client_ip: ip, to: t(""), code: 450, dsn: t("4.7.1"), cause: t("policy"), why: t("later") }),
         Reject(super::Reject::Relay { stage: t("rcpt"), client_ip: ip, to: t("c@d"), code: 554, dsn: t("5.7.1"), cause: t("relay_denied"), why: t("not local") }),
+        Reject(super::Reject::Restriction { queue_id: Q, stage: t("RCPT"), client_ip: ip, from: t("a@b"), to: t("c@d"), code: 554, dsn: t("5.7.1"), cause: t("restriction"), by: t("check_recipient_access"), text: t("<c@d>: Recipient address rejected: no") }),
+        RestrictionWarn { queue_id: Q, client_ip: ip, by: t("reject_non_fqdn_sender"), reply: t("504 5.5.2 <a@b>: Sender address rejected: need fully-qualified address") },
         Reject(super::Reject::UnknownUser { stage: t("rcpt"), client_ip: ip, to: t("c@d"), code: 550, dsn: t("5.1.1"), cause: t("unknown_user"), table: t("users") }),
         Reject(super::Reject::LookupFailed { stage: t("rcpt"), client_ip: ip, to: t("c@d"), code: 451, dsn: t("4.3.0"), cause: t("lookup_failed"), error: t("ldap") }),
         Reject(super::Reject::Dnsbl { stage: t("connect"), client_ip: ip, code: 554, dsn: t("5.7.1"), cause: t("dnsbl"), list: t("zen.test") }),
@@ -274,6 +276,11 @@ fn lines_read_as_they_always_did() {
             Reject(super::Reject::Policy { queue_id: Q, stage: t("RCPT"), client_ip: ip, to: t("c@d"), code: 554, dsn: t("5.7.1"), cause: t("policy"), why: t("no") }),
             "smtpd",
             "1A2B3C4D: reject: RCPT from [192.0.2.1]: 554 5.7.1 <c@d>: Recipient address rejected: no",
+        ),
+        (
+            Reject(super::Reject::Restriction { queue_id: Q, stage: t("RCPT"), client_ip: ip, from: t("a@b"), to: t("c@d"), code: 554, dsn: t("5.7.1"), cause: t("restriction"), by: t("check_recipient_access"), text: t("<c@d>: Recipient address rejected: no") }),
+            "smtpd",
+            "1A2B3C4D: reject: RCPT from [192.0.2.1]: 554 5.7.1 <c@d>: Recipient address rejected: no; from=<a@b> to=<c@d> (check_recipient_access)",
         ),
         (
             Dnsbl { client_ip: ip, score: 3, listed_by: vec![t("a.test"), t("b.test")], unanswered: vec![t("c.test")] },

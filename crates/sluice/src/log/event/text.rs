@@ -479,6 +479,10 @@ impl Event<'_> {
             PolicyWarn { queue_id, text, .. } => {
                 write!(f, "{queue_id}: warn: policy service: {text}")
             }
+            RestrictionWarn { queue_id, client_ip, by, reply } => write!(
+                f,
+                "{queue_id}: reject_warning: from [{client_ip}]: {reply} ({by})"
+            ),
             Proxied { client_ip, client_port, lb_ip, lb_port } => write!(
                 f,
                 "proxied connection from [{client_ip}]:{client_port} via [{lb_ip}]:{lb_port}"

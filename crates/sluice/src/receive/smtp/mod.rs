@@ -20,6 +20,7 @@ mod delegate;
 mod hash_pool;
 mod password;
 pub mod proxy;
+mod restrictions;
 mod screen;
 mod session;
 pub mod tls;
@@ -53,6 +54,8 @@ use crate::routing::policy::RelayPolicy;
 pub struct SessionContext {
     pub config: Arc<Config>,
     pub mailboxes: Arc<VirtualMailboxes>,
+    /// The restriction lists (`receive/restrict`).
+    pub restrictions: Arc<crate::receive::restrict::Restrictions>,
     pub spool: Spool,
     pub logger: Logger,
     pub policy: RelayPolicy,

@@ -100,6 +100,12 @@ pub struct Session<S> {
     pub(super) ended: Option<&'static str>,
     /// More input was already buffered behind the command being run.
     pub(super) pipelined_more: bool,
+    /// The client sent commands ahead where it may not (RFC 2920), or
+    /// without having been offered PIPELINING: `reject_unauth_pipelining`.
+    pub(super) improper_pipelining: bool,
+    /// A `defer_if_permit` MAIL's checks left pending (without
+    /// `delay_reject`), applied at each RCPT that passes.
+    pub(super) defer_if_permit: Option<crate::receive::restrict::Refusal>,
 }
 
 /// An IPv4 client seen as `::ffff:a.b.c.d` (a dual-stack listener, or a
@@ -140,6 +146,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             messages: 0,
             ended: None,
             pipelined_more: false,
+            improper_pipelining: false,
+            defer_if_permit: None,
         }
     }
 
