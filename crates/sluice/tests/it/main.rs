@@ -53,6 +53,7 @@ mod queue_story;
 mod relay;
 mod reload;
 mod rollup;
+mod sasl_dovecot;
 mod sender_auth;
 mod sendmail;
 mod session;
