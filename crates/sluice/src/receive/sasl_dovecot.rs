@@ -173,18 +173,18 @@ impl DovecotAuth {
     /// anonymous ones. Connects (within the timeout) when no handshake
     /// has listed them yet; while Dovecot cannot be reached, PLAIN LOGIN.
     pub async fn offered(&self, plaintext_ok: bool) -> Vec<String> {
-        let known = self.known();
-        let mechs = match known {
-            Some(m) => Some(m),
-            None => match tokio::time::timeout(self.timeout, self.connect()).await {
-                Ok(Ok(conn)) => {
-                    self.keep(conn);
-                    self.known()
-                }
-                _ => None,
-            },
-        };
-        match mechs {
+        if self.known().is_none() {
+            if let Ok(Ok(conn)) = tokio::time::timeout(self.timeout, self.connect()).await {
+                self.keep(conn);
+            }
+        }
+        self.offered_now(plaintext_ok)
+    }
+
+    /// [`Self::offered`] as the last handshake listed them, without
+    /// connecting (an AUTH is checked against what EHLO offered).
+    pub fn offered_now(&self, plaintext_ok: bool) -> Vec<String> {
+        match self.known() {
             Some(m) => m
                 .iter()
                 .filter(|m| !m.anonymous && (plaintext_ok || !m.plaintext))

@@ -125,12 +125,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             } else {
                 ""
             };
-            let auth = match mechs {
-                Some(m) if !m.is_empty() => Cow::Owned(format!("250-AUTH {m}\r\n")),
-                _ => Cow::Borrowed(""),
+            let (auth, mechs, end) = match &mechs {
+                Some(m) if !m.is_empty() => ("250-AUTH ", m.as_ref(), "\r\n"),
+                _ => ("", "", ""),
             };
             self.reply_fmt(format_args!(
-                "250-{name}\r\n250-PIPELINING\r\n250-SIZE {size}\r\n{starttls}{auth}250-8BITMIME\r\n250-DSN\r\n250-ENHANCEDSTATUSCODES\r\n250-SMTPUTF8\r\n250 CHUNKING"
+                "250-{name}\r\n250-PIPELINING\r\n250-SIZE {size}\r\n{starttls}{auth}{mechs}{end}250-8BITMIME\r\n250-DSN\r\n250-ENHANCEDSTATUSCODES\r\n250-SMTPUTF8\r\n250 CHUNKING"
             ));
         } else {
             self.reply_fmt(format_args!("250 {name}"));

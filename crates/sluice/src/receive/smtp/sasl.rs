@@ -33,7 +33,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         initial: Option<&str>,
     ) -> Next {
         let mech = mechanism.to_ascii_uppercase();
-        if !dovecot.offered(self.plaintext_ok()).await.contains(&mech) {
+        if !dovecot.offered_now(self.plaintext_ok()).contains(&mech) {
             return self.error("504 5.5.4 Error: unsupported authentication mechanism");
         }
         if initial.is_some_and(|resp| !is_base64(resp)) {
