@@ -83,7 +83,17 @@ async fn the_right_password_is_235_and_the_login_is_dovecots() {
     let (server, _) = start(cfg).await;
     let submission = server.addrs[1];
     let (mut t, ehlo) = starttls(submission, &snakeoil(&dir)).await;
-    assert!(ehlo.contains("250-AUTH PLAIN LOGIN\r\n"), "{ehlo}");
+    let offered = ehlo
+        .lines()
+        .find_map(|l| l.strip_prefix("250-AUTH "))
+        .unwrap_or_else(|| panic!("{ehlo}"));
+    let mut offered: Vec<&str> = offered.split(' ').collect();
+    offered.sort_unstable();
+    assert_eq!(
+        offered,
+        ["LOGIN", "PLAIN", "SCRAM-SHA-256"],
+        "Dovecot's: {ehlo}"
+    );
     // Typed in capitals; Dovecot answers the user it knows (%Lu).
     let r = t
         .cmd(&format!(
@@ -129,6 +139,89 @@ async fn login_goes_through_dovecots_challenges_and_star_cancels() {
     server.shutdown().await;
     assert!(
         auth_logged(&dir, "LOGIN", Some("bob@local.test"), "ok"),
+        "{}",
+        read_log(&dir)
+    );
+}
+
+/// SCRAM-SHA-256's proof for `password` (RFC 5802 §3), and the server
+/// signature the client then expects, both base64.
+fn scram(password: &str, salt: &str, iterations: u32, auth_message: &str) -> (String, String) {
+    use ring::{digest, hmac, pbkdf2};
+    let salt = base64::engine::general_purpose::STANDARD
+        .decode(salt)
+        .unwrap();
+    let mut salted = [0u8; 32];
+    let iterations = std::num::NonZeroU32::new(iterations).unwrap();
+    let prf = pbkdf2::PBKDF2_HMAC_SHA256;
+    pbkdf2::derive(prf, iterations, &salt, password.as_bytes(), &mut salted);
+    let salted = hmac::Key::new(hmac::HMAC_SHA256, &salted);
+    let sign = |key: &[u8], text: &[u8]| hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, key), text);
+    let client_key = hmac::sign(&salted, b"Client Key");
+    let stored_key = digest::digest(&digest::SHA256, client_key.as_ref());
+    let client_signature = sign(stored_key.as_ref(), auth_message.as_bytes());
+    let proof: Vec<u8> = client_key
+        .as_ref()
+        .iter()
+        .zip(client_signature.as_ref())
+        .map(|(k, s)| k ^ s)
+        .collect();
+    let server_key = hmac::sign(&salted, b"Server Key");
+    let server_signature = sign(server_key.as_ref(), auth_message.as_bytes());
+    let enc = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    (enc(&proof), enc(server_signature.as_ref()))
+}
+
+/// A mechanism of several steps with data on success: Dovecot's
+/// challenge, the client's proof, Dovecot's signature (a `CONT`, as we
+/// do not say `final-resp-ok`) as a `334`, the client's empty line,
+/// `235` (RFC 4954 §4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scram_sha_256_goes_through_with_dovecots_signature() {
+    let dir = temp_dir("sasl-dovecot-scram");
+    let dovecot = AuthServer::start(&dir, &[("carol@local.test", "s3cret")]);
+    let sink = recording_sink().await;
+    let cfg = with_dovecot(&dir, sink.addr, &dovecot.socket, 10);
+    let (server, _) = start(cfg).await;
+    let (mut t, _) = starttls(server.addrs[1], &snakeoil(&dir)).await;
+    let decode = |reply: &str| {
+        let data = reply
+            .strip_prefix("334 ")
+            .unwrap_or_else(|| panic!("{reply}"));
+        let raw = base64::engine::general_purpose::STANDARD.decode(data.trim_end());
+        String::from_utf8(raw.unwrap()).unwrap()
+    };
+    let bare = "n=carol@local.test,r=rOprNGfwEbeRWgbNEkqO";
+    let r = t
+        .cmd(&format!(
+            "AUTH SCRAM-SHA-256 {}",
+            b64(&format!("n,,{bare}"))
+        ))
+        .await;
+    let first = decode(&r);
+    let field = |name: &str| {
+        let f = first.split(',').find_map(|f| f.strip_prefix(name));
+        f.unwrap_or_else(|| panic!("{first}")).to_string()
+    };
+    let (nonce, salt, iterations) = (field("r="), field("s="), field("i="));
+    assert!(
+        nonce.starts_with("rOprNGfwEbeRWgbNEkqO") && nonce.len() > 20,
+        "{first}"
+    );
+    let without_proof = format!("c=biws,r={nonce}");
+    let auth_message = format!("{bare},{first},{without_proof}");
+    let (proof, signature) = scram("s3cret", &salt, iterations.parse().unwrap(), &auth_message);
+    let r = t.cmd(&b64(&format!("{without_proof},p={proof}"))).await;
+    assert_eq!(
+        decode(&r),
+        format!("v={signature}"),
+        "Dovecot proved it knows the key"
+    );
+    let r = t.cmd("").await;
+    assert!(r.starts_with("235 2.7.0"), "{r}");
+    server.shutdown().await;
+    assert!(
+        auth_logged(&dir, "SCRAM-SHA-256", Some("carol@local.test"), "ok"),
         "{}",
         read_log(&dir)
     );

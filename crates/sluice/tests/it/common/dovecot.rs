@@ -221,7 +221,7 @@ impl AuthServer {
              protocols =\nssl = no\n\
              default_internal_user = nobody\ndefault_internal_group = nogroup\n\
              default_login_user = nobody\n\
-             auth_mechanisms = plain login\nauth_username_format = %Lu\n\
+             auth_mechanisms = plain login scram-sha-256\nauth_username_format = %Lu\n\
              auth_failure_delay = 0\nauth_verbose = yes\n\
              passdb {{\n  driver = passwd-file\n  args = {d}/users\n}}\n\
              service auth {{\n  unix_listener auth-client {{\n    mode = 0666\n  }}\n}}\n\
