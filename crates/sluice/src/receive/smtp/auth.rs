@@ -137,11 +137,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         }
     }
 
-    /// The mechanisms EHLO offers: PLAIN LOGIN, or Dovecot's.
+    /// The mechanisms EHLO offers: PLAIN LOGIN, or Dovecot's (boxed:
+    /// asking it may mean connecting, a large future for every EHLO).
     pub(super) async fn mechanisms(&self) -> std::borrow::Cow<'static, str> {
         match &self.ctx.dovecot {
             None => "PLAIN LOGIN".into(),
-            Some(d) => d.offered(self.plaintext_ok()).await.join(" ").into(),
+            Some(d) => {
+                let offered = Box::pin(d.offered(self.plaintext_ok())).await;
+                offered.join(" ").into()
+            }
         }
     }
 
@@ -151,7 +155,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         self.tls.is_some() || self.listener.auth_without_tls
     }
 
-    pub(super) fn challenge(&mut self, step: AuthStep, text: &str) -> Next {
+    fn challenge(&mut self, step: AuthStep, text: &str) -> Next {
         self.reply_fmt(format_args!("334 {text}"));
         self.mode = Mode::Auth(step);
         Next::Continue

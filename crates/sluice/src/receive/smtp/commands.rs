@@ -57,7 +57,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         match command {
             Command::Ehlo(host) => {
                 let mechs = match self.offers_auth() && self.auth.is_none() {
-                    true => Some(Box::pin(self.mechanisms()).await),
+                    true => Some(self.mechanisms().await),
                     false => None,
                 };
                 self.hello(host, true, mechs)
