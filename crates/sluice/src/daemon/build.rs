@@ -365,6 +365,8 @@ impl Parts {
             anvil,
             tls: self.tls.clone(),
             credentials: self.mailboxes.credentials(),
+            dovecot: crate::receive::sasl_dovecot::DovecotAuth::from_config(&config.auth)
+                .map(Arc::new),
             intake: intake.clone(),
             policy_service: PolicyClient::from_config(&config.smtpd).map(Arc::new),
             dnsbl: Dnsbl::from_config(&config.smtpd, self.dns.clone()).map(Arc::new),

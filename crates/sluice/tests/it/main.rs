@@ -55,6 +55,7 @@ mod reload;
 mod restrict_diff;
 mod restrict_hostile;
 mod rollup;
+mod sasl_dovecot;
 mod sender_auth;
 mod sendmail;
 mod session;

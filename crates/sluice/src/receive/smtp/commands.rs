@@ -1,6 +1,8 @@
 //! The SMTP verbs, one function each: what each command checks, what it
 //! changes in the session, and its reply.
 
+use std::borrow::Cow;
+
 use sluice_proto::address::Path;
 use sluice_proto::command::{parse_command, Body, Command, CommandError, MailParams, RcptParams};
 use sluice_proto::data::{DataDecoder, DataLimits};
@@ -56,8 +58,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             }
         }
         match command {
-            Command::Ehlo(host) => self.hello(host, true),
-            Command::Helo(host) => self.hello(host, false),
+            Command::Ehlo(host) => {
+                let mechs = match self.offers_auth() && self.auth.is_none() {
+                    true => Some(self.mechanisms().await),
+                    false => None,
+                };
+                self.hello(host, true, mechs)
+            }
+            Command::Helo(host) => self.hello(host, false, None),
             Command::Mail(path, params) => {
                 // In-flow pacing: a new transaction waits (a bounded
                 // time) while local delivery is behind (`intake/flow.rs`).
@@ -116,7 +124,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         }
     }
 
-    fn hello(&mut self, host: String, esmtp: bool) -> Next {
+    /// EHLO or HELO; `mechs`: AUTH's mechanisms, when offered.
+    fn hello(&mut self, host: String, esmtp: bool, mechs: Option<Cow<'static, str>>) -> Next {
         self.txn = None;
         self.helo = Some(host);
         self.esmtp = esmtp;
@@ -129,13 +138,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             } else {
                 ""
             };
-            let auth = if self.offers_auth() && self.auth.is_none() {
-                "250-AUTH PLAIN LOGIN\r\n"
-            } else {
-                ""
+            let (auth, mechs, end) = match &mechs {
+                Some(m) if !m.is_empty() => ("250-AUTH ", m.as_ref(), "\r\n"),
+                _ => ("", "", ""),
             };
             self.reply_fmt(format_args!(
-                "250-{name}\r\n250-PIPELINING\r\n250-SIZE {size}\r\n{starttls}{auth}250-8BITMIME\r\n250-DSN\r\n250-ENHANCEDSTATUSCODES\r\n250-SMTPUTF8\r\n250 CHUNKING"
+                "250-{name}\r\n250-PIPELINING\r\n250-SIZE {size}\r\n{starttls}{auth}{mechs}{end}250-8BITMIME\r\n250-DSN\r\n250-ENHANCEDSTATUSCODES\r\n250-SMTPUTF8\r\n250 CHUNKING"
             ));
         } else {
             self.reply_fmt(format_args!("250 {name}"));

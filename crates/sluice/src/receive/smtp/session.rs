@@ -68,6 +68,9 @@ pub struct Session<S> {
     pub(super) auth: Option<String>,
     /// What every session shares: settings, the intake, tables, limits.
     pub(super) ctx: Arc<SessionContext>,
+    /// The address the client connected to, when known (for Dovecot's
+    /// `lip`).
+    pub(super) local: Option<SocketAddr>,
     /// The client's address (after a PROXY header, the real one), IPv4
     /// as IPv4 (`canonical`).
     pub(super) peer: SocketAddr,
@@ -132,6 +135,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             tls: None,
             auth: None,
             ctx,
+            local: None,
             peer,
             trusted,
             inbuf: Vec::with_capacity(1024),
@@ -149,6 +153,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             improper_pipelining: false,
             defer_if_permit: None,
         }
+    }
+
+    /// The address the client connected to (`local_addr`).
+    pub fn with_local(mut self, local: Option<SocketAddr>) -> Self {
+        self.local = local.map(canonical);
+        self
     }
 
     /// Runs the session to its end.
