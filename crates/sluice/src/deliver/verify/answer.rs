@@ -2,8 +2,11 @@
 //! answer for a [`VerifyStatus`], as Postfix 3.7's smtpd does:
 //! - deliverable: nothing (the next restriction decides);
 //! - undeliverable: `unverified_*_reject_code` (450) with `<addr>:
-//!   Recipient address rejected: undeliverable address: <next hop's
-//!   reply>` (or `unverified_*_reject_reason`);
+//!   Recipient address rejected: unverified address: <next hop's
+//!   reply>`, as the tempfail action says (a 4XX does not reject: a
+//!   later restriction's reject wins); with a 5XX code, a reject with
+//!   `… rejected: undeliverable address: <next hop's reply>`; the text
+//!   after `rejected:` is `unverified_*_reject_reason` if set;
 //! - not known yet or a temporary failure: `unverified_*_defer_code`
 //!   (450) with `… rejected: unverified address: <why>`, as the
 //!   `unverified_*_tempfail_action` says (`defer_if_permit`).
@@ -64,22 +67,30 @@ pub fn verdict(
         enhanced: Some(format!("{}.1.{detail}", code / 100)),
         text: format!("<{address}>: {class} rejected: {text}"),
     };
+    let tempfail = |r: Reply| match action {
+        TempfailAction::Defer => Verdict::Defer(r),
+        TempfailAction::DeferIfPermit => Verdict::DeferIfPermit(r),
+    };
     match status {
         VerifyStatus::Deliverable => Verdict::Pass,
-        VerifyStatus::Undeliverable(hop) => {
-            let text = match reason.is_empty() {
-                true => format!("undeliverable address: {}", hop.describe()),
-                false => clean(reason),
-            };
+        // Postfix 3.7 rejects an undeliverable address only with a 5XX
+        // code; with a 4XX (the default) it is "unverified" and the
+        // tempfail action applies (a later reject wins).
+        VerifyStatus::Undeliverable(_) if !reason.is_empty() => match reject_code / 100 {
+            5 => Verdict::Reject(reply(reject_code, clean(reason))),
+            _ => tempfail(reply(reject_code, clean(reason))),
+        },
+        VerifyStatus::Undeliverable(hop) if reject_code / 100 == 5 => {
+            let text = format!("undeliverable address: {}", hop.describe());
             Verdict::Reject(reply(reject_code, text))
+        }
+        VerifyStatus::Undeliverable(_) => {
+            let text = format!("unverified address: {}", status.reason());
+            tempfail(reply(reject_code, text))
         }
         VerifyStatus::Unknown(_) => {
             let text = format!("unverified address: {}", status.reason());
-            let r = reply(defer_code, text);
-            match action {
-                TempfailAction::Defer => Verdict::Defer(r),
-                TempfailAction::DeferIfPermit => Verdict::DeferIfPermit(r),
-            }
+            tempfail(reply(defer_code, text))
         }
     }
 }
@@ -101,7 +112,7 @@ mod tests {
     fn postfix_defaults() {
         let s = VerifySettings::default();
         let v = verdict(&refused(), Kind::Recipient, "u@b.test", &s);
-        let text = "<u@b.test>: Recipient address rejected: undeliverable address: \
+        let text = "<u@b.test>: Recipient address rejected: unverified address: \
             host h[127.0.0.1]:25 said: 550 5.1.1 <u@b.test>: User unknown \
             (in reply to RCPT TO command)";
         let want = Reply {
@@ -109,7 +120,7 @@ mod tests {
             enhanced: Some("4.1.1".into()),
             text: text.into(),
         };
-        assert_eq!(v, Verdict::Reject(want));
+        assert_eq!(v, Verdict::DeferIfPermit(want));
         let pending = VerifyStatus::Unknown(Unknown::Pending);
         let Verdict::DeferIfPermit(r) = verdict(&pending, Kind::Sender, "s@a.test", &s) else {
             panic!("not defer_if_permit");
@@ -135,6 +146,21 @@ mod tests {
         let Verdict::Reject(r) = verdict(&refused(), Kind::Recipient, "u@b.test\r\n", &s) else {
             panic!("not a reject");
         };
+        let five = verdict(
+            &refused(),
+            Kind::Recipient,
+            "u@b.test",
+            &VerifySettings {
+                unverified_recipient_reject_code: 550,
+                ..VerifySettings::default()
+            },
+        );
+        let Verdict::Reject(five) = five else {
+            panic!("not a reject")
+        };
+        assert!(five
+            .text
+            .contains("rejected: undeliverable address: host h[127.0.0.1]:25 said: 550"));
         assert_eq!((r.code, r.enhanced.as_deref()), (550, Some("5.1.1")));
         assert_eq!(
             r.text,
