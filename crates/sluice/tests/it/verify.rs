@@ -140,7 +140,56 @@ async fn a_real_postfix_decides_and_nothing_is_delivered_and_answers_outlive_a_r
     };
     assert_eq!(cached, why);
     assert_eq!(again.probes_started(), 0);
+    // Stale at once: still given, and not probed again within 1000 s of
+    // the last probe (as Postfix's verify).
+    let stale = verifier(
+        &cfg,
+        VerifySettings {
+            positive_refresh_secs: 0,
+            negative_refresh_secs: 0,
+            ..settings()
+        },
+    );
+    let known = stale.status("known@b.test", Kind::Recipient).await;
+    assert_eq!(known, VerifyStatus::Deliverable);
+    let nobody = stale.status("nobody@b.test", Kind::Recipient).await;
+    assert!(matches!(nobody, VerifyStatus::Undeliverable(_)));
+    assert_eq!(stale.probes_started(), 0);
     assert_eq!(connections(&hop), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_domains_are_answered_from_the_tables_without_a_probe() {
+    let dir = temp_dir("verify-local");
+    std::fs::write(dir.join("mailboxes"), "a@local.test a/Maildir/\n").unwrap();
+    std::fs::write(dir.join("aliases"), "null@local.test discard\n").unwrap();
+    // Anything probed would go to a next hop that is down.
+    let down = reserve();
+    let mut cfg = config(&dir, Some(down.addr));
+    cfg.local.domains = vec!["local.test".parse().unwrap()];
+    cfg.local.mailbox_table = Some("mailboxes".into());
+    cfg.local.alias_table = Some("aliases".into());
+    for name in ["mailboxes", "aliases"] {
+        let mut t: sluice::config::tables::TableConfig =
+            toml::from_str("kind = \"static\"").unwrap();
+        t.path = Some(dir.join(name));
+        cfg.tables.insert(name.into(), t);
+    }
+    let v = verifier(&cfg, settings());
+    for known in ["a@local.test", "null@local.test"] {
+        let status = v.status(known, Kind::Recipient).await;
+        assert_eq!(status, VerifyStatus::Deliverable, "{known}");
+    }
+    let VerifyStatus::Undeliverable(why) = v.status("zz@local.test", Kind::Recipient).await else {
+        panic!("zz@local.test is not undeliverable");
+    };
+    assert_eq!(why.code(), 550);
+    assert_eq!(
+        why.enhanced().map(|e| e.to_string()).as_deref(),
+        Some("5.1.1")
+    );
+    assert_eq!(why.relay(), None);
+    assert_eq!(v.probes_started(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -257,6 +306,36 @@ async fn a_next_hop_that_never_answers_is_bounded_by_the_probe_timeout() {
         panic!("not a timeout: {status:?}");
     };
     assert_eq!(why.text(), "probe timed out after 1 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_and_pending_probes_are_bounded() {
+    let dir = temp_dir("verify-bounds");
+    let (addr, taken) = silent_hop().await;
+    let cfg = routed(&dir, &[("d.test", NextHop::to_addr(addr))]);
+    let bounded = VerifySettings {
+        poll_count: 0,
+        max_concurrent_probes: 1,
+        pending_request_limit: 2,
+        probe_timeout_secs: 4,
+        ..VerifySettings::default()
+    };
+    let v = verifier(&cfg, bounded);
+    for address in ["a@d.test", "b@d.test", "c@d.test"] {
+        let status = v.status(address, Kind::Recipient).await;
+        assert_eq!(status, VerifyStatus::Unknown(Unknown::Pending), "{address}");
+    }
+    // The third found two pending: no probe.
+    assert_eq!(v.probes_started(), 2);
+    assert!(wait_until(10, || taken.load(std::sync::atomic::Ordering::SeqCst) == 1).await);
+    // One connected, the other waiting for its slot.
+    assert_eq!((v.probes_connected(), v.probes_pending()), (1, 2));
+    assert!(
+        wait_until(30, || v.probes_pending() == 0).await,
+        "probes never ended"
+    );
+    assert_eq!(taken.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert_eq!(v.probes_connected(), 0);
 }
 
 /// A next hop whose refusal holds control characters.

@@ -13,7 +13,8 @@
 //! progress") and goes on in the background, so a later ask finds its
 //! answer in the cache. Definite answers are cached (positive 31 days,
 //! negative 3 days, on disk: `store.rs`) and refreshed in the background
-//! when older than their refresh time (7 days, 3 hours).
+//! when older than their refresh time (7 days, 3 hours), meanwhile still
+//! given, with at most one refresh probe per 1000 s (as Postfix).
 //!
 //! Trust: the address is the SMTP client's, an attacker's; the next hop's
 //! replies a remote server's. Invariants:
@@ -53,6 +54,10 @@ use crate::message::reply::{Enhanced, Reply};
 use crate::routing::mailboxes::{Resolution, VirtualMailboxes};
 use crate::routing::Router;
 use store::{age, Age, Entry, Store};
+
+/// Seconds between two refresh probes of a stale entry (Postfix's
+/// verify(8): 1000).
+const PROBE_TTL: u64 = 1000;
 
 /// Verifies addresses; cheap to clone (one shared state).
 #[derive(Clone)]
@@ -145,6 +150,12 @@ impl Verifier {
         self.inner.started.load(Ordering::Relaxed)
     }
 
+    /// Probes holding a connection slot now.
+    pub fn probes_connected(&self) -> usize {
+        let max = self.inner.settings.max_concurrent_probes.max(1);
+        max.saturating_sub(self.inner.slots.available_permits())
+    }
+
     /// Probes pending now.
     pub fn probes_pending(&self) -> usize {
         self.inner.flights.lock().map_or(0, |f| f.len())
@@ -170,8 +181,11 @@ impl Verifier {
         match cached.as_ref().map(|e| (age(e, now(), s), e)) {
             Some((Age::Fresh, e)) => return status_of(e),
             Some((Age::Stale, e)) => {
-                // Answer from the cache; refresh in the background.
-                let _ = self.start(&key, address);
+                // Answer from the cache; refresh in the background, at
+                // most once per PROBE_TTL.
+                if self.refresh_due(&key).await {
+                    let _ = self.start(&key, address);
+                }
                 return status_of(e);
             }
             _ => {}
@@ -214,6 +228,17 @@ impl Verifier {
         let key = key.to_string();
         let got = tokio::task::spawn_blocking(move || store.lock().ok()?.get(&key)).await;
         got.ok().flatten()
+    }
+
+    /// Whether the stale entry of `key` is due a refresh probe (noting it).
+    async fn refresh_due(&self, key: &str) -> bool {
+        let store = self.inner.store.clone();
+        let key = key.to_string();
+        let due = tokio::task::spawn_blocking(move || {
+            let store = store.lock().ok()?;
+            Some(store.refresh_due(&key, now(), PROBE_TTL))
+        });
+        due.await.ok().flatten().unwrap_or(false)
     }
 
     /// The pending probe of `key`, started if there is none; `None` when

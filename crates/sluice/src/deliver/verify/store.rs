@@ -72,7 +72,8 @@ const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS verify (
     text TEXT NOT NULL,
     relay TEXT,
     command TEXT,
-    updated INTEGER NOT NULL
+    updated INTEGER NOT NULL,
+    probed INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS verify_updated ON verify(updated);";
 
@@ -148,8 +149,8 @@ impl Store {
         });
         self.db.execute(
             "INSERT OR REPLACE INTO verify
-             (address, deliverable, code, enhanced, text, relay, command, updated)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+             (address, deliverable, code, enhanced, text, relay, command, updated, probed)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)",
             params![
                 address,
                 r.is_none(),
@@ -173,6 +174,20 @@ impl Store {
             )?;
         }
         Ok(())
+    }
+
+    /// Whether a stale entry of `address` may be probed again at `now`:
+    /// its last probe was `every` seconds ago or more (Postfix's verify
+    /// waits 1000 s); if so, that probe is noted as made now.
+    pub fn refresh_due(&self, address: &str, now: u64, every: u64) -> bool {
+        let now_i = i64::try_from(now).unwrap_or(i64::MAX);
+        let due = i64::try_from(now.saturating_sub(every)).unwrap_or(0);
+        self.db
+            .execute(
+                "UPDATE verify SET probed = ?1 WHERE address = ?2 AND probed <= ?3",
+                params![now_i, address, due],
+            )
+            .is_ok_and(|n| n == 1)
     }
 
     /// Removes the entries expired at `now`.
@@ -241,6 +256,11 @@ mod tests {
         assert_eq!(store.get("bad@b.test"), Some(refused(5)));
         assert_eq!(store.get("ok@b.test"), Some(ok));
         assert_eq!(store.get("none@b.test"), None);
+        // A refresh probe at most every 1000 s.
+        assert!(!store.refresh_due("ok@b.test", 6 + 999, 1000));
+        assert!(store.refresh_due("ok@b.test", 6 + 1000, 1000));
+        assert!(!store.refresh_due("ok@b.test", 6 + 1999, 1000));
+        assert!(!store.refresh_due("none@b.test", 1_000_000, 1000));
         for i in 0..30u64 {
             let e = Entry {
                 reply: None,
