@@ -84,20 +84,20 @@ impl DeliveryAgent for SmtpAgent {
 /// Where and how a next hop is reached: its targets (MX, DANE,
 /// MTA-STS, the screen) and connections to them. A delivery worker and an
 /// address probe (`probe.rs`) reach a hop the same way.
-pub(super) struct Reach {
-    pub(super) hop: Arc<NextHop>,
-    pub(super) config: Arc<Config>,
-    pub(super) logger: Logger,
-    pub(super) tls: Arc<ClientTls>,
-    pub(super) dns: Arc<Dns>,
-    pub(super) dead: Arc<DeadHosts>,
-    pub(super) sts: Option<Arc<MtaSts>>,
+struct Reach {
+    hop: Arc<NextHop>,
+    config: Arc<Config>,
+    logger: Logger,
+    tls: Arc<ClientTls>,
+    dns: Arc<Dns>,
+    dead: Arc<DeadHosts>,
+    sts: Option<Arc<MtaSts>>,
     /// The hop's MTA-STS policy says enforce: verified TLS only.
-    pub(super) sts_enforce: bool,
-    pub(super) dane: Option<Arc<Dane>>,
+    sts_enforce: bool,
+    dane: Option<Arc<Dane>>,
     /// The domain's MX RRset is DNSSEC-secure: TLSA records apply.
-    pub(super) dane_secure: bool,
-    pub(super) own: Arc<OwnAddrs>,
+    dane_secure: bool,
+    own: Arc<OwnAddrs>,
 }
 
 struct SmtpWorker {
