@@ -71,3 +71,4 @@ mod tables_search;
 mod tables_sql;
 mod tables_text;
 mod tls_auth;
+mod verify;

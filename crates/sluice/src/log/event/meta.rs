@@ -84,6 +84,7 @@ impl Event<'_> {
             | MtaStsMemoryOnly { .. }
             | MtaStsNotSaved { .. }
             | MtaSts { .. } => "smtp",
+            AddressProbed { .. } | VerifyCacheMemoryOnly { .. } | VerifyBusy { .. } => "verify",
             MilterDiscard { .. }
             | NoRecipientsLeft { .. }
             | Hold { .. }

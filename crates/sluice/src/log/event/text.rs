@@ -315,6 +315,17 @@ impl Event<'_> {
                     "MTA-STS policy of {domain}: fetch failed: mta-sts.{domain}: {error}; {left}"
                 )
             }
+            AddressProbed { address, result, reason } => {
+                write!(f, "probe <{address}>: {result}: {reason}")
+            }
+            VerifyCacheMemoryOnly { error } => write!(
+                f,
+                "warning: address verification cache kept in memory only: {error}"
+            ),
+            VerifyBusy { address, pending } => write!(
+                f,
+                "warning: <{address}> not probed: {pending} probes pending (verify.pending_request_limit)"
+            ),
             _ => self.fmt_intake(f),
         }
     }
