@@ -72,8 +72,6 @@ pub struct RestrictionsConfig {
     pub unknown_hostname_reject_code: u16,
     pub maps_rbl_reject_code: u16,
     pub multi_recipient_bounce_reject_code: u16,
-    pub unverified_recipient_reject_code: u16,
-    pub unverified_sender_reject_code: u16,
     pub unknown_local_recipient_reject_code: u16,
     pub unknown_virtual_mailbox_reject_code: u16,
     pub unknown_relay_recipient_reject_code: u16,
@@ -107,8 +105,6 @@ impl Default for RestrictionsConfig {
             unknown_hostname_reject_code: 450,
             maps_rbl_reject_code: 554,
             multi_recipient_bounce_reject_code: 550,
-            unverified_recipient_reject_code: 450,
-            unverified_sender_reject_code: 450,
             unknown_local_recipient_reject_code: 550,
             unknown_virtual_mailbox_reject_code: 550,
             unknown_relay_recipient_reject_code: 550,
@@ -136,7 +132,7 @@ pub struct ListOverrides {
 
 impl RestrictionsConfig {
     /// Each code that must be a 4XX or 5XX reply, with its name.
-    pub fn codes(&self) -> [(&'static str, u16); 17] {
+    pub fn codes(&self) -> [(&'static str, u16); 15] {
         [
             ("reject_code", self.reject_code),
             ("defer_code", self.defer_code),
@@ -164,14 +160,6 @@ impl RestrictionsConfig {
             (
                 "multi_recipient_bounce_reject_code",
                 self.multi_recipient_bounce_reject_code,
-            ),
-            (
-                "unverified_recipient_reject_code",
-                self.unverified_recipient_reject_code,
-            ),
-            (
-                "unverified_sender_reject_code",
-                self.unverified_sender_reject_code,
             ),
             (
                 "unknown_local_recipient_reject_code",

@@ -28,7 +28,8 @@ use crate::deliver::smtp::dead::DeadHosts;
 use crate::deliver::smtp::guard::OwnAddrs;
 use crate::deliver::smtp::mta_sts::MtaSts;
 use crate::deliver::smtp::tls::ClientTls;
-use crate::deliver::smtp::SmtpAgent;
+use crate::deliver::smtp::{Prober, SmtpAgent};
+use crate::deliver::verify::Verifier;
 use crate::intake::dkim::Signers;
 use crate::intake::sender_auth::SenderAuth;
 use crate::intake::Intake;
@@ -359,6 +360,7 @@ impl Parts {
             config: config.clone(),
             mailboxes: self.mailboxes.clone(),
             restrictions: self.restrictions.clone(),
+            verifier: self.verifier(&intake.logger),
             spool: intake.spool.clone(),
             logger: intake.logger.clone(),
             body_memory,
@@ -372,6 +374,27 @@ impl Parts {
             dnsbl: Dnsbl::from_config(&config.smtpd, self.dns.clone()).map(Arc::new),
             stopping: previous.map(|p| p.stopping.clone()).unwrap_or_default(),
         }
+    }
+
+    /// A verifier for `reject_unverified_*`, when a list holds one:
+    /// probing with the SMTP agent's dead-host cache and resolver (or,
+    /// without agents, as `check-config` and tests build, its own).
+    fn verifier(&self, logger: &Logger) -> Option<Arc<Verifier>> {
+        if !self.restrictions.verifies() {
+            return None;
+        }
+        let config = &self.config;
+        let prober = match &self.agents {
+            Some(a) => a.smtp.prober(),
+            None => Prober::standalone(config.clone(), logger.clone()).ok()?,
+        };
+        Some(Arc::new(Verifier::new(
+            config.verify.clone(),
+            self.router.clone(),
+            self.mailboxes.clone(),
+            prober,
+            &config.data_dir,
+        )))
     }
 
     /// The intake for this configuration, built once per start or reload

@@ -174,6 +174,17 @@ impl Restrictions {
         })
     }
 
+    /// Whether any list or class holds `reject_unverified_*` (a verifier
+    /// is then built for the sessions).
+    pub fn verifies(&self) -> bool {
+        let holds = |l: &Arc<Vec<Restriction>>| {
+            l.iter()
+                .any(|r| matches!(r, Restriction::RejectUnverified { .. }))
+        };
+        let sets = std::iter::once(&self.main).chain(self.listeners.values());
+        sets.flat_map(|s| s.lists.iter()).any(holds) || self.classes.values().any(holds)
+    }
+
     /// The lists for a session on the listener at `listen`.
     pub fn lists(&self, listen: SocketAddr) -> &Lists {
         self.listeners.get(&listen).unwrap_or(&self.main)

@@ -21,6 +21,7 @@ use super::checks::{
     search, subject, valid_helo,
 };
 use super::keys::{address_keys, client_address_keys, host_keys, AccessKey};
+use super::unverified::Verdict;
 use super::{keyword, LoginCheck, Refusal, Restriction, Restrictions, Stage, TableCheck};
 use crate::receive::access::{self, Action};
 use crate::receive::policy::PolicyClient;
@@ -72,6 +73,9 @@ pub trait Env {
         address: &str,
         recipient: bool,
     ) -> Result<Option<(u16, &'static str)>, LookupError>;
+    /// What address verification answers (None: no verifier, a
+    /// configuration error).
+    async fn unverified(&self, address: &str, recipient: bool) -> Option<Verdict>;
     /// The policy service's answer, as an access action.
     async fn policy(&self, client: &PolicyClient, stage: Stage, facts: &Facts<'_>) -> Action;
 }
@@ -269,6 +273,13 @@ impl<'r> Evaluation<'r> {
                 }
             }
             SenderLogin(check) => self.sender_login(*check, f, env).await,
+            RejectUnverified { recipient } => {
+                let addr = if *recipient { f.recipient } else { f.sender };
+                let Some(addr) = addr.filter(|a| !a.is_empty()) else {
+                    return Step::Next;
+                };
+                self.verified(env.unverified(addr, *recipient).await, by)
+            }
             Access(check, table) => self.access(*check, table, f, env).await,
             Policy(client) => {
                 let action = env.policy(client, stage, f).await;
@@ -508,6 +519,27 @@ impl<'r> Evaluation<'r> {
                 Ok(list) => Step::Nested(Arc::new(list)),
                 Err(_) => Step::Refuse(config_error(by)),
             },
+        }
+    }
+
+    /// What a verification's verdict does to the decision.
+    fn verified(&mut self, verdict: Option<Verdict>, by: &'static str) -> Step {
+        let refusal = |r: access::Reply| Refusal {
+            code: r.code,
+            enhanced: r
+                .enhanced
+                .unwrap_or_else(|| format!("{}.1.0", r.code / 100)),
+            text: r.text,
+            by,
+        };
+        match verdict {
+            None => Step::Refuse(config_error(by)),
+            Some(Verdict::Pass) => Step::Next,
+            Some(Verdict::Reject(r) | Verdict::Defer(r)) => Step::Refuse(refusal(r)),
+            Some(Verdict::DeferIfPermit(r)) => {
+                self.defer_if_permit.get_or_insert(refusal(r));
+                Step::Next
+            }
         }
     }
 

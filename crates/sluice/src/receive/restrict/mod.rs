@@ -27,6 +27,7 @@ mod checks;
 pub mod eval;
 mod keys;
 pub mod parse;
+pub mod unverified;
 
 use std::sync::Arc;
 
@@ -115,6 +116,10 @@ pub enum Restriction {
     RejectUnlistedSender,
     RejectMultiRecipientBounce,
     SenderLogin(LoginCheck),
+    /// reject_unverified_recipient (true) / _sender: address verification.
+    RejectUnverified {
+        recipient: bool,
+    },
     Access(TableCheck, Arc<Table>),
     Policy(Arc<PolicyClient>),
     /// A restriction class, by name.
@@ -161,6 +166,8 @@ pub fn keyword(r: &Restriction) -> &'static str {
         SenderLogin(LoginCheck::Authenticated) => "reject_authenticated_sender_login_mismatch",
         SenderLogin(LoginCheck::Unauthenticated) => "reject_unauthenticated_sender_login_mismatch",
         SenderLogin(LoginCheck::Known) => "reject_known_sender_login_mismatch",
+        RejectUnverified { recipient: true } => "reject_unverified_recipient",
+        RejectUnverified { recipient: false } => "reject_unverified_sender",
         Access(TableCheck::Client, _) => "check_client_access",
         Access(TableCheck::ReverseClient, _) => "check_reverse_client_hostname_access",
         Access(TableCheck::Helo, _) => "check_helo_access",

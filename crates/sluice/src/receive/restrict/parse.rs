@@ -162,6 +162,8 @@ fn simple(keyword: &str) -> Option<Restriction> {
             SenderLogin(super::LoginCheck::Unauthenticated)
         }
         "reject_known_sender_login_mismatch" => SenderLogin(super::LoginCheck::Known),
+        "reject_unverified_recipient" => RejectUnverified { recipient: true },
+        "reject_unverified_sender" => RejectUnverified { recipient: false },
         _ => return None,
     })
 }

@@ -17,11 +17,13 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::session::{Next, Session};
 use crate::config::services::PolicyAction;
+use crate::deliver::verify::Kind;
 use crate::log::{Event, Qid, Reject};
 use crate::message::address::domain_of;
 use crate::receive::access::{self, Action};
 use crate::receive::policy::PolicyClient;
 use crate::receive::restrict::eval::Evaluation;
+use crate::receive::restrict::unverified::{verdict, Verdict};
 use crate::receive::restrict::{Effect, Env, Facts, Outcome, Refusal, Stage};
 use crate::routing::mailboxes::Resolution;
 
@@ -68,6 +70,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Env for SessionEnv<'_, S> {
             }
             _ => Ok(None),
         }
+    }
+
+    async fn unverified(&self, address: &str, recipient: bool) -> Option<Verdict> {
+        let verifier = self.s.ctx.verifier.as_ref()?;
+        let kind = if recipient {
+            Kind::Recipient
+        } else {
+            Kind::Sender
+        };
+        let status = verifier.status(address, kind).await;
+        Some(verdict(&status, kind, address, verifier.settings()))
     }
 
     async fn policy(&self, client: &PolicyClient, stage: Stage, facts: &Facts<'_>) -> Action {
