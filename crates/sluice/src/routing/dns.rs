@@ -285,8 +285,14 @@ impl Dns {
     /// The records of `rtype` at `name` (an absolute name, ASCII), typed as
     /// [`Answer`]: NXDOMAIN apart from "no data", failures apart from both.
     pub async fn answer(&self, name: &str, rtype: RecordType) -> Answer {
+        // As ASCII, not through IDNA: host names with `_` (which
+        // Postfix's checks accept) stay askable.
         let fqdn = format!("{}.", name.trim_end_matches('.'));
-        match self.resolver.lookup(fqdn.as_str(), rtype).await {
+        let fqdn = match hickory_resolver::proto::rr::Name::from_ascii(&fqdn) {
+            Ok(n) => n,
+            Err(e) => return Answer::Failed(format!("{name}: {e}")),
+        };
+        match self.resolver.lookup(fqdn, rtype).await {
             Ok(found) => {
                 let records: Vec<RData> = found
                     .answers()

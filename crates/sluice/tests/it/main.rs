@@ -52,6 +52,7 @@ mod queue_admin;
 mod queue_story;
 mod relay;
 mod reload;
+mod restrict_dns;
 mod rollup;
 mod sender_auth;
 mod sendmail;

@@ -355,12 +355,13 @@ enum Kind {
     Aaaa,
 }
 
-/// An MX answer: any root target is a null MX; some valid target, found;
-/// only invalid ones, a malformed answer.
+/// An MX answer: any root target is a null MX; some valid target (a
+/// numeric one too, as Postfix takes it), found; only invalid ones, a
+/// malformed answer.
 fn mx_status(fact: &Fact) -> Status {
     match fact {
         Fact::Mx(targets) if targets.iter().any(String::is_empty) => Status::NullMx,
-        Fact::Mx(targets) if targets.iter().any(|t| valid_hostname(t)) => Status::Ok,
+        Fact::Mx(targets) if targets.iter().any(|t| names::valid_rr_name(t)) => Status::Ok,
         Fact::Mx(_) => Status::Invalid,
         Fact::Failed(_) => Status::Retry,
         _ => Status::NotFound,

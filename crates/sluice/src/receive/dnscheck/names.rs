@@ -88,11 +88,26 @@ pub async fn client_names(lookups: &Lookups, ip: IpAddr) -> ClientNames {
 /// or last) and `_`, at most 63 bytes; at most 255 in all; not empty, no
 /// empty label, no final dot; not all digits and dots (an address).
 pub fn valid_hostname(name: &str) -> bool {
+    hostname(name, false)
+}
+
+/// A name in an answer's data as Postfix's dns_lookup takes it (its
+/// valid_rr_name()): an address passes (with a warning, in Postfix), a
+/// host name may start with a `*` label.
+pub fn valid_rr_name(name: &str) -> bool {
+    name.parse::<std::net::IpAddr>().is_ok() || hostname(name, true)
+}
+
+fn hostname(name: &str, wildcard: bool) -> bool {
     if name.is_empty() || name.len() > 255 {
         return false;
     }
     let mut non_numeric = false;
-    for label in name.split('.') {
+    for (i, label) in name.split('.').enumerate() {
+        if wildcard && i == 0 && label == "*" {
+            non_numeric = true;
+            continue;
+        }
         let bytes = label.as_bytes();
         if bytes.is_empty() || bytes.len() > 63 {
             return false;
@@ -145,5 +160,7 @@ mod tests {
         ] {
             assert!(!valid_hostname(bad), "{bad:?}");
         }
+        assert!(valid_rr_name("1.2.3.4") && valid_rr_name("*.wild.test"));
+        assert!(!valid_hostname("*.wild.test") && !valid_rr_name("a.*.test"));
     }
 }

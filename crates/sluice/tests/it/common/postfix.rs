@@ -18,7 +18,7 @@
 //! system's own `main.cf` is not read), the `postfix` user and the
 //! `postdrop` group, and root (the tests run as root: `postfix start`
 //! needs it). Nothing leaves the machine: no DNS (`smtp_dns_support_level
-//! = disabled`, no reverse lookup of clients), every transport
+//! = disabled`, no reverse lookup of clients; but see below), every transport
 //! (`default`, `relay`, `local`, `virtual`) is `discard`, so a delivery is
 //! a log line, not a message sent or a mailbox written; no alias file,
 //! no system accounts (`local_recipient_maps` empty: every local
@@ -32,16 +32,32 @@
 //! talking to someone else's server: the port is only used after
 //! Postfix's start said its listener is up).
 //!
+//! With DNS ([`Postfix::start_with_dns`]): the instance's resolver is a
+//! test's name server (an [`super::nsd::Nsd`] on port 53 of an address of
+//! its own, [`super::nsd::Nsd::start_in`]), and the instance may run in a
+//! test's network namespace ([`Netns`]: clients at addresses outside
+//! 127.0.0.0/8, whose names the test's DNS gives). Postfix asks
+//! libc's resolver, which reads `/etc/resolv.conf`, `/etc/hosts` and
+//! `/etc/nsswitch.conf`; so `postfix start` runs in a mount namespace of
+//! its own (`unshare --mount`), where the instance's own three files are
+//! bind-mounted over those: `nameserver` the test's server with one
+//! attempt of one second (a failing name costs a second, not a minute),
+//! no hosts but the server's, no mDNS. The master and every daemon it
+//! starts stay in that namespace; the machine's files are untouched.
+//! Reverse lookups of clients are on (`smtpd_peername_lookup = yes`), and
+//! `smtp_dns_support_level = enabled` (the transports still discard).
+//!
 //! Reading what it did: SMTP replies typed ([`Reply`]: code, enhanced
 //! code), and the delivery lines of its log ([`Delivery`]: `to=`,
 //! `orig_to=`, `relay=`, `dsn=`, `status=`), written by postlogd (the
 //! `postlog` service) into `maillog`.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use super::netns::Netns;
 use super::{ensure_package, temp_dir, wait_for_log, Client, TestDir};
 
 /// The services Postfix needs besides the SMTP listener (Debian's
@@ -143,16 +159,51 @@ impl Postfix {
         main_cf_extra: &[(&str, &str)],
         master_extra: &str,
     ) -> Postfix {
+        Postfix::start_resolving(files, main_cf_extra, master_extra, None)
+    }
+
+    /// As [`Postfix::start_with`], with DNS: its resolver asks only
+    /// `nameserver` (port 53), and it looks up its clients' names (see the
+    /// head comment); run inside `netns` if given. `main_cf_extra` still
+    /// has the last word.
+    pub fn start_with_dns(
+        files: &[(&str, &str)],
+        main_cf_extra: &[(&str, &str)],
+        master_extra: &str,
+        nameserver: IpAddr,
+        netns: Option<&Netns>,
+    ) -> Postfix {
+        let mut extra = vec![
+            ("smtpd_peername_lookup", "yes"),
+            ("smtp_dns_support_level", "enabled"),
+            ("smtp_host_lookup", "dns"),
+        ];
+        extra.extend_from_slice(main_cf_extra);
+        Postfix::start_resolving(files, &extra, master_extra, Some((nameserver, netns)))
+    }
+
+    fn start_resolving(
+        files: &[(&str, &str)],
+        main_cf_extra: &[(&str, &str)],
+        master_extra: &str,
+        dns: Option<(IpAddr, Option<&Netns>)>,
+    ) -> Postfix {
         ensure_package("/usr/sbin/postfix", "postfix");
         let dir = temp_dir("postfix");
         prepare(&dir, files, main_cf_extra);
+        if let Some((nameserver, _)) = dns {
+            resolver_files(&dir, nameserver);
+        }
         for _attempt in 0..5 {
             let port = free_port();
             let master =
                 format!("127.0.0.1:{port} inet n - n - - smtpd\n{MASTER_CF}{master_extra}\n");
             write_settled(&dir.join("master.cf"), &master);
             run(&dir, "check");
-            let (ok, output) = postfix(&dir, "start");
+            let (ok, output) = match dns {
+                None => postfix(&dir, "start"),
+                Some((_, netns)) => start_in_namespace(&dir, netns),
+            };
             if ok {
                 let addr = SocketAddr::from(([127, 0, 0, 1], port));
                 return Postfix { addr, dir };
@@ -183,9 +234,14 @@ impl Postfix {
 
     /// An SMTP session from the loopback address `local`.
     pub async fn session_from(&self, local: &str) -> Session {
+        self.session_as(local, "client.test").await
+    }
+
+    /// An SMTP session from the loopback address `local`, past `EHLO helo`.
+    pub async fn session_as(&self, local: &str, helo: &str) -> Session {
         let (mut client, greeting) = Client::connect_from(local, self.addr).await;
         assert!(greeting.starts_with("220 "), "{greeting}");
-        let ehlo = client.cmd("EHLO client.test").await;
+        let ehlo = client.cmd(&format!("EHLO {helo}")).await;
         assert!(ehlo.starts_with("250"), "{ehlo}");
         Session { client }
     }
@@ -286,6 +342,42 @@ fn write_settled(path: &Path, text: &str) {
 fn free_port() -> u16 {
     let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     probe.local_addr().unwrap().port()
+}
+
+/// The instance's resolv.conf, hosts and nsswitch.conf (see the head
+/// comment), in `DIR/etc`.
+fn resolver_files(dir: &Path, nameserver: IpAddr) {
+    let etc = dir.join("etc");
+    std::fs::create_dir(&etc).unwrap();
+    let resolv = format!("nameserver {nameserver}\noptions timeout:1 attempts:1\n");
+    write_settled(&etc.join("resolv.conf"), &resolv);
+    write_settled(&etc.join("hosts"), "");
+    write_settled(&etc.join("nsswitch.conf"), "hosts: files dns\n");
+}
+
+/// `postfix -c DIR start` in a mount namespace of its own, over which the
+/// instance's resolver files are bind-mounted (see the head comment), in
+/// the network namespace `netns` if given.
+fn start_in_namespace(dir: &Path, netns: Option<&Netns>) -> (bool, String) {
+    let d = dir.display();
+    let script = format!(
+        "set -e; for f in resolv.conf hosts nsswitch.conf; do \
+         mount --bind {d}/etc/$f /etc/$f; done; exec postfix -c {d} start"
+    );
+    let mut unshare = match netns {
+        Some(ns) => ns.command("unshare"),
+        None => Command::new("unshare"),
+    };
+    let out = unshare
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .output()
+        .expect("unshare (util-linux)");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
 }
 
 /// `postfix -c DIR COMMAND`: whether it succeeded, and what it printed
