@@ -32,20 +32,7 @@
 //! talking to someone else's server: the port is only used after
 //! Postfix's start said its listener is up).
 //!
-//! With DNS ([`Postfix::start_with_dns`]): the instance's resolver is a
-//! test's name server (an [`super::nsd::Nsd`] on port 53 of an address of
-//! its own, [`super::nsd::Nsd::start_in`]), and the instance may run in a
-//! test's network namespace ([`Netns`]: clients at addresses outside
-//! 127.0.0.0/8, whose names the test's DNS gives). Postfix asks
-//! libc's resolver, which reads `/etc/resolv.conf`, `/etc/hosts` and
-//! `/etc/nsswitch.conf`; so `postfix start` runs in a mount namespace of
-//! its own (`unshare --mount`), where the instance's own three files are
-//! bind-mounted over those: `nameserver` the test's server with one
-//! attempt of one second (a failing name costs a second, not a minute),
-//! no hosts but the server's, no mDNS. The master and every daemon it
-//! starts stay in that namespace; the machine's files are untouched.
-//! Reverse lookups of clients are on (`smtpd_peername_lookup = yes`), and
-//! `smtp_dns_support_level = enabled` (the transports still discard).
+//! With DNS: see [`super::postfix_dns`].
 //!
 //! Reading what it did: SMTP replies typed ([`Reply`]: code, enhanced
 //! code), and the delivery lines of its log ([`Delivery`]: `to=`,
@@ -58,6 +45,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use super::netns::Netns;
+use super::postfix_dns;
 use super::{ensure_package, temp_dir, wait_for_log, Client, TestDir};
 
 /// The services Postfix needs besides the SMTP listener (Debian's
@@ -162,27 +150,9 @@ impl Postfix {
         Postfix::start_resolving(files, main_cf_extra, master_extra, None)
     }
 
-    /// As [`Postfix::start_with`], with DNS: its resolver asks only
-    /// `nameserver` (port 53), and it looks up its clients' names (see the
-    /// head comment); run inside `netns` if given. `main_cf_extra` still
-    /// has the last word.
-    pub fn start_with_dns(
-        files: &[(&str, &str)],
-        main_cf_extra: &[(&str, &str)],
-        master_extra: &str,
-        nameserver: IpAddr,
-        netns: Option<&Netns>,
-    ) -> Postfix {
-        let mut extra = vec![
-            ("smtpd_peername_lookup", "yes"),
-            ("smtp_dns_support_level", "enabled"),
-            ("smtp_host_lookup", "dns"),
-        ];
-        extra.extend_from_slice(main_cf_extra);
-        Postfix::start_resolving(files, &extra, master_extra, Some((nameserver, netns)))
-    }
-
-    fn start_resolving(
+    /// As [`Postfix::start_with`]; with `dns`, the resolver's files and
+    /// the start as [`super::postfix_dns`] says.
+    pub(super) fn start_resolving(
         files: &[(&str, &str)],
         main_cf_extra: &[(&str, &str)],
         master_extra: &str,
@@ -192,7 +162,7 @@ impl Postfix {
         let dir = temp_dir("postfix");
         prepare(&dir, files, main_cf_extra);
         if let Some((nameserver, _)) = dns {
-            resolver_files(&dir, nameserver);
+            postfix_dns::resolver_files(&dir, nameserver);
         }
         for _attempt in 0..5 {
             let port = free_port();
@@ -202,7 +172,7 @@ impl Postfix {
             run(&dir, "check");
             let (ok, output) = match dns {
                 None => postfix(&dir, "start"),
-                Some((_, netns)) => start_in_namespace(&dir, netns),
+                Some((_, netns)) => postfix_dns::start_in_namespace(&dir, netns),
             };
             if ok {
                 let addr = SocketAddr::from(([127, 0, 0, 1], port));
@@ -331,7 +301,7 @@ fn prepare(dir: &Path, files: &[(&str, &str)], extra: &[(&str, &str)]) {
 /// until it is a second old (in case it was still being written), which
 /// cost each program that reads it (postfix, postconf, every daemon
 /// opening a texthash table) 1.5 s.
-fn write_settled(path: &Path, text: &str) {
+pub(super) fn write_settled(path: &Path, text: &str) {
     std::fs::write(path, text).unwrap();
     let past = std::time::SystemTime::now() - Duration::from_secs(10);
     let file = std::fs::File::options().write(true).open(path).unwrap();
@@ -342,42 +312,6 @@ fn write_settled(path: &Path, text: &str) {
 fn free_port() -> u16 {
     let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     probe.local_addr().unwrap().port()
-}
-
-/// The instance's resolv.conf, hosts and nsswitch.conf (see the head
-/// comment), in `DIR/etc`.
-fn resolver_files(dir: &Path, nameserver: IpAddr) {
-    let etc = dir.join("etc");
-    std::fs::create_dir(&etc).unwrap();
-    let resolv = format!("nameserver {nameserver}\noptions timeout:1 attempts:1\n");
-    write_settled(&etc.join("resolv.conf"), &resolv);
-    write_settled(&etc.join("hosts"), "");
-    write_settled(&etc.join("nsswitch.conf"), "hosts: files dns\n");
-}
-
-/// `postfix -c DIR start` in a mount namespace of its own, over which the
-/// instance's resolver files are bind-mounted (see the head comment), in
-/// the network namespace `netns` if given.
-fn start_in_namespace(dir: &Path, netns: Option<&Netns>) -> (bool, String) {
-    let d = dir.display();
-    let script = format!(
-        "set -e; for f in resolv.conf hosts nsswitch.conf; do \
-         mount --bind {d}/etc/$f /etc/$f; done; exec postfix -c {d} start"
-    );
-    let mut unshare = match netns {
-        Some(ns) => ns.command("unshare"),
-        None => Command::new("unshare"),
-    };
-    let out = unshare
-        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
-        .output()
-        .expect("unshare (util-linux)");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
 }
 
 /// `postfix -c DIR COMMAND`: whether it succeeded, and what it printed
