@@ -21,7 +21,7 @@ use super::names::valid_hostname;
 /// octets, each a number or `[n;n..m;…]`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DnsList {
-    /// The zone, as the reply names it.
+    /// The zone, as written (and as the reply names it).
     pub zone: String,
     /// The A records that count; None: any.
     pub pattern: Option<[Vec<(u8, u8)>; 4]>,
@@ -52,7 +52,7 @@ impl FromStr for DnsList {
             None => None,
         };
         Ok(DnsList {
-            zone: zone.to_ascii_lowercase(),
+            zone: zone.to_string(),
             pattern,
         })
     }

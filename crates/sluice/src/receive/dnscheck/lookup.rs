@@ -162,11 +162,17 @@ impl Lookups {
             query: &query,
             cell: &cell,
         };
+        let mut asked = false;
         let fact = cell
-            .get_or_init(|| async { Arc::new(self.ask(&query).await) })
+            .get_or_init(|| async {
+                asked = true;
+                Arc::new(self.ask(&query).await)
+            })
             .await
             .clone();
-        self.cache.insert(query.clone(), fact.clone());
+        if asked {
+            self.cache.insert(query.clone(), fact.clone());
+        }
         fact
     }
 
@@ -218,6 +224,7 @@ impl Drop for Forget<'_> {
     }
 }
 
+/// The cache's weight of a key.
 fn query_weight(q: &Query) -> u32 {
     match q {
         Query::Ptr(_) => 16,
@@ -295,4 +302,18 @@ fn txt_strings(records: &[RData]) -> Vec<Vec<u8>> {
         }
     }
     kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reverse_names() {
+        let v4: IpAddr = "198.51.100.7".parse().unwrap();
+        assert_eq!(reverse_name(v4), "7.100.51.198.in-addr.arpa");
+        let v6: IpAddr = "2001:db8::1".parse().unwrap();
+        let want = "1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.8.b.d.0.1.0.0.2.ip6.arpa";
+        assert_eq!(reverse_name(v6), want);
+    }
 }

@@ -164,7 +164,8 @@ impl DnsChecker {
 
     /// `reject_unknown_helo_hostname`: an address literal passes (its
     /// syntax is `reject_invalid_helo_hostname`'s); any other name needs
-    /// an A, AAAA or MX record (a null MX will do).
+    /// an A, AAAA or MX record (a null MX will do). Without HELO/EHLO the
+    /// caller passes (as Postfix skips the check).
     pub async fn unknown_helo_hostname(&self, helo: &str) -> DnsCheck {
         if helo.starts_with('[') {
             return DnsCheck::Pass;
@@ -263,7 +264,8 @@ impl DnsChecker {
         self.blocked(listing, list, sender, SENDER)
     }
 
-    /// `reject_rhsbl_helo list`: the HELO name.
+    /// `reject_rhsbl_helo list`: the HELO name (without one, the caller
+    /// passes).
     pub async fn rhsbl_helo(&self, list: &DnsList, helo: &str) -> DnsCheck {
         let listing = lists::domain_listing(&self.lookups, list, helo).await;
         self.blocked(listing, list, helo, HELO)
@@ -322,7 +324,8 @@ impl DnsChecker {
         }
     }
 
-    /// Asks for `kinds` in order until one is found (or, MX first, a null
+    /// Asks for `kinds` in order (one after the other, as Postfix: at
+    /// worst three timeouts) until one is found (or, MX first, a null
     /// MX or only invalid hosts stop it), and ranks the rest as Postfix's
     /// dns_lookup_l: the highest status of those asked.
     async fn name_status(&self, name: &str, kinds: &[Kind]) -> Status {
