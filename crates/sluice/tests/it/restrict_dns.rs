@@ -18,8 +18,10 @@
 //! TAIL's). Two instances: Postfix's defaults, and every code and
 //! tempfail action changed (`CHANGED`).
 //!
-//! The case table ([`cases`]) is the place to add cases; the same table
-//! can be sent to Sluice once the restriction lists take these keywords.
+//! The case table ([`cases`]) is the place to add cases; [`replies`]
+//! sends a case to any SMTP server, so the same table can be sent to
+//! Sluice once its restriction lists take these keywords (configured as
+//! [`main_cf`] configures Postfix: one class per keyword, then TAIL).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -33,8 +35,9 @@ use sluice::routing::dns::Dns;
 
 use crate::common::netns::Netns;
 use crate::common::nsd::Nsd;
-use crate::common::postfix::Postfix;
+use crate::common::postfix::{Postfix, Session};
 use crate::common::temp_dir;
+use crate::common::Client;
 
 /// The keywords, each with its argument.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -423,9 +426,14 @@ async fn ours(checker: &DnsChecker, case: &Case, sender: &str, rcpt: &str) -> Dn
     }
 }
 
-/// One case's two transactions with Postfix.
-async fn postfix_replies(pf: &Postfix, case: &Case, rcpt: &str) -> (Seen, Seen) {
-    let mut session = pf.session_as(case.client, case.helo).await;
+/// One case's two transactions with the SMTP server at `server` (Postfix
+/// here; any server configured with the same classes and TAIL).
+async fn replies(server: SocketAddr, case: &Case, rcpt: &str) -> (Seen, Seen) {
+    let (client, greeting) = Client::connect_from(case.client, server).await;
+    assert!(greeting.starts_with("220 "), "{greeting}");
+    let mut session = Session { client };
+    let ehlo = session.cmd(&format!("EHLO {}", case.helo)).await;
+    assert_eq!(ehlo.code, 250, "EHLO: {ehlo:?}");
     let mut seen = Vec::new();
     for local in ["then-permit", "then-reject"] {
         let sender = format!("{local}@{}", case.sender_domain);
@@ -503,7 +511,7 @@ async fn run_cases(netns: &Netns, nameserver: SocketAddr, codes: DnsCheckCodes) 
     let checker = DnsChecker::new(Arc::new(dns), codes, Limits::default());
     let mut differences = Vec::new();
     for (case, rcpt) in cases.iter().zip(&rcpts) {
-        let got = postfix_replies(&pf, case, rcpt).await;
+        let got = replies(pf.addr, case, rcpt).await;
         let permitting = format!("then-permit@{}", case.sender_domain);
         let rejecting = format!("then-reject@{}", case.sender_domain);
         let want = expected(

@@ -146,7 +146,8 @@ impl DnsChecker {
         &self.codes
     }
 
-    /// The client's names, as found at connect.
+    /// The client's names: looked up once per session, at connect (as
+    /// Postfix's smtpd does), for the checks that take [`ClientNames`].
     pub async fn client_names(&self, ip: IpAddr) -> ClientNames {
         names::client_names(&self.lookups, ip).await
     }

@@ -204,14 +204,9 @@ impl Postfix {
 
     /// An SMTP session from the loopback address `local`.
     pub async fn session_from(&self, local: &str) -> Session {
-        self.session_as(local, "client.test").await
-    }
-
-    /// An SMTP session from the loopback address `local`, past `EHLO helo`.
-    pub async fn session_as(&self, local: &str, helo: &str) -> Session {
         let (mut client, greeting) = Client::connect_from(local, self.addr).await;
         assert!(greeting.starts_with("220 "), "{greeting}");
-        let ehlo = client.cmd(&format!("EHLO {helo}")).await;
+        let ehlo = client.cmd("EHLO client.test").await;
         assert!(ehlo.starts_with("250"), "{ehlo}");
         Session { client }
     }
