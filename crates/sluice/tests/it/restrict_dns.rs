@@ -129,6 +129,7 @@ fn cases() -> Vec<Case> {
         sender(UnknownSender, "MX to an invalid name", "badmx.test"),
         sender(UnknownSender, "MX to a numeric name", "nummx.test"),
         sender(UnknownSender, "SERVFAIL", "x.fail.test"),
+        sender(UnknownSender, "no answer (timeout)", "x.silent.test"),
         sender(UnknownSender, "address literal", "[192.0.2.1]"),
         rcpt("MX only", "u@mx.test"),
         rcpt("NXDOMAIN", "u@nx.test"),
@@ -153,6 +154,7 @@ fn cases() -> Vec<Case> {
         client(UnknownClient, "PTR with _", "198.51.100.15"),
         client(UnknownClient, "numeric PTR", "198.51.100.16"),
         client(UnknownClient, "PTR SERVFAIL", "198.51.100.17"),
+        client(UnknownClient, "PTR no answer (timeout)", "198.51.100.19"),
         client(UnknownReverse, "confirmed PTR", "198.51.100.10"),
         client(UnknownReverse, "PTR not confirmed", "198.51.100.11"),
         client(UnknownReverse, "no PTR", "198.51.100.12"),
@@ -170,6 +172,11 @@ fn cases() -> Vec<Case> {
         ),
         client(Rbl("blfail.test"), "list SERVFAIL", "198.51.100.10"),
         client(Rbl("blfail.test"), "list SERVFAIL", "198.51.100.20"),
+        client(
+            Rbl("silent.test"),
+            "list no answer (timeout)",
+            "198.51.100.10",
+        ),
         client(Dnswl("wl.test"), "listed", "198.51.100.10"),
         client(Dnswl("wl.test"), "not listed", "198.51.100.20"),
         client(Dnswl("wlfail.test"), "list SERVFAIL", "198.51.100.10"),
@@ -215,7 +222,8 @@ const SOA: &str = "$TTL 60\n@ SOA ns.test. hostmaster.test. 1 3600 600 86400 60\
 /// The zones: `test` (domains, HELO names, the lists), the PTRs of
 /// 198.51.100.0/24, and zones without data (nsd answers SERVFAIL for
 /// them): `fail.test`, the lists `blfail.test`, `wlfail.test`,
-/// `rhfail.test`, and the PTR of 198.51.100.17.
+/// `rhfail.test`, and the PTR of 198.51.100.17. Names under `silent.test`
+/// and the PTR of 198.51.100.19 get no answer at all ([`silent_front`]).
 fn zones() -> Vec<(&'static str, String)> {
     let test = format!(
         "$ORIGIN test.\n{SOA}ns A 127.0.0.1\n\
@@ -456,8 +464,49 @@ async fn replies(server: SocketAddr, case: &Case, rcpt: &str) -> (Seen, Seen) {
     (seen[0].clone(), seen[1].clone())
 }
 
-/// Where the test's name server answers, inside the namespace.
+/// Where the resolvers ask (a [`silent_front`]), and where nsd answers,
+/// inside the namespace.
 const NAMESERVER: &str = "198.51.100.53:53";
+const NSD: &str = "198.51.100.54:53";
+
+/// Names nothing answers for: queries for them are dropped.
+fn silent(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    name.ends_with("silent.test.") || name == "19.100.51.198.in-addr.arpa."
+}
+
+/// A UDP front for nsd at `listen`: each query is relayed to `upstream`
+/// and its answer back, except queries for [`silent`] names, which get
+/// no answer at all (a resolver's timeout). Runs until the runtime ends.
+async fn silent_front(listen: SocketAddr, upstream: SocketAddr) {
+    use hickory_resolver::proto::op::Message;
+    let socket = Arc::new(tokio::net::UdpSocket::bind(listen).await.unwrap());
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 4096];
+        while let Ok((n, client)) = socket.recv_from(&mut buf).await {
+            let query = buf[..n].to_vec();
+            let dropped = Message::from_vec(&query)
+                .ok()
+                .and_then(|m| m.queries.first().map(|q| silent(&q.name().to_ascii())))
+                .unwrap_or(true);
+            if dropped {
+                continue;
+            }
+            let socket = socket.clone();
+            tokio::spawn(async move {
+                let relay = tokio::net::UdpSocket::bind((upstream.ip(), 0))
+                    .await
+                    .unwrap();
+                relay.send_to(&query, upstream).await.unwrap();
+                let mut answer = vec![0u8; 4096];
+                let wait = std::time::Duration::from_secs(2);
+                if let Ok(Ok(n)) = tokio::time::timeout(wait, relay.recv(&mut answer)).await {
+                    let _ = socket.send_to(&answer[..n], client).await;
+                }
+            });
+        }
+    });
+}
 
 #[test]
 fn dns_restrictions_decide_as_postfix_decides() {
@@ -465,8 +514,7 @@ fn dns_restrictions_decide_as_postfix_decides() {
     let netns = Netns::create("198.51.100.0/24");
     let zones = zones();
     let zone_refs: Vec<(&str, &str)> = zones.iter().map(|(n, t)| (*n, t.as_str())).collect();
-    let nameserver: SocketAddr = NAMESERVER.parse().unwrap();
-    let nsd = Nsd::start_in(&netns, nameserver, &dir, &zone_refs);
+    let nsd = Nsd::start_in(&netns, NSD.parse().unwrap(), &dir, &zone_refs);
     let mut differences = Vec::new();
     for codes in [DnsCheckCodes::default(), CHANGED] {
         // Every socket of the sessions and of our resolver is made on
@@ -476,7 +524,11 @@ fn dns_restrictions_decide_as_postfix_decides() {
                 .enable_all()
                 .build()
                 .unwrap();
-            runtime.block_on(run_cases(&netns, nsd.addr, codes))
+            runtime.block_on(async {
+                let nameserver: SocketAddr = NAMESERVER.parse().unwrap();
+                silent_front(nameserver, nsd.addr).await;
+                run_cases(&netns, nameserver, codes).await
+            })
         }));
     }
     drop(nsd);
@@ -503,7 +555,9 @@ async fn run_cases(netns: &Netns, nameserver: SocketAddr, codes: DnsCheckCodes) 
     let pf = Postfix::start_with_dns(&files, &cf, "", nameserver.ip(), Some(netns));
     let dns = Dns::new(&DnsConfig {
         nameservers: vec![nameserver],
-        timeout_ms: 1000,
+        // (Silence costs Postfix a second a query; ours need not wait as
+        // long to decide the same.)
+        timeout_ms: 300,
         attempts: 1,
         trust_anchor_file: None,
     })
