@@ -30,7 +30,10 @@
 //!
 //! Not here: which domains are local (Postfix skips its own final
 //! destinations for the unknown-domain checks: the caller does), the
-//! restriction lists themselves, `rbl_reply_maps`.
+//! restriction lists themselves (and their `defer_if_permit` /
+//! `defer_if_reject` state: the first reason is kept), `rbl_reply_maps`,
+//! `smtpd_dns_reply_filter`, `reject_rhsbl_recipient`,
+//! `permit_rhswl_client`.
 
 pub mod lists;
 pub mod lookup;

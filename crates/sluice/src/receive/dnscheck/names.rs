@@ -10,6 +10,10 @@
 //! (the client's own, often): a PTR naming someone else's host only
 //! counts if that host's zone agrees. Host names are checked as Postfix's
 //! valid_hostname() checks them before any is used or looked up.
+//!
+//! Unlike Postfix (libc: /etc/hosts, then DNS), the resolver answers for
+//! 127.0.0.0/8 itself (RFC 6761): every such client's PTR is `localhost`,
+//! confirmed for 127.0.0.1 only.
 
 use std::net::IpAddr;
 
