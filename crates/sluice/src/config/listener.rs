@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use super::services::{BadService, ServiceAddr};
+
 /// What a listener is for, as Postfix's master.cf `smtp`, `submission`
 /// and `submissions` services.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
@@ -71,6 +73,11 @@ pub struct ListenerConfig {
     /// domain publishes p=reject (550 5.7.1).
     #[serde(default)]
     pub dmarc_reject: bool,
+    /// This listener's own restriction lists (master.cf's `-o
+    /// smtpd_recipient_restrictions=…`): each one set replaces the main
+    /// one of `[restrictions]` here.
+    #[serde(default)]
+    pub restrictions: super::restrictions::ListOverrides,
 }
 
 impl ListenerConfig {
@@ -80,7 +87,8 @@ impl ListenerConfig {
     }
 
     /// Checks one listener against the TLS and AUTH it needs
-    /// (`tls_enabled`, `auth_table`: whether `[tls]` and `[auth]` provide them).
+    /// (`tls_enabled`, `auth_table`: whether `[tls]` and `[auth]` provide
+    /// them; `[auth]` does with a table or with Dovecot).
     pub fn validate(&self, tls_enabled: bool, auth_table: bool) -> Result<(), super::ConfigError> {
         use super::ConfigError;
         let l = self;
@@ -108,7 +116,8 @@ impl ListenerConfig {
         }
         if l.kind.requires_auth() && !auth_table {
             return Err(ConfigError::Invalid(format!(
-                "smtpd.listeners: {} requires AUTH, but [auth] names no table",
+                "smtpd.listeners: {} requires AUTH, but [auth] names no table \
+                 (nor type = \"dovecot\")",
                 l.listen
             )));
         }
@@ -141,10 +150,31 @@ impl Default for TlsConfig {
     }
 }
 
-/// `[auth]`: SMTP AUTH (PLAIN, LOGIN).
+/// Who checks AUTH passwords (Postfix's `smtpd_sasl_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthType {
+    /// Sluice itself, against `[auth] table` (hashes, or an LDAP bind).
+    #[default]
+    Table,
+    /// A Dovecot auth server at `[auth] dovecot_path`
+    /// (`smtpd_sasl_type = dovecot`).
+    Dovecot,
+}
+
+/// `[auth]`: SMTP AUTH (PLAIN, LOGIN; with Dovecot, what it offers).
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuthConfig {
+    /// `table` (default) or `dovecot`.
+    #[serde(rename = "type")]
+    pub kind: AuthType,
+    /// With `type = "dovecot"`: its auth-client socket, `/path`,
+    /// `unix:/path` or `inet:host:port` (Postfix's `smtpd_sasl_path`).
+    pub dovecot_path: Option<DovecotPath>,
+    /// With `type = "dovecot"`: seconds for connecting and for each
+    /// answer (Postfix's built-in 10).
+    pub dovecot_timeout_secs: u64,
     /// Table (from `[tables]`) of user → password hash: argon2
     /// (`$argon2id$…`, see `sluice hash-password`) or SHA-512-crypt
     /// (`$6$…`); an `{ARGON2}`/`{CRYPT}` prefix (LDAP userPassword) is
@@ -164,10 +194,67 @@ pub struct AuthConfig {
 impl Default for AuthConfig {
     fn default() -> Self {
         AuthConfig {
+            kind: AuthType::Table,
+            dovecot_path: None,
+            dovecot_timeout_secs: 10,
             table: None,
             ldap_bind: false,
             failure_delay_ms: 1000,
             offer_on_smtp: false,
         }
+    }
+}
+
+/// Where Dovecot's auth-client socket is: a [`ServiceAddr`], or a bare
+/// absolute path for a Unix socket (as Postfix's `smtpd_sasl_path`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub struct DovecotPath(pub ServiceAddr);
+
+impl TryFrom<String> for DovecotPath {
+    type Error = BadService;
+    fn try_from(text: String) -> Result<DovecotPath, BadService> {
+        match text.starts_with('/') {
+            true => Ok(DovecotPath(ServiceAddr::Unix(PathBuf::from(text)))),
+            false => text.parse().map(DovecotPath),
+        }
+    }
+}
+
+impl std::fmt::Display for DovecotPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+super::as_text!(DovecotPath);
+
+impl AuthConfig {
+    /// AUTH can be offered: a table, or Dovecot.
+    pub fn provided(&self) -> bool {
+        match self.kind {
+            AuthType::Table => self.table.is_some(),
+            AuthType::Dovecot => true,
+        }
+    }
+
+    /// Refuses settings that contradict each other.
+    pub fn validate(&self) -> Result<(), super::ConfigError> {
+        let why = match (self.kind, &self.dovecot_path) {
+            (AuthType::Dovecot, None) => "auth: type = \"dovecot\" needs dovecot_path",
+            (AuthType::Dovecot, Some(_)) if self.table.is_some() => {
+                "auth: type = \"dovecot\" with a table (Dovecot checks the passwords: \
+                 remove table, or use type = \"table\")"
+            }
+            (AuthType::Dovecot, Some(_)) if self.ldap_bind => {
+                "auth: type = \"dovecot\" with ldap_bind (Dovecot checks the passwords: \
+                 remove ldap_bind, or use type = \"table\")"
+            }
+            (AuthType::Table, Some(_)) => {
+                "auth: dovecot_path is set but type is \"table\" (set type = \"dovecot\")"
+            }
+            _ => return Ok(()),
+        };
+        Err(super::ConfigError::Invalid(why.into()))
     }
 }

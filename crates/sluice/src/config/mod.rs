@@ -32,6 +32,7 @@ pub mod local;
 pub mod names;
 mod one_line;
 pub mod owner;
+pub mod restrictions;
 pub mod services;
 pub mod show;
 pub mod smtpd;
@@ -64,6 +65,11 @@ pub struct Config {
     /// default `postmaster@<hostname>`. Accepted from any client.
     pub postmaster: Option<MailAddress>,
     pub smtpd: SmtpdConfig,
+    /// Postfix's recipient_delimiter: any one of these characters starts
+    /// an address extension (`user+ext`), for table searches ("" none).
+    pub recipient_delimiter: String,
+    /// Postfix's restriction lists (`receive/restrict`).
+    pub restrictions: restrictions::RestrictionsConfig,
     pub tls: listener::TlsConfig,
     pub auth: listener::AuthConfig,
     pub spool: SpoolSettings,
@@ -241,6 +247,8 @@ impl Default for Config {
             log_format: LogFormat::Text,
             postmaster: None,
             smtpd: SmtpdConfig::default(),
+            recipient_delimiter: String::new(),
+            restrictions: Default::default(),
             tls: listener::TlsConfig::default(),
             auth: listener::AuthConfig::default(),
             spool: SpoolSettings::default(),
@@ -370,8 +378,9 @@ impl Config {
                 self.smtpd.max_recipients
             )));
         }
+        self.auth.validate()?;
         for l in self.all_listeners() {
-            l.validate(self.tls.enabled, self.auth.table.is_some())?;
+            l.validate(self.tls.enabled, self.auth.provided())?;
         }
         if let Some(cluster) = &self.cluster {
             cluster.validate()?;
@@ -397,6 +406,7 @@ impl Config {
             auth_without_tls: false,
             sender_auth: self.smtpd.sender_auth,
             dmarc_reject: self.smtpd.dmarc_reject,
+            restrictions: Default::default(),
         });
         plain.chain(self.smtpd.listeners.iter().cloned()).collect()
     }
@@ -470,6 +480,45 @@ mod tests {
         c.tls.enabled = false;
         let err = c.validate().unwrap_err().to_string();
         assert!(err.contains("needs TLS"), "{err}");
+    }
+
+    /// `[auth] type = "dovecot"` (Postfix's `smtpd_sasl_type = dovecot`)
+    /// provides AUTH without a table, and contradicting settings are
+    /// refused with a reason.
+    #[test]
+    fn dovecot_auth_is_alone_and_needs_its_path() {
+        let submission: listener::ListenerConfig =
+            toml::from_str("listen = \"127.0.0.1:587\"\nkind = \"submission\"").unwrap();
+        let mut c = Config::default();
+        c.smtpd.listeners.push(submission);
+        c.auth = toml::from_str("type = \"dovecot\"\ndovecot_path = \"/run/dovecot/auth-client\"")
+            .unwrap();
+        c.validate().unwrap();
+        let path = c.auth.dovecot_path.clone().unwrap();
+        assert_eq!(
+            path.0,
+            services::ServiceAddr::Unix("/run/dovecot/auth-client".into())
+        );
+        let inet: listener::AuthConfig =
+            toml::from_str("type = \"dovecot\"\ndovecot_path = \"inet:127.0.0.1:12345\"").unwrap();
+        assert_eq!(
+            inet.dovecot_path.unwrap().to_string(),
+            "inet:127.0.0.1:12345"
+        );
+        assert!(toml::from_str::<listener::AuthConfig>("dovecot_path = \"private/auth\"").is_err());
+        let refused = |edit: &dyn Fn(&mut Config), want: &str| {
+            let mut c = c.clone();
+            edit(&mut c);
+            let err = c.validate().unwrap_err().to_string();
+            assert!(err.contains(want), "{err}");
+        };
+        refused(&|c| c.auth.table = Some("users".into()), "with a table");
+        refused(&|c| c.auth.ldap_bind = true, "with ldap_bind");
+        refused(&|c| c.auth.dovecot_path = None, "needs dovecot_path");
+        refused(
+            &|c| c.auth.kind = listener::AuthType::Table,
+            "dovecot_path is set but type is \"table\"",
+        );
     }
 
     /// A next hop is parsed when the file is read: a bad one is an error

@@ -37,6 +37,7 @@ use crate::log::Logger;
 use crate::queue::{DeliveryAgent, QueueHandle, WorkerStart};
 use crate::receive::dnsbl::Dnsbl;
 use crate::receive::policy::PolicyClient;
+use crate::receive::restrict::Restrictions;
 use crate::receive::smtp::anvil::{self, Anvil};
 use crate::receive::smtp::tls::ServerTls;
 use crate::receive::smtp::SessionContext;
@@ -70,6 +71,7 @@ impl DeliveryAgent for Agents {
 pub(super) struct Parts {
     pub config: Arc<Config>,
     pub mailboxes: Arc<VirtualMailboxes>,
+    pub restrictions: Arc<Restrictions>,
     pub router: Router,
     pub tls: Option<Arc<ServerTls>>,
     pub client_tls: Arc<ClientTls>,
@@ -162,6 +164,8 @@ pub enum BuildError {
     Resolver(#[from] crate::routing::dns::ResolverError),
     #[error(transparent)]
     Dkim(#[from] crate::intake::dkim::DkimError),
+    #[error(transparent)]
+    Restrictions(#[from] crate::receive::restrict::BuildError),
     #[error("spool {}: {err}", dir.display())]
     SpoolSpace {
         dir: std::path::PathBuf,
@@ -191,6 +195,10 @@ impl Parts {
             )?),
         };
         let router = router(&config, &mailboxes);
+        // Rebuilt at every reload (its tables are re-read as the lists'
+        // text and the tables' files may both have changed).
+        let restrictions = Arc::new(Restrictions::build(&config, logger)?);
+        restrictions.watch();
         let tls = match (kept(tls_key), purpose) {
             (Some(p), _) => p.tls.clone(),
             (None, Purpose::Check) if config.tls.cert_file.is_none() => None,
@@ -234,6 +242,7 @@ impl Parts {
             )?),
             config,
             mailboxes,
+            restrictions,
             router,
             tls,
             dns,
@@ -345,15 +354,19 @@ impl Parts {
             _ => Arc::new(Semaphore::new(budget as usize)),
         };
         SessionContext {
-            policy: RelayPolicy::new(config.mynetworks(), &config.smtpd.relay_domains),
+            policy: RelayPolicy::new(config.mynetworks(), &config.smtpd.relay_domains)
+                .with_parent_matches(config.restrictions.parent_domain_matches_subdomains),
             config: config.clone(),
             mailboxes: self.mailboxes.clone(),
+            restrictions: self.restrictions.clone(),
             spool: intake.spool.clone(),
             logger: intake.logger.clone(),
             body_memory,
             anvil,
             tls: self.tls.clone(),
             credentials: self.mailboxes.credentials(),
+            dovecot: crate::receive::sasl_dovecot::DovecotAuth::from_config(&config.auth)
+                .map(Arc::new),
             intake: intake.clone(),
             policy_service: PolicyClient::from_config(&config.smtpd).map(Arc::new),
             dnsbl: Dnsbl::from_config(&config.smtpd, self.dns.clone()).map(Arc::new),

@@ -2,6 +2,9 @@
 //! hops (MX or configured; TLS, DANE, MTA-STS, connection reuse, the
 //! dead-host cache); [`maildir`] delivers to virtual mailboxes. The queue
 //! hands them jobs and takes their outcomes; they never write the queue.
+//! [`verify`] probes next hops for addresses (Postfix's verify(8)), the
+//! way [`smtp`] would deliver to them, without delivering.
 
 pub mod maildir;
 pub mod smtp;
+pub mod verify;

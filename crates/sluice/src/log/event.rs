@@ -378,6 +378,25 @@ pub enum Event<'a> {
         policy_in_force: bool,
     },
 
+    // ---- address verification ("verify")
+    /// A probe ended: `result` is `deliverable`, `undeliverable` or
+    /// `unknown`; `reason` the next hop's reply as Postfix says it.
+    AddressProbed {
+        address: Text<'a>,
+        result: Text<'a>,
+        reason: Text<'a>,
+    },
+    /// The verification cache file could not be opened: answers are
+    /// kept in memory only.
+    VerifyCacheMemoryOnly {
+        error: Text<'a>,
+    },
+    /// A probe was not started: `pending_request_limit` probes pending.
+    VerifyBusy {
+        address: Text<'a>,
+        pending: u64,
+    },
+
     // ---- intake ("cleanup", and the door's component for `received`)
     MilterDiscard {
         queue_id: Qid,
@@ -559,6 +578,14 @@ pub enum Event<'a> {
         queue_id: Qid,
         client_ip: IpAddr,
         text: Text<'a>,
+    },
+    /// A refusal `warn_if_reject` turned into this warning (`by` the
+    /// restriction, `reply` what the client would have been told).
+    RestrictionWarn {
+        queue_id: Qid,
+        client_ip: IpAddr,
+        by: Text<'a>,
+        reply: Text<'a>,
     },
     Proxied {
         client_ip: IpAddr,

@@ -1,7 +1,8 @@
 //! The first step of a message's path: the doors mail comes in by. SMTP
 //! sessions ([`smtp`]: listeners, PROXY protocol, STARTTLS, AUTH, per-
 //! client limits, the transaction) and local submission ([`local`]:
-//! sendmail(1) through the submission socket). Each door establishes who
+//! sendmail(1) through the submission socket); AUTH may be decided by a
+//! Dovecot ([`sasl_dovecot`]). Each door establishes who
 //! is sending and reads the message; every message then goes through the
 //! one intake (`crate::intake`), never to the spool directly.
 
@@ -10,4 +11,6 @@ pub mod dnsbl;
 pub mod dnscheck;
 pub mod local;
 pub mod policy;
+pub mod restrict;
+pub mod sasl_dovecot;
 pub mod smtp;

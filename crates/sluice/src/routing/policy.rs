@@ -15,6 +15,9 @@ use crate::message::address::domain_of;
 pub struct RelayPolicy {
     mynetworks: Vec<Cidr>,
     relay_domains: Vec<DomainPattern>,
+    /// Postfix's parent_domain_matches_subdomains for relay_domains:
+    /// `example.com` also matches `sub.example.com`.
+    parent_matches: bool,
 }
 
 impl RelayPolicy {
@@ -22,7 +25,15 @@ impl RelayPolicy {
         RelayPolicy {
             mynetworks,
             relay_domains: relay_domains.to_vec(),
+            parent_matches: false,
         }
+    }
+
+    /// As Postfix's parent_domain_matches_subdomains (with relay_domains
+    /// in it, its default): a domain's parents match it too.
+    pub fn with_parent_matches(mut self, on: bool) -> RelayPolicy {
+        self.parent_matches = on;
+        self
     }
 
     pub fn is_trusted(&self, client: IpAddr) -> bool {
@@ -38,7 +49,14 @@ impl RelayPolicy {
     pub fn is_relay_domain(&self, recipient: &str) -> bool {
         let domain = domain_of(recipient).to_ascii_lowercase();
         let domain = domain.strip_suffix('.').unwrap_or(&domain);
-        self.relay_domains.iter().any(|d| d.matches(domain))
+        let listed = |d: &str| self.relay_domains.iter().any(|p| p.matches(d));
+        if listed(domain) {
+            return true;
+        }
+        self.parent_matches
+            && domain
+                .match_indices('.')
+                .any(|(at, _)| listed(&domain[at + 1..]))
     }
 }
 
@@ -54,5 +72,9 @@ mod tests {
         assert!(policy.allows(true, "x@anywhere.example"));
         assert!(policy.allows(false, "x@OURS.example"));
         assert!(!policy.allows(false, "x@anywhere.example"));
+        assert!(!policy.allows(false, "x@sub.ours.example"));
+        let policy = policy.with_parent_matches(true);
+        assert!(policy.allows(false, "x@sub.ours.example"));
+        assert!(!policy.allows(false, "x@notours.example"));
     }
 }

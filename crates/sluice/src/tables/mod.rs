@@ -48,7 +48,7 @@ use std::sync::Arc;
 
 pub use answer::{Answer, Values};
 pub use file::{EntryCheck, FileTable, Format};
-pub use find::Found;
+pub use find::{find_address, Found};
 pub use ldap::{expand_filter, LdapTable};
 
 #[derive(Debug, Clone, thiserror::Error)]

@@ -79,7 +79,8 @@ const NOT_EVALUATED: &str = "client-dependent checks (DNSBLs, policy services, m
 /// Answers for `address` under `config`.
 pub async fn explain(config: &Config, address: &str) -> Result<Report, BuildError> {
     let (mailboxes, router) = crate::daemon::routing(config)?;
-    let policy = RelayPolicy::new(config.mynetworks(), &config.smtpd.relay_domains);
+    let policy = RelayPolicy::new(config.mynetworks(), &config.smtpd.relay_domains)
+        .with_parent_matches(config.restrictions.parent_domain_matches_subdomains);
     let address = canonical(address);
     let (rcpt, targets) = decide(&mailboxes, &policy, &address).await;
     let mut deliveries = Vec::new();

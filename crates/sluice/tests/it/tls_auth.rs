@@ -46,6 +46,7 @@ fn with_auth(dir: &Path, sink: std::net::SocketAddr, kinds: &[ListenerKind]) -> 
             auth_without_tls: false,
             sender_auth: false,
             dmarc_reject: false,
+            restrictions: Default::default(),
         });
     }
     cfg

@@ -23,6 +23,7 @@ use super::tls::{ClientTls, Level, TlsChoice};
 use crate::config::hop::NextHop;
 use crate::config::Config;
 
+pub(super) mod probe;
 mod targets;
 use crate::log::Logger;
 use crate::log::{ConnectFailed, Event, Qid};
@@ -56,18 +57,20 @@ impl DeliveryAgent for SmtpAgent {
         let idle = Duration::from_secs(d.connection_idle_secs.max(1));
         let limit = d.messages_per_connection;
         let worker = SmtpWorker {
-            hop: start.hop.clone(),
-            config: self.config.clone(),
+            reach: Reach {
+                hop: start.hop.clone(),
+                config: self.config.clone(),
+                logger: self.logger.clone(),
+                tls: self.tls.clone(),
+                dns: self.dns.clone(),
+                dead: self.dead.clone(),
+                sts: self.sts.clone(),
+                sts_enforce: false,
+                dane: self.dane.clone(),
+                dane_secure: false,
+                own: self.own.clone(),
+            },
             spool: self.spool.clone(),
-            logger: self.logger.clone(),
-            tls: self.tls.clone(),
-            dns: self.dns.clone(),
-            dead: self.dead.clone(),
-            sts: self.sts.clone(),
-            sts_enforce: false,
-            dane: self.dane.clone(),
-            dane_secure: false,
-            own: self.own.clone(),
             conn: None,
         };
         tokio::spawn(run_worker(worker, start, idle, limit));
@@ -78,10 +81,12 @@ impl DeliveryAgent for SmtpAgent {
     }
 }
 
-struct SmtpWorker {
+/// Where and how a next hop is reached: its targets (MX, DANE,
+/// MTA-STS, the screen) and connections to them. A delivery worker and an
+/// address probe (`probe.rs`) reach a hop the same way.
+struct Reach {
     hop: Arc<NextHop>,
     config: Arc<Config>,
-    spool: Spool,
     logger: Logger,
     tls: Arc<ClientTls>,
     dns: Arc<Dns>,
@@ -93,6 +98,11 @@ struct SmtpWorker {
     /// The domain's MX RRset is DNSSEC-secure: TLSA records apply.
     dane_secure: bool,
     own: Arc<OwnAddrs>,
+}
+
+struct SmtpWorker {
+    reach: Reach,
+    spool: Spool,
     conn: Option<SmtpConn>,
 }
 
@@ -159,7 +169,15 @@ impl NoConnection {
 /// Host name and address, in the order to try them.
 type Targets = Vec<(String, SocketAddr)>;
 
-impl SmtpWorker {
+/// The job's first recipient's address.
+fn first_rcpt(job: &Job) -> Option<&str> {
+    job.rcpts
+        .first()
+        .and_then(|&i| job.envelope.recipients.get(usize::from(i)))
+        .map(String::as_str)
+}
+
+impl Reach {
     /// DANE for one MX host: only when the domain's MX RRset was secure.
     async fn dane_host(&self, host: &str, port: u16) -> Result<HostDane, DaneError> {
         match (&self.dane, self.dane_secure) {
@@ -321,7 +339,9 @@ impl SmtpWorker {
         }
         Ok(conn)
     }
+}
 
+impl SmtpWorker {
     /// One delivery attempt: outcomes, and how the next hop took it.
     async fn deliver(&mut self, job: &Job) -> (Vec<(u16, Outcome)>, Feedback) {
         let body = match body::load(&self.spool, &job.body, job.body_ref).await {
@@ -410,15 +430,15 @@ impl SmtpWorker {
         first: bool,
         rest: &mut Targets,
     ) -> Result<(), (Vec<(u16, Outcome)>, Feedback)> {
-        let next = if let NextHop::Lmtp(service) = &*self.hop {
+        let next = if let NextHop::Lmtp(service) = &*self.reach.hop {
             // A configured LMTP server: one address, no MX, no TLS.
-            match SmtpConn::connect_lmtp(service, &self.config).await {
+            match SmtpConn::connect_lmtp(service, &self.reach.config).await {
                 Ok(conn) => Ok((conn, Vec::new())),
                 Err(e) => Err(NoConnection::Connect(e)),
             }
         } else if first {
-            match self.first_targets(job).await {
-                Ok(t) => self.connect_first(&t).await,
+            match self.reach.first_targets(first_rcpt(job)).await {
+                Ok(t) => self.reach.connect_first(&t).await,
                 Err(Unreachable::Permanent(why)) => {
                     // Our own text, leading with its status: taken apart
                     // once, here, where it becomes a reply.
@@ -428,7 +448,7 @@ impl SmtpWorker {
                 Err(Unreachable::Temporary(why)) => Err(NoConnection::Route(why)),
             }
         } else {
-            self.connect_first(rest).await
+            self.reach.connect_first(rest).await
         };
         match next {
             Ok((conn, after)) => {
@@ -437,20 +457,22 @@ impl SmtpWorker {
                 Ok(())
             }
             Err(why) => {
-                let relay = Relay::Hop(match &*self.hop {
+                let relay = Relay::Hop(match &*self.reach.hop {
                     NextHop::Smtp { host, port, .. } => format!("{host}:{port}"),
                     other => other.key(),
                 });
                 // A host that refused was logged as it was tried (one
                 // line per attempt); the others say so here.
                 if !matches!(why, NoConnection::Connect(_) | NoConnection::Dane(_))
-                    || matches!(*self.hop, NextHop::Lmtp(_))
+                    || matches!(*self.reach.hop, NextHop::Lmtp(_))
                 {
-                    self.logger.emit(&Event::ConnectFailed(ConnectFailed::Job {
-                        queue_id: Qid(job.msg),
-                        relay: relay.to_string().into(),
-                        error: why.to_string().into(),
-                    }));
+                    self.reach
+                        .logger
+                        .emit(&Event::ConnectFailed(ConnectFailed::Job {
+                            queue_id: Qid(job.msg),
+                            relay: relay.to_string().into(),
+                            error: why.to_string().into(),
+                        }));
                 }
                 Err((
                     defer_all(job, &relay, &why.reply()),
@@ -466,13 +488,13 @@ impl SmtpWorker {
     /// smtp_mx_session_limit); then what is known stands. Says whether to
     /// try the next host (the connection is then closed).
     async fn fail_over(&mut self, job: &Job, peer: &str, sessions: usize) -> bool {
-        let limit = match self.config.delivery.mx_session_limit {
+        let limit = match self.reach.config.delivery.mx_session_limit {
             0 => usize::MAX,
             n => n,
         };
         let qid = Qid(job.msg);
         if sessions >= limit {
-            self.logger.emit(&Event::Failover {
+            self.reach.logger.emit(&Event::Failover {
                 queue_id: qid,
                 peer: peer.into(),
                 sessions: sessions as u64,
@@ -480,7 +502,7 @@ impl SmtpWorker {
             });
             return false;
         }
-        self.logger.emit(&Event::Failover {
+        self.reach.logger.emit(&Event::Failover {
             queue_id: qid,
             peer: peer.into(),
             sessions: sessions as u64,

@@ -12,4 +12,5 @@ pub mod mta_sts;
 pub mod tls;
 mod transaction;
 
+pub use agent::probe::{wire_safe, Command, ProbeOutcome, Prober, ProberError};
 pub use agent::SmtpAgent;

@@ -84,6 +84,7 @@ impl Event<'_> {
             | MtaStsMemoryOnly { .. }
             | MtaStsNotSaved { .. }
             | MtaSts { .. } => "smtp",
+            AddressProbed { .. } | VerifyCacheMemoryOnly { .. } | VerifyBusy { .. } => "verify",
             MilterDiscard { .. }
             | NoRecipientsLeft { .. }
             | Hold { .. }
@@ -119,6 +120,7 @@ impl Event<'_> {
             | PolicyUnsupported { .. }
             | PolicyDiscard { .. }
             | PolicyWarn { .. }
+            | RestrictionWarn { .. }
             | Proxied { .. }
             | HealthCheckFailed { .. }
             | ProxyRefused { .. } => "smtpd",
@@ -167,6 +169,7 @@ impl Event<'_> {
             | Received { queue_id, .. }
             | Reject(
                 super::Reject::Policy { queue_id, .. }
+                | super::Reject::Restriction { queue_id, .. }
                 | super::Reject::Queue { queue_id, .. }
                 | super::Reject::Data { queue_id, .. },
             )
@@ -178,6 +181,7 @@ impl Event<'_> {
             | PolicyUnsupported { queue_id, .. }
             | PolicyDiscard { queue_id, .. }
             | PolicyWarn { queue_id, .. }
+            | RestrictionWarn { queue_id, .. }
             | Notice { queue_id, .. }
             | NoticeRetry { queue_id, .. }
             | NoticeRefused { queue_id, .. }

@@ -41,6 +41,21 @@ pub enum Reject<'a> {
         cause: Text<'a>,
         why: Text<'a>,
     },
+    /// A restriction list refused (`restriction`; `by` the keyword,
+    /// `text` Postfix's reply text after the codes).
+    Restriction {
+        queue_id: Qid,
+        stage: Text<'a>,
+        client_ip: IpAddr,
+        from: Text<'a>,
+        to: Text<'a>,
+        code: u16,
+        dsn: Text<'a>,
+        cause: Text<'a>,
+        by: Text<'a>,
+        #[serde(rename = "reply")]
+        text: Text<'a>,
+    },
     /// `relay_denied`.
     Relay {
         stage: Text<'a>,
@@ -188,9 +203,19 @@ impl Display for Reject<'_> {
                 }
                 write!(f, ": {why}")
             }
-            Reject::Relay { client_ip, to, why, .. } => write!(
+            Reject::Restriction { queue_id, stage, client_ip, from, to, code, dsn, by, text, .. } => {
+                write!(
+                    f,
+                    "{queue_id}: reject: {stage} from [{client_ip}]: {code} {dsn} {text}; from=<{from}>"
+                )?;
+                if !to.is_empty() {
+                    write!(f, " to=<{to}>")?;
+                }
+                write!(f, " ({by})")
+            }
+            Reject::Relay { client_ip, to, code, dsn, why, .. } => write!(
                 f,
-                "NOQUEUE: reject: RCPT from [{client_ip}]: 554 5.7.1 <{to}>: Relay access denied ({why})"
+                "NOQUEUE: reject: RCPT from [{client_ip}]: {code} {dsn} <{to}>: Relay access denied ({why})"
             ),
             Reject::UnknownUser { client_ip, to, table, .. } => write!(
                 f,

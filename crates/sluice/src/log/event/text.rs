@@ -315,6 +315,17 @@ impl Event<'_> {
                     "MTA-STS policy of {domain}: fetch failed: mta-sts.{domain}: {error}; {left}"
                 )
             }
+            AddressProbed { address, result, reason } => {
+                write!(f, "probe <{address}>: {result}: {reason}")
+            }
+            VerifyCacheMemoryOnly { error } => write!(
+                f,
+                "warning: address verification cache kept in memory only: {error}"
+            ),
+            VerifyBusy { address, pending } => write!(
+                f,
+                "warning: <{address}> not probed: {pending} probes pending (verify.pending_request_limit)"
+            ),
             _ => self.fmt_intake(f),
         }
     }
@@ -479,6 +490,10 @@ impl Event<'_> {
             PolicyWarn { queue_id, text, .. } => {
                 write!(f, "{queue_id}: warn: policy service: {text}")
             }
+            RestrictionWarn { queue_id, client_ip, by, reply } => write!(
+                f,
+                "{queue_id}: reject_warning: from [{client_ip}]: {reply} ({by})"
+            ),
             Proxied { client_ip, client_port, lb_ip, lb_port } => write!(
                 f,
                 "proxied connection from [{client_ip}]:{client_port} via [{lb_ip}]:{lb_port}"

@@ -1,6 +1,8 @@
 //! SMTP AUTH (RFC 4954) with the PLAIN (RFC 4616) and LOGIN mechanisms;
 //! passwords are checked against argon2 or SHA-512-crypt hashes from a
-//! table, or by an LDAP bind as the user (`[auth] ldap_bind`).
+//! table, or by an LDAP bind as the user (`[auth] ldap_bind`). With
+//! `[auth] type = "dovecot"` Dovecot decides instead (`sasl.rs`), with
+//! the same offering rules, delay and penalty.
 //!
 //! AUTH is offered only on an encrypted session unless the listener says
 //! `auth_without_tls`. A failed attempt is answered `535 5.7.8`
@@ -30,14 +32,21 @@ use super::hash_pool::{self, Busy, Lane};
 pub use super::password::{check_hash, hash_password};
 use super::session::{Mode, Next, Session};
 use crate::log::Event;
+use crate::receive::sasl_dovecot::Exchange;
 use crate::tables::{LookupError, Table};
 
 /// Where an AUTH exchange stands, waiting for the client's next line.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub(super) enum AuthStep {
     Plain,
     LoginUser,
     LoginPassword(String),
+    /// Dovecot's challenge was sent (`sasl.rs`): the mechanism, and the
+    /// exchange (its connection) to continue.
+    Dovecot {
+        mech: String,
+        exchange: Box<Exchange>,
+    },
 }
 
 /// Why a password could not be checked now (answered `454 4.7.0`).
@@ -92,7 +101,7 @@ fn b64(s: &str) -> Option<Vec<u8>> {
 impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     /// AUTH is offered on this session now.
     pub(super) fn offers_auth(&self) -> bool {
-        self.ctx.credentials.is_some()
+        (self.ctx.credentials.is_some() || self.ctx.dovecot.is_some())
             && self
                 .listener
                 .offers_auth(self.ctx.config.auth.offer_on_smtp)
@@ -110,6 +119,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         if self.txn.is_some() {
             return self.error("503 5.5.1 Error: MAIL transaction in progress");
         }
+        if let Some(dovecot) = self.ctx.dovecot.clone() {
+            return self.dovecot_start(&dovecot, mechanism, initial).await;
+        }
         match (mechanism.to_ascii_uppercase().as_str(), initial) {
             ("PLAIN", Some(resp)) => self.auth_plain(resp).await,
             ("PLAIN", None) => self.challenge(AuthStep::Plain, ""),
@@ -123,6 +135,24 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             ("LOGIN", None) => self.challenge(AuthStep::LoginUser, "VXNlcm5hbWU6"),
             _ => self.error("504 5.5.4 Error: unsupported authentication mechanism"),
         }
+    }
+
+    /// The mechanisms EHLO offers: PLAIN LOGIN, or Dovecot's (boxed:
+    /// asking it may mean connecting, a large future for every EHLO).
+    pub(super) async fn mechanisms(&self) -> std::borrow::Cow<'static, str> {
+        match &self.ctx.dovecot {
+            None => "PLAIN LOGIN".into(),
+            Some(d) => {
+                let offered = Box::pin(d.offered(self.plaintext_ok())).await;
+                offered.join(" ").into()
+            }
+        }
+    }
+
+    /// Mechanisms that send passwords in the clear may be used (as
+    /// PLAIN and LOGIN are wherever AUTH is offered).
+    pub(super) fn plaintext_ok(&self) -> bool {
+        self.tls.is_some() || self.listener.auth_without_tls
     }
 
     fn challenge(&mut self, step: AuthStep, text: &str) -> Next {
@@ -147,6 +177,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 ),
                 None => self.error("501 5.5.2 Error: malformed base64"),
             },
+            AuthStep::Dovecot { mech, exchange } => self.dovecot_next(mech, *exchange, &line).await,
             AuthStep::LoginPassword(user) => match b64(&line) {
                 Some(p) => {
                     self.check(&user, &String::from_utf8_lossy(&p), "LOGIN")
@@ -266,14 +297,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     }
 
     /// Waits until `failure_delay_ms` after `began`.
-    async fn failure_delay(&self, began: Instant) {
+    pub(super) async fn failure_delay(&self, began: Instant) {
         let delay = Duration::from_millis(self.ctx.config.auth.failure_delay_ms);
         tokio::time::sleep_until((began + delay).into()).await;
     }
 
     /// The failure that started `ip`'s penalty: logged, then
     /// [`Self::too_many_failures`].
-    fn penalised(&mut self, ip: std::net::IpAddr) -> Next {
+    pub(super) fn penalised(&mut self, ip: std::net::IpAddr) -> Next {
         self.ctx
             .logger
             .emit(&Event::AuthPenaltyClose { client_ip: ip });
@@ -281,7 +312,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     }
 
     /// `421 4.7.0` and the end of the session.
-    fn too_many_failures(&mut self) -> Next {
+    pub(super) fn too_many_failures(&mut self) -> Next {
         let host = self.ctx.config.hostname.clone();
         self.reply_fmt(format_args!(
             "421 4.7.0 {host} Error: too many failed authentications"

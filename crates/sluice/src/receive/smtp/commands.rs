@@ -1,6 +1,8 @@
 //! The SMTP verbs, one function each: what each command checks, what it
 //! changes in the session, and its reply.
 
+use std::borrow::Cow;
+
 use sluice_proto::address::Path;
 use sluice_proto::command::{parse_command, Body, Command, CommandError, MailParams, RcptParams};
 use sluice_proto::data::{DataDecoder, DataLimits};
@@ -31,6 +33,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             Command::Noop => Some("NOOP"),
             _ => None,
         };
+        if self.pipelined_more && (ends_group.is_some() || !self.esmtp) {
+            self.improper_pipelining = true;
+        }
         if let Some(verb) = ends_group.filter(|_| self.pipelined_more) {
             if self.forbids_pipelining() {
                 return self.out_of_sync(verb);
@@ -53,8 +58,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             }
         }
         match command {
-            Command::Ehlo(host) => self.hello(host, true),
-            Command::Helo(host) => self.hello(host, false),
+            Command::Ehlo(host) => {
+                let mechs = match self.offers_auth() && self.auth.is_none() {
+                    true => Some(self.mechanisms().await),
+                    false => None,
+                };
+                self.hello(host, true, mechs)
+            }
+            Command::Helo(host) => self.hello(host, false, None),
             Command::Mail(path, params) => {
                 // In-flow pacing: a new transaction waits (a bounded
                 // time) while local delivery is behind (`intake/flow.rs`).
@@ -64,7 +75,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 if flow.behind() {
                     Box::pin(flow.pace()).await;
                 }
-                self.mail(path, params)
+                if let Err(next) = self.mail(path, params) {
+                    return next;
+                }
+                if !self.ctx.restrictions.config.delay_reject {
+                    if let Err(next) = Box::pin(self.restrict_mail()).await {
+                        self.txn = None;
+                        return next;
+                    }
+                }
+                self.reply("250 2.1.0 Ok");
+                Next::Continue
             }
             // Boxed (here and at the end of a message): the lookups and the
             // spool store are big futures an idle session must not carry.
@@ -103,7 +124,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         }
     }
 
-    fn hello(&mut self, host: String, esmtp: bool) -> Next {
+    /// EHLO or HELO; `mechs`: AUTH's mechanisms, when offered.
+    fn hello(&mut self, host: String, esmtp: bool, mechs: Option<Cow<'static, str>>) -> Next {
         self.txn = None;
         self.helo = Some(host);
         self.esmtp = esmtp;
@@ -116,13 +138,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             } else {
                 ""
             };
-            let auth = if self.offers_auth() && self.auth.is_none() {
-                "250-AUTH PLAIN LOGIN\r\n"
-            } else {
-                ""
+            let (auth, mechs, end) = match &mechs {
+                Some(m) if !m.is_empty() => ("250-AUTH ", m.as_ref(), "\r\n"),
+                _ => ("", "", ""),
             };
             self.reply_fmt(format_args!(
-                "250-{name}\r\n250-PIPELINING\r\n250-SIZE {size}\r\n{starttls}{auth}250-8BITMIME\r\n250-DSN\r\n250-ENHANCEDSTATUSCODES\r\n250-SMTPUTF8\r\n250 CHUNKING"
+                "250-{name}\r\n250-PIPELINING\r\n250-SIZE {size}\r\n{starttls}{auth}{mechs}{end}250-8BITMIME\r\n250-DSN\r\n250-ENHANCEDSTATUSCODES\r\n250-SMTPUTF8\r\n250 CHUNKING"
             ));
         } else {
             self.reply_fmt(format_args!("250 {name}"));
@@ -149,34 +170,38 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         Next::StartTls
     }
 
-    fn mail(&mut self, path: Path, params: MailParams) -> Next {
-        if self.helo.is_none() {
-            return self.error("503 5.5.1 Error: send HELO/EHLO first");
+    /// Checks MAIL FROM and opens the transaction (the caller replies
+    /// `250` once the lists that run at MAIL passed).
+    fn mail(&mut self, path: Path, params: MailParams) -> Result<(), Next> {
+        if self.helo.is_none() && self.ctx.restrictions.config.helo_required {
+            return Err(self.error("503 5.5.1 Error: send HELO/EHLO first"));
         }
         if self.txn.is_some() {
-            return self.error("503 5.5.1 Error: nested MAIL command");
+            return Err(self.error("503 5.5.1 Error: nested MAIL command"));
         }
         if let Some(refusal) = self.unoffered_parameter(&params) {
-            return self.error(&refusal);
+            return Err(self.error(&refusal));
         }
         if self.listener.kind.requires_auth() && self.auth.is_none() {
             if self.tls.is_none() && self.offers_starttls() {
-                return self.error("530 5.7.0 Must issue a STARTTLS command first");
+                return Err(self.error("530 5.7.0 Must issue a STARTTLS command first"));
             }
-            return self.error("530 5.7.0 Authentication required");
+            return Err(self.error("530 5.7.0 Authentication required"));
         }
         let sender = match path {
             Path::Null => String::new(),
             Path::Mailbox { mailbox, .. } => mailbox.address(),
             Path::Postmaster => {
-                return self.error("501 5.1.7 Bad sender address syntax: address without a domain")
+                return Err(
+                    self.error("501 5.1.7 Bad sender address syntax: address without a domain")
+                )
             }
         };
         if !self.trusted && !self.ctx.anvil.message(self.peer.ip()) {
-            return self.over_rate("too much mail", &sender, None);
+            return Err(self.over_rate("too much mail", &sender, None));
         }
         if params.size.unwrap_or(0) > self.ctx.config.smtpd.message_size_limit as u64 {
-            return self.error("552 5.3.4 Message size exceeds fixed limit");
+            return Err(self.error("552 5.3.4 Message size exceeds fixed limit"));
         }
         let mut bits = 0;
         if params.body == Some(Body::EightBitMime) {
@@ -186,7 +211,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             bits |= flags::SMTPUTF8;
         }
         if !sender.is_ascii() && bits & flags::SMTPUTF8 == 0 {
-            return self.error("553 5.6.7 Error: non-ASCII sender address needs SMTPUTF8");
+            return Err(self.error("553 5.6.7 Error: non-ASCII sender address needs SMTPUTF8"));
         }
         let id = self.ctx.spool.new_id();
         let mut txn = Transaction::new(id, sender, bits);
@@ -210,8 +235,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             txn.dsn.envid = params.envid.unwrap_or_default();
         }
         self.txn = Some(txn);
-        self.reply("250 2.1.0 Ok");
-        Next::Continue
+        Ok(())
     }
 
     /// A `555` for MAIL parameters this session did not offer: none after
@@ -319,24 +343,30 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         self.error_counted()
     }
 
-    /// Decides one recipient: local mailbox/alias, relay, or refusal. The
-    /// postmaster (`RCPT TO:<Postmaster>`) is accepted from anyone.
+    /// Decides one recipient: the restriction lists first (Postfix's
+    /// order: relaying is refused before a user is looked up), then the
+    /// local mailbox or alias, or the relay recipient table (Postfix's
+    /// implicit `reject_unlisted_recipient`). The postmaster (`RCPT
+    /// TO:<Postmaster>`) is accepted from anyone.
     async fn recipient(&mut self, address: String, postmaster: bool, params: RcptParams) -> Next {
         let ctx = self.ctx.clone();
+        if !postmaster {
+            if let Err(next) = self.restrict_rcpt(&address).await {
+                return next;
+            }
+        }
         let resolution = match ctx.mailboxes.resolve(&address).await {
             Ok(r) => r,
             Err(err) => return self.lookup_failed(&address, &err.to_string()),
         };
-        if matches!(resolution, Resolution::NotLocal) && !postmaster {
-            if !ctx.policy.allows(self.may_relay(), &address) {
-                return self.relay_denied(&address, "not a relay domain");
-            }
-            if ctx.policy.is_relay_domain(&address) {
-                match ctx.mailboxes.relay_recipient_known(&address).await {
-                    Ok(true) => {}
-                    Ok(false) => return self.unknown_user(&address, "relay recipient table"),
-                    Err(err) => return self.lookup_failed(&address, &err.to_string()),
-                }
+        if matches!(resolution, Resolution::NotLocal)
+            && !postmaster
+            && ctx.policy.is_relay_domain(&address)
+        {
+            match ctx.mailboxes.relay_recipient_known(&address).await {
+                Ok(true) => {}
+                Ok(false) => return self.unknown_user(&address, "relay recipient table"),
+                Err(err) => return self.lookup_failed(&address, &err.to_string()),
             }
         }
         if !matches!(resolution, Resolution::Unknown) {
@@ -434,6 +464,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         if txn.recipients.is_empty() && !txn.has_discarded {
             return self.refuse_data("554 5.5.1 Error: no valid recipients");
         }
+        if let Err(next) = self.restrict_data(false).await {
+            self.txn = None;
+            return self.data_refused(next);
+        }
         if let Verdict::Refused(next) = self.delegate(PolicyStage::Data, None).await {
             self.txn = None;
             return self.data_refused(next);
@@ -503,6 +537,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         // that lacks this one.
         let mut refused = None;
         if ready && first {
+            if let Err(next) = self.restrict_data(false).await {
+                self.txn = None;
+                refused = Some(next);
+            }
+        }
+        if ready && first && refused.is_none() {
             match self.delegate(PolicyStage::Data, None).await {
                 Verdict::Refused(next) => {
                     self.txn = None;

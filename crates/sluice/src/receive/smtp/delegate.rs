@@ -46,9 +46,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         if exempt || !smtpd.policy_service_at.contains(&stage) {
             return Verdict::Go;
         }
-        let Some(request) = self.policy_request(stage, recipient) else {
+        if self.txn.is_none() {
             return Verdict::Go;
-        };
+        }
+        let request = self.policy_request(stage.protocol_state(), recipient);
         let (mut action, failed) = client.ask(&request).await;
         let id = self.txn.as_ref().map_or(0, |t| t.id);
         let ip = self.peer.ip();
@@ -73,13 +74,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         self.apply(stage, recipient, action)
     }
 
-    /// The attributes Postfix sends (those Sluice knows), or None outside
-    /// a transaction.
-    fn policy_request(&self, stage: PolicyStage, recipient: Option<&str>) -> Option<Request> {
-        let txn = self.txn.as_ref()?;
-        let at_rcpt = stage == PolicyStage::Rcpt;
-        let only = match txn.recipients.as_slice() {
-            [one] if !at_rcpt => Some(one.as_str()),
+    /// The attributes Postfix sends (those Sluice knows) at `state`
+    /// (`RCPT`, `DATA`, …), with or without a transaction.
+    pub(super) fn policy_request(&self, state: &str, recipient: Option<&str>) -> Request {
+        let txn = self.txn.as_ref();
+        let at_rcpt = state == "RCPT";
+        let only = match txn.map(|t| t.recipients.as_slice()) {
+            Some([one]) if !at_rcpt => Some(one.as_str()),
             _ => None,
         };
         let (protocol, cipher) = match self
@@ -90,18 +91,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             Some((p, c)) => (p, c),
             None => ("", ""),
         };
+        let id = txn.map(|t| qid(t.id)).unwrap_or_default();
+        let count = match (at_rcpt, txn) {
+            (false, Some(t)) => t.recipients.len(),
+            _ => 0,
+        };
         let mut r = Request::new();
-        r.add("protocol_state", stage.protocol_state())
+        r.add("protocol_state", state)
             .add("protocol_name", if self.esmtp { "ESMTP" } else { "SMTP" })
             .add("helo_name", self.helo.as_deref().unwrap_or(""))
-            .add("queue_id", &qid(txn.id))
-            .add("instance", &qid(txn.id))
-            .add("sender", &txn.sender)
+            .add("queue_id", &id)
+            .add("instance", &id)
+            .add("sender", txn.map_or("", |t| t.sender.as_str()))
             .add("recipient", recipient.or(only).unwrap_or(""))
-            .add(
-                "recipient_count",
-                &if at_rcpt { 0 } else { txn.recipients.len() }.to_string(),
-            )
+            .add("recipient_count", &count.to_string())
             .add("client_address", &self.peer.ip().to_string())
             .add("client_port", &self.peer.port().to_string())
             .add("client_name", "unknown")
@@ -109,10 +112,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             .add("server_address", &self.listener.listen.ip().to_string())
             .add("server_port", &self.listener.listen.port().to_string())
             .add("sasl_username", self.auth.as_deref().unwrap_or(""))
-            .add("size", &txn.body.len().to_string())
+            .add("size", &txn.map_or(0, |t| t.body.len()).to_string())
             .add("encryption_protocol", protocol)
             .add("encryption_cipher", cipher);
-        Some(r)
+        r
     }
 
     /// Applies an answer (never `Unsupported`: that became the default).

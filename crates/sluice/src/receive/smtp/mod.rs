@@ -9,7 +9,8 @@
 //!
 //! Listeners have a kind (`smtp`, `submission`, `submissions`) and may sit
 //! behind a load balancer (PROXY protocol, `proxy.rs`); per-client limits
-//! live in `anvil.rs`, TLS in `tls.rs`, AUTH in `auth.rs`.
+//! live in `anvil.rs`, TLS in `tls.rs`, AUTH in `auth.rs` (by Dovecot:
+//! `sasl.rs`).
 //!
 //! Trust: peers are anonymous TCP clients; see `session.rs`.
 
@@ -20,6 +21,8 @@ mod delegate;
 mod hash_pool;
 mod password;
 pub mod proxy;
+mod restrictions;
+mod sasl;
 mod screen;
 mod session;
 pub mod tls;
@@ -53,6 +56,8 @@ use crate::routing::policy::RelayPolicy;
 pub struct SessionContext {
     pub config: Arc<Config>,
     pub mailboxes: Arc<VirtualMailboxes>,
+    /// The restriction lists (`receive/restrict`).
+    pub restrictions: Arc<crate::receive::restrict::Restrictions>,
     pub spool: Spool,
     pub logger: Logger,
     pub policy: RelayPolicy,
@@ -64,6 +69,8 @@ pub struct SessionContext {
     pub tls: Option<Arc<tls::ServerTls>>,
     /// AUTH users and password hashes; None when AUTH is not offered.
     pub credentials: Option<Arc<crate::tables::Table>>,
+    /// AUTH decided by Dovecot (`[auth] type = "dovecot"`), instead.
+    pub dovecot: Option<Arc<crate::receive::sasl_dovecot::DovecotAuth>>,
     /// The one way into the queue (checks, signing, spool).
     pub intake: Arc<crate::intake::Intake>,
     /// `smtpd.policy_service`, if set (`receive/policy.rs`).
@@ -194,8 +201,12 @@ fn start_session(
     match l.count.open(ctx.config.smtpd.max_sessions) {
         Some(ticket) => {
             let lc = serving.listener.clone();
+            let local = stream.local_addr().ok();
             sessions.spawn(async move {
-                Session::new(stream, peer, ctx, lc).run().await;
+                Session::new(stream, peer, ctx, lc)
+                    .with_local(local)
+                    .run()
+                    .await;
                 drop(ticket);
             });
         }

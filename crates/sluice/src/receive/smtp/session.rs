@@ -68,6 +68,9 @@ pub struct Session<S> {
     pub(super) auth: Option<String>,
     /// What every session shares: settings, the intake, tables, limits.
     pub(super) ctx: Arc<SessionContext>,
+    /// The address the client connected to, when known (for Dovecot's
+    /// `lip`).
+    pub(super) local: Option<SocketAddr>,
     /// The client's address (after a PROXY header, the real one), IPv4
     /// as IPv4 (`canonical`).
     pub(super) peer: SocketAddr,
@@ -100,6 +103,12 @@ pub struct Session<S> {
     pub(super) ended: Option<&'static str>,
     /// More input was already buffered behind the command being run.
     pub(super) pipelined_more: bool,
+    /// The client sent commands ahead where it may not (RFC 2920), or
+    /// without having been offered PIPELINING: `reject_unauth_pipelining`.
+    pub(super) improper_pipelining: bool,
+    /// A `defer_if_permit` MAIL's checks left pending (without
+    /// `delay_reject`), applied at each RCPT that passes.
+    pub(super) defer_if_permit: Option<crate::receive::restrict::Refusal>,
 }
 
 /// An IPv4 client seen as `::ffff:a.b.c.d` (a dual-stack listener, or a
@@ -126,6 +135,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             tls: None,
             auth: None,
             ctx,
+            local: None,
             peer,
             trusted,
             inbuf: Vec::with_capacity(1024),
@@ -140,7 +150,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             messages: 0,
             ended: None,
             pipelined_more: false,
+            improper_pipelining: false,
+            defer_if_permit: None,
         }
+    }
+
+    /// The address the client connected to (`local_addr`).
+    pub fn with_local(mut self, local: Option<SocketAddr>) -> Self {
+        self.local = local.map(canonical);
+        self
     }
 
     /// Runs the session to its end.

@@ -330,10 +330,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         txn: Transaction,
         flaws: &DataFlaws,
     ) -> Option<Transaction> {
-        if flaws.too_big || self.ctx.policy_service.is_none() {
+        if flaws.too_big {
             return Some(txn);
         }
         self.txn = Some(txn);
+        if self.restrict_data(true).await.is_err() {
+            self.txn = None;
+            return None;
+        }
+        if self.ctx.policy_service.is_none() {
+            return self.txn.take();
+        }
         let verdict = self.delegate(PolicyStage::EndOfMessage, None).await;
         let txn = self.txn.take()?;
         match verdict {

@@ -190,6 +190,70 @@ impl Reader {
     }
 }
 
+/// A Dovecot that only authenticates, for SMTP AUTH through Dovecot
+/// SASL (Postfix's `smtpd_sasl_type = dovecot`): its auth-client socket
+/// in the test's directory, users with plain passwords in a passwd-file,
+/// user names lower-cased by Dovecot (`auth_username_format = %Lu`, so
+/// the login it answers can differ from the one typed), and none of its
+/// own failure delays (no penalty, no failure delay: the tests time
+/// Sluice's).
+pub struct AuthServer {
+    pub socket: PathBuf,
+    pub dir: PathBuf,
+    child: Child,
+}
+
+impl AuthServer {
+    pub fn start(test_dir: &Path, users: &[(&str, &str)]) -> AuthServer {
+        super::ensure_package(BIN, "dovecot-core");
+        let dir = test_dir.join("dovecot");
+        for sub in ["run", "state"] {
+            std::fs::create_dir_all(dir.join(sub)).unwrap();
+        }
+        let d = dir.display();
+        let passwd: String = users
+            .iter()
+            .map(|(user, password)| format!("{user}:{{PLAIN}}{password}::::::\n"))
+            .collect();
+        std::fs::write(dir.join("users"), passwd).unwrap();
+        let conf = format!(
+            "base_dir = {d}/run\nstate_dir = {d}/state\nlog_path = {d}/dovecot.log\n\
+             protocols =\nssl = no\n\
+             default_internal_user = nobody\ndefault_internal_group = nogroup\n\
+             default_login_user = nobody\n\
+             auth_mechanisms = plain login scram-sha-256\nauth_username_format = %Lu\n\
+             auth_failure_delay = 0\nauth_verbose = yes\n\
+             passdb {{\n  driver = passwd-file\n  args = {d}/users\n}}\n\
+             service auth {{\n  unix_listener auth-client {{\n    mode = 0666\n  }}\n}}\n\
+             service anvil {{\n  chroot =\n  unix_listener anvil-auth-penalty {{\n    mode = 0\n  }}\n}}\n"
+        );
+        std::fs::write(dir.join("dovecot.conf"), conf).unwrap();
+        let child = Command::new(BIN)
+            .arg("-F")
+            .arg("-c")
+            .arg(dir.join("dovecot.conf"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("dovecot.err")).unwrap())
+            .spawn()
+            .expect("start dovecot");
+        let socket = dir.join("run/auth-client");
+        let mut auth = AuthServer { socket, dir, child };
+        let (socket, dir) = (auth.socket.clone(), auth.dir.clone());
+        super::wait_for_socket(&mut auth.child, &socket, 30, "dovecot", &dir);
+        auth
+    }
+}
+
+impl Drop for AuthServer {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .arg(self.child.id().to_string())
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
 impl Drop for Reader {
     fn drop(&mut self) {
         let _ = Command::new("kill")

@@ -180,6 +180,7 @@ pub fn proxy_listener() -> sluice::config::listener::ListenerConfig {
         auth_without_tls: false,
         sender_auth: false,
         dmarc_reject: false,
+        restrictions: Default::default(),
     }
 }
 

@@ -19,10 +19,9 @@ use std::net::{IpAddr, SocketAddr};
 
 use super::super::guard;
 use super::super::mta_sts::{Mode, Policy};
-use super::{SmtpWorker, Targets, Unreachable};
+use super::{Reach, Targets, Unreachable};
 use crate::config::hop::NextHop;
 use crate::log::Event;
-use crate::queue::Job;
 use crate::routing::dns::{DnsError, Exchangers};
 
 /// An enforced MTA-STS policy allows none of the domain's MX hosts.
@@ -33,11 +32,15 @@ pub(super) struct NoHostAllowed(String);
 /// A mail host to try: its name, and its addresses if already known.
 type Host = (String, Option<Vec<IpAddr>>);
 
-impl SmtpWorker {
+impl Reach {
     /// Where to connect for this worker's hop, best first, with its
     /// domain's DANE and MTA-STS policy applied and, for a hop from DNS,
-    /// every address screened (`guard.rs`).
-    pub(super) async fn first_targets(&mut self, job: &Job) -> Result<Targets, Unreachable> {
+    /// every address screened (`guard.rs`). `rcpt` is the first
+    /// recipient's address (it names an MX group's domain in the log).
+    pub(super) async fn first_targets(
+        &mut self,
+        rcpt: Option<&str>,
+    ) -> Result<Targets, Unreachable> {
         let hop = self.hop.clone();
         match &*hop {
             NextHop::Smtp {
@@ -84,10 +87,7 @@ impl SmtpWorker {
                 // their own (rollup.rs keeps those apart).
                 self.dane_secure = false;
                 self.sts_enforce = false;
-                let domain = job
-                    .rcpts
-                    .first()
-                    .and_then(|&i| job.envelope.recipients.get(usize::from(i)))
+                let domain = rcpt
                     .and_then(|r| r.rsplit_once('@'))
                     .map_or("this domain", |(_, d)| d)
                     .to_string();
