@@ -20,6 +20,8 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+pub use super::verify::TempfailAction;
+
 /// The lists, one per SMTP stage, and what they share.
 #[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
@@ -59,6 +61,12 @@ pub struct RestrictionsConfig {
     /// smtpd_null_access_lookup_key: the key the null sender is looked
     /// up with in access tables.
     pub null_access_lookup_key: String,
+    /// unknown_address_tempfail_action: a DNS failure in
+    /// `reject_unknown_sender_domain`/`_recipient_domain` is
+    /// `defer_if_permit` (Postfix's default) or `defer`.
+    pub unknown_address_tempfail_action: TempfailAction,
+    /// unknown_helo_hostname_tempfail_action (likewise).
+    pub unknown_helo_hostname_tempfail_action: TempfailAction,
     /// Reply codes (Postfix's names and defaults).
     pub reject_code: u16,
     pub defer_code: u16,
@@ -93,6 +101,8 @@ impl Default for RestrictionsConfig {
             parent_domain_matches_subdomains: true,
             sender_login_maps: Vec::new(),
             null_access_lookup_key: "<>".into(),
+            unknown_address_tempfail_action: TempfailAction::DeferIfPermit,
+            unknown_helo_hostname_tempfail_action: TempfailAction::DeferIfPermit,
             reject_code: 554,
             defer_code: 450,
             access_map_reject_code: 554,

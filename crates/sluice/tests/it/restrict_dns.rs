@@ -7,7 +7,9 @@
 //! PTR, confirmed or not), HELO name, sender and recipient; Postfix's RCPT
 //! reply is held to what `sluice::receive::dnscheck` decides for the same
 //! case, asked directly (on a runtime inside the namespace) with a
-//! resolver pointed at the same nsd.
+//! resolver pointed at the same nsd, and to what a Sluice server with
+//! the same lists (`sluice_config`), in the same namespace and resolving
+//! through the same nsd, replies.
 //!
 //! Each case runs twice in one session: the class is `KEYWORD,
 //! check_sender_access TAIL, permit`, where TAIL rejects the sender
@@ -19,9 +21,7 @@
 //! tempfail action changed (`CHANGED`).
 //!
 //! The case table ([`cases`]) is the place to add cases; [`replies`]
-//! sends a case to any SMTP server, so the same table can be sent to
-//! Sluice once its restriction lists take these keywords (configured as
-//! [`main_cf`] configures Postfix: one class per keyword, then TAIL).
+//! sends a case to any SMTP server.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -553,6 +553,12 @@ async fn run_cases(netns: &Netns, nameserver: SocketAddr, codes: DnsCheckCodes) 
     let cf = main_cf(&codes, &classes);
     let cf: Vec<(&str, &str)> = cf.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let pf = Postfix::start_with_dns(&files, &cf, "", nameserver.ip(), Some(netns));
+    let dir = temp_dir("restrict_dns-sluice");
+    for (name, text) in files {
+        std::fs::write(dir.join(name), text).unwrap();
+    }
+    let (server, sluice) =
+        crate::common::start(sluice_config(&dir, nameserver, &codes, &classes)).await;
     let dns = Dns::new(&DnsConfig {
         nameservers: vec![nameserver],
         // (Silence costs Postfix a second a query; ours need not wait as
@@ -587,6 +593,54 @@ async fn run_cases(netns: &Netns, nameserver: SocketAddr, codes: DnsCheckCodes) 
         if got != want {
             differences.push(format!("{row}\n    ours: {}", outcome(&want.0, &want.1)));
         }
+        // And Sluice's own sessions, with the same lists.
+        let mine = replies(sluice, case, rcpt).await;
+        if mine != got {
+            differences.push(format!("{row}\n    Sluice: {}", outcome(&mine.0, &mine.1)));
+        }
     }
+    drop(server);
     differences
+}
+
+/// Sluice configured as [`main_cf`] configures Postfix: the same
+/// networks, relay domain, class per keyword, TAIL and codes.
+fn sluice_config(
+    dir: &std::path::Path,
+    nameserver: SocketAddr,
+    codes: &DnsCheckCodes,
+    classes: &[String],
+) -> sluice::config::Config {
+    use sluice::config::restrictions::TempfailAction as Action;
+    let mut cfg = crate::common::config(dir, None);
+    cfg.smtpd.mynetworks = vec![
+        crate::common::net("127.0.0.0/8"),
+        crate::common::net("198.51.100.0/24"),
+    ];
+    cfg.smtpd.relay_domains = vec!["dest.test".parse().unwrap()];
+    cfg.transport
+        .insert("*".into(), sluice::config::hop::NextHop::Discard);
+    cfg.dns.nameservers = vec![nameserver];
+    let table = |name: &str| format!("texthash:{}", dir.join(name).display());
+    let r = &mut cfg.restrictions;
+    r.relay = "permit_mynetworks, reject".into();
+    r.recipient = format!("check_recipient_access {}, permit", table("classes"));
+    for (name, restriction) in class_names(classes).into_iter().zip(classes) {
+        let list = format!(
+            "{restriction}, check_sender_access {}, permit",
+            table("tail")
+        );
+        r.classes.insert(name, list);
+    }
+    let action = |a: TempfailAction| match a {
+        TempfailAction::Defer => Action::Defer,
+        TempfailAction::DeferIfPermit => Action::DeferIfPermit,
+    };
+    r.unknown_address_reject_code = codes.unknown_address_reject_code;
+    r.unknown_client_reject_code = codes.unknown_client_reject_code;
+    r.unknown_hostname_reject_code = codes.unknown_hostname_reject_code;
+    r.maps_rbl_reject_code = codes.maps_rbl_reject_code;
+    r.unknown_address_tempfail_action = action(codes.unknown_address_tempfail_action);
+    r.unknown_helo_hostname_tempfail_action = action(codes.unknown_helo_hostname_tempfail_action);
+    cfg
 }

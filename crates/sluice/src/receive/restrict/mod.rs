@@ -34,6 +34,7 @@ use std::sync::Arc;
 pub use build::{BuildError, Lists, Restrictions};
 pub use eval::{Effect, Env, Facts, Outcome};
 
+use crate::receive::dnscheck::DnsList;
 use crate::receive::policy::PolicyClient;
 use crate::tables::Table;
 
@@ -91,6 +92,53 @@ pub enum LoginCheck {
     Known,
 }
 
+/// The DNS restrictions (`receive/dnscheck` decides each).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DnsRestriction {
+    UnknownSenderDomain,
+    UnknownRecipientDomain,
+    UnknownHeloHostname,
+    UnknownClientHostname,
+    UnknownReverseClientHostname,
+    RblClient(DnsList),
+    DnswlClient(DnsList),
+    RhsblClient(DnsList),
+    RhsblReverseClient(DnsList),
+    RhsblSender(DnsList),
+    RhsblHelo(DnsList),
+}
+
+impl DnsRestriction {
+    /// Whether it needs the client's names (looked up once per session).
+    pub fn needs_names(&self) -> bool {
+        use DnsRestriction::*;
+        matches!(
+            self,
+            UnknownClientHostname
+                | UnknownReverseClientHostname
+                | RhsblClient(_)
+                | RhsblReverseClient(_)
+        )
+    }
+
+    pub fn keyword(&self) -> &'static str {
+        use DnsRestriction::*;
+        match self {
+            UnknownSenderDomain => "reject_unknown_sender_domain",
+            UnknownRecipientDomain => "reject_unknown_recipient_domain",
+            UnknownHeloHostname => "reject_unknown_helo_hostname",
+            UnknownClientHostname => "reject_unknown_client_hostname",
+            UnknownReverseClientHostname => "reject_unknown_reverse_client_hostname",
+            RblClient(_) => "reject_rbl_client",
+            DnswlClient(_) => "permit_dnswl_client",
+            RhsblClient(_) => "reject_rhsbl_client",
+            RhsblReverseClient(_) => "reject_rhsbl_reverse_client",
+            RhsblSender(_) => "reject_rhsbl_sender",
+            RhsblHelo(_) => "reject_rhsbl_helo",
+        }
+    }
+}
+
 /// One restriction.
 #[derive(Clone)]
 pub enum Restriction {
@@ -120,6 +168,7 @@ pub enum Restriction {
     RejectUnverified {
         recipient: bool,
     },
+    Dns(DnsRestriction),
     Access(TableCheck, Arc<Table>),
     Policy(Arc<PolicyClient>),
     /// A restriction class, by name.
@@ -133,6 +182,7 @@ impl std::fmt::Debug for Restriction {
             Restriction::Policy(p) => write!(f, "Policy({})", p.addr()),
             Restriction::Class(name) => write!(f, "Class({name})"),
             Restriction::SenderLogin(c) => write!(f, "SenderLogin({c:?})"),
+            Restriction::Dns(d) => write!(f, "{d:?}"),
             other => write!(f, "{}", keyword(other)),
         }
     }
@@ -166,6 +216,7 @@ pub fn keyword(r: &Restriction) -> &'static str {
         SenderLogin(LoginCheck::Authenticated) => "reject_authenticated_sender_login_mismatch",
         SenderLogin(LoginCheck::Unauthenticated) => "reject_unauthenticated_sender_login_mismatch",
         SenderLogin(LoginCheck::Known) => "reject_known_sender_login_mismatch",
+        Dns(d) => d.keyword(),
         RejectUnverified { recipient: true } => "reject_unverified_recipient",
         RejectUnverified { recipient: false } => "reject_unverified_sender",
         Access(TableCheck::Client, _) => "check_client_access",
