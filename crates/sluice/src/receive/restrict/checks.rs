@@ -8,9 +8,8 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use super::eval::{Facts, Step};
 use super::keys::AccessKey;
-use super::{Refusal, Stage};
+use super::{Facts, Refusal, Stage};
 use crate::tables::{LookupError, Table, Values};
 
 /// Looks keys up in order; partial keys only in fixed tables.
@@ -65,13 +64,13 @@ pub fn reply(
     }
 }
 
-pub(super) fn relay_denied(code: u16, enhanced: &str, rcpt: &str, by: &'static str) -> Step {
-    Step::Refuse(Refusal {
+pub(super) fn relay_denied(code: u16, enhanced: &str, rcpt: &str, by: &'static str) -> Refusal {
+    Refusal {
         code,
         enhanced: enhanced.into(),
         text: format!("<{rcpt}>: Relay access denied"),
         by,
-    })
+    }
 }
 
 /// `451 4.3.0`: a table could not answer.

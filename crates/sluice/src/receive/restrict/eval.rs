@@ -13,7 +13,6 @@
 //! Trust: see `mod.rs`. Invariant: every failure to look up or to read an
 //! answer is a `4XX`, never a pass.
 
-use std::net::IpAddr;
 use std::sync::Arc;
 
 use super::checks::{
@@ -23,7 +22,7 @@ use super::checks::{
 use super::keys::{address_keys, client_address_keys, host_keys, AccessKey};
 use super::unverified::Verdict;
 use super::DnsRestriction;
-use super::{keyword, LoginCheck, Refusal, Restriction, Restrictions, Stage, TableCheck};
+use super::{keyword, Facts, LoginCheck, Refusal, Restriction, Restrictions, Stage, TableCheck};
 use crate::receive::access::{self, Action};
 use crate::receive::dnscheck::DnsCheck;
 use crate::receive::policy::PolicyClient;
@@ -32,31 +31,6 @@ use crate::tables::{LookupError, Table};
 
 /// Frames (lists within lists) at most.
 pub const MAX_DEPTH: usize = 16;
-
-/// What the session knows when it asks.
-#[derive(Debug, Clone, Copy)]
-pub struct Facts<'a> {
-    pub client_ip: IpAddr,
-    /// The verified client name, or `unknown`.
-    pub client_name: &'a str,
-    /// The PTR name, or `unknown`.
-    pub reverse_client_name: &'a str,
-    pub helo: Option<&'a str>,
-    /// None before MAIL; `""` is the null sender.
-    pub sender: Option<&'a str>,
-    /// The recipient being decided (RCPT only).
-    pub recipient: Option<&'a str>,
-    pub sasl_user: Option<&'a str>,
-    /// AUTH is offered in this session (Postfix's smtpd_sasl_auth_enable:
-    /// without it, the sender-login checks are skipped).
-    pub sasl_enabled: bool,
-    /// The client is in mynetworks.
-    pub mynetworks: bool,
-    /// The client sent commands ahead where it may not.
-    pub improper_pipelining: bool,
-    /// Recipients accepted so far in this transaction.
-    pub recipient_count: usize,
-}
 
 /// What only the daemon can tell.
 #[allow(async_fn_in_trait)]
@@ -295,12 +269,17 @@ impl<'r> Evaluation<'r> {
         match (r, env.auth_destination(rcpt)) {
             (PermitAuthDestination, true) => Step::Permit,
             (RejectUnauthDestination, false) => {
-                relay_denied(c.relay_domains_reject_code, "5.7.1", rcpt, by)
+                Step::Refuse(relay_denied(c.relay_domains_reject_code, "5.7.1", rcpt, by))
             }
             // Postfix's deferred form of the relay refusal: 5XX → 4XX.
             (DeferUnauthDestination, false) => {
                 let code = c.relay_domains_reject_code;
-                relay_denied(code - 100 * u16::from(code >= 500), "4.7.1", rcpt, by)
+                Step::Refuse(relay_denied(
+                    code - 100 * u16::from(code >= 500),
+                    "4.7.1",
+                    rcpt,
+                    by,
+                ))
             }
             _ => Step::Next,
         }

@@ -29,10 +29,11 @@ mod keys;
 pub mod parse;
 pub mod unverified;
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 pub use build::{BuildError, Lists, Restrictions};
-pub use eval::{Effect, Env, Facts, Outcome};
+pub use eval::{Effect, Env, Outcome};
 
 use crate::receive::dnscheck::DnsList;
 use crate::receive::policy::PolicyClient;
@@ -62,6 +63,31 @@ impl Stage {
             Stage::EndOfData => "end_of_data",
         }
     }
+}
+
+/// What the session knows when it asks.
+#[derive(Debug, Clone, Copy)]
+pub struct Facts<'a> {
+    pub client_ip: IpAddr,
+    /// The verified client name, or `unknown`.
+    pub client_name: &'a str,
+    /// The PTR name, or `unknown`.
+    pub reverse_client_name: &'a str,
+    pub helo: Option<&'a str>,
+    /// None before MAIL; `""` is the null sender.
+    pub sender: Option<&'a str>,
+    /// The recipient being decided (RCPT only).
+    pub recipient: Option<&'a str>,
+    pub sasl_user: Option<&'a str>,
+    /// AUTH is offered in this session (Postfix's smtpd_sasl_auth_enable:
+    /// without it, the sender-login checks are skipped).
+    pub sasl_enabled: bool,
+    /// The client is in mynetworks.
+    pub mynetworks: bool,
+    /// The client sent commands ahead where it may not.
+    pub improper_pipelining: bool,
+    /// Recipients accepted so far in this transaction.
+    pub recipient_count: usize,
 }
 
 /// What an access-table check looks up.
