@@ -38,6 +38,7 @@ pub mod show;
 pub mod smtpd;
 pub mod source;
 pub mod tables;
+pub mod verify;
 
 use serde::Deserialize;
 
@@ -70,6 +71,9 @@ pub struct Config {
     pub recipient_delimiter: String,
     /// Postfix's restriction lists (`receive/restrict`).
     pub restrictions: restrictions::RestrictionsConfig,
+    /// Address verification (`reject_unverified_*`; Postfix's
+    /// `address_verify_*`, `unverified_*`).
+    pub verify: verify::VerifySettings,
     pub tls: listener::TlsConfig,
     pub auth: listener::AuthConfig,
     pub spool: SpoolSettings,
@@ -249,6 +253,7 @@ impl Default for Config {
             smtpd: SmtpdConfig::default(),
             recipient_delimiter: String::new(),
             restrictions: Default::default(),
+            verify: Default::default(),
             tls: listener::TlsConfig::default(),
             auth: listener::AuthConfig::default(),
             spool: SpoolSettings::default(),
@@ -379,6 +384,9 @@ impl Config {
             )));
         }
         self.auth.validate()?;
+        self.verify
+            .validate()
+            .map_err(|e| ConfigError::Invalid(format!("verify: {e}")))?;
         for l in self.all_listeners() {
             l.validate(self.tls.enabled, self.auth.provided())?;
         }

@@ -20,6 +20,8 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+pub use super::verify::TempfailAction;
+
 /// The lists, one per SMTP stage, and what they share.
 #[derive(Debug, Clone, Deserialize, serde::Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
@@ -59,6 +61,12 @@ pub struct RestrictionsConfig {
     /// smtpd_null_access_lookup_key: the key the null sender is looked
     /// up with in access tables.
     pub null_access_lookup_key: String,
+    /// unknown_address_tempfail_action: a DNS failure in
+    /// `reject_unknown_sender_domain`/`_recipient_domain` is
+    /// `defer_if_permit` (Postfix's default) or `defer`.
+    pub unknown_address_tempfail_action: TempfailAction,
+    /// unknown_helo_hostname_tempfail_action (likewise).
+    pub unknown_helo_hostname_tempfail_action: TempfailAction,
     /// Reply codes (Postfix's names and defaults).
     pub reject_code: u16,
     pub defer_code: u16,
@@ -72,8 +80,6 @@ pub struct RestrictionsConfig {
     pub unknown_hostname_reject_code: u16,
     pub maps_rbl_reject_code: u16,
     pub multi_recipient_bounce_reject_code: u16,
-    pub unverified_recipient_reject_code: u16,
-    pub unverified_sender_reject_code: u16,
     pub unknown_local_recipient_reject_code: u16,
     pub unknown_virtual_mailbox_reject_code: u16,
     pub unknown_relay_recipient_reject_code: u16,
@@ -95,6 +101,8 @@ impl Default for RestrictionsConfig {
             parent_domain_matches_subdomains: true,
             sender_login_maps: Vec::new(),
             null_access_lookup_key: "<>".into(),
+            unknown_address_tempfail_action: TempfailAction::DeferIfPermit,
+            unknown_helo_hostname_tempfail_action: TempfailAction::DeferIfPermit,
             reject_code: 554,
             defer_code: 450,
             access_map_reject_code: 554,
@@ -107,8 +115,6 @@ impl Default for RestrictionsConfig {
             unknown_hostname_reject_code: 450,
             maps_rbl_reject_code: 554,
             multi_recipient_bounce_reject_code: 550,
-            unverified_recipient_reject_code: 450,
-            unverified_sender_reject_code: 450,
             unknown_local_recipient_reject_code: 550,
             unknown_virtual_mailbox_reject_code: 550,
             unknown_relay_recipient_reject_code: 550,
@@ -136,7 +142,7 @@ pub struct ListOverrides {
 
 impl RestrictionsConfig {
     /// Each code that must be a 4XX or 5XX reply, with its name.
-    pub fn codes(&self) -> [(&'static str, u16); 17] {
+    pub fn codes(&self) -> [(&'static str, u16); 15] {
         [
             ("reject_code", self.reject_code),
             ("defer_code", self.defer_code),
@@ -164,14 +170,6 @@ impl RestrictionsConfig {
             (
                 "multi_recipient_bounce_reject_code",
                 self.multi_recipient_bounce_reject_code,
-            ),
-            (
-                "unverified_recipient_reject_code",
-                self.unverified_recipient_reject_code,
-            ),
-            (
-                "unverified_sender_reject_code",
-                self.unverified_sender_reject_code,
             ),
             (
                 "unknown_local_recipient_reject_code",

@@ -17,6 +17,7 @@ use sluice_spool::Spool;
 use tokio::sync::Semaphore;
 
 use crate::config::hop::NextHop;
+use crate::config::restrictions::TempfailAction;
 use crate::config::Config;
 use crate::deliver::maildir::commit::Committer;
 use crate::deliver::maildir::dirs::MaildirPolicy;
@@ -28,7 +29,8 @@ use crate::deliver::smtp::dead::DeadHosts;
 use crate::deliver::smtp::guard::OwnAddrs;
 use crate::deliver::smtp::mta_sts::MtaSts;
 use crate::deliver::smtp::tls::ClientTls;
-use crate::deliver::smtp::SmtpAgent;
+use crate::deliver::smtp::{Prober, SmtpAgent};
+use crate::deliver::verify::Verifier;
 use crate::intake::dkim::Signers;
 use crate::intake::sender_auth::SenderAuth;
 use crate::intake::Intake;
@@ -36,6 +38,7 @@ use crate::log::Event;
 use crate::log::Logger;
 use crate::queue::{DeliveryAgent, QueueHandle, WorkerStart};
 use crate::receive::dnsbl::Dnsbl;
+use crate::receive::dnscheck::{self, DnsCheckCodes, DnsChecker};
 use crate::receive::policy::PolicyClient;
 use crate::receive::restrict::Restrictions;
 use crate::receive::smtp::anvil::{self, Anvil};
@@ -359,6 +362,8 @@ impl Parts {
             config: config.clone(),
             mailboxes: self.mailboxes.clone(),
             restrictions: self.restrictions.clone(),
+            verifier: self.verifier(&intake.logger),
+            dnscheck: self.dnscheck(),
             spool: intake.spool.clone(),
             logger: intake.logger.clone(),
             body_memory,
@@ -372,6 +377,49 @@ impl Parts {
             dnsbl: Dnsbl::from_config(&config.smtpd, self.dns.clone()).map(Arc::new),
             stopping: previous.map(|p| p.stopping.clone()).unwrap_or_default(),
         }
+    }
+
+    /// The DNS checks with the configured codes, when a list needs them.
+    fn dnscheck(&self) -> Option<Arc<DnsChecker>> {
+        if !self.restrictions.uses_dns() {
+            return None;
+        }
+        let r = &self.config.restrictions;
+        let action = |a| match a {
+            TempfailAction::Defer => dnscheck::TempfailAction::Defer,
+            TempfailAction::DeferIfPermit => dnscheck::TempfailAction::DeferIfPermit,
+        };
+        let codes = DnsCheckCodes {
+            unknown_address_reject_code: r.unknown_address_reject_code,
+            unknown_client_reject_code: r.unknown_client_reject_code,
+            unknown_hostname_reject_code: r.unknown_hostname_reject_code,
+            maps_rbl_reject_code: r.maps_rbl_reject_code,
+            unknown_address_tempfail_action: action(r.unknown_address_tempfail_action),
+            unknown_helo_hostname_tempfail_action: action(r.unknown_helo_hostname_tempfail_action),
+        };
+        let limits = dnscheck::Limits::default();
+        Some(Arc::new(DnsChecker::new(self.dns.clone(), codes, limits)))
+    }
+
+    /// A verifier for `reject_unverified_*`, when a list holds one:
+    /// probing with the SMTP agent's dead-host cache and resolver (or,
+    /// without agents, as `check-config` and tests build, its own).
+    fn verifier(&self, logger: &Logger) -> Option<Arc<Verifier>> {
+        if !self.restrictions.verifies() {
+            return None;
+        }
+        let config = &self.config;
+        let prober = match &self.agents {
+            Some(a) => a.smtp.prober(),
+            None => Prober::standalone(config.clone(), logger.clone()).ok()?,
+        };
+        Some(Arc::new(Verifier::new(
+            config.verify.clone(),
+            self.router.clone(),
+            self.mailboxes.clone(),
+            prober,
+            &config.data_dir,
+        )))
     }
 
     /// The intake for this configuration, built once per start or reload

@@ -8,6 +8,7 @@
 
 pub mod access;
 pub mod dnsbl;
+pub mod dnscheck;
 pub mod local;
 pub mod policy;
 pub mod restrict;

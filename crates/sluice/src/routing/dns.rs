@@ -22,7 +22,7 @@ use hickory_resolver::config::{
 };
 use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use hickory_resolver::net::NetError as ResolveError;
-use hickory_resolver::proto::rr::RData;
+use hickory_resolver::proto::rr::{RData, RecordType};
 use hickory_resolver::TokioResolver;
 
 use crate::config::DnsConfig;
@@ -42,6 +42,23 @@ pub enum Exchangers {
     Mx(Vec<(u16, String)>),
     /// No MX: the domain itself, with its addresses (RFC 5321 §5.1).
     Implicit(MailHost),
+}
+
+/// One query's outcome, told apart as a stub resolver (and so Postfix)
+/// tells it apart: for the checks that judge a client by its DNS
+/// (`crate::receive::dnscheck`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    /// The records of the type asked for (CNAMEs followed), in the
+    /// answer's order; never empty.
+    Records(Vec<RData>),
+    /// The name exists, without records of that type (NOERROR, none).
+    NoData,
+    /// The name does not exist (NXDOMAIN).
+    NxDomain,
+    /// No answer to go by: SERVFAIL, REFUSED, a timeout, a name that
+    /// cannot be asked for. Temporary.
+    Failed(String),
 }
 
 /// Why there are no hosts to try.
@@ -262,6 +279,35 @@ impl Dns {
                 .collect()),
             Err(e) if e.is_nx_domain() || no_data(&e) => Ok(Vec::new()),
             Err(e) => Err(DnsError::Temporary(name.into(), e.to_string())),
+        }
+    }
+
+    /// The records of `rtype` at `name` (an absolute name, ASCII), typed as
+    /// [`Answer`]: NXDOMAIN apart from "no data", failures apart from both.
+    pub async fn answer(&self, name: &str, rtype: RecordType) -> Answer {
+        // As ASCII, not through IDNA: host names with `_` (which
+        // Postfix's checks accept) stay askable.
+        let fqdn = format!("{}.", name.trim_end_matches('.'));
+        let fqdn = match hickory_resolver::proto::rr::Name::from_ascii(&fqdn) {
+            Ok(n) => n,
+            Err(e) => return Answer::Failed(format!("{name}: {e}")),
+        };
+        match self.resolver.lookup(fqdn, rtype).await {
+            Ok(found) => {
+                let records: Vec<RData> = found
+                    .answers()
+                    .iter()
+                    .filter(|r| r.record_type() == rtype)
+                    .map(|r| r.data.clone())
+                    .collect();
+                match records.is_empty() {
+                    true => Answer::NoData,
+                    false => Answer::Records(records),
+                }
+            }
+            Err(e) if e.is_nx_domain() => Answer::NxDomain,
+            Err(e) if no_data(&e) => Answer::NoData,
+            Err(e) => Answer::Failed(e.to_string()),
         }
     }
 

@@ -53,6 +53,7 @@ mod queue_story;
 mod relay;
 mod reload;
 mod restrict_diff;
+mod restrict_dns;
 mod restrict_hostile;
 mod rollup;
 mod sasl_dovecot;

@@ -30,8 +30,6 @@
 //! - a next hop's words reach a reply or the log only cleaned
 //!   (`status.rs`: no control character).
 
-pub mod answer;
-pub mod settings;
 pub mod status;
 mod store;
 
@@ -43,8 +41,7 @@ use std::time::Duration;
 
 use tokio::sync::{watch, Semaphore};
 
-pub use answer::{verdict, Verdict};
-pub use settings::{SettingsError, TempfailAction, VerifySettings};
+pub use crate::config::verify::{SettingsError, TempfailAction, VerifySettings};
 pub use status::{HopReply, Kind, Unknown, VerifyStatus};
 
 use crate::deliver::smtp::{wire_safe, ProbeOutcome, Prober};

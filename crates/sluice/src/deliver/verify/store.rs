@@ -18,8 +18,8 @@ use std::path::Path;
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::settings::VerifySettings;
 use super::status::HopReply;
+use crate::config::verify::VerifySettings;
 use crate::deliver::smtp::Command;
 use crate::message::reply::{Enhanced, Reply};
 

@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use super::parse::{parse_list, words, ParseError, Resolve};
-use super::{Restriction, Stage};
+use super::{Restriction, Stage, TableCheck};
 use crate::config::restrictions::{ListOverrides, RestrictionsConfig};
 use crate::config::services::ServiceAddr;
 use crate::config::Config;
@@ -74,6 +74,8 @@ pub struct Restrictions {
     policies: HashMap<String, Arc<PolicyClient>>,
     /// smtpd_sender_login_maps, in order.
     pub sender_login: Vec<Arc<Table>>,
+    /// A restriction needs the client's names (computed once, at build).
+    names: bool,
 }
 
 /// Builds tables and policy clients for the lists, sharing each.
@@ -163,7 +165,7 @@ impl Restrictions {
                 err: ParseError::Table(spec.clone(), e),
             })?);
         }
-        Ok(Restrictions {
+        let mut built = Restrictions {
             config: rc.clone(),
             main,
             listeners,
@@ -171,7 +173,47 @@ impl Restrictions {
             tables: b.tables,
             policies: b.policies,
             sender_login,
-        })
+            names: false,
+        };
+        let names = built.all().any(|r| match r {
+            Restriction::Dns(d) => d.needs_names(),
+            Restriction::Access(check, _) => {
+                matches!(check, TableCheck::Client | TableCheck::ReverseClient)
+            }
+            _ => false,
+        });
+        built.names = names;
+        Ok(built)
+    }
+
+    /// Whether any list or class holds `reject_unverified_*` (a verifier
+    /// is then built for the sessions).
+    pub fn verifies(&self) -> bool {
+        let holds = |l: &Arc<Vec<Restriction>>| {
+            l.iter()
+                .any(|r| matches!(r, Restriction::RejectUnverified { .. }))
+        };
+        let sets = std::iter::once(&self.main).chain(self.listeners.values());
+        sets.flat_map(|s| s.lists.iter()).any(holds) || self.classes.values().any(holds)
+    }
+
+    /// Every restriction of every list and class.
+    fn all(&self) -> impl Iterator<Item = &Restriction> {
+        let sets = std::iter::once(&self.main).chain(self.listeners.values());
+        sets.flat_map(|s| s.lists.iter())
+            .chain(self.classes.values())
+            .flat_map(|l| l.iter())
+    }
+
+    /// Whether a DNS restriction is configured (a checker is built).
+    pub fn uses_dns(&self) -> bool {
+        self.needs_names() || self.all().any(|r| matches!(r, Restriction::Dns(_)))
+    }
+
+    /// Whether a restriction needs the client's names (a PTR and a
+    /// forward lookup, once per session, as Postfix's smtpd at connect).
+    pub fn needs_names(&self) -> bool {
+        self.names
     }
 
     /// The lists for a session on the listener at `listen`.

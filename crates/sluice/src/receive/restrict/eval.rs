@@ -21,8 +21,11 @@ use super::checks::{
     relay_denied, reply, search, subject, valid_helo,
 };
 use super::keys::{address_keys, client_address_keys, host_keys, AccessKey};
+use super::unverified::Verdict;
+use super::DnsRestriction;
 use super::{keyword, LoginCheck, Refusal, Restriction, Restrictions, Stage, TableCheck};
 use crate::receive::access::{self, Action};
+use crate::receive::dnscheck::DnsCheck;
 use crate::receive::policy::PolicyClient;
 use crate::tables::search::Rules;
 use crate::tables::{LookupError, Table};
@@ -72,6 +75,11 @@ pub trait Env {
         address: &str,
         recipient: bool,
     ) -> Result<Option<(u16, &'static str)>, LookupError>;
+    /// What a DNS restriction decides (its own codes and replies).
+    async fn dns(&self, check: &DnsRestriction, facts: &Facts<'_>) -> DnsCheck;
+    /// What address verification answers (None: no verifier, a
+    /// configuration error).
+    async fn unverified(&self, address: &str, recipient: bool) -> Option<Verdict>;
     /// The policy service's answer, as an access action.
     async fn policy(
         &self,
@@ -292,6 +300,14 @@ impl<'r> Evaluation<'r> {
                 }
             }
             SenderLogin(check) => self.sender_login(*check, f, env).await,
+            Dns(check) => self.dns(check, f, env).await,
+            RejectUnverified { recipient } => {
+                let addr = if *recipient { f.recipient } else { f.sender };
+                let Some(addr) = addr.filter(|a| !a.is_empty()) else {
+                    return Step::Next;
+                };
+                self.verified(env.unverified(addr, *recipient).await, by)
+            }
             Access(check, table) => self.access(*check, table, f, env).await,
             Policy(client) => {
                 let action = env.policy(client, stage, f).await;
@@ -539,6 +555,71 @@ impl<'r> Evaluation<'r> {
                 Ok(list) => Step::Nested(Arc::new(list)),
                 Err(_) => Step::Refuse(config_error(by)),
             },
+        }
+    }
+
+    /// A DNS restriction: skipped where Postfix skips it (no HELO, the
+    /// null sender, our own domains), its outcome applied as Postfix's.
+    async fn dns<E: Env>(&mut self, check: &DnsRestriction, f: &Facts<'_>, env: &E) -> Step {
+        use DnsRestriction::*;
+        let skip = match check {
+            UnknownHeloHostname | RhsblHelo(_) => f.helo.is_none(),
+            UnknownSenderDomain | RhsblSender(_) => {
+                f.sender.is_none_or(|s| s.is_empty() || env.is_local(s))
+            }
+            UnknownRecipientDomain => f.recipient.is_none_or(|r| env.is_local(r)),
+            _ => false,
+        };
+        if skip {
+            return Step::Next;
+        }
+        let by = check.keyword();
+        let refusal = |r: access::Reply| Refusal {
+            code: r.code,
+            enhanced: r
+                .enhanced
+                .unwrap_or_else(|| format!("{}.7.1", r.code / 100)),
+            text: r.text,
+            by,
+        };
+        match env.dns(check, f).await {
+            DnsCheck::Pass => Step::Next,
+            // An allowlist permits a recipient only where the client may
+            // send anyway (Postfix: permit_auth_destination at RCPT).
+            DnsCheck::Permit => match f.recipient {
+                Some(r) if !env.auth_destination(r) => Step::Next,
+                _ => Step::Permit,
+            },
+            DnsCheck::Reject(r) | DnsCheck::Defer(r) => Step::Refuse(refusal(r)),
+            DnsCheck::DeferIfPermit(r) => {
+                self.defer_if_permit.get_or_insert(refusal(r));
+                Step::Next
+            }
+            DnsCheck::DeferIfReject(r) => {
+                self.defer_if_reject.get_or_insert(refusal(r));
+                Step::Next
+            }
+        }
+    }
+
+    /// What a verification's verdict does to the decision.
+    fn verified(&mut self, verdict: Option<Verdict>, by: &'static str) -> Step {
+        let refusal = |r: access::Reply| Refusal {
+            code: r.code,
+            enhanced: r
+                .enhanced
+                .unwrap_or_else(|| format!("{}.1.0", r.code / 100)),
+            text: r.text,
+            by,
+        };
+        match verdict {
+            None => Step::Refuse(config_error(by)),
+            Some(Verdict::Pass) => Step::Next,
+            Some(Verdict::Reject(r) | Verdict::Defer(r)) => Step::Refuse(refusal(r)),
+            Some(Verdict::DeferIfPermit(r)) => {
+                self.defer_if_permit.get_or_insert(refusal(r));
+                Step::Next
+            }
         }
     }
 

@@ -27,12 +27,14 @@ mod checks;
 pub mod eval;
 mod keys;
 pub mod parse;
+pub mod unverified;
 
 use std::sync::Arc;
 
 pub use build::{BuildError, Lists, Restrictions};
 pub use eval::{Effect, Env, Facts, Outcome};
 
+use crate::receive::dnscheck::DnsList;
 use crate::receive::policy::PolicyClient;
 use crate::tables::Table;
 
@@ -90,6 +92,53 @@ pub enum LoginCheck {
     Known,
 }
 
+/// The DNS restrictions (`receive/dnscheck` decides each).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DnsRestriction {
+    UnknownSenderDomain,
+    UnknownRecipientDomain,
+    UnknownHeloHostname,
+    UnknownClientHostname,
+    UnknownReverseClientHostname,
+    RblClient(DnsList),
+    DnswlClient(DnsList),
+    RhsblClient(DnsList),
+    RhsblReverseClient(DnsList),
+    RhsblSender(DnsList),
+    RhsblHelo(DnsList),
+}
+
+impl DnsRestriction {
+    /// Whether it needs the client's names (looked up once per session).
+    pub fn needs_names(&self) -> bool {
+        use DnsRestriction::*;
+        matches!(
+            self,
+            UnknownClientHostname
+                | UnknownReverseClientHostname
+                | RhsblClient(_)
+                | RhsblReverseClient(_)
+        )
+    }
+
+    pub fn keyword(&self) -> &'static str {
+        use DnsRestriction::*;
+        match self {
+            UnknownSenderDomain => "reject_unknown_sender_domain",
+            UnknownRecipientDomain => "reject_unknown_recipient_domain",
+            UnknownHeloHostname => "reject_unknown_helo_hostname",
+            UnknownClientHostname => "reject_unknown_client_hostname",
+            UnknownReverseClientHostname => "reject_unknown_reverse_client_hostname",
+            RblClient(_) => "reject_rbl_client",
+            DnswlClient(_) => "permit_dnswl_client",
+            RhsblClient(_) => "reject_rhsbl_client",
+            RhsblReverseClient(_) => "reject_rhsbl_reverse_client",
+            RhsblSender(_) => "reject_rhsbl_sender",
+            RhsblHelo(_) => "reject_rhsbl_helo",
+        }
+    }
+}
+
 /// One restriction.
 #[derive(Clone)]
 pub enum Restriction {
@@ -115,6 +164,11 @@ pub enum Restriction {
     RejectUnlistedSender,
     RejectMultiRecipientBounce,
     SenderLogin(LoginCheck),
+    /// reject_unverified_recipient (true) / _sender: address verification.
+    RejectUnverified {
+        recipient: bool,
+    },
+    Dns(DnsRestriction),
     Access(TableCheck, Arc<Table>),
     Policy(Arc<PolicyClient>),
     /// A restriction class, by name.
@@ -128,6 +182,7 @@ impl std::fmt::Debug for Restriction {
             Restriction::Policy(p) => write!(f, "Policy({})", p.addr()),
             Restriction::Class(name) => write!(f, "Class({name})"),
             Restriction::SenderLogin(c) => write!(f, "SenderLogin({c:?})"),
+            Restriction::Dns(d) => write!(f, "{d:?}"),
             other => write!(f, "{}", keyword(other)),
         }
     }
@@ -161,6 +216,9 @@ pub fn keyword(r: &Restriction) -> &'static str {
         SenderLogin(LoginCheck::Authenticated) => "reject_authenticated_sender_login_mismatch",
         SenderLogin(LoginCheck::Unauthenticated) => "reject_unauthenticated_sender_login_mismatch",
         SenderLogin(LoginCheck::Known) => "reject_known_sender_login_mismatch",
+        Dns(d) => d.keyword(),
+        RejectUnverified { recipient: true } => "reject_unverified_recipient",
+        RejectUnverified { recipient: false } => "reject_unverified_sender",
         Access(TableCheck::Client, _) => "check_client_access",
         Access(TableCheck::ReverseClient, _) => "check_reverse_client_hostname_access",
         Access(TableCheck::Helo, _) => "check_helo_access",

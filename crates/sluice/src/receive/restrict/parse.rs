@@ -9,7 +9,8 @@
 
 use std::sync::Arc;
 
-use super::{Restriction, TableCheck};
+use super::{DnsRestriction, Restriction, TableCheck};
+use crate::receive::dnscheck::DnsList;
 use crate::receive::policy::PolicyClient;
 use crate::tables::Table;
 
@@ -93,18 +94,24 @@ fn with_argument(
         | "reject_rhsbl_sender"
         | "reject_rhsbl_helo"
         | "reject_rhsbl_reverse_client"
-        | "reject_rhsbl_recipient"
-        | "permit_dnswl_client"
+        | "permit_dnswl_client" => {
+            let text = arg("a DNS list (zone or zone=d.d.d.d)")?;
+            let list: DnsList =
+                text.parse()
+                    .map_err(|e: crate::receive::dnscheck::DnsListError| {
+                        ParseError::Table(text.clone(), e.to_string())
+                    })?;
+            Restriction::Dns(match keyword {
+                "reject_rbl_client" => DnsRestriction::RblClient(list),
+                "reject_rhsbl_client" => DnsRestriction::RhsblClient(list),
+                "reject_rhsbl_sender" => DnsRestriction::RhsblSender(list),
+                "reject_rhsbl_helo" => DnsRestriction::RhsblHelo(list),
+                "reject_rhsbl_reverse_client" => DnsRestriction::RhsblReverseClient(list),
+                _ => DnsRestriction::DnswlClient(list),
+            })
+        }
+        "reject_rhsbl_recipient"
         | "permit_rhswl_client"
-        | "reject_unknown_sender_domain"
-        | "reject_unknown_recipient_domain"
-        | "reject_unknown_helo_hostname"
-        | "reject_unknown_hostname"
-        | "reject_unknown_client_hostname"
-        | "reject_unknown_client"
-        | "reject_unknown_reverse_client_hostname"
-        | "reject_unverified_recipient"
-        | "reject_unverified_sender"
         | "sleep"
         | "check_ccert_access"
         | "check_client_a_access"
@@ -162,6 +169,19 @@ fn simple(keyword: &str) -> Option<Restriction> {
             SenderLogin(super::LoginCheck::Unauthenticated)
         }
         "reject_known_sender_login_mismatch" => SenderLogin(super::LoginCheck::Known),
+        "reject_unverified_recipient" => RejectUnverified { recipient: true },
+        "reject_unknown_sender_domain" => Dns(DnsRestriction::UnknownSenderDomain),
+        "reject_unknown_recipient_domain" => Dns(DnsRestriction::UnknownRecipientDomain),
+        "reject_unknown_helo_hostname" | "reject_unknown_hostname" => {
+            Dns(DnsRestriction::UnknownHeloHostname)
+        }
+        "reject_unknown_client_hostname" | "reject_unknown_client" => {
+            Dns(DnsRestriction::UnknownClientHostname)
+        }
+        "reject_unknown_reverse_client_hostname" => {
+            Dns(DnsRestriction::UnknownReverseClientHostname)
+        }
+        "reject_unverified_sender" => RejectUnverified { recipient: false },
         _ => return None,
     })
 }

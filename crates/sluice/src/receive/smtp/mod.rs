@@ -58,6 +58,10 @@ pub struct SessionContext {
     pub mailboxes: Arc<VirtualMailboxes>,
     /// The restriction lists (`receive/restrict`).
     pub restrictions: Arc<crate::receive::restrict::Restrictions>,
+    /// The DNS checks, when a list needs them (`receive/dnscheck`).
+    pub dnscheck: Option<Arc<crate::receive::dnscheck::DnsChecker>>,
+    /// Address verification, when a list holds `reject_unverified_*`.
+    pub verifier: Option<Arc<crate::deliver::verify::Verifier>>,
     pub spool: Spool,
     pub logger: Logger,
     pub policy: RelayPolicy,

@@ -16,12 +16,15 @@
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::session::{Next, Session};
+use crate::deliver::verify::Kind;
 use crate::log::{Event, Qid, Reject};
 use crate::message::address::domain_of;
 use crate::receive::access::{self, Action};
+use crate::receive::dnscheck::{ClientNames, DnsCheck, NameStatus};
 use crate::receive::policy::PolicyClient;
 use crate::receive::restrict::eval::Evaluation;
-use crate::receive::restrict::{Effect, Env, Facts, Outcome, Refusal, Stage};
+use crate::receive::restrict::unverified::{verdict, Verdict};
+use crate::receive::restrict::{DnsRestriction, Effect, Env, Facts, Outcome, Refusal, Stage};
 use crate::routing::mailboxes::Resolution;
 
 /// What the daemon knows, for one evaluation in a session.
@@ -69,6 +72,40 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Env for SessionEnv<'_, S> {
         }
     }
 
+    async fn dns(&self, check: &DnsRestriction, f: &Facts<'_>) -> DnsCheck {
+        use DnsRestriction::*;
+        let Some(c) = self.s.ctx.dnscheck.as_deref() else {
+            return DnsCheck::Pass;
+        };
+        let unknown = ClientNames::unknown(NameStatus::Perm);
+        let names = self.s.names.as_ref().unwrap_or(&unknown);
+        let ip = f.client_ip;
+        match check {
+            UnknownSenderDomain => c.unknown_sender_domain(f.sender.unwrap_or("")).await,
+            UnknownRecipientDomain => c.unknown_recipient_domain(f.recipient.unwrap_or("")).await,
+            UnknownHeloHostname => c.unknown_helo_hostname(f.helo.unwrap_or("")).await,
+            UnknownClientHostname => c.unknown_client_hostname(names, ip),
+            UnknownReverseClientHostname => c.unknown_reverse_client_hostname(names, ip),
+            RblClient(l) => c.rbl_client(l, ip).await,
+            DnswlClient(l) => c.dnswl_client(l, ip).await,
+            RhsblClient(l) => c.rhsbl_client(l, names).await,
+            RhsblReverseClient(l) => c.rhsbl_reverse_client(l, names).await,
+            RhsblSender(l) => c.rhsbl_sender(l, f.sender.unwrap_or("")).await,
+            RhsblHelo(l) => c.rhsbl_helo(l, f.helo.unwrap_or("")).await,
+        }
+    }
+
+    async fn unverified(&self, address: &str, recipient: bool) -> Option<Verdict> {
+        let verifier = self.s.ctx.verifier.as_ref()?;
+        let kind = if recipient {
+            Kind::Recipient
+        } else {
+            Kind::Sender
+        };
+        let status = verifier.status(address, kind).await;
+        Some(verdict(&status, kind, address, verifier.settings()))
+    }
+
     async fn policy(
         &self,
         client: &PolicyClient,
@@ -98,8 +135,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         let txn = self.txn.as_ref();
         Facts {
             client_ip: self.peer.ip(),
-            client_name: "unknown",
-            reverse_client_name: "unknown",
+            client_name: self.names.as_ref().map_or("unknown", |n| n.name.as_str()),
+            reverse_client_name: self
+                .names
+                .as_ref()
+                .map_or("unknown", |n| n.reverse_name.as_str()),
             helo: self.helo.as_deref(),
             sender: txn.map(|t| t.sender.as_str()),
             recipient,
@@ -116,6 +156,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     async fn restrict(&mut self, stages: &[Stage], recipient: Option<&str>) -> Result<(), Next> {
         let ctx = self.ctx.clone();
         let r = &ctx.restrictions;
+        if self.names.is_none() && r.needs_names() {
+            if let Some(c) = &ctx.dnscheck {
+                self.names = Some(c.client_names(self.peer.ip()).await);
+            }
+        }
         let lists = r.lists(self.listener.listen);
         let delayed = r.config.delay_reject;
         let at_rcpt = recipient.is_some();

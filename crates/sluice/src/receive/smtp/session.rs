@@ -109,6 +109,8 @@ pub struct Session<S> {
     /// A `defer_if_permit` MAIL's checks left pending (without
     /// `delay_reject`), applied at each RCPT that passes.
     pub(super) defer_if_permit: Option<crate::receive::restrict::Refusal>,
+    /// The client's names, looked up at the first list that needs them.
+    pub(super) names: Option<crate::receive::dnscheck::ClientNames>,
 }
 
 /// An IPv4 client seen as `::ffff:a.b.c.d` (a dual-stack listener, or a
@@ -152,6 +154,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             pipelined_more: false,
             improper_pipelining: false,
             defer_if_permit: None,
+            names: None,
         }
     }
 

@@ -15,6 +15,7 @@ pub mod nsd;
 pub mod opendkim;
 pub mod pebble;
 pub mod postfix;
+pub mod postfix_dns;
 pub mod postgres;
 pub mod postgrey;
 pub mod postsrsd;

@@ -1,4 +1,5 @@
-//! Network namespaces for the cluster tests: a *lan* namespace holding a
+//! Network namespaces for the cluster tests (and one-namespace tests,
+//! [`Netns`]): a *lan* namespace holding a
 //! bridge (198.18.0.254/24, the benchmarking range) with the test's
 //! balancer, sink and clients, and one namespace per node whose address
 //! (198.18.0.N) exists only there. Each test has its own lan, so every
@@ -121,5 +122,48 @@ impl Drop for Lan {
         for ns in self.nodes.iter().chain([&self.lan]) {
             let _ = Command::new("ip").args(["netns", "del", ns]).output();
         }
+    }
+}
+
+/// A network namespace of its own for one test, with its loopback up and,
+/// besides 127.0.0.0/8, a whole block local on it (every address of it
+/// can be bound): clients, servers and name servers at addresses that
+/// exist nowhere else. Deleted on drop (processes still inside are the
+/// test's to stop first).
+pub struct Netns {
+    pub name: String,
+}
+
+impl Netns {
+    /// A namespace with `block` (e.g. `198.51.100.0/24`) local on `lo`.
+    pub fn create(block: &str) -> Netns {
+        let name = format!(
+            "sl{}-{}-ns",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        ip(&["netns", "add", &name]);
+        let ns = Netns { name };
+        ip(&["-n", &ns.name, "link", "set", "lo", "up"]);
+        ip(&["-n", &ns.name, "route", "add", "local", block, "dev", "lo"]);
+        ns
+    }
+
+    /// `program` run inside.
+    pub fn command(&self, program: &str) -> Command {
+        Lan::command(&self.name, program)
+    }
+
+    /// Runs `f` on a thread inside (sockets it makes stay there).
+    pub fn within<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        Lan::within(&self.name, f)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .output();
     }
 }

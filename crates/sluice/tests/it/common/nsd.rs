@@ -1,11 +1,17 @@
 //! A real authoritative DNS server (NLnet Labs' nsd, from Debian) for
-//! tests: its own config, zones and port on 127.0.0.1, in the foreground.
+//! tests: its own config, zones and port on 127.0.0.1, in the foreground;
+//! or ([`Nsd::start_in`]) at an address of a test's network namespace,
+//! port 53, for programs whose resolver (libc's) names a server by
+//! address only.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
+use super::netns::Netns;
+
 pub struct Nsd {
-    pub addr: std::net::SocketAddr,
+    pub addr: SocketAddr,
     pub dir: PathBuf,
     child: Child,
 }
@@ -19,7 +25,13 @@ impl Nsd {
     pub fn start(dir: &Path, zones: &[(&str, &str)]) -> Nsd {
         super::ensure_package(BIN, "nsd");
         for attempt in 0..3 {
-            let nsd = Nsd::start_once(&dir.join(format!("nsd{attempt}")), zones);
+            let port = std::net::UdpSocket::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let addr = SocketAddr::from(([127, 0, 0, 1], port));
+            let nsd = Nsd::start_once(&dir.join(format!("nsd{attempt}")), None, addr, zones);
             let apex = zones.first().map_or(".", |(name, _)| name);
             if nsd.answers(apex) {
                 return nsd;
@@ -28,17 +40,33 @@ impl Nsd {
         panic!("nsd did not answer on three ports; see {}", dir.display());
     }
 
-    fn start_once(dir: &Path, zones: &[(&str, &str)]) -> Nsd {
+    /// As [`Nsd::start`], at `addr` inside the network namespace `netns`
+    /// (port 53 of an address of its own, as a resolv.conf names a server).
+    pub fn start_in(netns: &Netns, addr: SocketAddr, dir: &Path, zones: &[(&str, &str)]) -> Nsd {
+        super::ensure_package(BIN, "nsd");
+        let nsd = Nsd::start_once(dir, Some(netns), addr, zones);
+        let apex = zones.first().map_or(".", |(name, _)| name);
+        assert!(
+            netns.within(|| nsd.answers(apex)),
+            "nsd did not answer at {addr} in {}; see {}",
+            netns.name,
+            dir.display()
+        );
+        nsd
+    }
+
+    fn start_once(
+        dir: &Path,
+        netns: Option<&Netns>,
+        addr: SocketAddr,
+        zones: &[(&str, &str)],
+    ) -> Nsd {
         let dir = dir.to_path_buf();
         std::fs::create_dir_all(&dir).unwrap();
-        let port = std::net::UdpSocket::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let (ip, port) = (addr.ip(), addr.port());
         let d = dir.display();
         let mut conf = format!(
-            "server:\n  ip-address: 127.0.0.1@{port}\n  port: {port}\n  username: \"\"\n  chroot: \"\"\n  \
+            "server:\n  ip-address: {ip}@{port}\n  port: {port}\n  username: \"\"\n  chroot: \"\"\n  \
              zonesdir: \"{d}\"\n  zonelistfile: \"{d}/zone.list\"\n  database: \"\"\n  pidfile: \"{d}/nsd.pid\"\n  \
              xfrdfile: \"{d}/xfrd.state\"\n  logfile: \"{d}/nsd.log\"\n  server-count: 1\n  verbosity: 1\n\
              remote-control:\n  control-enable: no\n"
@@ -53,7 +81,11 @@ impl Nsd {
         }
         let conf_path = dir.join("nsd.conf");
         std::fs::write(&conf_path, conf).unwrap();
-        let child = Command::new(BIN)
+        let mut command = match netns {
+            Some(ns) => ns.command(BIN),
+            None => Command::new(BIN),
+        };
+        let child = command
             .arg("-d")
             .arg("-c")
             .arg(&conf_path)
@@ -62,11 +94,7 @@ impl Nsd {
             .stderr(std::fs::File::create(dir.join("nsd.err")).unwrap())
             .spawn()
             .expect("start nsd");
-        Nsd {
-            addr: format!("127.0.0.1:{port}").parse().unwrap(),
-            dir,
-            child,
-        }
+        Nsd { addr, dir, child }
     }
 
     /// Polls with a real query (SOA of `zone`) until nsd answers (true),
@@ -82,7 +110,7 @@ impl Nsd {
             query.extend_from_slice(label.as_bytes());
         }
         query.extend_from_slice(&[0, 0, 6, 0, 1]);
-        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let socket = std::net::UdpSocket::bind((self.addr.ip(), 0)).unwrap();
         socket
             .set_read_timeout(Some(std::time::Duration::from_millis(200)))
             .unwrap();

@@ -18,7 +18,7 @@
 //! system's own `main.cf` is not read), the `postfix` user and the
 //! `postdrop` group, and root (the tests run as root: `postfix start`
 //! needs it). Nothing leaves the machine: no DNS (`smtp_dns_support_level
-//! = disabled`, no reverse lookup of clients), every transport
+//! = disabled`, no reverse lookup of clients; but see below), every transport
 //! (`default`, `relay`, `local`, `virtual`) is `discard`, so a delivery is
 //! a log line, not a message sent or a mailbox written; no alias file,
 //! no system accounts (`local_recipient_maps` empty: every local
@@ -32,16 +32,20 @@
 //! talking to someone else's server: the port is only used after
 //! Postfix's start said its listener is up).
 //!
+//! With DNS: see [`super::postfix_dns`].
+//!
 //! Reading what it did: SMTP replies typed ([`Reply`]: code, enhanced
 //! code), and the delivery lines of its log ([`Delivery`]: `to=`,
 //! `orig_to=`, `relay=`, `dsn=`, `status=`), written by postlogd (the
 //! `postlog` service) into `maillog`.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use super::netns::Netns;
+use super::postfix_dns;
 use super::{ensure_package, temp_dir, wait_for_log, Client, TestDir};
 
 /// The services Postfix needs besides the SMTP listener (Debian's
@@ -145,7 +149,7 @@ impl Postfix {
         main_cf_extra: &[(&str, &str)],
         master_extra: &str,
     ) -> Postfix {
-        Postfix::start_listening(files, main_cf_extra, master_extra, &[])
+        Postfix::start_full(files, main_cf_extra, master_extra, None, &[])
     }
 
     /// As [`Postfix::start_with`], with more listeners: each of
@@ -158,9 +162,33 @@ impl Postfix {
         master_extra: &str,
         services: &[&str],
     ) -> Postfix {
+        Postfix::start_full(files, main_cf_extra, master_extra, None, services)
+    }
+
+    /// As [`Postfix::start_with`]; with `dns`, the resolver's files and
+    /// the start as [`super::postfix_dns`] says.
+    pub(super) fn start_resolving(
+        files: &[(&str, &str)],
+        main_cf_extra: &[(&str, &str)],
+        master_extra: &str,
+        dns: Option<(IpAddr, Option<&Netns>)>,
+    ) -> Postfix {
+        Postfix::start_full(files, main_cf_extra, master_extra, dns, &[])
+    }
+
+    fn start_full(
+        files: &[(&str, &str)],
+        main_cf_extra: &[(&str, &str)],
+        master_extra: &str,
+        dns: Option<(IpAddr, Option<&Netns>)>,
+        services: &[&str],
+    ) -> Postfix {
         ensure_package("/usr/sbin/postfix", "postfix");
         let dir = temp_dir("postfix");
         prepare(&dir, files, main_cf_extra);
+        if let Some((nameserver, _)) = dns {
+            postfix_dns::resolver_files(&dir, nameserver);
+        }
         for _attempt in 0..5 {
             let port = free_port();
             let ports: Vec<u16> = services.iter().map(|_| free_port()).collect();
@@ -173,7 +201,10 @@ impl Postfix {
                 format!("127.0.0.1:{port} inet n - n - - smtpd\n{more}{MASTER_CF}{master_extra}\n");
             write_settled(&dir.join("master.cf"), &master);
             run(&dir, "check");
-            let (ok, output) = postfix(&dir, "start");
+            let (ok, output) = match dns {
+                None => postfix(&dir, "start"),
+                Some((_, netns)) => postfix_dns::start_in_namespace(&dir, netns),
+            };
             if ok {
                 let addr = SocketAddr::from(([127, 0, 0, 1], port));
                 let listeners = ports
@@ -304,7 +335,7 @@ fn prepare(dir: &Path, files: &[(&str, &str)], extra: &[(&str, &str)]) {
 /// until it is a second old (in case it was still being written), which
 /// cost each program that reads it (postfix, postconf, every daemon
 /// opening a texthash table) 1.5 s.
-fn write_settled(path: &Path, text: &str) {
+pub(super) fn write_settled(path: &Path, text: &str) {
     std::fs::write(path, text).unwrap();
     let past = std::time::SystemTime::now() - Duration::from_secs(10);
     let file = std::fs::File::options().write(true).open(path).unwrap();

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 /// What to do when a verification cannot decide yet (Postfix's
 /// `unverified_*_tempfail_action`, `reject_tempfail_action`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TempfailAction {
     /// Reply with the defer code now.
@@ -20,7 +20,7 @@ pub enum TempfailAction {
 }
 
 /// `[verify]` (Postfix: `address_verify_*`, `unverified_*`).
-#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct VerifySettings {
     /// `address_verify_sender` (`$double_bounce_sender`, `double-bounce`):

@@ -19,8 +19,8 @@
 //! is the client's and is cleaned here. Invariant: no reply text made
 //! here holds a control character.
 
-use super::settings::{TempfailAction, VerifySettings};
-use super::status::{clean, Kind, VerifyStatus};
+use crate::deliver::verify::status::clean;
+use crate::deliver::verify::{Kind, TempfailAction, VerifySettings, VerifyStatus};
 use crate::receive::access::Reply;
 
 /// What the restriction does.
@@ -99,7 +99,7 @@ pub fn verdict(
 mod tests {
     use super::*;
     use crate::deliver::smtp::Command;
-    use crate::deliver::verify::status::{HopReply, Unknown};
+    use crate::deliver::verify::{HopReply, Unknown};
     use crate::message::reply::{Enhanced, Reply as Smtp};
 
     fn refused() -> VerifyStatus {
