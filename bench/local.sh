@@ -52,6 +52,9 @@
 #   USERS=20000 DURATION=60 bash bench/local.sh        # a quick run
 #   DIRECTORY=pgsql SESSIONS=250 bash bench/local.sh   # issue 37's: the
 #   DIRECTORY=text SESSIONS=250 bash bench/local.sh    #   other directories
+#   RESTRICTIONS=typical DIRECTORY=text SESSIONS=250 bash bench/local.sh
+#                      # issue 38's: a typical site's restriction lists on
+#                      # both (bench/lib/restrictions.sh says which)
 #
 # Environment
 #   DURATION=600       seconds each system receives mail
@@ -195,6 +198,7 @@ set -euo pipefail
 # log, die, calc, fmt, kill_wait, ports, Postfix instance helpers, cleanup
 # trap, results file: see the top of bench/lib/common.sh.
 source "$(dirname "$0")/lib/common.sh"
+source "$(dirname "$0")/lib/restrictions.sh"
 
 BENCH_TAG=local
 ANNOUNCE_RM=1           # removing the Maildirs can take minutes: say so
@@ -260,6 +264,7 @@ esac
 TAG=local
 [ "$DIRECTORY" = ldap ] || TAG=$TAG-$DIRECTORY
 [ "$RECIPIENTS" = random ] || TAG=$TAG-$RECIPIENTS
+restrictions_on && TAG=$TAG-restrict
 for v in DURATION USERS SESSIONS INTERVAL SIZE DRAIN_TIMEOUT SPOT_CHECKS LDAP_PORT PG_PORT; do
     [[ ${!v} =~ ^[0-9]+$ ]] && [ "${!v}" -gt 0 ] || die "$v must be a positive integer (is '${!v}')"
 done
@@ -353,6 +358,7 @@ cleanup_processes() {
     kill_wait "$SLAPD_PID" TERM 15
     # SIGINT: PostgreSQL's fast shutdown (TERM would wait for the clients).
     kill_wait "$PG_PID" INT 30
+    restrictions_stop
 }
 install_cleanup_traps
 
@@ -638,6 +644,7 @@ log_file = "$SL_VAR/maillog"
 
 [smtpd]
 listen = ["$HOST:$SMTP_PORT"]
+$(restrictions_sluice_smtpd)
 
 [local]
 domains = ["$DOMAIN"]
@@ -646,12 +653,13 @@ maildir_base = "$SL_MAIL"
 maildir_sync = "${MAILDIR_SYNC:-batch}"
 
 $(sluice_table_toml)
+$(restrictions_sluice_toml)
 
 # Mail to domains with no route (bounces) looks up MX records: point
 # the resolver at a port where nothing answers, so no query leaves the
 # machine.
 [dns]
-nameservers = ["127.0.0.1:9"]
+nameservers = [$(restrictions_sluice_nameserver)]
 timeout_ms = 300
 attempts = 1
 EOF
@@ -779,6 +787,7 @@ smtpd_client_event_limit_exceptions = 127.0.0.0/8
 # where connects wait for SYN retries: 8,474 msg/min at 250 sessions).
 default_process_limit = $(( SESSIONS + 20 > 100 ? SESSIONS + 20 : 100 ))
 EOF
+        restrictions_postfix_main_cf
     } >"$PF_ETC/main.cf"
     # master.cf: every service with chroot off; smtpd only on 127.0.0.1:55125.
     write_postfix_master_cf "$SMTP_PORT"
@@ -814,7 +823,12 @@ start_postfix() {
     rm -f "$PF/maillog"
     fresh_dirs "$PF/spool" "$PF_MAIL"
     chown "$VMAIL_UID:$VMAIL_GID" "$PF_MAIL"
-    postfix_check_start || return 1
+    if restrictions_on; then
+        cg_run postfix -c "$PF_ETC" check >"$W/postfix-check.log" 2>&1 || { cat "$W/postfix-check.log" >&2; return 1; }
+        restrictions_postfix_start >"$W/postfix-start.log" 2>&1 || { cat "$W/postfix-start.log" >&2; return 1; }
+    else
+        postfix_check_start || return 1
+    fi
     wait_listen "$SMTP_PORT" 30 || { tail -20 "$PF/maillog" >&2 2>/dev/null; return 1; }
 }
 
@@ -1235,6 +1249,7 @@ ldap) setup_slapd; start_slapd ;;
 pgsql) setup_pgsql; start_pgsql; load_pgsql ;;
 text) setup_text ;;
 esac
+restrictions_setup
 [[ " $SYSTEMS " == *" postfix "* ]] && setup_postfix
 
 for sys in $SYSTEMS; do

@@ -234,35 +234,24 @@ impl<'r> Evaluation<'r> {
         use Restriction::*;
         let c = &self.r.config;
         let by = keyword(r);
-        let (name, class) = subject(stage, f);
-        let refuse = |code, enhanced: &str, text: &str| {
-            Step::Refuse(reply(code, enhanced, &name, class, text, by))
+        // The list's own subject, made only for a reply (not on the path
+        // of a restriction that passes).
+        let said = |code, enhanced: &str, text: &str| {
+            let (name, class) = subject(stage, f);
+            reply(code, enhanced, &name, class, text, by)
         };
+        let refuse = |code, enhanced: &str, text: &str| Step::Refuse(said(code, enhanced, text));
         match r {
             Permit => Step::Permit,
             Reject => refuse(c.reject_code, "5.7.1", "Access denied"),
             Defer => refuse(c.defer_code, "4.3.2", "Try again later"),
             DeferIfPermit => {
-                let d = reply(
-                    c.defer_code,
-                    "4.7.0",
-                    &name,
-                    class,
-                    "defer_if_permit requested",
-                    by,
-                );
+                let d = said(c.defer_code, "4.7.0", "defer_if_permit requested");
                 self.defer_if_permit.get_or_insert(d);
                 Step::Next
             }
             DeferIfReject => {
-                let d = reply(
-                    c.defer_code,
-                    "4.7.0",
-                    &name,
-                    class,
-                    "defer_if_reject requested",
-                    by,
-                );
+                let d = said(c.defer_code, "4.7.0", "defer_if_reject requested");
                 self.defer_if_reject.get_or_insert(d);
                 Step::Next
             }
@@ -311,6 +300,7 @@ impl<'r> Evaluation<'r> {
             Access(check, table) => self.access(*check, table, f, env).await,
             Policy(client) => {
                 let action = env.policy(client, stage, f).await;
+                let (name, class) = subject(stage, f);
                 self.action(action, &name, class, by)
             }
             _ => Step::Next,

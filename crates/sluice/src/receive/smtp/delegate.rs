@@ -107,8 +107,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             .add("recipient_count", &count.to_string())
             .add("client_address", &self.peer.ip().to_string())
             .add("client_port", &self.peer.port().to_string())
-            .add("client_name", "unknown")
-            .add("reverse_client_name", "unknown")
+            .add(
+                "client_name",
+                self.names.as_ref().map_or("unknown", |n| n.name.as_str()),
+            )
+            .add(
+                "reverse_client_name",
+                self.names
+                    .as_ref()
+                    .map_or("unknown", |n| n.reverse_name.as_str()),
+            )
             .add("server_address", &self.listener.listen.ip().to_string())
             .add("server_port", &self.listener.listen.port().to_string())
             .add("sasl_username", self.auth.as_deref().unwrap_or(""))
