@@ -122,6 +122,24 @@ impl PolicyClient {
     /// The action for `request`: the server's, or the default action
     /// (with the last error) when every try failed.
     pub async fn ask(&self, request: &Request) -> (PolicyAction, Option<PolicyError>) {
+        match self.ask_text(request).await {
+            (Some(text), _) => (PolicyAction::parse(&text), None),
+            (None, err) => (self.default_action.clone(), err),
+        }
+    }
+
+    /// The server's action as it wrote it (for a restriction list, which
+    /// reads it as an access table's answer, as Postfix does), or the
+    /// default action's text (with the last error) when every try failed.
+    pub async fn ask_access(&self, request: &Request) -> (String, Option<PolicyError>) {
+        match self.ask_text(request).await {
+            (Some(text), _) => (text, None),
+            (None, err) => (self.default_action.to_string(), err),
+        }
+    }
+
+    /// The server's `action=` value, or None (with the last error).
+    async fn ask_text(&self, request: &Request) -> (Option<String>, Option<PolicyError>) {
         let wire = request.wire();
         let mut last = None;
         for attempt in 0..self.tries {
@@ -129,17 +147,17 @@ impl PolicyClient {
                 tokio::time::sleep(RETRY_DELAY).await;
             }
             match tokio::time::timeout(self.timeout, self.try_once(&wire)).await {
-                Ok(Ok(action)) => return (action, None),
+                Ok(Ok(action)) => return (Some(action), None),
                 Ok(Err(err)) => last = Some(err),
                 Err(_) => last = Some(PolicyError::Timeout(self.addr.to_string())),
             }
         }
-        (self.default_action.clone(), last)
+        (None, last)
     }
 
     /// One try: a kept connection if there is a fresh one (a stale one
     /// that fails is replaced at once by a new one), else a new one.
-    async fn try_once(&self, wire: &str) -> Result<PolicyAction, PolicyError> {
+    async fn try_once(&self, wire: &str) -> Result<String, PolicyError> {
         let _slot = self.slots.acquire().await.expect("never closed");
         if let Some(mut conn) = self.take_idle() {
             if let Ok(action) = self.exchange(&mut conn, wire).await {
@@ -177,7 +195,7 @@ impl PolicyClient {
     }
 
     /// Writes the request and reads the reply up to its empty line.
-    async fn exchange(&self, conn: &mut Conn, wire: &str) -> Result<PolicyAction, PolicyError> {
+    async fn exchange(&self, conn: &mut Conn, wire: &str) -> Result<String, PolicyError> {
         let io = &mut conn.io;
         io.write_all(wire.as_bytes())
             .await
@@ -204,7 +222,7 @@ impl PolicyClient {
                 break;
             }
             if let Some(value) = text.strip_prefix("action=") {
-                action.get_or_insert_with(|| PolicyAction::parse(value));
+                action.get_or_insert_with(|| value.to_string());
             }
         }
         conn.used = Instant::now();

@@ -15,40 +15,11 @@
 //! Where Sluice differs on purpose, the case is listed in `DIFFERENT`
 //! with the reason (docs/CONFIG.md says more).
 
-use std::path::Path;
+mod more;
+mod run;
+mod sasl;
 
-use sluice::config::hop::NextHop;
-use sluice::config::Config;
-
-use crate::common::postfix::{Postfix, Reply};
-use crate::common::*;
-
-/// One conversation: the client's address, then lines; `HELO x`/`EHLO x`
-/// first. `DATA` sends a small message when answered 354. A line with
-/// `|` sends its parts in one write (pipelined) and reads as many replies.
-struct Conv {
-    from: &'static str,
-    lines: &'static [&'static str],
-}
-
-struct Setup {
-    name: &'static str,
-    files: &'static [(&'static str, &'static str)],
-    main_cf: &'static [(&'static str, &'static str)],
-    convs: &'static [Conv],
-}
-
-const fn c(from: &'static str, lines: &'static [&'static str]) -> Conv {
-    Conv { from, lines }
-}
-
-const OUT: &str = "127.0.0.7";
-const IN: &str = "127.0.0.1";
-
-const MAILBOXES: (&str, &str) = (
-    "mailboxes",
-    "user@local.test user/\nother@local.test other/\n",
-);
+use run::*;
 
 const ACCESS: (&str, &str) = (
     "access",
@@ -77,6 +48,8 @@ prep@ext.test PREPEND X-Test: yes
 warn@ext.test WARN looked
 hold@ext.test HOLD
 n421@ext.test 421 4.3.2 bye
+dsn@ext.test REJECT 5.7.9 with its own code
+dsn4@ext.test DEFER_IF_PERMIT 4.2.0 later
 ",
 );
 
@@ -392,7 +365,7 @@ const SETUPS: &[Setup] = &[
 ];
 
 /// Known, deliberate differences: (setup, conversation, line) and why.
-const DIFFERENT: &[(&str, usize, usize, &str)] = &[
+const DIFFERENT: &[Known] = &[
     (
         "helo",
         4,
@@ -416,166 +389,9 @@ const DIFFERENT: &[(&str, usize, usize, &str)] = &[
     ("helo", 7, 3, "the same"),
 ];
 
-/// `$config_directory` in Postfix's text is `dir` in Sluice's.
-fn sluice_of(setup: &Setup, dir: &Path) -> Config {
-    let mut cfg = config(dir, None);
-    cfg.smtpd.mynetworks = vec![net("127.0.0.1/32")];
-    cfg.smtpd.relay_domains = vec!["relay.test".parse().unwrap()];
-    cfg.transport.insert("*".into(), NextHop::Discard);
-    cfg.recipient_delimiter = "+".into();
-    cfg.local.domains = vec!["local.test".parse().unwrap()];
-    cfg.local.mailbox_table = Some("mailboxes".into());
-    let mut tc = sluice::config::tables::TableConfig::of_kind("text");
-    tc.path = Some(dir.join("mailboxes"));
-    cfg.tables.insert("mailboxes".into(), tc);
-    cfg.local.maildir_base = Some(dir.join("mail"));
-    let r = &mut cfg.restrictions;
-    r.relay = "permit_mynetworks, permit_sasl_authenticated, reject_unauth_destination".into();
-    r.helo_required = false;
-    let classes: Vec<String> = setup
-        .main_cf
-        .iter()
-        .find(|(k, _)| *k == "smtpd_restriction_classes")
-        .map(|(_, v)| {
-            v.split(|c: char| c == ',' || c.is_whitespace())
-                .filter(|s| !s.is_empty())
-                .map(String::from)
-                .collect()
-        })
-        .unwrap_or_default();
-    for (key, value) in setup.main_cf {
-        let value = value.replace("$config_directory", &dir.display().to_string());
-        match *key {
-            "smtpd_client_restrictions" => r.client = value,
-            "smtpd_helo_restrictions" => r.helo = value,
-            "smtpd_sender_restrictions" => r.sender = value,
-            "smtpd_relay_restrictions" => r.relay = value,
-            "smtpd_recipient_restrictions" => r.recipient = value,
-            "smtpd_data_restrictions" => r.data = value,
-            "smtpd_end_of_data_restrictions" => r.end_of_data = value,
-            "smtpd_delay_reject" => r.delay_reject = value == "yes",
-            "smtpd_sender_login_maps" => r.sender_login_maps = vec![value],
-            "smtpd_restriction_classes" => {}
-            class if classes.iter().any(|c| c == class) => {
-                r.classes.insert(class.to_string(), value);
-            }
-            other => panic!("no Sluice translation for {other}"),
-        }
-    }
-    cfg
-}
-
-fn postfix_of(setup: &Setup) -> Postfix {
-    let mut main: Vec<(&str, &str)> = vec![
-        ("mynetworks", "127.0.0.1/32"),
-        ("virtual_mailbox_domains", "local.test"),
-        (
-            "virtual_mailbox_maps",
-            "texthash:$config_directory/mailboxes",
-        ),
-        ("relay_domains", "relay.test"),
-        ("recipient_delimiter", "+"),
-        (
-            "smtpd_relay_restrictions",
-            "permit_mynetworks, permit_sasl_authenticated, reject_unauth_destination",
-        ),
-    ];
-    main.extend(setup.main_cf.iter().copied());
-    Postfix::start_with(setup.files, &main, "")
-}
-
-/// Every reply of one conversation, as (code, enhanced).
-async fn replay(addr: std::net::SocketAddr, conv: &Conv) -> Vec<Said> {
-    let (mut client, greeting) = Client::connect_from(conv.from, addr).await;
-    let mut out = vec![key(&greeting)];
-    for line in conv.lines {
-        if out.last().is_some_and(|s| s.code == 421 || s.code == 521) {
-            break;
-        }
-        let parts: Vec<&str> = line.split('|').collect();
-        let wire: String = parts.iter().map(|p| format!("{p}\r\n")).collect();
-        client.send(wire.as_bytes()).await;
-        for _ in &parts {
-            out.push(key(&client.reply().await));
-        }
-        if *line == "DATA" && out.last().is_some_and(|s| s.code == 354) {
-            client.send(b"Subject: t\r\n\r\nhello\r\n.\r\n").await;
-            out.push(key(&client.reply().await));
-        }
-    }
-    out
-}
-
-/// A reply: what is compared (code, enhanced code) and its text (shown
-/// when they differ).
-#[derive(Debug)]
-struct Said {
-    code: u16,
-    enhanced: Option<String>,
-    text: String,
-}
-
-impl PartialEq for Said {
-    fn eq(&self, other: &Said) -> bool {
-        (self.code, &self.enhanced) == (other.code, &other.enhanced)
-    }
-}
-
-fn key(raw: &str) -> Said {
-    let r = Reply::parse(raw);
-    Said {
-        code: r.code,
-        enhanced: r.enhanced,
-        text: r.text,
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restriction_lists_decide_as_postfix_does() {
-    let mut differences = Vec::new();
-    let mut compared = 0;
-    for setup in SETUPS {
-        let dir = temp_dir(&format!("restrict-{}", setup.name));
-        for (name, text) in setup.files {
-            std::fs::write(dir.join(name), text).unwrap();
-        }
-        let postfix = postfix_of(setup);
-        let (server, addr) = start(sluice_of(setup, &dir)).await;
-        for (i, conv) in setup.convs.iter().enumerate() {
-            let theirs = replay(postfix.addr, conv).await;
-            let ours = replay(addr, conv).await;
-            compared += 1;
-            for (step, (t, o)) in theirs.iter().zip(&ours).enumerate() {
-                let line = step
-                    .checked_sub(1)
-                    .and_then(|s| conv.lines.get(s))
-                    .copied()
-                    .unwrap_or("greeting");
-                if t != o
-                    && !DIFFERENT
-                        .iter()
-                        .any(|d| (d.0, d.1, d.2) == (setup.name, i, step))
-                {
-                    differences.push(format!(
-                        "{} #{i} from {} step {step} ({line}):\n  Postfix {} {:?} {}\n  Sluice  {} {:?} {}",
-                        setup.name, conv.from, t.code, t.enhanced, t.text, o.code, o.enhanced, o.text
-                    ));
-                }
-            }
-            if theirs.len() != ours.len() {
-                differences.push(format!(
-                    "{} #{i}: Postfix {theirs:?}\n  Sluice {ours:?}",
-                    setup.name
-                ));
-            }
-        }
-        drop(server);
-    }
-    assert!(compared >= 90, "{compared} conversations");
-    assert!(
-        differences.is_empty(),
-        "{} differences:\n{}",
-        differences.len(),
-        differences.join("\n")
-    );
+    let mut tally = Tally::default();
+    tally.plain(SETUPS, DIFFERENT).await;
+    tally.check(95);
 }

@@ -217,9 +217,9 @@ impl Display for Reject<'_> {
                 f,
                 "NOQUEUE: reject: RCPT from [{client_ip}]: {code} {dsn} <{to}>: Relay access denied ({why})"
             ),
-            Reject::UnknownUser { client_ip, to, table, .. } => write!(
+            Reject::UnknownUser { client_ip, to, table, code, dsn, .. } => write!(
                 f,
-                "NOQUEUE: reject: RCPT from [{client_ip}]: 550 5.1.1 <{to}>: User unknown in {table}"
+                "NOQUEUE: reject: RCPT from [{client_ip}]: {code} {dsn} <{to}>: User unknown in {table}"
             ),
             Reject::LookupFailed { client_ip, to, error, .. } => write!(
                 f,

@@ -47,7 +47,9 @@ pub(super) fn namaddr(name: &str, ip: IpAddr) -> String {
     format!("{name}[{ip}]")
 }
 
-/// `<name>: Class rejected: text`.
+/// `<name>: Class rejected: text`. The enhanced code's class is the
+/// reply's (a `450` for an unknown user is `4.1.1`, as Postfix's
+/// smtpd_check_reject makes it).
 pub fn reply(
     code: u16,
     enhanced: &str,
@@ -56,11 +58,33 @@ pub fn reply(
     text: &str,
     by: &'static str,
 ) -> Refusal {
+    let mut enhanced = enhanced.to_string();
+    if (400..600).contains(&code) && enhanced.is_char_boundary(1) {
+        enhanced.replace_range(0..1, &(code / 100).to_string());
+    }
     Refusal {
         code,
-        enhanced: enhanced.to_string(),
+        enhanced,
         text: format!("<{name}>: {class} rejected: {text}"),
         by,
+    }
+}
+
+/// A text's leading enhanced status code (`4.2.0 Greylisted`), else
+/// `default` (Postfix's dsn_split: class 2, 4 or 5, then 1-3 and 1-3
+/// digits, then a blank).
+pub(super) fn dsn_split<'a>(default: &'a str, text: &'a str) -> (&'a str, &'a str) {
+    let Some((first, rest)) = text.split_once(' ') else {
+        return (default, text);
+    };
+    let parts: Vec<&str> = first.split('.').collect();
+    let digits =
+        |p: &str, n: usize| (1..=n).contains(&p.len()) && p.bytes().all(|b| b.is_ascii_digit());
+    match parts.as_slice() {
+        [c, s, d] if matches!(*c, "2" | "4" | "5") && digits(s, 3) && digits(d, 3) => {
+            (first, rest.trim_start())
+        }
+        _ => (default, text),
     }
 }
 
@@ -145,6 +169,19 @@ pub(super) fn valid_helo(helo: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn leading_enhanced_codes() {
+        assert_eq!(
+            dsn_split("4.7.1", "4.2.0 Greylisted"),
+            ("4.2.0", "Greylisted")
+        );
+        assert_eq!(dsn_split("5.7.1", "5.7.9  two"), ("5.7.9", "two"));
+        assert_eq!(dsn_split("4.7.1", "Greylisted"), ("4.7.1", "Greylisted"));
+        assert_eq!(dsn_split("4.7.1", "4.2 x"), ("4.7.1", "4.2 x"));
+        assert_eq!(dsn_split("4.7.1", "3.2.1 x"), ("4.7.1", "3.2.1 x"));
+        assert_eq!(dsn_split("4.7.1", "4.2.1000 x"), ("4.7.1", "4.2.1000 x"));
+    }
 
     #[test]
     fn hostnames() {

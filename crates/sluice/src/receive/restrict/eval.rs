@@ -16,8 +16,8 @@
 use std::sync::Arc;
 
 use super::checks::{
-    config_error, fqdn_address, fqdn_host, is_literal, lookup_failed, namaddr, relay_denied, reply,
-    search, subject, valid_helo,
+    config_error, dsn_split, fqdn_address, fqdn_host, is_literal, lookup_failed, namaddr,
+    relay_denied, reply, search, subject, valid_helo,
 };
 use super::keys::{address_keys, client_address_keys, host_keys, AccessKey};
 use super::unverified::Verdict;
@@ -55,7 +55,12 @@ pub trait Env {
     /// configuration error).
     async fn unverified(&self, address: &str, recipient: bool) -> Option<Verdict>;
     /// The policy service's answer, as an access action.
-    async fn policy(&self, client: &PolicyClient, stage: Stage, facts: &Facts<'_>) -> Action;
+    async fn policy(
+        &self,
+        client: &PolicyClient,
+        stage: Stage,
+        facts: &Facts<'_>,
+    ) -> Result<Action, access::ActionError>;
 }
 
 /// Something a table asked for besides the decision (applied by the
@@ -121,17 +126,26 @@ impl<'r> Evaluation<'r> {
             self.defer_if_reject = None;
         }
         let mut frames = vec![(list.clone(), 0usize)];
-        let mut warn = false;
-        while let Some((list, at)) = frames.last_mut() {
+        // warn_if_reject: the depth it was set at. It covers the next
+        // restriction there, with every list that one nests (a class, a
+        // table's answer), as Postfix's state->warn_if_reject.
+        let mut warn: Option<usize> = None;
+        loop {
+            let depth = frames.len();
+            let Some((list, at)) = frames.last_mut() else {
+                break;
+            };
             let Some(r) = list.get(*at).cloned() else {
                 frames.pop();
+                // The restriction that nested this list is done.
+                warn = warn.filter(|w| *w < depth - 1);
                 continue;
             };
             *at += 1;
-            let warn_now = std::mem::take(&mut warn);
+            let warn_now = warn.is_some();
             let step = match &r {
                 Restriction::WarnIfReject => {
-                    warn = true;
+                    warn.get_or_insert(depth);
                     Step::Next
                 }
                 Restriction::Class(name) => match self.r.class(name) {
@@ -140,6 +154,9 @@ impl<'r> Evaluation<'r> {
                 },
                 _ => self.one(&r, stage, facts, env).await,
             };
+            if !matches!(r, Restriction::WarnIfReject) && !matches!(step, Step::Nested(_)) {
+                warn = warn.filter(|w| *w < depth);
+            }
             match step {
                 Step::Next => {}
                 Step::Permit => return None,
@@ -147,6 +164,12 @@ impl<'r> Evaluation<'r> {
                 Step::Nested(_) => return Some(config_error("restriction_class")),
                 Step::Refuse(refusal) if warn_now => self.effects.push(Effect::Warned(refusal)),
                 Step::Refuse(refusal) => return Some(self.refused(refusal)),
+            }
+            // Both pending: whatever follows ends in a deferral, and
+            // Postfix's generic_checks stops there (the list passes, so
+            // its defer_if_permit answers).
+            if self.defer_if_permit.is_some() && self.defer_if_reject.is_some() {
+                return None;
             }
         }
         None
@@ -252,7 +275,7 @@ impl<'r> Evaluation<'r> {
             Policy(client) => {
                 let action = env.policy(client, stage, f).await;
                 let (name, class) = subject(stage, f);
-                self.action(Ok(action), &name, class, by)
+                self.action(action, &name, class, by)
             }
             _ => Step::Next,
         }
@@ -345,7 +368,9 @@ impl<'r> Evaluation<'r> {
         };
         let text = match (check, f.sasl_user) {
             (LoginCheck::Unauthenticated, Some(_)) => return Step::Next,
-            (LoginCheck::Authenticated | LoginCheck::Known, None) => return Step::Next,
+            (LoginCheck::Authenticated, None) => return Step::Next,
+            // Known (as Both and Unauthenticated): a sender the map lists
+            // needs a login, as Postfix's reject_known_sender_login_mismatch.
             (_, None) if owners.is_some() => "not logged in".to_string(),
             (_, None) => return Step::Next,
             (check, Some(login)) => {
@@ -376,18 +401,23 @@ impl<'r> Evaluation<'r> {
         let parents = c.parent_domain_matches_subdomains;
         let by = keyword(&Restriction::Access(check, table.clone()));
         let (name, class, searches): (String, &str, Vec<Vec<AccessKey>>) = match check {
-            TableCheck::Client => {
-                let mut s = Vec::new();
-                if f.client_name != "unknown" {
-                    s.push(host_keys(f.client_name, parents));
-                }
-                s.push(client_address_keys(f.client_ip));
-                (namaddr(f.client_name, f.client_ip), "Client host", s)
-            }
-            TableCheck::ReverseClient if f.reverse_client_name != "unknown" => (
-                namaddr(f.reverse_client_name, f.client_ip),
+            // The name (`unknown` too, as Postfix's check_namadr_access),
+            // then the address and its networks.
+            TableCheck::Client => (
+                namaddr(f.client_name, f.client_ip),
                 "Client host",
-                vec![host_keys(f.reverse_client_name, parents)],
+                vec![
+                    host_keys(f.client_name, parents),
+                    client_address_keys(f.client_ip),
+                ],
+            ),
+            TableCheck::ReverseClient => (
+                f.reverse_client_name.to_string(),
+                "Unverified Client host",
+                vec![
+                    host_keys(f.reverse_client_name, parents),
+                    client_address_keys(f.client_ip),
+                ],
             ),
             TableCheck::Helo => match f.helo {
                 Some(h) => (h.to_string(), "Helo command", vec![host_keys(h, parents)]),
@@ -420,7 +450,6 @@ impl<'r> Evaluation<'r> {
                 ),
                 None => return Step::Next,
             },
-            TableCheck::ReverseClient => return Step::Next,
         };
         for keys in searches {
             let found = match search(table, &keys).await {
@@ -445,8 +474,10 @@ impl<'r> Evaluation<'r> {
         by: &'static str,
     ) -> Step {
         let c = &self.r.config;
-        // The reply with the table's text, or Postfix's when it gave none.
+        // The reply with the table's text (and the enhanced code it starts
+        // with, as Postfix's dsn_split), or Postfix's when it gave none.
         let say = |code: u16, enhanced: &str, text: &str, default: &str| {
+            let (enhanced, text) = dsn_split(enhanced, text);
             let text = if text.is_empty() { default } else { text };
             reply(code, enhanced, name, class, text, by)
         };

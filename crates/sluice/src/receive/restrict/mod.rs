@@ -27,6 +27,8 @@ mod checks;
 pub mod eval;
 mod keys;
 pub mod parse;
+#[cfg(test)]
+mod tests;
 pub mod unverified;
 
 use std::net::IpAddr;

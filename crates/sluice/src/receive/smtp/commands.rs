@@ -365,7 +365,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         {
             match ctx.mailboxes.relay_recipient_known(&address).await {
                 Ok(true) => {}
-                Ok(false) => return self.unknown_user(&address, "relay recipient table"),
+                Ok(false) => {
+                    let code = ctx.restrictions.config.unknown_relay_recipient_reject_code;
+                    return self.unknown_user(&address, "relay recipient table", code);
+                }
                 Err(err) => return self.lookup_failed(&address, &err.to_string()),
             }
         }
@@ -408,30 +411,39 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     to: address.as_str().into(),
                 });
             }
-            Resolution::Unknown => return self.unknown_user(&address, "virtual mailbox table"),
+            Resolution::Unknown => {
+                let code = ctx.restrictions.config.unknown_virtual_mailbox_reject_code;
+                return self.unknown_user(&address, "virtual mailbox table", code);
+            }
         }
         self.reply("250 2.1.5 Ok");
         Next::Continue
     }
 
-    /// `550 5.1.1 User unknown`, logged and counted as an error.
-    fn unknown_user(&mut self, address: &str, table: &str) -> Next {
+    /// `550 5.1.1 User unknown` (Postfix's smtpd_reject_unlisted_recipient,
+    /// with its `unknown_*_reject_code`: a `450` is `4.1.1`), logged; a
+    /// `5XX` is counted as an error.
+    fn unknown_user(&mut self, address: &str, table: &str, code: u16) -> Next {
         metrics::counter!("sluice_messages_rejected_total", "reason" => "unknown_user")
             .increment(1);
         let ip = self.peer.ip();
+        let dsn = format!("{}.1.1", code / 100);
         self.ctx.logger.emit(&Event::Reject(Reject::UnknownUser {
             stage: "rcpt".into(),
             client_ip: ip,
             to: address.into(),
-            code: 550,
-            dsn: "5.1.1".into(),
+            code,
+            dsn: dsn.as_str().into(),
             cause: "unknown_user".into(),
             table: table.into(),
         }));
         self.reply_fmt(format_args!(
-            "550 5.1.1 <{address}>: Recipient address rejected: User unknown in {table}"
+            "{code} {dsn} <{address}>: Recipient address rejected: User unknown in {table}"
         ));
-        self.error_counted()
+        match code >= 500 {
+            true => self.error_counted(),
+            false => Next::Continue,
+        }
     }
 
     /// `451 4.3.0`: a table could not answer; never a 5xx.
@@ -464,8 +476,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         if txn.recipients.is_empty() && !txn.has_discarded {
             return self.refuse_data("554 5.5.1 Error: no valid recipients");
         }
+        // A refusal by the DATA list keeps the transaction, as Postfix's
+        // (MAIL again is a nested MAIL; RSET ends it).
         if let Err(next) = self.restrict_data(false).await {
-            self.txn = None;
             return self.data_refused(next);
         }
         if let Verdict::Refused(next) = self.delegate(PolicyStage::Data, None).await {

@@ -16,7 +16,6 @@
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::session::{Next, Session};
-use crate::config::services::PolicyAction;
 use crate::deliver::verify::Kind;
 use crate::log::{Event, Qid, Reject};
 use crate::message::address::domain_of;
@@ -107,7 +106,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Env for SessionEnv<'_, S> {
         Some(verdict(&status, kind, address, verifier.settings()))
     }
 
-    async fn policy(&self, client: &PolicyClient, stage: Stage, facts: &Facts<'_>) -> Action {
+    async fn policy(
+        &self,
+        client: &PolicyClient,
+        stage: Stage,
+        facts: &Facts<'_>,
+    ) -> Result<Action, access::ActionError> {
         let state = match stage {
             Stage::Data => "DATA",
             Stage::EndOfData => "END-OF-MESSAGE",
@@ -117,29 +121,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Env for SessionEnv<'_, S> {
             _ => "CONNECT",
         };
         let request = self.s.policy_request(state, facts.recipient);
-        let (answer, _failed) = client.ask(&request).await;
-        let default = &self.s.ctx.config.smtpd.policy_service_default_action;
-        as_action(answer).unwrap_or_else(|| as_action(default.clone()).unwrap_or(Action::Dunno))
+        // Read as an access table's answer, as Postfix does: a
+        // DEFER_IF_PERMIT waits for the end of the lists (a later
+        // refusal wins), and a text's own enhanced code is kept.
+        let (answer, _failed) = client.ask_access(&request).await;
+        access::parse(&answer)
     }
-}
-
-/// A policy service's answer as an access action (None: one Sluice does
-/// not apply, for which the default action stands).
-fn as_action(answer: PolicyAction) -> Option<Action> {
-    Some(match answer {
-        PolicyAction::Dunno => Action::Dunno,
-        PolicyAction::Ok => Action::Ok,
-        PolicyAction::Reject(r) | PolicyAction::Defer(r) => Action::Reply(access::Reply {
-            code: r.code,
-            enhanced: r.status.map(|s| s.to_string()),
-            text: r.text.to_string(),
-        }),
-        PolicyAction::DeferIfReject => Action::DeferIfReject(String::new()),
-        PolicyAction::Prepend(h) => Action::Prepend(h),
-        PolicyAction::Discard(t) => Action::Discard(t),
-        PolicyAction::Log(t) => Action::Warn(t),
-        PolicyAction::Unsupported(_) => return None,
-    })
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
@@ -187,10 +174,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             let facts = self.facts(recipient);
             let mut refused = None;
             for stage in stages {
+                // An empty list too: starting the relay list ends the
+                // sender list's defer_if_reject (Postfix's RCPT check
+                // starts afresh).
                 let list = lists.get(*stage);
-                if list.is_empty() {
-                    continue;
-                }
                 if let Some(r) = eval.list(*stage, list, &facts, &env).await {
                     refused = Some(r);
                     break;

@@ -205,6 +205,13 @@ pub struct AuthServer {
 
 impl AuthServer {
     pub fn start(test_dir: &Path, users: &[(&str, &str)]) -> AuthServer {
+        AuthServer::start_with(test_dir, users, "")
+    }
+
+    /// As [`AuthServer::start`], with `extra` settings added to its
+    /// configuration (`disable_plaintext_auth = no` for a client that
+    /// sends PLAIN from another loopback address without TLS).
+    pub fn start_with(test_dir: &Path, users: &[(&str, &str)], extra: &str) -> AuthServer {
         super::ensure_package(BIN, "dovecot-core");
         let dir = test_dir.join("dovecot");
         for sub in ["run", "state"] {
@@ -225,7 +232,8 @@ impl AuthServer {
              auth_failure_delay = 0\nauth_verbose = yes\n\
              passdb {{\n  driver = passwd-file\n  args = {d}/users\n}}\n\
              service auth {{\n  unix_listener auth-client {{\n    mode = 0666\n  }}\n}}\n\
-             service anvil {{\n  chroot =\n  unix_listener anvil-auth-penalty {{\n    mode = 0\n  }}\n}}\n"
+             service anvil {{\n  chroot =\n  unix_listener anvil-auth-penalty {{\n    mode = 0\n  }}\n}}\n\
+             {extra}\n"
         );
         std::fs::write(dir.join("dovecot.conf"), conf).unwrap();
         let child = Command::new(BIN)

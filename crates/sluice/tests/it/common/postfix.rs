@@ -129,6 +129,8 @@ fn base_main_cf(dir: &Path) -> Vec<(String, String)> {
 pub struct Postfix {
     /// Where its SMTP server listens (on 127.0.0.1).
     pub addr: SocketAddr,
+    /// The listeners of [`Postfix::start_listening`]'s services, in order.
+    pub listeners: Vec<SocketAddr>,
     dir: TestDir,
 }
 
@@ -147,7 +149,20 @@ impl Postfix {
         main_cf_extra: &[(&str, &str)],
         master_extra: &str,
     ) -> Postfix {
-        Postfix::start_resolving(files, main_cf_extra, master_extra, None)
+        Postfix::start_full(files, main_cf_extra, master_extra, None, &[])
+    }
+
+    /// As [`Postfix::start_with`], with more listeners: each of
+    /// `services` is the command of one more `inet` service (`smtpd -o
+    /// { smtpd_recipient_restrictions = reject }`) on a port of its own,
+    /// in [`Postfix::listeners`].
+    pub fn start_listening(
+        files: &[(&str, &str)],
+        main_cf_extra: &[(&str, &str)],
+        master_extra: &str,
+        services: &[&str],
+    ) -> Postfix {
+        Postfix::start_full(files, main_cf_extra, master_extra, None, services)
     }
 
     /// As [`Postfix::start_with`]; with `dns`, the resolver's files and
@@ -158,6 +173,16 @@ impl Postfix {
         master_extra: &str,
         dns: Option<(IpAddr, Option<&Netns>)>,
     ) -> Postfix {
+        Postfix::start_full(files, main_cf_extra, master_extra, dns, &[])
+    }
+
+    fn start_full(
+        files: &[(&str, &str)],
+        main_cf_extra: &[(&str, &str)],
+        master_extra: &str,
+        dns: Option<(IpAddr, Option<&Netns>)>,
+        services: &[&str],
+    ) -> Postfix {
         ensure_package("/usr/sbin/postfix", "postfix");
         let dir = temp_dir("postfix");
         prepare(&dir, files, main_cf_extra);
@@ -166,8 +191,14 @@ impl Postfix {
         }
         for _attempt in 0..5 {
             let port = free_port();
+            let ports: Vec<u16> = services.iter().map(|_| free_port()).collect();
+            let more: String = services
+                .iter()
+                .zip(&ports)
+                .map(|(cmd, p)| format!("127.0.0.1:{p} inet n - n - - {cmd}\n"))
+                .collect();
             let master =
-                format!("127.0.0.1:{port} inet n - n - - smtpd\n{MASTER_CF}{master_extra}\n");
+                format!("127.0.0.1:{port} inet n - n - - smtpd\n{more}{MASTER_CF}{master_extra}\n");
             write_settled(&dir.join("master.cf"), &master);
             run(&dir, "check");
             let (ok, output) = match dns {
@@ -176,7 +207,15 @@ impl Postfix {
             };
             if ok {
                 let addr = SocketAddr::from(([127, 0, 0, 1], port));
-                return Postfix { addr, dir };
+                let listeners = ports
+                    .iter()
+                    .map(|p| SocketAddr::from(([127, 0, 0, 1], *p)))
+                    .collect();
+                return Postfix {
+                    addr,
+                    listeners,
+                    dir,
+                };
             }
             let log = read_maillog(&dir);
             assert!(
