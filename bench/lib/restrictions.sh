@@ -15,7 +15,7 @@
 # with mynetworks = 127.0.0.2/32, so the generator (127.0.0.1) is a
 # stranger and every check runs. DNS: an nsd of the benchmark's own on
 # 127.0.0.1:53 serves gen.bench (the sender's domain: an MX and its
-# address) and rbl.bench (lists nothing: every query is NXDOMAIN). Sluice
+# address; sender.example likewise, the smoke test's) and rbl.bench (lists nothing: every query is NXDOMAIN). Sluice
 # asks it through [dns]; Postfix through a resolv.conf bind-mounted in a
 # private mount namespace (the machine's is untouched). Nothing leaves
 # 127.0.0.0/8. Sluice's per-client connection limit is lifted (Postfix
@@ -51,6 +51,8 @@ restrictions_setup() {
 @ SOA ns.bench. hostmaster.bench. 1 3600 600 86400 3600
 @ NS ns.bench.'
     printf '%s\n@ MX 10 mx\nmx A 127.0.0.9\n' "$soa" >"$d/gen.bench.zone"
+    # The smoke test's sender (check@sender.example) must pass too.
+    printf '%s\n@ MX 10 mx\nmx A 127.0.0.9\n' "$soa" >"$d/sender.example.zone"
     printf '%s\n' "$soa" >"$d/rbl.bench.zone"
     cat >"$d/nsd.conf" <<EOF
 server:
@@ -64,6 +66,9 @@ server:
   xfrdfile: "$d/xfrd.state"
   logfile: "$d/nsd.log"
   server-count: 1
+  # No response rate limiting (nsd's default, 200 a second per client,
+  # drops Postfix's uncached queries under load: "Domain not found").
+  rrl-ratelimit: 0
 remote-control:
   control-enable: no
 zone:
@@ -72,6 +77,9 @@ zone:
 zone:
   name: "rbl.bench"
   zonefile: "$d/rbl.bench.zone"
+zone:
+  name: "sender.example"
+  zonefile: "$d/sender.example.zone"
 EOF
     /usr/sbin/nsd -d -c "$d/nsd.conf" 2>"$d/nsd.err" &
     RS_NSD_PID=$!
