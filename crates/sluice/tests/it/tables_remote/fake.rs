@@ -115,6 +115,28 @@ pub struct Recorded {
     pub requests: Vec<Vec<u8>>,
     /// Connections accepted.
     pub accepted: usize,
+    /// Connections open now (as the server has seen them end) ...
+    pub open: usize,
+    /// ... and the most open at once since the last `take`.
+    pub peak_open: usize,
+}
+
+impl Recorded {
+    fn opened(&mut self) {
+        self.accepted += 1;
+        self.open += 1;
+        self.peak_open = self.peak_open.max(self.open);
+    }
+}
+
+/// Serves one connection, counting it open until it ends.
+async fn counted<S: AsyncRead + AsyncWrite + Unpin>(
+    s: S,
+    protocol: Protocol,
+    log: Arc<Mutex<Recorded>>,
+) {
+    serve(s, protocol, log.clone()).await;
+    log.lock().unwrap().open -= 1;
 }
 
 #[derive(Clone, Copy)]
@@ -158,8 +180,8 @@ impl Fake {
         let l = log.clone();
         let task = tokio::spawn(async move {
             while let Ok((s, _)) = listener.accept().await {
-                l.lock().unwrap().accepted += 1;
-                tokio::spawn(serve(s, protocol, l.clone()));
+                l.lock().unwrap().opened();
+                tokio::spawn(counted(s, protocol, l.clone()));
             }
         });
         Fake {
@@ -178,8 +200,8 @@ impl Fake {
         let l = log.clone();
         let task = tokio::spawn(async move {
             while let Ok((s, _)) = listener.accept().await {
-                l.lock().unwrap().accepted += 1;
-                tokio::spawn(serve(s, Protocol::Socketmap, l.clone()));
+                l.lock().unwrap().opened();
+                tokio::spawn(counted(s, Protocol::Socketmap, l.clone()));
             }
         });
         Fake {
@@ -192,7 +214,12 @@ impl Fake {
 
     /// What was received since the last call.
     pub fn take(&self) -> Recorded {
-        std::mem::take(&mut *self.log.lock().unwrap())
+        let mut log = self.log.lock().unwrap();
+        let open = log.open;
+        let taken = std::mem::take(&mut *log);
+        log.open = open;
+        log.peak_open = open;
+        taken
     }
 
     /// The requests received since the last call, as text for readable
