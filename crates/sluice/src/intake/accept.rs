@@ -28,11 +28,18 @@ pub(super) async fn run(intake: &Intake, mut sub: Submission) -> Result<Accepted
         true => Box::pin(filter(intake, &mut sub)).await,
     };
     let mut held = None;
+    let mut cause = "milter";
+    if let Some(reason) = sub.hold.take() {
+        sub.flags |= crate::message::flags::QUARANTINE;
+        held = Some(reason);
+        cause = "access";
+    }
     match verdict {
         Verdict::Pass => {}
         Verdict::Hold(reason) => {
             sub.flags |= crate::message::flags::QUARANTINE;
             held = Some(reason);
+            cause = "milter";
         }
         Verdict::Discard => {
             intake.logger.emit(&Event::MilterDiscard {
@@ -75,7 +82,7 @@ pub(super) async fn run(intake: &Intake, mut sub: Submission) -> Result<Accepted
     if let (Ok(Accepted::Queued(id)), Some(reason)) = (&stored, held) {
         intake.logger.emit(&Event::Hold {
             queue_id: Qid(*id),
-            cause: "milter".into(),
+            cause: cause.into(),
             reason: reason.as_str().into(),
         });
     }
@@ -295,6 +302,7 @@ async fn store(intake: &Intake, sub: Submission) -> Result<Accepted, Refusal> {
         dsn,
         body,
         flaws: _,
+        hold: _,
     } = sub;
     let orig_rcpt = line_up(&recipients, &orig_rcpt);
     let envelope = sluice_spool::Envelope {

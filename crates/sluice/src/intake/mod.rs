@@ -125,6 +125,9 @@ pub struct Submission {
     /// What the door found reading the body (SMTP DATA); `None`: the
     /// intake scans it.
     pub flaws: Option<DataFlaws>,
+    /// The door's restrictions asked to hold the message (an access
+    /// table's `HOLD`): queued on hold, with this reason.
+    pub hold: Option<String>,
 }
 
 /// A message taken.

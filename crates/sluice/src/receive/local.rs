@@ -213,6 +213,7 @@ impl Submitter {
             dsn: None,
             body: message,
             flaws: None,
+            hold: None,
         };
         match self.intake.accept(submission).await {
             Ok(Accepted::Queued(id)) => Ok(Submitted {

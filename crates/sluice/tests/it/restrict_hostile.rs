@@ -108,3 +108,77 @@ async fn a_table_that_cannot_answer_is_a_temporary_failure() {
     drop(server);
     drop(down);
 }
+
+/// `HOLD` in an access table, as Postfix: the message is taken (`250`)
+/// and queued on hold, not delivered; another message of the same
+/// session, without the held recipient, is delivered. Postfix says so
+/// in its log (`NOQUEUE: hold: RCPT …`, the message never active);
+/// Sluice in a typed `hold` event with cause `access` (and no delivery).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hold_holds_the_message_as_postfix_does() {
+    use crate::common::postfix::Postfix;
+    const TABLE: &str = "held@ours.test HOLD for review\n";
+    let postfix = Postfix::start_with(
+        &[("access", TABLE)],
+        &[
+            ("relay_domains", "ours.test"),
+            (
+                "smtpd_recipient_restrictions",
+                "check_recipient_access texthash:$config_directory/access, permit",
+            ),
+        ],
+        "",
+    );
+    let mut s = postfix.session().await;
+    let held = s.send("a@ext.test", &["held@ours.test".into()]).await;
+    let free = s.send("a@ext.test", &["free@ours.test".into()]).await;
+    let (held_id, free_id) = (held.queue_id.unwrap(), free.queue_id.unwrap());
+    let done = postfix.wait_done(std::slice::from_ref(&free_id), 30).await;
+    assert_eq!(done.len(), 1, "{}", postfix.maillog());
+    let log = postfix.maillog();
+    assert!(
+        log.contains("NOQUEUE: hold: RCPT from")
+            && log.contains("<held@ours.test>: Recipient address for review"),
+        "{log}"
+    );
+    // Held: never taken into the active queue.
+    assert!(!log.contains(&format!("{held_id}: from=")), "{log}");
+    assert!(postfix.deliveries().iter().all(|d| d.queue_id != held_id));
+
+    let dir = temp_dir("restrict-hold");
+    std::fs::write(dir.join("access"), TABLE).unwrap();
+    let sink = recording_sink().await;
+    let mut cfg = untrusted_config(&dir, Some(sink.addr));
+    cfg.restrictions.recipient = format!(
+        "check_recipient_access texthash:{}, permit",
+        dir.join("access").display()
+    );
+    let (server, addr) = start(cfg).await;
+    let mut c = Client::ready(addr).await;
+    let held = c
+        .message("a@ext.test", &["held@ours.test"], &body("held"))
+        .await;
+    let free = c
+        .message("a@ext.test", &["free@ours.test"], &body("free"))
+        .await;
+    assert!(
+        held.starts_with("250 ") && free.starts_with("250 "),
+        "{held} {free}"
+    );
+    let (held_id, free_id) = (qid_of(&held), qid_of(&free));
+    let sent = wait_event(30, &dir, "delivery", |e| e["queue_id"] == free_id.as_str()).await;
+    assert!(sent, "the other message is delivered");
+    let holds = events_named(&dir, "hold");
+    assert!(
+        holds
+            .iter()
+            .any(|e| e["queue_id"] == held_id.as_str() && e["cause"] == "access"),
+        "{holds:?}"
+    );
+    let delivered = events_named(&dir, "delivery");
+    assert!(
+        delivered.iter().all(|e| e["queue_id"] != held_id.as_str()),
+        "{delivered:?}"
+    );
+    drop(server);
+}

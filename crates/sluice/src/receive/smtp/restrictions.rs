@@ -273,7 +273,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                         txn.discard = true;
                     }
                 }
-                Effect::Hold(t) | Effect::Filter(t) | Effect::Redirect(t) | Effect::Bcc(t) => {
+                Effect::Hold(t) => {
+                    // Postfix's text when the table gave none.
+                    let reason = match t.is_empty() {
+                        true => "held by an access table".to_string(),
+                        false => t,
+                    };
+                    if let Some(txn) = self.txn.as_mut() {
+                        txn.hold.get_or_insert(reason);
+                    }
+                }
+                Effect::Filter(t) | Effect::Redirect(t) | Effect::Bcc(t) => {
                     self.ctx.logger.emit(&Event::PolicyUnsupported {
                         queue_id: Qid(id),
                         client_ip: ip,

@@ -62,6 +62,9 @@ pub(super) struct Transaction {
     pub prepend: Vec<String>,
     /// A policy service said `DISCARD`: accept, then drop the message.
     pub discard: bool,
+    /// An access table said `HOLD`: the message is queued on hold, with
+    /// this reason (Postfix's hold queue).
+    pub hold: Option<String>,
     /// Length of our Received: field at the start of `body`.
     trace_len: usize,
 }
@@ -83,6 +86,7 @@ impl Transaction {
             dsn_given: false,
             prepend: Vec::new(),
             discard: false,
+            hold: None,
             trace_len: 0,
         }
     }
@@ -294,6 +298,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 .then(|| Box::new(std::mem::take(&mut txn.dsn))),
             body: std::mem::take(&mut txn.body),
             flaws: Some(flaws),
+            hold: txn.hold.take(),
         };
         // Its share of the body-memory budget is held until the intake has
         // stored the message: a body waiting on a slow filter or a shadow

@@ -73,6 +73,7 @@ pub async fn store(
             dsn: None,
             body: report.message.clone(),
             flaws: None,
+            hold: None,
         };
         match intake.accept(notice).await {
             Ok(_) => {
