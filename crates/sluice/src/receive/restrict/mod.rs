@@ -26,6 +26,7 @@ pub mod build;
 mod checks;
 pub mod eval;
 mod keys;
+mod outside;
 pub mod parse;
 #[cfg(test)]
 mod tests;
