@@ -16,6 +16,7 @@ pub mod opendkim;
 pub mod pebble;
 pub mod postfix;
 pub mod postfix_dns;
+mod postfix_log;
 pub mod postgres;
 pub mod postgrey;
 pub mod postsrsd;
