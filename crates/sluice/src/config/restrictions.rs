@@ -80,7 +80,6 @@ pub struct RestrictionsConfig {
     pub unknown_hostname_reject_code: u16,
     pub maps_rbl_reject_code: u16,
     pub multi_recipient_bounce_reject_code: u16,
-    pub unknown_local_recipient_reject_code: u16,
     pub unknown_virtual_mailbox_reject_code: u16,
     pub unknown_relay_recipient_reject_code: u16,
 }
@@ -115,7 +114,6 @@ impl Default for RestrictionsConfig {
             unknown_hostname_reject_code: 450,
             maps_rbl_reject_code: 554,
             multi_recipient_bounce_reject_code: 550,
-            unknown_local_recipient_reject_code: 550,
             unknown_virtual_mailbox_reject_code: 550,
             unknown_relay_recipient_reject_code: 550,
         }
@@ -142,7 +140,7 @@ pub struct ListOverrides {
 
 impl RestrictionsConfig {
     /// Each code that must be a 4XX or 5XX reply, with its name.
-    pub fn codes(&self) -> [(&'static str, u16); 15] {
+    pub fn codes(&self) -> [(&'static str, u16); 14] {
         [
             ("reject_code", self.reject_code),
             ("defer_code", self.defer_code),
@@ -170,10 +168,6 @@ impl RestrictionsConfig {
             (
                 "multi_recipient_bounce_reject_code",
                 self.multi_recipient_bounce_reject_code,
-            ),
-            (
-                "unknown_local_recipient_reject_code",
-                self.unknown_local_recipient_reject_code,
             ),
             (
                 "unknown_virtual_mailbox_reject_code",
