@@ -1,6 +1,6 @@
 //! [`Intake::accept`], step by step: the body checks and our trace, the
 //! hop limit, forged Authentication-Results in our name removed, the
-//! content filters, then signing (trusted origins) or sender authentication
+//! content filters, the sender limits, then signing (trusted origins) or sender authentication
 //! (strangers on a `sender_auth` listener), then the spool and the queue.
 
 use std::sync::Arc;
@@ -58,6 +58,15 @@ pub(super) async fn run(intake: &Intake, mut sub: Submission) -> Result<Accepted
             queue_id: Qid(sub.id),
         });
         return Ok(Accepted::Discarded(sub.id));
+    }
+    if intake.config.sender_limits.any() {
+        if let Some(reason) = super::limits::check(intake, &*intake.limits, &sub).await {
+            use crate::message::flags::{LIMITED, QUARANTINE};
+            sub.flags |= QUARANTINE | LIMITED;
+            if held.is_none() {
+                (held, cause) = (Some(reason), "limit");
+            }
+        }
     }
     let on_top = match &sub.origin {
         Origin::Smtp(c) if !(c.trusted || c.authenticated) => {
@@ -313,6 +322,7 @@ async fn store(intake: &Intake, sub: Submission) -> Result<Accepted, Refusal> {
         flags,
         dsn,
         orig_rcpt,
+        login: origin.login().unwrap_or_default().to_string(),
     };
     let body = Arc::new(body);
     match intake.commit(&envelope, &body, Entry::Accepted).await {

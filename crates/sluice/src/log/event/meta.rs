@@ -88,6 +88,9 @@ impl Event<'_> {
             MilterDiscard { .. }
             | NoRecipientsLeft { .. }
             | Hold { .. }
+            | LimitCrossed { .. }
+            | LimitReleased { .. }
+            | LimitsAlone { .. }
             | MilterFailed { .. }
             | DkimNotSigned { .. }
             | DkimLoop { .. }
@@ -160,6 +163,7 @@ impl Event<'_> {
             | MilterDiscard { queue_id }
             | NoRecipientsLeft { queue_id }
             | Hold { queue_id, .. }
+            | LimitCrossed { queue_id, .. }
             | MilterFailed { queue_id, .. }
             | DkimNotSigned { queue_id, .. }
             | DkimLoop { queue_id, .. }
