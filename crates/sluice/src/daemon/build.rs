@@ -436,6 +436,7 @@ impl Parts {
             milters: crate::intake::milter::Filters::from_config(&self.config),
             flow: queue.flow(),
             store: super::cluster::storage(spool, self.shadow.as_ref(), logger),
+            sender_login: self.restrictions.sender_login.clone(),
         })
     }
 

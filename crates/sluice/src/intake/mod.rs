@@ -16,7 +16,9 @@
 //!   authenticated client, a mynetworks client, a local user, our own
 //!   notices), never a message that already passed through us unless its
 //!   submitter authenticated — a loop never turns hostile mail into signed
-//!   mail;
+//!   mail; an ordinary local account's mail only for a From: it owns (its
+//!   login@hostname, or what the sender login map gives it:
+//!   `local_sign.rs`);
 //! - the spool write (synced before `Ok`) through the [`store::Store`]
 //!   the daemon chose (the local spool, or one that also mirrors on a
 //!   cluster peer), the log line with the queue ID, and the hand-off to the
@@ -155,10 +157,14 @@ pub struct Intake {
     /// Where accepted messages are written: `spool` alone, or mirrored on
     /// a cluster peer too (`[cluster] shadow`), as the daemon chose.
     pub store: store::Storage,
+    /// `[restrictions] sender_login_maps`, as the restriction lists built
+    /// them: which local accounts' From: we sign (`local_sign.rs`).
+    pub sender_login: Vec<Arc<crate::tables::Table>>,
 }
 
 mod accept;
 mod adopt;
+mod local_sign;
 pub use adopt::ClaimedCopy;
 
 impl Intake {

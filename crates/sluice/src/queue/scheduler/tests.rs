@@ -61,6 +61,7 @@ fn intake(config: &Config, spool: &Spool, queue: &QueueHandle) -> Arc<crate::int
         store: crate::intake::store::Storage::Local(crate::intake::store::LocalSpool::new(
             spool.clone(),
         )),
+        sender_login: Vec::new(),
     })
 }
 
