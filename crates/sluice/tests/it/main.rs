@@ -58,6 +58,7 @@ mod restrict_hostile;
 mod rollup;
 mod sasl_dovecot;
 mod sender_auth;
+mod sender_limits;
 mod sendmail;
 mod session;
 mod shadow;

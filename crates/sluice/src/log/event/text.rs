@@ -339,7 +339,14 @@ impl Event<'_> {
             NoRecipientsLeft { queue_id } => {
                 write!(f, "{queue_id}: discarded (no recipients left)")
             }
-            Hold { queue_id, reason, .. } => write!(f, "{queue_id}: milter-hold: {reason}"),
+            Hold {
+                queue_id,
+                cause,
+                reason,
+            } if cause == "milter" => write!(f, "{queue_id}: milter-hold: {reason}"),
+            Hold {
+                queue_id, reason, ..
+            } => write!(f, "{queue_id}: hold: {reason}"),
             LimitCrossed {
                 queue_id,
                 kind,
