@@ -136,8 +136,8 @@ fn same(a: &Config, b: &Config, key: fn(&Config) -> String) -> bool {
 
 fn tables_key(c: &Config) -> String {
     format!(
-        "{:?}{:?}{:?}{:?}{:?}",
-        c.local, c.tables, c.auth, c.smtpd.relay_recipient_table, c.data_dir
+        "{:?}{:?}{:?}{:?}{:?}{:?}",
+        c.local, c.tables, c.auth, c.smtpd.relay_recipient_table, c.data_dir, c.recipient_delimiter
     )
 }
 
@@ -192,14 +192,17 @@ impl Parts {
         let kept = |key: fn(&Config) -> String| previous.filter(|p| same(&p.config, &config, key));
         let mailboxes = match kept(tables_key) {
             Some(p) => p.mailboxes.clone(),
-            None => Arc::new(VirtualMailboxes::build(
-                &config.local,
-                &config.smtpd.relay_recipient_table,
-                &config.auth.table,
-                &config.tables,
-                &config.data_dir,
-                logger,
-            )?),
+            None => Arc::new(
+                VirtualMailboxes::build(
+                    &config.local,
+                    &config.smtpd.relay_recipient_table,
+                    &config.auth.table,
+                    &config.tables,
+                    &config.data_dir,
+                    logger,
+                )?
+                .with_delimiters(&config.recipient_delimiter),
+            ),
         };
         let router = router(&config, &mailboxes);
         // Rebuilt at every reload (its tables are re-read as the lists'
@@ -477,14 +480,17 @@ fn router(config: &Config, mailboxes: &VirtualMailboxes) -> Router {
 /// What decides where an address goes, built as `serve` builds it, for
 /// `sluice address`: the local domains with their tables, and the router.
 pub fn routing(config: &Config) -> Result<(Arc<VirtualMailboxes>, Router), BuildError> {
-    let mailboxes = Arc::new(VirtualMailboxes::build(
-        &config.local,
-        &config.smtpd.relay_recipient_table,
-        &config.auth.table,
-        &config.tables,
-        &config.data_dir,
-        &Logger::disabled(),
-    )?);
+    let mailboxes = Arc::new(
+        VirtualMailboxes::build(
+            &config.local,
+            &config.smtpd.relay_recipient_table,
+            &config.auth.table,
+            &config.tables,
+            &config.data_dir,
+            &Logger::disabled(),
+        )?
+        .with_delimiters(&config.recipient_delimiter),
+    );
     let router = router(config, &mailboxes);
     Ok((mailboxes, router))
 }

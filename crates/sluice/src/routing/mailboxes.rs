@@ -7,8 +7,21 @@
 //! exist in the mailbox table. Unknown → `550 5.1.1`; a table that cannot
 //! answer → `451 4.3.0` (never a 550 for a directory problem).
 //!
+//! Address extensions (`recipient_delimiter`, Postfix's plus-addressing):
+//! `user+ext@domain` is looked up as itself, then as `user@domain` (the
+//! keys of `tables::search`, pattern tables asked for the full address
+//! only). An alias found without the extension passes it on to its
+//! targets (`team+x` → `a+x`, as Postfix's
+//! `propagate_unmatched_extensions`); a mailbox found without it keeps
+//! the recipient as given, and its mail goes to the Maildir++ folder
+//! `.ext` when that folder already exists ([`folder_of`]), else to the
+//! inbox.
+//!
 //! Trust: table values (paths, alias targets) are the operator's; the
-//! address is the client's and is never used as a path without cleaning.
+//! address is the client's and is never used as a path without cleaning
+//! (an extension names a folder only if it is a plain name and the folder
+//! is a real directory already there: a client never creates one, nor
+//! climbs out of the mailbox).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -19,7 +32,7 @@ use crate::config::tables::TableConfig;
 use crate::log::Logger;
 use crate::message::address::domain_of;
 use crate::routing::domains::{LocalDomains, RoutingError};
-use crate::tables::search::Rules;
+use crate::tables::search::{self, Rules};
 use crate::tables::{LookupError, Table};
 
 /// What an address in a local domain resolves to.
@@ -46,6 +59,8 @@ pub struct VirtualMailboxes {
     credentials: Option<Arc<Table>>,
     base: PathBuf,
     template: String,
+    /// `recipient_delimiter` ("" for none).
+    delimiters: String,
 }
 
 impl VirtualMailboxes {
@@ -93,7 +108,48 @@ impl VirtualMailboxes {
                 .clone()
                 .unwrap_or_else(|| data_dir.join("mail")),
             template: config.maildir_template.clone(),
+            delimiters: String::new(),
         })
+    }
+
+    /// With address extensions split at any of `delimiters`
+    /// (`recipient_delimiter`).
+    pub fn with_delimiters(mut self, delimiters: &str) -> VirtualMailboxes {
+        self.delimiters = delimiters.to_string();
+        self
+    }
+
+    fn rules(&self) -> Rules<'_> {
+        Rules {
+            delimiters: &self.delimiters,
+            local: false,
+            owner_request_special: true,
+        }
+    }
+
+    /// The keys `address` is looked up under in `table`, but `@domain`
+    /// (a catch-all has its own place): the address, then without its
+    /// extension; a pattern table sees the address only.
+    fn keys<'a>(&self, address: &'a str, table: &Table) -> Vec<search::Key<'a>> {
+        search::address_keys(address, &self.rules())
+            .into_iter()
+            .filter(|k| !k.text.starts_with('@') && (!k.partial || table.fixed()))
+            .collect()
+    }
+
+    /// The first of `address`'s keys `table` answers: the values, and the
+    /// extension that key left out.
+    async fn find(
+        &self,
+        table: &Table,
+        address: &str,
+    ) -> Result<Option<(crate::tables::Values, Option<String>)>, LookupError> {
+        for key in self.keys(address, table) {
+            if let Some(found) = table.lookup(&key.text).await? {
+                return Ok(Some((found, key.extension.map(|e| e.into_owned()))));
+            }
+        }
+        Ok(None)
     }
 
     /// Where Maildirs live (relative table values and the template's `{base}`).
@@ -123,12 +179,7 @@ impl VirtualMailboxes {
         let Some(table) = &self.relay_recipients else {
             return Ok(true);
         };
-        let rules = Rules {
-            delimiters: "",
-            local: false,
-            owner_request_special: true,
-        };
-        Ok(table.find_address(address, &rules).await?.is_some())
+        Ok(table.find_address(address, &self.rules()).await?.is_some())
     }
 
     /// Resolves a recipient at RCPT time.
@@ -171,7 +222,8 @@ impl VirtualMailboxes {
                 return Ok(());
             }
             if let Some(aliases) = &self.aliases {
-                if let Some(targets) = aliases.lookup(&address).await? {
+                if let Some((targets, extension)) = self.find(aliases, &address).await? {
+                    let targets = propagate(&address, &targets, extension.as_deref());
                     return self
                         .expand_targets(&targets, depth, out, seen, discard)
                         .await;
@@ -212,26 +264,46 @@ impl VirtualMailboxes {
 
     async fn mailbox_exists(&self, address: &str) -> Result<bool, LookupError> {
         match &self.mailboxes {
-            Some(t) => Ok(t.lookup(address).await?.is_some()),
+            Some(t) => Ok(self.find(t, address).await?.is_some()),
             None => Ok(true),
         }
     }
 
-    /// The Maildir of a local address, or None if there is no such mailbox.
+    /// The Maildir of a local address, or None if there is no such
+    /// mailbox: the mailbox's own, or its folder named by the address's
+    /// extension when that folder exists ([`folder_of`]).
     pub async fn maildir_of(&self, address: &str) -> Result<Option<PathBuf>, LookupError> {
         let address = address.to_ascii_lowercase();
+        let bare = self.without_extension(&address);
         let value = match &self.mailboxes {
-            Some(t) => match t.lookup(&address).await? {
-                Some(values) => values.first().cloned().filter(|v| *v != address),
+            Some(t) => match self.find(t, &address).await? {
+                Some((values, _)) => values
+                    .first()
+                    .cloned()
+                    .filter(|v| *v != address && *v != bare.0),
                 None => return Ok(None),
             },
             None => None,
         };
-        Ok(Some(match value {
+        let root = match value {
             Some(v) if v.starts_with('/') => PathBuf::from(v),
             Some(v) => self.base.join(v),
-            None => self.template_path(&address),
+            None => self.template_path(&bare.0),
+        };
+        Ok(Some(match bare.1 {
+            Some(extension) => folder_of(root, &extension).await,
+            None => root,
         }))
+    }
+
+    /// `address` without its extension, and the extension (its delimiter
+    /// left out), if it has one.
+    fn without_extension(&self, address: &str) -> (String, Option<String>) {
+        let (local, domain) = crate::message::address::split(address);
+        match search::split_extension(local, &self.rules()) {
+            Some((bare, extension)) => (format!("{bare}@{domain}"), Some(extension.into())),
+            None => (address.to_string(), None),
+        }
     }
 
     fn template_path(&self, address: &str) -> PathBuf {
@@ -280,6 +352,40 @@ impl VirtualMailboxes {
     /// The LDAP tables' counters (see `Table::counters`).
     pub fn lookup_counters(&self) -> Vec<(String, [(&'static str, u64); 6])> {
         self.tables().filter_map(|t| t.counters()).collect()
+    }
+}
+
+/// The targets of an alias found for `address` under a key that left
+/// out `extension`: the extension passed on to each address (not to `.`
+/// or `discard`), as Postfix's `propagate_unmatched_extensions`.
+fn propagate(address: &str, targets: &[String], extension: Option<&str>) -> Vec<String> {
+    targets
+        .iter()
+        .map(|t| match t.contains('@') {
+            true => search::mapped_address(address, t, extension, true),
+            false => t.clone(),
+        })
+        .collect()
+}
+
+/// The Maildir++ folder `.extension` of the mailbox at `root`, when the
+/// extension is a plain folder name and the folder is a directory there
+/// already (not a link); else the mailbox itself. A client names the
+/// folder, so it may only choose among those the user made.
+pub async fn folder_of(root: PathBuf, extension: &str) -> PathBuf {
+    let plain = !extension.is_empty()
+        && extension.len() <= 100
+        && !extension.starts_with('.')
+        && !extension.contains("..")
+        && !extension.contains(['/', '\\', '\0'])
+        && !extension.chars().any(char::is_control);
+    if !plain {
+        return root;
+    }
+    let folder = root.join(format!(".{extension}"));
+    match tokio::fs::symlink_metadata(&folder).await {
+        Ok(meta) if meta.is_dir() => folder,
+        _ => root,
     }
 }
 
@@ -360,5 +466,100 @@ mod tests {
             Some(PathBuf::from("/abs/b"))
         );
         assert_eq!(local.maildir_of("zz@ex.test").await.unwrap(), None);
+    }
+}
+
+#[cfg(test)]
+mod extension_tests {
+    use super::*;
+
+    fn mailboxes(dir: &Path, delimiters: &str) -> VirtualMailboxes {
+        std::fs::write(
+            dir.join("mailboxes"),
+            "a@ex.test ex.test/a\nb@ex.test ex.test/b\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("aliases"),
+            "team@ex.test a@ex.test, b@ex.test, ext@remote.test\nnull@ex.test .\n",
+        )
+        .unwrap();
+        let table = |p: &str| TableConfig {
+            path: Some(dir.join(p)),
+            ..toml::from_str("kind = \"static\"").unwrap()
+        };
+        let tables = BTreeMap::from([
+            ("m".to_string(), table("mailboxes")),
+            ("al".to_string(), table("aliases")),
+        ]);
+        let config = LocalConfig {
+            domains: vec!["ex.test".parse().unwrap()],
+            mailbox_table: Some("m".into()),
+            alias_table: Some("al".into()),
+            maildir_base: Some(dir.join("mail")),
+            ..Default::default()
+        };
+        VirtualMailboxes::build(&config, &None, &None, &tables, dir, &Logger::disabled())
+            .unwrap()
+            .with_delimiters(delimiters)
+    }
+
+    #[tokio::test]
+    async fn extensions_find_the_mailbox_and_pass_through_aliases() {
+        let tmp = tempfile::tempdir().unwrap();
+        let local = mailboxes(tmp.path(), "+-");
+        let accept = |v: &[&str]| Resolution::Accept(v.iter().map(|s| s.to_string()).collect());
+        assert_eq!(
+            local.resolve("A+News@ex.test").await.unwrap(),
+            accept(&["a+news@ex.test"])
+        );
+        assert_eq!(
+            local.resolve("b-x+y@ex.test").await.unwrap(),
+            accept(&["b-x+y@ex.test"])
+        );
+        assert_eq!(
+            local.resolve("team+x@ex.test").await.unwrap(),
+            accept(&["a+x@ex.test", "b+x@ex.test", "ext+x@remote.test"])
+        );
+        assert_eq!(
+            local.resolve("null+x@ex.test").await.unwrap(),
+            Resolution::Discard
+        );
+        assert_eq!(
+            local.resolve("nobody+x@ex.test").await.unwrap(),
+            Resolution::Unknown
+        );
+        // Without delimiters, an extension is part of the name.
+        let plain = mailboxes(tmp.path(), "");
+        assert_eq!(
+            plain.resolve("a+news@ex.test").await.unwrap(),
+            Resolution::Unknown
+        );
+    }
+
+    #[tokio::test]
+    async fn an_extension_names_only_a_folder_the_user_made() {
+        let tmp = tempfile::tempdir().unwrap();
+        let local = mailboxes(tmp.path(), "+");
+        let root = tmp.path().join("mail/ex.test/a");
+        std::fs::create_dir_all(root.join(".news")).unwrap();
+        std::fs::create_dir_all(tmp.path().join("elsewhere")).unwrap();
+        std::os::unix::fs::symlink(tmp.path().join("elsewhere"), root.join(".link")).unwrap();
+        let of = |a: &'static str| {
+            let local = &local;
+            async move { local.maildir_of(a).await.unwrap().unwrap() }
+        };
+        assert_eq!(of("a+news@ex.test").await, root.join(".news"));
+        assert_eq!(of("a@ex.test").await, root);
+        for inbox in [
+            "a+other@ex.test",
+            "a+link@ex.test",
+            "a+.news@ex.test",
+            "a+@ex.test",
+            "a+news/..@ex.test",
+        ] {
+            assert_eq!(of(inbox).await, root, "{inbox}");
+        }
+        assert_eq!(local.maildir_of("zz+news@ex.test").await.unwrap(), None);
     }
 }
