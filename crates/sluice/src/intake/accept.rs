@@ -1,7 +1,8 @@
 //! [`Intake::accept`], step by step: the body checks and our trace, the
 //! hop limit, forged Authentication-Results in our name removed, the
-//! content filters, then signing (trusted origins) or sender authentication
-//! (strangers on a `sender_auth` listener), then the spool and the queue.
+//! content filters, the access tables' REDIRECT and BCC (`divert.rs`), then
+//! signing (trusted origins) or sender authentication (strangers on a
+//! `sender_auth` listener), then the spool and the queue.
 
 use std::sync::Arc;
 
@@ -53,6 +54,7 @@ pub(super) async fn run(intake: &Intake, mut sub: Submission) -> Result<Accepted
             return Err(refusal);
         }
     }
+    super::divert::apply(&intake.logger, &mut sub);
     if sub.recipients.is_empty() {
         intake.logger.emit(&Event::NoRecipientsLeft {
             queue_id: Qid(sub.id),
@@ -303,6 +305,8 @@ async fn store(intake: &Intake, sub: Submission) -> Result<Accepted, Refusal> {
         body,
         flaws: _,
         hold: _,
+        redirect: _,
+        bcc: _,
     } = sub;
     let orig_rcpt = line_up(&recipients, &orig_rcpt);
     let envelope = sluice_spool::Envelope {

@@ -409,6 +409,18 @@ pub enum Event<'a> {
         cause: Text<'a>,
         reason: Text<'a>,
     },
+    /// An access table's `REDIRECT`: the `replaced` recipients gave way
+    /// to `to`.
+    Redirect {
+        queue_id: Qid,
+        to: Text<'a>,
+        replaced: u64,
+    },
+    /// An access table's `BCC`: `to` added as a recipient.
+    Bcc {
+        queue_id: Qid,
+        to: Text<'a>,
+    },
     MilterFailed {
         queue_id: Qid,
         milter: Text<'a>,
@@ -571,6 +583,13 @@ pub enum Event<'a> {
         queue_id: Qid,
         client_ip: IpAddr,
         why: Text<'a>,
+    },
+    /// An access table's (or a policy service's) answer that cannot be
+    /// acted on (`error` says why); the restriction answered "try again".
+    AccessAnswerBad {
+        queue_id: Qid,
+        client_ip: IpAddr,
+        error: Text<'a>,
     },
     /// Its `text` is the policy service's (the envelope's `text` is
     /// this field, as it always was).

@@ -340,6 +340,13 @@ impl Event<'_> {
                 write!(f, "{queue_id}: discarded (no recipients left)")
             }
             Hold { queue_id, reason, .. } => write!(f, "{queue_id}: milter-hold: {reason}"),
+            Redirect { queue_id, to, replaced } => write!(
+                f,
+                "{queue_id}: redirect: to=<{to}> (access table REDIRECT, in place of {replaced} recipient(s))"
+            ),
+            Bcc { queue_id, to } => {
+                write!(f, "{queue_id}: bcc: to=<{to}> (access table BCC)")
+            }
             MilterFailed { queue_id, milter, error } => {
                 write!(f, "{queue_id}: milter {milter}: {error}")
             }
@@ -487,6 +494,10 @@ impl Event<'_> {
             PolicyDiscard { queue_id, why, .. } => {
                 write!(f, "{queue_id}: discard: policy service: {why}")
             }
+            AccessAnswerBad { queue_id, client_ip, error } => write!(
+                f,
+                "warning: {queue_id}: from [{client_ip}]: {error}; the restriction answers 451 4.3.5"
+            ),
             PolicyWarn { queue_id, text, .. } => {
                 write!(f, "{queue_id}: warn: policy service: {text}")
             }
