@@ -5,7 +5,10 @@
 //! - each `BCC` address becomes one more recipient (every BCC of the
 //!   transaction: Postfix 3.7 keeps them all), unless it is one already;
 //!   its copy is never reported to the sender (`NOTIFY=NEVER`: a bounce
-//!   would show the sender the hidden address);
+//!   would show the sender the hidden address). Postfix 3.7 queues it
+//!   with no NOTIFY (seen with postcat), but gives its own
+//!   `always_bcc`/`*_bcc_maps` copies NOTIFY=NONE for that reason: Sluice
+//!   does so here too, on purpose;
 //! - then a `REDIRECT` (the last of the transaction) replaces every
 //!   recipient, the BCC copies included, by its address. That one
 //!   recipient keeps what qmgr(8) keeps: the attributes of the recipient

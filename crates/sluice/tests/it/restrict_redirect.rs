@@ -13,7 +13,10 @@
 //! adds its address (`orig_to` none): two BCCs, two copies (access(5)
 //! says only the last is used: the 3.7 code keeps them all). A REDIRECT
 //! and a BCC together: the REDIRECT takes everything, the BCC's copy
-//! included.
+//! included. (Seen once with postcat on a held message: the BCC copy is
+//! queued after the content, without NOTIFY; the REDIRECT as a
+//! `redirect_to` record qmgr applies. Sluice gives the copy NOTIFY=NEVER,
+//! docs/CONFIG.md says why; the delivery lines cannot show it.)
 
 use crate::common::postfix::Postfix;
 use crate::common::*;
