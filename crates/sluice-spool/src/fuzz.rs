@@ -155,14 +155,20 @@ fn spec() -> impl Strategy<Value = Spec> {
                     1 => recipients.iter().map(|r| r.to_uppercase()).collect(),
                     _ => Vec::new(),
                 };
+                // Bit 29 (the spool's too) picks a login.
+                let login = match flags >> 29 & 1 {
+                    1 => sender.to_uppercase(),
+                    _ => String::new(),
+                };
                 let envelope = Envelope {
                     id,
                     arrival,
                     sender,
                     recipients,
-                    flags: flags & !(3 << 30),
+                    flags: flags & !crate::SPOOL_FLAGS,
                     dsn,
                     orig_rcpt,
+                    login,
                 };
                 Spec::Message(envelope, Bytes(body))
             }),

@@ -104,7 +104,7 @@ pub use done::DoneSet;
 pub use durable::{replace_file, sync_dir};
 pub use idtable::IdTable;
 use reader::SegmentReader;
-pub use record::{Attempt, Dsn, Envelope, Unfit, MAX_REASON, MAX_RECIPIENTS};
+pub use record::{Attempt, Dsn, Envelope, Unfit, MAX_REASON, MAX_RECIPIENTS, SPOOL_FLAGS};
 pub use space::{filesystem_space, FsSpace};
 
 /// Errors the spool reports; the SMTP layer maps them to replies

@@ -72,6 +72,15 @@ const FLAG_DSN_BLOCK: u32 = 1 << 31;
 /// before, with no original addresses.
 const FLAG_ORIG_BLOCK: u32 = 1 << 30;
 
+/// Another of the spool's own bits: the record carries, after the
+/// original addresses, the login that submitted the message (an SMTP AUTH
+/// identity or a local account; Postfix's `sasl_username`). Records
+/// without it read with no login.
+const FLAG_LOGIN_BLOCK: u32 = 1 << 29;
+
+/// The bits the spool keeps for itself (never the daemon's).
+pub const SPOOL_FLAGS: u32 = FLAG_DSN_BLOCK | FLAG_ORIG_BLOCK | FLAG_LOGIN_BLOCK;
+
 /// DSN parameters (RFC 3461) kept with a message: what the client asked
 /// to be told. Stored only when a parameter was given, so the records of
 /// mail without them are as before.
@@ -98,7 +107,7 @@ pub struct Envelope {
     pub sender: String,
     pub recipients: Vec<String>,
     /// Free bits for the daemon (body type, SMTPUTF8, "is a bounce", …);
-    /// bits 30 and 31 are the spool's own.
+    /// bits 29 to 31 are the spool's own ([`SPOOL_FLAGS`]).
     pub flags: u32,
     /// DSN parameters, when the client gave any.
     pub dsn: Option<Box<Dsn>>,
@@ -106,6 +115,9 @@ pub struct Envelope {
     /// an alias expanded to it (Postfix's `orig_to`); an empty entry is a
     /// recipient as given, and an empty list means none was expanded.
     pub orig_rcpt: Vec<String>,
+    /// Who submitted it: the SMTP AUTH identity or the local account;
+    /// empty when neither (a stranger, mynetworks, our own notices).
+    pub login: String,
 }
 
 /// Appends a message record to `out`; returns the body's offset within the
@@ -123,12 +135,15 @@ pub(crate) fn encode_message(
     out.extend_from_slice(&[0u8; HEADER_LEN]);
     out.extend_from_slice(&env.id.to_le_bytes());
     out.extend_from_slice(&env.arrival.to_le_bytes());
-    let mut flags = env.flags & !(FLAG_DSN_BLOCK | FLAG_ORIG_BLOCK);
+    let mut flags = env.flags & !SPOOL_FLAGS;
     if env.dsn.is_some() {
         flags |= FLAG_DSN_BLOCK;
     }
     if !env.orig_rcpt.is_empty() {
         flags |= FLAG_ORIG_BLOCK;
+    }
+    if !env.login.is_empty() {
+        flags |= FLAG_LOGIN_BLOCK;
     }
     out.extend_from_slice(&flags.to_le_bytes());
     let mut fields = put_str(out, &env.sender);
@@ -146,6 +161,9 @@ pub(crate) fn encode_message(
     }
     for orig in &env.orig_rcpt {
         fields = fields.and_then(|()| put_str(out, orig));
+    }
+    if !env.login.is_empty() {
+        fields = fields.and_then(|()| put_str(out, &env.login));
     }
     if let Err(why) = fields {
         out.truncate(start);
@@ -183,7 +201,8 @@ pub(crate) fn check(env: &Envelope, body_len: usize) -> Result<(), Unfit> {
     let strings = std::iter::once(&env.sender)
         .chain(&env.recipients)
         .chain(dsn_strings)
-        .chain(&env.orig_rcpt);
+        .chain(&env.orig_rcpt)
+        .chain(Some(&env.login).filter(|l| !l.is_empty()));
     for addr in strings {
         if addr.len() > u16::MAX as usize {
             return Err(Unfit::Address(addr.len()));
@@ -373,6 +392,10 @@ pub(crate) fn decode(salt: &Salt, buf: &[u8]) -> Result<(Record, usize), Damage>
                     orig_rcpt.push(r.string()?);
                 }
             }
+            let login = match flags & FLAG_LOGIN_BLOCK {
+                0 => String::new(),
+                _ => r.string()?,
+            };
             let body_len = r.u64()?;
             let body_at = HEADER_LEN + r.pos;
             if (r.buf.len() - r.pos) as u64 != body_len {
@@ -384,9 +407,10 @@ pub(crate) fn decode(salt: &Salt, buf: &[u8]) -> Result<(Record, usize), Damage>
                     arrival,
                     sender,
                     recipients,
-                    flags: flags & !(FLAG_DSN_BLOCK | FLAG_ORIG_BLOCK),
+                    flags: flags & !SPOOL_FLAGS,
                     dsn,
                     orig_rcpt,
+                    login,
                 },
                 body_at,
                 body_len,

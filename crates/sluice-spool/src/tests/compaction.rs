@@ -89,6 +89,7 @@ fn recovery_takes_the_newest_copy_and_unites_every_outcome() {
         flags: 0,
         dsn: None,
         orig_rcpt: Vec::new(),
+        login: String::new(),
     };
     // Segment 1: an outcome whose message record is further on (its
     // original segment was reclaimed after a copy).

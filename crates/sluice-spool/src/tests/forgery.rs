@@ -24,6 +24,7 @@ fn forged_envelope(id: u64) -> Envelope {
         flags: 0,
         dsn: None,
         orig_rcpt: Vec::new(),
+        login: String::new(),
     }
 }
 

@@ -32,6 +32,7 @@ fn envelope(spool: &Spool, rcpts: usize) -> Envelope {
         flags: 7,
         dsn: None,
         orig_rcpt: Vec::new(),
+        login: String::new(),
     }
 }
 

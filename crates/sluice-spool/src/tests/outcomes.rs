@@ -144,5 +144,6 @@ fn envelope_with_id(id: u64) -> Envelope {
         flags: 0,
         dsn: None,
         orig_rcpt: Vec::new(),
+        login: String::new(),
     }
 }

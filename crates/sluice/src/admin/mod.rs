@@ -16,6 +16,7 @@ mod door;
 pub mod gauges;
 mod history;
 pub mod http;
+mod limits;
 pub mod protocol;
 mod recorder;
 pub mod socket;
@@ -308,6 +309,7 @@ impl Admin {
             Request::Hold { id } => self.apply(Op::Hold, &[id], false).await,
             Request::Release { id } => self.apply(Op::Release, &[id], false).await,
             Request::Bounce { id } => self.apply(Op::Bounce, &[id], false).await,
+            Request::ReleaseLimited { kind, who } => self.release_limited(kind, &who).await,
             Request::Apply { op, ids, all } => self.apply(op, &ids, all).await,
             Request::Control { action } => match self.control.ask(action).await {
                 Some(reply) => Response {
@@ -510,6 +512,8 @@ fn entry(spool: &Spool, s: Snap) -> Option<Entry> {
         size: s.body_ref.len,
         arrival_ms: envelope.arrival,
         sender: envelope.sender,
+        login: (!envelope.login.is_empty()).then_some(envelope.login),
+        limited: envelope.flags & crate::message::flags::LIMITED != 0,
         state: match s.place {
             Place::Active => "active",
             Place::Deferred => "deferred",

@@ -44,6 +44,12 @@ pub enum Request {
     Bounce {
         id: String,
     },
+    /// Lift a sender limit's containment of a login or sender and release
+    /// the mail it held (`intake/limits.rs`).
+    ReleaseLimited {
+        kind: crate::intake::limits::Kind,
+        who: String,
+    },
     /// postsuper: `op` on every message named, or on all of them.
     Apply {
         op: Op,
@@ -73,6 +79,8 @@ pub enum Request {
 #[serde(deny_unknown_fields)]
 pub struct Filter {
     pub sender: Option<String>,
+    /// The login that submitted it (SMTP AUTH or a local account).
+    pub login: Option<String>,
     pub recipient: Option<String>,
     /// Recipient domain (of any open recipient).
     pub domain: Option<String>,
@@ -86,6 +94,10 @@ impl Filter {
         let eq = |a: &str, b: &str| a.eq_ignore_ascii_case(b);
         let open = || e.recipients.iter().filter(|r| r.state != "done");
         self.sender.as_deref().is_none_or(|s| eq(s, &e.sender))
+            && self
+                .login
+                .as_deref()
+                .is_none_or(|l| e.login.as_deref().is_some_and(|x| eq(x, l)))
             && self
                 .recipient
                 .as_deref()
@@ -111,6 +123,12 @@ pub struct Entry {
     /// Unix milliseconds.
     pub arrival_ms: u64,
     pub sender: String,
+    /// The login that submitted it, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub login: Option<String>,
+    /// Held by a sender limit (released with its login or sender).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub limited: bool,
     /// active | deferred | hold
     pub state: String,
     pub attempts: u32,

@@ -37,6 +37,7 @@ use tokio::time::Instant;
 use crate::config::cluster::ClusterConfig;
 
 mod dead;
+pub mod limits;
 pub mod owner;
 mod rate;
 pub mod shadow;

@@ -27,6 +27,7 @@ pub mod cluster;
 pub mod delivery;
 pub mod dnsbl;
 pub mod hop;
+pub mod limits;
 pub mod listener;
 pub mod local;
 pub mod names;
@@ -74,6 +75,8 @@ pub struct Config {
     /// Address verification (`reject_unverified_*`; Postfix's
     /// `address_verify_*`, `unverified_*`).
     pub verify: verify::VerifySettings,
+    /// How much our own users may send before their mail is held.
+    pub sender_limits: limits::SenderLimits,
     pub tls: listener::TlsConfig,
     pub auth: listener::AuthConfig,
     pub spool: SpoolSettings,
@@ -254,6 +257,7 @@ impl Default for Config {
             recipient_delimiter: String::new(),
             restrictions: Default::default(),
             verify: Default::default(),
+            sender_limits: Default::default(),
             tls: listener::TlsConfig::default(),
             auth: listener::AuthConfig::default(),
             spool: SpoolSettings::default(),
@@ -387,6 +391,9 @@ impl Config {
         self.verify
             .validate()
             .map_err(|e| ConfigError::Invalid(format!("verify: {e}")))?;
+        self.sender_limits
+            .validate()
+            .map_err(|e| ConfigError::Invalid(format!("sender_limits: {e}")))?;
         for l in self.all_listeners() {
             l.validate(self.tls.enabled, self.auth.provided())?;
         }

@@ -89,6 +89,10 @@ pub(super) struct Parts {
     pub cluster: Option<Arc<crate::cluster::Cluster>>,
     /// Shadow copies on a peer (`[cluster] shadow`), made once at start.
     pub shadow: Option<Arc<crate::cluster::shadow::Shadow>>,
+    /// Where the sender limits count (`intake/limits.rs`), made at start
+    /// (in Redis with `[cluster]`, `daemon/start.rs`) and kept across
+    /// reloads with the hour's counts.
+    pub limits: Arc<dyn crate::intake::limits::Counter>,
     /// Maildir files and syncs, over reloads (for the log at shutdown).
     pub maildir_stats: Arc<SyncStats>,
     /// Our listening addresses (the configured ones until the listeners
@@ -231,6 +235,13 @@ impl Parts {
             ) => Some(s.clone()),
             (true, _) => Some(Arc::new(SenderAuth::new(&config.dns, &config.hostname)?)),
         };
+        let limits: Arc<dyn crate::intake::limits::Counter> = match previous {
+            Some(p) => p.limits.clone(),
+            None => Arc::new(crate::intake::limits::LocalCounts::open(
+                (purpose == Purpose::Serve).then(|| config.data_dir.clone()),
+                logger.clone(),
+            )),
+        };
         Ok(Parts {
             own_addrs: match previous {
                 Some(p) => p.own_addrs.clone(),
@@ -254,6 +265,7 @@ impl Parts {
             agents: None,
             cluster: None,
             shadow: None,
+            limits,
             maildir_stats: previous
                 .map(|p| p.maildir_stats.clone())
                 .unwrap_or_default(),
@@ -436,6 +448,7 @@ impl Parts {
             milters: crate::intake::milter::Filters::from_config(&self.config),
             flow: queue.flow(),
             store: super::cluster::storage(spool, self.shadow.as_ref(), logger),
+            limits: self.limits.clone(),
         })
     }
 

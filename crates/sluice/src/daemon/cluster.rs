@@ -22,6 +22,24 @@ use crate::intake::store::{LocalSpool, Storage};
 use crate::intake::Intake;
 use crate::log::Logger;
 
+/// The sender limits' counter of a node: in Redis, alone while Redis
+/// cannot be used (or its URL does not parse, logged).
+pub fn limits(
+    url: &str,
+    data_dir: &std::path::Path,
+    logger: &Logger,
+) -> Arc<dyn crate::intake::limits::Counter> {
+    use crate::intake::limits::LocalCounts;
+    let local = Arc::new(LocalCounts::open(
+        Some(data_dir.to_path_buf()),
+        logger.clone(),
+    ));
+    match crate::cluster::limits::SharedCounts::new(url, local.clone(), logger) {
+        Some(shared) => Arc::new(shared),
+        None => local,
+    }
+}
+
 /// What a node runs for its cluster.
 pub struct Node {
     pub cluster: Arc<Cluster>,

@@ -97,6 +97,7 @@ impl Server {
         };
         parts.cluster = self.parts.cluster.clone();
         parts.shadow = self.parts.shadow.clone();
+        parts.limits = self.parts.limits.clone();
         parts.agents(&self.spool, &self.logger, Some(&self.parts));
         self.refresh(Some(&parts));
         let intake = parts.intake(&self.spool, &self.logger, &self.queue);

@@ -123,6 +123,9 @@ async fn start_pipeline(config: &Arc<Config>, logger: &Logger) -> Result<Pipelin
     let node = cluster::start(config, &spool, &spool_config, logger).await?;
     parts.cluster = node.as_ref().map(|n| n.cluster.clone());
     parts.shadow = node.as_ref().and_then(|n| n.shadow.clone());
+    if let Some(cluster) = &config.cluster {
+        parts.limits = cluster::limits(&cluster.redis_url, &config.data_dir, logger);
+    }
     parts.agents(&spool, logger, None);
     let (queue, rx) = QueueHandle::channel();
     let intake = parts.intake(&spool, logger, &queue);

@@ -1,8 +1,8 @@
 //! [`Intake::accept`], step by step: the body checks and our trace, the
 //! hop limit, forged Authentication-Results in our name removed, the
-//! content filters, the access tables' REDIRECT and BCC (`divert.rs`), then
-//! signing (trusted origins) or sender authentication (strangers on a
-//! `sender_auth` listener), then the spool and the queue.
+//! content filters, the sender limits, the access tables' REDIRECT and BCC
+//! (`divert.rs`), then signing (trusted origins) or sender authentication
+//! (strangers on a `sender_auth` listener), then the spool and the queue.
 
 use std::sync::Arc;
 
@@ -54,13 +54,23 @@ pub(super) async fn run(intake: &Intake, mut sub: Submission) -> Result<Accepted
             return Err(refusal);
         }
     }
-    super::divert::apply(&intake.logger, &mut sub);
     if sub.recipients.is_empty() {
         intake.logger.emit(&Event::NoRecipientsLeft {
             queue_id: Qid(sub.id),
         });
         return Ok(Accepted::Discarded(sub.id));
     }
+    if intake.config.sender_limits.any() {
+        if let Some(reason) = super::limits::check(intake, &*intake.limits, &sub).await {
+            use crate::message::flags::{LIMITED, QUARANTINE};
+            sub.flags |= QUARANTINE | LIMITED;
+            if held.is_none() {
+                (held, cause) = (Some(reason), "limit");
+            }
+        }
+    }
+    // After the limits: they count the recipients the client gave.
+    super::divert::apply(&intake.logger, &mut sub);
     let on_top = match &sub.origin {
         Origin::Smtp(c) if !(c.trusted || c.authenticated) => {
             let client = (c.peer.ip(), c.helo.clone(), c.sender_auth, c.dmarc_reject);
@@ -317,6 +327,7 @@ async fn store(intake: &Intake, sub: Submission) -> Result<Accepted, Refusal> {
         flags,
         dsn,
         orig_rcpt,
+        login: origin.login().unwrap_or_default().to_string(),
     };
     let body = Arc::new(body);
     match intake.commit(&envelope, &body, Entry::Accepted).await {

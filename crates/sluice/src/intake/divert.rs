@@ -15,6 +15,10 @@
 //!   it sorts first (by domain, then address), its DSN `NOTIFY`/`ORCPT`
 //!   and the address it was given as (the log's `orig_to`).
 //!
+//! Applied once the filters left some recipient (a message they emptied
+//! is dropped, BCC or not) and after the sender limits (they count the
+//! recipients the client gave, not these).
+//!
 //! Trust: the addresses are [`Target`]s, mailboxes the access-table parser
 //! checked; the recipients are the filters' and the door's.
 //! Invariants: the envelope stays lined up: `dsn.notify` and `dsn.orcpt`

@@ -17,6 +17,8 @@
 //!   notices), never a message that already passed through us unless its
 //!   submitter authenticated — a loop never turns hostile mail into signed
 //!   mail;
+//! - the sender limits (`limits.rs`): our own users' mail over a limit
+//!   is held;
 //! - the spool write (synced before `Ok`) through the [`store::Store`]
 //!   the daemon chose (the local spool, or one that also mirrors on a
 //!   cluster peer), the log line with the queue ID, and the hand-off to the
@@ -38,6 +40,7 @@
 pub mod dkim;
 pub mod flow;
 pub mod headers;
+pub mod limits;
 pub mod milter;
 pub mod refusal;
 pub mod sender_auth;
@@ -94,6 +97,23 @@ pub enum Origin {
     },
     /// A notice we wrote (its body is complete).
     Notice,
+}
+
+impl Origin {
+    /// Who submitted the message, if anyone logged in: the SMTP AUTH
+    /// identity, or the local account (root and the daemon's own account
+    /// are not logins). Kept with the message (`Envelope::login`) and
+    /// counted by the sender limits (`limits.rs`).
+    pub fn login(&self) -> Option<&str> {
+        match self {
+            Origin::Smtp(c) if c.authenticated => c.auth_user.as_deref(),
+            Origin::Local {
+                user: LocalUser::Account(name),
+                ..
+            } => Some(name),
+            _ => None,
+        }
+    }
 }
 
 pub struct SmtpClient {
@@ -161,6 +181,9 @@ pub struct Intake {
     /// Where accepted messages are written: `spool` alone, or mirrored on
     /// a cluster peer too (`[cluster] shadow`), as the daemon chose.
     pub store: store::Storage,
+    /// Where the sender limits count (`limits.rs`); shared by every
+    /// intake the process builds, so a reload keeps the hour's counts.
+    pub limits: Arc<dyn limits::Counter>,
 }
 
 mod accept;

@@ -421,6 +421,32 @@ pub enum Event<'a> {
         queue_id: Qid,
         to: Text<'a>,
     },
+    /// A login or sender crossed a sender limit with this message: it
+    /// and their new mail are held (`intake/limits.rs`).
+    LimitCrossed {
+        queue_id: Qid,
+        /// `login` or `sender`.
+        kind: Text<'a>,
+        who: Text<'a>,
+        /// `messages` or `recipients`.
+        what: Text<'a>,
+        count: u64,
+        limit: u64,
+    },
+    /// An operator lifted a containment (`sluice queue release --login`):
+    /// whether it was contained, and how many held messages were released.
+    LimitReleased {
+        kind: Text<'a>,
+        who: Text<'a>,
+        contained: bool,
+        released: u64,
+    },
+    /// The sender limits' counts in Redis cannot be used (`error`): this
+    /// node counts alone until they can (`None`: they can again).
+    LimitsAlone {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<Text<'a>>,
+    },
     MilterFailed {
         queue_id: Qid,
         milter: Text<'a>,

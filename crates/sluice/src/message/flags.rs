@@ -12,6 +12,10 @@ pub const BOUNCE: u32 = 4;
 /// A content filter asked for it to be quarantined: it is held (not
 /// delivered) until an administrator releases it ([`MARK_RELEASED`]).
 pub const QUARANTINE: u32 = 8;
+/// Held (with [`QUARANTINE`]) because its login or sender was contained
+/// by the sender limits (`intake/limits.rs`): `sluice queue release
+/// --login`/`--sender` releases it.
+pub const LIMITED: u32 = 16;
 
 /// Mark: the sender has had the delay warning for this message
 /// (`queue.delay_warning_secs`); never send it again, even after a restart.

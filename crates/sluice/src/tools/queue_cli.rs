@@ -265,6 +265,8 @@ mod tests {
             size: 1035,
             arrival_ms: 1_795_794_894_000,
             sender: "ops1@example.test".into(),
+            login: None,
+            limited: false,
             state: state.into(),
             attempts: 1,
             last_attempt_ms: None,

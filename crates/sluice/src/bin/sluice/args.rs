@@ -97,6 +97,9 @@ pub(crate) enum QueueAction {
         /// Only mail from this envelope sender (the whole address, any case).
         #[arg(long)]
         sender: Option<String>,
+        /// Only mail a login submitted (SMTP AUTH or a local account).
+        #[arg(long)]
+        login: Option<String>,
         /// Only mail to this recipient (the whole address, any case).
         #[arg(long)]
         recipient: Option<String>,
@@ -141,11 +144,19 @@ pub(crate) enum QueueAction {
         #[arg(required = true)]
         ids: Vec<String>,
     },
-    /// Deliver held messages again (postsuper -H).
+    /// Deliver held messages again (postsuper -H); with --login or
+    /// --sender, lift that account's sender-limit containment and release
+    /// the mail it held.
     Release {
         /// Queue IDs, ALL, or - to read IDs one a line from stdin.
-        #[arg(required = true)]
+        #[arg(required_unless_present_any = ["login", "sender"])]
         ids: Vec<String>,
+        /// A login contained by the sender limits.
+        #[arg(long, conflicts_with_all = ["ids", "sender"])]
+        login: Option<String>,
+        /// A sender address contained by the sender limits.
+        #[arg(long, conflicts_with = "ids")]
+        sender: Option<String>,
     },
     /// Return messages to their senders now.
     Bounce {

@@ -44,12 +44,14 @@ pub(crate) fn queue_request(
     Ok(match action {
         QueueAction::List {
             sender,
+            login,
             recipient,
             domain,
             state,
         } => Request::List {
             filter: Filter {
                 sender,
+                login,
                 recipient,
                 domain,
                 state,
@@ -70,7 +72,19 @@ pub(crate) fn queue_request(
         },
         QueueAction::Delete { ids, .. } => apply(Op::Delete, ids)?,
         QueueAction::Hold { ids } => apply(Op::Hold, ids)?,
-        QueueAction::Release { ids } => apply(Op::Release, ids)?,
+        QueueAction::Release {
+            login: Some(who), ..
+        } => Request::ReleaseLimited {
+            kind: sluice::intake::limits::Kind::Login,
+            who,
+        },
+        QueueAction::Release {
+            sender: Some(who), ..
+        } => Request::ReleaseLimited {
+            kind: sluice::intake::limits::Kind::Sender,
+            who,
+        },
+        QueueAction::Release { ids, .. } => apply(Op::Release, ids)?,
         QueueAction::Bounce { ids } => apply(Op::Bounce, ids)?,
         QueueAction::Requeue { ids } => apply(Op::Requeue, ids)?,
     })

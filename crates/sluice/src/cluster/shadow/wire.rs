@@ -366,6 +366,7 @@ mod tests {
                 orcpt: vec!["rfc822;b@example.net".into(), String::new()],
             })),
             orig_rcpt: Vec::new(),
+            login: String::new(),
         };
         let f = store(9, &env, b"Subject: hi\r\n\r\nbody\r\n");
         assert_eq!(

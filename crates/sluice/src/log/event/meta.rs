@@ -90,6 +90,9 @@ impl Event<'_> {
             | Hold { .. }
             | Redirect { .. }
             | Bcc { .. }
+            | LimitCrossed { .. }
+            | LimitReleased { .. }
+            | LimitsAlone { .. }
             | MilterFailed { .. }
             | DkimNotSigned { .. }
             | DkimLoop { .. }
@@ -165,6 +168,7 @@ impl Event<'_> {
             | Hold { queue_id, .. }
             | Redirect { queue_id, .. }
             | Bcc { queue_id, .. }
+            | LimitCrossed { queue_id, .. }
             | MilterFailed { queue_id, .. }
             | DkimNotSigned { queue_id, .. }
             | DkimLoop { queue_id, .. }

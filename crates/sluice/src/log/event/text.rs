@@ -347,6 +347,31 @@ impl Event<'_> {
             Bcc { queue_id, to } => {
                 write!(f, "{queue_id}: bcc: to=<{to}> (access table BCC)")
             }
+            LimitCrossed {
+                queue_id,
+                kind,
+                who,
+                what,
+                count,
+                limit,
+            } => write!(
+                f,
+                "{queue_id}: sender limit: {kind} {who} sent {count} {what} in the last hour, over {limit}: its new mail is held"
+            ),
+            LimitReleased {
+                kind,
+                who,
+                contained,
+                released,
+            } => write!(
+                f,
+                "sender limit: {kind} {who} released by an administrator (was contained: {contained}; {released} held messages released)"
+            ),
+            LimitsAlone { error: Some(e) } => write!(
+                f,
+                "warning: sender limits: Redis cannot be used ({e}): counting on this node alone"
+            ),
+            LimitsAlone { error: None } => write!(f, "sender limits: counting in Redis again"),
             MilterFailed { queue_id, milter, error } => {
                 write!(f, "{queue_id}: milter {milter}: {error}")
             }

@@ -61,6 +61,10 @@ fn intake(config: &Config, spool: &Spool, queue: &QueueHandle) -> Arc<crate::int
         store: crate::intake::store::Storage::Local(crate::intake::store::LocalSpool::new(
             spool.clone(),
         )),
+        limits: Arc::new(crate::intake::limits::LocalCounts::open(
+            None,
+            Logger::disabled(),
+        )),
     })
 }
 
@@ -119,6 +123,7 @@ impl Harness {
             flags: 0,
             dsn: None,
             orig_rcpt: Vec::new(),
+            login: String::new(),
         };
         let text = Arc::new(vec![b'x'; body.unwrap_or(10)]);
         let body_ref = self
@@ -403,6 +408,7 @@ fn envelope(id: u64) -> Envelope {
         flags: 0,
         dsn: None,
         orig_rcpt: Vec::new(),
+        login: String::new(),
     }
 }
 

@@ -38,6 +38,7 @@ async fn a_deferred_message_does_not_keep_its_body_in_memory() {
         flags: 0,
         dsn: None,
         orig_rcpt: Vec::new(),
+        login: String::new(),
     };
     let body = Arc::new(vec![b'y'; 5000]);
     let body_ref = spool.store(env.clone(), body.clone()).await.unwrap();

@@ -13,6 +13,7 @@ fn envelope(sender: &str, rcpts: &[&str], flags: u32) -> Envelope {
         flags,
         dsn: None,
         orig_rcpt: Vec::new(),
+        login: String::new(),
     }
 }
 

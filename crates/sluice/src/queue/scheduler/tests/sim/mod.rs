@@ -188,6 +188,7 @@ fn a_destination_looked_up_again_still_sheds_idle_connections() {
             flags: 0,
             dsn: None,
             orig_rcpt: Vec::new(),
+            login: String::new(),
         };
         let body_ref = BodyRef {
             id,

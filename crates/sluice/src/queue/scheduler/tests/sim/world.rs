@@ -349,6 +349,7 @@ impl World {
             flags: 0,
             dsn: None,
             orig_rcpt: Vec::new(),
+            login: String::new(),
         };
         let body = Arc::new(vec![b'x'; 64]);
         let store = self.spool.store(envelope.clone(), body.clone());
