@@ -342,11 +342,9 @@ impl Event<'_> {
             Hold { queue_id, reason, .. } => write!(f, "{queue_id}: milter-hold: {reason}"),
             Redirect { queue_id, to, replaced } => write!(
                 f,
-                "{queue_id}: redirect: to=<{to}> (access table REDIRECT, in place of {replaced} recipient(s))"
+                "{queue_id}: redirect: to=<{to}> (access REDIRECT, in place of {replaced} recipient(s))"
             ),
-            Bcc { queue_id, to } => {
-                write!(f, "{queue_id}: bcc: to=<{to}> (access table BCC)")
-            }
+            Bcc { queue_id, to } => write!(f, "{queue_id}: bcc: to=<{to}> (access BCC)"),
             LimitCrossed {
                 queue_id,
                 kind,
