@@ -21,6 +21,9 @@
 # How to run (as root; it apt-installs postfix and time if they are missing):
 #   bash bench/relay.sh
 #   N400=5000 N64K=1000 SYSTEMS="harness postfix" bash bench/relay.sh
+#   RESTRICTIONS=typical SESSIONS=250 TLS_MODES=off bash bench/relay.sh
+#                      # issue 38's: a typical site's restriction lists on
+#                      # both (below, and bench/lib/restrictions.sh)
 #
 # Environment
 #   N400=50000         messages in the 400 B run
@@ -45,6 +48,28 @@
 #   POSTFIX_MAILLOG=1  Postfix logs to a file in its temp dir (0: no logging;
 #                      there is no syslog socket here, so 0 means "discarded")
 #   KEEP=0             1: keep the temp dir (configs, logs) for inspection
+#   RESTRICTIONS=none  typical: Sluice and Postfix both apply the same typical
+#                      site's restriction lists (docker-mailserver's shape:
+#                      permit_mynetworks, permit_sasl_authenticated,
+#                      reject_unauth_pipelining, HELO and non-FQDN checks,
+#                      reject_unknown_sender_domain and
+#                      reject_unknown_recipient_domain against an nsd of the
+#                      benchmark's own on 127.0.0.1:53, check_sender_access
+#                      with a text table, reject_rbl_client, then
+#                      reject_unauth_destination; bench/lib/restrictions.sh
+#                      has the lists). mynetworks becomes 127.0.0.2/32, so
+#                      the generator (127.0.0.1) is a stranger and every
+#                      check runs; it may relay because domain1..5.example
+#                      are relay_domains on both (routed to the sink by the
+#                      relayhost, as before), so reject_unauth_destination,
+#                      last, lets it through. nsd serves those domains and
+#                      the senders' (sender.example, generator.bench.example)
+#                      with an MX each. Before each run an SMTP check
+#                      (bench/lib/rscheck.py, no message sent) must see the
+#                      access table, the sender-domain check and the relay
+#                      check refuse, and the generator's recipient accepted,
+#                      or the run is FAILED (restrictions_check). RESULT
+#                      lines gain restrictions=typical; charts -restrict.
 #   RESULTS_FILE=bench/results/relay-YYYY-MM-DD.txt   where RESULT lines are appended
 #                      (with GENERATOR=sluice, an SVG of each run's accepted
 #                      messages per second goes next to it:
@@ -58,6 +83,7 @@
 #       accepted_per_min=<N over the generator's run> delivered_per_min=<N
 #       over the time to the sink's last message> drain_s=<the sink's last
 #       message after the generator's last reply>
+#   With RESTRICTIONS=typical each line ends with restrictions=typical.
 #   cpu_s is the CPU time of the system under test, every process of it
 #   (it is started inside a cpuacct cgroup), from start to stop.
 #   (a failed run has seconds=FAILED msgs_per_s=FAILED and a failed=<reason>
@@ -82,6 +108,8 @@ set -euo pipefail
 # log, die, calc, fmt, kill_wait, ports, Postfix instance helpers, cleanup
 # trap, results file: see the top of bench/lib/common.sh.
 source "$(dirname "$0")/lib/common.sh"
+# RESTRICTIONS=typical: the restriction set, its nsd and the checks.
+source "$(dirname "$0")/lib/restrictions.sh"
 
 BENCH_TAG=relay
 ANNOUNCE_RM=0
@@ -102,6 +130,10 @@ SINK=${SINK:-sluice}
 POSTFIX_MAILLOG=${POSTFIX_MAILLOG:-1}
 KEEP=${KEEP:-0}
 RESULTS_FILE=${RESULTS_FILE:-$REPO/bench/results/relay-$(date +%F).txt}
+RESTRICTIONS=${RESTRICTIONS:-none}
+# The generators' recipient domains (relayed to) and sender domains.
+RS_RELAY_DOMAINS="domain1.example domain2.example domain3.example domain4.example domain5.example"
+RS_EXTRA_ZONES="$RS_RELAY_DOMAINS generator.bench.example"
 
 HOST=127.0.0.1
 RELAY_PORT=55125
@@ -115,6 +147,7 @@ for s in $SYSTEMS; do
 done
 case $GENERATOR in sluice|smtp-source) ;; *) die "GENERATOR must be sluice or smtp-source" ;; esac
 case $SINK in sluice|smtp-sink) ;; *) die "SINK must be sluice or smtp-sink" ;; esac
+case $RESTRICTIONS in none|typical) ;; *) die "RESTRICTIONS must be none or typical" ;; esac
 for t in $TLS_MODES; do
     case $t in off) ;; on)
         [ "$GENERATOR" = sluice ] && [ "$SINK" = sluice ] \
@@ -171,6 +204,7 @@ cleanup_processes() {
     fi
     stop_postfix_instance
     kill_wait "$SINK_PID" TERM 5
+    restrictions_stop
 }
 install_cleanup_traps
 
@@ -306,10 +340,13 @@ $(grep -qa run_as_root "$SLUICE_SERVE" && echo "run_as_root = true  # (a build t
 [smtpd]
 listen = ["$HOST:$RELAY_PORT"]
 max_sessions = 2000
+$(restrictions_sluice_smtpd)
 
 [delivery]
 relayhost = "smtp:[$HOST]:$SINK_PORT"
 default_concurrency = 250
+$(restrictions_sluice_toml)
+$(restrictions_sluice_dns)
 EOF
     # TLS on: the benchmark certificate (outbound STARTTLS is the default,
     # "may"). Off: the defaults, with nobody asking for STARTTLS (and a
@@ -386,6 +423,7 @@ smtpd_client_recipient_rate_limit = 0
 smtpd_client_new_tls_session_rate_limit = 0
 smtpd_client_auth_rate_limit = 0
 EOF
+        restrictions_postfix_main_cf
     } >"$PF_ETC/main.cf"
     # master.cf: every service with chroot off; smtpd only on 127.0.0.1:55125.
     write_postfix_master_cf "$RELAY_PORT"
@@ -407,7 +445,15 @@ start_postfix() {
     rm -rf "$PF/spool" "$PF/maillog"
     mkdir -p "$PF/spool"
     postfix_tls
-    postfix_check_start || die "postfix -c $PF_ETC $POSTFIX_FAILED failed"
+    if restrictions_on; then
+        # The instance asks the benchmark's nsd (restrictions_postfix_start).
+        cg_run postfix -c "$PF_ETC" check >"$W/postfix-check.log" 2>&1 \
+            || { cat "$W/postfix-check.log" >&2; die "postfix -c $PF_ETC check failed"; }
+        restrictions_postfix_start >"$W/postfix-start.log" 2>&1 \
+            || { cat "$W/postfix-start.log" >&2; tail -20 "$PF/maillog" >&2 2>/dev/null; die "postfix -c $PF_ETC start failed"; }
+    else
+        postfix_check_start || die "postfix -c $PF_ETC $POSTFIX_FAILED failed"
+    fi
     wait_listen "$RELAY_PORT" 30 || die "postfix smtpd did not come up on $HOST:$RELAY_PORT"
     local master
     master=$(sed -n '1s/ //gp' "$PF/spool/pid/master.pid")
@@ -506,33 +552,43 @@ run_one() {
         start_postfix
         port=$RELAY_PORT ;;
     esac
+    if [ "$sys" != harness ] && restrictions_on; then
+        log "=== $sys: the restriction lists are in force (rscheck.py)"
+        rs_check "$HOST:$port" "recip1@domain1.example" || fail="restrictions_check"
+    fi
     ticker "$sys/$size" &
     TICKER_PID=$!
 
-    CHART_TAG="$sys-$size-tls$TLS"
-    log "=== $sys, size $size B: generator ($GENERATOR, $SESSIONS sessions, $n messages)"
-    gen_start=$(now)
-    run_generator "$port" "$n" "$size"
-    gen_end=$(now)
-    if [ "$GEN_RC" != 0 ] && [ -s "$W/gen.err" ]; then tail -5 "$W/gen.err" >&2; fi
-    log "generator done in $(fmt %.1f "$(calc "$(now)-$gen_start")") s (rc=$GEN_RC errors=$GEN_ERRORS)"
-
-    if [ "$GEN_RC" != 0 ] || [ "$GEN_ERRORS" != 0 ]; then
-        fail="generator_rc=${GEN_RC}_errors=${GEN_ERRORS}"
-        # The sink cannot reach N; give in-flight messages a moment, then stop it.
-        sleep 5
+    if [ -n "$fail" ]; then
+        # The lists are not what this run claims: no run.
         kill_wait "$SINK_PID" TERM 10
     else
-        log "waiting for the sink to receive all $n messages"
-        local deadline=$(( ${gen_start%.*} + RUN_TIMEOUT ))
-        while kill -0 "$SINK_PID" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do
-            sleep 0.2
-        done
-        if kill -0 "$SINK_PID" 2>/dev/null; then
-            fail="timeout_${RUN_TIMEOUT}s"
+        CHART_TAG="$sys-$size-tls$TLS"
+        restrictions_on && CHART_TAG+="-restrict"
+        log "=== $sys, size $size B: generator ($GENERATOR, $SESSIONS sessions, $n messages)"
+        gen_start=$(now)
+        run_generator "$port" "$n" "$size"
+        gen_end=$(now)
+        if [ "$GEN_RC" != 0 ] && [ -s "$W/gen.err" ]; then tail -5 "$W/gen.err" >&2; fi
+        log "generator done in $(fmt %.1f "$(calc "$(now)-$gen_start")") s (rc=$GEN_RC errors=$GEN_ERRORS)"
+
+        if [ "$GEN_RC" != 0 ] || [ "$GEN_ERRORS" != 0 ]; then
+            fail="generator_rc=${GEN_RC}_errors=${GEN_ERRORS}"
+            # The sink cannot reach N; give in-flight messages a moment, then stop it.
+            sleep 5
             kill_wait "$SINK_PID" TERM 10
         else
-            wait "$SINK_PID" 2>/dev/null || true
+            log "waiting for the sink to receive all $n messages"
+            local deadline=$(( ${gen_start%.*} + RUN_TIMEOUT ))
+            while kill -0 "$SINK_PID" 2>/dev/null && [ "$(date +%s)" -lt "$deadline" ]; do
+                sleep 0.2
+            done
+            if kill -0 "$SINK_PID" 2>/dev/null; then
+                fail="timeout_${RUN_TIMEOUT}s"
+                kill_wait "$SINK_PID" TERM 10
+            else
+                wait "$SINK_PID" 2>/dev/null || true
+            fi
         fi
     fi
     SINK_PID=""
@@ -585,6 +641,7 @@ cg_create
 for p in $RELAY_PORT $SINK_PORT; do
     listening "$p" && die "port $p is already in use on this machine"
 done
+restrictions_setup
 [[ " $SYSTEMS " == *" postfix "* ]] && setup_postfix
 
 # One certificate for both MTAs (ECDSA P-256, as Sluice's own).
@@ -594,7 +651,7 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 
     || die "openssl could not make the benchmark certificate"
 chmod 644 "$W/tls/key.pem"
 
-log "workload R: systems=[$SYSTEMS] sizes=[$SIZES] tls=[$TLS_MODES] N400=$N400 N64K=$N64K sessions=$SESSIONS generator=$GENERATOR sink=$SINK tmp=$W"
+log "workload R: systems=[$SYSTEMS] sizes=[$SIZES] tls=[$TLS_MODES] N400=$N400 N64K=$N64K sessions=$SESSIONS generator=$GENERATOR sink=$SINK restrictions=$RESTRICTIONS tmp=$W"
 for TLS in $TLS_MODES; do
     for sys in $SYSTEMS; do
         for size in $SIZES; do
@@ -608,6 +665,7 @@ cpu_per_msg() { if [ "$1" = n/a ]; then echo n/a; else fmt %.3f "$(calc "$1 * 10
 
 tools=""
 [ "$GENERATOR" = sluice ] && [ "$SINK" = sluice ] || tools=" tools=$GENERATOR/$SINK"
+restrictions_on && tools+=" restrictions=typical"
 lines=()
 any_failed=0
 for TLS in $TLS_MODES; do

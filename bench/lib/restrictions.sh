@@ -1,6 +1,7 @@
-# bench/lib/restrictions.sh — RESTRICTIONS=typical for bench/local.sh
-# (issue 38's benchmark): both systems apply the same restriction set, a
-# typical site's (docker-mailserver's shape), to every RCPT:
+# bench/lib/restrictions.sh — RESTRICTIONS=typical for bench/local.sh and
+# bench/relay.sh (issue 38's benchmark): both systems apply the same
+# restriction set, a typical site's (docker-mailserver's shape), to every
+# RCPT:
 #
 #   smtpd_relay_restrictions = permit_mynetworks, permit_sasl_authenticated,
 #       reject_unauth_destination
@@ -21,10 +22,21 @@
 # 127.0.0.0/8. Sluice's per-client connection limit is lifted (Postfix
 # exempts 127.0.0.0/8 through smtpd_client_event_limit_exceptions; Sluice
 # exempts only mynetworks).
+#
+# bench/relay.sh sets, before restrictions_setup:
+#   RS_EXTRA_ZONES    more zones served like gen.bench (an MX and its
+#                     address): its recipients' and senders' domains, so
+#                     reject_unknown_{recipient,sender}_domain pass;
+#   RS_RELAY_DOMAINS  relay_domains on both systems (the generator, a
+#                     stranger, may relay there: reject_unauth_destination
+#                     at the end of the list lets it through, after every
+#                     check above it ran).
+# local.sh sets neither: its recipients are local.
 
 RS_RELAY="permit_mynetworks, permit_sasl_authenticated, reject_unauth_destination"
 RS_RECIPIENT="permit_mynetworks, permit_sasl_authenticated, reject_unauth_pipelining, reject_invalid_helo_hostname, reject_non_fqdn_helo_hostname, reject_non_fqdn_sender, reject_non_fqdn_recipient, reject_unknown_sender_domain, reject_unknown_recipient_domain, check_sender_access texthash:__ACCESS__, reject_rbl_client rbl.bench, reject_unauth_destination"
 RS_NSD_PID=""
+RS_LIB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 restrictions_on() { [ "${RESTRICTIONS:-none}" = typical ]; }
 
@@ -54,6 +66,10 @@ restrictions_setup() {
     # The smoke test's sender (check@sender.example) must pass too.
     printf '%s\n@ MX 10 mx\nmx A 127.0.0.9\n' "$soa" >"$d/sender.example.zone"
     printf '%s\n' "$soa" >"$d/rbl.bench.zone"
+    local z
+    for z in ${RS_EXTRA_ZONES:-}; do
+        printf '%s\n@ MX 10 mx\nmx A 127.0.0.9\n' "$soa" >"$d/$z.zone"
+    done
     cat >"$d/nsd.conf" <<EOF
 server:
   ip-address: 127.0.0.1@53
@@ -81,6 +97,9 @@ zone:
   name: "sender.example"
   zonefile: "$d/sender.example.zone"
 EOF
+    for z in ${RS_EXTRA_ZONES:-}; do
+        printf 'zone:\n  name: "%s"\n  zonefile: "%s"\n' "$z" "$d/$z.zone" >>"$d/nsd.conf"
+    done
     /usr/sbin/nsd -d -c "$d/nsd.conf" 2>"$d/nsd.err" &
     RS_NSD_PID=$!
     local i
@@ -93,7 +112,7 @@ EOF
     printf 'spammer@bad.example REJECT\nbad.example REJECT\n' >"$d/access"
     chmod 644 "$d/access"
     echo "nameserver 127.0.0.1" >"$d/resolv.conf"
-    log "restrictions: typical set; nsd on 127.0.0.1:53 (gen.bench, rbl.bench)"
+    log "restrictions: typical set; nsd on 127.0.0.1:53 (gen.bench, rbl.bench${RS_EXTRA_ZONES:+, $RS_EXTRA_ZONES})${RS_RELAY_DOMAINS:+; relay_domains: $RS_RELAY_DOMAINS}"
 }
 
 restrictions_stop() {
@@ -109,6 +128,11 @@ rs_recipient_list() { echo "${RS_RECIPIENT//__ACCESS__/$W/rs/access}"; }
 restrictions_sluice_smtpd() {
     restrictions_on || return 0
     printf 'mynetworks = ["127.0.0.2/32"]\nclient_connection_limit = 0\n'
+    if [ -n "${RS_RELAY_DOMAINS:-}" ]; then
+        local d list=""
+        for d in $RS_RELAY_DOMAINS; do list+="${list:+, }\"$d\""; done
+        printf 'relay_domains = [%s]\n' "$list"
+    fi
 }
 
 # Sluice's [restrictions] section and its resolver.
@@ -136,6 +160,22 @@ mynetworks = 127.0.0.2/32
 smtpd_relay_restrictions = $RS_RELAY
 smtpd_recipient_restrictions = $(rs_recipient_list)
 EOF
+    [ -z "${RS_RELAY_DOMAINS:-}" ] || echo "relay_domains = $RS_RELAY_DOMAINS"
+}
+
+# A [dns] section for a configuration that has none (relay.sh's): the
+# benchmark's nsd.
+restrictions_sluice_dns() {
+    restrictions_on || return 0
+    printf '\n[dns]\nnameservers = ["127.0.0.1:53"]\ntimeout_ms = 300\nattempts = 1\n'
+}
+
+# rs_check HOST:PORT RCPT: the lists are in force for the generator (a
+# stranger), without sending a message (bench/lib/rscheck.py); its lines
+# go to stderr. Returns its exit status.
+rs_check() {
+    python3 "$RS_LIB_DIR/rscheck.py" "$1" "$2" 2>&1 | sed 's/^/  /' >&2
+    return "${PIPESTATUS[0]}"
 }
 
 # `postfix start`, in a private mount namespace with the benchmark's

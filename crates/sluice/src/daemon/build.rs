@@ -449,6 +449,7 @@ impl Parts {
             flow: queue.flow(),
             store: super::cluster::storage(spool, self.shadow.as_ref(), logger),
             limits: self.limits.clone(),
+            sender_login: self.restrictions.sender_login.clone(),
         })
     }
 

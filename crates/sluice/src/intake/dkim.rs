@@ -225,6 +225,66 @@ pub fn from_address(message: &[u8]) -> Option<String> {
     Some(addr.trim().to_string())
 }
 
+/// How many `From:` fields the header has, and how many mailboxes the
+/// first of them names: members of its list are separated by commas
+/// outside quoted strings, comments and angle brackets, and an empty
+/// member is not one (RFC 5322 §3.4). For a signature that must speak
+/// for one author only (`local_sign.rs`): any count but (1, 1) is
+/// suspect.
+pub fn from_authors(message: &[u8]) -> (usize, usize) {
+    let head_end = memchr::memmem::find(message, b"\r\n\r\n").map_or(message.len(), |i| i + 2);
+    let mut fields = 0;
+    let mut first = Vec::new();
+    let mut in_first = false;
+    for line in message[..head_end].split_inclusive(|&b| b == b'\n') {
+        let folded = matches!(line.first(), Some(b' ' | b'\t'));
+        if in_first && folded {
+            first.extend_from_slice(line);
+            continue;
+        }
+        in_first = false;
+        if line.len() > 5 && line[..5].eq_ignore_ascii_case(b"from:") {
+            fields += 1;
+            in_first = fields == 1;
+            if in_first {
+                first.extend_from_slice(&line[5..]);
+            }
+        }
+    }
+    (fields, mailboxes(&first))
+}
+
+/// The members of an address list (see [`from_authors`]).
+fn mailboxes(list: &[u8]) -> usize {
+    let (mut count, mut member) = (0, false);
+    let (mut quoted, mut comment, mut angle, mut escaped) = (false, 0usize, false, false);
+    for &b in list {
+        if escaped {
+            escaped = false;
+            member = true;
+            continue;
+        }
+        match b {
+            b'\\' if quoted || comment > 0 => escaped = true,
+            b'"' if comment == 0 => quoted = !quoted,
+            b'(' if !quoted => comment += 1,
+            b')' if !quoted && comment > 0 => comment -= 1,
+            b'<' if !quoted && comment == 0 => angle = true,
+            b'>' if !quoted && comment == 0 => angle = false,
+            b',' if !quoted && comment == 0 && !angle => {
+                count += usize::from(member);
+                member = false;
+                continue;
+            }
+            _ => {}
+        }
+        if comment == 0 && !b.is_ascii_whitespace() && b != b')' {
+            member = true;
+        }
+    }
+    count + usize::from(member)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,5 +298,16 @@ mod tests {
         let m = b"From:\r\n  Bill <b@folded.test>\r\n\r\n";
         assert_eq!(from_domain(m).as_deref(), Some("folded.test"));
         assert_eq!(from_domain(b"Subject: none\r\n\r\n"), None);
+    }
+
+    #[test]
+    fn the_authors_are_counted() {
+        let one = |m: &[u8]| from_authors(m);
+        assert_eq!(one(b"From: \"Bill, Jr.\" <b@x.test>\r\n\r\n"), (1, 1));
+        assert_eq!(one(b"From: b@x.test (Bill, Jr.)\r\n\r\n"), (1, 1));
+        assert_eq!(one(b"From: <\"a,b\"@x.test>,\r\n\r\n"), (1, 1));
+        assert_eq!(one(b"From: a@x.test,\r\n Me <b@x.test>\r\n\r\n"), (1, 2));
+        assert_eq!(one(b"From: a@x.test\r\nfrom: b@x.test\r\n\r\n"), (2, 1));
+        assert_eq!(one(b"Subject: x\r\n\r\nFrom: a@x.test\r\n"), (0, 0));
     }
 }

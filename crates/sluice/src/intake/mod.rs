@@ -16,7 +16,9 @@
 //!   authenticated client, a mynetworks client, a local user, our own
 //!   notices), never a message that already passed through us unless its
 //!   submitter authenticated — a loop never turns hostile mail into signed
-//!   mail;
+//!   mail; an ordinary local account's mail only for a From: it owns (its
+//!   login@hostname, or what the sender login map gives it:
+//!   `local_sign.rs`);
 //! - the sender limits (`limits.rs`): our own users' mail over a limit
 //!   is held;
 //! - the spool write (synced before `Ok`) through the [`store::Store`]
@@ -184,11 +186,15 @@ pub struct Intake {
     /// Where the sender limits count (`limits.rs`); shared by every
     /// intake the process builds, so a reload keeps the hour's counts.
     pub limits: Arc<dyn limits::Counter>,
+    /// `[restrictions] sender_login_maps`, as the restriction lists built
+    /// them: which local accounts' From: we sign (`local_sign.rs`).
+    pub sender_login: Vec<Arc<crate::tables::Table>>,
 }
 
 mod accept;
 mod adopt;
 mod divert;
+mod local_sign;
 pub use adopt::ClaimedCopy;
 
 impl Intake {

@@ -9,8 +9,12 @@
 
 use crate::common;
 
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
+
+use sluice::daemon::Server;
+use sluice_bench::sink::Sink;
 
 use common::users::TestUser;
 use common::*;
@@ -275,6 +279,188 @@ async fn a_local_user_gets_our_signature_only_on_their_own_from() {
             e,
             Event::DkimNotSigned { cause, from, user, .. }
                 if cause == "local_from" && from == "ceo@mx.test" && user == own.as_str()
+        )),
+        "{}",
+        read_log(&dir)
+    );
+}
+
+/// A daemon that signs for `domains` (an Ed25519 key each), delivering to
+/// `sink`, with `tweak` applied; (the server, the client configuration's
+/// path, the sendmail link).
+async fn signing_daemon(
+    dir: &Path,
+    sink: SocketAddr,
+    domains: &[&str],
+    tweak: impl FnOnce(&mut sluice::config::Config),
+) -> (Server, String, std::path::PathBuf) {
+    std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut cfg = config(dir, Some(sink));
+    for domain in domains {
+        let key = dir.join(format!("{domain}.pem"));
+        sluice::tools::keygen::keygen(
+            sluice::tools::keygen::Algorithm::Ed25519,
+            domain,
+            "s1",
+            &key,
+        )
+        .unwrap();
+        cfg.dkim.keys.push(dkim_key(domain, "s1", key));
+    }
+    tweak(&mut cfg);
+    let conf = client_config(dir, &cfg.data_dir).display().to_string();
+    let sendmail = dir.join("sendmail");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_sluice"), &sendmail).unwrap();
+    let (server, _) = start(cfg).await;
+    (server, conf, sendmail)
+}
+
+/// Whether the message the sink got for `to` carries our signature.
+fn signed_for(sink: &Sink, to: &str) -> bool {
+    let m = sink
+        .messages()
+        .into_iter()
+        .find(|m| m.recipients == [to])
+        .unwrap_or_else(|| panic!("nothing for {to}"));
+    String::from_utf8_lossy(&m.body).contains("DKIM-Signature:")
+}
+
+/// Issue 38 (with M5 of the 2026-11-27 review): with
+/// `[restrictions] sender_login_maps`, a local account's mail is signed
+/// for a From: the map gives that login, looked up as Postfix's
+/// smtpd_sender_login_maps are (the full address, then without its
+/// extension, then `@domain`), the owners a list separated by commas and
+/// blanks; a From: the map gives someone else or does not list, or a
+/// From: naming several authors, goes unsigned, with the event saying
+/// why. The account's own login@hostname is signed as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_users_signature_follows_the_sender_login_map() {
+    need_root();
+    let user = TestUser::create("m");
+    let dir = temp_dir("local-dkim-map");
+    let sink = recording_sink().await;
+    let logins = dir.join("logins");
+    std::fs::write(
+        &logins,
+        format!(
+            "# address  logins that own it\n\
+             sales@ours.test  someone,{0} other\n\
+             @team.test  nobody {0}\n\
+             ceo@ours.test  boss\n",
+            user.name.to_uppercase()
+        ),
+    )
+    .unwrap();
+    let domains = ["mx.test", "ours.test", "team.test", "victim.test"];
+    let (server, conf, sendmail) = signing_daemon(&dir, sink.addr, &domains, |cfg| {
+        cfg.recipient_delimiter = "+".into();
+        cfg.restrictions.sender_login_maps = vec![format!("texthash:{}", logins.display())];
+    })
+    .await;
+    let own = format!("{}@mx.test", user.name);
+    let sends = [
+        ("t1@ours.test", "Sales <sales@ours.test>".to_string()),
+        ("t2@ours.test", "sales+news@ours.test".to_string()),
+        ("t3@ours.test", "Team <Anyone@team.test>".to_string()),
+        ("t4@ours.test", "CEO <ceo@ours.test>".to_string()),
+        ("t5@ours.test", "ceo@victim.test".to_string()),
+        ("t6@ours.test", format!("Me <{own}>")),
+        (
+            "t7@ours.test",
+            "ceo@ours.test, Sales <sales@ours.test>".to_string(),
+        ),
+    ];
+    for (to, from) in &sends {
+        let msg = format!("From: {from}\nSubject: to {to}\n\nx\n");
+        let (code, _, err) = run_as(&user, &sendmail, &["-C", &conf, to], msg.as_bytes());
+        assert_eq!(code, 0, "{to}: {err}");
+    }
+    assert!(
+        wait_until(15, || sink.count() == sends.len() as u64).await,
+        "{}",
+        read_log(&dir)
+    );
+    server.shutdown().await;
+    let signed: Vec<bool> = sends.iter().map(|(to, _)| signed_for(&sink, to)).collect();
+    assert_eq!(
+        signed,
+        [true, true, true, false, false, true, false],
+        "signed, in order: the map's address, its extension, its @domain, \
+         another login's, unlisted, the account's own, two authors\n{}",
+        read_log(&dir)
+    );
+    let not_signed = |want_cause: &str, want_from: &str| {
+        any_logged(&dir, |e| {
+            matches!(
+                e,
+                Event::DkimNotSigned { cause, from, user, .. }
+                    if cause == want_cause && from == want_from && user == own.as_str()
+            )
+        })
+    };
+    assert!(
+        not_signed("local_from", "ceo@ours.test"),
+        "{}",
+        read_log(&dir)
+    );
+    assert!(
+        not_signed("local_from", "ceo@victim.test"),
+        "{}",
+        read_log(&dir)
+    );
+    assert!(
+        not_signed("local_from_authors", "sales@ours.test"),
+        "{}",
+        read_log(&dir)
+    );
+}
+
+/// A sender login map that cannot answer (a `tcp:` table whose server is
+/// down, after the text table) leaves the mail unsigned, never refused,
+/// with the cause logged; what the text table answers first, and the
+/// account's own address, are still signed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sender_login_map_that_is_down_leaves_the_mail_unsigned() {
+    need_root();
+    let user = TestUser::create("f");
+    let dir = temp_dir("local-dkim-down");
+    let sink = recording_sink().await;
+    let logins = dir.join("logins");
+    std::fs::write(&logins, format!("sales@ours.test {}\n", user.name)).unwrap();
+    let down = reserve();
+    let (server, conf, sendmail) =
+        signing_daemon(&dir, sink.addr, &["mx.test", "ours.test"], |cfg| {
+            cfg.restrictions.sender_login_maps = vec![
+                format!("texthash:{}", logins.display()),
+                format!("tcp:{}", down.addr),
+            ];
+        })
+        .await;
+    let own = format!("{}@mx.test", user.name);
+    let sends = [
+        ("t1@ours.test", "sales@ours.test".to_string()),
+        ("t2@ours.test", "support@ours.test".to_string()),
+        ("t3@ours.test", own.clone()),
+    ];
+    for (to, from) in &sends {
+        let msg = format!("From: {from}\nSubject: to {to}\n\nx\n");
+        let (code, _, err) = run_as(&user, &sendmail, &["-C", &conf, to], msg.as_bytes());
+        assert_eq!(code, 0, "{to}: a map that is down refused the mail: {err}");
+    }
+    assert!(
+        wait_until(15, || sink.count() == sends.len() as u64).await,
+        "{}",
+        read_log(&dir)
+    );
+    server.shutdown().await;
+    drop(down);
+    let signed: Vec<bool> = sends.iter().map(|(to, _)| signed_for(&sink, to)).collect();
+    assert_eq!(signed, [true, false, true], "{}", read_log(&dir));
+    assert!(
+        any_logged(&dir, |e| matches!(
+            e,
+            Event::DkimNotSigned { cause, from, .. }
+                if cause == "sender_login_map_failed" && from == "support@ours.test"
         )),
         "{}",
         read_log(&dir)

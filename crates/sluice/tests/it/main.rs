@@ -59,6 +59,7 @@ mod restrict_redirect;
 mod rollup;
 mod sasl_dovecot;
 mod sender_auth;
+mod sender_limits;
 mod sendmail;
 mod session;
 mod shadow;

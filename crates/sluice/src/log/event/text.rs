@@ -339,11 +339,17 @@ impl Event<'_> {
             NoRecipientsLeft { queue_id } => {
                 write!(f, "{queue_id}: discarded (no recipients left)")
             }
-            Hold { queue_id, reason, .. } => write!(f, "{queue_id}: milter-hold: {reason}"),
-            Redirect { queue_id, to, replaced } => write!(
-                f,
-                "{queue_id}: redirect: to=<{to}> (access REDIRECT, in place of {replaced} recipient(s))"
-            ),
+            Hold {
+                queue_id,
+                cause,
+                reason,
+            } if cause == "milter" => write!(f, "{queue_id}: milter-hold: {reason}"),
+            Hold {
+                queue_id, reason, ..
+            } => write!(f, "{queue_id}: hold: {reason}"),
+            Redirect { queue_id, to, replaced } => {
+                write!(f, "{queue_id}: redirect: to=<{to}> ({replaced} recipients replaced)")
+            }
             Bcc { queue_id, to } => write!(f, "{queue_id}: bcc: to=<{to}> (access BCC)"),
             LimitCrossed {
                 queue_id,

@@ -65,6 +65,7 @@ fn intake(config: &Config, spool: &Spool, queue: &QueueHandle) -> Arc<crate::int
             None,
             Logger::disabled(),
         )),
+        sender_login: Vec::new(),
     })
 }
 
