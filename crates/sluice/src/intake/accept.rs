@@ -63,8 +63,11 @@ pub(super) async fn run(intake: &Intake, mut sub: Submission) -> Result<Accepted
     if intake.config.sender_limits.any() {
         if let Some(reason) = super::limits::check(intake, &*intake.limits, &sub).await {
             use crate::message::flags::{LIMITED, QUARANTINE};
-            sub.flags |= QUARANTINE | LIMITED;
+            sub.flags |= QUARANTINE;
+            // Held for the limit alone: its release may release it. Held
+            // for another cause too, it waits for that one's release.
             if held.is_none() {
+                sub.flags |= LIMITED;
                 (held, cause) = (Some(reason), "limit");
             }
         }

@@ -189,6 +189,13 @@ async fn a_lone_node_keeps_a_sender_contained_across_a_restart() {
     let sink = recording_sink().await;
     let mut cfg = config(&dir, Some(sink.addr));
     cfg.sender_limits.sender_recipients_per_hour = 3;
+    // Mail an access table holds stays held when the limit is lifted.
+    std::fs::create_dir_all(&*dir).unwrap();
+    std::fs::write(dir.join("access"), "review@far.test HOLD for review\n").unwrap();
+    cfg.restrictions.recipient = format!(
+        "check_recipient_access texthash:{}, permit",
+        dir.join("access").display()
+    );
     let data_dir = cfg.data_dir.clone();
     let (server, addr) = start(cfg.clone()).await;
     let mut c = Client::ready(addr).await;
@@ -218,6 +225,11 @@ async fn a_lone_node_keeps_a_sender_contained_across_a_restart() {
         .await;
     let s3 = qid_of(&r);
     assert!(wait_event(10, &dir, "hold", |e| e["queue_id"] == s3.as_str()).await);
+    let r = c
+        .message("app@ours.test", &["review@far.test"], &body("s4"))
+        .await;
+    let s4 = qid_of(&r);
+    assert!(wait_event(10, &dir, "hold", |e| e["queue_id"] == s4.as_str()).await);
     assert_eq!(delivered(&sink), ["o1", "s1"]);
     let r = call(
         &data_dir,
@@ -231,6 +243,16 @@ async fn a_lone_node_keeps_a_sender_contained_across_a_restart() {
     assert_eq!(r.count, 2, "{r:?}");
     assert!(wait_until(15, || delivered(&sink).len() >= 4).await);
     assert_eq!(delivered(&sink), ["o1", "s1", "s2", "s3"]);
+    let still = call(
+        &data_dir,
+        &Request::List {
+            filter: Filter::default(),
+        },
+    )
+    .await
+    .unwrap();
+    let ids: Vec<_> = still.messages.iter().map(|e| (&e.id, &e.state)).collect();
+    assert_eq!(ids, [(&s4, &"hold".to_string())]);
     server.shutdown().await;
 }
 
