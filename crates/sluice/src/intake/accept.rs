@@ -1,6 +1,7 @@
 //! [`Intake::accept`], step by step: the body checks and our trace, the
 //! hop limit, forged Authentication-Results in our name removed, the
-//! content filters, the sender limits, then signing (trusted origins) or sender authentication
+//! content filters, the sender limits, the access tables' REDIRECT and BCC
+//! (`divert.rs`), then signing (trusted origins) or sender authentication
 //! (strangers on a `sender_auth` listener), then the spool and the queue.
 
 use std::sync::Arc;
@@ -71,6 +72,8 @@ pub(super) async fn run(intake: &Intake, mut sub: Submission) -> Result<Accepted
             }
         }
     }
+    // After the limits: they count the recipients the client gave.
+    super::divert::apply(&intake.logger, &mut sub);
     let on_top = match &sub.origin {
         Origin::Smtp(c) if !(c.trusted || c.authenticated) => {
             let client = (c.peer.ip(), c.helo.clone(), c.sender_auth, c.dmarc_reject);
@@ -312,6 +315,8 @@ async fn store(intake: &Intake, sub: Submission) -> Result<Accepted, Refusal> {
         body,
         flaws: _,
         hold: _,
+        redirect: _,
+        bcc: _,
     } = sub;
     let orig_rcpt = line_up(&recipients, &orig_rcpt);
     let envelope = sluice_spool::Envelope {

@@ -59,6 +59,7 @@ use sluice_spool::{BodyRef, Dsn, Envelope, Spool};
 use crate::config::Config;
 use crate::log::Logger;
 use crate::log::{Event, Qid};
+use crate::message::address::Target;
 use crate::message::body;
 use crate::routing::mailboxes::{Resolution, VirtualMailboxes};
 pub use refusal::Refusal;
@@ -150,6 +151,11 @@ pub struct Submission {
     /// The door's restrictions asked to hold the message (an access
     /// table's `HOLD`): queued on hold, with this reason.
     pub hold: Option<String>,
+    /// An access table's `REDIRECT` (the last): every recipient replaced
+    /// by this one (`divert.rs`).
+    pub redirect: Option<Target>,
+    /// An access table's `BCC` addresses, added as recipients.
+    pub bcc: Vec<Target>,
 }
 
 /// A message taken.
@@ -187,6 +193,7 @@ pub struct Intake {
 
 mod accept;
 mod adopt;
+mod divert;
 mod local_sign;
 pub use adopt::ClaimedCopy;
 

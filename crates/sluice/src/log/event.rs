@@ -409,6 +409,18 @@ pub enum Event<'a> {
         cause: Text<'a>,
         reason: Text<'a>,
     },
+    /// An access table's `REDIRECT`: the `replaced` recipients gave way
+    /// to `to`.
+    Redirect {
+        queue_id: Qid,
+        to: Text<'a>,
+        replaced: u64,
+    },
+    /// An access table's `BCC`: `to` added as a recipient.
+    Bcc {
+        queue_id: Qid,
+        to: Text<'a>,
+    },
     /// A login or sender crossed a sender limit with this message: it
     /// and their new mail are held (`intake/limits.rs`).
     LimitCrossed {
@@ -597,6 +609,13 @@ pub enum Event<'a> {
         queue_id: Qid,
         client_ip: IpAddr,
         why: Text<'a>,
+    },
+    /// An access table's (or a policy service's) answer that cannot be
+    /// acted on (`error` says why); the restriction answered "try again".
+    AccessAnswerBad {
+        queue_id: Qid,
+        client_ip: IpAddr,
+        error: Text<'a>,
     },
     /// Its `text` is the policy service's (the envelope's `text` is
     /// this field, as it always was).

@@ -21,6 +21,12 @@
 //! CR or LF there would end the reply or the header early and let the
 //! table's answer write a line of its own): such an answer is an error,
 //! which the restriction lists turn into "try again", never a permit.
+//! The address of a `REDIRECT` or `BCC` becomes an envelope recipient: it
+//! is a [`Target`], a mailbox RFC 5321's grammar accepts (checked by
+//! `sluice_proto::address`, the parser every RCPT goes through), or the
+//! answer is an error; Postfix takes any text with an `@` in it.
+
+pub use crate::message::address::Target;
 
 /// A reply an access table asks for: `NNN [d.d.d] text`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,8 +57,10 @@ pub enum Action {
     Info(String),
     Warn(String),
     Filter(String),
-    Redirect(String),
-    Bcc(String),
+    /// `REDIRECT user@domain`: every recipient replaced by this one.
+    Redirect(Target),
+    /// `BCC user@domain`: this recipient added.
+    Bcc(Target),
     /// One header line, `name: value`.
     Prepend(String),
     /// Restrictions to apply instead (class names or keywords).
@@ -68,6 +76,8 @@ pub enum ActionError {
     Needs(String, &'static str, &'static str),
     #[error("access table answer {0:?}: a {1} reply is not 4XX or 5XX")]
     BadCode(String, u16),
+    #[error("access table answer {0:?}: {1} address is not a mailbox: {2}")]
+    BadAddress(String, &'static str, &'static str),
 }
 
 /// Reads a table's answer (Postfix's string) as an action.
@@ -88,6 +98,9 @@ pub fn parse(answer: &str) -> Result<Action, ActionError> {
     };
     let needs = |what, needs| ActionError::Needs(answer.to_string(), what, needs);
     let text = || rest.to_string();
+    let target = |what| {
+        Target::new(rest).map_err(|e| ActionError::BadAddress(answer.to_string(), what, e.text()))
+    };
     Ok(match word.to_ascii_uppercase().as_str() {
         "OK" => Action::Ok,
         "DUNNO" => Action::Dunno,
@@ -101,9 +114,9 @@ pub fn parse(answer: &str) -> Result<Action, ActionError> {
         "WARN" => Action::Warn(text()),
         "FILTER" if rest.contains(':') => Action::Filter(text()),
         "FILTER" => return Err(needs("FILTER", "transport:destination")),
-        "REDIRECT" if rest.contains('@') => Action::Redirect(text()),
+        "REDIRECT" if rest.contains('@') => Action::Redirect(target("REDIRECT")?),
         "REDIRECT" => return Err(needs("REDIRECT", "user@domain")),
-        "BCC" if rest.contains('@') => Action::Bcc(text()),
+        "BCC" if rest.contains('@') => Action::Bcc(target("BCC")?),
         "BCC" => return Err(needs("BCC", "user@domain")),
         "PREPEND" if header_line(rest) => Action::Prepend(text()),
         "PREPEND" => return Err(needs("PREPEND", "a header, name: value")),
@@ -250,5 +263,41 @@ mod tests {
             parse("FILTER nowhere"),
             Err(ActionError::Needs(..))
         ));
+        // A REDIRECT or BCC address becomes a recipient: a mailbox or
+        // nothing (Postfix takes any text with an @ in it).
+        for bad in [
+            "REDIRECT @",
+            "REDIRECT a@",
+            "REDIRECT @b.test",
+            "REDIRECT a b@c.test",
+            "REDIRECT <a@b.test>",
+            "BCC a@b.test> ORCPT=rfc822;x@y",
+            "BCC a@@b.test",
+            "BCC a@b..test",
+        ] {
+            assert!(
+                matches!(parse(bad), Err(ActionError::BadAddress(..))),
+                "{bad}"
+            );
+        }
+        assert!(matches!(
+            parse("REDIRECT a@b.test\r\nRCPT TO:<c@d.test>"),
+            Err(ActionError::Control(_))
+        ));
+        assert!(matches!(parse("BCC"), Err(ActionError::Needs(..))));
+    }
+
+    #[test]
+    fn redirect_and_bcc_carry_a_mailbox() {
+        let target = |a: &str| Target::new(a).unwrap();
+        assert_eq!(
+            parse("REDIRECT Elsewhere@Example.NET"),
+            Ok(Action::Redirect(target("Elsewhere@example.net")))
+        );
+        assert_eq!(
+            parse("bcc archive@example.net"),
+            Ok(Action::Bcc(target("archive@example.net")))
+        );
+        assert_eq!(target("a@B.test").as_str(), "a@b.test");
     }
 }

@@ -214,6 +214,8 @@ impl Submitter {
             body: message,
             flaws: None,
             hold: None,
+            redirect: None,
+            bcc: Vec::new(),
         };
         match self.intake.accept(submission).await {
             Ok(Accepted::Queued(id)) => Ok(Submitted {

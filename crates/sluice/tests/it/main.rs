@@ -55,6 +55,7 @@ mod reload;
 mod restrict_diff;
 mod restrict_dns;
 mod restrict_hostile;
+mod restrict_redirect;
 mod rollup;
 mod sasl_dovecot;
 mod sender_auth;

@@ -114,6 +114,8 @@ fn submission(origin: Origin, sender: &str) -> Submission {
         body: Vec::new(),
         flaws: None,
         hold: None,
+        redirect: None,
+        bcc: Vec::new(),
     }
 }
 

@@ -88,6 +88,8 @@ impl Event<'_> {
             MilterDiscard { .. }
             | NoRecipientsLeft { .. }
             | Hold { .. }
+            | Redirect { .. }
+            | Bcc { .. }
             | LimitCrossed { .. }
             | LimitReleased { .. }
             | LimitsAlone { .. }
@@ -122,6 +124,7 @@ impl Event<'_> {
             | PolicyFailed { .. }
             | PolicyUnsupported { .. }
             | PolicyDiscard { .. }
+            | AccessAnswerBad { .. }
             | PolicyWarn { .. }
             | RestrictionWarn { .. }
             | Proxied { .. }
@@ -163,6 +166,8 @@ impl Event<'_> {
             | MilterDiscard { queue_id }
             | NoRecipientsLeft { queue_id }
             | Hold { queue_id, .. }
+            | Redirect { queue_id, .. }
+            | Bcc { queue_id, .. }
             | LimitCrossed { queue_id, .. }
             | MilterFailed { queue_id, .. }
             | DkimNotSigned { queue_id, .. }
@@ -184,6 +189,7 @@ impl Event<'_> {
             | PolicyFailed { queue_id, .. }
             | PolicyUnsupported { queue_id, .. }
             | PolicyDiscard { queue_id, .. }
+            | AccessAnswerBad { queue_id, .. }
             | PolicyWarn { queue_id, .. }
             | RestrictionWarn { queue_id, .. }
             | Notice { queue_id, .. }

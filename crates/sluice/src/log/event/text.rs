@@ -347,6 +347,10 @@ impl Event<'_> {
             Hold {
                 queue_id, reason, ..
             } => write!(f, "{queue_id}: hold: {reason}"),
+            Redirect { queue_id, to, replaced } => {
+                write!(f, "{queue_id}: redirect: to=<{to}> ({replaced} recipients replaced)")
+            }
+            Bcc { queue_id, to } => write!(f, "{queue_id}: bcc: to=<{to}> (access BCC)"),
             LimitCrossed {
                 queue_id,
                 kind,
@@ -519,6 +523,10 @@ impl Event<'_> {
             PolicyDiscard { queue_id, why, .. } => {
                 write!(f, "{queue_id}: discard: policy service: {why}")
             }
+            AccessAnswerBad { queue_id, client_ip, error } => write!(
+                f,
+                "warning: {queue_id}: from [{client_ip}]: {error}; the restriction answers 451 4.3.5"
+            ),
             PolicyWarn { queue_id, text, .. } => {
                 write!(f, "{queue_id}: warn: policy service: {text}")
             }

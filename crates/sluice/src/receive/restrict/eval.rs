@@ -71,12 +71,15 @@ pub enum Effect {
     Discard(String),
     Hold(String),
     Filter(String),
-    Redirect(String),
-    Bcc(String),
+    Redirect(access::Target),
+    Bcc(access::Target),
     Info(String),
     Warn(String),
     /// A refusal `warn_if_reject` turned into a warning.
     Warned(Refusal),
+    /// An answer that could not be acted on (the lists said "try again"):
+    /// why, for the log.
+    Broken(String),
 }
 
 /// The end of one decision.
@@ -481,8 +484,12 @@ impl<'r> Evaluation<'r> {
             let text = if text.is_empty() { default } else { text };
             reply(code, enhanced, name, class, text, by)
         };
-        let Ok(action) = action else {
-            return Step::Refuse(config_error(by));
+        let action = match action {
+            Ok(action) => action,
+            Err(e) => {
+                self.effects.push(Effect::Broken(e.to_string()));
+                return Step::Refuse(config_error(by));
+            }
         };
         match action {
             Action::Ok => Step::Permit,

@@ -257,6 +257,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     client_ip: ip,
                     text: t.into(),
                 }),
+                Effect::Broken(error) => self.ctx.logger.emit(&Event::AccessAnswerBad {
+                    queue_id: Qid(id),
+                    client_ip: ip,
+                    error: error.into(),
+                }),
                 _ if !passed => {}
                 Effect::Prepend(h) => {
                     if let Some(txn) = self.txn.as_mut() {
@@ -283,7 +288,19 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                         txn.hold.get_or_insert(reason);
                     }
                 }
-                Effect::Filter(t) | Effect::Redirect(t) | Effect::Bcc(t) => {
+                // Postfix keeps the last REDIRECT, and every BCC.
+                Effect::Redirect(to) => {
+                    if let Some(txn) = self.txn.as_mut() {
+                        txn.redirect = Some(to);
+                    }
+                }
+                Effect::Bcc(to) => {
+                    if let Some(txn) = self.txn.as_mut().filter(|t| !t.bcc.contains(&to)) {
+                        txn.bcc.push(to);
+                    }
+                }
+                // Needs an after-queue content filter (issue 40).
+                Effect::Filter(t) => {
                     self.ctx.logger.emit(&Event::PolicyUnsupported {
                         queue_id: Qid(id),
                         client_ip: ip,

@@ -22,6 +22,7 @@ use crate::intake::headers::{self, SmtpTrace};
 use crate::intake::{Accepted, Origin, SmtpClient, Submission};
 use crate::log::qid;
 use crate::log::{Event, Qid};
+use crate::message::address::Target;
 use crate::message::flags;
 
 const MEMORY_EXHAUSTED: &str =
@@ -65,6 +66,10 @@ pub(super) struct Transaction {
     /// An access table said `HOLD`: the message is queued on hold, with
     /// this reason (Postfix's hold queue).
     pub hold: Option<String>,
+    /// An access table said `REDIRECT` (the last one counts).
+    pub redirect: Option<Target>,
+    /// An access table said `BCC` (each address once).
+    pub bcc: Vec<Target>,
     /// Length of our Received: field at the start of `body`.
     trace_len: usize,
 }
@@ -87,6 +92,8 @@ impl Transaction {
             prepend: Vec::new(),
             discard: false,
             hold: None,
+            redirect: None,
+            bcc: Vec::new(),
             trace_len: 0,
         }
     }
@@ -299,6 +306,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             body: std::mem::take(&mut txn.body),
             flaws: Some(flaws),
             hold: txn.hold.take(),
+            redirect: txn.redirect.take(),
+            bcc: std::mem::take(&mut txn.bcc),
         };
         // Its share of the body-memory budget is held until the intake has
         // stored the message: a body waiting on a slow filter or a shadow

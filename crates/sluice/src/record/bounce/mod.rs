@@ -74,6 +74,8 @@ pub async fn store(
             body: report.message.clone(),
             flaws: None,
             hold: None,
+            redirect: None,
+            bcc: Vec::new(),
         };
         match intake.accept(notice).await {
             Ok(_) => {
