@@ -44,6 +44,7 @@ mod mta_sts;
 mod mx_limits;
 mod outbound;
 mod outbound_tls;
+mod plus_addressing;
 mod policy;
 mod privilege;
 mod process;

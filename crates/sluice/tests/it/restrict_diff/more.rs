@@ -317,22 +317,6 @@ const DIFFERENT: &[Known] = &[
          Postfix's reverse name is `unknown`; #1 shows both then fall back \
          to the address",
     ),
-    (
-        "relay-recipients",
-        2,
-        3,
-        "Sluice looks the relay recipient table up by the whole address \
-         (and @domain): no recipient_delimiter extension is taken off \
-         (Postfix also tries known@relay.test for known+x@relay.test)",
-    ),
-    (
-        "pattern-tables",
-        2,
-        5,
-        "Sluice's mailbox table is asked for the whole address: no \
-         recipient_delimiter extension is taken off (Postfix finds \
-         user@local.test for user+x@local.test)",
-    ),
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
