@@ -306,18 +306,16 @@ const MORE: &[Setup] = &[
 ];
 
 /// Known differences in these setups.
-const DIFFERENT: &[Known] = &[
-    (
-        "reverse-client",
-        0,
-        3,
-        "not a decision: Sluice's resolver names every loopback client \
+const DIFFERENT: &[Known] = &[(
+    "reverse-client",
+    0,
+    3,
+    "not a decision: Sluice's resolver names every loopback client \
          `localhost` (RFC 6761, receive/dnscheck/names.rs), the Postfix \
          under test looks no name up (smtpd_peername_lookup = no), so only \
          Postfix's reverse name is `unknown`; #1 shows both then fall back \
          to the address",
-    ),
-];
+)];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn more_lists_decide_as_postfix_does() {
