@@ -3,28 +3,20 @@
 //! the notices we write ourselves (bounces, delay warnings, success
 //! reports) — becomes a queue file only through [`Intake::accept`].
 //!
-//! It owns, for every door alike:
-//! - the body checks: line ends, NUL, line length, size (found while an
-//!   SMTP body streamed in, or scanned here), and the hop limit (more
-//!   `Received:` fields than `smtpd.hop_count_limit`: a loop);
-//! - the header work: our `Received:` trace (`headers.rs`; an SMTP session
-//!   starts its body with it as it streams in, to save a copy), the From:,
-//!   Date: and Message-ID: a local submission lacks, and for strangers'
-//!   mail on a `sender_auth` listener the removal of forged
-//!   Authentication-Results and our own (`sender_auth.rs`);
-//! - the decision to DKIM-sign (`dkim.rs`): a trusted origin (an
-//!   authenticated client, a mynetworks client, a local user, our own
-//!   notices), never a message that already passed through us unless its
-//!   submitter authenticated — a loop never turns hostile mail into signed
-//!   mail; an ordinary local account's mail only for a From: it owns (its
-//!   login@hostname, or what the sender login map gives it:
-//!   `local_sign.rs`);
-//! - the sender limits (`limits.rs`): our own users' mail over a limit
-//!   is held;
-//! - the spool write (synced before `Ok`) through the [`store::Store`]
-//!   the daemon chose (the local spool, or one that also mirrors on a
-//!   cluster peer), the log line with the queue ID, and the hand-off to the
-//!   queue ([`Handoff`]).
+//! It owns, for every door alike, one ordered pipeline of stages in
+//! Postfix cleanup's order, each in its own file and called in order from
+//! one function (`accept.rs`, which lists them): body checks, trace and
+//! hop limit (`checks.rs`, with `headers.rs`); forged
+//! Authentication-Results removed (`authenticate.rs`); content filters
+//! (`filters.rs`, `milter/`); sender limits (`limits.rs`); the access
+//! tables' REDIRECT and BCC (`divert.rs`); sender authentication for
+//! strangers (`authenticate.rs`, `sender_auth.rs`) or DKIM signing for
+//! trusted origins (`sign.rs`, `dkim.rs`, `local_sign.rs`: never a
+//! message that already passed through us unless its submitter
+//! authenticated, an ordinary local account's only for a From: it owns);
+//! and the spool write (synced before `Ok`) through the [`store::Store`]
+//! the daemon chose, the log line with the queue ID and the hand-off to
+//! the queue ([`Handoff`], `store.rs`).
 //!
 //! A copy claimed from a dead cluster peer comes in by its own door,
 //! [`Intake::adopt`]: stored and queued under a new ID, without the checks
@@ -53,14 +45,12 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use sluice_proto::data::{self, DataFlaws};
+use sluice_proto::data::DataFlaws;
 use sluice_spool::{BodyRef, Dsn, Envelope, Spool};
 
 use crate::config::Config;
 use crate::log::Logger;
-use crate::log::{Event, Qid};
 use crate::message::address::Target;
-use crate::message::body;
 use crate::routing::mailboxes::{Resolution, VirtualMailboxes};
 pub use refusal::Refusal;
 
@@ -193,8 +183,12 @@ pub struct Intake {
 
 mod accept;
 mod adopt;
+mod authenticate;
+mod checks;
 mod divert;
+mod filters;
 mod local_sign;
+mod sign;
 pub use adopt::ClaimedCopy;
 
 impl Intake {
@@ -237,83 +231,6 @@ impl Intake {
     /// Checks, completes, signs, stores and queues `sub`.
     pub async fn accept(&self, sub: Submission) -> Result<Accepted, Refusal> {
         accept::run(self, sub).await
-    }
-
-    /// The body checks every door shares: `flaws` as an SMTP session
-    /// found them while the body streamed in, or, for a local submission,
-    /// as scanned here (with its size).
-    fn check_body(&self, body: &mut Vec<u8>, flaws: Option<DataFlaws>) -> Result<(), Refusal> {
-        let limit = match self.config.smtpd.text_line_limit {
-            0 => usize::MAX,
-            n => n,
-        };
-        let flaws = match flaws {
-            Some(found) => found,
-            None => {
-                let mut scanned = data::scan_body(body, limit);
-                if scanned.bare_cr_or_lf {
-                    // sendmail input is text from a local program: its
-                    // line ends are made CRLF, as Postfix's sendmail does.
-                    *body = data::normalize_line_ends(body);
-                    scanned.bare_cr_or_lf = false;
-                }
-                scanned.too_big = body.len() > self.config.smtpd.message_size_limit;
-                scanned
-            }
-        };
-        match flaws {
-            DataFlaws { too_big: true, .. } => Err(Refusal::TooBig),
-            DataFlaws {
-                bare_cr_or_lf: true,
-                ..
-            } => Err(Refusal::BareLineEnd),
-            DataFlaws { nul: true, .. } => Err(Refusal::Nul),
-            DataFlaws {
-                line_too_long: true,
-                ..
-            } => Err(Refusal::LineTooLong(limit)),
-            _ => Ok(()),
-        }
-    }
-
-    /// The hop limit, on the body with our trace at its top.
-    fn check_hops(&self, body: &[u8]) -> Result<(), Refusal> {
-        let hops = body::received_headers(body);
-        match hops > self.config.smtpd.hop_count_limit {
-            true => Err(Refusal::TooManyHops(hops)),
-            false => Ok(()),
-        }
-    }
-
-    /// The message's first line in the log, under the door's name (as
-    /// Postfix's smtpd logs `client=`): `grep QUEUEID` starts here.
-    fn log_queued(&self, origin: &Origin, env: &Envelope, size: usize) {
-        let (door, _from) = match origin {
-            Origin::Smtp(c) => (
-                "smtpd",
-                format!("client=[{}]:{}", c.peer.ip(), c.peer.port()),
-            ),
-            Origin::Local { uid, .. } => (
-                "sendmail",
-                format!("uid={}", uid.map_or("unknown".into(), |u| u.to_string())),
-            ),
-            Origin::Notice => ("bounce", "notice".into()),
-        };
-        let (client_ip, client_port, uid) = match origin {
-            Origin::Smtp(c) => (Some(c.peer.ip()), Some(c.peer.port()), None),
-            Origin::Local { uid, .. } => (None, None, *uid),
-            Origin::Notice => (None, None, None),
-        };
-        self.logger.emit(&Event::Received {
-            queue_id: Qid(env.id),
-            origin: door.into(),
-            client_ip,
-            client_port,
-            uid,
-            from: env.sender.as_str().into(),
-            size: size as u64,
-            nrcpt: env.recipients.len() as u64,
-        });
     }
 }
 

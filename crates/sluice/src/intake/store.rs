@@ -15,6 +15,12 @@
 //! nothing behind that would be delivered (a store that wrote some part
 //! and then refused drops it, see [`Store::forget`]).
 //!
+//! The intake's last stage is here too ([`run`]): the envelope made from
+//! the submission (recipients lined up with the addresses they were given
+//! as, the login that submitted it), the write, the log line that starts
+//! the message's story (`received`, Postfix's `client=`), the hand-off to
+//! the queue.
+//!
 //! Cost on the relay hot path: [`Storage`] is an enum, so the single-node
 //! store ([`Storage::Local`]) is called without a trait object and its
 //! future lives inside the caller's (no allocation per message). Only a
@@ -28,7 +34,8 @@ use std::sync::Arc;
 
 use sluice_spool::{BodyRef, Envelope, Spool, SpoolError};
 
-use super::{Intake, Refusal};
+use super::{Accepted, Intake, Origin, Refusal, Stored, Submission};
+use crate::log::{Event, Qid, Reject};
 
 /// How a message reaches the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,5 +196,114 @@ impl Intake {
         entry: Entry,
     ) -> Result<BodyRef, Refusal> {
         Ok(self.store.store(envelope, body, entry).await?)
+    }
+}
+
+/// Stores the message (synced before this returns), logs it and hands it
+/// to the queue.
+pub(super) async fn run(intake: &Intake, sub: Submission) -> Result<Accepted, Refusal> {
+    let Submission {
+        id,
+        origin,
+        sender,
+        recipients,
+        orig_rcpt,
+        flags,
+        dsn,
+        body,
+        flaws: _,
+        hold: _,
+        redirect: _,
+        bcc: _,
+    } = sub;
+    let orig_rcpt = line_up(&recipients, &orig_rcpt);
+    let envelope = sluice_spool::Envelope {
+        id,
+        arrival: crate::timefmt::now_millis(),
+        sender,
+        recipients,
+        flags,
+        dsn,
+        orig_rcpt,
+        login: origin.login().unwrap_or_default().to_string(),
+    };
+    let body = Arc::new(body);
+    match intake.commit(&envelope, &body, Entry::Accepted).await {
+        Ok(body_ref) => {
+            intake.log_queued(&origin, &envelope, body.len());
+            let id = envelope.id;
+            intake
+                .handoff
+                .hand_off(Stored {
+                    envelope,
+                    body_ref,
+                    body,
+                })
+                .await;
+            Ok(Accepted::Queued(id))
+        }
+        Err(refusal) => {
+            intake.logger.emit(&Event::Reject(Reject::Queue {
+                stage: "queue".into(),
+                queue_id: Qid(envelope.id),
+                cause: refusal.cause().into(),
+                error: refusal.to_string().into(),
+                from: envelope.sender.as_str().into(),
+            }));
+            Err(refusal)
+        }
+    }
+}
+
+/// The address each of `recipients` was given as, in their order (empty
+/// when as given), from the (recipient, given) pairs; no list at all when
+/// no alias expanded to any of them, so such records are as before.
+fn line_up(recipients: &[String], pairs: &[(String, String)]) -> Vec<String> {
+    if pairs.is_empty() {
+        return Vec::new();
+    }
+    let given = |r: &String| {
+        pairs
+            .iter()
+            .find(|(to, _)| to == r)
+            .map_or_else(String::new, |(_, given)| given.clone())
+    };
+    let lined: Vec<String> = recipients.iter().map(given).collect();
+    match lined.iter().all(String::is_empty) {
+        true => Vec::new(),
+        false => lined,
+    }
+}
+
+impl Intake {
+    /// The message's first line in the log, under the door's name (as
+    /// Postfix's smtpd logs `client=`): `grep QUEUEID` starts here.
+    pub(super) fn log_queued(&self, origin: &Origin, env: &Envelope, size: usize) {
+        let (door, _from) = match origin {
+            Origin::Smtp(c) => (
+                "smtpd",
+                format!("client=[{}]:{}", c.peer.ip(), c.peer.port()),
+            ),
+            Origin::Local { uid, .. } => (
+                "sendmail",
+                format!("uid={}", uid.map_or("unknown".into(), |u| u.to_string())),
+            ),
+            Origin::Notice => ("bounce", "notice".into()),
+        };
+        let (client_ip, client_port, uid) = match origin {
+            Origin::Smtp(c) => (Some(c.peer.ip()), Some(c.peer.port()), None),
+            Origin::Local { uid, .. } => (None, None, *uid),
+            Origin::Notice => (None, None, None),
+        };
+        self.logger.emit(&Event::Received {
+            queue_id: Qid(env.id),
+            origin: door.into(),
+            client_ip,
+            client_port,
+            uid,
+            from: env.sender.as_str().into(),
+            size: size as u64,
+            nrcpt: env.recipients.len() as u64,
+        });
     }
 }
