@@ -34,6 +34,7 @@ pub mod names;
 mod one_line;
 pub mod owner;
 pub mod restrictions;
+pub mod rewrite;
 pub mod services;
 pub mod show;
 pub mod smtpd;
@@ -77,6 +78,8 @@ pub struct Config {
     pub verify: verify::VerifySettings,
     /// How much our own users may send before their mail is held.
     pub sender_limits: limits::SenderLimits,
+    /// The intake's rewriting (`always_bcc`, the BCC maps).
+    pub rewrite: rewrite::RewriteConfig,
     pub tls: listener::TlsConfig,
     pub auth: listener::AuthConfig,
     pub spool: SpoolSettings,
@@ -258,6 +261,7 @@ impl Default for Config {
             restrictions: Default::default(),
             verify: Default::default(),
             sender_limits: Default::default(),
+            rewrite: Default::default(),
             tls: listener::TlsConfig::default(),
             auth: listener::AuthConfig::default(),
             spool: SpoolSettings::default(),
@@ -394,6 +398,9 @@ impl Config {
         self.sender_limits
             .validate()
             .map_err(|e| ConfigError::Invalid(format!("sender_limits: {e}")))?;
+        self.rewrite
+            .validate()
+            .map_err(|e| ConfigError::Invalid(format!("rewrite: {e}")))?;
         for l in self.all_listeners() {
             l.validate(self.tls.enabled, self.auth.provided())?;
         }

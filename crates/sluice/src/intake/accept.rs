@@ -2,15 +2,16 @@
 //! each in its own file and called in order from [`run`]:
 //!
 //! 1. body checks, trace and hop limit (`checks.rs`);
-//! 2. forged Authentication-Results in our name removed, before any
+//! 2. rewriting: the archive copies of `[rewrite]` (`rewrite.rs`);
+//! 3. forged Authentication-Results in our name removed, before any
 //!    filter reads the message (`authenticate.rs`);
-//! 3. content filters: the door's milters (`filters.rs`);
-//! 4. the sender limits: our own users' mail over a limit is held
+//! 4. content filters: the door's milters (`filters.rs`);
+//! 5. the sender limits: our own users' mail over a limit is held
 //!    (`limits.rs`);
-//! 5. the access tables' REDIRECT and BCC (`divert.rs`);
-//! 6. sender authentication for strangers on a `sender_auth` listener
+//! 6. the access tables' REDIRECT and BCC (`divert.rs`);
+//! 7. sender authentication for strangers on a `sender_auth` listener
 //!    (`authenticate.rs`), or signing for trusted origins (`sign.rs`);
-//! 7. the spool and the queue (`store.rs`).
+//! 8. the spool and the queue (`store.rs`).
 //!
 //! A stage refuses (the sender's reply, logged here), drops the message
 //! (a milter's DISCARD, no recipient left), holds it (recorded here and
@@ -20,7 +21,7 @@
 //! queue ID, before it is returned.
 
 use super::milter::Verdict;
-use super::{authenticate, checks, divert, filters, limits, sign, store};
+use super::{authenticate, checks, divert, filters, limits, rewrite, sign, store};
 use super::{Accepted, Intake, Origin, Refusal, Submission};
 use crate::log::{Event, Qid, Reject};
 use crate::message::flags::{LIMITED, QUARANTINE};
@@ -34,6 +35,9 @@ struct Held {
 
 pub(super) async fn run(intake: &Intake, mut sub: Submission) -> Result<Accepted, Refusal> {
     if let Err(refusal) = checks::run(intake, &mut sub) {
+        return refuse(intake, &sub, refusal);
+    }
+    if let Err(refusal) = rewrite::run(intake, &mut sub).await {
         return refuse(intake, &sub, refusal);
     }
     authenticate::strip_ours(intake, &mut sub);

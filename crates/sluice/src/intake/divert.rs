@@ -56,7 +56,7 @@ pub(super) fn apply(logger: &Logger, sub: &mut Submission) {
 }
 
 /// One more recipient, not reported on; false if it is one already.
-fn add_bcc(sub: &mut Submission, bcc: &Target) -> bool {
+pub(super) fn add_bcc(sub: &mut Submission, bcc: &Target) -> bool {
     let address = bcc.as_str();
     if sub.recipients.iter().any(|r| r == address) {
         return false;

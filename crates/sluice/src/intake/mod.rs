@@ -37,6 +37,7 @@ pub mod headers;
 pub mod limits;
 pub mod milter;
 pub mod refusal;
+pub mod rewrite;
 pub mod sender_auth;
 pub mod store;
 
@@ -179,6 +180,8 @@ pub struct Intake {
     /// `[restrictions] sender_login_maps`, as the restriction lists built
     /// them: which local accounts' From: we sign (`local_sign.rs`).
     pub sender_login: Vec<Arc<crate::tables::Table>>,
+    /// `[rewrite]`'s BCC maps (`rewrite.rs`).
+    pub bcc: rewrite::BccMaps,
 }
 
 mod accept;

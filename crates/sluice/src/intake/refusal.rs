@@ -38,6 +38,10 @@ pub enum Refusal {
     /// No peer took a shadow copy and `cluster.shadow_required` is set.
     #[error("no cluster peer holds a copy: {0}")]
     Shadow(String),
+    /// A rewriting table could not answer (which, and why): the message
+    /// is deferred, as Postfix's cleanup does.
+    #[error("{0} lookup error")]
+    Lookup(String),
 }
 
 impl Refusal {
@@ -53,6 +57,7 @@ impl Refusal {
             Refusal::Spool(_) => "spool",
             Refusal::Milter(_) => "milter",
             Refusal::Shadow(_) => "shadow",
+            Refusal::Lookup(_) => "lookup",
         }
     }
 
@@ -90,6 +95,11 @@ impl Refusal {
                 (4, 3, 0),
                 "Error: no cluster peer took a copy; try again later".into(),
             ),
+            Refusal::Lookup(what) => smtp(
+                451,
+                (4, 3, 0),
+                format!("Error: {what} lookup error; try again later"),
+            ),
         }
     }
 
@@ -107,7 +117,7 @@ impl Refusal {
         match self {
             Refusal::Spool(e) => !matches!(e, SpoolError::Invalid(_)),
             Refusal::Milter(reply) | Refusal::Dmarc(reply) => reply.is_temporary(),
-            Refusal::Shadow(_) => true,
+            Refusal::Shadow(_) | Refusal::Lookup(_) => true,
             _ => false,
         }
     }

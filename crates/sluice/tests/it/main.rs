@@ -13,6 +13,7 @@ mod abuse;
 mod access_actions;
 mod acme;
 mod balancer;
+mod bcc_maps;
 mod cluster;
 mod config_doc;
 mod dane;

@@ -66,6 +66,7 @@ fn intake(config: &Config, spool: &Spool, queue: &QueueHandle) -> Arc<crate::int
             Logger::disabled(),
         )),
         sender_login: Vec::new(),
+        bcc: Default::default(),
     })
 }
 

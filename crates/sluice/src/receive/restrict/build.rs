@@ -74,6 +74,10 @@ pub struct Restrictions {
     policies: HashMap<String, Arc<PolicyClient>>,
     /// smtpd_sender_login_maps, in order.
     pub sender_login: Vec<Arc<Table>>,
+    /// `[rewrite]`'s sender_bcc_maps and recipient_bcc_maps (built here,
+    /// with the lists' tables, for the intake).
+    pub sender_bcc: Vec<Arc<Table>>,
+    pub recipient_bcc: Vec<Arc<Table>>,
     /// A restriction needs the client's names (computed once, at build).
     names: bool,
 }
@@ -158,13 +162,21 @@ impl Restrictions {
             let what = format!("listener {}", l.listen);
             listeners.insert(l.listen, lists(rc, &l.restrictions, &mut b, &what)?);
         }
-        let mut sender_login = Vec::new();
-        for spec in &rc.sender_login_maps {
-            sender_login.push(b.table(spec).map_err(|e| BuildError::List {
-                list: "sender_login_maps".into(),
-                err: ParseError::Table(spec.clone(), e),
-            })?);
-        }
+        let mut maps = |specs: &[String], list: &str| -> Result<Vec<Arc<Table>>, BuildError> {
+            specs
+                .iter()
+                .map(|spec| {
+                    b.table(spec).map_err(|e| BuildError::List {
+                        list: list.into(),
+                        err: ParseError::Table(spec.clone(), e),
+                    })
+                })
+                .collect()
+        };
+        let sender_login = maps(&rc.sender_login_maps, "sender_login_maps")?;
+        let rw = &config.rewrite;
+        let sender_bcc = maps(&rw.sender_bcc_maps, "rewrite.sender_bcc_maps")?;
+        let recipient_bcc = maps(&rw.recipient_bcc_maps, "rewrite.recipient_bcc_maps")?;
         let mut built = Restrictions {
             config: rc.clone(),
             main,
@@ -173,6 +185,8 @@ impl Restrictions {
             tables: b.tables,
             policies: b.policies,
             sender_login,
+            sender_bcc,
+            recipient_bcc,
             names: false,
         };
         let names = built.all().any(|r| match r {
