@@ -1,6 +1,7 @@
 //! `[rewrite]`: what the intake's rewriting stage does to the envelope,
-//! under Postfix's names (issue 39). So far the archive copies:
-//! `always_bcc`, `sender_bcc_maps`, `recipient_bcc_maps`.
+//! under Postfix's names (issue 39): the canonical maps (envelope
+//! addresses) and the archive copies (`always_bcc`, `sender_bcc_maps`,
+//! `recipient_bcc_maps`).
 //!
 //! Trust: the administrator's. Invariant: [`RewriteConfig::validate`]
 //! passes before the intake uses it (`always_bcc` is a mailbox).
@@ -20,6 +21,14 @@ pub struct RewriteConfig {
     pub sender_bcc_maps: Vec<String>,
     /// Postfix's `recipient_bcc_maps`: the same, by recipient.
     pub recipient_bcc_maps: Vec<String>,
+    /// Postfix's `canonical_maps`: address -> address, for the envelope
+    /// sender and recipients (after the two below).
+    pub canonical_maps: Vec<String>,
+    /// Postfix's `sender_canonical_maps`: for the envelope sender only.
+    pub sender_canonical_maps: Vec<String>,
+    /// Postfix's `recipient_canonical_maps`: for the envelope recipients
+    /// only.
+    pub recipient_canonical_maps: Vec<String>,
 }
 
 impl RewriteConfig {
@@ -36,5 +45,8 @@ impl RewriteConfig {
         !self.always_bcc.is_empty()
             || !self.sender_bcc_maps.is_empty()
             || !self.recipient_bcc_maps.is_empty()
+            || !self.canonical_maps.is_empty()
+            || !self.sender_canonical_maps.is_empty()
+            || !self.recipient_canonical_maps.is_empty()
     }
 }

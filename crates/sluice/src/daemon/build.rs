@@ -453,10 +453,7 @@ impl Parts {
             store: super::cluster::storage(spool, self.shadow.as_ref(), logger),
             limits: self.limits.clone(),
             sender_login: self.restrictions.sender_login.clone(),
-            bcc: crate::intake::rewrite::BccMaps {
-                sender: self.restrictions.sender_bcc.clone(),
-                recipient: self.restrictions.recipient_bcc.clone(),
-            },
+            rewrite: self.restrictions.rewrite.clone(),
         })
     }
 

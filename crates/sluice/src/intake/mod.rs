@@ -180,8 +180,8 @@ pub struct Intake {
     /// `[restrictions] sender_login_maps`, as the restriction lists built
     /// them: which local accounts' From: we sign (`local_sign.rs`).
     pub sender_login: Vec<Arc<crate::tables::Table>>,
-    /// `[rewrite]`'s BCC maps (`rewrite.rs`).
-    pub bcc: rewrite::BccMaps,
+    /// `[rewrite]`'s tables (`rewrite.rs`).
+    pub rewrite: Arc<rewrite::RewriteMaps>,
 }
 
 mod accept;

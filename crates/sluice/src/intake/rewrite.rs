@@ -1,7 +1,21 @@
 //! The rewriting stage (issue 39), where Postfix's cleanup rewrites
-//! addresses: so far the archive copies, Postfix's `always_bcc`,
-//! `sender_bcc_maps` and `recipient_bcc_maps` (`[rewrite]`).
+//! addresses (`[rewrite]`), in its order: the canonical maps, then the
+//! archive copies.
 //!
+//! Canonical maps (`canonical.rs`): the envelope sender through
+//! `sender_canonical_maps` then `canonical_maps`, each recipient through
+//! `recipient_canonical_maps` then `canonical_maps`, as Postfix's
+//! cleanup_map11: Postfix's keys, a value `@domain` keeping the local
+//! part, the extension a key left out put back
+//! (`propagate_unmatched_extensions`' default), and each table asked
+//! again with what it gave until the answer stops changing (at most 10
+//! times: a loop is logged and the last answer kept). A rewritten
+//! recipient keeps the address it was given as (the log's `orig_to`);
+//! two that become the same and were given as the same are one (as
+//! Postfix). Headers are not rewritten yet.
+//!
+//! Archive copies (Postfix's `always_bcc`, `sender_bcc_maps`,
+//! `recipient_bcc_maps`), after the canonical maps:
 //! - The sender (not the null sender) is looked up in the sender BCC
 //!   maps, each recipient in the recipient BCC maps, with Postfix's keys
 //!   (`tables::search`: the address, without its extension, `user` for a
@@ -24,14 +38,19 @@ use std::sync::Arc;
 use super::{divert, Intake, Origin, Refusal, Submission};
 use crate::log::{Event, Qid};
 use crate::message::address::Target;
-use crate::tables::search::Rules;
+use crate::tables::search::{mapped_address, Rules};
 use crate::tables::Table;
 
-/// The BCC maps, as the restriction lists' builder built them.
+mod canonical;
+
+/// `[rewrite]`'s tables, as the restriction lists' builder built them.
 #[derive(Default)]
-pub struct BccMaps {
-    pub sender: Vec<Arc<Table>>,
-    pub recipient: Vec<Arc<Table>>,
+pub struct RewriteMaps {
+    pub sender_bcc: Vec<Arc<Table>>,
+    pub recipient_bcc: Vec<Arc<Table>>,
+    pub canonical: Vec<Arc<Table>>,
+    pub sender_canonical: Vec<Arc<Table>>,
+    pub recipient_canonical: Vec<Arc<Table>>,
 }
 
 /// The stage.
@@ -40,17 +59,25 @@ pub(super) async fn run(intake: &Intake, sub: &mut Submission) -> Result<(), Ref
     if !rw.any() || matches!(sub.origin, Origin::Notice) {
         return Ok(());
     }
-    let maps = &intake.bcc;
+    let maps = &*intake.rewrite;
+    canonical::run(intake, maps, sub).await?;
     let mut copies = Vec::new();
     if !rw.always_bcc.is_empty() {
         copies.push(rw.always_bcc.clone());
     }
     if !sub.sender.is_empty() {
-        let found = lookup(intake, &maps.sender, &sub.sender, "sender_bcc_maps").await?;
+        let found = lookup(
+            intake,
+            &maps.sender_bcc,
+            &sub.sender,
+            "sender_bcc_maps",
+            false,
+        )
+        .await?;
         copies.extend(found);
     }
     for r in sub.recipients.clone() {
-        let found = lookup(intake, &maps.recipient, &r, "recipient_bcc_maps").await?;
+        let found = lookup(intake, &maps.recipient_bcc, &r, "recipient_bcc_maps", false).await?;
         copies.extend(found);
     }
     for copy in copies {
@@ -79,12 +106,14 @@ pub(super) async fn run(intake: &Intake, sub: &mut Submission) -> Result<(), Ref
     Ok(())
 }
 
-/// The copy's address `tables` give `address`, if any.
-async fn lookup(
+/// What `tables` give `address`, if anything: the value as it is, or
+/// (`mapped`) the address it maps `address` to.
+pub(super) async fn lookup(
     intake: &Intake,
     tables: &[Arc<Table>],
     address: &str,
     what: &str,
+    mapped: bool,
 ) -> Result<Option<String>, Refusal> {
     if tables.is_empty() {
         return Ok(None);
@@ -97,7 +126,17 @@ async fn lookup(
     };
     // (A table that fails logs its own `lookup_failed`.)
     match crate::tables::find_address(tables, address, &rules).await {
-        Ok(found) => Ok(found.and_then(|f| f.values.first().cloned())),
+        Ok(found) => Ok(found.and_then(|f| {
+            let value = f.values.first()?;
+            Some(match mapped {
+                // (Postfix's mail_addr_map: `@domain` values, the
+                // extension put back, as `propagate_unmatched_extensions`
+                // says for canonical maps by default.)
+                true => mapped_address(address, value, f.dropped.as_deref(), true),
+                // (mail_addr_find: the value as it is.)
+                false => value.clone(),
+            })
+        })),
         Err(_) => Err(Refusal::Lookup(what.into())),
     }
 }

@@ -256,19 +256,29 @@ pub(super) async fn run(intake: &Intake, sub: Submission) -> Result<Accepted, Re
 }
 
 /// The address each of `recipients` was given as, in their order (empty
-/// when as given), from the (recipient, given) pairs; no list at all when
-/// no alias expanded to any of them, so such records are as before.
+/// when as given), from the (recipient, given) pairs, each pair used once
+/// (a recipient twice, given as two addresses, has both); no list at all
+/// when no alias or rewriting changed any of them, so such records are as
+/// before.
 fn line_up(recipients: &[String], pairs: &[(String, String)]) -> Vec<String> {
     if pairs.is_empty() {
         return Vec::new();
     }
-    let given = |r: &String| {
-        pairs
+    let mut used = vec![false; pairs.len()];
+    let mut given = |r: &String| {
+        let found = pairs
             .iter()
-            .find(|(to, _)| to == r)
-            .map_or_else(String::new, |(_, given)| given.clone())
+            .enumerate()
+            .position(|(i, (to, _))| !used[i] && to == r);
+        match found {
+            Some(i) => {
+                used[i] = true;
+                pairs[i].1.clone()
+            }
+            None => String::new(),
+        }
     };
-    let lined: Vec<String> = recipients.iter().map(given).collect();
+    let lined: Vec<String> = recipients.iter().map(&mut given).collect();
     match lined.iter().all(String::is_empty) {
         true => Vec::new(),
         false => lined,

@@ -14,6 +14,7 @@ mod access_actions;
 mod acme;
 mod balancer;
 mod bcc_maps;
+mod canonical;
 mod cluster;
 mod config_doc;
 mod dane;

@@ -66,7 +66,7 @@ fn intake(config: &Config, spool: &Spool, queue: &QueueHandle) -> Arc<crate::int
             Logger::disabled(),
         )),
         sender_login: Vec::new(),
-        bcc: Default::default(),
+        rewrite: Default::default(),
     })
 }
 

@@ -74,10 +74,9 @@ pub struct Restrictions {
     policies: HashMap<String, Arc<PolicyClient>>,
     /// smtpd_sender_login_maps, in order.
     pub sender_login: Vec<Arc<Table>>,
-    /// `[rewrite]`'s sender_bcc_maps and recipient_bcc_maps (built here,
-    /// with the lists' tables, for the intake).
-    pub sender_bcc: Vec<Arc<Table>>,
-    pub recipient_bcc: Vec<Arc<Table>>,
+    /// `[rewrite]`'s tables (built here, with the lists' tables, for the
+    /// intake).
+    pub rewrite: Arc<crate::intake::rewrite::RewriteMaps>,
     /// A restriction needs the client's names (computed once, at build).
     names: bool,
 }
@@ -175,8 +174,16 @@ impl Restrictions {
         };
         let sender_login = maps(&rc.sender_login_maps, "sender_login_maps")?;
         let rw = &config.rewrite;
-        let sender_bcc = maps(&rw.sender_bcc_maps, "rewrite.sender_bcc_maps")?;
-        let recipient_bcc = maps(&rw.recipient_bcc_maps, "rewrite.recipient_bcc_maps")?;
+        let rewrite = Arc::new(crate::intake::rewrite::RewriteMaps {
+            sender_bcc: maps(&rw.sender_bcc_maps, "rewrite.sender_bcc_maps")?,
+            recipient_bcc: maps(&rw.recipient_bcc_maps, "rewrite.recipient_bcc_maps")?,
+            canonical: maps(&rw.canonical_maps, "rewrite.canonical_maps")?,
+            sender_canonical: maps(&rw.sender_canonical_maps, "rewrite.sender_canonical_maps")?,
+            recipient_canonical: maps(
+                &rw.recipient_canonical_maps,
+                "rewrite.recipient_canonical_maps",
+            )?,
+        });
         let mut built = Restrictions {
             config: rc.clone(),
             main,
@@ -185,8 +192,7 @@ impl Restrictions {
             tables: b.tables,
             policies: b.policies,
             sender_login,
-            sender_bcc,
-            recipient_bcc,
+            rewrite,
             names: false,
         };
         let names = built.all().any(|r| match r {
