@@ -1,0 +1,55 @@
+//! [`Config::validate`]: what serde cannot check (bounds, settings that
+//! must agree, each section's own checks), run once a file is read and by
+//! `check-config`.
+//!
+//! Trust: the administrator's file. Invariant: a configuration that
+//! passes starts (or fails later only on the system: ports, files), and
+//! one that fails names the setting.
+
+use super::{Config, ConfigError, MAX_RECIPIENTS};
+
+impl Config {
+    /// Checks what serde cannot: addresses, networks, next hops.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.metrics.max_connections == 0 {
+            let why = "metrics.max_connections: 0 (want at least 1)";
+            return Err(ConfigError::Invalid(why.into()));
+        }
+        if self.smtpd.client_ipv6_prefix > 128 {
+            return Err(ConfigError::Invalid(format!(
+                "smtpd.client_ipv6_prefix: {} (want 0 to 128)",
+                self.smtpd.client_ipv6_prefix
+            )));
+        }
+        if self.smtpd.max_recipients > MAX_RECIPIENTS {
+            return Err(ConfigError::Invalid(format!(
+                "smtpd.max_recipients: {} is more than the spool can record ({MAX_RECIPIENTS})",
+                self.smtpd.max_recipients
+            )));
+        }
+        self.auth.validate()?;
+        self.verify
+            .validate()
+            .map_err(|e| ConfigError::Invalid(format!("verify: {e}")))?;
+        self.sender_limits
+            .validate()
+            .map_err(|e| ConfigError::Invalid(format!("sender_limits: {e}")))?;
+        self.rewrite
+            .validate()
+            .map_err(|e| ConfigError::Invalid(format!("rewrite: {e}")))?;
+        for l in self.all_listeners() {
+            l.validate(self.tls.enabled, self.auth.provided())?;
+        }
+        if let Some(cluster) = &self.cluster {
+            cluster.validate()?;
+        }
+        if let Some(acme) = &self.acme {
+            acme.validate()?;
+            if self.tls.cert_file.is_some() || !self.tls.enabled {
+                let why = "acme: set with [tls] cert_file, or with TLS off (choose one source)";
+                return Err(ConfigError::Invalid(why.into()));
+            }
+        }
+        Ok(())
+    }
+}
