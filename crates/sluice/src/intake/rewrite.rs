@@ -21,6 +21,8 @@
 //!   (`tables::search`: the address, without its extension, `user` for a
 //!   local domain, `@domain`; no extension passed on); the first value of
 //!   what a table finds is the copy's address.
+//! - A copy to one of our local domains goes through the local aliases
+//!   (as Postfix's copies go through virtual_alias_maps);
 //! - Each copy is one more recipient, unless it is one already, and is
 //!   never reported to the sender (`NOTIFY=NEVER`, as Postfix's own BCC
 //!   copies get NOTIFY=NONE), logged as a `bcc` event.
@@ -80,7 +82,11 @@ pub(super) async fn run(intake: &Intake, sub: &mut Submission) -> Result<(), Ref
         let found = lookup(intake, &maps.recipient_bcc, &r, "recipient_bcc_maps", false).await?;
         copies.extend(found);
     }
+    let mut expanded = Vec::with_capacity(copies.len());
     for copy in copies {
+        expanded.extend(local_targets(intake, copy).await?);
+    }
+    for copy in expanded {
         let target = match Target::new(&copy) {
             Ok(t) => t,
             Err(_) => {
@@ -104,6 +110,20 @@ pub(super) async fn run(intake: &Intake, sub: &mut Submission) -> Result<(), Ref
         }
     }
     Ok(())
+}
+
+/// Where a copy to `address` goes: through the local aliases when its
+/// domain is ours (Postfix expands its BCC copies through
+/// virtual_alias_maps), else to itself; nowhere for an alias that
+/// discards.
+async fn local_targets(intake: &Intake, address: String) -> Result<Vec<String>, Refusal> {
+    use crate::routing::mailboxes::Resolution;
+    match intake.mailboxes.resolve(&address).await {
+        Ok(Resolution::Accept(targets)) => Ok(targets),
+        Ok(Resolution::Discard) => Ok(Vec::new()),
+        Ok(Resolution::NotLocal | Resolution::Unknown) => Ok(vec![address]),
+        Err(_) => Err(Refusal::Lookup("alias_table".into())),
+    }
 }
 
 /// What `tables` give `address`, if anything: the value as it is, or

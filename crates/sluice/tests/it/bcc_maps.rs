@@ -134,3 +134,48 @@ async fn a_bcc_table_that_cannot_answer_defers_the_message() {
     );
     server.shutdown().await;
 }
+
+/// A copy to a local alias goes to the alias's mailboxes, as Postfix's
+/// copies go through virtual_alias_maps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_to_a_local_alias_reaches_its_mailboxes() {
+    let dir = temp_dir("bcc-maps-alias");
+    std::fs::create_dir_all(&*dir).unwrap();
+    let sink = recording_sink().await;
+    let mut cfg = config(&dir, Some(sink.addr));
+    for (name, text) in [
+        (
+            "mailboxes",
+            "a@ours.test ours.test/a/\nb@ours.test ours.test/b/\n",
+        ),
+        ("aliases", "arch@ours.test a@ours.test, b@ours.test\n"),
+    ] {
+        std::fs::write(dir.join(name), text).unwrap();
+        let table = format!("kind = \"static\"\npath = {:?}", dir.join(name));
+        cfg.tables
+            .insert(name.into(), toml::from_str(&table).unwrap());
+    }
+    cfg.local.domains = vec!["ours.test".parse().unwrap()];
+    cfg.local.mailbox_table = Some("mailboxes".into());
+    cfg.local.alias_table = Some("aliases".into());
+    cfg.local.maildir_base = Some(dir.join("mail"));
+    cfg.rewrite.always_bcc = "arch@ours.test".into();
+    let (server, addr) = start(cfg).await;
+    let mut c = Client::ready(addr).await;
+    let r = c
+        .message("x@far.test", &["q@far.test"], &body("archived"))
+        .await;
+    let qid = qid_of(&r);
+    let sent = || {
+        let mut to: Vec<String> = deliveries(&dir, &qid)
+            .iter()
+            .filter(|e| e["status"] == "sent")
+            .map(|e| e["to"].as_str().unwrap().to_string())
+            .collect();
+        to.sort();
+        to
+    };
+    assert!(wait_until(15, || sent().len() >= 3).await, "{:?}", sent());
+    assert_eq!(sent(), ["a@ours.test", "b@ours.test", "q@far.test"]);
+    server.shutdown().await;
+}
