@@ -192,17 +192,7 @@ impl Parts {
         let kept = |key: fn(&Config) -> String| previous.filter(|p| same(&p.config, &config, key));
         let mailboxes = match kept(tables_key) {
             Some(p) => p.mailboxes.clone(),
-            None => Arc::new(
-                VirtualMailboxes::build(
-                    &config.local,
-                    &config.smtpd.relay_recipient_table,
-                    &config.auth.table,
-                    &config.tables,
-                    &config.data_dir,
-                    logger,
-                )?
-                .with_delimiters(&config.recipient_delimiter),
-            ),
+            None => Arc::new(mailboxes(&config, logger)?),
         };
         let router = router(&config, &mailboxes);
         // Rebuilt at every reload (its tables are re-read as the lists'
@@ -467,6 +457,20 @@ impl Parts {
     }
 }
 
+/// The local domains of `config` with their tables, as `serve` reads
+/// addresses (extensions split at `recipient_delimiter`).
+fn mailboxes(config: &Config, logger: &Logger) -> Result<VirtualMailboxes, BuildError> {
+    Ok(VirtualMailboxes::build(
+        &config.local,
+        &config.smtpd.relay_recipient_table,
+        &config.auth.table,
+        &config.tables,
+        &config.data_dir,
+        logger,
+    )?
+    .with_delimiters(&config.recipient_delimiter))
+}
+
 /// The routing table of `config` over its local domains.
 fn router(config: &Config, mailboxes: &VirtualMailboxes) -> Router {
     Router::new(
@@ -481,17 +485,7 @@ fn router(config: &Config, mailboxes: &VirtualMailboxes) -> Router {
 /// What decides where an address goes, built as `serve` builds it, for
 /// `sluice address`: the local domains with their tables, and the router.
 pub fn routing(config: &Config) -> Result<(Arc<VirtualMailboxes>, Router), BuildError> {
-    let mailboxes = Arc::new(
-        VirtualMailboxes::build(
-            &config.local,
-            &config.smtpd.relay_recipient_table,
-            &config.auth.table,
-            &config.tables,
-            &config.data_dir,
-            &Logger::disabled(),
-        )?
-        .with_delimiters(&config.recipient_delimiter),
-    );
+    let mailboxes = Arc::new(mailboxes(config, &Logger::disabled())?);
     let router = router(config, &mailboxes);
     Ok((mailboxes, router))
 }

@@ -26,6 +26,7 @@ mod shapes;
 #[cfg(test)]
 mod tests;
 mod text;
+mod text_intake;
 mod values;
 
 use std::net::IpAddr;
