@@ -12,4 +12,5 @@ pub mod body;
 pub mod flags;
 pub mod mime;
 pub mod reply;
+pub mod srs;
 pub mod status;
