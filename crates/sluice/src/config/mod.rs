@@ -26,6 +26,7 @@ pub mod acme;
 pub mod cluster;
 pub mod delivery;
 pub mod dnsbl;
+pub mod forwarding;
 pub mod hop;
 pub mod limits;
 pub mod listener;
@@ -98,6 +99,10 @@ pub struct Config {
     pub dns: DnsConfig,
     /// DKIM signing keys.
     pub dkim: DkimConfig,
+    /// The Sender Rewriting Scheme for forwarded mail (off by default).
+    pub srs: forwarding::SrsConfig,
+    /// ARC: verify chains, seal forwarded mail (off by default).
+    pub arc: forwarding::ArcConfig,
     /// Prometheus /metrics and the dashboard.
     pub metrics: MetricsConfig,
     /// Certificates from an ACME CA (off unless configured).
@@ -273,6 +278,8 @@ impl Default for Config {
             tables: BTreeMap::new(),
             dns: DnsConfig::default(),
             dkim: DkimConfig::default(),
+            srs: Default::default(),
+            arc: Default::default(),
             metrics: MetricsConfig::default(),
             acme: None,
             cluster: None,

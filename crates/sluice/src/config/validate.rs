@@ -28,6 +28,7 @@ impl Config {
             )));
         }
         self.auth.validate()?;
+        self.srs.validate().map_err(ConfigError::Invalid)?;
         self.verify
             .validate()
             .map_err(|e| ConfigError::Invalid(format!("verify: {e}")))?;

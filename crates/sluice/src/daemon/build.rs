@@ -45,6 +45,7 @@ use crate::receive::smtp::anvil::{self, Anvil};
 use crate::receive::smtp::tls::ServerTls;
 use crate::receive::smtp::SessionContext;
 use crate::routing::dns::Dns;
+use crate::routing::forward::Forwarding;
 use crate::routing::mailboxes::VirtualMailboxes;
 use crate::routing::policy::RelayPolicy;
 use crate::routing::Router;
@@ -82,6 +83,8 @@ pub(super) struct Parts {
     pub dane: Option<Arc<Dane>>,
     pub sender_auth: Option<Arc<SenderAuth>>,
     pub dkim: Arc<Signers>,
+    /// SRS and ARC's forwarding (`[srs]`, `[arc]`; None: both off).
+    pub forwarding: Option<Arc<Forwarding>>,
     /// Set by [`Parts::agents`].
     pub agents: Option<Arc<Agents>>,
     /// The node's cluster (`[cluster]`), made once at start and kept
@@ -157,7 +160,17 @@ fn delivery_key(c: &Config) -> String {
         .tls_ca_file
         .as_ref()
         .map(|f| std::fs::metadata(f).and_then(|m| m.modified()).ok());
-    format!("{:?}{:?}{:?}{:?}", c.hostname, c.delivery, c.dns, ca)
+    // The SRS secret file's too: a rotated secret makes new agents.
+    let srs = match c.srs.enabled {
+        true => std::fs::metadata(c.srs.secret_path(&c.data_dir))
+            .and_then(|m| m.modified())
+            .ok(),
+        false => None,
+    };
+    format!(
+        "{:?}{:?}{:?}{:?}{:?}{:?}{:?}",
+        c.hostname, c.delivery, c.dns, ca, c.srs, srs, c.smtpd.relay_domains
+    )
 }
 
 /// Why a configuration's parts could not be built.
@@ -173,6 +186,8 @@ pub enum BuildError {
     Dkim(#[from] crate::intake::dkim::DkimError),
     #[error(transparent)]
     Restrictions(#[from] crate::receive::restrict::BuildError),
+    #[error(transparent)]
+    Forward(#[from] crate::routing::forward::ForwardError),
     #[error("spool {}: {err}", dir.display())]
     SpoolSpace {
         dir: std::path::PathBuf,
@@ -235,7 +250,11 @@ impl Parts {
                 logger.clone(),
             )),
         };
+        let forwarding =
+            Forwarding::build(&config, mailboxes.domains(), purpose == Purpose::Serve)?
+                .map(Arc::new);
         Ok(Parts {
+            forwarding,
             own_addrs: match previous {
                 Some(p) => p.own_addrs.clone(),
                 None => Arc::new(OwnAddrs::new(configured_addrs(&config))),
@@ -326,6 +345,7 @@ impl Parts {
                 sts,
                 dane: self.dane.clone(),
                 own: self.own_addrs.clone(),
+                forwarding: self.forwarding.clone(),
             },
             maildir: MaildirAgent {
                 config: self.config.clone(),
@@ -444,6 +464,7 @@ impl Parts {
             limits: self.limits.clone(),
             sender_login: self.restrictions.sender_login.clone(),
             rewrite: self.restrictions.rewrite.clone(),
+            forwarding: self.forwarding.clone(),
         })
     }
 

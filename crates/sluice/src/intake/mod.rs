@@ -182,6 +182,10 @@ pub struct Intake {
     pub sender_login: Vec<Arc<crate::tables::Table>>,
     /// `[rewrite]`'s tables (`rewrite.rs`).
     pub rewrite: Arc<rewrite::RewriteMaps>,
+    /// What forwarding is, and the SRS codec (`[srs]`, `[arc]`; None:
+    /// both off): for ARC sealing here (`arc.rs`) and the SRS recipients
+    /// of the SMTP door.
+    pub forwarding: Option<Arc<crate::routing::forward::Forwarding>>,
 }
 
 mod accept;

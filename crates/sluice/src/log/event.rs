@@ -482,6 +482,38 @@ pub enum Event<'a> {
         #[serde(rename = "text", skip_serializing)]
         line: Text<'a>,
     },
+    /// A forwarded transaction left with an SRS envelope sender (`from`
+    /// was the message's sender), at each attempt.
+    SrsForward {
+        queue_id: Qid,
+        from: Text<'a>,
+        srs: Text<'a>,
+    },
+    /// A recipient at the SRS domain was turned back into the address it
+    /// stands for (a bounce to mail we forwarded).
+    SrsReverse {
+        queue_id: Qid,
+        client_ip: IpAddr,
+        to: Text<'a>,
+        orig_to: Text<'a>,
+    },
+    /// A recipient at the SRS domain refused (`550 5.1.1`): `reason` is
+    /// `bad_hash`, `expired`, `malformed` or `not_srs`.
+    SrsRefused {
+        queue_id: Qid,
+        client_ip: IpAddr,
+        to: Text<'a>,
+        reason: Text<'a>,
+    },
+    /// A forwarded message ARC-sealed (`cv`: the chain it came with:
+    /// `none`, `pass` or `fail`), or not (`sealed: false`, with `error`).
+    ArcSealed {
+        queue_id: Qid,
+        domain: Text<'a>,
+        cv: Text<'a>,
+        sealed: bool,
+        error: Text<'a>,
+    },
     /// A message's first line: `origin` is the door (`smtpd`, `sendmail`,
     /// `bounce`) and the component it is logged under.
     Received {

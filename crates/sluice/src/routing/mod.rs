@@ -11,6 +11,7 @@
 
 pub mod dns;
 pub mod domains;
+pub mod forward;
 pub mod mailboxes;
 pub mod policy;
 

@@ -34,6 +34,7 @@ use crate::queue::{
     WorkerStart,
 };
 use crate::routing::dns::Dns;
+use crate::routing::forward::Forwarding;
 use std::net::{IpAddr, SocketAddr};
 
 pub struct SmtpAgent {
@@ -49,6 +50,8 @@ pub struct SmtpAgent {
     pub dane: Option<Arc<Dane>>,
     /// Our listening addresses: a next hop from DNS never leads there.
     pub own: Arc<OwnAddrs>,
+    /// SRS for forwarded mail (`srs.rs`; None: off).
+    pub forwarding: Option<Arc<Forwarding>>,
 }
 
 impl DeliveryAgent for SmtpAgent {
@@ -72,6 +75,7 @@ impl DeliveryAgent for SmtpAgent {
             },
             spool: self.spool.clone(),
             conn: None,
+            forwarding: self.forwarding.clone(),
         };
         tokio::spawn(run_worker(worker, start, idle, limit));
     }
@@ -104,6 +108,7 @@ struct SmtpWorker {
     reach: Reach,
     spool: Spool,
     conn: Option<SmtpConn>,
+    forwarding: Option<Arc<Forwarding>>,
 }
 
 impl WorkerSession for SmtpWorker {
@@ -344,6 +349,11 @@ impl Reach {
 impl SmtpWorker {
     /// One delivery attempt: outcomes, and how the next hop took it.
     async fn deliver(&mut self, job: &Job) -> (Vec<(u16, Outcome)>, Feedback) {
+        let rewritten = match &self.forwarding {
+            None => None,
+            Some(f) => super::srs::rewrite(f, job, &self.reach.logger),
+        };
+        let job = rewritten.as_ref().unwrap_or(job);
         let body = match body::load(&self.spool, &job.body, job.body_ref).await {
             Ok(b) => b,
             Err(e) => {

@@ -9,6 +9,7 @@ mod fit;
 mod fuzz;
 pub mod guard;
 pub mod mta_sts;
+mod srs;
 pub mod tls;
 mod transaction;
 

@@ -83,7 +83,8 @@ impl Event<'_> {
             | MtaStsTesting { .. }
             | MtaStsMemoryOnly { .. }
             | MtaStsNotSaved { .. }
-            | MtaSts { .. } => "smtp",
+            | MtaSts { .. }
+            | SrsForward { .. } => "smtp",
             AddressProbed { .. } | VerifyCacheMemoryOnly { .. } | VerifyBusy { .. } => "verify",
             MilterDiscard { .. }
             | NoRecipientsLeft { .. }
@@ -99,6 +100,7 @@ impl Event<'_> {
             | DkimSigned { .. }
             | DkimFailed { .. }
             | SenderAuth { .. }
+            | ArcSealed { .. }
             | Reject(super::Reject::Queue { .. } | super::Reject::Data { .. }) => "cleanup",
             Received { origin, .. } => origin,
             SenderReplaced { .. } => "sendmail",
@@ -120,6 +122,8 @@ impl Event<'_> {
             | PipeliningViolation { .. }
             | AliasTooMany { .. }
             | AliasDiscard { .. }
+            | SrsReverse { .. }
+            | SrsRefused { .. }
             | DataRejected { .. }
             | PolicyFailed { .. }
             | PolicyUnsupported { .. }
@@ -175,6 +179,10 @@ impl Event<'_> {
             | DkimSigned { queue_id, .. }
             | DkimFailed { queue_id, .. }
             | SenderAuth { queue_id, .. }
+            | ArcSealed { queue_id, .. }
+            | SrsForward { queue_id, .. }
+            | SrsReverse { queue_id, .. }
+            | SrsRefused { queue_id, .. }
             | Received { queue_id, .. }
             | Reject(
                 super::Reject::Policy { queue_id, .. }

@@ -75,6 +75,24 @@ impl Event<'_> {
                 "{queue_id}: warning: DKIM signing failed: {error}; sent unsigned"
             ),
             SenderAuth { line, .. } => f.write_str(line),
+            SrsForward { queue_id, from, srs } => {
+                write!(f, "{queue_id}: srs: from=<{from}> sent as <{srs}>")
+            }
+            SrsReverse { queue_id, client_ip, to, orig_to } => write!(
+                f,
+                "{queue_id}: srs: RCPT from [{client_ip}]: to=<{to}> reversed to <{orig_to}>"
+            ),
+            SrsRefused { queue_id, client_ip, to, reason } => write!(
+                f,
+                "{queue_id}: srs: RCPT from [{client_ip}]: to=<{to}> refused ({reason})"
+            ),
+            ArcSealed { queue_id, domain, cv, sealed: true, .. } => {
+                write!(f, "{queue_id}: ARC set added (d={domain}, cv={cv})")
+            }
+            ArcSealed { queue_id, domain, cv, error, .. } => write!(
+                f,
+                "{queue_id}: warning: not ARC-sealed (d={domain}, cv={cv}): {error}"
+            ),
             Received { queue_id, origin, client_ip, client_port, uid, from, size, nrcpt } => {
                 write!(f, "{queue_id}: ")?;
                 match (&**origin, client_ip, client_port) {

@@ -289,6 +289,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             // allow_untrusted_routing = no).
             return self.relay_denied(&address, "sender-specified routing");
         }
+        if self.is_srs_recipient(&address) {
+            return self.srs_recipient(address, params).await;
+        }
         self.recipient(address, postmaster, params).await
     }
 

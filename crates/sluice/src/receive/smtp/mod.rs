@@ -25,6 +25,7 @@ mod restrictions;
 mod sasl;
 mod screen;
 mod session;
+mod srs;
 pub mod tls;
 mod transaction;
 

@@ -36,7 +36,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Env for SessionEnv<'_, S> {
     fn auth_destination(&self, recipient: &str) -> bool {
         let ctx = &self.s.ctx;
         let domain = domain_of(recipient);
-        ctx.mailboxes.is_local_domain(domain) || ctx.policy.is_relay_domain(recipient)
+        ctx.mailboxes.is_local_domain(domain)
+            || ctx.policy.is_relay_domain(recipient)
+            || self.s.is_srs_recipient(recipient)
     }
 
     fn is_local(&self, address: &str) -> bool {
