@@ -85,6 +85,8 @@ pub(super) struct Parts {
     pub dkim: Arc<Signers>,
     /// SRS and ARC's forwarding (`[srs]`, `[arc]`; None: both off).
     pub forwarding: Option<Arc<Forwarding>>,
+    /// The ARC sealing key (`[arc] enabled`, `intake/arc.rs`).
+    pub arc: Option<Arc<crate::intake::arc::Sealer>>,
     /// Set by [`Parts::agents`].
     pub agents: Option<Arc<Agents>>,
     /// The node's cluster (`[cluster]`), made once at start and kept
@@ -253,8 +255,13 @@ impl Parts {
         let forwarding =
             Forwarding::build(&config, mailboxes.domains(), purpose == Purpose::Serve)?
                 .map(Arc::new);
+        let arc = match config.arc.enabled {
+            true => crate::intake::arc::Sealer::load(&config)?.map(Arc::new),
+            false => None,
+        };
         Ok(Parts {
             forwarding,
+            arc,
             own_addrs: match previous {
                 Some(p) => p.own_addrs.clone(),
                 None => Arc::new(OwnAddrs::new(configured_addrs(&config))),
@@ -465,6 +472,7 @@ impl Parts {
             sender_login: self.restrictions.sender_login.clone(),
             rewrite: self.restrictions.rewrite.clone(),
             forwarding: self.forwarding.clone(),
+            arc: self.arc.clone(),
         })
     }
 

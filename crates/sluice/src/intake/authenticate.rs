@@ -7,6 +7,7 @@
 //! Trust: the message is the sender's; `Origin` is the door's.
 //! Invariant: only results in our name that we wrote survive the intake.
 
+use super::arc::ArcStep;
 use super::{sender_auth, Intake, Origin, Refusal, Submission};
 use crate::log::{Event, Qid};
 
@@ -44,6 +45,7 @@ pub(super) async fn check_sender(
     let Some(checker) = intake.sender_auth.as_ref().filter(|_| wanted) else {
         return Ok(String::new());
     };
+    let step = arc_step(intake, sub);
     let verdict = checker
         .check(
             ip,
@@ -52,8 +54,18 @@ pub(super) async fn check_sender(
             &sub.body,
             dmarc_reject,
             intake.config.smtpd.dkim_verify_max_signatures,
+            step,
         )
         .await;
+    if let (ArcStep::Seal(sealer), Some(sealed)) = (step, &verdict.sealed) {
+        intake.logger.emit(&Event::ArcSealed {
+            queue_id: Qid(sub.id),
+            domain: sealer.domain().into(),
+            cv: verdict.arc.into(),
+            sealed: sealed.is_ok(),
+            error: sealed.as_ref().err().map_or("", |e| e.as_str()).into(),
+        });
+    }
     intake.logger.emit(&Event::SenderAuth {
         queue_id: Qid(sub.id),
         spf: verdict.spf.as_str().into(),
@@ -72,5 +84,22 @@ pub(super) async fn check_sender(
     match verdict.reject {
         Some(reply) => Err(Refusal::Dmarc(reply)),
         None => Ok(verdict.header),
+    }
+}
+
+/// `[arc]` off: nothing; on: verify, and seal a message we forward
+/// (`routing::forward`) when we have a key.
+fn arc_step<'a>(intake: &'a Intake, sub: &Submission) -> ArcStep<'a> {
+    if !intake.config.arc.enabled {
+        return ArcStep::Off;
+    }
+    let forwarded = intake.forwarding.as_ref().is_some_and(|f| {
+        sub.orig_rcpt
+            .iter()
+            .any(|(r, given)| sub.recipients.contains(r) && f.is_forwarded(r, given))
+    });
+    match (&intake.arc, forwarded) {
+        (Some(sealer), true) => ArcStep::Seal(sealer),
+        _ => ArcStep::Verify,
     }
 }

@@ -163,7 +163,7 @@ fn oversign_from(mut headers: Vec<String>) -> Vec<String> {
 }
 
 /// A PEM private key: PKCS#8 Ed25519 or RSA, or PKCS#1 RSA.
-fn load_key(path: &Path) -> Result<DkimKey, DkimError> {
+pub(crate) fn load_key(path: &Path) -> Result<DkimKey, DkimError> {
     let der = PrivateKeyDer::from_pem_file(path).map_err(|err| DkimError::Pem {
         path: path.to_path_buf(),
         err,

@@ -31,6 +31,7 @@
 //! Invariant: `Ok` means the message is on disk and queued; every refusal
 //! is a [`Refusal`] with its SMTP reply and sendmail exit status.
 
+pub mod arc;
 pub mod dkim;
 pub mod flow;
 pub mod headers;
@@ -186,6 +187,9 @@ pub struct Intake {
     /// both off): for ARC sealing here (`arc.rs`) and the SRS recipients
     /// of the SMTP door.
     pub forwarding: Option<Arc<crate::routing::forward::Forwarding>>,
+    /// The key that ARC-seals forwarded mail (`[arc] enabled` with a
+    /// `[[dkim.keys]]` key).
+    pub arc: Option<Arc<arc::Sealer>>,
 }
 
 mod accept;

@@ -22,6 +22,7 @@ use mail_auth::hickory_resolver::config::ResolverOpts;
 use mail_auth::spf::verify::SpfParameters;
 use mail_auth::{AuthenticatedMessage, AuthenticationResults, DmarcResult, MessageAuthenticator};
 
+use super::arc::ArcStep;
 use crate::config::DnsConfig;
 use crate::message::reply::{Enhanced, Reply};
 use crate::routing::dns;
@@ -42,6 +43,11 @@ pub struct Verdict {
     pub dmarc: &'static str,
     pub policy: String,
     pub from_domain: String,
+    /// The ARC chain's result (`pass`, `fail`, `none`, `temperror`; ""
+    /// when `[arc]` is off), and whether our seal was added (`header`
+    /// then starts with it) or why not (None: not asked to seal).
+    pub arc: &'static str,
+    pub sealed: Option<Result<(), String>>,
 }
 
 pub struct SenderAuth {
@@ -77,6 +83,7 @@ impl SenderAuth {
         body: &[u8],
         dmarc_reject: bool,
         max_signatures: usize,
+        arc: ArcStep<'_>,
     ) -> Verdict {
         let host = self.hostname.as_str();
         let Some(mut msg) = AuthenticatedMessage::parse(body) else {
@@ -90,6 +97,8 @@ impl SenderAuth {
                 dmarc: "pass-or-none",
                 policy: "none".into(),
                 from_domain: String::new(),
+                arc: "",
+                sealed: None,
             };
         };
         let skipped = keep_signatures(&mut msg, max_signatures);
@@ -101,12 +110,27 @@ impl SenderAuth {
             .auth
             .verify_dmarc(DmarcParameters::new(&msg, &dkim, mail_from_domain, &spf))
             .await;
-        let header = AuthenticationResults::new(host)
+        let chain = match arc {
+            ArcStep::Off => None,
+            _ => Some(self.auth.verify_arc(&msg).await),
+        };
+        let mut results = AuthenticationResults::new(host)
             .with_dkim_results(&dkim, msg.from())
             .with_spf_mailfrom_result(&spf, ip, sender, helo)
-            .with_dmarc_result(&dmarc)
-            .to_header();
-        let header = note_skipped(header, skipped);
+            .with_dmarc_result(&dmarc);
+        if let Some(chain) = &chain {
+            results = results.with_arc_result(chain, ip);
+        }
+        let mut header = note_skipped(results.to_header(), skipped);
+        let sealed = match (arc, &chain) {
+            (ArcStep::Seal(sealer), Some(chain)) => Some(
+                sealer
+                    .seal(&msg, &results, chain)
+                    .map(|set| header = set + &header),
+            ),
+            _ => None,
+        };
+        let arc_word = chain.as_ref().map_or("", super::arc::result_word);
         let failed = |r: &DmarcResult| matches!(r, DmarcResult::Fail(_) | DmarcResult::None);
         let dmarc_failed = failed(dmarc.dkim_result()) && failed(dmarc.spf_result());
         let reject =
@@ -123,11 +147,15 @@ impl SenderAuth {
         );
         let dkim: Vec<String> = dkim.iter().map(|d| format!("{:?}", d.result())).collect();
         let dmarc_word = if dmarc_failed { "fail" } else { "pass-or-none" };
-        let summary = format!(
+        let mut summary = format!(
             "spf={spf} dkim={} dkim_not_evaluated={skipped} dmarc={dmarc_word} policy={policy} from_domain={}",
             dkim.join(","),
             dmarc.domain()
         );
+        if !arc_word.is_empty() {
+            summary.push_str(" arc=");
+            summary.push_str(arc_word);
+        }
         Verdict {
             header,
             reject,
@@ -138,6 +166,8 @@ impl SenderAuth {
             dmarc: dmarc_word,
             policy,
             from_domain: dmarc.domain().to_string(),
+            arc: arc_word,
+            sealed,
         }
     }
 }

@@ -68,6 +68,7 @@ fn intake(config: &Config, spool: &Spool, queue: &QueueHandle) -> Arc<crate::int
         sender_login: Vec::new(),
         rewrite: Default::default(),
         forwarding: None,
+        arc: None,
     })
 }
 
