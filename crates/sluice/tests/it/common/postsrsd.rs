@@ -49,7 +49,7 @@ impl Postsrsd {
         super::ensure_package(BIN, "postsrsd");
         let dir = tempfile::tempdir().unwrap();
         let secret = dir.path().join("secret");
-        std::fs::write(&secret, "a test secret, not the system's\n").unwrap();
+        std::fs::write(&secret, format!("{}\n", Postsrsd::SECRET)).unwrap();
         for _ in 0..5 {
             let (forward, reverse) = (free_port(), free_port());
             let mut child = Command::new(BIN)
@@ -75,6 +75,18 @@ impl Postsrsd {
             let _ = child.wait();
         }
         panic!("postsrsd could not bind two free ports in five tries");
+    }
+}
+
+impl Postsrsd {
+    /// The secret every instance is started with (one line).
+    pub const SECRET: &'static str = "a test secret, not the system's";
+
+    /// postsrsd's answer for `key` on its forward (`reverse` false) or
+    /// reverse table: `200 ADDRESS`, or `500 …` when it has none.
+    pub fn get(&self, reverse: bool, key: &str) -> String {
+        let port = if reverse { self.reverse } else { self.forward };
+        ask(port, key).unwrap_or_default().trim_end().to_string()
     }
 }
 
