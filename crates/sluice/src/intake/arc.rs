@@ -109,3 +109,59 @@ pub fn result_word(chain: &ArcOutput<'_>) -> &'static str {
         _ => "fail",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::intake::sender_auth::{Asked, SenderAuth};
+
+    fn set(i: &str, cv: &str) -> String {
+        format!(
+            "ARC-Seal: i={i}; a=rsa-sha256; cv={cv}; d=x.test; s=s; t=1; b=AAAA\r\n\
+             ARC-Message-Signature: i={i}; a=rsa-sha256; c=relaxed/relaxed; d=x.test; s=s; t=1; h=from; bh=AAAA; b=AAAA\r\n\
+             ARC-Authentication-Results: i={i}; x.test; spf=pass\r\n"
+        )
+    }
+
+    /// Hostile chains (too long, malformed, broken, duplicated, absurd
+    /// instances) are `fail`, without a panic and without DNS for most;
+    /// no chain is `none`.
+    #[tokio::test]
+    async fn hostile_chains_fail_and_never_panic() {
+        let dns = crate::config::DnsConfig {
+            nameservers: vec!["127.0.0.1:9".parse().unwrap()],
+            timeout_ms: 200,
+            attempts: 1,
+            trust_anchor_file: None,
+        };
+        let auth = SenderAuth::new(&dns, "mx.ours.test").unwrap();
+        let asked = Asked {
+            ip: "192.0.2.1".parse().unwrap(),
+            helo: "client.x.test",
+            sender: "a@x.test",
+            dmarc_reject: false,
+            max_signatures: 5,
+            arc: ArcStep::Verify,
+        };
+        let long: String = (1..=60).map(|i| set(&i.to_string(), "pass")).collect();
+        let cases = [
+            (long, "fail"),
+            ("ARC-Seal: garbage\r\n".to_string(), "fail"),
+            (
+                "ARC-Message-Signature: i=1; nonsense\r\n".to_string(),
+                "fail",
+            ),
+            (set("1", "none") + &set("1", "none"), "fail"),
+            (set("99999999999999999999", "none"), "fail"),
+            (set("0", "none"), "fail"),
+            (set("2", "pass"), "fail"),
+            (String::new(), "none"),
+        ];
+        for (chain, want) in cases {
+            let body = format!("{chain}From: <a@x.test>\r\nSubject: s\r\n\r\nbody\r\n");
+            let verdict = auth.check(&asked, body.as_bytes()).await;
+            assert_eq!(verdict.arc, want, "{chain}");
+            assert!(verdict.header.contains("arc="), "{}", verdict.header);
+        }
+    }
+}

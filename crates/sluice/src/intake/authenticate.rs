@@ -46,17 +46,15 @@ pub(super) async fn check_sender(
         return Ok(String::new());
     };
     let step = arc_step(intake, sub);
-    let verdict = checker
-        .check(
-            ip,
-            &helo,
-            &sub.sender,
-            &sub.body,
-            dmarc_reject,
-            intake.config.smtpd.dkim_verify_max_signatures,
-            step,
-        )
-        .await;
+    let asked = sender_auth::Asked {
+        ip,
+        helo: &helo,
+        sender: &sub.sender,
+        dmarc_reject,
+        max_signatures: intake.config.smtpd.dkim_verify_max_signatures,
+        arc: step,
+    };
+    let verdict = checker.check(&asked, &sub.body).await;
     if let (ArcStep::Seal(sealer), Some(sealed)) = (step, &verdict.sealed) {
         intake.logger.emit(&Event::ArcSealed {
             queue_id: Qid(sub.id),

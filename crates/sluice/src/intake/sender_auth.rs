@@ -72,36 +72,15 @@ impl SenderAuth {
         })
     }
 
-    /// Checks a received message (`body`, our Received: on top) from
-    /// `ip`, which said `helo` and `MAIL FROM:<sender>`; at most
-    /// `max_signatures` DKIM signatures are evaluated.
-    pub async fn check(
-        &self,
-        ip: IpAddr,
-        helo: &str,
-        sender: &str,
-        body: &[u8],
-        dmarc_reject: bool,
-        max_signatures: usize,
-        arc: ArcStep<'_>,
-    ) -> Verdict {
+    /// Checks a received message (`body`, our Received: on top) as
+    /// `asked` says.
+    pub async fn check(&self, asked: &Asked<'_>, body: &[u8]) -> Verdict {
         let host = self.hostname.as_str();
         let Some(mut msg) = AuthenticatedMessage::parse(body) else {
-            return Verdict {
-                header: format!("Authentication-Results: {host}; none (unparsable message)\r\n"),
-                reject: None,
-                summary: "unparsable message".into(),
-                spf: "none".into(),
-                dkim: Vec::new(),
-                skipped: 0,
-                dmarc: "pass-or-none",
-                policy: "none".into(),
-                from_domain: String::new(),
-                arc: "",
-                sealed: None,
-            };
+            return Verdict::unparsable(host);
         };
-        let skipped = keep_signatures(&mut msg, max_signatures);
+        let (ip, helo, sender) = (asked.ip, asked.helo, asked.sender);
+        let skipped = keep_signatures(&mut msg, asked.max_signatures);
         let dkim = self.auth.verify_dkim(&msg).await;
         let spf_params = SpfParameters::verify_mail_from(ip, helo, host, sender);
         let spf = self.auth.verify_spf(spf_params).await;
@@ -110,7 +89,7 @@ impl SenderAuth {
             .auth
             .verify_dmarc(DmarcParameters::new(&msg, &dkim, mail_from_domain, &spf))
             .await;
-        let chain = match arc {
+        let chain = match asked.arc {
             ArcStep::Off => None,
             _ => Some(self.auth.verify_arc(&msg).await),
         };
@@ -122,7 +101,7 @@ impl SenderAuth {
             results = results.with_arc_result(chain, ip);
         }
         let mut header = note_skipped(results.to_header(), skipped);
-        let sealed = match (arc, &chain) {
+        let sealed = match (asked.arc, &chain) {
             (ArcStep::Seal(sealer), Some(chain)) => Some(
                 sealer
                     .seal(&msg, &results, chain)
@@ -130,17 +109,8 @@ impl SenderAuth {
             ),
             _ => None,
         };
-        let arc_word = chain.as_ref().map_or("", super::arc::result_word);
-        let failed = |r: &DmarcResult| matches!(r, DmarcResult::Fail(_) | DmarcResult::None);
-        let dmarc_failed = failed(dmarc.dkim_result()) && failed(dmarc.spf_result());
-        let reject =
-            (dmarc_reject && dmarc_failed && dmarc.policy() == Policy::Reject).then(|| {
-                let text = format!(
-                    "Message rejected: DMARC policy of {} says reject",
-                    dmarc.domain()
-                );
-                Reply::smtp(550, Enhanced::new(5, 7, 1), text)
-            });
+        let arc = chain.as_ref().map_or("", super::arc::result_word);
+        let (dmarc_failed, reject) = decide(&dmarc, asked.dmarc_reject);
         let (spf, policy) = (
             format!("{:?}", spf.result()),
             format!("{:?}", dmarc.policy()),
@@ -152,9 +122,9 @@ impl SenderAuth {
             dkim.join(","),
             dmarc.domain()
         );
-        if !arc_word.is_empty() {
+        if !arc.is_empty() {
             summary.push_str(" arc=");
-            summary.push_str(arc_word);
+            summary.push_str(arc);
         }
         Verdict {
             header,
@@ -166,10 +136,56 @@ impl SenderAuth {
             dmarc: dmarc_word,
             policy,
             from_domain: dmarc.domain().to_string(),
-            arc: arc_word,
+            arc,
             sealed,
         }
     }
+}
+
+/// What one check is about: the client, its HELO and MAIL FROM, and what
+/// to do besides the checks.
+pub struct Asked<'a> {
+    pub ip: IpAddr,
+    pub helo: &'a str,
+    pub sender: &'a str,
+    /// Refuse DMARC failures under `p=reject`.
+    pub dmarc_reject: bool,
+    /// DKIM signatures evaluated at most.
+    pub max_signatures: usize,
+    pub arc: ArcStep<'a>,
+}
+
+impl Verdict {
+    fn unparsable(host: &str) -> Verdict {
+        Verdict {
+            header: format!("Authentication-Results: {host}; none (unparsable message)\r\n"),
+            reject: None,
+            summary: "unparsable message".into(),
+            spf: "none".into(),
+            dkim: Vec::new(),
+            skipped: 0,
+            dmarc: "pass-or-none",
+            policy: "none".into(),
+            from_domain: String::new(),
+            arc: "",
+            sealed: None,
+        }
+    }
+}
+
+/// Whether DMARC failed (neither SPF nor DKIM aligned and passing), and
+/// the refusal when it did under `p=reject` and `dmarc_reject`.
+fn decide(dmarc: &mail_auth::DmarcOutput, dmarc_reject: bool) -> (bool, Option<Reply>) {
+    let failed = |r: &DmarcResult| matches!(r, DmarcResult::Fail(_) | DmarcResult::None);
+    let dmarc_failed = failed(dmarc.dkim_result()) && failed(dmarc.spf_result());
+    let reject = (dmarc_reject && dmarc_failed && dmarc.policy() == Policy::Reject).then(|| {
+        let text = format!(
+            "Message rejected: DMARC policy of {} says reject",
+            dmarc.domain()
+        );
+        Reply::smtp(550, Enhanced::new(5, 7, 1), text)
+    });
+    (dmarc_failed, reject)
 }
 
 /// Keeps the first `max` DKIM signatures of `msg` (well-formed ones

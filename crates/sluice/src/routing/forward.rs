@@ -181,16 +181,12 @@ mod tests {
     }
 
     fn forwarding(relay: &str) -> Forwarding {
-        let mut config = Config::default();
-        config.hostname = "mx.ours.test".parse().unwrap();
-        config.smtpd.relay_domains = vec![relay.parse().unwrap()];
-        config.srs.exclude_domains = vec![".friend.test".parse().unwrap()];
         Forwarding {
             srs: Some(Srs::new(&[b"k".to_vec()], "srs.ours.test", 21)),
             domains: LocalDomains::none(),
-            relay: RelayPolicy::new(Vec::new(), &config.smtpd.relay_domains),
+            relay: RelayPolicy::new(Vec::new(), &[relay.parse().unwrap()]),
             hostname: "mx.ours.test".into(),
-            exclude: config.srs.exclude_domains.clone(),
+            exclude: vec![".friend.test".parse().unwrap()],
         }
     }
 
