@@ -7,7 +7,8 @@
 //! x@ours.test on Sluice B (mx-b.test, `sender_auth`, `dmarc_reject`);
 //! A's SRS domain srs.test allows loopback in SPF and publishes A's ARC
 //! key. Without SRS, B would see SPF fail for origin.test from A's
-//! address; with it, SPF passes for srs.test, and A's ARC seal verifies.
+//! address; with it, SPF passes for srs.test, and A's ARC seal verifies
+//! (at B, and in a real rspamd's ARC module on the same DNS).
 //! A bounce to the SRS address reaches the original sender through A;
 //! forged, expired and malformed SRS addresses are refused; our own and
 //! unforwarded mail keeps its sender. And the codec agrees with a real
@@ -54,7 +55,7 @@ struct World {
     sink_b: Sink,
     sink_origin: Sink,
     signers: Signers,
-    _nsd: Nsd,
+    nsd: Nsd,
 }
 
 async fn world(name: &str) -> World {
@@ -113,7 +114,7 @@ async fn world(name: &str) -> World {
         sink_b,
         sink_origin,
         signers,
-        _nsd: nsd,
+        nsd,
     }
 }
 
@@ -224,6 +225,15 @@ async fn forwarded_mail_passes_spf_with_srs_and_arc_verifies() {
         e,
         Event::SenderAuth { spf, dmarc, .. } if spf == "Pass" && dmarc == "pass-or-none"
     )));
+    // A real rspamd's ARC module, on the same DNS, says the same.
+    let rspamd = common::rspamd::Scanner::start(&w.a_dir, w.nsd.addr);
+    let symbols = rspamd.symbols(&got.body);
+    assert!(symbols.iter().any(|s| s == "ARC_ALLOW"), "{symbols:?}");
+    // ... and not of the same message with its body changed.
+    let text = String::from_utf8_lossy(&got.body).replace("\r\nhello\r\n", "\r\nhellO\r\n");
+    let symbols = rspamd.symbols(text.as_bytes());
+    assert!(!symbols.iter().any(|s| s == "ARC_ALLOW"), "{symbols:?}");
+    drop(rspamd);
     // A bounce to the SRS address reaches the original sender via A.
     let n = w.sink_origin.count();
     let bounce = message("MAILER-DAEMON@mx-b.test", &got.sender, "bounce");
