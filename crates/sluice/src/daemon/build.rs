@@ -169,9 +169,10 @@ fn delivery_key(c: &Config) -> String {
             .ok(),
         false => None,
     };
+    // Forwarding's domains: relay domains and the virtual alias maps.
     format!(
-        "{:?}{:?}{:?}{:?}{:?}{:?}{:?}",
-        c.hostname, c.delivery, c.dns, ca, c.srs, srs, c.smtpd.relay_domains
+        "{:?}{:?}{:?}{:?}{:?}{:?}{:?}{:?}",
+        c.hostname, c.delivery, c.dns, ca, c.srs, srs, c.smtpd.relay_domains, c.rewrite
     )
 }
 
@@ -252,8 +253,11 @@ impl Parts {
                 logger.clone(),
             )),
         };
+        let rewrite = restrictions.rewrite.clone();
+        let virtual_alias_domain = Arc::new(move |d: &str| rewrite.is_virtual_alias_domain(d));
+        let create = purpose == Purpose::Serve;
         let forwarding =
-            Forwarding::build(&config, mailboxes.domains(), purpose == Purpose::Serve)?
+            Forwarding::build(&config, mailboxes.domains(), virtual_alias_domain, create)?
                 .map(Arc::new);
         let arc = match config.arc.enabled {
             true => crate::intake::arc::Sealer::load(&config)?.map(Arc::new),

@@ -5,7 +5,9 @@
 //! sender (`deliver/smtp`, per transaction) unless its sender is ours or
 //! null, and is ARC-sealed at the intake (`intake/arc.rs`).
 //!
-//! "Ours": a local domain, a relay domain, the hostname, the SRS domain.
+//! "Ours": a local domain, a virtual alias domain (asked through
+//! [`AlsoOurs`], the intake's rewriting maps), a relay domain, the
+//! hostname, the SRS domain.
 //!
 //! Trust: the configuration and the secret file are the administrator's;
 //! addresses are the senders'. Invariants: the secret is read once per
@@ -36,10 +38,15 @@ pub enum ForwardError {
     Empty(PathBuf),
 }
 
+/// Other domains that are ours (virtual alias domains), asked without
+/// I/O; given by the daemon, so routing does not import the intake.
+pub type AlsoOurs = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
 /// The forwarding predicate and, with `[srs] enabled`, the SRS codec.
 pub struct Forwarding {
     pub srs: Option<Srs>,
     domains: Arc<LocalDomains>,
+    also_ours: AlsoOurs,
     relay: RelayPolicy,
     hostname: String,
     exclude: Vec<DomainPattern>,
@@ -52,6 +59,7 @@ impl Forwarding {
     pub fn build(
         config: &Config,
         domains: Arc<LocalDomains>,
+        also_ours: AlsoOurs,
         create: bool,
     ) -> Result<Option<Forwarding>, ForwardError> {
         if !config.srs.enabled && !config.arc.enabled {
@@ -74,6 +82,7 @@ impl Forwarding {
         Ok(Some(Forwarding {
             srs,
             domains,
+            also_ours,
             relay: RelayPolicy::new(Vec::new(), &config.smtpd.relay_domains)
                 .with_parent_matches(config.restrictions.parent_domain_matches_subdomains),
             hostname,
@@ -87,6 +96,7 @@ impl Forwarding {
         domain.eq_ignore_ascii_case(&self.hostname)
             || self.srs.as_ref().is_some_and(|s| s.is_srs_domain(domain))
             || self.domains.is_local_domain(domain)
+            || (self.also_ours)(domain)
             || self.relay.is_relay_domain(&format!("@{domain}"))
     }
 
@@ -184,6 +194,7 @@ mod tests {
         Forwarding {
             srs: Some(Srs::new(&[b"k".to_vec()], "srs.ours.test", 21)),
             domains: LocalDomains::none(),
+            also_ours: Arc::new(|d: &str| d == "virtual.test"),
             relay: RelayPolicy::new(Vec::new(), &[relay.parse().unwrap()]),
             hostname: "mx.ours.test".into(),
             exclude: vec![".friend.test".parse().unwrap()],
@@ -201,6 +212,9 @@ mod tests {
         assert_eq!(f.srs_sender("a@origin.test", direct.into_iter()), None);
         let inside = [("x@relay.test", "alias@relay.test")];
         assert_eq!(f.srs_sender("a@origin.test", inside.into_iter()), None);
+        let virtual_alias = [("bob@gmail.test", "alias@virtual.test")];
+        let srs = f.srs_sender("a@origin.test", virtual_alias.into_iter());
+        assert!(srs.is_some());
         let outside = [("x@gmail.test", "alias@gmail.test")];
         assert_eq!(f.srs_sender("a@origin.test", outside.into_iter()), None);
         // Our own senders, the null sender, excluded domains: kept.

@@ -81,6 +81,11 @@ async fn world(name: &str) -> World {
     std::fs::create_dir_all(&a_dir).unwrap();
     std::fs::write(a_dir.join("mailboxes"), "local@a.test local/Maildir/\n").unwrap();
     std::fs::write(a_dir.join("aliases"), "fwd@a.test x@ours.test\n").unwrap();
+    std::fs::write(
+        a_dir.join("virtual"),
+        "va.test OK\nfwd@va.test x@ours.test\n",
+    )
+    .unwrap();
     let mut a = config(&a_dir, None);
     a.hostname = "mx-a.test".parse().unwrap();
     a.smtpd.mynetworks = vec![net("127.0.0.3/32")];
@@ -99,6 +104,8 @@ async fn world(name: &str) -> World {
         .insert("ours.test".into(), NextHop::to_addr(b.1));
     a.transport
         .insert("origin.test".into(), NextHop::to_addr(sink_origin.addr));
+    let virtual_map = format!("texthash:{}", a_dir.join("virtual").display());
+    a.rewrite.virtual_alias_maps = vec![virtual_map];
     a.srs.enabled = true;
     a.srs.domain = Some("srs.test".parse().unwrap());
     a.arc.enabled = true;
@@ -153,16 +160,17 @@ fn field(text: &str, prefix: &str) -> Option<String> {
     Some(out)
 }
 
-/// Sends origin.test's signed message to fwd@a.test until B's results
-/// say DMARC passed (nsd may still be loading at first); B's copy.
-async fn forward_signed(w: &World) -> sluice_bench::sink::ReceivedMessage {
-    let plain = message("a@origin.test", "fwd@a.test", "forwarded");
+/// Sends origin.test's signed message to `to` (forwarded to x@ours.test)
+/// until B's results say DMARC passed (nsd may still be loading at
+/// first); B's copy.
+async fn forward_signed(w: &World, to: &str) -> sluice_bench::sink::ReceivedMessage {
+    let plain = message("a@origin.test", to, "forwarded");
     let (signature, _) = w.signers.sign(plain.as_bytes()).unwrap().unwrap();
     let signed = format!("{signature}{plain}");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
         let n = w.sink_b.count();
-        let r = send("127.0.0.7", w.a.1, "a@origin.test", "fwd@a.test", &signed).await;
+        let r = send("127.0.0.7", w.a.1, "a@origin.test", to, &signed).await;
         assert!(r.starts_with("250"), "{r}");
         let arrived = wait_until(15, || w.sink_b.count() > n).await;
         assert!(
@@ -185,7 +193,7 @@ async fn forward_signed(w: &World) -> sluice_bench::sink::ReceivedMessage {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forwarded_mail_passes_spf_with_srs_and_arc_verifies() {
     let w = world("fwd-srs-arc").await;
-    let got = forward_signed(&w).await;
+    let got = forward_signed(&w, "fwd@a.test").await;
     // The envelope B saw: A's SRS address for the original sender.
     assert!(got.sender.starts_with("SRS0="), "{}", got.sender);
     assert!(
@@ -251,6 +259,15 @@ async fn forwarded_mail_passes_spf_with_srs_and_arc_verifies() {
         e,
         Event::SrsReverse { to, orig_to, .. } if *to == *got.sender && orig_to == "a@origin.test"
     )));
+    // Forwarded by a virtual alias map instead of a local alias: the same.
+    let again = forward_signed(&w, "fwd@va.test").await;
+    assert!(again.sender.starts_with("SRS0="), "{}", again.sender);
+    let text = String::from_utf8_lossy(&again.body).to_string();
+    let ours = field(&text, "Authentication-Results: mx-b.test;").unwrap();
+    assert!(
+        ours.contains("spf=pass") && ours.contains("arc=pass"),
+        "{ours}"
+    );
     w.a.0.shutdown().await;
     w.b.0.shutdown().await;
 }
