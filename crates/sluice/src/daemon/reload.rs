@@ -231,7 +231,7 @@ fn sections_changed(old: &Config, new: &Config) -> Vec<&'static str> {
 
 /// Each top-level setting a reload applies, named, in a comparable form
 /// (those kept until a restart are `keep_restart_settings`'s).
-fn sections(c: &Config) -> [(&'static str, String); 11] {
+fn sections(c: &Config) -> [(&'static str, String); 13] {
     [
         ("hostname", format!("{:?}", c.hostname)),
         ("postmaster", format!("{:?}", c.postmaster)),
@@ -244,6 +244,8 @@ fn sections(c: &Config) -> [(&'static str, String); 11] {
         ("local and tables", format!("{:?}{:?}", c.local, c.tables)),
         ("dns", format!("{:?}", c.dns)),
         ("dkim", format!("{:?}", c.dkim)),
+        ("srs", format!("{:?}", c.srs)),
+        ("arc", format!("{:?}", c.arc)),
     ]
 }
 
