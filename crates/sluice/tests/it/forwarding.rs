@@ -372,3 +372,134 @@ fn the_codec_agrees_with_postsrsd() {
     assert_eq!(srsd.get(true, &ours), format!("200 {srs0}"));
     assert_eq!(codec.reverse(&ours, today).unwrap(), srs0);
 }
+
+/// A configuration file for the rotation test: a.test's alias forwards to
+/// out.test (routed to `hop`), SRS with its own secret file.
+fn rotation_config(dir: &std::path::Path, hop: std::net::SocketAddr) -> std::path::PathBuf {
+    std::fs::write(dir.join("aliases"), "fwd@a.test x@out.test\n").unwrap();
+    std::fs::write(dir.join("mailboxes"), "me@a.test me/Maildir/\n").unwrap();
+    let d = dir.display();
+    let text = format!(
+        r#"hostname = "mx.test"
+data_dir = "{d}/var"
+log_file = "{d}/maillog"
+log_format = "json"
+
+[smtpd]
+listen = ["127.0.0.1:0"]
+mynetworks = ["127.0.0.0/8"]
+
+[queue]
+minimal_backoff_secs = 1
+maximal_backoff_secs = 2
+
+[delivery]
+connection_idle_secs = 1
+
+[local]
+domains = ["a.test"]
+mailbox_table = "mailboxes"
+alias_table = "aliases"
+maildir_base = "{d}/mail"
+
+[tables.mailboxes]
+kind = "static"
+path = "{d}/mailboxes"
+
+[tables.aliases]
+kind = "static"
+path = "{d}/aliases"
+
+[transport]
+"out.test" = "smtp:[{ip}]:{port}"
+
+[dns]
+nameservers = ["127.0.0.1:9"]
+timeout_ms = 300
+attempts = 1
+
+[srs]
+enabled = true
+domain = "srs.test"
+secret_file = "{d}/srs.secret"
+"#,
+        ip = hop.ip(),
+        port = hop.port(),
+    );
+    let path = dir.join("sluice.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Rotation as documented: a new secret put first, the old one kept
+/// below, a reload: new addresses are signed with the new secret, and an
+/// address signed with the old one is still taken back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_secret_signs_and_the_old_one_still_verifies() {
+    let dir = temp_dir("fwd-srs-rotation");
+    let sink = recording_sink().await;
+    let path = rotation_config(&dir, sink.addr);
+    let secret = dir.join("srs.secret");
+    std::fs::write(&secret, "old secret\n").unwrap();
+    let config = sluice::config::Config::load(&path).unwrap();
+    let mut server = sluice::daemon::Server::start(config).await.unwrap();
+    let addr = server.addrs[0];
+    let forward = |subject: &'static str| async move {
+        let mut c = Client::ready(addr).await;
+        let r = c
+            .message(
+                "s@remote.test",
+                &["fwd@a.test"],
+                &message("s@remote.test", "fwd@a.test", subject),
+            )
+            .await;
+        assert!(r.starts_with("250"), "{r}");
+    };
+    forward("before").await;
+    assert!(
+        wait_until(15, || sink.count() == 1).await,
+        "{}",
+        read_log(&dir)
+    );
+    let first = sink.messages().pop().unwrap().sender;
+    let today = srs::today();
+    let old = Srs::new(&[b"old secret".to_vec()], "srs.test", 21);
+    let new = Srs::new(&[b"new secret".to_vec()], "srs.test", 21);
+    assert_eq!(old.reverse(&first, today).unwrap(), "s@remote.test");
+    // Rotate: the new secret first, the old one below; its mtime moves.
+    std::fs::write(&secret, "new secret\nold secret\n").unwrap();
+    let later = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
+    std::fs::File::options()
+        .write(true)
+        .open(&secret)
+        .unwrap()
+        .set_modified(later)
+        .unwrap();
+    server
+        .reload(&sluice::config::source::Source::new(
+            Some(&path),
+            Vec::new(),
+        ))
+        .await;
+    forward("after").await;
+    assert!(
+        wait_until(15, || sink.count() == 2).await,
+        "{}",
+        read_log(&dir)
+    );
+    let second = sink.messages().pop().unwrap().sender;
+    assert_eq!(new.reverse(&second, today).unwrap(), "s@remote.test");
+    assert!(old.reverse(&second, today).is_err(), "{second}");
+    // The address made before the rotation is still ours.
+    let mut c = Client::ready(addr).await;
+    assert!(c.cmd("MAIL FROM:<>").await.starts_with("250"));
+    let r = c.cmd(&format!("RCPT TO:<{first}>")).await;
+    assert!(r.starts_with("250"), "{r}");
+    let forged = new
+        .forward("s@remote.test", today)
+        .unwrap()
+        .replace("SRS0=", "SRS0=x");
+    let r = c.cmd(&format!("RCPT TO:<{forged}>")).await;
+    assert!(r.starts_with("550 5.1.1"), "{r}");
+    server.shutdown().await;
+}
