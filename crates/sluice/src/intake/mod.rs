@@ -31,6 +31,7 @@
 //! Invariant: `Ok` means the message is on disk and queued; every refusal
 //! is a [`Refusal`] with its SMTP reply and sendmail exit status.
 
+pub mod content_checks;
 pub mod dkim;
 pub mod flow;
 pub mod headers;
@@ -111,6 +112,8 @@ impl Origin {
 
 pub struct SmtpClient {
     pub peer: SocketAddr,
+    /// The listener it came in on (its own header and body checks).
+    pub listener: SocketAddr,
     pub helo: String,
     /// In mynetworks.
     pub trusted: bool,
@@ -182,6 +185,9 @@ pub struct Intake {
     pub sender_login: Vec<Arc<crate::tables::Table>>,
     /// `[rewrite]`'s tables (`rewrite.rs`).
     pub rewrite: Arc<rewrite::RewriteMaps>,
+    /// `[content_checks]`'s tables, and the listeners' own
+    /// (`content_checks.rs`).
+    pub content_checks: Arc<content_checks::CheckTables>,
 }
 
 mod accept;
