@@ -149,6 +149,8 @@ async fn walk(
 ) -> Result<(), Refusal> {
     let cfg = &intake.config.content_checks;
     let deadline = Instant::now() + Duration::from_millis(cfg.time_limit_ms);
+    // Only the message's own headers are checked: the walk ends with them.
+    let primary_only = checks.mime.is_empty() && checks.nested.is_empty() && checks.body.is_empty();
     for (n, item) in Walker::new(body).enumerate() {
         if n % 256 == 255 {
             tokio::task::yield_now().await;
@@ -177,6 +179,7 @@ async fn walk(
                 let place = Place::header(what, start, end);
                 check(intake, sub, state, tables, &key, place).await?
             }
+            Item::Body { .. } if primary_only => break,
             Item::Body { start, end, offset } => {
                 let flow = check_line(intake, checks, sub, state, body, (start, end, offset));
                 flow.await?
