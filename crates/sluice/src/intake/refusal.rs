@@ -46,6 +46,10 @@ pub enum Refusal {
     /// is deferred, as Postfix's cleanup does.
     #[error("{0} lookup error")]
     Lookup(String),
+    /// A virtual alias expanded too far or too wide (a loop): deferred,
+    /// as Postfix's cleanup does.
+    #[error("alias expansion error")]
+    AliasExpansion,
 }
 
 impl Refusal {
@@ -63,6 +67,7 @@ impl Refusal {
             Refusal::Shadow(_) => "shadow",
             Refusal::Lookup(_) => "lookup",
             Refusal::Content(_) => "content_checks",
+            Refusal::AliasExpansion => "alias_expansion",
         }
     }
 
@@ -107,6 +112,8 @@ impl Refusal {
                 (4, 3, 0),
                 format!("Error: {what} lookup error; try again later"),
             ),
+            // (Postfix's cleanup's reason, word for word.)
+            Refusal::AliasExpansion => smtp(451, (4, 6, 0), "Alias expansion error".into()),
         }
     }
 
@@ -126,7 +133,7 @@ impl Refusal {
             Refusal::Milter(reply) | Refusal::Dmarc(reply) | Refusal::Content(reply) => {
                 reply.is_temporary()
             }
-            Refusal::Shadow(_) | Refusal::Lookup(_) => true,
+            Refusal::Shadow(_) | Refusal::Lookup(_) | Refusal::AliasExpansion => true,
             _ => false,
         }
     }

@@ -186,6 +186,11 @@ impl Restrictions {
                 &rw.recipient_canonical_maps,
                 "rewrite.recipient_canonical_maps",
             )?,
+            virtual_alias: maps(&rw.virtual_alias_maps, "rewrite.virtual_alias_maps")?,
+            virtual_alias_domains: rw
+                .virtual_alias_domains
+                .as_ref()
+                .map(|d| d.iter().map(|d| d.to_ascii_lowercase()).collect()),
         });
         let content_checks = Arc::new(content_checks(config, &mut maps)?);
         let mut built = Restrictions {
