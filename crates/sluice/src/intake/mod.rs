@@ -7,8 +7,9 @@
 //! Postfix cleanup's order, each in its own file and called in order from
 //! one function (`accept.rs`, which lists them): body checks, trace and
 //! hop limit (`checks.rs`, with `headers.rs`); forged
-//! Authentication-Results removed (`authenticate.rs`); content filters
-//! (`filters.rs`, `milter/`); sender limits (`limits.rs`); the access
+//! Authentication-Results removed (`authenticate.rs`); Postfix's header
+//! and body checks (`content_checks.rs`, `content_checks/`); content
+//! filters (`filters.rs`, `milter/`); sender limits (`limits.rs`); the access
 //! tables' REDIRECT and BCC (`divert.rs`); sender authentication for
 //! strangers (`authenticate.rs`, `sender_auth.rs`) or DKIM signing for
 //! trusted origins (`sign.rs`, `dkim.rs`, `local_sign.rs`: never a
