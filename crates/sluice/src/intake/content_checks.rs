@@ -16,11 +16,12 @@
 //! Bounds (Sluice's, not Postfix's): a header's key is at most
 //! [`HEADER_SIZE_LIMIT`] bytes (Postfix's `header_size_limit`; Postfix
 //! also drops the rest from the message, Sluice keeps it); the whole walk
-//! has `[content_checks] time_limit_ms`; a `pcre:` pattern past its
-//! backtracking limit, or the time limit, stops the checks: the message
-//! goes on as checked so far, with a `content_checks` warning (Postfix
-//! would skip the rule, and has no time limit). A table that fails
-//! otherwise defers the message (`451 4.3.0`).
+//! has `[content_checks] time_limit_ms`, past which the checks stop and
+//! the message goes on as checked so far, with a `content_checks`
+//! warning (Postfix has no time limit); a `pcre:` pattern past its
+//! backtracking limit stops them too and defers the message (`451
+//! 4.3.0`, never taken unchecked; Postfix would skip that one rule). A
+//! table that fails otherwise defers the message (`451 4.3.0`).
 //!
 //! Trust: the tables are the administrator's; the message is the
 //! sender's. Invariant: nothing is allocated for a message when its door
@@ -157,7 +158,7 @@ async fn walk(
         }
         if Instant::now() > deadline {
             let why = format!("took more than {} ms", cfg.time_limit_ms);
-            stopped(intake, sub, &why);
+            stopped(intake, sub, &why, "the rest of the message is not checked");
             return Ok(());
         }
         let flow = match item {
@@ -236,9 +237,12 @@ async fn check(
     match lookup(tables, key).await {
         Ok(None) => Ok(Flow::Go),
         Ok(Some(value)) => act::act(intake, sub, state, &value, key, place),
+        // Never a silent miss: a message that makes a pattern blow up is
+        // not taken unchecked (Postfix skips that one rule; our table
+        // cannot go on past it), as the access tables defer too.
         Err(Failed::Limit(why)) => {
-            stopped(intake, sub, &why);
-            Ok(Flow::Stop)
+            stopped(intake, sub, &why, "the message is deferred");
+            Err(Refusal::Lookup(place.what.into()))
         }
         Err(Failed::Table) => Err(Refusal::Lookup(place.what.into())),
     }
@@ -260,13 +264,13 @@ async fn lookup(tables: &[Arc<Table>], key: &str) -> Result<Option<String>, Fail
     Ok(None)
 }
 
-/// The checks stop here: logged, the message goes on as checked so far.
-fn stopped(intake: &Intake, sub: &Submission, why: &str) {
+/// The checks stop here, logged with what becomes of the message.
+fn stopped(intake: &Intake, sub: &Submission, why: &str, then: &str) {
     intake.logger.emit(&Event::Warning {
         kind: "content_checks".into(),
         open: None,
         line: format!(
-            "warning: {}: header/body checks stopped ({why}): the rest of the message is not checked",
+            "warning: {}: header/body checks stopped ({why}): {then}",
             Qid(sub.id)
         )
         .into(),
