@@ -80,15 +80,7 @@ pub(super) async fn run(intake: &Intake, mut sub: Submission) -> Result<Accepted
         return Ok(Accepted::Discarded(sub.id));
     }
     if intake.config.sender_limits.any() {
-        if let Some(reason) = limits::check(intake, &*intake.limits, &sub).await {
-            sub.flags |= QUARANTINE;
-            // Held for the limit alone: its release may release it. Held
-            // for another cause too, it waits for that one's release.
-            if held.reason.is_none() {
-                sub.flags |= LIMITED;
-                (held.reason, held.cause) = (Some(reason), "limit");
-            }
-        }
+        hold_over_limit(intake, &mut sub, &mut held).await;
     }
     // After the limits: they count the recipients the client gave.
     divert::apply(&intake.logger, &mut sub);
@@ -117,6 +109,19 @@ pub(super) async fn run(intake: &Intake, mut sub: Submission) -> Result<Accepted
         });
     }
     stored
+}
+
+/// Holds our own user's message when it crosses a sender limit.
+async fn hold_over_limit(intake: &Intake, sub: &mut Submission, held: &mut Held) {
+    if let Some(reason) = limits::check(intake, &*intake.limits, sub).await {
+        sub.flags |= QUARANTINE;
+        // Held for the limit alone: its release may release it. Held
+        // for another cause too, it waits for that one's release.
+        if held.reason.is_none() {
+            sub.flags |= LIMITED;
+            (held.reason, held.cause) = (Some(reason), "limit");
+        }
+    }
 }
 
 /// The header and body checks, when the message's door has any (nothing
