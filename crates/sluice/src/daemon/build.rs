@@ -326,6 +326,7 @@ impl Parts {
                 sts,
                 dane: self.dane.clone(),
                 own: self.own_addrs.clone(),
+                generic: self.generic(),
             },
             maildir: MaildirAgent {
                 config: self.config.clone(),
@@ -444,6 +445,19 @@ impl Parts {
             limits: self.limits.clone(),
             sender_login: self.restrictions.sender_login.clone(),
             rewrite: self.restrictions.rewrite.clone(),
+        })
+    }
+
+    /// `smtp_generic_maps` for the SMTP client, when configured (the
+    /// tables built with the restriction lists').
+    fn generic(&self) -> Option<Arc<crate::deliver::smtp::generic::Generic>> {
+        let tables = &self.restrictions.rewrite.generic;
+        (!tables.is_empty()).then(|| {
+            Arc::new(crate::deliver::smtp::generic::Generic {
+                tables: tables.clone(),
+                mailboxes: self.mailboxes.clone(),
+                delimiters: self.config.recipient_delimiter.clone(),
+            })
         })
     }
 

@@ -49,6 +49,8 @@ pub struct SmtpAgent {
     pub dane: Option<Arc<Dane>>,
     /// Our listening addresses: a next hop from DNS never leads there.
     pub own: Arc<OwnAddrs>,
+    /// `smtp_generic_maps` (None: none configured).
+    pub generic: Option<Arc<super::generic::Generic>>,
 }
 
 impl DeliveryAgent for SmtpAgent {
@@ -72,6 +74,7 @@ impl DeliveryAgent for SmtpAgent {
             },
             spool: self.spool.clone(),
             conn: None,
+            generic: self.generic.clone(),
         };
         tokio::spawn(run_worker(worker, start, idle, limit));
     }
@@ -104,6 +107,7 @@ struct SmtpWorker {
     reach: Reach,
     spool: Spool,
     conn: Option<SmtpConn>,
+    generic: Option<Arc<super::generic::Generic>>,
 }
 
 impl WorkerSession for SmtpWorker {
@@ -352,6 +356,21 @@ impl SmtpWorker {
                 return (defer_all(job, &Relay::None, &reply), Feedback::Ok);
             }
         };
+        // (No copy, no lookup, when no generic table is configured.)
+        let mapped = match &self.generic {
+            Some(g) if !matches!(*self.reach.hop, NextHop::Lmtp(_)) => {
+                match g.apply(job, &body).await {
+                    Ok(m) => Some(m),
+                    Err(reply) => return (defer_all(job, &Relay::None, &reply), Feedback::Ok),
+                }
+            }
+            _ => None,
+        };
+        let (out_job, body) = match mapped {
+            None => (None, body),
+            Some(m) => (m.job, m.body.unwrap_or(body)),
+        };
+        let out = out_job.as_ref().unwrap_or(job);
         let mut rest: Targets = Vec::new();
         let mut sessions = 0;
         let mut retried_stale = false;
@@ -363,10 +382,10 @@ impl SmtpWorker {
                 }
             }
             let conn = self.conn.as_mut().expect("connected above");
-            let fitted = super::fit::fit(job, &body, &conn.peer, conn.eightbit, conn.smtputf8);
+            let fitted = super::fit::fit(out, &body, &conn.peer, conn.eightbit, conn.smtputf8);
             let sub = match &fitted.narrowed {
                 Some(narrowed) => narrowed,
-                None if fitted.refused.is_empty() => job,
+                None if fitted.refused.is_empty() => out,
                 None => return (fitted.refused, Feedback::Ok),
             };
             match conn.transaction(sub, &fitted.body).await {

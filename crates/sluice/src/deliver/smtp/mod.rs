@@ -5,6 +5,7 @@ mod conn;
 pub mod dane;
 pub mod dead;
 mod fit;
+pub mod generic;
 #[cfg(test)]
 mod fuzz;
 pub mod guard;
