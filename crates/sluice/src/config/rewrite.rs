@@ -110,7 +110,10 @@ impl RewriteConfig {
         let lists = [
             ("canonical_classes", &self.canonical_classes),
             ("sender_canonical_classes", &self.sender_canonical_classes),
-            ("recipient_canonical_classes", &self.recipient_canonical_classes),
+            (
+                "recipient_canonical_classes",
+                &self.recipient_canonical_classes,
+            ),
             ("masquerade_classes", &self.masquerade_classes),
         ];
         for (name, list) in lists {

@@ -62,8 +62,8 @@ impl Generic {
         }
         let mut edits = Vec::new();
         for a in headers::addresses(body, |_| true) {
-            if let Some(now) = self.map(&a.address).await? {
-                edits.push((a.span, external(&now)));
+            if let Some(now) = self.map(&external(&a.address)).await? {
+                edits.push((a.span, now));
             }
         }
         Ok(Mapped {

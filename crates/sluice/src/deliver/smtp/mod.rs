@@ -5,9 +5,9 @@ mod conn;
 pub mod dane;
 pub mod dead;
 mod fit;
-pub mod generic;
 #[cfg(test)]
 mod fuzz;
+pub mod generic;
 pub mod guard;
 pub mod mta_sts;
 pub mod tls;

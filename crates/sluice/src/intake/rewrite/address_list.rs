@@ -236,34 +236,19 @@ fn comment_end(value: &[u8], mut i: usize) -> usize {
     value.len()
 }
 
-/// `address` (internal form) as it is written in a header: its local part
-/// quoted when it is not a dot-atom (Postfix's quote_822_local).
+/// `address` (internal form, as [`addresses`] gives it) in the form
+/// addresses have everywhere else (the envelope's, the tables' keys): its
+/// local part quoted when it is not a dot-string (Postfix's
+/// quote_822_local, `tables::search::quote_local`).
 pub fn external(address: &str) -> String {
-    let (local, domain) = match address.rfind('@') {
-        Some(at) => (&address[..at], Some(&address[at + 1..])),
-        None => (address, None),
-    };
-    let atext = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-/=?^_`{|}~".contains(c) || !c.is_ascii();
-    let dot_atom = !local.is_empty()
-        && local.split('.').all(|w| !w.is_empty() && w.chars().all(atext));
-    let mut out = String::with_capacity(address.len() + 2);
-    if dot_atom {
-        out.push_str(local);
-    } else {
-        out.push('"');
-        for c in local.chars() {
-            if c == '"' || c == '\\' {
-                out.push('\\');
-            }
-            out.push(c);
-        }
-        out.push('"');
+    match address.rfind('@') {
+        Some(at) => format!(
+            "{}{}",
+            crate::tables::search::quote_local(&address[..at]),
+            &address[at..]
+        ),
+        None => crate::tables::search::quote_local(address).into_owned(),
     }
-    if let Some(d) = domain {
-        out.push('@');
-        out.push_str(d);
-    }
-    out
 }
 
 #[cfg(test)]
@@ -284,7 +269,9 @@ mod tests {
     #[test]
     fn display_names_comments_and_bare_addresses() {
         assert_eq!(
-            found(" \"Smith, Alice\" <alice@old.test>, bob@x.test (Bob (the) builder), Carol <c@y>"),
+            found(
+                " \"Smith, Alice\" <alice@old.test>, bob@x.test (Bob (the) builder), Carol <c@y>"
+            ),
             vec![
                 pair("alice@old.test", "alice@old.test"),
                 pair("bob@x.test", "bob@x.test"),
@@ -320,16 +307,32 @@ mod tests {
         assert_eq!(external("a\"b@y"), "\"a\\\"b\"@y");
         assert_eq!(external("a.b+c@y"), "a.b+c@y");
         assert_eq!(external(".a@y"), "\".a\"@y");
+        assert_eq!(external("bob"), "bob");
     }
 
     #[test]
     fn null_routes_literals_and_junk() {
         assert_eq!(found(" <>"), vec![]);
-        assert_eq!(found(" <@r1,@r2:u@d.test>"), vec![pair("u@d.test", "u@d.test")]);
-        assert_eq!(found(" u@[192.0.2.1]"), vec![pair("u@[192.0.2.1]", "u@[192.0.2.1]")]);
+        assert_eq!(
+            found(" <@r1,@r2:u@d.test>"),
+            vec![pair("u@d.test", "u@d.test")]
+        );
+        assert_eq!(
+            found(" u@[192.0.2.1]"),
+            vec![pair("u@[192.0.2.1]", "u@[192.0.2.1]")]
+        );
         assert_eq!(found(" bob"), vec![pair("bob", "bob")]);
         // Unclosed: to the end, no panic, nothing outside the field.
-        for junk in [" (((", " \"a@b", " <a@b", " a@b)", " [x", " ,,,;;:<>", " \\", ""] {
+        for junk in [
+            " (((",
+            " \"a@b",
+            " <a@b",
+            " a@b)",
+            " [x",
+            " ,,,;;:<>",
+            " \\",
+            "",
+        ] {
             for f in addresses(junk.as_bytes()) {
                 assert!(f.span.end <= junk.len(), "{junk:?}");
             }
@@ -343,6 +346,10 @@ mod tests {
         assert_eq!(addresses(deep.as_bytes()), vec![]);
         let many = " a@b,".repeat(50_000);
         let got = addresses(many.as_bytes());
-        assert!(!got.is_empty() && got.len() <= MAX_TOKENS / 4 + 1, "{}", got.len());
+        assert!(
+            !got.is_empty() && got.len() <= MAX_TOKENS / 4 + 1,
+            "{}",
+            got.len()
+        );
     }
 }

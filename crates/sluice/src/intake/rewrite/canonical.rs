@@ -26,8 +26,14 @@ pub(super) async fn run(
     let c = &maps.classes;
     if !sub.sender.is_empty() {
         let chain = [
-            (on(c.sender, ENV_SENDER, &maps.sender_canonical), "sender_canonical_maps"),
-            (on(c.canonical, ENV_SENDER, &maps.canonical), "canonical_maps"),
+            (
+                on(c.sender, ENV_SENDER, &maps.sender_canonical),
+                "sender_canonical_maps",
+            ),
+            (
+                on(c.canonical, ENV_SENDER, &maps.canonical),
+                "canonical_maps",
+            ),
         ];
         sub.sender = rewrite(intake, sub.id, &chain, &sub.sender).await?;
         if c.masquerade & ENV_SENDER != 0 {
@@ -37,8 +43,14 @@ pub(super) async fn run(
         }
     }
     let chain = [
-        (on(c.recipient, ENV_RECIPIENT, &maps.recipient_canonical), "recipient_canonical_maps"),
-        (on(c.canonical, ENV_RECIPIENT, &maps.canonical), "canonical_maps"),
+        (
+            on(c.recipient, ENV_RECIPIENT, &maps.recipient_canonical),
+            "recipient_canonical_maps",
+        ),
+        (
+            on(c.canonical, ENV_RECIPIENT, &maps.canonical),
+            "canonical_maps",
+        ),
     ];
     let masquerade = c.masquerade & ENV_RECIPIENT != 0 && !maps.masquerade.is_empty();
     if chain.iter().all(|(t, _)| t.is_empty()) && !masquerade {

@@ -77,7 +77,12 @@ impl HeaderClients {
 fn is_own_loopback(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => v4.octets() == [127, 0, 0, 1],
-        IpAddr::V6(v6) => v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v| v.octets() == [127, 0, 0, 1]),
+        IpAddr::V6(v6) => {
+            v6.is_loopback()
+                || v6
+                    .to_ipv4_mapped()
+                    .is_some_and(|v| v.octets() == [127, 0, 0, 1])
+        }
     }
 }
 
@@ -107,13 +112,14 @@ pub(super) async fn run(
     let found = headers::addresses(&sub.body, |s| remote.is_some() || wants(s));
     let mut edits = Vec::new();
     for a in found {
-        let mut address = a.address.clone();
-        if let Some(domain) = remote.filter(|_| !address.contains('@')) {
+        let given = external(&a.address);
+        let mut address = given.clone();
+        if let Some(domain) = remote.filter(|_| !a.address.contains('@')) {
             address = format!("{address}@{domain}");
         }
         let now = rewrite(intake, maps, sub.id, a.side, address).await?;
-        if now != a.address {
-            edits.push((a.span, external(&now)));
+        if now != given {
+            edits.push((a.span, now));
         }
     }
     if !edits.is_empty() {
@@ -123,19 +129,34 @@ pub(super) async fn run(
 }
 
 /// The canonical tables that apply to a field of `side`, in order.
-fn chain(maps: &RewriteMaps, side: Side) -> [(&[std::sync::Arc<crate::tables::Table>], &'static str); 2] {
+fn chain(
+    maps: &RewriteMaps,
+    side: Side,
+) -> [(&[std::sync::Arc<crate::tables::Table>], &'static str); 2] {
     let c: &Classes = &maps.classes;
     let when = |bits: u8, class: u8, t: &'static str| (bits & class != 0, t);
     let none: &[_] = &[];
     let pick = |(on, name): (bool, &'static str), tables| (if on { tables } else { none }, name);
     match side {
         Side::Sender => [
-            pick(when(c.sender, HDR_SENDER, "sender_canonical_maps"), &maps.sender_canonical[..]),
-            pick(when(c.canonical, HDR_SENDER, "canonical_maps"), &maps.canonical[..]),
+            pick(
+                when(c.sender, HDR_SENDER, "sender_canonical_maps"),
+                &maps.sender_canonical[..],
+            ),
+            pick(
+                when(c.canonical, HDR_SENDER, "canonical_maps"),
+                &maps.canonical[..],
+            ),
         ],
         Side::Recipient => [
-            pick(when(c.recipient, HDR_RECIPIENT, "recipient_canonical_maps"), &maps.recipient_canonical[..]),
-            pick(when(c.canonical, HDR_RECIPIENT, "canonical_maps"), &maps.canonical[..]),
+            pick(
+                when(c.recipient, HDR_RECIPIENT, "recipient_canonical_maps"),
+                &maps.recipient_canonical[..],
+            ),
+            pick(
+                when(c.canonical, HDR_RECIPIENT, "canonical_maps"),
+                &maps.canonical[..],
+            ),
         ],
     }
 }

@@ -192,13 +192,22 @@ To: body@not.header\r\n";
 
     #[test]
     fn odd_messages_end_the_header_safely() {
-        for m in [&b""[..], b"\r\n", b"no colon here\r\nTo: a@b\r\n", b"To: a@b", b"To:\n"] {
+        for m in [
+            &b""[..],
+            b"\r\n",
+            b"no colon here\r\nTo: a@b\r\n",
+            b"To: a@b",
+            b"To:\n",
+        ] {
             for a in addresses(m, |_| true) {
                 assert!(a.span.end <= m.len());
             }
         }
         assert_eq!(addresses(b"To: a@b", |_| true).len(), 1);
-        assert_eq!(addresses(b"To: a@b\nCc: c@d\n\nTo: e@f\n", |_| true).len(), 2);
+        assert_eq!(
+            addresses(b"To: a@b\nCc: c@d\n\nTo: e@f\n", |_| true).len(),
+            2
+        );
         assert!(addresses(b"no colon here\r\nTo: a@b\r\n", |_| true).is_empty());
     }
 }

@@ -46,7 +46,11 @@ impl Masquerade {
     pub fn apply(&self, address: &str) -> Option<String> {
         let at = address.rfind('@')?;
         let (local, domain) = (&address[..at], address[at + 1..].to_ascii_lowercase());
-        if self.exceptions.iter().any(|e| e.eq_ignore_ascii_case(local)) {
+        if self
+            .exceptions
+            .iter()
+            .any(|e| e.eq_ignore_ascii_case(local))
+        {
             return None;
         }
         for (truncate, masq) in &self.domains {
@@ -80,7 +84,10 @@ mod tests {
             masq.apply("a@host.dept.example.com").as_deref(),
             Some("a@example.com")
         );
-        assert_eq!(masq.apply("a@Host.EXAMPLE.com").as_deref(), Some("a@example.com"));
+        assert_eq!(
+            masq.apply("a@Host.EXAMPLE.com").as_deref(),
+            Some("a@example.com")
+        );
         assert_eq!(masq.apply("a@example.com"), None);
         assert_eq!(masq.apply("a@sub.example.com"), None);
         assert_eq!(masq.apply("a@x.sub.example.com"), None);
