@@ -153,3 +153,34 @@ impl RewriteConfig {
             || !self.remote_header_rewrite_domain.is_empty()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_postfix_and_unknown_names_are_refused() {
+        let d = RewriteConfig::default();
+        assert_eq!(d.canonical_classes, CLASSES);
+        assert_eq!(
+            d.masquerade_classes,
+            own(&["envelope_sender", "header_sender", "header_recipient"])
+        );
+        assert!(d.validate().is_ok() && !d.any());
+        let bad = RewriteConfig {
+            canonical_classes: own(&["header_from"]),
+            ..RewriteConfig::default()
+        };
+        assert!(bad.validate().unwrap_err().contains("canonical_classes"));
+        let bad = RewriteConfig {
+            local_header_rewrite_clients: own(&["permit_everyone"]),
+            ..RewriteConfig::default()
+        };
+        assert!(bad.validate().is_err());
+        let fine = RewriteConfig {
+            local_header_rewrite_clients: own(&["permit_mynetworks", "10.0.0.0/8", "::1"]),
+            ..RewriteConfig::default()
+        };
+        assert!(fine.validate().is_ok());
+    }
+}

@@ -269,7 +269,9 @@ impl Parts {
     /// nothing they use changed (their dead-host and policy caches stay).
     pub fn agents(&mut self, spool: &Spool, logger: &Logger, previous: Option<&Parts>) {
         let kept = previous.filter(|p| {
-            p.delivery_stamp == self.delivery_stamp && same(&p.config, &self.config, tables_key)
+            p.delivery_stamp == self.delivery_stamp
+                && same(&p.config, &self.config, tables_key)
+                && p.config.rewrite.smtp_generic_maps == self.config.rewrite.smtp_generic_maps
         });
         if let Some(Parts {
             agents: Some(a), ..

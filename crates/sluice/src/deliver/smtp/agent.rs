@@ -356,21 +356,11 @@ impl SmtpWorker {
                 return (defer_all(job, &Relay::None, &reply), Feedback::Ok);
             }
         };
-        // (No copy, no lookup, when no generic table is configured.)
-        let mapped = match &self.generic {
-            Some(g) if !matches!(*self.reach.hop, NextHop::Lmtp(_)) => {
-                match g.apply(job, &body).await {
-                    Ok(m) => Some(m),
-                    Err(reply) => return (defer_all(job, &Relay::None, &reply), Feedback::Ok),
-                }
-            }
-            _ => None,
+        let (mapped, body) = match self.outgoing(job, body).await {
+            Ok(out) => out,
+            Err(reply) => return (defer_all(job, &Relay::None, &reply), Feedback::Ok),
         };
-        let (out_job, body) = match mapped {
-            None => (None, body),
-            Some(m) => (m.job, m.body.unwrap_or(body)),
-        };
-        let out = out_job.as_ref().unwrap_or(job);
+        let out = mapped.as_ref().unwrap_or(job);
         let mut rest: Targets = Vec::new();
         let mut sessions = 0;
         let mut retried_stale = false;
@@ -436,6 +426,23 @@ impl SmtpWorker {
                     return (defer_all(job, &relay, &why), Feedback::Ok);
                 }
             }
+        }
+    }
+
+    /// The job and body as they go out: through `smtp_generic_maps` when
+    /// configured, not to an LMTP hop (no copy, no lookup otherwise);
+    /// `Err`: the deferral of a table that could not answer.
+    async fn outgoing(
+        &self,
+        job: &Job,
+        body: Arc<Vec<u8>>,
+    ) -> Result<(Option<Job>, Arc<Vec<u8>>), Reply> {
+        match &self.generic {
+            Some(g) if !matches!(*self.reach.hop, NextHop::Lmtp(_)) => {
+                let m = g.apply(job, &body).await?;
+                Ok((m.job, m.body.unwrap_or(body)))
+            }
+            _ => Ok((None, body)),
         }
     }
 

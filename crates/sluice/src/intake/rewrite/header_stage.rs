@@ -186,3 +186,55 @@ async fn rewrite(
     }
     Ok(now)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::intake::SmtpClient;
+
+    fn smtp(ip: &str, trusted: bool, authenticated: bool) -> Origin {
+        Origin::Smtp(SmtpClient {
+            peer: std::net::SocketAddr::new(ip.parse().unwrap(), 1025),
+            helo: "c.test".into(),
+            trusted,
+            authenticated,
+            auth_user: None,
+            sender_auth: false,
+            dmarc_reject: false,
+        })
+    }
+
+    fn clients(list: &[&str]) -> HeaderClients {
+        let config = RewriteConfig {
+            local_header_rewrite_clients: list.iter().map(|s| s.to_string()).collect(),
+            ..RewriteConfig::default()
+        };
+        HeaderClients::new(&config)
+    }
+
+    #[test]
+    fn clients_admitted_by_local_header_rewrite_clients() {
+        let default = HeaderClients::new(&RewriteConfig::default());
+        assert!(default.local(&smtp("127.0.0.1", false, false)));
+        assert!(default.local(&smtp("::1", false, false)));
+        assert!(!default.local(&smtp("127.0.0.2", true, true)));
+        assert!(!default.local(&smtp("192.0.2.7", true, false)));
+        let local = Origin::Local {
+            uid: Some(1000),
+            full_name: None,
+            user: crate::intake::LocalUser::Trusted,
+        };
+        assert!(clients(&[]).local(&local));
+        assert!(!clients(&[]).local(&smtp("127.0.0.1", true, true)));
+        let wide = clients(&[
+            "permit_mynetworks",
+            "permit_sasl_authenticated",
+            "198.51.100.0/24",
+        ]);
+        assert!(wide.local(&smtp("192.0.2.7", true, false)));
+        assert!(wide.local(&smtp("192.0.2.7", false, true)));
+        assert!(wide.local(&smtp("198.51.100.9", false, false)));
+        assert!(!wide.local(&smtp("192.0.2.7", false, false)));
+        assert!(!wide.local(&smtp("127.0.0.1", false, false)));
+    }
+}
