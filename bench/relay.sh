@@ -24,6 +24,10 @@
 #   RESTRICTIONS=typical SESSIONS=250 TLS_MODES=off bash bench/relay.sh
 #                      # issue 38's: a typical site's restriction lists on
 #                      # both (below, and bench/lib/restrictions.sh)
+#   REWRITE=typical SESSIONS=250 TLS_MODES=off bash bench/relay.sh
+#                      # issue 39's: a canonical map, a virtual alias map
+#                      # and 20 header checks on both (bench/lib/rewrite.sh);
+#                      # RESULT lines gain rewrite=typical
 #
 # Environment
 #   N400=50000         messages in the 400 B run
@@ -110,6 +114,7 @@ set -euo pipefail
 source "$(dirname "$0")/lib/common.sh"
 # RESTRICTIONS=typical: the restriction set, its nsd and the checks.
 source "$(dirname "$0")/lib/restrictions.sh"
+source "$(dirname "$0")/lib/rewrite.sh"
 
 BENCH_TAG=relay
 ANNOUNCE_RM=0
@@ -148,6 +153,7 @@ done
 case $GENERATOR in sluice|smtp-source) ;; *) die "GENERATOR must be sluice or smtp-source" ;; esac
 case $SINK in sluice|smtp-sink) ;; *) die "SINK must be sluice or smtp-sink" ;; esac
 case $RESTRICTIONS in none|typical) ;; *) die "RESTRICTIONS must be none or typical" ;; esac
+case ${REWRITE:-none} in none|typical) ;; *) die "REWRITE must be none or typical" ;; esac
 for t in $TLS_MODES; do
     case $t in off) ;; on)
         [ "$GENERATOR" = sluice ] && [ "$SINK" = sluice ] \
@@ -347,6 +353,7 @@ relayhost = "smtp:[$HOST]:$SINK_PORT"
 default_concurrency = 250
 $(restrictions_sluice_toml)
 $(restrictions_sluice_dns)
+$(rewrite_sluice_toml)
 EOF
     # TLS on: the benchmark certificate (outbound STARTTLS is the default,
     # "may"). Off: the defaults, with nobody asking for STARTTLS (and a
@@ -424,6 +431,7 @@ smtpd_client_new_tls_session_rate_limit = 0
 smtpd_client_auth_rate_limit = 0
 EOF
         restrictions_postfix_main_cf
+        rewrite_postfix_main_cf
     } >"$PF_ETC/main.cf"
     # master.cf: every service with chroot off; smtpd only on 127.0.0.1:55125.
     write_postfix_master_cf "$RELAY_PORT"
@@ -565,6 +573,7 @@ run_one() {
     else
         CHART_TAG="$sys-$size-tls$TLS"
         restrictions_on && CHART_TAG+="-restrict"
+        rewrite_on && CHART_TAG+="-rewrite"
         log "=== $sys, size $size B: generator ($GENERATOR, $SESSIONS sessions, $n messages)"
         gen_start=$(now)
         run_generator "$port" "$n" "$size"
@@ -608,6 +617,9 @@ run_one() {
     sluice) stop_sluice ;;
     postfix) stop_postfix ;;
     esac
+    if [ -z "$fail" ] && [ "$sys" = sluice ] && ! rewrite_check "$W/sluice.log"; then
+        fail="rewrite_check"
+    fi
     # CPU of the system under test, all its processes, start to stop.
     [ "$sys" = harness ] || R_CPU[$key]=$(cg_cpu_s)
     rss=$STOP_RSS
@@ -642,6 +654,7 @@ for p in $RELAY_PORT $SINK_PORT; do
     listening "$p" && die "port $p is already in use on this machine"
 done
 restrictions_setup
+rewrite_setup
 [[ " $SYSTEMS " == *" postfix "* ]] && setup_postfix
 
 # One certificate for both MTAs (ECDSA P-256, as Sluice's own).
@@ -651,7 +664,7 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 
     || die "openssl could not make the benchmark certificate"
 chmod 644 "$W/tls/key.pem"
 
-log "workload R: systems=[$SYSTEMS] sizes=[$SIZES] tls=[$TLS_MODES] N400=$N400 N64K=$N64K sessions=$SESSIONS generator=$GENERATOR sink=$SINK restrictions=$RESTRICTIONS tmp=$W"
+log "workload R: systems=[$SYSTEMS] sizes=[$SIZES] tls=[$TLS_MODES] N400=$N400 N64K=$N64K sessions=$SESSIONS generator=$GENERATOR sink=$SINK restrictions=$RESTRICTIONS rewrite=${REWRITE:-none} tmp=$W"
 for TLS in $TLS_MODES; do
     for sys in $SYSTEMS; do
         for size in $SIZES; do
@@ -666,6 +679,7 @@ cpu_per_msg() { if [ "$1" = n/a ]; then echo n/a; else fmt %.3f "$(calc "$1 * 10
 tools=""
 [ "$GENERATOR" = sluice ] && [ "$SINK" = sluice ] || tools=" tools=$GENERATOR/$SINK"
 restrictions_on && tools+=" restrictions=typical"
+rewrite_on && tools+=" rewrite=typical"
 lines=()
 any_failed=0
 for TLS in $TLS_MODES; do

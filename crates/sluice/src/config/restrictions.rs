@@ -82,6 +82,9 @@ pub struct RestrictionsConfig {
     pub multi_recipient_bounce_reject_code: u16,
     pub unknown_virtual_mailbox_reject_code: u16,
     pub unknown_relay_recipient_reject_code: u16,
+    /// For an address of a virtual alias domain missing from
+    /// `rewrite.virtual_alias_maps`.
+    pub unknown_virtual_alias_reject_code: u16,
 }
 
 impl Default for RestrictionsConfig {
@@ -116,6 +119,7 @@ impl Default for RestrictionsConfig {
             multi_recipient_bounce_reject_code: 550,
             unknown_virtual_mailbox_reject_code: 550,
             unknown_relay_recipient_reject_code: 550,
+            unknown_virtual_alias_reject_code: 550,
         }
     }
 }
@@ -140,7 +144,7 @@ pub struct ListOverrides {
 
 impl RestrictionsConfig {
     /// Each code that must be a 4XX or 5XX reply, with its name.
-    pub fn codes(&self) -> [(&'static str, u16); 14] {
+    pub fn codes(&self) -> [(&'static str, u16); 15] {
         [
             ("reject_code", self.reject_code),
             ("defer_code", self.defer_code),
@@ -176,6 +180,10 @@ impl RestrictionsConfig {
             (
                 "unknown_relay_recipient_reject_code",
                 self.unknown_relay_recipient_reject_code,
+            ),
+            (
+                "unknown_virtual_alias_reject_code",
+                self.unknown_virtual_alias_reject_code,
             ),
         ]
     }

@@ -1,7 +1,8 @@
 //! `[rewrite]`: what the intake's rewriting stage does to the envelope
 //! and the headers, under Postfix's names (issue 39): the canonical maps
 //! and their classes, which clients' headers are rewritten, address
-//! masquerading, the archive copies (`always_bcc`, `sender_bcc_maps`,
+//! masquerading, the virtual alias maps (any recipient, to one or more
+//! addresses), the archive copies (`always_bcc`, `sender_bcc_maps`,
 //! `recipient_bcc_maps`); and `smtp_generic_maps`, used by the SMTP
 //! client on the way out.
 //!
@@ -32,6 +33,22 @@ pub struct RewriteConfig {
     /// Postfix's `recipient_canonical_maps`: for the envelope recipients
     /// only.
     pub recipient_canonical_maps: Vec<String>,
+    /// Postfix's `virtual_alias_maps`: address -> one or more addresses,
+    /// for every recipient of every message, in any domain (after the
+    /// canonical maps), recursively.
+    pub virtual_alias_maps: Vec<String>,
+    /// Postfix's `virtual_alias_domains`: domains of which every address
+    /// must be in `virtual_alias_maps` (others get `550 5.1.1`). Unset:
+    /// Postfix's default `$virtual_alias_maps`, a domain that is a key of
+    /// one of the maps (asked only of file tables, which answer without
+    /// I/O; list the domains when the maps are SQL or LDAP).
+    pub virtual_alias_domains: Option<Vec<crate::config::names::Domain>>,
+    /// Postfix's `virtual_alias_recursion_limit`: how deep one address
+    /// may be expanded before the message is deferred.
+    pub virtual_alias_recursion_limit: usize,
+    /// Postfix's `virtual_alias_expansion_limit`: how many addresses one
+    /// recipient may become before the message is deferred.
+    pub virtual_alias_expansion_limit: usize,
     /// Postfix's `canonical_classes`: what `canonical_maps` rewrites, of
     /// `envelope_sender`, `envelope_recipient`, `header_sender`,
     /// `header_recipient` (default all four).
@@ -97,6 +114,10 @@ impl Default for RewriteConfig {
             masquerade_exceptions: Vec::new(),
             masquerade_classes: own(&["envelope_sender", "header_sender", "header_recipient"]),
             smtp_generic_maps: Vec::new(),
+            virtual_alias_maps: Vec::new(),
+            virtual_alias_domains: None,
+            virtual_alias_recursion_limit: 1000,
+            virtual_alias_expansion_limit: 1000,
         }
     }
 }
@@ -133,12 +154,14 @@ impl RewriteConfig {
                 ));
             }
         }
+        if self.virtual_alias_recursion_limit == 0 || self.virtual_alias_expansion_limit == 0 {
+            return Err(
+                "virtual_alias_recursion_limit and virtual_alias_expansion_limit \
+                        must be at least 1"
+                    .into(),
+            );
+        }
         Ok(())
-    }
-
-    /// Whether `class` is in `list`.
-    pub fn has(list: &[String], class: &str) -> bool {
-        list.iter().any(|c| c == class)
     }
 
     /// Whether the stage has anything to do.
@@ -149,6 +172,7 @@ impl RewriteConfig {
             || !self.canonical_maps.is_empty()
             || !self.sender_canonical_maps.is_empty()
             || !self.recipient_canonical_maps.is_empty()
+            || !self.virtual_alias_maps.is_empty()
             || !self.masquerade_domains.is_empty()
             || !self.remote_header_rewrite_domain.is_empty()
     }

@@ -54,6 +54,7 @@ use crate::log::Logger;
 use crate::message::address::Target;
 use crate::routing::mailboxes::{Resolution, VirtualMailboxes};
 pub use refusal::Refusal;
+use rewrite::virtual_alias::RcptLookup;
 
 /// Where the queue takes stored messages (the queue implements it; the
 /// intake does not depend on the queue).
@@ -205,8 +206,20 @@ impl Intake {
     /// (recipient, address given) for those an alias expanded to.
     pub async fn resolve(&self, recipients: &[String]) -> Result<Resolved, ResolveError> {
         let mut targets: Vec<(String, &String)> = Vec::new();
+        let delimiters = self.config.recipient_delimiter.as_str();
         for r in recipients {
-            match self.mailboxes.resolve(r).await {
+            let found = self
+                .rewrite
+                .rcpt_lookup(&self.mailboxes, delimiters, r)
+                .await;
+            let resolution = match found {
+                // A rewriting map has it: the intake rewrites it.
+                Ok(RcptLookup::Mapped) => Ok(Resolution::NotLocal),
+                Ok(RcptLookup::UnknownAlias) => Ok(Resolution::Unknown),
+                Ok(RcptLookup::Local(r)) => Ok(r),
+                Err(e) => Err(e),
+            };
+            match resolution {
                 Ok(Resolution::NotLocal) => targets.push((r.clone(), r)),
                 Ok(Resolution::Accept(list)) => targets.extend(list.into_iter().map(|t| (t, r))),
                 Ok(Resolution::Discard) => {}

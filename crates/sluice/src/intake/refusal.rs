@@ -42,6 +42,10 @@ pub enum Refusal {
     /// is deferred, as Postfix's cleanup does.
     #[error("{0} lookup error")]
     Lookup(String),
+    /// A virtual alias expanded too far or too wide (a loop): deferred,
+    /// as Postfix's cleanup does.
+    #[error("alias expansion error")]
+    AliasExpansion,
 }
 
 impl Refusal {
@@ -58,6 +62,7 @@ impl Refusal {
             Refusal::Milter(_) => "milter",
             Refusal::Shadow(_) => "shadow",
             Refusal::Lookup(_) => "lookup",
+            Refusal::AliasExpansion => "alias_expansion",
         }
     }
 
@@ -100,6 +105,8 @@ impl Refusal {
                 (4, 3, 0),
                 format!("Error: {what} lookup error; try again later"),
             ),
+            // (Postfix's cleanup's reason, word for word.)
+            Refusal::AliasExpansion => smtp(451, (4, 6, 0), "Alias expansion error".into()),
         }
     }
 
@@ -117,7 +124,7 @@ impl Refusal {
         match self {
             Refusal::Spool(e) => !matches!(e, SpoolError::Invalid(_)),
             Refusal::Milter(reply) | Refusal::Dmarc(reply) => reply.is_temporary(),
-            Refusal::Shadow(_) | Refusal::Lookup(_) => true,
+            Refusal::Shadow(_) | Refusal::Lookup(_) | Refusal::AliasExpansion => true,
             _ => false,
         }
     }

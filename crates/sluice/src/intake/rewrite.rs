@@ -2,7 +2,8 @@
 //! addresses (`[rewrite]`), in its order: the canonical maps and
 //! masquerading on the envelope (`canonical.rs`, `masquerade.rs`), then
 //! on the header (`header_stage.rs`, with `headers.rs` and
-//! `address_list.rs`), then the archive copies.
+//! `address_list.rs`), then the virtual alias maps, then the archive
+//! copies.
 //!
 //! Canonical maps (`canonical.rs`): the envelope sender through
 //! `sender_canonical_maps` then `canonical_maps`, each recipient through
@@ -22,6 +23,9 @@
 //! for local clients (`local_header_rewrite_clients`) or when
 //! `remote_header_rewrite_domain` is set (`header_stage.rs`).
 //!
+//! Virtual alias maps (`virtual_alias.rs`), after the canonical maps,
+//! for every recipient (our notices' too).
+//!
 //! Archive copies (Postfix's `always_bcc`, `sender_bcc_maps`,
 //! `recipient_bcc_maps`), after the canonical maps:
 //! - The sender (not the null sender) is looked up in the sender BCC
@@ -29,8 +33,9 @@
 //!   (`tables::search`: the address, without its extension, `user` for a
 //!   local domain, `@domain`; no extension passed on); the first value of
 //!   what a table finds is the copy's address.
-//! - A copy to one of our local domains goes through the local aliases
-//!   (as Postfix's copies go through virtual_alias_maps);
+//! - A copy goes through the virtual alias maps (as Postfix's copies
+//!   do), and a copy to one of our local domains through the local
+//!   aliases;
 //! - Each copy is one more recipient, unless it is one already, and is
 //!   never reported to the sender (`NOTIFY=NEVER`, as Postfix's own BCC
 //!   copies get NOTIFY=NONE), logged as a `bcc` event.
@@ -59,6 +64,7 @@ pub mod masquerade;
 
 pub use header_stage::HeaderClients;
 pub use masquerade::Masquerade;
+pub mod virtual_alias;
 
 /// `[rewrite]`'s tables, as the restriction lists' builder built them.
 #[derive(Default)]
@@ -68,6 +74,10 @@ pub struct RewriteMaps {
     pub canonical: Vec<Arc<Table>>,
     pub sender_canonical: Vec<Arc<Table>>,
     pub recipient_canonical: Vec<Arc<Table>>,
+    pub virtual_alias: Vec<Arc<Table>>,
+    /// `virtual_alias_domains` when listed (lower case); `None`: the
+    /// domains the virtual alias maps have as keys.
+    pub virtual_alias_domains: Option<std::collections::HashSet<String>>,
     /// `smtp_generic_maps`, for the SMTP client (`deliver::smtp::generic`).
     pub generic: Vec<Arc<Table>>,
     /// The `*_classes`, read.
@@ -117,12 +127,21 @@ impl Classes {
 /// The stage.
 pub(super) async fn run(intake: &Intake, sub: &mut Submission) -> Result<(), Refusal> {
     let rw = &intake.config.rewrite;
-    if !rw.any() || matches!(sub.origin, Origin::Notice) {
+    if !rw.any() {
         return Ok(());
     }
     let maps = &*intake.rewrite;
-    canonical::run(intake, maps, sub).await?;
-    header_stage::run(intake, maps, sub).await?;
+    // Our notices get no canonical rewriting and no copy, but their
+    // recipients are virtual aliases' too (a bounce to an alias).
+    let notice = matches!(sub.origin, Origin::Notice);
+    if !notice {
+        canonical::run(intake, maps, sub).await?;
+        header_stage::run(intake, maps, sub).await?;
+    }
+    virtual_alias::run(intake, maps, sub).await?;
+    if notice {
+        return Ok(());
+    }
     let mut copies = Vec::new();
     if !rw.always_bcc.is_empty() {
         copies.push(rw.always_bcc.clone());
@@ -144,7 +163,7 @@ pub(super) async fn run(intake: &Intake, sub: &mut Submission) -> Result<(), Ref
     }
     let mut expanded = Vec::with_capacity(copies.len());
     for copy in copies {
-        expanded.extend(local_targets(intake, copy).await?);
+        expanded.extend(copy_targets(intake, maps, copy).await?);
     }
     for copy in expanded {
         let target = match Target::new(&copy) {
@@ -172,18 +191,37 @@ pub(super) async fn run(intake: &Intake, sub: &mut Submission) -> Result<(), Ref
     Ok(())
 }
 
-/// Where a copy to `address` goes: through the local aliases when its
-/// domain is ours (Postfix expands its BCC copies through
-/// virtual_alias_maps), else to itself; nowhere for an alias that
-/// discards.
-async fn local_targets(intake: &Intake, address: String) -> Result<Vec<String>, Refusal> {
-    use crate::routing::mailboxes::Resolution;
-    match intake.mailboxes.resolve(&address).await {
-        Ok(Resolution::Accept(targets)) => Ok(targets),
-        Ok(Resolution::Discard) => Ok(Vec::new()),
-        Ok(Resolution::NotLocal | Resolution::Unknown) => Ok(vec![address]),
-        Err(_) => Err(Refusal::Lookup("alias_table".into())),
+/// Where a copy to `address` goes: through the virtual alias maps (as
+/// Postfix expands its BCC copies), then each result through the local
+/// aliases when its domain is ours; nowhere for an alias that discards.
+async fn copy_targets(
+    intake: &Intake,
+    maps: &RewriteMaps,
+    address: String,
+) -> Result<Vec<String>, Refusal> {
+    let addresses = match maps.virtual_alias.is_empty() {
+        true => vec![address],
+        false => {
+            let rw = &intake.config.rewrite;
+            let limits = (
+                rw.virtual_alias_recursion_limit,
+                rw.virtual_alias_expansion_limit,
+            );
+            let delimiters = intake.config.recipient_delimiter.as_str();
+            match maps.expand(&address, delimiters, limits).await {
+                Ok(found) => found,
+                Err(virtual_alias::ExpandError::Lookup(..)) => {
+                    return Err(Refusal::Lookup("virtual_alias_maps".into()))
+                }
+                Err(_) => return Err(Refusal::AliasExpansion),
+            }
+        }
+    };
+    let mut out = Vec::with_capacity(addresses.len());
+    for a in addresses {
+        out.extend(virtual_alias::local_aliases(&intake.mailboxes, a).await?);
     }
+    Ok(out)
 }
 
 /// What `tables` give `address`, if anything: the value as it is, or

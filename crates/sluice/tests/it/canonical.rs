@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 
 use crate::common;
-use common::postfix::Postfix;
+use common::postfix::{self, Postfix};
 use common::*;
 
 const SENDER_CANONICAL: &str = "alice@old.test alice.smith@new.test\n@legacy.test @new.test\n";
@@ -68,16 +68,7 @@ async fn postfix_envelopes() -> Vec<Envelope> {
                 .find_map(|l| l.split_once(&marker).map(|(_, rest)| rest))
                 .and_then(|rest| rest.split_once('>'))
                 .map_or(String::new(), |(from, _)| from.to_ascii_lowercase());
-            let to = deliveries
-                .iter()
-                .filter(|d| &d.queue_id == q && d.status == "sent")
-                .map(|d| {
-                    let to = d.to.to_ascii_lowercase();
-                    let orig = d.orig_to.clone().unwrap_or(d.to.clone());
-                    (to, orig.to_ascii_lowercase())
-                })
-                .collect();
-            (from, to)
+            (from, postfix::sent_pairs(&deliveries, q))
         })
         .collect()
 }
@@ -106,13 +97,11 @@ async fn envelopes_are_rewritten_as_postfix_rewrites_them() {
         qids.push(qid_of(&r));
     }
     let expected: usize = theirs.iter().map(|(_, to)| to.len()).sum();
-    let sent = || {
-        events_named(&dir, "delivery")
-            .iter()
-            .filter(|e| e["status"] == "sent")
-            .count()
-    };
-    assert!(wait_until(30, || sent() >= expected).await, "{}", sent());
+    assert!(
+        wait_until(30, || sent_count(&dir) >= expected).await,
+        "{}",
+        sent_count(&dir)
+    );
     let received = events_named(&dir, "received");
     let ours: Vec<Envelope> = qids
         .iter()
@@ -123,18 +112,7 @@ async fn envelopes_are_rewritten_as_postfix_rewrites_them() {
                 .map_or(String::new(), |e| {
                     e["from"].as_str().unwrap_or_default().to_ascii_lowercase()
                 });
-            let to = deliveries(&dir, q)
-                .iter()
-                .filter(|e| e["status"] == "sent")
-                .map(|e| {
-                    let to = e["to"].as_str().unwrap().to_ascii_lowercase();
-                    let orig = e["orig_to"]
-                        .as_str()
-                        .map_or(to.clone(), str::to_ascii_lowercase);
-                    (to, orig)
-                })
-                .collect();
-            (from, to)
+            (from, sent_pairs(&dir, q))
         })
         .collect();
     for (((from, to), ours), theirs) in MESSAGES.iter().zip(&ours).zip(&theirs) {

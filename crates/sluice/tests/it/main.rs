@@ -79,3 +79,4 @@ mod tables_sql;
 mod tables_text;
 mod tls_auth;
 mod verify;
+mod virtual_alias;

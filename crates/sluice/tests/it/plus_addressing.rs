@@ -90,17 +90,15 @@ async fn postfix_decisions() -> Vec<Decision> {
 
 fn sluice_config(dir: &std::path::Path, sink: std::net::SocketAddr) -> sluice::config::Config {
     let mut cfg = config(dir, Some(sink));
-    for (name, text) in [
-        ("mailboxes", MAILBOXES),
-        ("aliases", ALIASES),
-        ("relay_recipients", RELAY_RECIPIENTS),
-    ] {
-        let path = dir.join(name);
-        std::fs::write(&path, text).unwrap();
-        let table = format!("kind = \"static\"\npath = {path:?}");
-        cfg.tables
-            .insert(name.into(), toml::from_str(&table).unwrap());
-    }
+    static_tables(
+        &mut cfg,
+        dir,
+        &[
+            ("mailboxes", MAILBOXES),
+            ("aliases", ALIASES),
+            ("relay_recipients", RELAY_RECIPIENTS),
+        ],
+    );
     cfg.recipient_delimiter = "+".into();
     cfg.local.domains = vec!["ex.test".parse().unwrap()];
     cfg.local.mailbox_table = Some("mailboxes".into());

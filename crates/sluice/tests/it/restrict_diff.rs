@@ -16,6 +16,7 @@
 //! with the reason (docs/CONFIG.md says more).
 
 mod more;
+mod rcpt_maps;
 mod run;
 mod sasl;
 

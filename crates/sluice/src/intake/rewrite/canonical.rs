@@ -62,7 +62,7 @@ pub(super) async fn run(
         if let Some(m) = maps.masquerade.apply(&now).filter(|_| masquerade) {
             now = m;
         }
-        rewritten.push(now);
+        rewritten.push(vec![now]);
     }
     replace_recipients(sub, rewritten);
     Ok(())
@@ -112,11 +112,13 @@ pub(super) async fn rewrite(
     Ok(current)
 }
 
-/// Puts the rewritten recipients in place: each keeps the address it was
-/// given as (`orig_rcpt`); of two that became one *and* were given as
-/// one, the first stays (with its DSN entries), as Postfix's cleanup
-/// drops a duplicate only when both addresses match.
-fn replace_recipients(sub: &mut Submission, rewritten: Vec<String>) {
+/// Puts the rewritten recipients in place (each recipient's list of what
+/// it became, in order; a virtual alias may make one several, or none):
+/// each keeps the address it was given as (`orig_rcpt`) and its DSN
+/// entries; of two that became one *and* were given as one, the first
+/// stays, as Postfix's cleanup drops a duplicate only when both
+/// addresses match.
+pub(super) fn replace_recipients(sub: &mut Submission, rewritten: Vec<Vec<String>>) {
     let old = std::mem::take(&mut sub.recipients);
     let given_as = |r: &String, pairs: &[(String, String)]| {
         pairs
@@ -126,16 +128,18 @@ fn replace_recipients(sub: &mut Submission, rewritten: Vec<String>) {
     };
     let mut pairs = Vec::with_capacity(old.len());
     let mut keep = Vec::with_capacity(old.len());
-    for (i, (was, now)) in old.iter().zip(rewritten).enumerate() {
+    for (i, (was, became)) in old.iter().zip(rewritten).enumerate() {
         let given = given_as(was, &sub.orig_rcpt);
-        let same = |(r, g): &(String, String)| {
-            r.eq_ignore_ascii_case(&now) && g.eq_ignore_ascii_case(&given)
-        };
-        if pairs.iter().any(same) {
-            continue;
+        for now in became {
+            let same = |(r, g): &(String, String)| {
+                r.eq_ignore_ascii_case(&now) && g.eq_ignore_ascii_case(&given)
+            };
+            if pairs.iter().any(same) {
+                continue;
+            }
+            pairs.push((now, given.clone()));
+            keep.push(i);
         }
-        pairs.push((now, given));
-        keep.push(i);
     }
     sub.orig_rcpt = pairs
         .iter()

@@ -190,6 +190,11 @@ impl Restrictions {
                 &rw.masquerade_exceptions,
             ),
             header_clients: crate::intake::rewrite::HeaderClients::new(rw),
+            virtual_alias: maps(&rw.virtual_alias_maps, "rewrite.virtual_alias_maps")?,
+            virtual_alias_domains: rw
+                .virtual_alias_domains
+                .as_ref()
+                .map(|d| d.iter().map(|d| d.to_ascii_lowercase()).collect()),
         });
         let mut built = Restrictions {
             config: rc.clone(),

@@ -544,10 +544,13 @@ async fn unlisted<E: Env>(env: &E, addr: &str, recipient: bool, by: &'static str
     match env.unlisted(addr, recipient).await {
         Ok(None) => Step::Next,
         Ok(Some((code, table))) => {
-            let (enhanced, class) = if recipient {
-                ("5.1.1", "Recipient address")
-            } else {
-                ("5.1.0", "Sender address")
+            // (Postfix resolves a virtual alias domain's unknown address
+            // to its error transport, "5.1.1", which smtpd_dsn_fix makes
+            // 5.1.7 for a sender; the other tables say 5.1.0 for one.)
+            let (enhanced, class) = match (recipient, table) {
+                (true, _) => ("5.1.1", "Recipient address"),
+                (false, "virtual alias table") => ("5.1.7", "Sender address"),
+                (false, _) => ("5.1.0", "Sender address"),
             };
             let text = format!("User unknown in {table}");
             Step::Refuse(reply(code, enhanced, addr, class, &text, by))

@@ -13,6 +13,7 @@ use super::delegate::Verdict;
 use super::session::{Mode, Next, Session};
 use super::transaction::Transaction;
 use crate::config::services::PolicyStage;
+use crate::intake::rewrite::virtual_alias::RcptLookup;
 use crate::log::{Event, Qid, Reject};
 use crate::message::flags;
 use crate::routing::mailboxes::Resolution;
@@ -355,8 +356,19 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 return next;
             }
         }
-        let resolution = match ctx.mailboxes.resolve(&address).await {
-            Ok(r) => r,
+        let delimiters = ctx.config.recipient_delimiter.as_str();
+        let rewrite = &ctx.restrictions.rewrite;
+        let resolution = match rewrite
+            .rcpt_lookup(&ctx.mailboxes, delimiters, &address)
+            .await
+        {
+            // A rewriting map has it: taken as given, the intake rewrites it.
+            Ok(RcptLookup::Mapped) => Resolution::Accept(vec![address.clone()]),
+            Ok(RcptLookup::UnknownAlias) => {
+                let code = ctx.restrictions.config.unknown_virtual_alias_reject_code;
+                return self.unknown_user(&address, "virtual alias table", code);
+            }
+            Ok(RcptLookup::Local(r)) => r,
             Err(err) => return self.lookup_failed(&address, &err.to_string()),
         };
         if matches!(resolution, Resolution::NotLocal)

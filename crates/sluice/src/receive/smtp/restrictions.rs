@@ -17,6 +17,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::session::{Next, Session};
 use crate::deliver::verify::Kind;
+use crate::intake::rewrite::virtual_alias::RcptLookup;
 use crate::log::{Event, Qid, Reject};
 use crate::message::address::domain_of;
 use crate::receive::access::{self, Action};
@@ -36,7 +37,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Env for SessionEnv<'_, S> {
     fn auth_destination(&self, recipient: &str) -> bool {
         let ctx = &self.s.ctx;
         let domain = domain_of(recipient);
-        ctx.mailboxes.is_local_domain(domain) || ctx.policy.is_relay_domain(recipient)
+        ctx.mailboxes.is_local_domain(domain)
+            || ctx.restrictions.rewrite.is_virtual_alias_domain(domain)
+            || ctx.policy.is_relay_domain(recipient)
     }
 
     fn is_local(&self, address: &str) -> bool {
@@ -54,7 +57,22 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Env for SessionEnv<'_, S> {
     ) -> Result<Option<(u16, &'static str)>, crate::tables::LookupError> {
         let ctx = &self.s.ctx;
         let c = &ctx.restrictions.config;
-        match ctx.mailboxes.resolve(address).await? {
+        let delimiters = ctx.config.recipient_delimiter.as_str();
+        let rewrite = &ctx.restrictions.rewrite;
+        let resolution = match rewrite
+            .rcpt_lookup(&ctx.mailboxes, delimiters, address)
+            .await?
+        {
+            RcptLookup::Mapped => return Ok(None),
+            RcptLookup::UnknownAlias => {
+                return Ok(Some((
+                    c.unknown_virtual_alias_reject_code,
+                    "virtual alias table",
+                )))
+            }
+            RcptLookup::Local(r) => r,
+        };
+        match resolution {
             Resolution::Unknown => Ok(Some((
                 c.unknown_virtual_mailbox_reject_code,
                 "virtual mailbox table",

@@ -423,6 +423,50 @@ pub fn deliveries(dir: &std::path::Path, qid: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The (to, orig_to) pairs, lower case, of `qid`'s deliveries that were
+/// sent (orig_to is `to` when the log has none): what a differential test
+/// holds to Postfix's [`postfix::sent_pairs`].
+pub fn sent_pairs(
+    dir: &std::path::Path,
+    qid: &str,
+) -> std::collections::BTreeSet<(String, String)> {
+    deliveries(dir, qid)
+        .iter()
+        .filter(|e| e["status"] == "sent")
+        .map(|e| {
+            let to = e["to"].as_str().unwrap_or_default().to_ascii_lowercase();
+            let orig = e["orig_to"]
+                .as_str()
+                .map_or(to.clone(), str::to_ascii_lowercase);
+            (to, orig)
+        })
+        .collect()
+}
+
+/// Writes each (name, text) into `dir` and names it in `cfg`'s
+/// `[tables]` as a static file table.
+pub fn static_tables(
+    cfg: &mut sluice::config::Config,
+    dir: &std::path::Path,
+    tables: &[(&str, &str)],
+) {
+    for (name, text) in tables {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        let table = format!("kind = \"static\"\npath = {path:?}");
+        cfg.tables
+            .insert(name.to_string(), toml::from_str(&table).unwrap());
+    }
+}
+
+/// How many deliveries were sent, in all.
+pub fn sent_count(dir: &std::path::Path) -> usize {
+    deliveries(dir, "")
+        .iter()
+        .filter(|e| e["status"] == "sent")
+        .count()
+}
+
 /// A DKIM key entry for `domain` and `selector` with the key at `key_file`
 /// (default headers and expiry).
 pub fn dkim_key(

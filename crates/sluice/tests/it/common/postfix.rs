@@ -397,6 +397,23 @@ fn alive(pid: i32) -> bool {
     }
 }
 
+/// The (to, orig_to) pairs, lower case, of `qid`'s deliveries that were
+/// sent, as [`super::sent_pairs`] gives Sluice's.
+pub fn sent_pairs(
+    deliveries: &[Delivery],
+    qid: &str,
+) -> std::collections::BTreeSet<(String, String)> {
+    deliveries
+        .iter()
+        .filter(|d| d.queue_id == qid && d.status == "sent")
+        .map(|d| {
+            let to = d.to.to_ascii_lowercase();
+            let orig = d.orig_to.clone().unwrap_or(d.to.clone());
+            (to, orig.to_ascii_lowercase())
+        })
+        .collect()
+}
+
 /// One SMTP reply: its code, its enhanced status code when it has one,
 /// and the text after them (the last line's).
 #[derive(Debug, Clone, PartialEq, Eq)]

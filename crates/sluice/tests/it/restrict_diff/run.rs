@@ -126,6 +126,14 @@ pub fn sluice_of(setup: &Setup, dir: &Path) -> Config {
                 cfg.tables.insert(file.clone(), text_table(&file));
                 cfg.smtpd.relay_recipient_table = Some(file);
             }
+            "virtual_alias_maps" => cfg.rewrite.virtual_alias_maps = vec![value],
+            "virtual_alias_domains" => {
+                let domains = value.split(", ").map(|d| d.parse().unwrap()).collect();
+                cfg.rewrite.virtual_alias_domains = Some(domains);
+            }
+            "unknown_virtual_alias_reject_code" => r.unknown_virtual_alias_reject_code = code(),
+            "canonical_maps" => cfg.rewrite.canonical_maps = vec![value],
+            "recipient_canonical_maps" => cfg.rewrite.recipient_canonical_maps = vec![value],
             "smtpd_restriction_classes" => {}
             class if classes.iter().any(|c| c == class) => {
                 r.classes.insert(class.to_string(), value);
