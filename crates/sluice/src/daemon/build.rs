@@ -447,6 +447,7 @@ impl Parts {
             limits: self.limits.clone(),
             sender_login: self.restrictions.sender_login.clone(),
             rewrite: self.restrictions.rewrite.clone(),
+            content_checks: self.restrictions.content_checks.clone(),
         })
     }
 

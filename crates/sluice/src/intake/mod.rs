@@ -7,8 +7,9 @@
 //! Postfix cleanup's order, each in its own file and called in order from
 //! one function (`accept.rs`, which lists them): body checks, trace and
 //! hop limit (`checks.rs`, with `headers.rs`); forged
-//! Authentication-Results removed (`authenticate.rs`); content filters
-//! (`filters.rs`, `milter/`); sender limits (`limits.rs`); the access
+//! Authentication-Results removed (`authenticate.rs`); Postfix's header
+//! and body checks (`content_checks.rs`, `content_checks/`); content
+//! filters (`filters.rs`, `milter/`); sender limits (`limits.rs`); the access
 //! tables' REDIRECT and BCC (`divert.rs`); sender authentication for
 //! strangers (`authenticate.rs`, `sender_auth.rs`) or DKIM signing for
 //! trusted origins (`sign.rs`, `dkim.rs`, `local_sign.rs`: never a
@@ -31,6 +32,7 @@
 //! Invariant: `Ok` means the message is on disk and queued; every refusal
 //! is a [`Refusal`] with its SMTP reply and sendmail exit status.
 
+pub mod content_checks;
 pub mod dkim;
 pub mod flow;
 pub mod headers;
@@ -112,6 +114,8 @@ impl Origin {
 
 pub struct SmtpClient {
     pub peer: SocketAddr,
+    /// The listener it came in on (its own header and body checks).
+    pub listener: SocketAddr,
     pub helo: String,
     /// In mynetworks.
     pub trusted: bool,
@@ -183,6 +187,9 @@ pub struct Intake {
     pub sender_login: Vec<Arc<crate::tables::Table>>,
     /// `[rewrite]`'s tables (`rewrite.rs`).
     pub rewrite: Arc<rewrite::RewriteMaps>,
+    /// `[content_checks]`'s tables, and the listeners' own
+    /// (`content_checks.rs`).
+    pub content_checks: Arc<content_checks::CheckTables>,
 }
 
 mod accept;

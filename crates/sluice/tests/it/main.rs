@@ -29,6 +29,7 @@ mod downgrade;
 mod dsn;
 mod durability;
 mod first_hour;
+mod header_checks;
 mod header_rewrite;
 mod intake;
 mod ldap;

@@ -195,6 +195,7 @@ mod tests {
     fn smtp(ip: &str, trusted: bool, authenticated: bool) -> Origin {
         Origin::Smtp(SmtpClient {
             peer: std::net::SocketAddr::new(ip.parse().unwrap(), 1025),
+            listener: "127.0.0.1:25".parse().unwrap(),
             helo: "c.test".into(),
             trusted,
             authenticated,

@@ -67,6 +67,7 @@ fn intake(config: &Config, spool: &Spool, queue: &QueueHandle) -> Arc<crate::int
         )),
         sender_login: Vec::new(),
         rewrite: Default::default(),
+        content_checks: Default::default(),
     })
 }
 
