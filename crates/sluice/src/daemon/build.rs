@@ -269,7 +269,9 @@ impl Parts {
     /// nothing they use changed (their dead-host and policy caches stay).
     pub fn agents(&mut self, spool: &Spool, logger: &Logger, previous: Option<&Parts>) {
         let kept = previous.filter(|p| {
-            p.delivery_stamp == self.delivery_stamp && same(&p.config, &self.config, tables_key)
+            p.delivery_stamp == self.delivery_stamp
+                && same(&p.config, &self.config, tables_key)
+                && p.config.rewrite.smtp_generic_maps == self.config.rewrite.smtp_generic_maps
         });
         if let Some(Parts {
             agents: Some(a), ..
@@ -326,6 +328,7 @@ impl Parts {
                 sts,
                 dane: self.dane.clone(),
                 own: self.own_addrs.clone(),
+                generic: self.generic(),
             },
             maildir: MaildirAgent {
                 config: self.config.clone(),
@@ -445,6 +448,19 @@ impl Parts {
             sender_login: self.restrictions.sender_login.clone(),
             rewrite: self.restrictions.rewrite.clone(),
             content_checks: self.restrictions.content_checks.clone(),
+        })
+    }
+
+    /// `smtp_generic_maps` for the SMTP client, when configured (the
+    /// tables built with the restriction lists').
+    fn generic(&self) -> Option<Arc<crate::deliver::smtp::generic::Generic>> {
+        let tables = &self.restrictions.rewrite.generic;
+        (!tables.is_empty()).then(|| {
+            Arc::new(crate::deliver::smtp::generic::Generic {
+                tables: tables.clone(),
+                mailboxes: self.mailboxes.clone(),
+                delimiters: self.config.recipient_delimiter.clone(),
+            })
         })
     }
 

@@ -2,7 +2,9 @@
 //! each in its own file and called in order from [`run`]:
 //!
 //! 1. body checks, trace and hop limit (`checks.rs`);
-//! 2. rewriting: the archive copies of `[rewrite]` (`rewrite.rs`);
+//! 2. rewriting (`[rewrite]`, `rewrite.rs`): canonical maps and
+//!    masquerading on the envelope and the header, virtual aliases, the
+//!    archive copies;
 //! 3. forged Authentication-Results in our name removed, before any
 //!    filter reads the message (`authenticate.rs`);
 //! 4. header and body checks: Postfix's `header_checks`,

@@ -186,6 +186,13 @@ impl Restrictions {
                 &rw.recipient_canonical_maps,
                 "rewrite.recipient_canonical_maps",
             )?,
+            generic: maps(&rw.smtp_generic_maps, "rewrite.smtp_generic_maps")?,
+            classes: crate::intake::rewrite::Classes::new(rw),
+            masquerade: crate::intake::rewrite::Masquerade::new(
+                &rw.masquerade_domains,
+                &rw.masquerade_exceptions,
+            ),
+            header_clients: crate::intake::rewrite::HeaderClients::new(rw),
             virtual_alias: maps(&rw.virtual_alias_maps, "rewrite.virtual_alias_maps")?,
             virtual_alias_domains: rw
                 .virtual_alias_domains
