@@ -78,6 +78,12 @@ pub struct ListenerConfig {
     /// one of `[restrictions]` here.
     #[serde(default)]
     pub restrictions: super::restrictions::ListOverrides,
+    /// This listener's own header and body checks (a master.cf service
+    /// with `-o header_checks=…` on its own cleanup service, as sites
+    /// strip the client's `Received:` on submission): each one set
+    /// replaces the main one of `[content_checks]` here.
+    #[serde(default)]
+    pub content_checks: super::content_checks::CheckOverrides,
 }
 
 impl ListenerConfig {

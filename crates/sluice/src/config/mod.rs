@@ -24,6 +24,7 @@ pub(crate) use as_text;
 
 pub mod acme;
 pub mod cluster;
+pub mod content_checks;
 pub mod delivery;
 pub mod dnsbl;
 pub mod forwarding;
@@ -82,6 +83,8 @@ pub struct Config {
     pub sender_limits: limits::SenderLimits,
     /// The intake's rewriting (`always_bcc`, the BCC maps).
     pub rewrite: rewrite::RewriteConfig,
+    /// Postfix's header and body checks (`header_checks`, …).
+    pub content_checks: content_checks::ContentChecksConfig,
     pub tls: listener::TlsConfig,
     pub auth: listener::AuthConfig,
     pub spool: SpoolSettings,
@@ -268,6 +271,7 @@ impl Default for Config {
             verify: Default::default(),
             sender_limits: Default::default(),
             rewrite: Default::default(),
+            content_checks: Default::default(),
             tls: listener::TlsConfig::default(),
             auth: listener::AuthConfig::default(),
             spool: SpoolSettings::default(),
@@ -393,6 +397,7 @@ impl Config {
             sender_auth: self.smtpd.sender_auth,
             dmarc_reject: self.smtpd.dmarc_reject,
             restrictions: Default::default(),
+            content_checks: Default::default(),
         });
         plain.chain(self.smtpd.listeners.iter().cloned()).collect()
     }

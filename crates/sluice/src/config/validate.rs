@@ -38,6 +38,15 @@ impl Config {
         self.rewrite
             .validate()
             .map_err(|e| ConfigError::Invalid(format!("rewrite: {e}")))?;
+        let overrides: Vec<_> = self
+            .smtpd
+            .listeners
+            .iter()
+            .map(|l| &l.content_checks)
+            .collect();
+        self.content_checks
+            .validate(&overrides, |name| self.tables.contains_key(name))
+            .map_err(|e| ConfigError::Invalid(format!("content_checks: {e}")))?;
         for l in self.all_listeners() {
             l.validate(self.tls.enabled, self.auth.provided())?;
         }

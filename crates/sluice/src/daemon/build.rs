@@ -299,7 +299,9 @@ impl Parts {
     /// nothing they use changed (their dead-host and policy caches stay).
     pub fn agents(&mut self, spool: &Spool, logger: &Logger, previous: Option<&Parts>) {
         let kept = previous.filter(|p| {
-            p.delivery_stamp == self.delivery_stamp && same(&p.config, &self.config, tables_key)
+            p.delivery_stamp == self.delivery_stamp
+                && same(&p.config, &self.config, tables_key)
+                && p.config.rewrite.smtp_generic_maps == self.config.rewrite.smtp_generic_maps
         });
         if let Some(Parts {
             agents: Some(a), ..
@@ -357,6 +359,7 @@ impl Parts {
                 dane: self.dane.clone(),
                 own: self.own_addrs.clone(),
                 forwarding: self.forwarding.clone(),
+                generic: self.generic(),
             },
             maildir: MaildirAgent {
                 config: self.config.clone(),
@@ -477,6 +480,20 @@ impl Parts {
             rewrite: self.restrictions.rewrite.clone(),
             forwarding: self.forwarding.clone(),
             arc: self.arc.clone(),
+            content_checks: self.restrictions.content_checks.clone(),
+        })
+    }
+
+    /// `smtp_generic_maps` for the SMTP client, when configured (the
+    /// tables built with the restriction lists').
+    fn generic(&self) -> Option<Arc<crate::deliver::smtp::generic::Generic>> {
+        let tables = &self.restrictions.rewrite.generic;
+        (!tables.is_empty()).then(|| {
+            Arc::new(crate::deliver::smtp::generic::Generic {
+                tables: tables.clone(),
+                mailboxes: self.mailboxes.clone(),
+                delimiters: self.config.recipient_delimiter.clone(),
+            })
         })
     }
 

@@ -2,24 +2,30 @@
 //! each in its own file and called in order from [`run`]:
 //!
 //! 1. body checks, trace and hop limit (`checks.rs`);
-//! 2. rewriting: the archive copies of `[rewrite]` (`rewrite.rs`);
+//! 2. rewriting (`[rewrite]`, `rewrite.rs`): canonical maps and
+//!    masquerading on the envelope and the header, virtual aliases, the
+//!    archive copies;
 //! 3. forged Authentication-Results in our name removed, before any
 //!    filter reads the message (`authenticate.rs`);
-//! 4. content filters: the door's milters (`filters.rs`);
-//! 5. the sender limits: our own users' mail over a limit is held
+//! 4. header and body checks: Postfix's `header_checks`,
+//!    `mime_header_checks`, `nested_header_checks`, `body_checks`
+//!    (`content_checks.rs`);
+//! 5. content filters: the door's milters (`filters.rs`);
+//! 6. the sender limits: our own users' mail over a limit is held
 //!    (`limits.rs`);
-//! 6. the access tables' REDIRECT and BCC (`divert.rs`);
-//! 7. sender authentication for strangers on a `sender_auth` listener
+//! 7. the access tables' REDIRECT and BCC (`divert.rs`);
+//! 8. sender authentication for strangers on a `sender_auth` listener
 //!    (`authenticate.rs`), or signing for trusted origins (`sign.rs`);
-//! 8. the spool and the queue (`store.rs`).
+//! 9. the spool and the queue (`store.rs`).
 //!
 //! A stage refuses (the sender's reply, logged here), drops the message
-//! (a milter's DISCARD, no recipient left), holds it (recorded here and
+//! (a check's or a milter's DISCARD, no recipient left), holds it (recorded here and
 //! logged once it is stored), or passes it on changed.
 //!
 //! Trust: see `mod.rs`. Invariant: every refusal is logged once, with the
 //! queue ID, before it is returned.
 
+use super::content_checks::{self, Outcome};
 use super::milter::Verdict;
 use super::{authenticate, checks, divert, filters, limits, rewrite, sign, store};
 use super::{Accepted, Intake, Origin, Refusal, Submission};
@@ -46,6 +52,10 @@ pub(super) async fn run(intake: &Intake, mut sub: Submission) -> Result<Accepted
         cause: "access",
     };
     let filtered = intake.milters.smtp.is_some() || intake.milters.local.is_some();
+    let filtered = match check_content(intake, &mut sub, &mut held).await {
+        Ok(skip_filters) => filtered && !skip_filters,
+        Err(done) => return done,
+    };
     let verdict = match filtered {
         // (No allocation per message when no filter is configured.)
         false => Verdict::Pass,
@@ -72,15 +82,7 @@ pub(super) async fn run(intake: &Intake, mut sub: Submission) -> Result<Accepted
         return Ok(Accepted::Discarded(sub.id));
     }
     if intake.config.sender_limits.any() {
-        if let Some(reason) = limits::check(intake, &*intake.limits, &sub).await {
-            sub.flags |= QUARANTINE;
-            // Held for the limit alone: its release may release it. Held
-            // for another cause too, it waits for that one's release.
-            if held.reason.is_none() {
-                sub.flags |= LIMITED;
-                (held.reason, held.cause) = (Some(reason), "limit");
-            }
-        }
+        hold_over_limit(intake, &mut sub, &mut held).await;
     }
     // After the limits: they count the recipients the client gave.
     divert::apply(&intake.logger, &mut sub);
@@ -109,6 +111,43 @@ pub(super) async fn run(intake: &Intake, mut sub: Submission) -> Result<Accepted
         });
     }
     stored
+}
+
+/// Holds our own user's message when it crosses a sender limit.
+async fn hold_over_limit(intake: &Intake, sub: &mut Submission, held: &mut Held) {
+    if let Some(reason) = limits::check(intake, &*intake.limits, sub).await {
+        sub.flags |= QUARANTINE;
+        // Held for the limit alone: its release may release it. Held
+        // for another cause too, it waits for that one's release.
+        if held.reason.is_none() {
+            sub.flags |= LIMITED;
+            (held.reason, held.cause) = (Some(reason), "limit");
+        }
+    }
+}
+
+/// The header and body checks, when the message's door has any (nothing
+/// allocated otherwise): whether they turned the milters off, or the
+/// message's end (refused, discarded).
+async fn check_content(
+    intake: &Intake,
+    sub: &mut Submission,
+    held: &mut Held,
+) -> Result<bool, Result<Accepted, Refusal>> {
+    let Some(checks) = intake.content_checks.for_origin(&sub.origin).cloned() else {
+        return Ok(false);
+    };
+    match Box::pin(content_checks::run(intake, &checks, sub)).await {
+        Outcome::Pass { hold, skip_filters } => {
+            if let (None, Some(reason)) = (&held.reason, hold) {
+                (held.reason, held.cause) = (Some(reason), "header_checks");
+            }
+            Ok(skip_filters)
+        }
+        // (Logged by the check, as Postfix's `discard:` line.)
+        Outcome::Discard => Err(Ok(Accepted::Discarded(sub.id))),
+        Outcome::Refuse(refusal) => Err(refuse(intake, sub, refusal)),
+    }
 }
 
 /// Logs a refusal and returns it.

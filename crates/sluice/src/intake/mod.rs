@@ -7,8 +7,9 @@
 //! Postfix cleanup's order, each in its own file and called in order from
 //! one function (`accept.rs`, which lists them): body checks, trace and
 //! hop limit (`checks.rs`, with `headers.rs`); forged
-//! Authentication-Results removed (`authenticate.rs`); content filters
-//! (`filters.rs`, `milter/`); sender limits (`limits.rs`); the access
+//! Authentication-Results removed (`authenticate.rs`); Postfix's header
+//! and body checks (`content_checks.rs`, `content_checks/`); content
+//! filters (`filters.rs`, `milter/`); sender limits (`limits.rs`); the access
 //! tables' REDIRECT and BCC (`divert.rs`); sender authentication for
 //! strangers (`authenticate.rs`, `sender_auth.rs`) or DKIM signing for
 //! trusted origins (`sign.rs`, `dkim.rs`, `local_sign.rs`: never a
@@ -32,6 +33,7 @@
 //! is a [`Refusal`] with its SMTP reply and sendmail exit status.
 
 pub mod arc;
+pub mod content_checks;
 pub mod dkim;
 pub mod flow;
 pub mod headers;
@@ -113,6 +115,8 @@ impl Origin {
 
 pub struct SmtpClient {
     pub peer: SocketAddr,
+    /// The listener it came in on (its own header and body checks).
+    pub listener: SocketAddr,
     pub helo: String,
     /// In mynetworks.
     pub trusted: bool,
@@ -191,6 +195,9 @@ pub struct Intake {
     /// The key that ARC-seals forwarded mail (`[arc] enabled` with a
     /// `[[dkim.keys]]` key).
     pub arc: Option<Arc<arc::Sealer>>,
+    /// `[content_checks]`'s tables, and the listeners' own
+    /// (`content_checks.rs`).
+    pub content_checks: Arc<content_checks::CheckTables>,
 }
 
 mod accept;

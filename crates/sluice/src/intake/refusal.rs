@@ -38,6 +38,10 @@ pub enum Refusal {
     /// No peer took a shadow copy and `cluster.shadow_required` is set.
     #[error("no cluster peer holds a copy: {0}")]
     Shadow(String),
+    /// A header or body check's REJECT (the reply: `550 5.7.1 …`, or
+    /// `451 4.x.x …` for a text with a class 4 status).
+    #[error("{0}")]
+    Content(Reply),
     /// A rewriting table could not answer (which, and why): the message
     /// is deferred, as Postfix's cleanup does.
     #[error("{0} lookup error")]
@@ -62,6 +66,7 @@ impl Refusal {
             Refusal::Milter(_) => "milter",
             Refusal::Shadow(_) => "shadow",
             Refusal::Lookup(_) => "lookup",
+            Refusal::Content(_) => "content_checks",
             Refusal::AliasExpansion => "alias_expansion",
         }
     }
@@ -85,7 +90,9 @@ impl Refusal {
             Refusal::TooManyHops(_) => {
                 smtp(554, (5, 4, 6), "Error: too many hops (mail loop?)".into())
             }
-            Refusal::Dmarc(reply) | Refusal::Milter(reply) => reply.clone(),
+            Refusal::Dmarc(reply) | Refusal::Milter(reply) | Refusal::Content(reply) => {
+                reply.clone()
+            }
             Refusal::Spool(SpoolError::Full) => {
                 smtp(452, (4, 3, 1), "Error: insufficient system storage".into())
             }
@@ -123,7 +130,9 @@ impl Refusal {
     pub fn is_temporary(&self) -> bool {
         match self {
             Refusal::Spool(e) => !matches!(e, SpoolError::Invalid(_)),
-            Refusal::Milter(reply) | Refusal::Dmarc(reply) => reply.is_temporary(),
+            Refusal::Milter(reply) | Refusal::Dmarc(reply) | Refusal::Content(reply) => {
+                reply.is_temporary()
+            }
             Refusal::Shadow(_) | Refusal::Lookup(_) | Refusal::AliasExpansion => true,
             _ => false,
         }

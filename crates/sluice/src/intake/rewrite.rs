@@ -1,6 +1,9 @@
 //! The rewriting stage (issue 39), where Postfix's cleanup rewrites
-//! addresses (`[rewrite]`), in its order: the canonical maps, then the
-//! archive copies.
+//! addresses (`[rewrite]`), in its order: the canonical maps and
+//! masquerading on the envelope (`canonical.rs`, `masquerade.rs`), then
+//! on the header (`header_stage.rs`, with `headers.rs` and
+//! `address_list.rs`), then the virtual alias maps, then the archive
+//! copies.
 //!
 //! Canonical maps (`canonical.rs`): the envelope sender through
 //! `sender_canonical_maps` then `canonical_maps`, each recipient through
@@ -12,7 +15,13 @@
 //! times: a loop is logged and the last answer kept). A rewritten
 //! recipient keeps the address it was given as (the log's `orig_to`);
 //! two that become the same and were given as the same are one (as
-//! Postfix). Headers are not rewritten yet.
+//! Postfix). Each table list applies to what its `*_classes` name
+//! (`envelope_sender`, `envelope_recipient`, `header_sender`,
+//! `header_recipient`); masquerading (`masquerade_domains`) follows the
+//! canonical maps, for what `masquerade_classes` name. The header's
+//! sender and recipient fields are rewritten address by address, only
+//! for local clients (`local_header_rewrite_clients`) or when
+//! `remote_header_rewrite_domain` is set (`header_stage.rs`).
 //!
 //! Virtual alias maps (`virtual_alias.rs`), after the canonical maps,
 //! for every recipient (our notices' too).
@@ -47,7 +56,14 @@ use crate::message::address::Target;
 use crate::tables::search::{mapped_address, Rules};
 use crate::tables::Table;
 
+pub mod address_list;
 mod canonical;
+mod header_stage;
+pub mod headers;
+pub mod masquerade;
+
+pub use header_stage::HeaderClients;
+pub use masquerade::Masquerade;
 pub mod virtual_alias;
 
 /// `[rewrite]`'s tables, as the restriction lists' builder built them.
@@ -62,6 +78,50 @@ pub struct RewriteMaps {
     /// `virtual_alias_domains` when listed (lower case); `None`: the
     /// domains the virtual alias maps have as keys.
     pub virtual_alias_domains: Option<std::collections::HashSet<String>>,
+    /// `smtp_generic_maps`, for the SMTP client (`deliver::smtp::generic`).
+    pub generic: Vec<Arc<Table>>,
+    /// The `*_classes`, read.
+    pub classes: Classes,
+    pub masquerade: Masquerade,
+    pub header_clients: HeaderClients,
+}
+
+/// Address classes, as bits ([`class_bits`]).
+pub const ENV_SENDER: u8 = 1;
+pub const ENV_RECIPIENT: u8 = 2;
+pub const HDR_SENDER: u8 = 4;
+pub const HDR_RECIPIENT: u8 = 8;
+
+/// The bits of a `*_classes` list (validated: every name known).
+pub fn class_bits(list: &[String]) -> u8 {
+    let bit = |c: &str| match c {
+        "envelope_sender" => ENV_SENDER,
+        "envelope_recipient" => ENV_RECIPIENT,
+        "header_sender" => HDR_SENDER,
+        "header_recipient" => HDR_RECIPIENT,
+        _ => 0,
+    };
+    list.iter().fold(0, |bits, c| bits | bit(c))
+}
+
+/// What each table list and masquerading apply to.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Classes {
+    pub canonical: u8,
+    pub sender: u8,
+    pub recipient: u8,
+    pub masquerade: u8,
+}
+
+impl Classes {
+    pub fn new(config: &crate::config::rewrite::RewriteConfig) -> Classes {
+        Classes {
+            canonical: class_bits(&config.canonical_classes),
+            sender: class_bits(&config.sender_canonical_classes),
+            recipient: class_bits(&config.recipient_canonical_classes),
+            masquerade: class_bits(&config.masquerade_classes),
+        }
+    }
 }
 
 /// The stage.
@@ -76,6 +136,7 @@ pub(super) async fn run(intake: &Intake, sub: &mut Submission) -> Result<(), Ref
     let notice = matches!(sub.origin, Origin::Notice);
     if !notice {
         canonical::run(intake, maps, sub).await?;
+        header_stage::run(intake, maps, sub).await?;
     }
     virtual_alias::run(intake, maps, sub).await?;
     if notice {

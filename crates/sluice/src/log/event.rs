@@ -422,6 +422,20 @@ pub enum Event<'a> {
         queue_id: Qid,
         to: Text<'a>,
     },
+    /// A header or body check matched (`intake/content_checks.rs`):
+    /// `check` is the list (`header_checks`, `mime_header_checks`,
+    /// `nested_header_checks`, `body_checks`), `action` Postfix's log word
+    /// (`reject`, `warning`, `hold`, …), `content` the line (at most 200
+    /// characters), `reason` the action's text. `line` is Postfix's.
+    HeaderCheck {
+        queue_id: Qid,
+        check: Text<'a>,
+        action: Text<'a>,
+        content: Text<'a>,
+        reason: Text<'a>,
+        #[serde(rename = "text", skip_serializing)]
+        line: Text<'a>,
+    },
     /// A login or sender crossed a sender limit with this message: it
     /// and their new mail are held (`intake/limits.rs`).
     LimitCrossed {

@@ -101,6 +101,12 @@ impl FileTable {
         matches!(self.format, Format::Text { .. })
     }
 
+    /// Whether it is a `regexp:` or `pcre:` table: one whose lookups do
+    /// no I/O and fail only for a pattern past its backtracking limit.
+    pub fn is_pattern(&self) -> bool {
+        matches!(self.format, Format::Pattern(_))
+    }
+
     /// The answer for `key`: text tables fold it to lower case, pattern
     /// tables match it as given (their `i` flag decides), cidr tables
     /// parse it as an address. No I/O, no lock. A pcre pattern past its

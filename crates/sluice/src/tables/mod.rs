@@ -155,6 +155,13 @@ impl Table {
         }
     }
 
+    /// Whether a lookup can fail only because a pattern reached its
+    /// backtracking limit (a `regexp:` or `pcre:` file): the key, not the
+    /// table, is at fault.
+    pub fn is_pattern(&self) -> bool {
+        matches!(self, Table::File(t) if t.is_pattern())
+    }
+
     /// SMTP AUTH by binding as the user's entry (LDAP tables only).
     pub async fn bind_check(&self, key: &str, password: &str) -> Result<bool, LookupError> {
         match self {

@@ -30,6 +30,8 @@ mod dsn;
 mod durability;
 mod first_hour;
 mod forwarding;
+mod header_checks;
+mod header_rewrite;
 mod intake;
 mod ldap;
 mod ldap_replica;

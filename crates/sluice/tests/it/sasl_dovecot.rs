@@ -49,6 +49,7 @@ fn with_dovecot(dir: &Path, sink: std::net::SocketAddr, path: &Path, timeout_sec
         sender_auth: false,
         dmarc_reject: false,
         restrictions: Default::default(),
+        content_checks: Default::default(),
     });
     cfg
 }

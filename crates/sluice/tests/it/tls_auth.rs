@@ -47,6 +47,7 @@ fn with_auth(dir: &Path, sink: std::net::SocketAddr, kinds: &[ListenerKind]) -> 
             sender_auth: false,
             dmarc_reject: false,
             restrictions: Default::default(),
+            content_checks: Default::default(),
         });
     }
     cfg

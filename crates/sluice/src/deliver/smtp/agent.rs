@@ -52,6 +52,8 @@ pub struct SmtpAgent {
     pub own: Arc<OwnAddrs>,
     /// SRS for forwarded mail (`srs.rs`; None: off).
     pub forwarding: Option<Arc<Forwarding>>,
+    /// `smtp_generic_maps` (None: none configured).
+    pub generic: Option<Arc<super::generic::Generic>>,
 }
 
 impl DeliveryAgent for SmtpAgent {
@@ -76,6 +78,7 @@ impl DeliveryAgent for SmtpAgent {
             spool: self.spool.clone(),
             conn: None,
             forwarding: self.forwarding.clone(),
+            generic: self.generic.clone(),
         };
         tokio::spawn(run_worker(worker, start, idle, limit));
     }
@@ -109,6 +112,7 @@ struct SmtpWorker {
     spool: Spool,
     conn: Option<SmtpConn>,
     forwarding: Option<Arc<Forwarding>>,
+    generic: Option<Arc<super::generic::Generic>>,
 }
 
 impl WorkerSession for SmtpWorker {
@@ -362,6 +366,11 @@ impl SmtpWorker {
                 return (defer_all(job, &Relay::None, &reply), Feedback::Ok);
             }
         };
+        let (mapped, body) = match self.outgoing(job, body).await {
+            Ok(out) => out,
+            Err(reply) => return (defer_all(job, &Relay::None, &reply), Feedback::Ok),
+        };
+        let out = mapped.as_ref().unwrap_or(job);
         let mut rest: Targets = Vec::new();
         let mut sessions = 0;
         let mut retried_stale = false;
@@ -373,10 +382,10 @@ impl SmtpWorker {
                 }
             }
             let conn = self.conn.as_mut().expect("connected above");
-            let fitted = super::fit::fit(job, &body, &conn.peer, conn.eightbit, conn.smtputf8);
+            let fitted = super::fit::fit(out, &body, &conn.peer, conn.eightbit, conn.smtputf8);
             let sub = match &fitted.narrowed {
                 Some(narrowed) => narrowed,
-                None if fitted.refused.is_empty() => job,
+                None if fitted.refused.is_empty() => out,
                 None => return (fitted.refused, Feedback::Ok),
             };
             match conn.transaction(sub, &fitted.body).await {
@@ -427,6 +436,23 @@ impl SmtpWorker {
                     return (defer_all(job, &relay, &why), Feedback::Ok);
                 }
             }
+        }
+    }
+
+    /// The job and body as they go out: through `smtp_generic_maps` when
+    /// configured, not to an LMTP hop (no copy, no lookup otherwise);
+    /// `Err`: the deferral of a table that could not answer.
+    async fn outgoing(
+        &self,
+        job: &Job,
+        body: Arc<Vec<u8>>,
+    ) -> Result<(Option<Job>, Arc<Vec<u8>>), Reply> {
+        match &self.generic {
+            Some(g) if !matches!(*self.reach.hop, NextHop::Lmtp(_)) => {
+                let m = g.apply(job, &body).await?;
+                Ok((m.job, m.body.unwrap_or(body)))
+            }
+            _ => Ok((None, body)),
         }
     }
 

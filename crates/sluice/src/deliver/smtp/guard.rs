@@ -89,7 +89,7 @@ fn is_local(ip: IpAddr) -> bool {
 }
 
 /// The addresses of this machine's interfaces (getifaddrs).
-fn interface_addrs() -> Vec<IpAddr> {
+pub fn interface_addrs() -> Vec<IpAddr> {
     let mut found = Vec::new();
     let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs fills `list` with a linked list we only read and

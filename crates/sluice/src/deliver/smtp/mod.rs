@@ -7,6 +7,7 @@ pub mod dead;
 mod fit;
 #[cfg(test)]
 mod fuzz;
+pub mod generic;
 pub mod guard;
 pub mod mta_sts;
 mod srs;

@@ -122,6 +122,7 @@ fn submission(origin: Origin, sender: &str) -> Submission {
 fn smtp(trusted: bool, user: Option<&str>) -> Origin {
     Origin::Smtp(SmtpClient {
         peer: "192.0.2.1:25".parse().unwrap(),
+        listener: "127.0.0.1:25".parse().unwrap(),
         helo: "h".into(),
         trusted,
         authenticated: user.is_some(),

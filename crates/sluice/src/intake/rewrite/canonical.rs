@@ -1,4 +1,6 @@
-//! The canonical maps on the envelope (see `rewrite.rs` for the rules).
+//! The canonical maps on the envelope (see `rewrite.rs` for the rules),
+//! each table list only when its `*_classes` name the envelope sender or
+//! recipients; then masquerading, when `masquerade_classes` say so.
 //!
 //! Trust: the tables are the administrator's, the addresses the
 //! sender's. Invariants: the recipients stay lined up with their DSN
@@ -7,7 +9,7 @@
 
 use std::sync::Arc;
 
-use super::{lookup, RewriteMaps};
+use super::{lookup, RewriteMaps, ENV_RECIPIENT, ENV_SENDER};
 use crate::intake::{Intake, Refusal, Submission};
 use crate::log::{Event, Qid};
 use crate::tables::Table;
@@ -21,33 +23,64 @@ pub(super) async fn run(
     maps: &RewriteMaps,
     sub: &mut Submission,
 ) -> Result<(), Refusal> {
+    let c = &maps.classes;
     if !sub.sender.is_empty() {
         let chain = [
-            (&maps.sender_canonical, "sender_canonical_maps"),
-            (&maps.canonical, "canonical_maps"),
+            (
+                on(c.sender, ENV_SENDER, &maps.sender_canonical),
+                "sender_canonical_maps",
+            ),
+            (
+                on(c.canonical, ENV_SENDER, &maps.canonical),
+                "canonical_maps",
+            ),
         ];
         sub.sender = rewrite(intake, sub.id, &chain, &sub.sender).await?;
-    }
-    if maps.recipient_canonical.is_empty() && maps.canonical.is_empty() {
-        return Ok(());
+        if c.masquerade & ENV_SENDER != 0 {
+            if let Some(m) = maps.masquerade.apply(&sub.sender) {
+                sub.sender = m;
+            }
+        }
     }
     let chain = [
-        (&maps.recipient_canonical, "recipient_canonical_maps"),
-        (&maps.canonical, "canonical_maps"),
+        (
+            on(c.recipient, ENV_RECIPIENT, &maps.recipient_canonical),
+            "recipient_canonical_maps",
+        ),
+        (
+            on(c.canonical, ENV_RECIPIENT, &maps.canonical),
+            "canonical_maps",
+        ),
     ];
+    let masquerade = c.masquerade & ENV_RECIPIENT != 0 && !maps.masquerade.is_empty();
+    if chain.iter().all(|(t, _)| t.is_empty()) && !masquerade {
+        return Ok(());
+    }
     let mut rewritten = Vec::with_capacity(sub.recipients.len());
     for r in &sub.recipients {
-        rewritten.push(vec![rewrite(intake, sub.id, &chain, r).await?]);
+        let mut now = rewrite(intake, sub.id, &chain, r).await?;
+        if let Some(m) = maps.masquerade.apply(&now).filter(|_| masquerade) {
+            now = m;
+        }
+        rewritten.push(vec![now]);
     }
     replace_recipients(sub, rewritten);
     Ok(())
 }
 
+/// `tables` when `bits` hold `class`, else none.
+pub(super) fn on(bits: u8, class: u8, tables: &[Arc<Table>]) -> &[Arc<Table>] {
+    match bits & class {
+        0 => &[],
+        _ => tables,
+    }
+}
+
 /// `address` through each table list of `chain` in turn.
-async fn rewrite(
+pub(super) async fn rewrite(
     intake: &Intake,
     id: u64,
-    chain: &[(&Vec<Arc<Table>>, &str)],
+    chain: &[(&[Arc<Table>], &str)],
     address: &str,
 ) -> Result<String, Refusal> {
     let mut current = address.to_string();

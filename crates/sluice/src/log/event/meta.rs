@@ -91,6 +91,7 @@ impl Event<'_> {
             | Hold { .. }
             | Redirect { .. }
             | Bcc { .. }
+            | HeaderCheck { .. }
             | LimitCrossed { .. }
             | LimitReleased { .. }
             | LimitsAlone { .. }
@@ -172,6 +173,7 @@ impl Event<'_> {
             | Hold { queue_id, .. }
             | Redirect { queue_id, .. }
             | Bcc { queue_id, .. }
+            | HeaderCheck { queue_id, .. }
             | LimitCrossed { queue_id, .. }
             | MilterFailed { queue_id, .. }
             | DkimNotSigned { queue_id, .. }

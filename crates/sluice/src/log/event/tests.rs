@@ -114,6 +114,7 @@ fn samples() -> Vec<Event<'static>> {
         MilterDiscard { queue_id: Q },
         NoRecipientsLeft { queue_id: Q },
         Hold { queue_id: Q, cause: t("milter"), reason: t("spam") },
+        HeaderCheck { queue_id: Q, check: t("header_checks"), action: t("reject"), content: t("Subject: x"), reason: t("550 5.7.1 no"), line: t("1A2B3C4D: reject: header Subject: x from local; from=<a@b>: 5.7.1 no") },
         Redirect { queue_id: Q, to: t("x@y.test"), replaced: 2 },
         Bcc { queue_id: Q, to: t("x@y.test") },
         LimitCrossed { queue_id: Q, kind: t("login"), who: t("a"), what: t("messages"), count: 4, limit: 3 },

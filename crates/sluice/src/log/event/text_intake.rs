@@ -31,6 +31,7 @@ impl Event<'_> {
                 write!(f, "{queue_id}: redirect: to=<{to}> ({replaced} recipients replaced)")
             }
             Bcc { queue_id, to } => write!(f, "{queue_id}: bcc: to=<{to}> (access BCC)"),
+            HeaderCheck { line, .. } => f.write_str(line),
             LimitCrossed {
                 queue_id,
                 kind,

@@ -69,6 +69,7 @@ fn intake(config: &Config, spool: &Spool, queue: &QueueHandle) -> Arc<crate::int
         rewrite: Default::default(),
         forwarding: None,
         arc: None,
+        content_checks: Default::default(),
     })
 }
 

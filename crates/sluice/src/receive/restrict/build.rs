@@ -77,6 +77,9 @@ pub struct Restrictions {
     /// `[rewrite]`'s tables (built here, with the lists' tables, for the
     /// intake).
     pub rewrite: Arc<crate::intake::rewrite::RewriteMaps>,
+    /// `[content_checks]`'s tables and the listeners' own (built here
+    /// too, for the intake).
+    pub content_checks: Arc<crate::intake::content_checks::CheckTables>,
     /// A restriction needs the client's names (computed once, at build).
     names: bool,
 }
@@ -183,12 +186,20 @@ impl Restrictions {
                 &rw.recipient_canonical_maps,
                 "rewrite.recipient_canonical_maps",
             )?,
+            generic: maps(&rw.smtp_generic_maps, "rewrite.smtp_generic_maps")?,
+            classes: crate::intake::rewrite::Classes::new(rw),
+            masquerade: crate::intake::rewrite::Masquerade::new(
+                &rw.masquerade_domains,
+                &rw.masquerade_exceptions,
+            ),
+            header_clients: crate::intake::rewrite::HeaderClients::new(rw),
             virtual_alias: maps(&rw.virtual_alias_maps, "rewrite.virtual_alias_maps")?,
             virtual_alias_domains: rw
                 .virtual_alias_domains
                 .as_ref()
                 .map(|d| d.iter().map(|d| d.to_ascii_lowercase()).collect()),
         });
+        let content_checks = Arc::new(content_checks(config, &mut maps)?);
         let mut built = Restrictions {
             config: rc.clone(),
             main,
@@ -198,6 +209,7 @@ impl Restrictions {
             policies: b.policies,
             sender_login,
             rewrite,
+            content_checks,
             names: false,
         };
         let names = built.all().any(|r| match r {
@@ -287,6 +299,34 @@ impl Restrictions {
             }
         });
     }
+}
+
+/// The header and body checks' tables: the main lists, and those of each
+/// listener whose lists differ.
+fn content_checks(
+    config: &Config,
+    maps: &mut impl FnMut(&[String], &str) -> Result<Vec<Arc<Table>>, BuildError>,
+) -> Result<crate::intake::content_checks::CheckTables, BuildError> {
+    use crate::config::content_checks::{CheckLists, CheckOverrides};
+    use crate::intake::content_checks::{CheckTables, Checks};
+    let cc = &config.content_checks;
+    let mut build = |l: &CheckLists| -> Result<Checks, BuildError> {
+        Ok(Checks {
+            header: maps(&l.header, "content_checks.header_checks")?,
+            mime: maps(&l.mime, "content_checks.mime_header_checks")?,
+            nested: maps(&l.nested, "content_checks.nested_header_checks")?,
+            body: maps(&l.body, "content_checks.body_checks")?,
+        })
+    };
+    let main = cc.lists(&CheckOverrides::default());
+    let mut listeners = Vec::new();
+    for l in &config.smtpd.listeners {
+        let own = cc.lists(&l.content_checks);
+        if own != main {
+            listeners.push((l.listen, build(&own)?));
+        }
+    }
+    Ok(CheckTables::new(build(&main)?, listeners))
 }
 
 /// Reads the seven lists of a set, checking that relaying is closed.

@@ -286,6 +286,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         txn.insert_prepended();
         let origin = Origin::Smtp(SmtpClient {
             peer: self.peer,
+            listener: self.listener.listen,
             helo: self.helo.clone().unwrap_or_default(),
             trusted: self.trusted,
             authenticated: self.auth.is_some(),

@@ -182,6 +182,7 @@ pub fn proxy_listener() -> sluice::config::listener::ListenerConfig {
         sender_auth: false,
         dmarc_reject: false,
         restrictions: Default::default(),
+        content_checks: Default::default(),
     }
 }
 

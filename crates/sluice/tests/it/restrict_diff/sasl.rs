@@ -210,6 +210,7 @@ fn listener(listen: &str, restrictions: ListOverrides, auth: bool) -> ListenerCo
         sender_auth: false,
         dmarc_reject: false,
         restrictions,
+        content_checks: Default::default(),
     }
 }
 
