@@ -221,18 +221,25 @@ async fn forwarded_mail_passes_spf_with_srs_and_arc_verifies() {
         "{aar}"
     );
     // The typed events: A rewrote and sealed, B saw SPF pass and ARC pass.
-    assert!(any_logged(&w.a_dir, |e| matches!(
-        e,
-        Event::SrsForward { from, srs, .. } if from == "a@origin.test" && *srs == *got.sender
-    )));
-    assert!(any_logged(&w.a_dir, |e| matches!(
+    assert!(
+        wait_logged(10, &w.a_dir, |e| matches!(
+            e,
+            Event::SrsForward { from, srs, .. } if from == "a@origin.test" && *srs == *got.sender
+        ))
+        .await
+    );
+    assert!(wait_logged(10, &w.a_dir, |e| matches!(
         e,
         Event::ArcSealed { domain, cv, sealed: true, .. } if domain == "srs.test" && cv == "none"
-    )));
-    assert!(any_logged(&w.b_dir, |e| matches!(
-        e,
-        Event::SenderAuth { spf, dmarc, .. } if spf == "Pass" && dmarc == "pass-or-none"
-    )));
+    ))
+    .await);
+    assert!(
+        wait_logged(10, &w.b_dir, |e| matches!(
+            e,
+            Event::SenderAuth { spf, dmarc, .. } if spf == "Pass" && dmarc == "pass-or-none"
+        ))
+        .await
+    );
     // A real rspamd's ARC module, on the same DNS, says the same.
     let rspamd = common::rspamd::Scanner::start(&w.a_dir, w.nsd.addr);
     let symbols = rspamd.symbols(&got.body);
@@ -255,10 +262,11 @@ async fn forwarded_mail_passes_spf_with_srs_and_arc_verifies() {
     let back = w.sink_origin.messages().pop().unwrap();
     assert_eq!(back.recipients, vec!["a@origin.test".to_string()]);
     assert_eq!(back.sender, "");
-    assert!(any_logged(&w.a_dir, |e| matches!(
+    assert!(wait_logged(10, &w.a_dir, |e| matches!(
         e,
         Event::SrsReverse { to, orig_to, .. } if *to == *got.sender && orig_to == "a@origin.test"
-    )));
+    ))
+    .await);
     // Forwarded by a virtual alias map instead of a local alias: the same.
     let again = forward_signed(&w, "fwd@va.test").await;
     assert!(again.sender.starts_with("SRS0="), "{}", again.sender);
@@ -336,6 +344,9 @@ async fn our_own_and_unforwarded_mail_keeps_its_sender() {
         let got = w.sink_b.messages().pop().unwrap();
         assert_eq!(got.sender, from);
     }
+    // Both delivered and logged (srs_forward would come before): none.
+    let sent = |e: &Event| matches!(e, Event::Delivery { status, .. } if status == "sent");
+    assert!(wait_until(10, || count_logged(&w.a_dir, sent) >= 2).await);
     assert!(!any_logged(&w.a_dir, |e| matches!(
         e,
         Event::SrsForward { .. }
