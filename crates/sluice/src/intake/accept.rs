@@ -2,21 +2,22 @@
 //! each in its own file and called in order from [`run`]:
 //!
 //! 1. body checks, trace and hop limit (`checks.rs`);
-//! 2. rewriting (`[rewrite]`, `rewrite.rs`): canonical maps and
-//!    masquerading on the envelope and the header, virtual aliases, the
-//!    archive copies;
+//! 2. rewriting of the envelope (`[rewrite]`, `rewrite.rs`): canonical
+//!    maps and masquerading, virtual aliases, the archive copies;
 //! 3. forged Authentication-Results in our name removed, before any
 //!    filter reads the message (`authenticate.rs`);
 //! 4. header and body checks: Postfix's `header_checks`,
 //!    `mime_header_checks`, `nested_header_checks`, `body_checks`
-//!    (`content_checks.rs`);
-//! 5. content filters: the door's milters (`filters.rs`);
-//! 6. the sender limits: our own users' mail over a limit is held
+//!    (`content_checks.rs`), on the header as it came (Postfix checks a
+//!    header before it rewrites its addresses);
+//! 5. rewriting of the header's addresses (`rewrite.rs`, `headers`);
+//! 6. content filters: the door's milters (`filters.rs`);
+//! 7. the sender limits: our own users' mail over a limit is held
 //!    (`limits.rs`);
-//! 7. the access tables' REDIRECT and BCC (`divert.rs`);
-//! 8. sender authentication for strangers on a `sender_auth` listener
+//! 8. the access tables' REDIRECT and BCC (`divert.rs`);
+//! 9. sender authentication for strangers on a `sender_auth` listener
 //!    (`authenticate.rs`), or signing for trusted origins (`sign.rs`);
-//! 9. the spool and the queue (`store.rs`).
+//! 10. the spool and the queue (`store.rs`).
 //!
 //! A stage refuses (the sender's reply, logged here), drops the message
 //! (a check's or a milter's DISCARD, no recipient left), holds it (recorded here and
@@ -56,6 +57,9 @@ pub(super) async fn run(intake: &Intake, mut sub: Submission) -> Result<Accepted
         Ok(skip_filters) => filtered && !skip_filters,
         Err(done) => return done,
     };
+    if let Err(refusal) = rewrite::headers(intake, &mut sub).await {
+        return refuse(intake, &sub, refusal);
+    }
     let verdict = match filtered {
         // (No allocation per message when no filter is configured.)
         false => Verdict::Pass,

@@ -1,9 +1,9 @@
 //! The rewriting stage (issue 39), where Postfix's cleanup rewrites
 //! addresses (`[rewrite]`), in its order: the canonical maps and
 //! masquerading on the envelope (`canonical.rs`, `masquerade.rs`), then
-//! on the header (`header_stage.rs`, with `headers.rs` and
-//! `address_list.rs`), then the virtual alias maps, then the archive
-//! copies.
+//! the virtual alias maps, then the archive copies ([`run`]); and, after
+//! the header and body checks, on the header ([`headers`]:
+//! `header_stage.rs`, with `headers.rs` and `address_list.rs`).
 //!
 //! Canonical maps (`canonical.rs`): the envelope sender through
 //! `sender_canonical_maps` then `canonical_maps`, each recipient through
@@ -124,7 +124,17 @@ impl Classes {
     }
 }
 
-/// The stage.
+/// The header's sender and recipient fields rewritten
+/// (`header_stage.rs`): after the header and body checks, which see the
+/// header as it came, as in Postfix's cleanup (our notices' left alone).
+pub(super) async fn headers(intake: &Intake, sub: &mut Submission) -> Result<(), Refusal> {
+    if !intake.config.rewrite.any() || matches!(sub.origin, Origin::Notice) {
+        return Ok(());
+    }
+    header_stage::run(intake, &intake.rewrite, sub).await
+}
+
+/// The stage (the envelope's part).
 pub(super) async fn run(intake: &Intake, sub: &mut Submission) -> Result<(), Refusal> {
     let rw = &intake.config.rewrite;
     if !rw.any() {
@@ -136,7 +146,6 @@ pub(super) async fn run(intake: &Intake, sub: &mut Submission) -> Result<(), Ref
     let notice = matches!(sub.origin, Origin::Notice);
     if !notice {
         canonical::run(intake, maps, sub).await?;
-        header_stage::run(intake, maps, sub).await?;
     }
     virtual_alias::run(intake, maps, sub).await?;
     if notice {

@@ -442,3 +442,55 @@ async fn a_generic_table_that_cannot_answer_defers() {
     assert_eq!(sink.count(), 0);
     server.shutdown().await;
 }
+
+/// Header checks see the header as it came, before its addresses are
+/// rewritten (Postfix's cleanup checks a header, then rewrites it): a
+/// check on the old From: address refuses the message on both servers,
+/// a check on the rewritten one refuses it on neither.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn header_checks_see_the_header_before_it_is_rewritten() {
+    const CHECKS: &str = "/^From:.*alice@old\\.test/ REJECT old address\n/^From:.*zed@new\\.test/ REJECT new address\n";
+    let message = |from: &str| format!("From: A <{from}>\r\nSubject: order\r\n\r\nbody\r\n");
+    let postfix = Postfix::start_with(
+        &[("canon", SENDER_CANONICAL), ("checks", CHECKS)],
+        &[
+            ("canonical_maps", "texthash:$config_directory/canon"),
+            ("header_checks", "regexp:$config_directory/checks"),
+        ],
+        "",
+    );
+    let mut theirs = Vec::new();
+    let mut c = postfix.session().await.client;
+    for from in ["alice@old.test", "zed@legacy.test"] {
+        theirs.push(
+            c.message("s@client.test", &["b@far.test"], &message(from))
+                .await,
+        );
+    }
+    let dir = temp_dir("header-checks-order");
+    std::fs::create_dir_all(&*dir).unwrap();
+    std::fs::write(dir.join("canon"), SENDER_CANONICAL).unwrap();
+    std::fs::write(dir.join("checks"), CHECKS).unwrap();
+    let sink = recording_sink().await;
+    let mut cfg = config(&dir, Some(sink.addr));
+    cfg.rewrite.canonical_maps = vec![format!("texthash:{}", dir.join("canon").display())];
+    cfg.content_checks.header_checks = vec![format!("regexp:{}", dir.join("checks").display())];
+    let (server, addr) = start(cfg).await;
+    let mut c = Client::ready(addr).await;
+    let mut ours = Vec::new();
+    for from in ["alice@old.test", "zed@legacy.test"] {
+        ours.push(
+            c.message("s@client.test", &["b@far.test"], &message(from))
+                .await,
+        );
+    }
+    let code = |r: &String| r.get(..9).unwrap_or_default().to_string();
+    let theirs: Vec<String> = theirs.iter().map(code).collect();
+    assert_eq!(ours.iter().map(code).collect::<Vec<_>>(), theirs);
+    assert_eq!(theirs, ["550 5.7.1", "250 2.0.0"]);
+    // The message that passed was rewritten on the way (not vacuous).
+    assert!(wait_until(15, || sink.count() == 1).await);
+    let text = String::from_utf8_lossy(&sink.messages()[0].body).to_string();
+    assert!(text.contains("zed@new.test"), "{text}");
+    server.shutdown().await;
+}
