@@ -12,6 +12,7 @@
 pub mod dns;
 pub mod domains;
 pub mod forward;
+pub mod interfaces;
 pub mod mailboxes;
 pub mod policy;
 

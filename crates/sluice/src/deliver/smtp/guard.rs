@@ -16,11 +16,8 @@
 //! broadcast addresses are refused unless `allow_mx_networks` names them.
 //! Configured next hops (relayhost, transport) are never checked: the
 //! administrator may point them anywhere.
-// libc calls the standard library does not wrap; each block says why
-// it is sound.
-#![allow(unsafe_code)]
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, RwLock};
 
 use crate::config::hop::Cidr;
@@ -85,42 +82,7 @@ fn canonical(ip: IpAddr) -> IpAddr {
 /// An address of this machine as far as a wildcard listener goes:
 /// loopback, or one of its interfaces' addresses.
 fn is_local(ip: IpAddr) -> bool {
-    ip.is_loopback() || interface_addrs().contains(&ip)
-}
-
-/// The addresses of this machine's interfaces (getifaddrs).
-pub fn interface_addrs() -> Vec<IpAddr> {
-    let mut found = Vec::new();
-    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills `list` with a linked list we only read and
-    // free with freeifaddrs; every pointer is checked for null.
-    unsafe {
-        if libc::getifaddrs(&mut list) != 0 {
-            return found;
-        }
-        let mut cur = list;
-        while !cur.is_null() {
-            let sa = (*cur).ifa_addr;
-            if !sa.is_null() {
-                match i32::from((*sa).sa_family) {
-                    libc::AF_INET => {
-                        let sin = &*(sa as *const libc::sockaddr_in);
-                        found.push(IpAddr::V4(Ipv4Addr::from(u32::from_be(
-                            sin.sin_addr.s_addr,
-                        ))));
-                    }
-                    libc::AF_INET6 => {
-                        let sin6 = &*(sa as *const libc::sockaddr_in6);
-                        found.push(IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)));
-                    }
-                    _ => {}
-                }
-            }
-            cur = (*cur).ifa_next;
-        }
-        libc::freeifaddrs(list);
-    }
-    found
+    ip.is_loopback() || crate::routing::interfaces::interface_addrs().contains(&ip)
 }
 
 /// The kind of an address that is not on the public Internet.

@@ -53,7 +53,7 @@ impl HeaderClients {
                 .filter_map(|e| Cidr::parse(e))
                 .collect(),
             own: match inet_interfaces {
-                true => crate::deliver::smtp::guard::interface_addrs(),
+                true => crate::routing::interfaces::interface_addrs(),
                 false => Vec::new(),
             },
         }
