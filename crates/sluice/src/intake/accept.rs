@@ -89,7 +89,9 @@ pub(super) async fn run(intake: &Intake, mut sub: Submission) -> Result<Accepted
         hold_over_limit(intake, &mut sub, &mut held).await;
     }
     // After the limits: they count the recipients the client gave.
-    divert::apply(&intake.logger, &mut sub);
+    if let Err(refusal) = divert(intake, &mut sub).await {
+        return refuse(intake, &sub, refusal);
+    }
     let on_top = match &sub.origin {
         Origin::Smtp(c) if !(c.trusted || c.authenticated) => {
             let client = (c.peer.ip(), c.helo.clone(), c.sender_auth, c.dmarc_reject);
@@ -115,6 +117,19 @@ pub(super) async fn run(intake: &Intake, mut sub: Submission) -> Result<Accepted
         });
     }
     stored
+}
+
+/// The BCC copies and the REDIRECT that an access table or a header
+/// check asked for: the copies go through the aliases (as Postfix's go
+/// through virtual_alias_maps), the REDIRECT's address does not
+/// (Postfix's qmgr applies it as it is), and takes the copies too.
+async fn divert(intake: &Intake, sub: &mut Submission) -> Result<(), Refusal> {
+    let bccs: Vec<String> = sub.bcc.drain(..).map(|t| t.as_str().to_string()).collect();
+    if !bccs.is_empty() {
+        rewrite::add_copies(intake, sub, bccs, "bcc").await?;
+    }
+    divert::apply(&intake.logger, sub);
+    Ok(())
 }
 
 /// Holds our own user's message when it crosses a sender limit.

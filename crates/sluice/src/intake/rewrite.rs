@@ -170,16 +170,26 @@ pub(super) async fn run(intake: &Intake, sub: &mut Submission) -> Result<(), Ref
         let found = lookup(intake, &maps.recipient_bcc, &r, "recipient_bcc_maps", false).await?;
         copies.extend(found);
     }
-    let mut expanded = Vec::with_capacity(copies.len());
-    for copy in copies {
-        expanded.extend(copy_targets(intake, maps, copy).await?);
-    }
-    for copy in expanded {
-        let target = match Target::new(&copy) {
-            Ok(t) => t,
-            Err(_) => {
+    add_copies(intake, sub, copies, "bcc_map").await
+}
+
+/// Adds a copy of the message for each of `addresses` (the archive
+/// copies, an access table's BCC): each through [`copy_targets`], each
+/// result one more recipient never reported on (unless it is one
+/// already), with the copy's address as its `orig_to` when an alias
+/// changed it (as Postfix logs a virtual alias's copy); logged as `bcc`.
+/// A result that is not a mailbox is logged (`what`) and skipped.
+pub(super) async fn add_copies(
+    intake: &Intake,
+    sub: &mut Submission,
+    addresses: Vec<String>,
+    what: &str,
+) -> Result<(), Refusal> {
+    for address in addresses {
+        for copy in copy_targets(intake, &intake.rewrite, address.clone()).await? {
+            let Ok(target) = Target::new(&copy) else {
                 intake.logger.emit(&Event::Warning {
-                    kind: "bcc_map".into(),
+                    kind: what.into(),
                     open: None,
                     line: format!(
                         "warning: {}: BCC address {copy:?} is no mailbox: ignored",
@@ -188,13 +198,16 @@ pub(super) async fn run(intake: &Intake, sub: &mut Submission) -> Result<(), Ref
                     .into(),
                 });
                 continue;
+            };
+            if divert::add_bcc(sub, &target) {
+                if !copy.eq_ignore_ascii_case(&address) {
+                    sub.orig_rcpt.push((copy.clone(), address.clone()));
+                }
+                intake.logger.emit(&Event::Bcc {
+                    queue_id: Qid(sub.id),
+                    to: target.as_str().into(),
+                });
             }
-        };
-        if divert::add_bcc(sub, &target) {
-            intake.logger.emit(&Event::Bcc {
-                queue_id: Qid(sub.id),
-                to: target.as_str().into(),
-            });
         }
     }
     Ok(())

@@ -16,7 +16,9 @@
 //! included. (Seen once with postcat on a held message: the BCC copy is
 //! queued after the content, without NOTIFY; the REDIRECT as a
 //! `redirect_to` record qmgr applies. Sluice gives the copy NOTIFY=NEVER,
-//! docs/CONFIG.md says why; the delivery lines cannot show it.)
+//! docs/CONFIG.md says why; the delivery lines cannot show it.) With
+//! `virtual_alias_maps`: a BCC's address is expanded (each result with
+//! the BCC's address as `orig_to`), a REDIRECT's is not.
 
 use crate::common::postfix::Postfix;
 use crate::common::*;
@@ -132,20 +134,35 @@ async fn send_all(addr: std::net::SocketAddr) -> Vec<String> {
 /// (to, orig_to) of each delivery, sorted.
 type Delivered = Vec<(String, Option<String>)>;
 
-async fn postfix_delivered() -> Vec<Delivered> {
+/// The virtual alias map of the second test: what the REDIRECT and BCC
+/// targets, and a plain recipient, become.
+const VIRTUAL: &str = "\
+red-target@far.test vred@far.test
+bcc-target@far.test vbcc@far.test, vbcc2@far.test
+plain@relay.test vplain@far.test
+";
+
+async fn postfix_delivered(virtual_map: bool) -> Vec<Delivered> {
+    let mut main = vec![("relay_domains", "relay.test")];
+    if virtual_map {
+        main.push(("virtual_alias_maps", "texthash:$config_directory/virtual"));
+    }
     let postfix = Postfix::start_with(
-        &[("rcpts", RCPTS), ("senders", SENDERS)],
+        &[("rcpts", RCPTS), ("senders", SENDERS), ("virtual", VIRTUAL)],
         &[
-            ("relay_domains", "relay.test"),
-            (
-                "smtpd_sender_restrictions",
-                "check_sender_access texthash:$config_directory/senders",
-            ),
-            (
-                "smtpd_recipient_restrictions",
-                "check_recipient_access texthash:$config_directory/rcpts, permit",
-            ),
-        ],
+            main.as_slice(),
+            &[
+                (
+                    "smtpd_sender_restrictions",
+                    "check_sender_access texthash:$config_directory/senders",
+                ),
+                (
+                    "smtpd_recipient_restrictions",
+                    "check_recipient_access texthash:$config_directory/rcpts, permit",
+                ),
+            ],
+        ]
+        .concat(),
         "",
     );
     let ids = send_all(postfix.addr).await;
@@ -167,10 +184,15 @@ async fn postfix_delivered() -> Vec<Delivered> {
         .collect()
 }
 
-fn sluice_config(dir: &std::path::Path) -> sluice::config::Config {
+fn sluice_config(dir: &std::path::Path, virtual_map: bool) -> sluice::config::Config {
     std::fs::write(dir.join("rcpts"), RCPTS).unwrap();
     std::fs::write(dir.join("senders"), SENDERS).unwrap();
+    std::fs::write(dir.join("virtual"), VIRTUAL).unwrap();
     let mut cfg = config(dir, None);
+    if virtual_map {
+        let spec = format!("texthash:{}", dir.join("virtual").display());
+        cfg.rewrite.virtual_alias_maps = vec![spec];
+    }
     cfg.smtpd.mynetworks = vec![net("127.0.0.1/32")];
     cfg.smtpd.relay_domains = vec!["relay.test".parse().unwrap()];
     cfg.transport.insert("*".into(), NextHop::Discard);
@@ -186,8 +208,11 @@ fn sluice_config(dir: &std::path::Path) -> sluice::config::Config {
     cfg
 }
 
-async fn sluice_delivered(dir: &std::path::Path) -> (Vec<String>, Vec<Delivered>) {
-    let (server, addr) = start(sluice_config(dir)).await;
+async fn sluice_delivered(
+    dir: &std::path::Path,
+    virtual_map: bool,
+) -> (Vec<String>, Vec<Delivered>) {
+    let (server, addr) = start(sluice_config(dir, virtual_map)).await;
     let ids = send_all(addr).await;
     for id in &ids {
         let removed = wait_event(30, dir, "removed", |e| e["queue_id"] == id.as_str()).await;
@@ -213,6 +238,35 @@ async fn sluice_delivered(dir: &std::path::Path) -> (Vec<String>, Vec<Delivered>
     (ids, delivered)
 }
 
+/// Fails with every case where Sluice delivered otherwise than Postfix.
+fn same_deliveries(theirs: &[Delivered], ours: &[Delivered]) {
+    let differences: Vec<String> = CASES
+        .iter()
+        .zip(theirs.iter().zip(ours))
+        .filter(|(_, (t, o))| t != o)
+        .map(|(c, (t, o))| format!("{}:\n  Postfix {t:?}\n  Sluice  {o:?}", c.name))
+        .collect();
+    assert!(differences.is_empty(), "{}", differences.join("\n"));
+}
+
+/// With `virtual_alias_maps`: the targets of REDIRECT and BCC, and the
+/// recipients, become what Postfix makes of them (the same cases).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redirect_and_bcc_targets_meet_virtual_aliases_as_in_postfix() {
+    let theirs = postfix_delivered(true).await;
+    let dir = temp_dir("restrict-redirect-virtual");
+    let (_, ours) = sluice_delivered(&dir, true).await;
+    if std::env::var_os("RESTRICT_DIFF_SHOW").is_some() {
+        for (c, t) in CASES.iter().zip(&theirs) {
+            eprintln!("{}: {t:?}", c.name);
+        }
+    }
+    same_deliveries(&theirs, &ours);
+    // Not vacuous: the virtual alias map changed what was delivered.
+    let all: Vec<&String> = theirs.iter().flatten().map(|(to, _)| to).collect();
+    assert!(all.iter().any(|to| to.starts_with('v')), "{all:?}");
+}
+
 fn pairs(list: &[(&str, Option<&str>)]) -> Delivered {
     let mut d: Delivered = list
         .iter()
@@ -224,16 +278,10 @@ fn pairs(list: &[(&str, Option<&str>)]) -> Delivered {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redirect_and_bcc_reach_whom_postfix_reaches() {
-    let theirs = postfix_delivered().await;
+    let theirs = postfix_delivered(false).await;
     let dir = temp_dir("restrict-redirect");
-    let (ids, ours) = sluice_delivered(&dir).await;
-    let differences: Vec<String> = CASES
-        .iter()
-        .zip(theirs.iter().zip(&ours))
-        .filter(|(_, (t, o))| t != o)
-        .map(|(c, (t, o))| format!("{}:\n  Postfix {t:?}\n  Sluice  {o:?}", c.name))
-        .collect();
-    assert!(differences.is_empty(), "{}", differences.join("\n"));
+    let (ids, ours) = sluice_delivered(&dir, false).await;
+    same_deliveries(&theirs, &ours);
 
     // What Postfix did, said outright (the comparison above holds Sluice
     // to it).
@@ -352,7 +400,7 @@ noat@relay.test REDIRECT nobody
 ";
     let dir = temp_dir("restrict-redirect-bad");
     let (policy, task) = policy_server().await;
-    let mut cfg = sluice_config(&dir);
+    let mut cfg = sluice_config(&dir, false);
     std::fs::write(dir.join("rcpts"), BAD).unwrap();
     cfg.restrictions.recipient = format!(
         "check_recipient_access texthash:{}, check_policy_service inet:{policy}, permit",
