@@ -72,6 +72,24 @@ pub struct DeliveryConfig {
     /// ... and per destination, keyed like `destination_concurrency` or
     /// by MX group (`mx:mx.provider.example:25`).
     pub destination_rate_limit: BTreeMap<String, u32>,
+    /// Postfix's smtp_sasl_auth_enable: AUTH to the next hop when the
+    /// password tables have credentials for it (`deliver/smtp/auth.rs`).
+    pub smtp_sasl_auth_enable: bool,
+    /// Postfix's smtp_sasl_password_maps: `[tables]` names or `type:name`;
+    /// keys the sender (see below), the next hop, the host; value
+    /// `username:password`.
+    pub smtp_sasl_password_maps: Vec<String>,
+    /// Postfix's smtp_sasl_security_options without TLS (default
+    /// `noplaintext, noanonymous`: no password in clear).
+    pub smtp_sasl_security_options: String,
+    /// ... and once TLS is up (None: Postfix's default,
+    /// `$smtp_sasl_security_options`).
+    pub smtp_sasl_tls_security_options: Option<String>,
+    /// Postfix's smtp_sasl_mechanism_filter: mechanisms we may use (empty: all).
+    pub smtp_sasl_mechanism_filter: Vec<String>,
+    /// Postfix's smtp_sender_dependent_authentication: ask the tables
+    /// with the sender and `@domain` first.
+    pub smtp_sender_dependent_authentication: bool,
 }
 
 impl Default for DeliveryConfig {
@@ -101,6 +119,12 @@ impl Default for DeliveryConfig {
             mta_sts_port: 443,
             default_rate_limit: 0,
             destination_rate_limit: BTreeMap::new(),
+            smtp_sasl_auth_enable: false,
+            smtp_sasl_password_maps: Vec::new(),
+            smtp_sasl_security_options: "noplaintext, noanonymous".into(),
+            smtp_sasl_tls_security_options: None,
+            smtp_sasl_mechanism_filter: Vec::new(),
+            smtp_sender_dependent_authentication: false,
         }
     }
 }

@@ -35,6 +35,8 @@ impl Config {
         self.sender_limits
             .validate()
             .map_err(|e| ConfigError::Invalid(format!("sender_limits: {e}")))?;
+        crate::deliver::smtp::auth::validate(&self.delivery)
+            .map_err(|e| ConfigError::Invalid(format!("delivery: {e}")))?;
         self.rewrite
             .validate()
             .map_err(|e| ConfigError::Invalid(format!("rewrite: {e}")))?;

@@ -360,6 +360,11 @@ impl Parts {
                 own: self.own_addrs.clone(),
                 forwarding: self.forwarding.clone(),
                 generic: self.generic(),
+                sasl: crate::deliver::smtp::auth::SaslClient::new(
+                    d,
+                    self.restrictions.sasl_passwords.clone(),
+                )
+                .map(Arc::new),
             },
             maildir: MaildirAgent {
                 config: self.config.clone(),

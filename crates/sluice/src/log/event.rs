@@ -340,6 +340,12 @@ pub enum Event<'a> {
         verified: bool,
         detail: Text<'a>,
     },
+    /// SMTP AUTH to a next hop succeeded (never the password).
+    SaslOut {
+        relay: Text<'a>,
+        sasl_username: Text<'a>,
+        sasl_method: Text<'a>,
+    },
     /// `next`: the next host is tried (else the session limit is reached).
     Failover {
         queue_id: Qid,

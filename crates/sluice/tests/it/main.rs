@@ -71,6 +71,7 @@ mod session;
 mod shadow;
 mod shadow_trust;
 mod small_disk;
+mod smarthost_auth;
 mod smuggling;
 mod strictness;
 mod tables_lookup;

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use sluice_spool::Spool;
 
+use super::auth::{Credentials, SaslClient};
 use super::conn::{ConnectError, SmtpConn, TxError};
 use super::dane::{host_name, Dane, DaneError, HostDane};
 use super::dead::DeadHosts;
@@ -54,6 +55,8 @@ pub struct SmtpAgent {
     pub forwarding: Option<Arc<Forwarding>>,
     /// `smtp_generic_maps` (None: none configured).
     pub generic: Option<Arc<super::generic::Generic>>,
+    /// SMTP AUTH to the next hop (None: off).
+    pub sasl: Option<Arc<SaslClient>>,
 }
 
 impl DeliveryAgent for SmtpAgent {
@@ -74,6 +77,8 @@ impl DeliveryAgent for SmtpAgent {
                 dane: self.dane.clone(),
                 dane_secure: false,
                 own: self.own.clone(),
+                sasl: self.sasl.clone(),
+                sasl_sender: None,
             },
             spool: self.spool.clone(),
             conn: None,
@@ -105,6 +110,9 @@ struct Reach {
     /// The domain's MX RRset is DNSSEC-secure: TLSA records apply.
     dane_secure: bool,
     own: Arc<OwnAddrs>,
+    sasl: Option<Arc<SaslClient>>,
+    /// The job's sender's credentials (sender-dependent AUTH), if any.
+    sasl_sender: Option<Arc<Credentials>>,
 }
 
 struct SmtpWorker {
@@ -325,7 +333,7 @@ impl Reach {
             HostDane::None if self.sts_enforce => self.tls.choice(Level::Verify),
             HostDane::None => self.tls.choice(self.tls.level(&self.hop.key())),
         };
-        let conn = match SmtpConn::connect(host, addr, &self.config, choice).await {
+        let mut conn = match SmtpConn::connect(host, addr, &self.config, choice).await {
             Err(why) if choice.level == Level::May && why.tls_failed() => {
                 self.logger.emit(&Event::TlsFallback {
                     host: host.into(),
@@ -345,6 +353,14 @@ impl Reach {
                 verified: *verified,
                 detail: text.as_str().into(),
             });
+        }
+        if let Some(sasl) = &self.sasl {
+            let sender = self.sasl_sender.clone();
+            let logger = &self.logger;
+            if let Err(e) = sasl.login(&mut conn, &self.hop, host, sender, logger).await {
+                conn.quit().await;
+                return Err(ConnectError::Auth(e));
+            }
         }
         Ok(conn)
     }
@@ -371,6 +387,9 @@ impl SmtpWorker {
             Err(reply) => return (defer_all(job, &Relay::None, &reply), Feedback::Ok),
         };
         let out = mapped.as_ref().unwrap_or(job);
+        if let Err(reply) = self.sender_credentials(job).await {
+            return (defer_all(job, &Relay::None, &reply), Feedback::Ok);
+        }
         let mut rest: Targets = Vec::new();
         let mut sessions = 0;
         let mut retried_stale = false;
@@ -437,6 +456,27 @@ impl SmtpWorker {
                 }
             }
         }
+    }
+
+    /// Sender-dependent AUTH: the job's sender's credentials for the next
+    /// connection; a kept connection authenticated with other ones is
+    /// closed (a reused connection is keyed by them). `Err`: the table's
+    /// deferral.
+    async fn sender_credentials(&mut self, job: &Job) -> Result<(), Reply> {
+        let Some(sasl) = &self.reach.sasl else {
+            return Ok(());
+        };
+        let creds = sasl
+            .for_sender(&job.envelope.sender)
+            .await
+            .map_err(|e| e.0)?;
+        if self.conn.as_ref().is_some_and(|c| c.sasl_sender != creds) {
+            if let Some(conn) = self.conn.take() {
+                conn.quit().await;
+            }
+        }
+        self.reach.sasl_sender = creds;
+        Ok(())
     }
 
     /// The job and body as they go out: through `smtp_generic_maps` when

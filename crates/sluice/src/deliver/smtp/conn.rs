@@ -59,6 +59,8 @@ pub enum ConnectError {
         relay: String,
         why: String,
     },
+    /// SMTP AUTH could not be done or was refused (`auth.rs`).
+    Auth(super::auth::AuthError),
 }
 
 impl std::error::Error for ConnectError {}
@@ -99,6 +101,7 @@ impl ConnectError {
             ConnectError::Tls { relay, why } => {
                 (status(7, 5), format!("TLS with {relay} failed: {why}"))
             }
+            ConnectError::Auth(e) => return e.0.clone(),
         };
         Reply::own(451, status, text)
     }
@@ -155,8 +158,15 @@ pub(super) fn parse_reply(
 
 /// The capabilities a (raw) EHLO reply advertises; 0 if it cannot be
 /// parsed (capabilities we do not understand are ignored, not fatal).
+#[cfg(test)]
 pub(super) fn ehlo_capabilities(raw: &[u8]) -> u32 {
-    EhloResponse::parse(&mut raw.iter()).map_or(0, |e| e.capabilities)
+    ehlo_offers(raw).0
+}
+
+/// The capabilities and the AUTH mechanisms (smtp-proto's bits) of a raw
+/// EHLO reply; 0 for what cannot be parsed.
+pub(super) fn ehlo_offers(raw: &[u8]) -> (u32, u64) {
+    EhloResponse::parse(&mut raw.iter()).map_or((0, 0), |e| (e.capabilities, e.auth_mechanisms))
 }
 
 pub(super) enum TxError {
@@ -182,6 +192,10 @@ pub(super) struct SmtpConn {
     pub smtputf8: bool,
     /// The peer offers DSN (RFC 3461): NOTIFY, ORCPT, RET, ENVID go along.
     pub dsn: bool,
+    /// The AUTH mechanisms the last EHLO offered (smtp-proto's bits).
+    pub auth_mechanisms: u64,
+    /// The sender's credentials the session authenticated with (`auth.rs`).
+    pub sasl_sender: Option<std::sync::Arc<super::auth::Credentials>>,
     /// Limit for each command reply and each write.
     pub timeout: Duration,
     /// Limit for the reply to the final dot (RFC 5321 §4.5.3.2.6: 10 minutes).
@@ -291,6 +305,8 @@ impl SmtpConn {
             eightbit: false,
             smtputf8: false,
             dsn: false,
+            auth_mechanisms: 0,
+            sasl_sender: None,
             timeout: Duration::from_secs(config.delivery.command_timeout_secs.max(1)),
             data_done_timeout: Duration::from_secs(config.delivery.data_done_timeout_secs.max(1)),
             usable: true,
@@ -336,7 +352,8 @@ impl SmtpConn {
         }
         if ehlo.class() == 2 {
             // Capabilities we do not understand are ignored, not fatal.
-            let caps = ehlo_capabilities(&raw);
+            let (caps, auth) = ehlo_offers(&raw);
+            self.auth_mechanisms = auth;
             self.pipelining = caps & smtp_proto::EXT_PIPELINING != 0;
             self.size = caps & smtp_proto::EXT_SIZE != 0;
             self.eightbit = caps & smtp_proto::EXT_8BIT_MIME != 0;
@@ -356,7 +373,7 @@ impl SmtpConn {
             });
         }
         (self.pipelining, self.size, self.eightbit, self.smtputf8) = (false, false, false, false);
-        self.dsn = false;
+        (self.dsn, self.auth_mechanisms) = (false, 0);
         Ok(0)
     }
 

@@ -1,6 +1,7 @@
 //! The SMTP client: the delivery agent that relays mail to next hops.
 
 mod agent;
+pub mod auth;
 mod conn;
 pub mod dane;
 pub mod dead;

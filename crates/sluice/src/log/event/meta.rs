@@ -77,6 +77,7 @@ impl Event<'_> {
             | ConnectFailed(_)
             | TlsFallback { .. }
             | TlsOut { .. }
+            | SaslOut { .. }
             | Failover { .. }
             | MxTruncated { .. }
             | MxRefused { .. }

@@ -278,6 +278,10 @@ impl Event<'_> {
                 let trust = if *verified { "Verified" } else { "Untrusted" };
                 write!(f, "{trust} TLS connection established to {relay}: {detail}")
             }
+            SaslOut { relay, sasl_username, sasl_method } => write!(
+                f,
+                "SASL authentication to {relay}: sasl_method={sasl_method}, sasl_username={sasl_username}"
+            ),
             Failover { queue_id, peer, sessions, next: false } => write!(
                 f,
                 "{queue_id}: every recipient deferred by {peer}; no more hosts tried after {sessions} sessions (delivery.mx_session_limit)"

@@ -80,6 +80,9 @@ pub struct Restrictions {
     /// `[content_checks]`'s tables and the listeners' own (built here
     /// too, for the intake).
     pub content_checks: Arc<crate::intake::content_checks::CheckTables>,
+    /// `[delivery]`'s smtp_sasl_password_maps (built here too, for the
+    /// SMTP client).
+    pub sasl_passwords: Vec<Arc<Table>>,
     /// A restriction needs the client's names (computed once, at build).
     names: bool,
 }
@@ -200,6 +203,10 @@ impl Restrictions {
                 .map(|d| d.iter().map(|d| d.to_ascii_lowercase()).collect()),
         });
         let content_checks = Arc::new(content_checks(config, &mut maps)?);
+        let sasl_passwords = maps(
+            &config.delivery.smtp_sasl_password_maps,
+            "delivery.smtp_sasl_password_maps",
+        )?;
         let mut built = Restrictions {
             config: rc.clone(),
             main,
@@ -210,6 +217,7 @@ impl Restrictions {
             sender_login,
             rewrite,
             content_checks,
+            sasl_passwords,
             names: false,
         };
         let names = built.all().any(|r| match r {

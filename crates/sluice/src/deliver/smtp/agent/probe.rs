@@ -42,6 +42,8 @@ pub struct Prober {
     pub sts: Option<Arc<MtaSts>>,
     pub dane: Option<Arc<Dane>>,
     pub own: Arc<OwnAddrs>,
+    /// SMTP AUTH to the next hop (None: off).
+    pub sasl: Option<Arc<crate::deliver::smtp::auth::SaslClient>>,
 }
 
 /// The SMTP command a reply answered.
@@ -93,6 +95,7 @@ impl SmtpAgent {
             sts: self.sts.clone(),
             dane: self.dane.clone(),
             own: self.own.clone(),
+            sasl: self.sasl.clone(),
         }
     }
 }
@@ -128,6 +131,7 @@ impl Prober {
             sts: None,
             dane,
             own: Arc::new(OwnAddrs::new(own)),
+            sasl: None,
             logger,
             config,
         })
@@ -189,6 +193,8 @@ impl Prober {
             dane: self.dane.clone(),
             dane_secure: false,
             own: self.own.clone(),
+            sasl: self.sasl.clone(),
+            sasl_sender: None,
         };
         match reach.first_targets(Some(address)).await {
             Ok(targets) => Ok(reach.connect_first(&targets).await?.0),
