@@ -384,6 +384,45 @@ mod tests {
         assert!(Security::parse("nosuch").is_err());
     }
 
+    #[tokio::test]
+    async fn credentials_are_found_in_postfix_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sasl_passwd");
+        let text = "a@x.example sender:one\n@x.example domain:two\n\
+                    [relay.example]:587 hop:three\nmx.example host:four\n";
+        std::fs::write(&path, text).unwrap();
+        let format = crate::tables::Format::Text { strict: true };
+        let logger = crate::log::Logger::disabled();
+        let table = crate::tables::FileTable::load("t", &path, format, logger).unwrap();
+        let mut sasl = SaslClient {
+            tables: vec![Arc::new(Table::File(table))],
+            plain: Security::parse("").unwrap(),
+            tls: Security::parse("").unwrap(),
+            filter: Vec::new(),
+            sender_dependent: true,
+        };
+        let user = |c: Option<Arc<Credentials>>| c.map(|c| c.username.clone());
+        let sender = |s| sasl.for_sender(s);
+        assert_eq!(
+            user(sender("A@x.example").await.unwrap()).as_deref(),
+            Some("sender")
+        );
+        assert_eq!(
+            user(sender("b@x.example").await.unwrap()).as_deref(),
+            Some("domain")
+        );
+        assert_eq!(user(sender("c@y.example").await.unwrap()), None);
+        assert_eq!(user(sender("").await.unwrap()), None);
+        let hop = Some(("relay.example", 587, true));
+        let found = sasl.for_host(hop, "mx.example").await.unwrap();
+        assert_eq!(user(found).as_deref(), Some("hop"));
+        let other = Some(("other.example", 25, true));
+        let found = sasl.for_host(other, "mx.example").await.unwrap();
+        assert_eq!(user(found).as_deref(), Some("host"));
+        sasl.sender_dependent = false;
+        assert_eq!(user(sasl.for_sender("a@x.example").await.unwrap()), None);
+    }
+
     #[test]
     fn the_password_is_not_in_debug_text() {
         let c = Credentials::parse("user:s3cret:x").unwrap();
