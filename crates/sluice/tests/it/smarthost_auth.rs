@@ -3,8 +3,9 @@
 //! relays only for authenticated clients, its logins checked by a real
 //! Dovecot: the right credentials relay (Postfix logs `sasl_method=PLAIN,
 //! sasl_username=`), a wrong password defers with 4.7.0 (never bounces),
-//! the default security options send no password without TLS (deferred),
-//! and the password is in none of Sluice's log files.
+//! the default security options send no password without TLS (deferred)
+//! and PLAIN once STARTTLS is up, and the password is in none of
+//! Sluice's log files.
 
 use crate::common;
 use common::dovecot::AuthServer;
@@ -17,22 +18,27 @@ const PASSWORD: &str = "Pa55-w0rd-never-logged";
 /// A smarthost that relays for SASL-authenticated clients only (its
 /// mynetworks does not hold 127.0.0.1, where Sluice connects from).
 fn smarthost(dir: &std::path::Path) -> (AuthServer, Postfix) {
+    smarthost_with(dir, &[("smtpd_tls_auth_only", "no")])
+}
+
+/// As [`smarthost`], with `extra` main.cf settings.
+fn smarthost_with(dir: &std::path::Path, extra: &[(&str, &str)]) -> (AuthServer, Postfix) {
     let dovecot = AuthServer::start_with(dir, &[(USER, PASSWORD)], "disable_plaintext_auth = no");
     let socket = dovecot.socket.display().to_string();
-    let postfix = Postfix::start(
-        &[
-            ("smtpd_sasl_auth_enable", "yes"),
-            ("smtpd_sasl_type", "dovecot"),
-            ("smtpd_sasl_path", &socket),
-            ("smtpd_tls_auth_only", "no"),
-            ("mynetworks", "192.0.2.0/24"),
-            (
-                "smtpd_relay_restrictions",
-                "permit_sasl_authenticated, reject_unauth_destination",
-            ),
-        ],
-        "",
-    );
+    let mut cf = vec![
+        ("smtpd_sasl_auth_enable", "yes"),
+        ("smtpd_sasl_type", "dovecot"),
+        ("smtpd_sasl_path", &socket),
+        ("mynetworks", "192.0.2.0/24"),
+        (
+            "smtpd_relay_restrictions",
+            "permit_sasl_authenticated, reject_unauth_destination",
+        ),
+    ];
+    cf.extend_from_slice(extra);
+    // smtpd's STARTTLS needs the TLS manager (not in the base master.cf).
+    let tlsmgr = "tlsmgr unix - - n 1000? 1 tlsmgr";
+    let postfix = Postfix::start(&cf, tlsmgr);
     (dovecot, postfix)
 }
 
@@ -178,6 +184,57 @@ async fn no_password_in_clear_by_default() {
     let log = postfix.maillog();
     assert!(
         !log.contains("sasl_username=") && !log.contains("authentication failed"),
+        "{log}"
+    );
+    server.shutdown().await;
+    assert_not_logged(&sluice_dir, PASSWORD);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_options_send_plain_over_starttls() {
+    let dir = temp_dir("smarthost-auth-tls");
+    std::fs::create_dir_all(&*dir).unwrap();
+    let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()]).unwrap();
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert, made.cert.pem()).unwrap();
+    std::fs::write(&key, made.signing_key.serialize_pem()).unwrap();
+    let (cert, key) = (cert.display().to_string(), key.display().to_string());
+    // AUTH offered only once TLS is up.
+    let (_dovecot, postfix) = smarthost_with(
+        &dir,
+        &[
+            ("smtpd_tls_security_level", "may"),
+            ("smtpd_tls_cert_file", &cert),
+            ("smtpd_tls_key_file", &key),
+            ("smtpd_tls_auth_only", "yes"),
+            ("smtpd_tls_loglevel", "1"),
+        ],
+    );
+    let sluice_dir = dir.join("sluice");
+    let cfg = sluice_config(&sluice_dir, &postfix, PASSWORD, None);
+    let (server, addr) = start(cfg).await;
+    let qid = submit(addr).await;
+    assert!(
+        wait_until(30, || delivered_as(
+            &sluice_dir,
+            &qid,
+            "b@far.test",
+            "sent",
+            ""
+        ))
+        .await,
+        "{:?}\n{}",
+        delivery_events(&sluice_dir, &qid),
+        postfix.maillog()
+    );
+    let log = postfix.maillog();
+    assert!(log.contains("TLS connection established from"), "{log}");
+    assert!(any_logged(&sluice_dir, |e| matches!(
+        e,
+        Event::TlsOut { .. }
+    )));
+    assert!(
+        log.contains(&format!("sasl_method=PLAIN, sasl_username={USER}")),
         "{log}"
     );
     server.shutdown().await;
