@@ -424,6 +424,24 @@ mod tests {
     }
 
     #[test]
+    fn settings_are_checked_at_load() {
+        let mut d = DeliveryConfig::default();
+        assert!(validate(&d).is_ok());
+        d.smtp_sasl_auth_enable = true;
+        assert!(validate(&d).is_err(), "enabled without a table");
+        d.smtp_sasl_password_maps = vec!["texthash:/etc/sluice/sasl_passwd".into()];
+        assert!(validate(&d).is_ok());
+        d.smtp_sasl_security_options = "noplaintext, nosuch".into();
+        assert!(validate(&d).is_err());
+        d.smtp_sasl_security_options = String::new();
+        d.smtp_sasl_tls_security_options = Some("bogus".into());
+        assert!(validate(&d).is_err());
+        d.smtp_sasl_tls_security_options = None;
+        d.smtp_sasl_mechanism_filter = vec!["CRAM-MD5".into()];
+        assert!(validate(&d).is_err());
+    }
+
+    #[test]
     fn the_password_is_not_in_debug_text() {
         let c = Credentials::parse("user:s3cret:x").unwrap();
         assert_eq!(c.username, "user");
