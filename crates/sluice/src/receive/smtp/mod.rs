@@ -21,6 +21,7 @@ mod delegate;
 mod hash_pool;
 mod password;
 pub mod proxy;
+mod rcpt;
 mod restrictions;
 mod sasl;
 mod screen;
