@@ -75,6 +75,10 @@ pub struct ReceivedMessage {
     pub body: Vec<u8>,
     /// The MAIL and RCPT command lines as received (parameters included).
     pub commands: Vec<String>,
+    /// The session's EHLO or HELO line, and the client's address (with
+    /// `record`: egress tests check where mail left from).
+    pub helo: String,
+    pub peer: Option<SocketAddr>,
 }
 
 pub struct Sink {
@@ -198,6 +202,8 @@ struct Shared {
 type SinkStream = MaybeTls<TcpStream, tokio_rustls::server::TlsStream<TcpStream>>;
 
 async fn session(stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
+    let peer = stream.peer_addr().ok();
+    let mut helo = String::new();
     let mut stream: SinkStream = MaybeTls::Plain(stream);
     let delay = shared.opts.reply_delay;
     if let Some(d) = delay {
@@ -229,7 +235,8 @@ async fn session(stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
                     Some(used) => {
                         pos += used;
                         decoder = None;
-                        finish_message(shared, &sender, &recipients, &body, &commands);
+                        let client = (helo.as_str(), peer);
+                        finish_message(shared, &sender, &recipients, &body, &commands, client);
                         body.clear();
                         recipients.clear();
                         out.extend_from_slice(b"250 2.0.0 Ok: queued\r\n");
@@ -247,6 +254,9 @@ async fn session(stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
                 .get(..4)
                 .map(|v| v.to_ascii_uppercase())
                 .unwrap_or_default();
+            if shared.opts.record && (verb == b"EHLO" || verb == b"HELO") {
+                helo = String::from_utf8_lossy(line).trim_end().to_string();
+            }
             match verb.as_slice() {
                 b"EHLO" => {
                     out.extend_from_slice(
@@ -360,6 +370,7 @@ fn finish_message(
     recipients: &[String],
     body: &[u8],
     commands: &[String],
+    (helo, peer): (&str, Option<SocketAddr>),
 ) {
     let now = timefmt::now_millis();
     let stats = &shared.stats;
@@ -388,6 +399,8 @@ fn finish_message(
                 recipients: recipients.to_vec(),
                 body: body.to_vec(),
                 commands: commands.to_vec(),
+                helo: helo.to_string(),
+                peer,
             });
     }
     // Counted last, so a watcher that sees the count also sees the message.

@@ -90,6 +90,44 @@ pub struct DeliveryConfig {
     /// Postfix's smtp_sender_dependent_authentication: ask the tables
     /// with the sender and `@domain` first.
     pub smtp_sender_dependent_authentication: bool,
+    /// Postfix's sender_dependent_relayhost_maps: text-file tables (read
+    /// without I/O when mail is routed) keyed by the envelope sender, its
+    /// forms without the extension, and `@domain`; the value replaces
+    /// `relayhost` for that sender's mail (`DUNNO`: no override).
+    pub sender_dependent_relayhost_maps: Vec<String>,
+    /// Postfix's sender_dependent_default_transport_maps: the same keys;
+    /// the value is a next hop (`out2:`, `smtp:[host]:port`) for that
+    /// sender's mail to domains the transport tables do not route.
+    pub sender_dependent_default_transport_maps: Vec<String>,
+    /// Postfix's empty_address_relayhost_maps_lookup_key: the key the
+    /// null sender is looked up under in both (default `<>`).
+    pub empty_address_relayhost_maps_lookup_key: String,
+    /// Postfix's smtp_bind_address: the IPv4 source address of outbound
+    /// SMTP connections (default: the system's choice).
+    pub smtp_bind_address: Option<std::net::Ipv4Addr>,
+    /// Postfix's smtp_bind_address6, for IPv6 next hops.
+    pub smtp_bind_address6: Option<std::net::Ipv6Addr>,
+    /// Postfix's smtp_helo_name (default: `hostname`).
+    pub smtp_helo_name: Option<String>,
+    /// A weighted pool of sources (`config/transports.rs`); replaces the
+    /// three settings above.
+    pub egress_pool: Vec<super::transports::EgressSource>,
+    /// Postfix's smtp_bind_address_enforce: when the source address
+    /// cannot be bound, defer (yes) or connect from the system's choice
+    /// with a warning (no, Postfix's default).
+    pub smtp_bind_address_enforce: bool,
+}
+
+impl DeliveryConfig {
+    /// `[delivery]`'s egress settings, the default of every transport.
+    pub fn egress(&self) -> super::transports::EgressSettings<'_> {
+        super::transports::EgressSettings {
+            bind4: self.smtp_bind_address,
+            bind6: self.smtp_bind_address6,
+            helo: self.smtp_helo_name.as_deref(),
+            pool: &self.egress_pool,
+        }
+    }
 }
 
 impl Default for DeliveryConfig {
@@ -125,6 +163,14 @@ impl Default for DeliveryConfig {
             smtp_sasl_tls_security_options: None,
             smtp_sasl_mechanism_filter: Vec::new(),
             smtp_sender_dependent_authentication: false,
+            sender_dependent_relayhost_maps: Vec::new(),
+            sender_dependent_default_transport_maps: Vec::new(),
+            empty_address_relayhost_maps_lookup_key: "<>".into(),
+            smtp_bind_address: None,
+            smtp_bind_address6: None,
+            smtp_helo_name: None,
+            egress_pool: Vec::new(),
+            smtp_bind_address_enforce: false,
         }
     }
 }

@@ -6,6 +6,7 @@
 //! the destination key for queues and concurrency limits.
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use super::services::ServiceAddr;
 
@@ -25,7 +26,17 @@ pub enum NextHop {
         /// to is screened (`smtp/client/guard.rs`). Configured hops are
         /// the administrator's and may point anywhere.
         screened: bool,
+        /// A named transport of `[transports]` (`out2:[host]:port`, as
+        /// master.cf's `smtp` services with `-o` overrides): its egress
+        /// address, HELO name and certificate. None: the default `smtp`.
+        transport: Option<Arc<str>>,
     },
+    /// A transport with no next hop (`smtp:`, `out2:`): the next hop
+    /// routing would choose without it (relayhost, else the recipient
+    /// domain's MX hosts), delivered through that transport, as an empty
+    /// nexthop in Postfix's transport(5). Resolved by the router; never a
+    /// queue's destination.
+    Inherit { transport: Option<Arc<str>> },
     /// MX rollup: the mail hosts several domains share, by preference
     /// level (best first), each level's names sorted. Always screened.
     MxSet { levels: Vec<Vec<String>>, port: u16 },
@@ -40,7 +51,7 @@ pub enum NextHop {
 
 /// A next hop that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("bad next hop {0:?} (want smtp:[host]:port, smtp:host[:port], lmtp:unix:/path, lmtp:[host]:port, discard or maildir)")]
+#[error("bad next hop {0:?} (want smtp:[host]:port, smtp:host[:port], smtp:, NAME:[host]:port or NAME: for a transport of [transports], lmtp:unix:/path, lmtp:[host]:port, discard or maildir)")]
 pub struct BadHop(pub String);
 
 impl std::fmt::Display for NextHop {
@@ -80,6 +91,7 @@ impl NextHop {
             port: addr.port(),
             bracketed: true,
             screened: false,
+            transport: None,
         }
     }
 
@@ -96,7 +108,15 @@ impl NextHop {
         if let Some(service) = text.strip_prefix("lmtp:") {
             return service.parse().ok().map(NextHop::Lmtp);
         }
-        let rest = text.strip_prefix("smtp:")?;
+        let (name, rest) = text.split_once(':')?;
+        let transport = match name {
+            "smtp" => None,
+            _ if is_transport_name(name) => Some(Arc::<str>::from(name)),
+            _ => return None,
+        };
+        if rest.is_empty() {
+            return Some(NextHop::Inherit { transport });
+        }
         let (host, port, bracketed) = if let Some(inner) = rest.strip_prefix('[') {
             let close = inner.find(']')?;
             let host = &inner[..close];
@@ -125,7 +145,37 @@ impl NextHop {
             port,
             bracketed,
             screened: false,
+            transport,
         })
+    }
+
+    /// The named transport this hop is delivered through, if any.
+    pub fn transport(&self) -> Option<&Arc<str>> {
+        match self {
+            NextHop::Smtp { transport, .. } | NextHop::Inherit { transport } => transport.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// This hop delivered through `transport` (SMTP hops only; the others
+    /// are returned as they are).
+    pub fn via(self, transport: Option<Arc<str>>) -> NextHop {
+        match self {
+            NextHop::Smtp {
+                host,
+                port,
+                bracketed,
+                screened,
+                ..
+            } if transport.is_some() => NextHop::Smtp {
+                host,
+                port,
+                bracketed,
+                screened,
+                transport,
+            },
+            other => other,
+        }
     }
 
     /// Canonical name: the destination key for queues and concurrency limits.
@@ -136,14 +186,24 @@ impl NextHop {
                 port,
                 bracketed: true,
                 screened: true,
+                transport: None,
             } => format!("literal:[{host}]:{port}"),
             NextHop::Smtp {
                 host,
                 port,
                 bracketed: true,
+                transport,
                 ..
-            } => format!("smtp:[{host}]:{port}"),
-            NextHop::Smtp { host, port, .. } => format!("smtp:{host}:{port}"),
+            } => format!("{}:[{host}]:{port}", transport.as_deref().unwrap_or("smtp")),
+            NextHop::Smtp {
+                host,
+                port,
+                transport,
+                ..
+            } => format!("{}:{host}:{port}", transport.as_deref().unwrap_or("smtp")),
+            NextHop::Inherit { transport } => {
+                format!("{}:", transport.as_deref().unwrap_or("smtp"))
+            }
             NextHop::MxSet { levels, port } => {
                 let levels: Vec<String> = levels.iter().map(|l| l.join(",")).collect();
                 format!("mx:{}:{port}", levels.join(";"))
@@ -153,6 +213,21 @@ impl NextHop {
             NextHop::Lmtp(service) => format!("lmtp:{service}"),
         }
     }
+}
+
+/// A name `[transports]` may define: a lower-case word of letters,
+/// digits, `-` and `_`, other than the built-in transports.
+pub fn is_transport_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+        && ![
+            "smtp", "lmtp", "discard", "maildir", "local", "literal", "mx",
+        ]
+        .contains(&name)
 }
 
 /// An IPv4 or IPv6 network in CIDR notation (an address alone is a
@@ -221,6 +296,7 @@ mod tests {
                 port: 55225,
                 bracketed: true,
                 screened: false,
+                transport: None,
             })
         );
         assert_eq!(
@@ -230,6 +306,7 @@ mod tests {
                 port: 2525,
                 bracketed: false,
                 screened: false,
+                transport: None,
             })
         );
         assert_eq!(
@@ -250,13 +327,29 @@ mod tests {
             lmtp("lmtp:inet:mail.test:24"),
             Some("lmtp:inet:mail.test:24".into())
         );
+        let key = |t: &str| NextHop::parse(t).map(|h| h.key());
+        assert_eq!(
+            key("out2:[10.0.0.1]:587"),
+            Some("out2:[10.0.0.1]:587".into())
+        );
+        assert_eq!(key("out2:mx.example"), Some("out2:mx.example:25".into()));
+        assert_eq!(key("out2:"), Some("out2:".into()));
+        assert_eq!(key("smtp:"), Some("smtp:".into()));
+        assert_eq!(
+            NextHop::parse("out2:")
+                .unwrap()
+                .transport()
+                .map(|t| t.to_string()),
+            Some("out2".into())
+        );
         for bad in ["lmtp:", "lmtp:unix:relative", "lmtp:[127.0.0.1]"] {
             assert_eq!(NextHop::parse(bad), None, "{bad}");
         }
         for bad in [
             "",
-            "smtp:",
             "smtp:[x",
+            "Out2:[x]",
+            "smtp",
             "smtp:[x]:port",
             "lmtp:x",
             "smtp:a b",

@@ -42,6 +42,7 @@ pub mod show;
 pub mod smtpd;
 pub mod source;
 pub mod tables;
+pub mod transports;
 mod validate;
 pub mod verify;
 
@@ -94,6 +95,9 @@ pub struct Config {
     /// `*`) → `smtp:[host]:port`, `smtp:host:port` or `discard` (parsed
     /// when the file is read).
     pub transport: BTreeMap<String, NextHop>,
+    /// Named transports (`[transports.NAME]`, master.cf's services with
+    /// `-o` overrides) that next hops may name (`NAME:[host]:port`).
+    pub transports: BTreeMap<String, transports::TransportConfig>,
     /// Local (virtual mailbox) domains and their tables.
     pub local: local::LocalConfig,
     /// Named lookup tables (`[tables.NAME]`), used by `[local]`.
@@ -278,6 +282,7 @@ impl Default for Config {
             queue: QueueConfig::default(),
             delivery: DeliveryConfig::default(),
             transport: BTreeMap::new(),
+            transports: BTreeMap::new(),
             local: local::LocalConfig::default(),
             tables: BTreeMap::new(),
             dns: DnsConfig::default(),
@@ -520,16 +525,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("sluice.toml");
         let text = "hostname = \"a\"\n[delivery]\nrelayhost = \"smtp:[10.0.0.1]:25\"\n\
-                    [transport]\n\"x.example\" = \"carrier-pigeon:x\"\n";
+                    [transport]\n\"x.example\" = \"Carrier-Pigeon:x\"\n";
         std::fs::write(&path, text).unwrap();
         let err = Config::load(&path).unwrap_err();
         assert_eq!(err.line(), Some(5), "{err}");
         assert!(
             err.to_string()
-                .contains("bad next hop \"carrier-pigeon:x\""),
+                .contains("bad next hop \"Carrier-Pigeon:x\""),
             "{err}"
         );
-        std::fs::write(&path, text.replace("carrier-pigeon:x", "discard")).unwrap();
+        std::fs::write(&path, text.replace("Carrier-Pigeon:x", "discard")).unwrap();
         let ok = Config::load(&path).unwrap();
         assert_eq!(ok.transport["x.example"], NextHop::Discard);
         assert_eq!(ok.delivery.relayhost.unwrap().key(), "smtp:[10.0.0.1]:25");

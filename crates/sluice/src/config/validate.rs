@@ -37,6 +37,7 @@ impl Config {
             .map_err(|e| ConfigError::Invalid(format!("sender_limits: {e}")))?;
         crate::deliver::smtp::auth::validate(&self.delivery)
             .map_err(|e| ConfigError::Invalid(format!("delivery: {e}")))?;
+        self.validate_transports().map_err(ConfigError::Invalid)?;
         self.rewrite
             .validate()
             .map_err(|e| ConfigError::Invalid(format!("rewrite: {e}")))?;
@@ -63,5 +64,37 @@ impl Config {
             }
         }
         Ok(())
+    }
+
+    /// The egress settings, and that every transport a configured next
+    /// hop names is defined (the tables' values are checked as loaded).
+    fn validate_transports(&self) -> Result<(), String> {
+        self.delivery.egress().validate("delivery")?;
+        let hops = self
+            .transport
+            .values()
+            .map(|h| ("transport", h))
+            .chain(
+                self.delivery
+                    .relayhost
+                    .iter()
+                    .map(|h| ("delivery.relayhost", h)),
+            )
+            .chain(std::iter::once(("local.transport", &self.local.transport)));
+        for (setting, hop) in [
+            ("delivery.relayhost", self.delivery.relayhost.as_ref()),
+            ("local.transport", Some(&self.local.transport)),
+        ] {
+            if let Some(super::hop::NextHop::Inherit { .. }) = hop {
+                return Err(format!(
+                    "{setting}: {hop:?} names no next hop (want NAME:[host]:port)",
+                    hop = hop.map(|h| h.key()).unwrap_or_default()
+                ));
+            }
+        }
+        let used: Vec<(&str, &str)> = hops
+            .filter_map(|(setting, hop)| Some((setting, &**hop.transport()?)))
+            .collect();
+        super::transports::validate(&self.transports, used.into_iter())
     }
 }

@@ -191,6 +191,8 @@ pub enum BuildError {
     Restrictions(#[from] crate::receive::restrict::BuildError),
     #[error(transparent)]
     Forward(#[from] crate::routing::forward::ForwardError),
+    #[error(transparent)]
+    SenderRoutes(#[from] crate::routing::senders::SenderRouteError),
     #[error("spool {}: {err}", dir.display())]
     SpoolSpace {
         dir: std::path::PathBuf,
@@ -212,7 +214,7 @@ impl Parts {
             Some(p) => p.mailboxes.clone(),
             None => Arc::new(mailboxes(&config, logger)?),
         };
-        let router = router(&config, &mailboxes);
+        let router = router(&config, &mailboxes, logger)?;
         // Rebuilt at every reload (its tables are re-read as the lists'
         // text and the tables' files may both have changed).
         let restrictions = Arc::new(Restrictions::build(&config, logger)?);
@@ -365,6 +367,7 @@ impl Parts {
                     self.restrictions.sasl_passwords.clone(),
                 )
                 .map(Arc::new),
+                egress: Arc::new(crate::deliver::smtp::egress::Egresses::new(&self.config)),
             },
             maildir: MaildirAgent {
                 config: self.config.clone(),
@@ -527,21 +530,28 @@ fn mailboxes(config: &Config, logger: &Logger) -> Result<VirtualMailboxes, Build
 }
 
 /// The routing table of `config` over its local domains.
-fn router(config: &Config, mailboxes: &VirtualMailboxes) -> Router {
-    Router::new(
+fn router(
+    config: &Config,
+    mailboxes: &VirtualMailboxes,
+    logger: &Logger,
+) -> Result<Router, BuildError> {
+    let senders = crate::routing::senders::SenderRoutes::build(config, logger)?;
+    Ok(Router::new(
         &config.transport,
         config.delivery.relayhost.as_ref(),
         mailboxes.domains(),
     )
     .with_local_transport(&config.local.transport)
     .with_mx_port(config.delivery.mx_port)
+    .with_senders(senders)
+    .with_transports(config.transports.keys()))
 }
 
 /// What decides where an address goes, built as `serve` builds it, for
 /// `sluice address`: the local domains with their tables, and the router.
 pub fn routing(config: &Config) -> Result<(Arc<VirtualMailboxes>, Router), BuildError> {
     let mailboxes = Arc::new(mailboxes(config, &Logger::disabled())?);
-    let router = router(config, &mailboxes);
+    let router = router(config, &mailboxes, &Logger::disabled())?;
     Ok((mailboxes, router))
 }
 

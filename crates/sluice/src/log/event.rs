@@ -340,6 +340,17 @@ pub enum Event<'a> {
         verified: bool,
         detail: Text<'a>,
     },
+    /// A new SMTP connection left from a configured source
+    /// (`deliver/smtp/egress.rs`): its name, the address bound (None: the
+    /// system's choice) and the EHLO name; `bind_error` when the wanted
+    /// address could not be bound and the system's was used.
+    Egress {
+        relay: Text<'a>,
+        source: Text<'a>,
+        address: Option<IpAddr>,
+        helo: Text<'a>,
+        bind_error: Option<Text<'a>>,
+    },
     /// SMTP AUTH to a next hop succeeded (never the password).
     SaslOut {
         relay: Text<'a>,

@@ -56,9 +56,12 @@ use crate::message::status::{Enhanced, Relay, Reply};
 use crate::routing::Router;
 
 /// Why a recipient without a route waits: `4.4.0 no route …`.
-fn no_route() -> Reply {
-    let text = "no route to destination (an address without a domain)";
-    Reply::own(451, Enhanced::new(4, 4, 0), text)
+fn no_route(why: &crate::routing::NoRoute) -> Reply {
+    let status = match why {
+        crate::routing::NoRoute::NoDomain => Enhanced::new(4, 4, 0),
+        _ => Enhanced::new(4, 3, 0),
+    };
+    Reply::own(451, status, why.to_string())
 }
 
 /// A drain in progress (shutdown).
@@ -322,20 +325,24 @@ impl QueueCore {
             if !pick(i, state) {
                 continue;
             }
-            match self.router.route(&envelope.recipients[i]) {
-                None => {
+            match self
+                .router
+                .route_why(&envelope.sender, &envelope.recipients[i])
+            {
+                Err(why) => {
+                    let reply = no_route(&why);
                     *state = RcptState::Deferred {
                         relay: Relay::None,
-                        reply: no_route(),
+                        reply: reply.clone(),
                         dest: None,
                     };
-                    unroutable.push(i);
+                    unroutable.push((i, reply));
                 }
-                Some(hop) if *hop == NextHop::Discard => {
+                Ok(hop) if *hop == NextHop::Discard => {
                     *state = RcptState::Delivered;
                     discarded.push(i as u16);
                 }
-                Some(hop) => {
+                Ok(hop) => {
                     *state = RcptState::InFlight;
                     match groups
                         .iter_mut()
@@ -351,8 +358,8 @@ impl QueueCore {
         for &i in &discarded {
             lines::discarded(&self.logger, &envelope, i as usize);
         }
-        for &i in &unroutable {
-            lines::unroutable(&self.logger, &envelope, i, &no_route());
+        for (i, reply) in &unroutable {
+            lines::unroutable(&self.logger, &envelope, *i, reply);
         }
         if !discarded.is_empty() {
             // The "complete" record, if due, is written by finish_round.

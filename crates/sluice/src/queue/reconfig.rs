@@ -44,8 +44,8 @@ pub struct Reconfig {
 /// The settings that decide where mail goes and how it is sent.
 pub(super) fn routing(c: &Config) -> String {
     format!(
-        "{:?}{:?}{:?}{:?}{:?}",
-        c.transport, c.delivery, c.local, c.tables, c.dns
+        "{:?}{:?}{:?}{:?}{:?}{:?}{:?}",
+        c.transport, c.transports, c.delivery, c.local, c.tables, c.dns, c.recipient_delimiter
     )
 }
 

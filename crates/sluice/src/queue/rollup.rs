@@ -83,12 +83,16 @@ impl QueueCore {
             host,
             bracketed,
             screened,
+            transport,
             ..
         } = hop
         else {
             return false;
         };
+        // A named transport has its own egress: its mail is not pooled
+        // with the provider's other mail.
         d.mx_rollup
+            && transport.is_none()
             && self.rollup.resolves
             && *screened
             && !*bracketed

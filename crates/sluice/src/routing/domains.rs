@@ -170,7 +170,7 @@ mod tests {
 
     #[test]
     fn a_bad_route_is_refused_not_ignored() {
-        let (_d, t) = routes("a.test smtp:[10.0.0.1]:25\nb.test carrier-pigeon:x\n");
+        let (_d, t) = routes("a.test smtp:[10.0.0.1]:25\nb.test Carrier-Pigeon:x\n");
         let err = LocalDomains::new(&[], None, Some(t)).err().unwrap();
         assert!(
             matches!(&err, RoutingError::Table { err, .. }

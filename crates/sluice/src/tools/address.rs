@@ -165,7 +165,9 @@ async fn route(
     router: &Router,
     to: &str,
 ) -> Delivery {
-    let hop = router.route(to);
+    // The null sender: `sluice address` asks where mail to an address
+    // goes, and sender-dependent routes answer for `<>`.
+    let hop = router.route("", to);
     let next_hop = hop
         .as_deref()
         .map(NextHop::key)
@@ -198,6 +200,7 @@ async fn route(
             bracketed: false,
             host,
             port,
+            ..
         } => {
             format!("SMTP to the MX hosts of {host} (DNS), port {port}")
         }
@@ -221,7 +224,12 @@ async fn route(
             format!("SMTP to the MX hosts of {host}, port {port} (configured route)")
         }
         NextHop::MxSet { .. } => "SMTP to a shared set of MX hosts".into(),
+        // The router resolves these; never a route it returns.
+        NextHop::Inherit { .. } => "the default route".into(),
     };
+    if let Some(t) = hop.transport() {
+        delivery.via = format!("{}, through transport {t}", delivery.via);
+    }
     if matches!(&*hop, NextHop::Smtp { .. } | NextHop::MxSet { .. }) {
         let level = config
             .delivery

@@ -66,6 +66,7 @@ mod rollup;
 mod sasl_dovecot;
 mod sender_auth;
 mod sender_limits;
+mod sender_routes;
 mod sendmail;
 mod session;
 mod shadow;

@@ -57,6 +57,8 @@ pub struct SmtpAgent {
     pub generic: Option<Arc<super::generic::Generic>>,
     /// SMTP AUTH to the next hop (None: off).
     pub sasl: Option<Arc<SaslClient>>,
+    /// Source addresses and HELO names, per transport.
+    pub egress: Arc<super::egress::Egresses>,
 }
 
 impl DeliveryAgent for SmtpAgent {
@@ -79,6 +81,7 @@ impl DeliveryAgent for SmtpAgent {
                 own: self.own.clone(),
                 sasl: self.sasl.clone(),
                 sasl_sender: None,
+                egress: self.egress.of(&start.hop),
             },
             spool: self.spool.clone(),
             conn: None,
@@ -113,6 +116,8 @@ struct Reach {
     sasl: Option<Arc<SaslClient>>,
     /// The job's sender's credentials (sender-dependent AUTH), if any.
     sasl_sender: Option<Arc<Credentials>>,
+    /// The hop's transport's sources (`egress.rs`).
+    egress: Arc<super::egress::Egress>,
 }
 
 struct SmtpWorker {
@@ -333,19 +338,23 @@ impl Reach {
             HostDane::None if self.sts_enforce => self.tls.choice(Level::Verify),
             HostDane::None => self.tls.choice(self.tls.level(&self.hop.key())),
         };
-        let mut conn = match SmtpConn::connect(host, addr, &self.config, choice).await {
-            Err(why) if choice.level == Level::May && why.tls_failed() => {
-                self.logger.emit(&Event::TlsFallback {
-                    host: host.into(),
-                    ip: addr.ip(),
-                    port: addr.port(),
-                    error: why.to_string().into(),
-                });
-                let plain = self.tls.choice(Level::None);
-                SmtpConn::connect(host, addr, &self.config, plain).await?
-            }
-            other => other?,
-        };
+        let source = self.egress.pick().clone();
+        let from = (&source, self.egress.enforce);
+        let (mut conn, bound) =
+            match SmtpConn::connect(host, addr, &self.config, choice, from).await {
+                Err(why) if choice.level == Level::May && why.tls_failed() => {
+                    self.logger.emit(&Event::TlsFallback {
+                        host: host.into(),
+                        ip: addr.ip(),
+                        port: addr.port(),
+                        error: why.to_string().into(),
+                    });
+                    let plain = self.tls.choice(Level::None);
+                    SmtpConn::connect(host, addr, &self.config, plain, from).await?
+                }
+                other => other?,
+            };
+        super::egress::log(&self.logger, &self.egress, &conn.relay, &source, bound);
         if let Some((text, verified)) = &conn.tls {
             let _trust = if *verified { "Verified" } else { "Untrusted" };
             self.logger.emit(&Event::TlsOut {

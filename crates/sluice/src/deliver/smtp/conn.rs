@@ -14,7 +14,6 @@ use std::time::Duration;
 use smtp_proto::response::parser::ResponseReceiver;
 use smtp_proto::EhloResponse;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use super::tls::{server_name, Level, Stream, TlsChoice};
 use crate::config::services::ServiceAddr;
@@ -211,19 +210,23 @@ pub(super) struct SmtpConn {
 }
 
 impl SmtpConn {
-    /// Connects and says EHLO; with a TLS `level` other than `none` and
-    /// STARTTLS offered, encrypts and says EHLO again.
+    /// Connects from `source` (`egress.rs`) and says EHLO with its name;
+    /// with a TLS `level` other than `none` and STARTTLS offered,
+    /// encrypts and says EHLO again. Also says how the source address
+    /// was bound.
     pub async fn connect(
         host: &str,
         addr: std::net::SocketAddr,
         config: &Config,
         tls: TlsChoice<'_>,
-    ) -> Result<SmtpConn, ConnectError> {
+        (source, enforce): (&super::egress::Source, bool),
+    ) -> Result<(SmtpConn, super::egress::Bound), ConnectError> {
         let level = tls.level;
         let connect_timeout = Duration::from_secs(config.delivery.connect_timeout_secs.max(1));
         let (ip, port) = (addr.ip(), addr.port());
         let target = format!("{host}[{ip}]:{port}");
-        let stream = match tokio::time::timeout(connect_timeout, TcpStream::connect(addr)).await {
+        let dial = super::egress::dial(addr, source, enforce);
+        let (stream, bound) = match tokio::time::timeout(connect_timeout, dial).await {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => {
                 let why = io_text(&e);
@@ -246,13 +249,13 @@ impl SmtpConn {
             false,
         )
         .await?;
-        let caps = conn.hello(&config.hostname).await?;
+        let caps = conn.hello(&source.helo).await?;
         let offered = caps & smtp_proto::EXT_START_TLS != 0;
         match level {
             Level::None => {}
             _ if offered => {
                 conn.start_tls(host, tls).await?;
-                conn.hello(&config.hostname).await?;
+                conn.hello(&source.helo).await?;
             }
             Level::May => {}
             _ => {
@@ -260,7 +263,7 @@ impl SmtpConn {
                 return Err(ConnectError::TlsNotOffered { relay });
             }
         }
-        Ok(conn)
+        Ok((conn, bound))
     }
 
     /// Connects to an LMTP server and says LHLO (no TLS: LMTP runs on a

@@ -5,6 +5,7 @@ pub mod auth;
 mod conn;
 pub mod dane;
 pub mod dead;
+pub mod egress;
 mod fit;
 #[cfg(test)]
 mod fuzz;

@@ -310,7 +310,7 @@ impl Inner {
         let Ok(_slot) = self.slots.clone().acquire_owned().await else {
             return VerifyStatus::Unknown(Unknown::Pending);
         };
-        let Some(hop) = self.router.route(address) else {
+        let Some(hop) = self.router.route(&self.sender, address) else {
             let why = own(
                 550,
                 Enhanced::new(5, 1, 2),

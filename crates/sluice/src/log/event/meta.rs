@@ -78,6 +78,7 @@ impl Event<'_> {
             | TlsFallback { .. }
             | TlsOut { .. }
             | SaslOut { .. }
+            | Egress { .. }
             | Failover { .. }
             | MxTruncated { .. }
             | MxRefused { .. }

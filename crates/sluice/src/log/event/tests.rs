@@ -100,6 +100,7 @@ fn samples() -> Vec<Event<'static>> {
         ConnectFailed(super::ConnectFailed::Job { queue_id: Q, relay: t("mx.b.test"), error: t("refused") }),
         TlsFallback { host: t("mx.b.test"), ip, port: 25, error: t("bad cert") },
         TlsOut { relay: t("mx.b.test[192.0.2.1]:25"), verified: true, detail: t("TLSv1.3") },
+        Egress { relay: t("mx.b.test[192.0.2.1]:25"), source: t("out2"), address: Some(ip), helo: t("out2.example"), bind_error: None },
         SaslOut { relay: t("smtp.b.test[192.0.2.1]:587"), sasl_username: t("user"), sasl_method: t("PLAIN") },
         Failover { queue_id: Q, peer: t("mx1"), sessions: 2, next: false },
         Failover { queue_id: Q, peer: t("mx1"), sessions: 1, next: true },

@@ -278,6 +278,14 @@ impl Event<'_> {
                 let trust = if *verified { "Verified" } else { "Untrusted" };
                 write!(f, "{trust} TLS connection established to {relay}: {detail}")
             }
+            Egress { relay, source, address, helo, bind_error } => {
+                let from = address.map_or("the system's address".to_string(), |a| a.to_string());
+                write!(f, "connected to {relay} from {from} (source {source}), helo={helo}")?;
+                match bind_error {
+                    Some(e) => write!(f, "; warning: cannot bind the source address: {e}"),
+                    None => Ok(()),
+                }
+            }
             SaslOut { relay, sasl_username, sasl_method } => write!(
                 f,
                 "SASL authentication to {relay}: sasl_method={sasl_method}, sasl_username={sasl_username}"

@@ -23,18 +23,7 @@ impl Mariadb {
         super::ensure_package(SERVER, "mariadb-server");
         let dir = dir.join("mariadb");
         std::fs::create_dir_all(&dir).unwrap();
-        let out = Command::new("mariadb-install-db")
-            .args(["--no-defaults", "--user=root", "--skip-test-db"])
-            .args(["--auth-root-authentication-method=normal"])
-            .arg(format!("--datadir={}", dir.join("data").display()))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "mariadb-install-db failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        install(&dir.join("data"));
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -104,4 +93,38 @@ impl Drop for Mariadb {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// `mariadb-install-db` into `data`. Once in CI it failed with no reason
+/// kept (727 tests at once on 2 cores): a failed install is retried
+/// twice on an empty directory, and the panic holds every attempt's
+/// output and the server's error log, if it wrote one.
+fn install(data: &Path) {
+    let mut failures = String::new();
+    for attempt in 1..=3 {
+        let _ = std::fs::remove_dir_all(data);
+        let out = Command::new("mariadb-install-db")
+            .args(["--no-defaults", "--user=root", "--skip-test-db"])
+            .args(["--auth-root-authentication-method=normal"])
+            .arg(format!("--datadir={}", data.display()))
+            .output()
+            .unwrap();
+        if out.status.success() {
+            return;
+        }
+        let logs: String = std::fs::read_dir(data)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "err"))
+            .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+            .collect();
+        failures.push_str(&format!(
+            "attempt {attempt}: {}{}{logs}\n",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    panic!("mariadb-install-db failed 3 times:\n{failures}");
 }

@@ -44,6 +44,8 @@ pub struct Prober {
     pub own: Arc<OwnAddrs>,
     /// SMTP AUTH to the next hop (None: off).
     pub sasl: Option<Arc<crate::deliver::smtp::auth::SaslClient>>,
+    /// Source addresses and HELO names (a probe leaves as mail would).
+    pub egress: Arc<crate::deliver::smtp::egress::Egresses>,
 }
 
 /// The SMTP command a reply answered.
@@ -96,6 +98,7 @@ impl SmtpAgent {
             dane: self.dane.clone(),
             own: self.own.clone(),
             sasl: self.sasl.clone(),
+            egress: self.egress.clone(),
         }
     }
 }
@@ -132,6 +135,7 @@ impl Prober {
             dane,
             own: Arc::new(OwnAddrs::new(own)),
             sasl: None,
+            egress: Arc::new(crate::deliver::smtp::egress::Egresses::new(&config)),
             logger,
             config,
         })
@@ -158,6 +162,8 @@ impl Prober {
                 return ProbeOutcome::Accepted { relay };
             }
             NextHop::Maildir => return failed("local delivery is not probed"),
+            // The router resolves it: never a route it returns.
+            NextHop::Inherit { .. } => return failed("no next hop"),
             NextHop::Lmtp(service) => SmtpConn::connect_lmtp(service, &self.config)
                 .await
                 .map_err(|e| NoConnection::Connect(e).into()),
@@ -182,6 +188,7 @@ impl Prober {
     /// worker does.
     async fn connect(&self, hop: Arc<NextHop>, address: &str) -> Result<SmtpConn, Unreached> {
         let mut reach = Reach {
+            egress: self.egress.of(&hop),
             hop,
             config: self.config.clone(),
             logger: self.logger.clone(),

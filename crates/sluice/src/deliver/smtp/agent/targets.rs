@@ -48,6 +48,7 @@ impl Reach {
                 port,
                 bracketed,
                 screened,
+                ..
             } => {
                 let validated = self.dane_domain(host, *bracketed).await.map_err(|why| {
                     self.logger.emit(&Event::DaneUnusable {

@@ -130,7 +130,7 @@ impl World {
         let config = config(dir.path());
         let mut keys: Vec<Arc<str>> = DOMAINS
             .iter()
-            .filter_map(|d| router(&config).route(&format!("r@{d}")))
+            .filter_map(|d| router(&config).route("", &format!("r@{d}")))
             .map(|hop| hop.key().into())
             .collect();
         keys.push(group().key().into());
