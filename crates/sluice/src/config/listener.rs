@@ -84,6 +84,12 @@ pub struct ListenerConfig {
     /// replaces the main one of `[content_checks]` here.
     #[serde(default)]
     pub content_checks: super::content_checks::CheckOverrides,
+    /// master.cf's `-o` for this listener: `[smtpd]` and `[tls]` settings
+    /// that replace the main ones here (`overrides.rs`), e.g.
+    /// `smtpd.banner`, `smtpd.milters`, `smtpd.message_size_limit`,
+    /// `tls.cert_file`.
+    #[serde(default, skip_serializing_if = "toml::Table::is_empty")]
+    pub overrides: toml::Table,
 }
 
 impl ListenerConfig {

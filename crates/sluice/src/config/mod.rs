@@ -34,6 +34,7 @@ pub mod listener;
 pub mod local;
 pub mod names;
 mod one_line;
+mod overrides;
 pub mod owner;
 pub mod restrictions;
 pub mod rewrite;
@@ -403,6 +404,7 @@ impl Config {
             dmarc_reject: self.smtpd.dmarc_reject,
             restrictions: Default::default(),
             content_checks: Default::default(),
+            overrides: Default::default(),
         });
         plain.chain(self.smtpd.listeners.iter().cloned()).collect()
     }

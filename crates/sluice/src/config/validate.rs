@@ -53,6 +53,7 @@ impl Config {
         for l in self.all_listeners() {
             l.validate(self.tls.enabled, self.auth.provided())?;
         }
+        self.validate_overrides()?;
         if let Some(cluster) = &self.cluster {
             cluster.validate()?;
         }

@@ -105,6 +105,9 @@ pub(super) struct Parts {
     pub own_addrs: Arc<OwnAddrs>,
     /// What the agents were built from, CA file's date included.
     delivery_stamp: String,
+    /// The listeners with overrides: their configuration and certificate
+    /// (`services.rs`).
+    pub(super) listeners: std::collections::HashMap<usize, super::services::ListenerParts>,
 }
 
 /// For whom parts are built.
@@ -193,6 +196,8 @@ pub enum BuildError {
     Forward(#[from] crate::routing::forward::ForwardError),
     #[error(transparent)]
     SenderRoutes(#[from] crate::routing::senders::SenderRouteError),
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
     #[error("spool {}: {err}", dir.display())]
     SpoolSpace {
         dir: std::path::PathBuf,
@@ -265,7 +270,9 @@ impl Parts {
             true => crate::intake::arc::Sealer::load(&config)?.map(Arc::new),
             false => None,
         };
+        let listeners = super::services::listener_parts(&config, &tls)?;
         Ok(Parts {
+            listeners,
             forwarding,
             arc,
             own_addrs: match previous {

@@ -20,6 +20,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
+use super::services::Contexts;
 use crate::config::listener::ListenerConfig;
 use crate::config::Config;
 use crate::log::Event;
@@ -75,14 +76,14 @@ impl Listeners {
         Ok(Bound(bound))
     }
 
-    /// Makes the running set that of `config`, serving `ctx`: the others
-    /// retired first, then new settings for kept addresses and `bound`
-    /// sockets started.
+    /// Makes the running set that of `config`, each listener serving its
+    /// context of `contexts`: the others retired first, then new settings
+    /// for kept addresses and `bound` sockets started.
     pub async fn apply(
         &mut self,
         config: &Config,
         bound: Bound,
-        ctx: &Arc<SessionContext>,
+        contexts: &Contexts,
         logger: &Logger,
     ) {
         let wanted = config.all_listeners();
@@ -101,18 +102,19 @@ impl Listeners {
         }
         self.retired.retain(|t| !t.is_finished());
         let mut fresh = bound.0;
-        for lc in wanted {
+        for (index, lc) in wanted.into_iter().enumerate() {
             let listen = lc.listen;
             if let Some(i) = keep.iter().position(|(l, _)| *l == listen) {
-                let (l, running) = keep.swap_remove(i);
+                let (l, running) = keep.remove(i);
                 running.serving.store(Arc::new(Serving {
-                    ctx: ctx.clone(),
+                    ctx: contexts.of(index).clone(),
                     listener: Arc::new(lc),
                 }));
                 self.running.push((l, running));
             } else if let Some(i) = fresh.iter().position(|(b, _)| b.listen == listen) {
-                let (lc, socket) = fresh.swap_remove(i);
-                match self.start(lc, socket, ctx, logger) {
+                // In order: listeners on port 0 share the address.
+                let (_, socket) = fresh.remove(i);
+                match self.start(lc, socket, contexts.of(index), logger) {
                     Ok(running) => self.running.push((listen, running)),
                     Err(e) => logger.emit(&Event::ListenFailed {
                         addr: listen.to_string().into(),

@@ -116,8 +116,9 @@ impl Server {
             intake,
         };
         self.queue.reconfigure(reconfig).await;
+        let contexts = parts.contexts(self.ctx.clone());
         self.listeners
-            .apply(&new, bound, &self.ctx, &self.logger)
+            .apply(&new, bound, &contexts, &self.logger)
             .await;
         self.addrs = self.listeners.addrs();
         parts.own_addrs.set(self.addrs.clone());

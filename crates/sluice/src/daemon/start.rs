@@ -207,7 +207,8 @@ async fn serve(
         &logger,
     )
     .await?;
-    listeners.apply(&config, bound, &ctx, &logger).await;
+    let contexts = pipeline.parts.contexts(ctx.clone());
+    listeners.apply(&config, bound, &contexts, &logger).await;
     if let (Some(listener), Some(tls)) = (acme, &pipeline.parts.tls) {
         serve_acme(&config, listener, tls, &logger, &shutdown)?;
     }

@@ -211,6 +211,29 @@ mod sign;
 pub use adopt::ClaimedCopy;
 
 impl Intake {
+    /// This intake for a listener with its own configuration (master.cf
+    /// `-o`, `daemon/services.rs`): its milters, the rest shared.
+    pub fn for_listener(&self, config: Arc<Config>) -> Intake {
+        Intake {
+            milters: milter::Filters::from_config(&config),
+            config,
+            spool: self.spool.clone(),
+            mailboxes: self.mailboxes.clone(),
+            dkim: self.dkim.clone(),
+            sender_auth: self.sender_auth.clone(),
+            handoff: self.handoff.clone(),
+            logger: self.logger.clone(),
+            flow: self.flow.clone(),
+            store: self.store.clone(),
+            limits: self.limits.clone(),
+            sender_login: self.sender_login.clone(),
+            rewrite: self.rewrite.clone(),
+            forwarding: self.forwarding.clone(),
+            arc: self.arc.clone(),
+            content_checks: self.content_checks.clone(),
+        }
+    }
+
     /// A new queue ID (for the door's own log lines and trace).
     pub fn new_id(&self) -> u64 {
         self.spool.new_id()

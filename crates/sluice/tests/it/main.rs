@@ -36,6 +36,7 @@ mod intake;
 mod ldap;
 mod ldap_replica;
 mod limits;
+mod listener_overrides;
 mod lmtp;
 mod local;
 mod local_users;
