@@ -197,7 +197,7 @@ pub enum BuildError {
     #[error(transparent)]
     SenderRoutes(#[from] crate::routing::senders::SenderRouteError),
     #[error(transparent)]
-    Config(#[from] crate::config::ConfigError),
+    Listener(#[from] super::services::ListenerError),
     #[error("spool {}: {err}", dir.display())]
     SpoolSpace {
         dir: std::path::PathBuf,
@@ -385,6 +385,14 @@ impl Parts {
                 stats: self.maildir_stats.clone(),
             },
         }));
+    }
+
+    /// The main context and each overriding listener's (`services.rs`).
+    pub fn contexts(
+        &self,
+        main: Arc<crate::receive::smtp::SessionContext>,
+    ) -> super::services::Contexts {
+        super::services::contexts(main, &self.listeners, &self.dns)
     }
 
     /// The context SMTP sessions share. The per-client counters and the

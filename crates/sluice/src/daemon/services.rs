@@ -13,13 +13,14 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::build::{BuildError, Parts};
-use crate::config::Config;
+use crate::config::{Config, ConfigError};
+use crate::pki::TlsError;
 use crate::receive::dnsbl::Dnsbl;
 use crate::receive::policy::PolicyClient;
 use crate::receive::smtp::anvil::{self, Anvil};
 use crate::receive::smtp::tls::ServerTls;
 use crate::receive::smtp::SessionContext;
+use crate::routing::dns::Dns;
 use crate::routing::policy::RelayPolicy;
 
 /// The contexts sessions start with, per listener: keyed by its place
@@ -36,6 +37,15 @@ impl Contexts {
     }
 }
 
+/// Why a listener's own parts could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ListenerError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+}
+
 /// A listener's own configuration and certificate, made with the parts
 /// (a bad certificate refuses the start or the reload).
 pub(super) struct ListenerParts {
@@ -49,7 +59,7 @@ pub(super) struct ListenerParts {
 pub(super) fn listener_parts(
     config: &Config,
     main_tls: &Option<Arc<ServerTls>>,
-) -> Result<HashMap<usize, ListenerParts>, BuildError> {
+) -> Result<HashMap<usize, ListenerParts>, ListenerError> {
     let mut all = HashMap::new();
     for (index, l) in config.all_listeners().iter().enumerate() {
         let Some(own) = config.for_listener(l)? else {
@@ -65,57 +75,59 @@ pub(super) fn listener_parts(
     Ok(all)
 }
 
-impl Parts {
-    /// The main context and each overriding listener's.
-    pub(super) fn contexts(&self, main: Arc<SessionContext>) -> Contexts {
-        let own = self
-            .listeners
-            .iter()
-            .map(|(index, parts)| (*index, Arc::new(self.listener_context(&main, parts))))
-            .collect();
-        Contexts { main, own }
-    }
+/// The main context and each overriding listener's (`dns`: the
+/// resolver its DNSBLs use).
+pub(super) fn contexts(
+    main: Arc<SessionContext>,
+    listeners: &HashMap<usize, ListenerParts>,
+    dns: &Arc<Dns>,
+) -> Contexts {
+    let own = listeners
+        .iter()
+        .map(|(index, parts)| (*index, Arc::new(listener_context(&main, parts, dns))))
+        .collect();
+    Contexts { main, own }
+}
 
-    fn listener_context(&self, main: &SessionContext, own: &ListenerParts) -> SessionContext {
-        let config = own.config.clone();
-        let smtpd = &config.smtpd;
-        let same = |f: fn(&Config) -> String| f(&config) == f(&main.config);
-        let intake = match same(milter_key) {
-            true => main.intake.clone(),
-            false => Arc::new(main.intake.for_listener(config.clone())),
-        };
-        let anvil = match same(anvil_key) {
-            true => main.anvil.clone(),
-            false => Anvil::new(anvil::Limits::from_config(smtpd)),
-        };
-        let policy_service = match same(policy_key) {
-            true => main.policy_service.clone(),
-            false => PolicyClient::from_config(smtpd).map(Arc::new),
-        };
-        let dnsbl = match same(dnsbl_key) {
-            true => main.dnsbl.clone(),
-            false => Dnsbl::from_config(smtpd, self.dns.clone()).map(Arc::new),
-        };
-        SessionContext {
-            policy: RelayPolicy::new(config.mynetworks(), &smtpd.relay_domains)
-                .with_parent_matches(config.restrictions.parent_domain_matches_subdomains),
-            mailboxes: main.mailboxes.clone(),
-            restrictions: main.restrictions.clone(),
-            dnscheck: main.dnscheck.clone(),
-            verifier: main.verifier.clone(),
-            spool: main.spool.clone(),
-            logger: main.logger.clone(),
-            body_memory: main.body_memory.clone(),
-            anvil,
-            tls: own.tls.clone(),
-            credentials: main.credentials.clone(),
-            dovecot: main.dovecot.clone(),
-            intake,
-            policy_service,
-            dnsbl,
-            stopping: main.stopping.clone(),
-            config,
-        }
+fn listener_context(main: &SessionContext, own: &ListenerParts, dns: &Arc<Dns>) -> SessionContext {
+    let config = own.config.clone();
+    let smtpd = &config.smtpd;
+    let same = |f: fn(&Config) -> String| f(&config) == f(&main.config);
+    let intake = match same(milter_key) {
+        true => main.intake.clone(),
+        false => Arc::new(main.intake.for_listener(config.clone())),
+    };
+    let anvil = match same(anvil_key) {
+        true => main.anvil.clone(),
+        false => Anvil::new(anvil::Limits::from_config(smtpd)),
+    };
+    let policy_service = match same(policy_key) {
+        true => main.policy_service.clone(),
+        false => PolicyClient::from_config(smtpd).map(Arc::new),
+    };
+    let dnsbl = match same(dnsbl_key) {
+        true => main.dnsbl.clone(),
+        false => Dnsbl::from_config(smtpd, dns.clone()).map(Arc::new),
+    };
+    SessionContext {
+        policy: RelayPolicy::new(config.mynetworks(), &smtpd.relay_domains)
+            .with_parent_matches(config.restrictions.parent_domain_matches_subdomains),
+        mailboxes: main.mailboxes.clone(),
+        restrictions: main.restrictions.clone(),
+        dnscheck: main.dnscheck.clone(),
+        verifier: main.verifier.clone(),
+        spool: main.spool.clone(),
+        logger: main.logger.clone(),
+        body_memory: main.body_memory.clone(),
+        anvil,
+        tls: own.tls.clone(),
+        credentials: main.credentials.clone(),
+        dovecot: main.dovecot.clone(),
+        intake,
+        policy_service,
+        dnsbl,
+        stopping: main.stopping.clone(),
+        config,
     }
 }
 
