@@ -398,6 +398,7 @@ impl Config {
             dmarc_reject: self.smtpd.dmarc_reject,
             restrictions: Default::default(),
             content_checks: Default::default(),
+            smtpd_tls_ask_ccert: None,
         });
         plain.chain(self.smtpd.listeners.iter().cloned()).collect()
     }

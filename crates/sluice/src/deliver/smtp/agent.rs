@@ -198,7 +198,7 @@ impl Reach {
     /// DANE for one MX host: only when the domain's MX RRset was secure.
     async fn dane_host(&self, host: &str, port: u16) -> Result<HostDane, DaneError> {
         match (&self.dane, self.dane_secure) {
-            (Some(dane), true) => dane.host(host, port).await,
+            (Some(dane), true) => dane.host(host, port, self.tls.identity()).await,
             _ => Ok(HostDane::None),
         }
     }

@@ -63,6 +63,7 @@ fn facts<'a>(sender: &'a str, recipient: &'a str, sasl_user: Option<&'a str>) ->
         mynetworks: false,
         improper_pipelining: false,
         recipient_count: 0,
+        ccert: None,
     }
 }
 

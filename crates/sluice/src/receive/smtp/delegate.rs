@@ -92,6 +92,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             None => ("", ""),
         };
         let id = txn.map(|t| qid(t.id)).unwrap_or_default();
+        let cc = self.ccert.as_ref();
         let count = match (at_rcpt, txn) {
             (false, Some(t)) => t.recipients.len(),
             _ => 0,
@@ -123,6 +124,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             .add("size", &txn.map_or(0, |t| t.body.len()).to_string())
             .add("encryption_protocol", protocol)
             .add("encryption_cipher", cipher)
+            .add("ccert_subject", cc.map_or("", |c| c.subject.as_str()))
+            .add("ccert_issuer", cc.map_or("", |c| c.issuer.as_str()))
+            .add(
+                "ccert_fingerprint",
+                cc.map_or("", |c| c.fingerprint.as_str()),
+            )
+            .add(
+                "ccert_pubkey_fingerprint",
+                cc.map_or("", |c| c.pubkey_fingerprint.as_str()),
+            )
             // Always sent by Postfix (empty but after ETRN): postgrey
             // answers its 4.2.0 only when it is there.
             .add("etrn_domain", "");

@@ -183,6 +183,7 @@ pub fn proxy_listener() -> sluice::config::listener::ListenerConfig {
         dmarc_reject: false,
         restrictions: Default::default(),
         content_checks: Default::default(),
+        smtpd_tls_ask_ccert: None,
     }
 }
 
