@@ -580,3 +580,40 @@ async fn hostile_client_certificates_gain_nothing() {
         assert!(failed.iter().any(|f| f.contains(why)), "{why}: {failed:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_listeners_that_ask_see_a_certificate() {
+    let dir = temp_dir("ccert-listener");
+    let pki = pki(&dir.join("pki"));
+    let relay = dir.join("relay_clientcerts");
+    std::fs::write(&relay, format!("{} a\n", pki.a.fingerprint())).unwrap();
+    let mut cfg = config(&dir, None);
+    cfg.smtpd.mynetworks = vec![net("192.0.2.0/24")];
+    cfg.tls.cert_file = Some(pki.server.cert.clone());
+    cfg.tls.key_file = Some(pki.server.key.clone());
+    cfg.restrictions.relay = "permit_tls_clientcerts, reject_unauth_destination".into();
+    cfg.restrictions.relay_clientcerts = vec![format!("texthash:{}", relay.display())];
+    // `[tls]` does not ask; one listener does (master.cf's `-o
+    // smtpd_tls_ask_ccert=yes`).
+    let mut asking = proxy_listener();
+    asking.proxy_protocol = false;
+    asking.proxy_protocol_from = Vec::new();
+    asking.smtpd_tls_ask_ccert = Some(true);
+    cfg.smtpd.listeners.push(asking);
+    let (server, plain) = start(cfg).await;
+    let mut other = None;
+    let found = wait_until(20, || {
+        other = events_named(&dir, "listening")
+            .iter()
+            .filter_map(|e| e["addr"].as_str()?.parse::<SocketAddr>().ok())
+            .find(|a| *a != plain);
+        other.is_some()
+    })
+    .await;
+    assert!(found, "no second listener");
+    let asking = other.unwrap();
+    assert_eq!(rcpt_over_tls(plain, Some(&pki.a)).await.code, 554);
+    assert_eq!(rcpt_over_tls(asking, Some(&pki.a)).await.code, 250);
+    assert_eq!(rcpt_over_tls(asking, None).await.code, 554);
+    server.shutdown().await;
+}
