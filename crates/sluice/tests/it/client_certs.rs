@@ -16,6 +16,7 @@
 //! the fingerprints the tables hold are OpenSSL's (`openssl x509
 //! -fingerprint`, `openssl pkey | openssl dgst`), not Sluice's own.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -33,7 +34,7 @@ use rustls::sign::CertifiedKey;
 use rustls::SignatureScheme;
 use sluice::config::delivery::ClientCert;
 use sluice::deliver::smtp::tls::{checking_connector, server_name, ClientIdentity};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tokio_rustls::TlsConnector;
 
 use crate::common;
@@ -309,7 +310,17 @@ struct Setup {
 }
 
 /// Postfix and Sluice, each with `setup`; the conversations' replies.
-async fn compare(dir: &Path, pki: &Pki, setup: &Setup) {
+/// A Postfix and a Sluice (under `dir/name`) asking for client
+/// certificates, with `relay` as their relay list (`$config_directory`:
+/// where `files` are) and `ca_file` as smtpd_tls_CAfile or not.
+async fn start_both(
+    dir: &Path,
+    pki: &Pki,
+    name: &str,
+    relay: &str,
+    files: [(&str, &str); 2],
+    ca_file: bool,
+) -> (Postfix, Server, SocketAddr) {
     let (cert, key) = (pki.server.cert.display(), pki.server.key.display());
     let (cert, key, ca) = (
         cert.to_string(),
@@ -327,18 +338,14 @@ async fn compare(dir: &Path, pki: &Pki, setup: &Setup) {
             "relay_clientcerts",
             "texthash:$config_directory/relay_clientcerts",
         ),
-        ("smtpd_relay_restrictions", setup.relay),
+        ("smtpd_relay_restrictions", relay),
     ];
-    if setup.ca_file {
+    if ca_file {
         cf.push(("smtpd_tls_CAfile", ca.as_str()));
     }
-    let files = [
-        ("relay_clientcerts", setup.relay_clientcerts.as_str()),
-        ("ccert_access", setup.ccert_access.as_str()),
-    ];
     let postfix = Postfix::start_with(&files, &cf, "tlsmgr unix - - n 1000? 1 tlsmgr");
 
-    let sdir = dir.join(setup.name);
+    let sdir = dir.join(name);
     std::fs::create_dir_all(&sdir).unwrap();
     for (name, text) in files {
         std::fs::write(sdir.join(name), text).unwrap();
@@ -348,11 +355,21 @@ async fn compare(dir: &Path, pki: &Pki, setup: &Setup) {
     cfg.tls.cert_file = Some(pki.server.cert.clone());
     cfg.tls.key_file = Some(pki.server.key.clone());
     cfg.tls.smtpd_tls_ask_ccert = true;
-    cfg.tls.smtpd_tls_ca_file = setup.ca_file.then(|| pki.ca.clone());
+    cfg.tls.smtpd_tls_ca_file = ca_file.then(|| pki.ca.clone());
     let sdirs = sdir.display().to_string();
-    cfg.restrictions.relay = setup.relay.replace("$config_directory", &sdirs);
+    cfg.restrictions.relay = relay.replace("$config_directory", &sdirs);
     cfg.restrictions.relay_clientcerts = vec![format!("texthash:{sdirs}/relay_clientcerts")];
     let (server, addr) = start(cfg).await;
+    (postfix, server, addr)
+}
+
+async fn compare(dir: &Path, pki: &Pki, setup: &Setup) {
+    let files = [
+        ("relay_clientcerts", setup.relay_clientcerts.as_str()),
+        ("ccert_access", setup.ccert_access.as_str()),
+    ];
+    let (postfix, server, addr) =
+        start_both(dir, pki, setup.name, setup.relay, files, setup.ca_file).await;
 
     let cases = [
         ("A", Some(&pki.a)),
@@ -615,5 +632,80 @@ async fn only_the_listeners_that_ask_see_a_certificate() {
     assert_eq!(rcpt_over_tls(plain, Some(&pki.a)).await.code, 554);
     assert_eq!(rcpt_over_tls(asking, Some(&pki.a)).await.code, 250);
     assert_eq!(rcpt_over_tls(asking, None).await.code, 554);
+    server.shutdown().await;
+}
+
+// ------------------------------------------------------ policy delegation
+
+/// Requests a policy server received, each as its attributes.
+type Requests = Arc<std::sync::Mutex<Vec<BTreeMap<String, String>>>>;
+
+/// A policy server that answers every request `DUNNO` and keeps it.
+async fn recording_policy() -> (SocketAddr, Requests) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen: Requests = Arc::default();
+    let kept = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let kept = kept.clone();
+            tokio::spawn(async move {
+                let (r, mut w) = stream.into_split();
+                let mut lines = tokio::io::BufReader::new(r).lines();
+                let mut request = BTreeMap::new();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    match line.split_once('=') {
+                        Some((k, v)) => {
+                            request.insert(k.to_string(), v.to_string());
+                        }
+                        None => {
+                            kept.lock().unwrap().push(std::mem::take(&mut request));
+                            if w.write_all(b"action=DUNNO\n\n").await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (addr, seen)
+}
+
+/// The `ccert_*` attributes of the last request.
+fn ccert_attrs(seen: &Requests) -> Vec<(String, String)> {
+    let all = seen.lock().unwrap();
+    let last = all.last().expect("a policy request");
+    last.iter()
+        .filter(|(k, _)| k.starts_with("ccert_"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn policy_services_get_the_certificate_as_from_postfix() {
+    let dir = temp_dir("ccert-policy");
+    let pki = pki(&dir.join("pki"));
+    let (p_addr, p_seen) = recording_policy().await;
+    let (s_addr, s_seen) = recording_policy().await;
+    let list = |addr| format!("check_policy_service inet:{addr}, reject_unauth_destination");
+    let (p_list, s_list) = (list(p_addr), list(s_addr));
+    let files = [("relay_clientcerts", ""), ("ccert_access", "")];
+    let (postfix, _, _) = start_both(&dir, &pki, "p", &p_list, files, true).await;
+    let (_, server, addr) = start_both(&dir, &pki, "s", &s_list, files, true).await;
+    // A verified (names sent), C not (fingerprints only), none.
+    for (what, cert) in [("A", Some(&pki.a)), ("C", Some(&pki.c)), ("none", None)] {
+        rcpt_over_tls(postfix.addr, cert).await;
+        rcpt_over_tls(addr, cert).await;
+        let (p, s) = (ccert_attrs(&p_seen), ccert_attrs(&s_seen));
+        assert_eq!(p.len(), 4, "{what}: {p:?}");
+        assert_eq!(p, s, "{what}");
+        if what == "A" {
+            assert!(
+                p.contains(&("ccert_subject".into(), "client-a".into())),
+                "{p:?}"
+            );
+        }
+    }
     server.shutdown().await;
 }

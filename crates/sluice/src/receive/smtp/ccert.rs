@@ -116,6 +116,19 @@ pub fn fingerprint(digest: FingerprintDigest, bytes: &[u8]) -> String {
     hex.join(":")
 }
 
+/// RFC 3461 xtext, as Postfix's xtext_quote: `+`, `=` and anything
+/// but visible ASCII as `+XX`.
+pub fn xtext(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        match b {
+            b'!'..=b'~' if b != b'+' && b != b'=' => out.push(char::from(b)),
+            _ => out.push_str(&format!("+{b:02X}")),
+        }
+    }
+    out
+}
+
 /// The first CN of a name, printable ASCII (anything else `?`), at most
 /// 256 characters; "" when there is none.
 fn common_name(name: &x509_parser::x509::X509Name<'_>) -> String {

@@ -93,6 +93,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         };
         let id = txn.map(|t| qid(t.id)).unwrap_or_default();
         let cc = self.ccert.as_ref();
+        // Names only of a verified certificate, xtext-encoded (Postfix's
+        // ENCODE_CN): an unverified CN is anyone's choice.
+        let cn = |name: fn(&super::ccert::PeerCert) -> &String| match cc {
+            Some(c) if c.verified => super::ccert::xtext(name(c)),
+            _ => String::new(),
+        };
         let count = match (at_rcpt, txn) {
             (false, Some(t)) => t.recipients.len(),
             _ => 0,
@@ -124,8 +130,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             .add("size", &txn.map_or(0, |t| t.body.len()).to_string())
             .add("encryption_protocol", protocol)
             .add("encryption_cipher", cipher)
-            .add("ccert_subject", cc.map_or("", |c| c.subject.as_str()))
-            .add("ccert_issuer", cc.map_or("", |c| c.issuer.as_str()))
+            .add("ccert_subject", &cn(|c| &c.subject))
+            .add("ccert_issuer", &cn(|c| &c.issuer))
             .add(
                 "ccert_fingerprint",
                 cc.map_or("", |c| c.fingerprint.as_str()),
