@@ -11,7 +11,8 @@ use std::sync::Arc;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::sign::CertifiedKey;
 use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
 
 /// Why TLS material could not be loaded or a TLS configuration built.
@@ -75,6 +76,44 @@ pub fn roots(ca_file: Option<&Path>) -> Result<RootCertStore, TlsError> {
         }
     }
     Ok(roots)
+}
+
+/// Reads a PEM chain and its key, and checks that they belong together
+/// (a server's certificate, a client's: never logged, never shown).
+pub fn certified_key(cert: &Path, key: &Path) -> Result<CertifiedKey, TlsError> {
+    let pem = |path: &Path| {
+        let path = path.to_path_buf();
+        move |err| TlsError::Pem { path, err }
+    };
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .and_then(|it| it.collect())
+        .map_err(pem(cert))?;
+    if chain.is_empty() {
+        return Err(TlsError::NoCertificate(cert.to_path_buf()));
+    }
+    let der = PrivateKeyDer::from_pem_file(key).map_err(pem(key))?;
+    let signer =
+        rustls::crypto::ring::sign::any_supported_type(&der).map_err(|err| TlsError::Unusable {
+            path: key.to_path_buf(),
+            err,
+        })?;
+    let pair = CertifiedKey::new(chain, signer);
+    // A pair that does not match fails here (check-config, start, reload)
+    // rather than at every client's handshake (security review M6).
+    match pair.keys_match() {
+        Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch)) => {
+            Err(TlsError::KeyMismatch {
+                cert: cert.to_path_buf(),
+                key: key.to_path_buf(),
+            })
+        }
+        Err(err @ rustls::Error::InvalidCertificate(_)) => Err(TlsError::Unusable {
+            path: cert.to_path_buf(),
+            err,
+        }),
+        // The key cannot say its public half: nothing to compare.
+        _ => Ok(pair),
+    }
 }
 
 /// A client configuration that verifies servers against `roots`.

@@ -43,6 +43,11 @@ pub struct DeliveryConfig {
     pub tls_policy: BTreeMap<String, Level>,
     /// CA certificates (PEM) for `verify`; default: the system's.
     pub tls_ca_file: Option<PathBuf>,
+    /// Postfix's smtp_tls_cert_file and smtp_tls_key_file: the PEM
+    /// certificate chain and key the SMTP client presents when a next hop
+    /// asks for one (both or neither; see [`ClientCert`]).
+    pub smtp_tls_cert_file: Option<PathBuf>,
+    pub smtp_tls_key_file: Option<PathBuf>,
     /// DANE (RFC 7672): DNSSEC-validated TLSA records of MX hosts require
     /// TLS with a matching certificate. Off by default (extra DNSSEC
     /// queries), as Postfix's `dane` level is opt-in.
@@ -147,6 +152,8 @@ impl Default for DeliveryConfig {
             tls_security_level: Level::May,
             tls_policy: BTreeMap::new(),
             tls_ca_file: None,
+            smtp_tls_cert_file: None,
+            smtp_tls_key_file: None,
             mx_rollup: true,
             allow_mx_networks: Vec::new(),
             mx_port: 25,
@@ -172,6 +179,47 @@ impl Default for DeliveryConfig {
             egress_pool: Vec::new(),
             smtp_bind_address_enforce: false,
         }
+    }
+}
+
+/// A client certificate and its key (PEM files), presented to servers
+/// that ask for one: `[delivery]`'s for every next hop, and the value a
+/// per-transport setting would carry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientCert {
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+}
+
+/// Only one of the two files was named.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("set both smtp_tls_cert_file and smtp_tls_key_file, or neither")]
+pub struct HalfClientCert;
+
+impl ClientCert {
+    /// The pair two optional settings name: None when neither is set.
+    pub fn of(
+        cert_file: Option<&PathBuf>,
+        key_file: Option<&PathBuf>,
+    ) -> Result<Option<ClientCert>, HalfClientCert> {
+        match (cert_file, key_file) {
+            (Some(c), Some(k)) => Ok(Some(ClientCert {
+                cert_file: c.clone(),
+                key_file: k.clone(),
+            })),
+            (None, None) => Ok(None),
+            _ => Err(HalfClientCert),
+        }
+    }
+}
+
+impl DeliveryConfig {
+    /// `smtp_tls_cert_file` with `smtp_tls_key_file`.
+    pub fn client_cert(&self) -> Result<Option<ClientCert>, HalfClientCert> {
+        ClientCert::of(
+            self.smtp_tls_cert_file.as_ref(),
+            self.smtp_tls_key_file.as_ref(),
+        )
     }
 }
 

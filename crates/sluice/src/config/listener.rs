@@ -90,9 +90,19 @@ pub struct ListenerConfig {
     /// `tls.cert_file`.
     #[serde(default, skip_serializing_if = "toml::Table::is_empty")]
     pub overrides: toml::Table,
+    /// Postfix's smtpd_tls_ask_ccert for this listener (master.cf's `-o
+    /// smtpd_tls_ask_ccert=yes`); unset: `[tls]`'s.
+    #[serde(default)]
+    pub smtpd_tls_ask_ccert: Option<bool>,
 }
 
 impl ListenerConfig {
+    /// Whether this listener asks clients for a certificate, given
+    /// `[tls] smtpd_tls_ask_ccert`.
+    pub fn asks_ccert(&self, global: bool) -> bool {
+        self.smtpd_tls_ask_ccert.unwrap_or(global)
+    }
+
     /// Whether AUTH belongs here, given `[auth] offer_on_smtp`.
     pub fn offers_auth(&self, on_smtp: bool) -> bool {
         self.auth.unwrap_or(self.kind.requires_auth() || on_smtp)
@@ -149,6 +159,29 @@ pub struct TlsConfig {
     pub key_file: Option<PathBuf>,
     /// Seconds a TLS handshake may take.
     pub handshake_timeout_secs: u64,
+    /// Postfix's smtpd_tls_ask_ccert: ask every client for a certificate
+    /// (it may send none); per listener too. Off by default, as Postfix.
+    pub smtpd_tls_ask_ccert: bool,
+    /// Postfix's smtpd_tls_fingerprint_digest: the digest of a client
+    /// certificate's fingerprints (`relay_clientcerts`,
+    /// `check_ccert_access`): `sha256` (Postfix 3.6+'s default), `sha1`,
+    /// `md5`.
+    pub smtpd_tls_fingerprint_digest: FingerprintDigest,
+    /// Postfix's smtpd_tls_CAfile: the CAs (PEM) a client certificate is
+    /// verified against, for `permit_tls_all_clientcerts`, and named to
+    /// clients when asking. None: no client certificate is verified.
+    #[serde(rename = "smtpd_tls_CAfile")]
+    pub smtpd_tls_ca_file: Option<PathBuf>,
+}
+
+/// `[tls] smtpd_tls_fingerprint_digest`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum FingerprintDigest {
+    #[default]
+    Sha256,
+    Sha1,
+    Md5,
 }
 
 impl Default for TlsConfig {
@@ -158,6 +191,9 @@ impl Default for TlsConfig {
             cert_file: None,
             key_file: None,
             handshake_timeout_secs: 30,
+            smtpd_tls_ask_ccert: false,
+            smtpd_tls_fingerprint_digest: FingerprintDigest::Sha256,
+            smtpd_tls_ca_file: None,
         }
     }
 }

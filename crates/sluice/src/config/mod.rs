@@ -405,6 +405,7 @@ impl Config {
             restrictions: Default::default(),
             content_checks: Default::default(),
             overrides: Default::default(),
+            smtpd_tls_ask_ccert: None,
         });
         plain.chain(self.smtpd.listeners.iter().cloned()).collect()
     }

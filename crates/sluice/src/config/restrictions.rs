@@ -58,6 +58,11 @@ pub struct RestrictionsConfig {
     /// specs) of sender address → the logins that may use it (several
     /// separated by commas or blanks), for `reject_*sender_login_mismatch`.
     pub sender_login_maps: Vec<String>,
+    /// relay_clientcerts: tables (`[tables]` names or Postfix specs) of
+    /// client certificate fingerprints (or public-key fingerprints, in
+    /// `[tls] smtpd_tls_fingerprint_digest`) `permit_tls_clientcerts`
+    /// lets relay; the value is not used.
+    pub relay_clientcerts: Vec<String>,
     /// smtpd_null_access_lookup_key: the key the null sender is looked
     /// up with in access tables.
     pub null_access_lookup_key: String,
@@ -102,6 +107,7 @@ impl Default for RestrictionsConfig {
             helo_required: true,
             parent_domain_matches_subdomains: true,
             sender_login_maps: Vec::new(),
+            relay_clientcerts: Vec::new(),
             null_access_lookup_key: "<>".into(),
             unknown_address_tempfail_action: TempfailAction::DeferIfPermit,
             unknown_helo_hostname_tempfail_action: TempfailAction::DeferIfPermit,

@@ -42,6 +42,10 @@ pub struct TransportConfig {
     pub smtp_helo_name: Option<String>,
     /// A weighted pool of sources; replaces the three settings above.
     pub egress_pool: Vec<EgressSource>,
+    /// Postfix's smtp_tls_cert_file and smtp_tls_key_file for this
+    /// transport's connections (default: `[delivery]`'s).
+    pub smtp_tls_cert_file: Option<std::path::PathBuf>,
+    pub smtp_tls_key_file: Option<std::path::PathBuf>,
 }
 
 /// One source of an egress pool.
@@ -145,6 +149,11 @@ pub fn validate<'a>(
             ));
         }
         t.egress().validate(&format!("transports.{name}"))?;
+        super::delivery::ClientCert::of(
+            t.smtp_tls_cert_file.as_ref(),
+            t.smtp_tls_key_file.as_ref(),
+        )
+        .map_err(|e| format!("transports.{name}: {e}"))?;
     }
     for (setting, name) in used {
         if !transports.contains_key(name) {

@@ -105,6 +105,8 @@ pub(super) struct Parts {
     pub own_addrs: Arc<OwnAddrs>,
     /// What the agents were built from, CA file's date included.
     delivery_stamp: String,
+    /// Source addresses, HELO names and certificates per transport.
+    pub egress: Arc<crate::deliver::smtp::egress::Egresses>,
     /// The listeners with overrides: their configuration and certificate
     /// (`services.rs`).
     pub(super) listeners: std::collections::HashMap<usize, super::services::ListenerParts>,
@@ -271,7 +273,9 @@ impl Parts {
             false => None,
         };
         let listeners = super::services::listener_parts(&config, &tls)?;
+        let egress = Arc::new(crate::deliver::smtp::egress::Egresses::new(&config)?);
         Ok(Parts {
+            egress,
             listeners,
             forwarding,
             arc,
@@ -374,7 +378,7 @@ impl Parts {
                     self.restrictions.sasl_passwords.clone(),
                 )
                 .map(Arc::new),
-                egress: Arc::new(crate::deliver::smtp::egress::Egresses::new(&self.config)),
+                egress: self.egress.clone(),
             },
             maildir: MaildirAgent {
                 config: self.config.clone(),

@@ -15,6 +15,7 @@ mod acme;
 mod balancer;
 mod bcc_maps;
 mod canonical;
+mod client_certs;
 mod cluster;
 mod config_doc;
 mod dane;

@@ -51,6 +51,7 @@ fn with_dovecot(dir: &Path, sink: std::net::SocketAddr, path: &Path, timeout_sec
         restrictions: Default::default(),
         content_checks: Default::default(),
         overrides: Default::default(),
+        smtpd_tls_ask_ccert: None,
     });
     cfg
 }

@@ -49,6 +49,7 @@ fn with_auth(dir: &Path, sink: std::net::SocketAddr, kinds: &[ListenerKind]) -> 
             restrictions: Default::default(),
             content_checks: Default::default(),
             overrides: Default::default(),
+            smtpd_tls_ask_ccert: None,
         });
     }
     cfg

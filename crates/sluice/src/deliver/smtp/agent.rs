@@ -71,7 +71,10 @@ impl DeliveryAgent for SmtpAgent {
                 hop: start.hop.clone(),
                 config: self.config.clone(),
                 logger: self.logger.clone(),
-                tls: self.tls.clone(),
+                tls: self
+                    .egress
+                    .tls(&start.hop)
+                    .unwrap_or_else(|| self.tls.clone()),
                 dns: self.dns.clone(),
                 dead: self.dead.clone(),
                 sts: self.sts.clone(),
@@ -203,7 +206,7 @@ impl Reach {
     /// DANE for one MX host: only when the domain's MX RRset was secure.
     async fn dane_host(&self, host: &str, port: u16) -> Result<HostDane, DaneError> {
         match (&self.dane, self.dane_secure) {
-            (Some(dane), true) => dane.host(host, port).await,
+            (Some(dane), true) => dane.host(host, port, self.tls.identity()).await,
             _ => Ok(HostDane::None),
         }
     }

@@ -27,7 +27,7 @@ use hickory_resolver::TokioResolver;
 use rustls::pki_types::CertificateDer;
 use tokio_rustls::TlsConnector;
 
-use super::tls::checking_connector;
+use super::tls::{checking_connector, ClientIdentity};
 use crate::config::DnsConfig;
 use crate::pki::TlsError;
 use crate::routing::dns::{ascii_name, resolver_parts, ResolverError};
@@ -126,8 +126,14 @@ impl Dane {
         }
     }
 
-    /// The TLSA verdict for `host` on `port`.
-    pub async fn host(&self, host: &str, port: u16) -> Result<HostDane, DaneError> {
+    /// The TLSA verdict for `host` on `port`; its connector presents
+    /// `identity` to a server that asks.
+    pub async fn host(
+        &self,
+        host: &str,
+        port: u16,
+        identity: Option<&ClientIdentity>,
+    ) -> Result<HostDane, DaneError> {
         let name = format!("_{port}._tcp.{}.", ascii_name(host)?);
         let found = match self.resolver.tlsa_lookup(name.as_str()).await {
             Ok(found) => found,
@@ -168,7 +174,7 @@ impl Dane {
             return Ok(HostDane::Unusable);
         }
         Ok(HostDane::Authenticated(
-            connector(usable).map_err(DaneError::Connector)?,
+            connector(usable, identity).map_err(DaneError::Connector)?,
         ))
     }
 }
@@ -189,11 +195,15 @@ fn all_secure(proofs: impl Iterator<Item = Proof>) -> bool {
     any
 }
 
-fn connector(records: Vec<Association>) -> Result<TlsConnector, TlsError> {
+fn connector(
+    records: Vec<Association>,
+    identity: Option<&ClientIdentity>,
+) -> Result<TlsConnector, TlsError> {
     let check = move |cert: &CertificateDer<'_>| records.iter().any(|r| r.matches(cert));
     checking_connector(
         Box::new(check),
         "no DANE TLSA record matches the certificate",
+        identity,
     )
 }
 

@@ -23,10 +23,13 @@ use std::sync::Arc;
 
 use tokio::net::{TcpSocket, TcpStream};
 
+use super::tls::ClientTls;
+use crate::config::delivery::ClientCert;
 use crate::config::hop::NextHop;
 use crate::config::transports::EgressSettings;
 use crate::config::Config;
 use crate::log::{Event, Logger};
+use crate::pki::TlsError;
 
 /// One source: the addresses a connection is bound to and its HELO name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -157,15 +160,41 @@ fn smooth_weighted(weights: &[u32]) -> Vec<u16> {
         .collect()
 }
 
-/// The egress of every scope: `[delivery]`'s and each transport's.
-#[derive(Debug)]
+/// The egress of every scope: `[delivery]`'s and each transport's, and
+/// the TLS client of each transport with a certificate of its own.
 pub struct Egresses {
     default: Arc<Egress>,
     transports: HashMap<String, Arc<Egress>>,
+    tls: HashMap<String, Arc<ClientTls>>,
 }
 
 impl Egresses {
-    pub fn new(config: &Config) -> Egresses {
+    /// Fails on a transport's certificate that cannot be loaded (or a
+    /// key that is not its certificate's).
+    pub fn new(config: &Config) -> Result<Egresses, TlsError> {
+        let mut tls = HashMap::new();
+        for (name, t) in &config.transports {
+            let setting = || format!("transports.{name}.smtp_tls_cert_file");
+            let cert = ClientCert::of(t.smtp_tls_cert_file.as_ref(), t.smtp_tls_key_file.as_ref())
+                .map_err(|_| TlsError::HalfPair.of(&setting()))?;
+            if let Some(cert) = cert {
+                let client = ClientTls::build_with(&config.delivery, Some(&cert))?;
+                tls.insert(name.clone(), Arc::new(client));
+            }
+        }
+        Ok(Egresses {
+            tls,
+            ..Egresses::sources(config)
+        })
+    }
+
+    /// The TLS client of `hop`'s transport, when it has a certificate of
+    /// its own (else `[delivery]`'s applies).
+    pub fn tls(&self, hop: &NextHop) -> Option<Arc<ClientTls>> {
+        self.tls.get(&**hop.transport()?).cloned()
+    }
+
+    fn sources(config: &Config) -> Egresses {
         let d = &config.delivery;
         let host = config.hostname.as_str();
         let enforce = d.smtp_bind_address_enforce;
@@ -181,6 +210,7 @@ impl Egresses {
         Egresses {
             default,
             transports,
+            tls: HashMap::new(),
         }
     }
 

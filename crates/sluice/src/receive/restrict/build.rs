@@ -74,6 +74,8 @@ pub struct Restrictions {
     policies: HashMap<String, Arc<PolicyClient>>,
     /// smtpd_sender_login_maps, in order.
     pub sender_login: Vec<Arc<Table>>,
+    /// relay_clientcerts, in order (`permit_tls_clientcerts`).
+    pub relay_clientcerts: Vec<Arc<Table>>,
     /// `[rewrite]`'s tables (built here, with the lists' tables, for the
     /// intake).
     pub rewrite: Arc<crate::intake::rewrite::RewriteMaps>,
@@ -179,6 +181,7 @@ impl Restrictions {
                 .collect()
         };
         let sender_login = maps(&rc.sender_login_maps, "sender_login_maps")?;
+        let relay_clientcerts = maps(&rc.relay_clientcerts, "relay_clientcerts")?;
         let rw = &config.rewrite;
         let rewrite = Arc::new(crate::intake::rewrite::RewriteMaps {
             sender_bcc: maps(&rw.sender_bcc_maps, "rewrite.sender_bcc_maps")?,
@@ -215,6 +218,7 @@ impl Restrictions {
             tables: b.tables,
             policies: b.policies,
             sender_login,
+            relay_clientcerts,
             rewrite,
             content_checks,
             sasl_passwords,

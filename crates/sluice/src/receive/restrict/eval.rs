@@ -234,6 +234,10 @@ impl<'r> Evaluation<'r> {
             }
             PermitMynetworks if f.mynetworks => Step::Permit,
             PermitSaslAuthenticated if f.sasl_user.is_some() => Step::Permit,
+            PermitTlsClientcerts | PermitTlsAllClientcerts => {
+                let all = matches!(r, PermitTlsAllClientcerts);
+                super::ccert::permit(&self.r.relay_clientcerts, all, stage, f, by).await
+            }
             RejectUnauthDestination | DeferUnauthDestination | PermitAuthDestination => {
                 self.destination(r, f, env)
             }
@@ -451,6 +455,10 @@ impl<'r> Evaluation<'r> {
                         partial: false,
                     }]],
                 ),
+                None => return Step::Next,
+            },
+            TableCheck::Ccert => match super::ccert::access_keys(f) {
+                Some(found) => found,
                 None => return Step::Next,
             },
         };

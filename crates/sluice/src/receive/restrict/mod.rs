@@ -23,6 +23,7 @@
 //! permit relaying unless a restriction the operator wrote permits it.
 
 pub mod build;
+mod ccert;
 mod checks;
 pub mod eval;
 mod keys;
@@ -36,6 +37,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 pub use build::{BuildError, Lists, Restrictions};
+pub use ccert::PeerCert;
 pub use eval::{Effect, Env, Outcome};
 
 use crate::receive::dnscheck::DnsList;
@@ -91,6 +93,8 @@ pub struct Facts<'a> {
     pub improper_pipelining: bool,
     /// Recipients accepted so far in this transaction.
     pub recipient_count: usize,
+    /// The client's TLS certificate, when asked for and sent.
+    pub ccert: Option<&'a PeerCert>,
 }
 
 /// What an access-table check looks up.
@@ -106,6 +110,9 @@ pub enum TableCheck {
     Recipient,
     /// The SASL login.
     Sasl,
+    /// The client certificate's fingerprint, then its public key's
+    /// (check_ccert_access).
+    Ccert,
 }
 
 /// Which clients `reject_*sender_login_mismatch` holds to the map.
@@ -179,8 +186,11 @@ pub enum Restriction {
     WarnIfReject,
     PermitMynetworks,
     PermitSaslAuthenticated,
-    /// Sluice asks no client certificate: never matches (docs/CONFIG.md).
+    /// The client certificate's (or its public key's) fingerprint is in
+    /// relay_clientcerts (`ccert.rs`).
     PermitTlsClientcerts,
+    /// ... or the certificate is verified against smtpd_tls_CAfile.
+    PermitTlsAllClientcerts,
     RejectUnauthDestination,
     DeferUnauthDestination,
     PermitAuthDestination,
@@ -230,6 +240,7 @@ pub fn keyword(r: &Restriction) -> &'static str {
         PermitMynetworks => "permit_mynetworks",
         PermitSaslAuthenticated => "permit_sasl_authenticated",
         PermitTlsClientcerts => "permit_tls_clientcerts",
+        PermitTlsAllClientcerts => "permit_tls_all_clientcerts",
         RejectUnauthDestination => "reject_unauth_destination",
         DeferUnauthDestination => "defer_unauth_destination",
         PermitAuthDestination => "permit_auth_destination",
@@ -254,6 +265,7 @@ pub fn keyword(r: &Restriction) -> &'static str {
         Access(TableCheck::Sender, _) => "check_sender_access",
         Access(TableCheck::Recipient, _) => "check_recipient_access",
         Access(TableCheck::Sasl, _) => "check_sasl_access",
+        Access(TableCheck::Ccert, _) => "check_ccert_access",
         Policy(_) => "check_policy_service",
         Class(_) => "restriction_class",
     }

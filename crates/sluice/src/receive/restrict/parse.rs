@@ -113,7 +113,6 @@ fn with_argument(
         "reject_rhsbl_recipient"
         | "permit_rhswl_client"
         | "sleep"
-        | "check_ccert_access"
         | "check_client_a_access"
         | "check_client_mx_access"
         | "check_client_ns_access"
@@ -149,7 +148,8 @@ fn simple(keyword: &str) -> Option<Restriction> {
         "warn_if_reject" => WarnIfReject,
         "permit_mynetworks" => PermitMynetworks,
         "permit_sasl_authenticated" => PermitSaslAuthenticated,
-        "permit_tls_clientcerts" | "permit_tls_all_clientcerts" => PermitTlsClientcerts,
+        "permit_tls_clientcerts" => PermitTlsClientcerts,
+        "permit_tls_all_clientcerts" => PermitTlsAllClientcerts,
         "reject_unauth_destination" => RejectUnauthDestination,
         "defer_unauth_destination" => DeferUnauthDestination,
         "permit_auth_destination" => PermitAuthDestination,
@@ -195,6 +195,7 @@ fn table_check(keyword: &str) -> Option<TableCheck> {
         "check_sender_access" => TableCheck::Sender,
         "check_recipient_access" => TableCheck::Recipient,
         "check_sasl_access" => TableCheck::Sasl,
+        "check_ccert_access" => TableCheck::Ccert,
         _ => return None,
     })
 }

@@ -2,7 +2,8 @@
 //! differently from Postfix, each at unit scale (the differential test
 //! holds them to a real Postfix): warn_if_reject over a nested list, both
 //! defer_if_permit and defer_if_reject pending, the known-login check
-//! for unauthenticated clients, and the enhanced code's class.
+//! for unauthenticated clients, the enhanced code's class; and the
+//! client-certificate checks (permit_tls_clientcerts and its table).
 
 use std::sync::Arc;
 
@@ -63,6 +64,7 @@ fn facts<'a>(sender: &'a str, recipient: &'a str, sasl_user: Option<&'a str>) ->
         mynetworks: false,
         improper_pipelining: false,
         recipient_count: 0,
+        ccert: None,
     }
 }
 
@@ -160,4 +162,54 @@ fn the_enhanced_code_takes_the_replys_class() {
     assert_eq!((r.code, r.enhanced.as_str()), (450, "4.1.1"));
     let r = reply(554, "4.7.1", "u@x", "Recipient address", "no", "x");
     assert_eq!(r.enhanced, "5.7.1");
+}
+
+#[tokio::test]
+async fn client_certificates_by_fingerprint_and_a_table_that_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("relay_clientcerts");
+    std::fs::write(&certs, "AA:BB pubkey\n").unwrap();
+    let cert = super::PeerCert {
+        fingerprint: "CC:DD".into(),
+        pubkey_fingerprint: "AA:BB".into(),
+        subject: "client".into(),
+        issuer: "CA".into(),
+        verified: false,
+    };
+    let with = |cert| {
+        let mut f = facts("a@example.com", "u@local.test", None);
+        f.ccert = cert;
+        f
+    };
+    let r = built(|c| {
+        c.restrictions.relay_clientcerts = vec![format!("texthash:{}", certs.display())];
+        c.restrictions.sender = "permit_tls_clientcerts, reject".into();
+    });
+    let (o, _) = decide(&r, &with(Some(&cert))).await;
+    assert_eq!(o, Outcome::Pass, "by the public key's fingerprint");
+    let (o, _) = decide(&r, &with(None)).await;
+    assert!(
+        matches!(&o, Outcome::Refuse(r) if r.by == "reject"),
+        "{o:?}"
+    );
+    // permit_tls_all_clientcerts: verified passes without the table.
+    let r = built(|c| c.restrictions.sender = "permit_tls_all_clientcerts, reject".into());
+    let verified = super::PeerCert {
+        verified: true,
+        ..cert.clone()
+    };
+    let (o, _) = decide(&r, &with(Some(&verified))).await;
+    assert_eq!(o, Outcome::Pass);
+    let (o, _) = decide(&r, &with(Some(&cert))).await;
+    assert!(matches!(o, Outcome::Refuse(_)), "{o:?}");
+    // A table that cannot answer: 451 4.3.0, never a permit.
+    let r = built(|c| {
+        c.restrictions.relay_clientcerts = vec!["tcp:127.0.0.1:9".into()];
+        c.restrictions.sender = "permit_tls_clientcerts, permit".into();
+    });
+    let (o, _) = decide(&r, &with(Some(&cert))).await;
+    match o {
+        Outcome::Refuse(r) => assert_eq!((r.code, r.enhanced.as_str()), (451, "4.3.0")),
+        other => panic!("{other:?}"),
+    }
 }

@@ -92,6 +92,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             None => ("", ""),
         };
         let id = txn.map(|t| qid(t.id)).unwrap_or_default();
+        let cc = self.ccert.as_ref();
+        // Names only of a verified certificate, xtext-encoded (Postfix's
+        // ENCODE_CN): an unverified CN is anyone's choice.
+        let cn = |name: fn(&super::ccert::PeerCert) -> &String| match cc {
+            Some(c) if c.verified => super::ccert::xtext(name(c)),
+            _ => String::new(),
+        };
         let count = match (at_rcpt, txn) {
             (false, Some(t)) => t.recipients.len(),
             _ => 0,
@@ -123,6 +130,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             .add("size", &txn.map_or(0, |t| t.body.len()).to_string())
             .add("encryption_protocol", protocol)
             .add("encryption_cipher", cipher)
+            .add("ccert_subject", &cn(|c| &c.subject))
+            .add("ccert_issuer", &cn(|c| &c.issuer))
+            .add(
+                "ccert_fingerprint",
+                cc.map_or("", |c| c.fingerprint.as_str()),
+            )
+            .add(
+                "ccert_pubkey_fingerprint",
+                cc.map_or("", |c| c.pubkey_fingerprint.as_str()),
+            )
             // Always sent by Postfix (empty but after ETRN): postgrey
             // answers its 4.2.0 only when it is there.
             .add("etrn_domain", "");

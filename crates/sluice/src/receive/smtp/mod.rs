@@ -16,6 +16,7 @@
 
 pub mod anvil;
 pub mod auth;
+pub mod ccert;
 mod commands;
 mod delegate;
 mod hash_pool;

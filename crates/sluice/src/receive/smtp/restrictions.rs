@@ -167,6 +167,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             mynetworks: self.trusted,
             improper_pipelining: self.improper_pipelining,
             recipient_count: txn.map_or(0, |t| t.recipients.len()),
+            ccert: self.ccert.as_ref(),
         }
     }
 

@@ -64,6 +64,9 @@ pub struct Session<S> {
     pub(super) listener: Arc<ListenerConfig>,
     /// "TLSv1.3 with cipher …" once the session is encrypted.
     pub(super) tls: Option<String>,
+    /// The client's certificate, when the listener asked for one and the
+    /// client sent it (`ccert.rs`).
+    pub(super) ccert: Option<super::ccert::PeerCert>,
     /// The AUTH user, once authenticated.
     pub(super) auth: Option<String>,
     /// What every session shares: settings, the intake, tables, limits.
@@ -135,6 +138,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             io: MaybeTls::Plain(io),
             listener,
             tls: None,
+            ccert: None,
             auth: None,
             ctx,
             local: None,
@@ -320,9 +324,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         };
         let limit = Duration::from_secs(self.ctx.config.tls.handshake_timeout_secs.max(1));
         let ip = self.peer.ip();
-        match tokio::time::timeout(limit, self.io.start_tls(tls.acceptor())).await {
+        let ask = self
+            .listener
+            .asks_ccert(self.ctx.config.tls.smtpd_tls_ask_ccert);
+        match tokio::time::timeout(limit, self.io.start_tls(tls.acceptor(ask))).await {
             Ok(Ok(())) => {
                 self.tls = self.io.tls_summary();
+                self.ccert = self.io.tls_stream().and_then(|t| tls.peer_cert(t));
                 let summary = self.tls.as_deref().unwrap_or("TLS");
                 self.ctx.logger.emit(&Event::TlsIn {
                     client_ip: ip,

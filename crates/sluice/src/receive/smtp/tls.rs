@@ -18,16 +18,16 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use arc_swap::ArcSwap;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::PrivateKeyDer;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
+use super::ccert::{Asking, PeerCert};
 use crate::config::Config;
-use crate::pki::TlsError;
+use crate::pki::{certified_key, TlsError};
 use crate::smtp::io::{summary, MaybeTls};
 
 /// The certificate in use, swapped whole on reload.
@@ -40,9 +40,13 @@ impl ResolvesServerCert for Resolver {
     }
 }
 
-/// TLS for every listener: one acceptor, one reloadable certificate.
+/// TLS for every listener: one reloadable certificate, served by an
+/// acceptor that asks for no client certificate and one that asks.
 pub struct ServerTls {
     acceptor: TlsAcceptor,
+    /// For listeners with smtpd_tls_ask_ccert (`ccert.rs`).
+    asking: TlsAcceptor,
+    ccert: Asking,
     resolver: Arc<Resolver>,
     /// The certificate and key files in use (changed by [`ServerTls::install`]).
     files: Mutex<(PathBuf, PathBuf)>,
@@ -80,15 +84,33 @@ impl ServerTls {
             _ => return Err(TlsError::HalfPair.of("tls")),
         };
         let resolver = Arc::new(Resolver(ArcSwap::from_pointee(pair)));
+        let t = &config.tls;
+        let ccert = Asking::new(
+            t.smtpd_tls_ca_file.as_deref(),
+            t.smtpd_tls_fingerprint_digest,
+        )?;
         Ok(Some(Arc::new(ServerTls {
             acceptor: acceptor(resolver.clone())?,
+            asking: asking_acceptor(resolver.clone(), ccert.verifier.clone())?,
+            ccert,
             resolver,
             files: Mutex::new((cert, key)),
         })))
     }
 
-    pub fn acceptor(&self) -> &TlsAcceptor {
-        &self.acceptor
+    /// The acceptor of a listener that asks for a client certificate
+    /// (`ask_ccert`) or not.
+    pub fn acceptor(&self, ask_ccert: bool) -> &TlsAcceptor {
+        match ask_ccert {
+            true => &self.asking,
+            false => &self.acceptor,
+        }
+    }
+
+    /// The client's certificate, as the restrictions see it (None: none
+    /// was asked for, or sent).
+    pub fn peer_cert<S>(&self, stream: &TlsStream<S>) -> Option<PeerCert> {
+        self.ccert.peer(stream.get_ref().1.peer_certificates())
     }
 
     /// Re-reads the certificate files; on error the old one stays.
@@ -147,41 +169,16 @@ fn acceptor(resolver: Arc<Resolver>) -> Result<TlsAcceptor, TlsError> {
     Ok(TlsAcceptor::from(Arc::new(server)))
 }
 
-/// Reads a PEM chain and its key.
-fn certified_key(cert: &Path, key: &Path) -> Result<CertifiedKey, TlsError> {
-    let pem = |path: &Path| {
-        let path = path.to_path_buf();
-        move |err| TlsError::Pem { path, err }
-    };
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-        .and_then(|it| it.collect())
-        .map_err(pem(cert))?;
-    if chain.is_empty() {
-        return Err(TlsError::NoCertificate(cert.to_path_buf()));
-    }
-    let der = PrivateKeyDer::from_pem_file(key).map_err(pem(key))?;
-    let signer =
-        rustls::crypto::ring::sign::any_supported_type(&der).map_err(|err| TlsError::Unusable {
-            path: key.to_path_buf(),
-            err,
-        })?;
-    let pair = CertifiedKey::new(chain, signer);
-    // A pair that does not match fails here (check-config, start, reload)
-    // rather than at every client's handshake (security review M6).
-    match pair.keys_match() {
-        Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch)) => {
-            Err(TlsError::KeyMismatch {
-                cert: cert.to_path_buf(),
-                key: key.to_path_buf(),
-            })
-        }
-        Err(err @ rustls::Error::InvalidCertificate(_)) => Err(TlsError::Unusable {
-            path: cert.to_path_buf(),
-            err,
-        }),
-        // The key cannot say its public half: nothing to compare.
-        _ => Ok(pair),
-    }
+/// An acceptor asking for a client certificate, any (`ccert.rs`).
+fn asking_acceptor(
+    resolver: Arc<Resolver>,
+    verifier: Arc<super::ccert::AnyClientCert>,
+) -> Result<TlsAcceptor, TlsError> {
+    let server = rustls::ServerConfig::builder_with_provider(crate::pki::provider())
+        .with_safe_default_protocol_versions()?
+        .with_client_cert_verifier(verifier)
+        .with_cert_resolver(resolver);
+    Ok(TlsAcceptor::from(Arc::new(server)))
 }
 
 /// A self-signed certificate for `hostname` (its DNS name and common
@@ -241,6 +238,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Io<S> {
     pub fn tls_summary(&self) -> Option<String> {
         let MaybeTls::Tls(t) = self else { return None };
         summary(t.get_ref().1)
+    }
+
+    /// The TLS stream, once encrypted.
+    pub fn tls_stream(&self) -> Option<&TlsStream<S>> {
+        match self {
+            MaybeTls::Tls(t) => Some(t.as_ref()),
+            _ => None,
+        }
     }
 
     /// Takes the plain stream and gives it back encrypted.

@@ -184,6 +184,7 @@ pub fn proxy_listener() -> sluice::config::listener::ListenerConfig {
         restrictions: Default::default(),
         content_checks: Default::default(),
         overrides: Default::default(),
+        smtpd_tls_ask_ccert: None,
     }
 }
 

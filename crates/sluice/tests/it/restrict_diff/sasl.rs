@@ -212,6 +212,7 @@ fn listener(listen: &str, restrictions: ListOverrides, auth: bool) -> ListenerCo
         restrictions,
         content_checks: Default::default(),
         overrides: Default::default(),
+        smtpd_tls_ask_ccert: None,
     }
 }
 

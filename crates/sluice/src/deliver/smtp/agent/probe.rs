@@ -135,7 +135,7 @@ impl Prober {
             dane,
             own: Arc::new(OwnAddrs::new(own)),
             sasl: None,
-            egress: Arc::new(crate::deliver::smtp::egress::Egresses::new(&config)),
+            egress: Arc::new(crate::deliver::smtp::egress::Egresses::new(&config)?),
             logger,
             config,
         })
@@ -189,10 +189,10 @@ impl Prober {
     async fn connect(&self, hop: Arc<NextHop>, address: &str) -> Result<SmtpConn, Unreached> {
         let mut reach = Reach {
             egress: self.egress.of(&hop),
+            tls: self.egress.tls(&hop).unwrap_or_else(|| self.tls.clone()),
             hop,
             config: self.config.clone(),
             logger: self.logger.clone(),
-            tls: self.tls.clone(),
             dns: self.dns.clone(),
             dead: self.dead.clone(),
             sts: self.sts.clone(),
