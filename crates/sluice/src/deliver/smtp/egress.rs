@@ -176,7 +176,7 @@ impl Egresses {
         for (name, t) in &config.transports {
             let setting = || format!("transports.{name}.smtp_tls_cert_file");
             let cert = ClientCert::of(t.smtp_tls_cert_file.as_ref(), t.smtp_tls_key_file.as_ref())
-                .map_err(|_| TlsError::HalfPair.of(&setting()))?;
+                .map_err(|_| TlsError::HalfPair.of(setting()))?;
             if let Some(cert) = cert {
                 let client = ClientTls::build_with(&config.delivery, Some(&cert))?;
                 tls.insert(name.clone(), Arc::new(client));
