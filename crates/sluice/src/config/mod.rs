@@ -25,6 +25,7 @@ pub(crate) use as_text;
 pub mod acme;
 pub mod cluster;
 pub mod content_checks;
+pub mod content_filter;
 pub mod delivery;
 pub mod dnsbl;
 pub mod forwarding;
@@ -398,6 +399,7 @@ impl Config {
             dmarc_reject: self.smtpd.dmarc_reject,
             restrictions: Default::default(),
             content_checks: Default::default(),
+            content_filter: None,
         });
         plain.chain(self.smtpd.listeners.iter().cloned()).collect()
     }
@@ -408,6 +410,17 @@ impl Config {
             Some(pm) => pm.to_string(),
             None => format!("postmaster@{}", self.hostname),
         }
+    }
+
+    /// Settings that work but that an operator should hear about, for
+    /// `check-config` and the log at start.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = self.local.warnings();
+        out.extend(listener::bypass_warnings(
+            &self.content_checks.content_filter,
+            &self.smtpd.listeners,
+        ));
+        out
     }
 
     pub fn mynetworks(&self) -> Vec<Cidr> {

@@ -52,6 +52,8 @@ impl Config {
         for l in self.all_listeners() {
             l.validate(self.tls.enabled, self.auth.provided())?;
         }
+        super::listener::check_bypass(&self.content_checks.content_filter, &self.smtpd.listeners)
+            .map_err(ConfigError::Invalid)?;
         if let Some(cluster) = &self.cluster {
             cluster.validate()?;
         }

@@ -5,7 +5,10 @@
 //!
 //! Messages and destinations are referred to by ID (queue ID, destination
 //! key), never by pointer. Each message's open recipients are grouped by
-//! next hop into jobs and queued on their destination (`destination.rs`).
+//! next hop into jobs and queued on their destination (`destination.rs`);
+//! a message with an after-queue content filter (`Envelope::filter`,
+//! Postfix's `content_filter`) has every recipient go to the filter's hop
+//! instead, whatever its own route.
 //!
 //! Outcomes: delivered and bounced recipients are recorded in the spool
 //! (an `Action::Record`) and the message is forgotten when all are final;
@@ -48,6 +51,7 @@ use super::lines;
 use super::retry::backoff;
 use super::step::{Action, Clock, Input};
 use super::{DrainReport, QueuedMessage};
+use crate::config::content_filter::ContentFilter;
 use crate::config::hop::NextHop;
 use crate::config::Config;
 use crate::log::{Event, Logger, Qid};
@@ -59,6 +63,25 @@ use crate::routing::Router;
 fn no_route() -> Reply {
     let text = "no route to destination (an address without a domain)";
     Reply::own(451, Enhanced::new(4, 4, 0), text)
+}
+
+/// Where every recipient of `envelope` goes when it has an after-queue
+/// content filter (`Envelope::filter`, Postfix's `content_filter`): that
+/// hop, whatever the recipients' own routes; `None` routes each as usual.
+/// A filter that does not read as one (a spool from a newer Sluice) holds
+/// the mail (`4.3.5`) rather than send it unfiltered.
+fn filter_hop(envelope: &sluice_spool::Envelope) -> Option<Result<Arc<NextHop>, Reply>> {
+    if envelope.filter.is_empty() {
+        return None;
+    }
+    let filter = ContentFilter::parse(&envelope.filter);
+    Some(match filter.as_ref().map(ContentFilter::hop) {
+        Ok(Some(hop)) => Ok(Arc::new(hop.clone())),
+        _ => {
+            let text = format!("content filter {:?} is not a next hop", envelope.filter);
+            Err(Reply::own(451, Enhanced::new(4, 3, 5), text))
+        }
+    })
 }
 
 /// A drain in progress (shutdown).
@@ -318,15 +341,24 @@ impl QueueCore {
         let mut groups: Vec<(Arc<NextHop>, Vec<u16>)> = Vec::new();
         let (mut discarded, mut unroutable) = (Vec::new(), Vec::new());
         let envelope = msg.envelope.clone();
+        let filter = filter_hop(&envelope);
+        let why = match &filter {
+            Some(Err(reply)) => reply.clone(),
+            _ => no_route(),
+        };
         for (i, state) in msg.rcpts.iter_mut().enumerate() {
             if !pick(i, state) {
                 continue;
             }
-            match self.router.route(&envelope.recipients[i]) {
+            let route = match &filter {
+                None => self.router.route(&envelope.recipients[i]),
+                Some(hop) => hop.as_ref().ok().cloned(),
+            };
+            match route {
                 None => {
                     *state = RcptState::Deferred {
                         relay: Relay::None,
-                        reply: no_route(),
+                        reply: why.clone(),
                         dest: None,
                     };
                     unroutable.push(i);
@@ -352,7 +384,7 @@ impl QueueCore {
             lines::discarded(&self.logger, &envelope, i as usize);
         }
         for &i in &unroutable {
-            lines::unroutable(&self.logger, &envelope, i, &no_route());
+            lines::unroutable(&self.logger, &envelope, i, &why);
         }
         if !discarded.is_empty() {
             // The "complete" record, if due, is written by finish_round.

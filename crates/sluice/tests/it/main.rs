@@ -17,6 +17,7 @@ mod bcc_maps;
 mod canonical;
 mod cluster;
 mod config_doc;
+mod content_filter;
 mod dane;
 mod dashboard;
 mod delay_warning;

@@ -50,6 +50,7 @@ fn with_dovecot(dir: &Path, sink: std::net::SocketAddr, path: &Path, timeout_sec
         dmarc_reject: false,
         restrictions: Default::default(),
         content_checks: Default::default(),
+        content_filter: None,
     });
     cfg
 }

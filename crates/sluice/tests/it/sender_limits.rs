@@ -50,6 +50,7 @@ fn node(dir: &Path, sink: SocketAddr, per_hour: u64) -> sluice::config::Config {
         dmarc_reject: false,
         restrictions: Default::default(),
         content_checks: Default::default(),
+        content_filter: None,
     });
     cfg.sender_limits.login_messages_per_hour = per_hour;
     cfg

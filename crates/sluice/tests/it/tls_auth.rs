@@ -48,6 +48,7 @@ fn with_auth(dir: &Path, sink: std::net::SocketAddr, kinds: &[ListenerKind]) -> 
             dmarc_reject: false,
             restrictions: Default::default(),
             content_checks: Default::default(),
+            content_filter: None,
         });
     }
     cfg

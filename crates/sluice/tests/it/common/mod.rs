@@ -2,6 +2,7 @@
 //! client, polling with a deadline, the events of a test's servers.
 
 pub mod alone;
+pub mod amavis;
 mod client;
 pub mod dns_split;
 pub mod dovecot;
@@ -183,6 +184,7 @@ pub fn proxy_listener() -> sluice::config::listener::ListenerConfig {
         dmarc_reject: false,
         restrictions: Default::default(),
         content_checks: Default::default(),
+        content_filter: None,
     }
 }
 

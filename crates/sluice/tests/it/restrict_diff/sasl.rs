@@ -211,6 +211,7 @@ fn listener(listen: &str, restrictions: ListOverrides, auth: bool) -> ListenerCo
         dmarc_reject: false,
         restrictions,
         content_checks: Default::default(),
+        content_filter: None,
     }
 }
 
