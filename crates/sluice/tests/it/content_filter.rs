@@ -395,3 +395,49 @@ async fn a_filter_that_loops_mail_back_ends_at_the_hop_limit() {
     assert_eq!(got[0].sender, "");
     server.shutdown().await;
 }
+
+/// Which mail is filtered: sendmail(1)'s goes to the main filter (as
+/// Postfix's pickup), port 25's too, the reinjection listener's
+/// (`content_filter = ""`) is routed as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sendmail_and_port_25_are_filtered_the_reinjection_listener_is_not() {
+    let dir = temp_dir("filter-doors");
+    let (routed, filter) = (recording_sink().await, recording_sink().await);
+    let mut cfg = config(&dir, Some(routed.addr));
+    cfg.content_checks.content_filter = filter_to(filter.addr);
+    let reinject: sluice::config::listener::ListenerConfig =
+        toml::from_str("listen = \"127.0.0.1:0\"\ncontent_filter = \"\"").unwrap();
+    cfg.smtpd.listeners.push(reinject);
+    let conf = client_config(&dir, &cfg.data_dir);
+    let sendmail = dir.join("sendmail");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_sluice"), &sendmail).unwrap();
+    let (server, addr) = start(cfg).await;
+    let reinjection = server.addrs[1];
+    let mut cmd = std::process::Command::new(&sendmail);
+    cmd.arg("-C")
+        .arg(&conf)
+        .args(["-f", "s@sender.test", "local@far.test"]);
+    let (code, _, err) =
+        tokio::task::spawn_blocking(move || output_of(cmd, b"Subject: by sendmail\n\nhi\n"))
+            .await
+            .unwrap();
+    assert_eq!(code, 0, "{err}");
+    for (to, via) in [("smtp@far.test", addr), ("back@far.test", reinjection)] {
+        let mut c = Client::ready(via).await;
+        let r = c.message("s@sender.test", &[to], &body(to)).await;
+        assert!(r.starts_with("250"), "{r}");
+    }
+    assert!(wait_until(20, || filter.count() == 2 && routed.count() == 1).await);
+    let to = |s: &sluice_bench::sink::Sink| {
+        let mut v: Vec<String> = s
+            .messages()
+            .into_iter()
+            .flat_map(|m| m.recipients)
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(to(&filter), vec!["local@far.test", "smtp@far.test"]);
+    assert_eq!(to(&routed), vec!["back@far.test"]);
+    server.shutdown().await;
+}

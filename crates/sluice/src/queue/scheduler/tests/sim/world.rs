@@ -93,7 +93,6 @@ struct Worker {
 
 /// An answer the driver would deliver later.
 enum Pending {
-    /// (Boxed: an input holds a whole envelope.)
     Input(Box<Input>),
     /// A delay warning was stored: the message is marked warned.
     Warned(u64),
@@ -352,8 +351,7 @@ impl World {
             dsn: None,
             orig_rcpt: Vec::new(),
             login: String::new(),
-            filter: String::new(),
-            xforward: String::new(),
+            ..Default::default()
         };
         let body = Arc::new(vec![b'x'; 64]);
         let store = self.spool.store(envelope.clone(), body.clone());
