@@ -436,3 +436,29 @@ impl QueueCore {
         self.draining.is_some()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A message's filter sends every recipient to its hop; none routes
+    /// as usual; one that does not read as a filter holds the mail
+    /// (`4.3.5`), never routes it around the filter.
+    #[test]
+    fn the_filter_takes_every_recipient_or_holds_them() {
+        let mut env = sluice_spool::Envelope::default();
+        assert!(filter_hop(&env).is_none());
+        env.filter = "smtp:[127.0.0.1]:10024".into();
+        let hop = filter_hop(&env).unwrap().unwrap();
+        assert_eq!(hop.key(), "smtp:[127.0.0.1]:10024");
+        for bad in ["discard", "maildir", "carrier-pigeon:x"] {
+            env.filter = bad.into();
+            let reply = filter_hop(&env).unwrap().unwrap_err();
+            assert_eq!(
+                (reply.code, reply.status.map(|s| s.to_string())),
+                (451, Some("4.3.5".into())),
+                "{bad}"
+            );
+        }
+    }
+}
