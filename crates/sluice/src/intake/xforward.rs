@@ -13,6 +13,10 @@
 use super::SmtpClient;
 use crate::log::Qid;
 
+/// The longest HELO attribute sent, encoded (the rest of the line takes
+/// at most 150 bytes).
+const MAX_HELO: usize = 255;
+
 /// The attributes of `client` for message `id`: `NAME` (Sluice looks no
 /// name up: `[UNAVAILABLE]`, Postfix's word), `ADDR` (`IPV6:` before an
 /// IPv6 address, as Postfix), `PORT`, `HELO`, `IDENT` (our queue ID) and
@@ -24,9 +28,11 @@ pub fn attributes(id: u64, client: &SmtpClient) -> String {
         true => format!("IPV6:{ip}"),
         false => ip.to_string(),
     };
-    let helo = match client.helo.is_empty() {
-        true => "[UNAVAILABLE]".to_string(),
-        false => xtext(&client.helo),
+    // A name too long for one command line (XFORWARD_README: 512
+    // bytes; Postfix would split the command) is not sent.
+    let helo = match xtext(&client.helo) {
+        helo if helo.is_empty() || helo.len() > MAX_HELO => "[UNAVAILABLE]".to_string(),
+        helo => helo,
     };
     let source = match client.trusted || client.authenticated {
         true => "LOCAL",
@@ -80,5 +86,10 @@ mod tests {
         assert!(v6.contains("ADDR=IPV6:2001:db8::1 "), "{v6}");
         assert!(v6.contains("HELO=[UNAVAILABLE] "), "{v6}");
         assert!(v6.ends_with("SOURCE=LOCAL"), "{v6}");
+        let long = attributes(1, &client("192.0.2.1:1", &"+".repeat(100), false));
+        assert!(
+            long.contains("HELO=[UNAVAILABLE] ") && long.len() < 512,
+            "{long}"
+        );
     }
 }
