@@ -4,9 +4,12 @@
 //! - Differential: a real Postfix and Sluice with the same
 //!   `content_filter`, access table (`FILTER` on one recipient) and
 //!   `header_checks` (`FILTER` on one Subject:), each with two recording
-//!   sinks as its filters; every message must reach the same filter with
-//!   the same recipients in one transaction (normal routes are
-//!   `discard`: a message that skipped its filter never arrives).
+//!   sinks as its filters, and a second listener with `content_filter`
+//!   off (master.cf `-o content_filter=`); every message must reach the
+//!   same filter with the same recipients in one transaction, or none
+//!   (normal routes are `discard`: a message that skipped its filter
+//!   never arrives). A header check's FILTER applies on the listener
+//!   without a filter too, in both (the loop CONFIG.md warns of).
 //! - A real amavisd-new as the filter: mail taken on port 25 is queued,
 //!   handed to amavis, comes back on the reinjection listener (its
 //!   `content_filter = ""`) with amavis's `Received:` line, and is
@@ -45,11 +48,18 @@ fn tables(second: SocketAddr) -> (String, String) {
     )
 }
 
+/// Sent to the listener without a filter: the first is routed (here
+/// discarded), the second's header check still sends it to a filter.
+const UNFILTERED: &[(&str, &[&str])] = &[
+    ("unfiltered", &["a@one.test"]),
+    ("header-filter-anyway", &["b@two.test"]),
+];
+
 /// Sends every case in one session; their queue IDs.
-async fn send_cases(addr: SocketAddr) -> Vec<String> {
+async fn send_cases(addr: SocketAddr, cases: &[(&str, &[&str])]) -> Vec<String> {
     let mut c = Client::ready(addr).await;
     let mut ids = Vec::new();
-    for (subject, rcpts) in CASES {
+    for (subject, rcpts) in cases {
         let r = c.message("s@sender.test", rcpts, &body(subject)).await;
         assert!(r.starts_with("250"), "{subject}: {r}");
         ids.push(qid_of(&r));
@@ -86,7 +96,7 @@ async fn postfix_seen() -> Vec<(usize, String, Vec<String>)> {
     let (main, second) = (recording_sink().await, recording_sink().await);
     let (access, checks) = tables(second.addr);
     let filter = format!("smtp:[127.0.0.1]:{}", main.addr.port());
-    let postfix = Postfix::start_with(
+    let postfix = Postfix::start_listening(
         &[("access", &access), ("hc", &checks)],
         &[
             ("relay_domains", "one.test, two.test, three.test"),
@@ -98,9 +108,13 @@ async fn postfix_seen() -> Vec<(usize, String, Vec<String>)> {
             ),
         ],
         "",
+        &["smtpd -o content_filter="],
     );
-    send_cases(postfix.addr).await;
-    wait_for(&[&main, &second], CASES.len()).await;
+    let unfiltered = send_cases(postfix.listeners[0], &UNFILTERED[..1]).await;
+    postfix.wait_done(&unfiltered, 30).await;
+    send_cases(postfix.addr, CASES).await;
+    send_cases(postfix.listeners[0], &UNFILTERED[1..]).await;
+    wait_for(&[&main, &second], CASES.len() + 1).await;
     seen(&[&main, &second])
 }
 
@@ -117,9 +131,16 @@ async fn sluice_seen(dir: &std::path::Path) -> Vec<(usize, String, Vec<String>)>
         "check_recipient_access texthash:{}, permit",
         dir.join("access").display()
     );
+    let off: sluice::config::listener::ListenerConfig =
+        toml::from_str("listen = \"127.0.0.1:0\"\ncontent_filter = \"\"").unwrap();
+    cfg.smtpd.listeners.push(off);
     let (server, addr) = start(cfg).await;
-    send_cases(addr).await;
-    wait_for(&[&main, &second], CASES.len()).await;
+    let unfiltered = send_cases(server.addrs[1], &UNFILTERED[..1]).await;
+    let id = unfiltered[0].as_str();
+    assert!(wait_event(30, dir, "removed", |e| e["queue_id"] == id).await);
+    send_cases(addr, CASES).await;
+    send_cases(server.addrs[1], &UNFILTERED[1..]).await;
+    wait_for(&[&main, &second], CASES.len() + 1).await;
     server.shutdown().await;
     seen(&[&main, &second])
 }
@@ -142,6 +163,7 @@ async fn content_filter_and_filter_actions_as_postfix() {
             want(0, "plain", &["a@one.test", "b@two.test", "c@three.test"]),
             want(1, "access-filter", &["a@one.test", "special@two.test"]),
             want(1, "header-filter", &["b@two.test", "c@three.test"]),
+            want(1, "header-filter-anyway", &["b@two.test"]),
         ],
         "Postfix"
     );
