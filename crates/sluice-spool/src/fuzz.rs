@@ -160,6 +160,16 @@ fn spec() -> impl Strategy<Value = Spec> {
                     1 => sender.to_uppercase(),
                     _ => String::new(),
                 };
+                // Bit 28 (the spool's too) picks a content filter.
+                let filter = match flags >> 28 & 1 {
+                    1 => format!("smtp:[{}]:10024", sender.len()),
+                    _ => String::new(),
+                };
+                // Bit 27 (the spool's too) picks XFORWARD attributes.
+                let xforward = match flags >> 27 & 1 {
+                    1 => format!("ADDR={}", sender.len()),
+                    _ => String::new(),
+                };
                 let envelope = Envelope {
                     id,
                     arrival,
@@ -169,6 +179,8 @@ fn spec() -> impl Strategy<Value = Spec> {
                     dsn,
                     orig_rcpt,
                     login,
+                    filter,
+                    xforward,
                 };
                 Spec::Message(envelope, Bytes(body))
             }),

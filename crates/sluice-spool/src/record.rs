@@ -78,8 +78,20 @@ const FLAG_ORIG_BLOCK: u32 = 1 << 30;
 /// without it read with no login.
 const FLAG_LOGIN_BLOCK: u32 = 1 << 29;
 
+/// Another of the spool's own bits: the record carries, after the login,
+/// the after-queue content filter the message goes to (Postfix's
+/// `content_filter`, its queue file's `REC_TYPE_FILT`). Records without
+/// it read with no filter: routed as before.
+const FLAG_FILTER_BLOCK: u32 = 1 << 28;
+
+/// Another of the spool's own bits: the record carries, after the
+/// filter, the XFORWARD attributes of the client the message came from
+/// (for the filter). Records without it read with none.
+const FLAG_XFORWARD_BLOCK: u32 = 1 << 27;
+
 /// The bits the spool keeps for itself (never the daemon's).
-pub const SPOOL_FLAGS: u32 = FLAG_DSN_BLOCK | FLAG_ORIG_BLOCK | FLAG_LOGIN_BLOCK;
+pub const SPOOL_FLAGS: u32 =
+    FLAG_DSN_BLOCK | FLAG_ORIG_BLOCK | FLAG_LOGIN_BLOCK | FLAG_FILTER_BLOCK | FLAG_XFORWARD_BLOCK;
 
 /// DSN parameters (RFC 3461) kept with a message: what the client asked
 /// to be told. Stored only when a parameter was given, so the records of
@@ -118,6 +130,15 @@ pub struct Envelope {
     /// Who submitted it: the SMTP AUTH identity or the local account;
     /// empty when neither (a stranger, mynetworks, our own notices).
     pub login: String,
+    /// The after-queue content filter every recipient goes to
+    /// (`transport:nexthop`, e.g. `smtp:[127.0.0.1]:10024`); empty: none,
+    /// the recipients are routed as usual.
+    pub filter: String,
+    /// With a filter: the client the message came from, as the
+    /// attributes of an XFORWARD command (`NAME=… ADDR=… HELO=…`,
+    /// xtext), which the filter is sent when it offers XFORWARD
+    /// (Postfix's `smtp_send_xforward_command`); empty: none.
+    pub xforward: String,
 }
 
 /// Appends a message record to `out`; returns the body's offset within the
@@ -145,6 +166,12 @@ pub(crate) fn encode_message(
     if !env.login.is_empty() {
         flags |= FLAG_LOGIN_BLOCK;
     }
+    if !env.filter.is_empty() {
+        flags |= FLAG_FILTER_BLOCK;
+    }
+    if !env.xforward.is_empty() {
+        flags |= FLAG_XFORWARD_BLOCK;
+    }
     out.extend_from_slice(&flags.to_le_bytes());
     let mut fields = put_str(out, &env.sender);
     out.extend_from_slice(&(env.recipients.len() as u32).to_le_bytes());
@@ -164,6 +191,12 @@ pub(crate) fn encode_message(
     }
     if !env.login.is_empty() {
         fields = fields.and_then(|()| put_str(out, &env.login));
+    }
+    if !env.filter.is_empty() {
+        fields = fields.and_then(|()| put_str(out, &env.filter));
+    }
+    if !env.xforward.is_empty() {
+        fields = fields.and_then(|()| put_str(out, &env.xforward));
     }
     if let Err(why) = fields {
         out.truncate(start);
@@ -202,7 +235,9 @@ pub(crate) fn check(env: &Envelope, body_len: usize) -> Result<(), Unfit> {
         .chain(&env.recipients)
         .chain(dsn_strings)
         .chain(&env.orig_rcpt)
-        .chain(Some(&env.login).filter(|l| !l.is_empty()));
+        .chain(Some(&env.login).filter(|l| !l.is_empty()))
+        .chain(Some(&env.filter).filter(|f| !f.is_empty()))
+        .chain(Some(&env.xforward).filter(|x| !x.is_empty()));
     for addr in strings {
         if addr.len() > u16::MAX as usize {
             return Err(Unfit::Address(addr.len()));
@@ -396,6 +431,14 @@ pub(crate) fn decode(salt: &Salt, buf: &[u8]) -> Result<(Record, usize), Damage>
                 0 => String::new(),
                 _ => r.string()?,
             };
+            let filter = match flags & FLAG_FILTER_BLOCK {
+                0 => String::new(),
+                _ => r.string()?,
+            };
+            let xforward = match flags & FLAG_XFORWARD_BLOCK {
+                0 => String::new(),
+                _ => r.string()?,
+            };
             let body_len = r.u64()?;
             let body_at = HEADER_LEN + r.pos;
             if (r.buf.len() - r.pos) as u64 != body_len {
@@ -411,6 +454,8 @@ pub(crate) fn decode(salt: &Salt, buf: &[u8]) -> Result<(Record, usize), Damage>
                     dsn,
                     orig_rcpt,
                     login,
+                    filter,
+                    xforward,
                 },
                 body_at,
                 body_len,

@@ -90,6 +90,8 @@ fn recovery_takes_the_newest_copy_and_unites_every_outcome() {
         dsn: None,
         orig_rcpt: Vec::new(),
         login: String::new(),
+        filter: String::new(),
+        xforward: String::new(),
     };
     // Segment 1: an outcome whose message record is further on (its
     // original segment was reclaimed after a copy).

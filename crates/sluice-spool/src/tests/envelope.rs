@@ -89,6 +89,8 @@ fn a_record_without_original_addresses_keeps_the_old_layout() {
         dsn: None,
         orig_rcpt: Vec::new(),
         login: String::new(),
+        filter: String::new(),
+        xforward: String::new(),
     };
     let mut out = Vec::new();
     crate::record::encode_message(&salt, &env, b"B", &mut out).unwrap();
@@ -135,4 +137,45 @@ fn the_login_is_kept_and_records_without_one_keep_their_layout() {
     // The login's flag bit is the spool's: the daemon's bits read back
     // without it.
     assert_eq!(sent.flags & crate::SPOOL_FLAGS, 0);
+}
+
+/// The content filter a message goes to, and the XFORWARD attributes it
+/// is sent, are kept through a reopen (so a restart still sends it to
+/// the filter, as Postfix's queue file keeps `content_filter`); a record
+/// without them reads with none, its bytes those of the format before.
+#[test]
+fn the_filter_is_kept_and_records_without_one_keep_their_layout() {
+    let dir = temp_dir("envelope-filter");
+    let rt = runtime();
+    let (spool, _, _) = Spool::open(config(&dir)).unwrap();
+    let mut sent = envelope(&spool, 2);
+    sent.login = "alice@example.org".into();
+    sent.filter = "smtp:[127.0.0.1]:10024".into();
+    sent.xforward = "NAME=[UNAVAILABLE] ADDR=192.0.2.1 HELO=client.example".into();
+    let at = rt
+        .block_on(spool.store(sent.clone(), Arc::new(b"x\r\n".to_vec())))
+        .unwrap();
+    let (plain, _) = store(&rt, &spool, 1, b"plain\r\n".to_vec());
+    assert_eq!(spool.read_envelope(at).unwrap(), sent);
+    spool.shutdown();
+    drop(spool);
+    let (spool, recovered, _) = Spool::open(config(&dir)).unwrap();
+    let got: Vec<Envelope> = recovered
+        .iter()
+        .map(|m| spool.read_envelope(m.body).unwrap())
+        .collect();
+    assert_eq!(got, vec![sent.clone(), plain.clone()]);
+    assert!(plain.filter.is_empty());
+    spool.shutdown();
+    assert_eq!(sent.flags & crate::SPOOL_FLAGS, 0);
+    // Without a filter, the bytes are those of a record without one.
+    let salt = Salt::legacy();
+    let (mut with, mut without) = (Vec::new(), Vec::new());
+    let mut bare = sent.clone();
+    bare.filter.clear();
+    bare.xforward.clear();
+    crate::record::encode_message(&salt, &bare, b"B", &mut without).unwrap();
+    crate::record::encode_message(&salt, &sent, b"B", &mut with).unwrap();
+    let tail = 2 + sent.filter.len() + 2 + sent.xforward.len();
+    assert_eq!(with.len(), without.len() + tail);
 }

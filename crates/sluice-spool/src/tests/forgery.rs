@@ -25,6 +25,8 @@ fn forged_envelope(id: u64) -> Envelope {
         dsn: None,
         orig_rcpt: Vec::new(),
         login: String::new(),
+        filter: String::new(),
+        xforward: String::new(),
     }
 }
 

@@ -33,6 +33,8 @@ fn envelope(spool: &Spool, rcpts: usize) -> Envelope {
         dsn: None,
         orig_rcpt: Vec::new(),
         login: String::new(),
+        filter: String::new(),
+        xforward: String::new(),
     }
 }
 

@@ -145,5 +145,7 @@ fn envelope_with_id(id: u64) -> Envelope {
         dsn: None,
         orig_rcpt: Vec::new(),
         login: String::new(),
+        filter: String::new(),
+        xforward: String::new(),
     }
 }

@@ -40,6 +40,11 @@ pub struct ContentChecksConfig {
     /// has none): past it, the rest of the message is not checked and a
     /// warning is logged.
     pub time_limit_ms: u64,
+    /// Postfix's `content_filter`: after it is queued, every message from
+    /// SMTP listeners without their own setting and from sendmail goes to
+    /// this after-queue filter (`smtp:[127.0.0.1]:10024`) before its
+    /// recipients' own routes (`config/content_filter.rs`); `""`: none.
+    pub content_filter: super::content_filter::ContentFilter,
 }
 
 impl Default for ContentChecksConfig {
@@ -51,6 +56,7 @@ impl Default for ContentChecksConfig {
             body_checks: Vec::new(),
             body_checks_size_limit: BODY_CHECKS_SIZE_LIMIT,
             time_limit_ms: 2_000,
+            content_filter: Default::default(),
         }
     }
 }

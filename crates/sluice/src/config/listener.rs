@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use super::content_filter::ContentFilter;
 use super::services::{BadService, ServiceAddr};
 
 /// What a listener is for, as Postfix's master.cf `smtp`, `submission`
@@ -94,6 +95,12 @@ pub struct ListenerConfig {
     /// smtpd_tls_ask_ccert=yes`); unset: `[tls]`'s.
     #[serde(default)]
     pub smtpd_tls_ask_ccert: Option<bool>,
+    /// This listener's own `content_filter` (master.cf's `-o
+    /// content_filter=…`), over `[content_checks] content_filter`; `""`
+    /// turns it off: the listener an after-queue filter sends its mail
+    /// back in on (keep that one on loopback, `validate` warns).
+    #[serde(default)]
+    pub content_filter: Option<ContentFilter>,
 }
 
 impl ListenerConfig {
@@ -101,6 +108,12 @@ impl ListenerConfig {
     /// `[tls] smtpd_tls_ask_ccert`.
     pub fn asks_ccert(&self, global: bool) -> bool {
         self.smtpd_tls_ask_ccert.unwrap_or(global)
+    }
+
+    /// The content filter of mail taken here: the listener's own, else
+    /// `main` (`[content_checks] content_filter`).
+    pub fn content_filter<'a>(&'a self, main: &'a ContentFilter) -> &'a ContentFilter {
+        self.content_filter.as_ref().unwrap_or(main)
     }
 
     /// Whether AUTH belongs here, given `[auth] offer_on_smtp`.
@@ -145,6 +158,57 @@ impl ListenerConfig {
         }
         Ok(())
     }
+}
+
+// The reinjection listener of an after-queue filter is a door around
+// the filter: whoever reaches it skips the filter. `check_bypass` refuses
+// one on a wildcard address (every interface, the Internet's side too),
+// `bypass_warnings` names one on any other address that is not loopback
+// (a filter on another host of a private network may need it).
+
+/// The listeners that take mail unfiltered (`content_filter = ""`) while
+/// other mail is filtered (`main`, or another listener's own).
+fn bypasses<'a>(
+    main: &'a ContentFilter,
+    listeners: &'a [ListenerConfig],
+) -> impl Iterator<Item = &'a ListenerConfig> + 'a {
+    let filtering = main.hop().is_some()
+        || listeners
+            .iter()
+            .any(|l| l.content_filter.as_ref().is_some_and(|f| f.hop().is_some()));
+    listeners
+        .iter()
+        .filter(move |l| filtering && l.content_filter(main).hop().is_none())
+        .filter(|l| l.content_filter.is_some())
+}
+
+/// Refuses a listener that turns the filter off on a wildcard address.
+pub fn check_bypass(main: &ContentFilter, listeners: &[ListenerConfig]) -> Result<(), String> {
+    match bypasses(main, listeners).find(|l| l.listen.ip().is_unspecified()) {
+        Some(l) => Err(format!(
+            "smtpd.listeners: {} has content_filter = \"\" on every address: mail from \
+             anyone who reaches it skips the content filter; listen on 127.0.0.1 (the \
+             filter's reinjection port, as Postfix's FILTER_README)",
+            l.listen
+        )),
+        None => Ok(()),
+    }
+}
+
+/// A warning for each listener that turns the filter off on an address
+/// that is not loopback.
+pub fn bypass_warnings(main: &ContentFilter, listeners: &[ListenerConfig]) -> Vec<String> {
+    bypasses(main, listeners)
+        .filter(|l| !l.listen.ip().is_loopback() && !l.listen.ip().is_unspecified())
+        .map(|l| {
+            format!(
+                "warning: smtpd.listeners: {} has content_filter = \"\" and is not on \
+                 loopback: mail from whoever reaches it skips the content filter; keep it \
+                 for the filter's host (a firewall, its restrictions)",
+                l.listen
+            )
+        })
+        .collect()
 }
 
 /// `[tls]`.
@@ -304,5 +368,35 @@ impl AuthConfig {
             _ => return Ok(()),
         };
         Err(super::ConfigError::Invalid(why.into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_door_around_the_filter_is_refused_on_every_address() {
+        let listener = |text: &str| -> ListenerConfig { toml::from_str(text).unwrap() };
+        let main = ContentFilter::parse("smtp:[127.0.0.1]:10024").unwrap();
+        let local = listener("listen = \"127.0.0.1:10025\"\ncontent_filter = \"\"");
+        let lan = listener("listen = \"10.0.0.1:10025\"\ncontent_filter = \"\"");
+        let any = listener("listen = \"0.0.0.0:10025\"\ncontent_filter = \"\"");
+        let plain = listener("listen = \"0.0.0.0:25\"");
+        let ok = [local.clone(), plain.clone()];
+        assert!(check_bypass(&main, &ok).is_ok());
+        assert!(bypass_warnings(&main, &ok).is_empty());
+        let err = check_bypass(&main, &[local.clone(), any.clone()]).unwrap_err();
+        assert!(err.contains("0.0.0.0:10025"), "{err}");
+        let warned = bypass_warnings(&main, &[lan.clone(), local]);
+        assert_eq!(warned.len(), 1);
+        assert!(warned[0].contains("10.0.0.1:10025"), "{warned:?}");
+        // No filter anywhere: nothing to go around.
+        assert!(check_bypass(&ContentFilter::NONE, std::slice::from_ref(&any)).is_ok());
+        assert!(bypass_warnings(&ContentFilter::NONE, &[lan]).is_empty());
+        // A listener's own filter counts as filtering too.
+        let mut own = plain;
+        own.content_filter = Some(main);
+        assert!(check_bypass(&ContentFilter::NONE, &[own, any]).is_err());
     }
 }

@@ -25,6 +25,7 @@ pub(crate) use as_text;
 pub mod acme;
 pub mod cluster;
 pub mod content_checks;
+pub mod content_filter;
 pub mod delivery;
 pub mod dnsbl;
 pub mod forwarding;
@@ -406,6 +407,7 @@ impl Config {
             content_checks: Default::default(),
             overrides: Default::default(),
             smtpd_tls_ask_ccert: None,
+            content_filter: None,
         });
         plain.chain(self.smtpd.listeners.iter().cloned()).collect()
     }
@@ -416,6 +418,17 @@ impl Config {
             Some(pm) => pm.to_string(),
             None => format!("postmaster@{}", self.hostname),
         }
+    }
+
+    /// Settings that work but that an operator should hear about, for
+    /// `check-config` and the log at start.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = self.local.warnings();
+        out.extend(listener::bypass_warnings(
+            &self.content_checks.content_filter,
+            &self.smtpd.listeners,
+        ));
+        out
     }
 
     pub fn mynetworks(&self) -> Vec<Cidr> {

@@ -54,6 +54,8 @@ impl Config {
             l.validate(self.tls.enabled, self.auth.provided())?;
         }
         self.validate_overrides()?;
+        super::listener::check_bypass(&self.content_checks.content_filter, &self.smtpd.listeners)
+            .map_err(ConfigError::Invalid)?;
         if let Some(cluster) = &self.cluster {
             cluster.validate()?;
         }
@@ -81,7 +83,17 @@ impl Config {
                     .iter()
                     .map(|h| ("delivery.relayhost", h)),
             )
-            .chain(std::iter::once(("local.transport", &self.local.transport)));
+            .chain(std::iter::once(("local.transport", &self.local.transport)))
+            .chain(
+                std::iter::once(&self.content_checks.content_filter)
+                    .chain(
+                        self.smtpd
+                            .listeners
+                            .iter()
+                            .filter_map(|l| l.content_filter.as_ref()),
+                    )
+                    .filter_map(|f| Some(("content_filter", f.hop()?))),
+            );
         for (setting, hop) in [
             ("delivery.relayhost", self.delivery.relayhost.as_ref()),
             ("local.transport", Some(&self.local.transport)),

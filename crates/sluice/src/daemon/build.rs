@@ -588,6 +588,6 @@ pub fn check(config: Config) -> Result<Vec<String>, BuildError> {
     let mut warnings: Vec<String> = super::spool_size::shortage(&dir, size, fs)
         .into_iter()
         .collect();
-    warnings.extend(config.local.warnings());
+    warnings.extend(config.warnings());
     Parts::build(Arc::new(config), &logger, None, Purpose::Check).map(|_| warnings)
 }

@@ -135,6 +135,7 @@ mod tests {
             hold: None,
             redirect: None,
             bcc: Vec::new(),
+            filter: Default::default(),
         }
     }
 

@@ -43,6 +43,7 @@ pub mod refusal;
 pub mod rewrite;
 pub mod sender_auth;
 pub mod store;
+pub mod xforward;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -52,6 +53,7 @@ use std::sync::Arc;
 use sluice_proto::data::DataFlaws;
 use sluice_spool::{BodyRef, Dsn, Envelope, Spool};
 
+use crate::config::content_filter::ContentFilter;
 use crate::config::Config;
 use crate::log::Logger;
 use crate::message::address::Target;
@@ -153,6 +155,11 @@ pub struct Submission {
     pub redirect: Option<Target>,
     /// An access table's `BCC` addresses, added as recipients.
     pub bcc: Vec<Target>,
+    /// The after-queue content filter it goes to, as the door chose
+    /// (its listener's `content_filter`, else the main one; none for our
+    /// notices) or an access table's FILTER; a header check's FILTER
+    /// replaces it. Kept with the message (`Envelope::filter`).
+    pub filter: ContentFilter,
 }
 
 /// A message taken.

@@ -215,8 +215,14 @@ pub(super) async fn run(intake: &Intake, sub: Submission) -> Result<Accepted, Re
         hold: _,
         redirect: _,
         bcc: _,
+        filter,
     } = sub;
     let orig_rcpt = line_up(&recipients, &orig_rcpt);
+    // The filter is told who the client was (XFORWARD); no one else is.
+    let xforward = match (&origin, filter.hop()) {
+        (Origin::Smtp(client), Some(_)) => super::xforward::attributes(id, client),
+        _ => String::new(),
+    };
     let envelope = sluice_spool::Envelope {
         id,
         arrival: crate::timefmt::now_millis(),
@@ -226,6 +232,8 @@ pub(super) async fn run(intake: &Intake, sub: Submission) -> Result<Accepted, Re
         dsn,
         orig_rcpt,
         login: origin.login().unwrap_or_default().to_string(),
+        filter: filter.spool_text(),
+        xforward,
     };
     let body = Arc::new(body);
     match intake.commit(&envelope, &body, Entry::Accepted).await {

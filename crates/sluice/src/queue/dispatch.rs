@@ -5,7 +5,10 @@
 //!
 //! Messages and destinations are referred to by ID (queue ID, destination
 //! key), never by pointer. Each message's open recipients are grouped by
-//! next hop into jobs and queued on their destination (`destination.rs`).
+//! next hop into jobs and queued on their destination (`destination.rs`);
+//! a message with an after-queue content filter (`Envelope::filter`,
+//! Postfix's `content_filter`) has every recipient go to the filter's hop
+//! instead, whatever its own route.
 //!
 //! Outcomes: delivered and bounced recipients are recorded in the spool
 //! (an `Action::Record`) and the message is forgotten when all are final;
@@ -48,6 +51,7 @@ use super::lines;
 use super::retry::backoff;
 use super::step::{Action, Clock, Input};
 use super::{DrainReport, QueuedMessage};
+use crate::config::content_filter::ContentFilter;
 use crate::config::hop::NextHop;
 use crate::config::Config;
 use crate::log::{Event, Logger, Qid};
@@ -62,6 +66,25 @@ fn no_route(why: &crate::routing::NoRoute) -> Reply {
         _ => Enhanced::new(4, 3, 0),
     };
     Reply::own(451, status, why.to_string())
+}
+
+/// Where every recipient of `envelope` goes when it has an after-queue
+/// content filter (`Envelope::filter`, Postfix's `content_filter`): that
+/// hop, whatever the recipients' own routes; `None` routes each as usual.
+/// A filter that does not read as one (a spool from a newer Sluice) holds
+/// the mail (`4.3.5`) rather than send it unfiltered.
+fn filter_hop(envelope: &sluice_spool::Envelope) -> Option<Result<Arc<NextHop>, Reply>> {
+    if envelope.filter.is_empty() {
+        return None;
+    }
+    let filter = ContentFilter::parse(&envelope.filter);
+    Some(match filter.as_ref().map(ContentFilter::hop) {
+        Ok(Some(hop)) => Ok(Arc::new(hop.clone())),
+        _ => {
+            let text = format!("content filter {:?} is not a next hop", envelope.filter);
+            Err(Reply::own(451, Enhanced::new(4, 3, 5), text))
+        }
+    })
 }
 
 /// A drain in progress (shutdown).
@@ -321,16 +344,21 @@ impl QueueCore {
         let mut groups: Vec<(Arc<NextHop>, Vec<u16>)> = Vec::new();
         let (mut discarded, mut unroutable) = (Vec::new(), Vec::new());
         let envelope = msg.envelope.clone();
+        let filter = filter_hop(&envelope);
         for (i, state) in msg.rcpts.iter_mut().enumerate() {
             if !pick(i, state) {
                 continue;
             }
-            match self
-                .router
-                .route_why(&envelope.sender, &envelope.recipients[i])
-            {
-                Err(why) => {
-                    let reply = no_route(&why);
+            // A content filter takes every recipient; else each is routed.
+            let route = match &filter {
+                None => self
+                    .router
+                    .route_why(&envelope.sender, &envelope.recipients[i])
+                    .map_err(|why| no_route(&why)),
+                Some(hop) => hop.clone(),
+            };
+            match route {
+                Err(reply) => {
                     *state = RcptState::Deferred {
                         relay: Relay::None,
                         reply: reply.clone(),
@@ -409,5 +437,31 @@ impl QueueCore {
     /// True once a drain has started (nothing new is dispatched).
     pub(super) fn draining(&self) -> bool {
         self.draining.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A message's filter sends every recipient to its hop; none routes
+    /// as usual; one that does not read as a filter holds the mail
+    /// (`4.3.5`), never routes it around the filter.
+    #[test]
+    fn the_filter_takes_every_recipient_or_holds_them() {
+        let mut env = sluice_spool::Envelope::default();
+        assert!(filter_hop(&env).is_none());
+        env.filter = "smtp:[127.0.0.1]:10024".into();
+        let hop = filter_hop(&env).unwrap().unwrap();
+        assert_eq!(hop.key(), "smtp:[127.0.0.1]:10024");
+        for bad in ["discard", "maildir", "Carrier-Pigeon:x", "smtp:"] {
+            env.filter = bad.into();
+            let reply = filter_hop(&env).unwrap().unwrap_err();
+            assert_eq!(
+                (reply.code, reply.status.map(|s| s.to_string())),
+                (451, Some("4.3.5".into())),
+                "{bad}"
+            );
+        }
     }
 }

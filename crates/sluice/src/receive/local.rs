@@ -216,6 +216,7 @@ impl Submitter {
             hold: None,
             redirect: None,
             bcc: Vec::new(),
+            filter: self.intake.config.content_checks.content_filter.clone(), // as pickup's
         };
         match self.intake.accept(submission).await {
             Ok(Accepted::Queued(id)) => Ok(Submitted {

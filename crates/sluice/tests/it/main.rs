@@ -18,6 +18,7 @@ mod canonical;
 mod client_certs;
 mod cluster;
 mod config_doc;
+mod content_filter;
 mod dane;
 mod dashboard;
 mod delay_warning;

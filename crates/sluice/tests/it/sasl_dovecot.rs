@@ -52,6 +52,7 @@ fn with_dovecot(dir: &Path, sink: std::net::SocketAddr, path: &Path, timeout_sec
         content_checks: Default::default(),
         overrides: Default::default(),
         smtpd_tls_ask_ccert: None,
+        content_filter: None,
     });
     cfg
 }

@@ -52,6 +52,7 @@ fn node(dir: &Path, sink: SocketAddr, per_hour: u64) -> sluice::config::Config {
         content_checks: Default::default(),
         overrides: Default::default(),
         smtpd_tls_ask_ccert: None,
+        content_filter: None,
     });
     cfg.sender_limits.login_messages_per_hour = per_hour;
     cfg

@@ -50,6 +50,7 @@ fn with_auth(dir: &Path, sink: std::net::SocketAddr, kinds: &[ListenerKind]) -> 
             content_checks: Default::default(),
             overrides: Default::default(),
             smtpd_tls_ask_ccert: None,
+            content_filter: None,
         });
     }
     cfg

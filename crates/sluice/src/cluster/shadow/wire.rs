@@ -367,6 +367,8 @@ mod tests {
             })),
             orig_rcpt: Vec::new(),
             login: String::new(),
+            filter: String::new(),
+            xforward: String::new(),
         };
         let f = store(9, &env, b"Subject: hi\r\n\r\nbody\r\n");
         assert_eq!(

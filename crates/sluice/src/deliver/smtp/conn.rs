@@ -168,6 +168,15 @@ pub(super) fn ehlo_offers(raw: &[u8]) -> (u32, u64) {
     EhloResponse::parse(&mut raw.iter()).map_or((0, 0), |e| (e.capabilities, e.auth_mechanisms))
 }
 
+/// Whether an EHLO reply offers XFORWARD (`250-XFORWARD NAME ADDR …`),
+/// which smtp-proto does not parse.
+fn offers_xforward(raw: &[u8]) -> bool {
+    raw.split(|&b| b == b'\n').any(|line| {
+        let word = line.get(4..).unwrap_or_default();
+        word.len() >= 8 && word[..8].eq_ignore_ascii_case(b"XFORWARD")
+    })
+}
+
 pub(super) enum TxError {
     /// The connection died before the first reply of this transaction.
     Stale,
@@ -191,6 +200,8 @@ pub(super) struct SmtpConn {
     pub smtputf8: bool,
     /// The peer offers DSN (RFC 3461): NOTIFY, ORCPT, RET, ENVID go along.
     pub dsn: bool,
+    /// The peer offers XFORWARD (an after-queue filter: `transaction.rs`).
+    pub xforward: bool,
     /// The AUTH mechanisms the last EHLO offered (smtp-proto's bits).
     pub auth_mechanisms: u64,
     /// The sender's credentials the session authenticated with (`auth.rs`).
@@ -308,6 +319,7 @@ impl SmtpConn {
             eightbit: false,
             smtputf8: false,
             dsn: false,
+            xforward: false,
             auth_mechanisms: 0,
             sasl_sender: None,
             timeout: Duration::from_secs(config.delivery.command_timeout_secs.max(1)),
@@ -362,6 +374,7 @@ impl SmtpConn {
             self.eightbit = caps & smtp_proto::EXT_8BIT_MIME != 0;
             self.smtputf8 = caps & smtp_proto::EXT_SMTP_UTF8 != 0;
             self.dsn = caps & smtp_proto::EXT_DSN != 0;
+            self.xforward = offers_xforward(&raw);
             return Ok(caps);
         }
         self.send(format!("HELO {name}\r\n").as_bytes())
@@ -376,7 +389,7 @@ impl SmtpConn {
             });
         }
         (self.pipelining, self.size, self.eightbit, self.smtputf8) = (false, false, false, false);
-        (self.dsn, self.auth_mechanisms) = (false, 0);
+        (self.dsn, self.auth_mechanisms, self.xforward) = (false, 0, false);
         Ok(0)
     }
 

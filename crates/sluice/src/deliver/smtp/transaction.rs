@@ -125,6 +125,7 @@ impl SmtpConn {
 
     /// MAIL, RCPTs and DATA, with their replies.
     async fn envelope(&mut self, job: &Job, size: usize) -> Result<EnvelopeReplies, TxError> {
+        self.xforward(job).await?;
         let (cmds, mail_len) = self.envelope_commands(job, size);
         let relay = self.relay.clone();
         let broken = |e: std::io::Error| {
@@ -172,6 +173,22 @@ impl SmtpConn {
 
     /// `MAIL FROM` with its parameters and every `RCPT TO` (and, when
     /// pipelining, `DATA`); returns the bytes and where MAIL ends.
+    /// To an after-queue filter that offers it: who the client was
+    /// (Postfix's `smtp_send_xforward_command = yes`), before MAIL. The
+    /// attributes are our own text (`intake/xforward.rs`); a refusal is
+    /// not the message's fault, and the transaction goes on without them.
+    async fn xforward(&mut self, job: &Job) -> Result<(), TxError> {
+        let attrs = &job.envelope.xforward;
+        if !self.xforward || attrs.is_empty() || job.envelope.filter.is_empty() {
+            return Ok(());
+        }
+        let line = format!("XFORWARD {attrs}\r\n");
+        self.send_then_read(line.as_bytes())
+            .await
+            .map_err(|_| TxError::Stale)?;
+        Ok(())
+    }
+
     fn envelope_commands<'a>(&self, job: &'a Job, size: usize) -> (Vec<u8>, usize) {
         let env = &job.envelope;
         let mut cmds = Vec::with_capacity(64 + 64 * job.rcpts.len());

@@ -9,8 +9,11 @@
 //! - HOLD (the first, unless discarded) holds it; BCC adds a recipient;
 //! - IGNORE and STRIP delete the line, REPLACE replaces it, PREPEND puts a
 //!   line before it (a header's text must start with a header name);
-//! - WARN and INFO log; DUNNO and OK do nothing; FILTER is not supported
-//!   (a warning, then as DUNNO); any other word is logged as unknown.
+//! - FILTER sets the message's after-queue content filter (the last one
+//!   counts, over the door's `content_filter`; one that is not an SMTP or
+//!   LMTP next hop is a warning, then as DUNNO);
+//! - WARN and INFO log; DUNNO and OK do nothing; any other word is logged
+//!   as unknown.
 //!
 //! Trust: the answer is the administrator's, but `$1` may carry the
 //! sender's text: written text has its line ends made CRLF with a blank
@@ -20,6 +23,7 @@
 
 use super::action::{reject_reply, Action};
 use super::mime::header_name;
+use crate::config::content_filter::ContentFilter;
 use crate::intake::{Intake, Origin, Refusal, Submission};
 use crate::log::{Event, Qid};
 use crate::message::address::Target;
@@ -143,14 +147,14 @@ pub(super) fn act(
             state.skip_filters = true;
             return Ok(Flow::Stop);
         }
-        Action::Filter(text) => warn(
-            intake,
-            sub,
-            &format!(
-                "FILTER {text} in {} map is not supported by Sluice: ignored",
-                place.what
-            ),
-        ),
+        Action::Filter(text) => match ContentFilter::parse(text) {
+            Ok(filter) if filter.hop().is_some() => {
+                log(text);
+                // The last FILTER counts (Postfix's cleanup), over the door's.
+                sub.filter = filter;
+            }
+            _ => warn(intake, sub, &bad_filter(text, place)),
+        },
         Action::Redirect(to) | Action::Bcc(to) => {
             return Ok(divert(intake, sub, state, &action, to, (key, place)))
         }
@@ -162,6 +166,14 @@ pub(super) fn act(
         ),
     }
     Ok(Flow::Go)
+}
+
+/// A FILTER whose destination Sluice cannot send to (as DUNNO).
+fn bad_filter(text: &str, place: Place) -> String {
+    format!(
+        "bad FILTER {text} in {} map -- need smtp:[host]:port or lmtp:...: ignored",
+        place.what
+    )
 }
 
 /// REDIRECT and BCC: the address must be a mailbox.

@@ -116,6 +116,7 @@ fn submission(origin: Origin, sender: &str) -> Submission {
         hold: None,
         redirect: None,
         bcc: Vec::new(),
+        filter: Default::default(),
     }
 }
 

@@ -129,6 +129,8 @@ impl Harness {
             dsn: None,
             orig_rcpt: Vec::new(),
             login: String::new(),
+            filter: String::new(),
+            xforward: String::new(),
         };
         let text = Arc::new(vec![b'x'; body.unwrap_or(10)]);
         let body_ref = self
@@ -414,6 +416,8 @@ fn envelope(id: u64) -> Envelope {
         dsn: None,
         orig_rcpt: Vec::new(),
         login: String::new(),
+        filter: String::new(),
+        xforward: String::new(),
     }
 }
 

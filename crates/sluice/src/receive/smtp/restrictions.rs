@@ -16,6 +16,7 @@
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::session::{Next, Session};
+use crate::config::content_filter::ContentFilter;
 use crate::deliver::verify::Kind;
 use crate::intake::rewrite::virtual_alias::RcptLookup;
 use crate::log::{Event, Qid, Reject};
@@ -319,15 +320,23 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                         txn.bcc.push(to);
                     }
                 }
-                // Needs an after-queue content filter (issue 40).
-                Effect::Filter(t) => {
-                    self.ctx.logger.emit(&Event::PolicyUnsupported {
+                // Postfix's FILTER: the last one counts, over the
+                // listener's content_filter (an access table's FILTER
+                // must name an SMTP or LMTP next hop: else it is logged
+                // and ignored, as an action Sluice cannot carry out).
+                Effect::Filter(t) => match ContentFilter::parse(&t) {
+                    Ok(filter) if filter.hop().is_some() => {
+                        if let Some(txn) = self.txn.as_mut() {
+                            txn.filter = Some(filter);
+                        }
+                    }
+                    _ => self.ctx.logger.emit(&Event::PolicyUnsupported {
                         queue_id: Qid(id),
                         client_ip: ip,
                         server: "access table".into(),
-                        action: t.into(),
-                    });
-                }
+                        action: format!("FILTER {t}").into(),
+                    }),
+                },
             }
         }
     }

@@ -17,6 +17,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::delegate::Verdict;
 use super::session::Session;
+use crate::config::content_filter::ContentFilter;
 use crate::config::services::PolicyStage;
 use crate::intake::headers::{self, SmtpTrace};
 use crate::intake::{Accepted, Origin, SmtpClient, Submission};
@@ -70,6 +71,9 @@ pub(super) struct Transaction {
     pub redirect: Option<Target>,
     /// An access table said `BCC` (each address once).
     pub bcc: Vec<Target>,
+    /// An access table said `FILTER` (the last one counts): over the
+    /// listener's `content_filter`.
+    pub filter: Option<ContentFilter>,
     /// Length of our Received: field at the start of `body`.
     trace_len: usize,
 }
@@ -94,6 +98,7 @@ impl Transaction {
             hold: None,
             redirect: None,
             bcc: Vec::new(),
+            filter: None,
             trace_len: 0,
         }
     }
@@ -309,6 +314,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             hold: txn.hold.take(),
             redirect: txn.redirect.take(),
             bcc: std::mem::take(&mut txn.bcc),
+            filter: txn.filter.take().unwrap_or_else(|| {
+                let main = &self.ctx.config.content_checks.content_filter;
+                self.listener.content_filter(main).clone()
+            }),
         };
         // Its share of the body-memory budget is held until the intake has
         // stored the message: a body waiting on a slow filter or a shadow

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use sluice_spool::{BodyRef, Envelope};
 
+use crate::config::content_filter::ContentFilter;
 use crate::intake::{Intake, Origin, Submission};
 use crate::log::{Event, Qid};
 use crate::message::status::Failure;
@@ -76,6 +77,7 @@ pub async fn store(
             hold: None,
             redirect: None,
             bcc: Vec::new(),
+            filter: ContentFilter::NONE, // never filtered, as Postfix's bounces
         };
         match intake.accept(notice).await {
             Ok(_) => {

@@ -2,6 +2,7 @@
 //! client, polling with a deadline, the events of a test's servers.
 
 pub mod alone;
+pub mod amavis;
 mod client;
 pub mod dns_split;
 pub mod dovecot;
@@ -185,6 +186,7 @@ pub fn proxy_listener() -> sluice::config::listener::ListenerConfig {
         content_checks: Default::default(),
         overrides: Default::default(),
         smtpd_tls_ask_ccert: None,
+        content_filter: None,
     }
 }
 

@@ -213,6 +213,7 @@ fn listener(listen: &str, restrictions: ListOverrides, auth: bool) -> ListenerCo
         content_checks: Default::default(),
         overrides: Default::default(),
         smtpd_tls_ask_ccert: None,
+        content_filter: None,
     }
 }
 

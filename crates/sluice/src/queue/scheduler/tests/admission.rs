@@ -39,6 +39,8 @@ async fn a_deferred_message_does_not_keep_its_body_in_memory() {
         dsn: None,
         orig_rcpt: Vec::new(),
         login: String::new(),
+        filter: String::new(),
+        xforward: String::new(),
     };
     let body = Arc::new(vec![b'y'; 5000]);
     let body_ref = spool.store(env.clone(), body.clone()).await.unwrap();

@@ -14,6 +14,8 @@ fn envelope(sender: &str, rcpts: &[&str], flags: u32) -> Envelope {
         dsn: None,
         orig_rcpt: Vec::new(),
         login: String::new(),
+        filter: String::new(),
+        xforward: String::new(),
     }
 }
 

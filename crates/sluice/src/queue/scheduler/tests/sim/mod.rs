@@ -189,6 +189,8 @@ fn a_destination_looked_up_again_still_sheds_idle_connections() {
             dsn: None,
             orig_rcpt: Vec::new(),
             login: String::new(),
+            filter: String::new(),
+            xforward: String::new(),
         };
         let body_ref = BodyRef {
             id,

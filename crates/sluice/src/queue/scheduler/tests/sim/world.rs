@@ -93,7 +93,7 @@ struct Worker {
 
 /// An answer the driver would deliver later.
 enum Pending {
-    Input(Input),
+    Input(Box<Input>),
     /// A delay warning was stored: the message is marked warned.
     Warned(u64),
 }
@@ -221,7 +221,8 @@ impl World {
                     .into_iter()
                     .map(|(id, body)| (id, self.spool.read_envelope(body).map_err(ReadBack::Io)))
                     .collect();
-                self.pending.push(Pending::Input(Input::Loaded(loaded)));
+                self.pending
+                    .push(Pending::Input(Box::new(Input::Loaded(loaded))));
             }
             Action::Start {
                 worker,
@@ -250,13 +251,13 @@ impl World {
                 }
                 if let Some(recipients) = stored_for {
                     let stored = Input::BounceStored { msg, recipients };
-                    self.pending.push(Pending::Input(stored));
+                    self.pending.push(Pending::Input(Box::new(stored)));
                 }
             }
             Action::Resolve { dest, .. } => {
                 let group = (self.rng.below(2) == 0).then(group);
                 let resolved = Input::Resolved { dest, group };
-                self.pending.push(Pending::Input(resolved));
+                self.pending.push(Pending::Input(Box::new(resolved)));
             }
             Action::SaveHolds(save) => self.save(save),
             Action::Answer { ticket, after, .. } => {
@@ -350,6 +351,7 @@ impl World {
             dsn: None,
             orig_rcpt: Vec::new(),
             login: String::new(),
+            ..Default::default()
         };
         let body = Arc::new(vec![b'x'; 64]);
         let store = self.spool.store(envelope.clone(), body.clone());
@@ -457,6 +459,7 @@ impl World {
                 "warning stored"
             }
             Pending::Input(input) => {
+                let input = *input;
                 if let Input::Leased(key) = &input {
                     let n = self.records.leasing.get_mut(&**key).expect("counted");
                     *n -= 1;
@@ -527,7 +530,8 @@ impl World {
         }
         if self.caps.allowed(&key).unwrap_or(usize::MAX) > before {
             *self.records.leasing.entry(key.to_string()).or_default() += 1;
-            self.pending.push(Pending::Input(Input::Leased(key)));
+            self.pending
+                .push(Pending::Input(Box::new(Input::Leased(key))));
             return "lease grows";
         }
         "lease shrinks or stays"
