@@ -35,6 +35,8 @@ pub mod local;
 pub mod names;
 mod one_line;
 pub mod owner;
+pub mod pipe;
+pub mod pipe_argv;
 pub mod restrictions;
 pub mod rewrite;
 pub mod services;
