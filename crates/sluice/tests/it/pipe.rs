@@ -425,3 +425,47 @@ async fn pipe_matches_postfix() {
     assert_eq!(seen(&srun), seen(&prun), "{}", postfix.maillog());
     server.shutdown().await;
 }
+
+/// `deliver::pipe::run`, the runner local(8)'s `|command` aliases use,
+/// attacked directly: a command that floods its output and never ends
+/// is cut to 2 KiB and killed at the time limit; a command that leaves a
+/// child holding its output behind is killed with it; root is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runner_bounds_output_time_and_privilege() {
+    use sluice::deliver::pipe::{run, PipeCommand, PipeOutcome};
+    let nobody = PipeUser::parse("nobody").unwrap();
+    let command = |argv: &[&str], uid: u32| PipeCommand {
+        argv: argv.iter().map(|a| a.to_string()).collect(),
+        uid,
+        gid: nobody.gid,
+        env: vec![("RECIPIENT".into(), "r@x".into())],
+        cwd: None,
+        time_limit: std::time::Duration::from_secs(1),
+    };
+    let flood = run(&command(&["/usr/bin/yes", "spam"], nobody.uid), b"").await;
+    let PipeOutcome::Bounced(reply) = flood else {
+        panic!("{flood:?}")
+    };
+    assert!(
+        reply.text.starts_with("Command time limit exceeded"),
+        "{reply:?}"
+    );
+    let started = std::time::Instant::now();
+    let script = ["/bin/sh", "-c", "sleep 100 & echo \"$RECIPIENT\"; exit 0"];
+    let orphan = run(&command(&script, nobody.uid), b"").await;
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    assert!(matches!(orphan, PipeOutcome::Bounced(_)), "{orphan:?}");
+    let quick = run(
+        &command(&["/bin/sh", "-c", "echo \"$RECIPIENT\""], nobody.uid),
+        b"",
+    )
+    .await;
+    assert_eq!(
+        quick,
+        PipeOutcome::Sent {
+            output: "r@x".into()
+        }
+    );
+    let root = run(&command(&["/usr/bin/id"], 0), b"").await;
+    assert!(matches!(root, PipeOutcome::Deferred(_)), "{root:?}");
+}
