@@ -40,6 +40,14 @@ pub enum NextHop {
     /// MX rollup: the mail hosts several domains share, by preference
     /// level (best first), each level's names sorted. Always screened.
     MxSet { levels: Vec<Vec<String>>, port: u16 },
+    /// A pipe transport of `[transports]` (`service = "pipe"`, Postfix's
+    /// pipe(8)) and its next hop (`${nexthop}`: the text after `NAME:`,
+    /// else the recipient domain). Made by the router from a route
+    /// naming that transport; a queue per transport and next hop.
+    Pipe {
+        transport: Arc<str>,
+        nexthop: String,
+    },
     /// Accept and drop (logged as delivered).
     Discard,
     /// Local delivery into virtual mailboxes.
@@ -153,6 +161,7 @@ impl NextHop {
     pub fn transport(&self) -> Option<&Arc<str>> {
         match self {
             NextHop::Smtp { transport, .. } | NextHop::Inherit { transport } => transport.as_ref(),
+            NextHop::Pipe { transport, .. } => Some(transport),
             _ => None,
         }
     }
@@ -176,6 +185,31 @@ impl NextHop {
             },
             other => other,
         }
+    }
+
+    /// This hop, through the pipe transport `transport`: its next hop is
+    /// the host as written (`[host]` when bracketed, `:port` when not 25),
+    /// as Postfix passes the text after `NAME:` to pipe(8).
+    pub fn piped(&self, transport: Arc<str>) -> NextHop {
+        let nexthop = match self {
+            NextHop::Smtp {
+                host,
+                port,
+                bracketed,
+                ..
+            } => {
+                let host = match bracketed {
+                    true => format!("[{host}]"),
+                    false => host.clone(),
+                };
+                match port {
+                    25 => host,
+                    p => format!("{host}:{p}"),
+                }
+            }
+            other => other.key(),
+        };
+        NextHop::Pipe { transport, nexthop }
     }
 
     /// Canonical name: the destination key for queues and concurrency limits.
@@ -208,6 +242,7 @@ impl NextHop {
                 let levels: Vec<String> = levels.iter().map(|l| l.join(",")).collect();
                 format!("mx:{}:{port}", levels.join(";"))
             }
+            NextHop::Pipe { transport, nexthop } => format!("{transport}:{nexthop}"),
             NextHop::Discard => "discard".into(),
             NextHop::Maildir => "maildir".into(),
             NextHop::Lmtp(service) => format!("lmtp:{service}"),

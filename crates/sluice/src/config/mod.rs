@@ -37,6 +37,8 @@ pub mod names;
 mod one_line;
 mod overrides;
 pub mod owner;
+pub mod pipe;
+pub mod pipe_argv;
 pub mod restrictions;
 pub mod rewrite;
 pub mod services;

@@ -19,6 +19,9 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 use serde::{Deserialize, Serialize};
 
+use super::pipe::{PipeFlags, PipeGroup, PipeSettings, PipeUser};
+use super::pipe_argv::PipeArg;
+
 /// Which delivery agent a named transport runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -26,10 +29,12 @@ pub enum Service {
     /// Postfix's smtp(8).
     #[default]
     Smtp,
+    /// Postfix's pipe(8): a command run per message (`config/pipe.rs`).
+    Pipe,
 }
 
 /// One `[transports.NAME]` section.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TransportConfig {
     pub service: Service,
@@ -46,6 +51,48 @@ pub struct TransportConfig {
     /// transport's connections (default: `[delivery]`'s).
     pub smtp_tls_cert_file: Option<std::path::PathBuf>,
     pub smtp_tls_key_file: Option<std::path::PathBuf>,
+    /// pipe(8)'s `argv=`: the program (an absolute path) and its
+    /// arguments, with its macros; run without a shell.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub argv: Vec<PipeArg>,
+    /// pipe(8)'s `user=`: the account the command runs as (never root).
+    pub user: Option<PipeUser>,
+    /// pipe(8)'s `user=name:group`: its group instead of the account's.
+    pub group: Option<PipeGroup>,
+    /// pipe(8)'s `flags=` (`DRO`, …).
+    pub flags: PipeFlags,
+    /// pipe(8)'s `size=`: larger messages bounce (5.2.3); 0: no limit.
+    pub size_limit: u64,
+    /// Postfix's NAME_time_limit (command_time_limit, 1000 s).
+    #[serde(skip_serializing_if = "super::pipe::is_default_time_limit")]
+    pub time_limit_secs: u64,
+    /// Postfix's NAME_destination_recipient_limit: recipients per
+    /// command (default 50; 1 with flags D or O).
+    pub max_recipients: Option<usize>,
+    /// pipe(8)'s `null_sender=`: `${sender}` of a bounce (MAILER-DAEMON).
+    pub null_sender: Option<String>,
+}
+
+impl Default for TransportConfig {
+    fn default() -> TransportConfig {
+        TransportConfig {
+            service: Service::Smtp,
+            smtp_bind_address: None,
+            smtp_bind_address6: None,
+            smtp_helo_name: None,
+            egress_pool: Vec::new(),
+            smtp_tls_cert_file: None,
+            smtp_tls_key_file: None,
+            argv: Vec::new(),
+            user: None,
+            group: None,
+            flags: PipeFlags::default(),
+            size_limit: 0,
+            time_limit_secs: super::pipe::DEFAULT_TIME_LIMIT_SECS,
+            max_recipients: None,
+            null_sender: None,
+        }
+    }
 }
 
 /// One source of an egress pool.
@@ -80,6 +127,47 @@ pub struct EgressSettings<'a> {
 }
 
 impl TransportConfig {
+    /// Its pipe settings (meaningful with `service = "pipe"`).
+    pub fn pipe(&self) -> PipeSettings<'_> {
+        PipeSettings {
+            argv: &self.argv,
+            user: self.user.as_ref(),
+            max_recipients: self.max_recipients,
+            flags: self.flags,
+            time_limit_secs: self.time_limit_secs,
+        }
+    }
+
+    /// Checks that the section holds only its service's settings.
+    fn validate(&self, scope: &str) -> Result<(), String> {
+        let pipe_set = !self.argv.is_empty()
+            || self.user.is_some()
+            || self.group.is_some()
+            || self.flags != PipeFlags::default()
+            || self.size_limit != 0
+            || self.max_recipients.is_some()
+            || self.null_sender.is_some()
+            || self.time_limit_secs != super::pipe::DEFAULT_TIME_LIMIT_SECS;
+        let egress = self.egress();
+        let smtp_set = egress.bind4.is_some()
+            || egress.bind6.is_some()
+            || egress.helo.is_some()
+            || !egress.pool.is_empty()
+            || self.smtp_tls_cert_file.is_some()
+            || self.smtp_tls_key_file.is_some();
+        match self.service {
+            Service::Smtp if pipe_set => Err(format!(
+                "{scope}: argv, user, group, flags, size_limit, time_limit_secs, \
+                 max_recipients and null_sender are for service = \"pipe\""
+            )),
+            Service::Smtp => egress.validate(scope),
+            Service::Pipe if smtp_set => Err(format!(
+                "{scope}: a pipe has no SMTP source address, HELO name or client certificate"
+            )),
+            Service::Pipe => self.pipe().validate(scope),
+        }
+    }
+
     pub fn egress(&self) -> EgressSettings<'_> {
         EgressSettings {
             bind4: self.smtp_bind_address,
@@ -148,7 +236,7 @@ pub fn validate<'a>(
                  other than smtp, lmtp, discard, maildir, local"
             ));
         }
-        t.egress().validate(&format!("transports.{name}"))?;
+        t.validate(&format!("transports.{name}"))?;
         super::delivery::ClientCert::of(
             t.smtp_tls_cert_file.as_ref(),
             t.smtp_tls_key_file.as_ref(),

@@ -54,12 +54,14 @@ use crate::routing::Router;
 pub(super) struct Agents {
     smtp: SmtpAgent,
     maildir: MaildirAgent,
+    pipe: crate::deliver::pipe::PipeAgent,
 }
 
 impl DeliveryAgent for Agents {
     fn spawn(&self, start: WorkerStart) {
         match &*start.hop {
             NextHop::Maildir => self.maildir.spawn(start),
+            NextHop::Pipe { .. } => self.pipe.spawn(start),
             // Discard never reaches an agent (the queue handles it); SMTP
             // refuses anything that is not SMTP with a deferral.
             _ => self.smtp.spawn(start),
@@ -380,6 +382,10 @@ impl Parts {
                 .map(Arc::new),
                 egress: self.egress.clone(),
             },
+            pipe: crate::deliver::pipe::PipeAgent {
+                config: self.config.clone(),
+                spool: spool.clone(),
+            },
             maildir: MaildirAgent {
                 config: self.config.clone(),
                 mailboxes: self.mailboxes.clone(),
@@ -563,7 +569,14 @@ fn router(
     .with_local_transport(&config.local.transport)
     .with_mx_port(config.delivery.mx_port)
     .with_senders(senders)
-    .with_transports(config.transports.keys()))
+    .with_transports(config.transports.keys())
+    .with_pipes(
+        config
+            .transports
+            .iter()
+            .filter(|(_, t)| t.service == crate::config::transports::Service::Pipe)
+            .map(|(name, _)| name),
+    ))
 }
 
 /// What decides where an address goes, built as `serve` builds it, for

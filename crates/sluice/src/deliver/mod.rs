@@ -2,9 +2,11 @@
 //! hops (MX or configured; TLS, DANE, MTA-STS, connection reuse, the
 //! dead-host cache); [`maildir`] delivers to virtual mailboxes. The queue
 //! hands them jobs and takes their outcomes; they never write the queue.
+//! [`pipe`] runs commands (Postfix's pipe(8)).
 //! [`verify`] probes next hops for addresses (Postfix's verify(8)), the
 //! way [`smtp`] would deliver to them, without delivering.
 
 pub mod maildir;
+pub mod pipe;
 pub mod smtp;
 pub mod verify;

@@ -214,13 +214,16 @@ pub enum Relay {
     /// A next hop no connection was made to, by its name: `host:port`,
     /// or its destination key (`mx:…`, `lmtp:unix:…`).
     Hop(String),
+    /// A pipe transport's command, by the transport's name (`relay=NAME`,
+    /// as Postfix's pipe(8) logs it).
+    Pipe(String),
 }
 
 impl Relay {
     /// A server outside this process took part (a DSN names it as the
     /// Remote-MTA).
     pub fn is_remote(&self) -> bool {
-        !matches!(self, Relay::None | Relay::Maildir)
+        !matches!(self, Relay::None | Relay::Maildir | Relay::Pipe(_))
     }
 
     /// For the log and metrics: the transport, the service that logs the
@@ -230,6 +233,7 @@ impl Relay {
         match self {
             Relay::Maildir => ("maildir", "virtual"),
             Relay::Lmtp(_) => ("lmtp", "lmtp"),
+            Relay::Pipe(_) => ("pipe", "pipe"),
             _ => ("smtp", "smtp"),
         }
     }
@@ -250,7 +254,7 @@ impl fmt::Display for Relay {
             Relay::Maildir => f.write_str("maildir"),
             Relay::Lmtp(service) => f.write_str(service),
             Relay::Smtp { host, addr } => write!(f, "{host}[{}]:{}", addr.ip(), addr.port()),
-            Relay::Hop(name) => f.write_str(name),
+            Relay::Hop(name) | Relay::Pipe(name) => f.write_str(name),
         }
     }
 }

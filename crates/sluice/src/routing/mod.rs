@@ -51,6 +51,9 @@ pub struct Router {
     /// in a table) is deferred, as Postfix defers mail for a transport
     /// master.cf does not have.
     transports: Arc<std::collections::HashSet<String>>,
+    /// Those of them that are pipes (`service = "pipe"`): a route naming
+    /// one becomes [`NextHop::Pipe`] with the next hop it resolved to.
+    pipes: Arc<std::collections::HashSet<String>>,
 }
 
 /// Why a recipient has no next hop (it is deferred).
@@ -91,12 +94,19 @@ impl Router {
             mx_port: 25,
             senders: Default::default(),
             transports: Default::default(),
+            pipes: Default::default(),
         }
     }
 
     /// The named transports (`[transports]`) routes may name.
     pub fn with_transports<'a>(mut self, names: impl Iterator<Item = &'a String>) -> Router {
         self.transports = Arc::new(names.cloned().collect());
+        self
+    }
+
+    /// The named transports that are pipes.
+    pub fn with_pipes<'a>(mut self, names: impl Iterator<Item = &'a String>) -> Router {
+        self.pipes = Arc::new(names.cloned().collect());
         self
     }
 
@@ -137,6 +147,9 @@ impl Router {
         match hop.transport() {
             Some(t) if !self.transports.contains(&**t) => {
                 Err(NoRoute::UnknownTransport(t.to_string()))
+            }
+            Some(t) if self.pipes.contains(&**t) && !matches!(*hop, NextHop::Pipe { .. }) => {
+                Ok(Arc::new(hop.piped(t.clone())))
             }
             _ => Ok(hop),
         }

@@ -195,6 +195,9 @@ async fn route(
         },
         NextHop::Lmtp(service) => format!("LMTP to {service} (local.transport)"),
         NextHop::Discard => "discarded (a discard route)".into(),
+        NextHop::Pipe { transport, nexthop } => {
+            format!("a command: pipe transport {transport} (next hop {nexthop})")
+        }
         NextHop::Smtp {
             screened: true,
             bracketed: false,

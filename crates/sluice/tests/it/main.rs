@@ -52,6 +52,7 @@ mod mta_sts;
 mod mx_limits;
 mod outbound;
 mod outbound_tls;
+mod pipe;
 mod plus_addressing;
 mod policy;
 mod privilege;

@@ -162,6 +162,12 @@ impl Prober {
                 return ProbeOutcome::Accepted { relay };
             }
             NextHop::Maildir => return failed("local delivery is not probed"),
+            // Postfix's pipe(8) answers a probe without running the
+            // command: deliverable.
+            NextHop::Pipe { transport, .. } => {
+                let relay = transport.to_string();
+                return ProbeOutcome::Accepted { relay };
+            }
             // The router resolves it: never a route it returns.
             NextHop::Inherit { .. } => return failed("no next hop"),
             NextHop::Lmtp(service) => SmtpConn::connect_lmtp(service, &self.config)
