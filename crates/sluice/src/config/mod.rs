@@ -41,6 +41,7 @@ pub mod services;
 pub mod show;
 pub mod smtpd;
 pub mod source;
+pub mod system;
 pub mod tables;
 pub mod transports;
 mod validate;
@@ -100,6 +101,8 @@ pub struct Config {
     pub transports: BTreeMap<String, transports::TransportConfig>,
     /// Local (virtual mailbox) domains and their tables.
     pub local: local::LocalConfig,
+    /// System accounts and local(8) delivery (`mydestination`).
+    pub system: system::SystemConfig,
     /// Named lookup tables (`[tables.NAME]`), used by `[local]`.
     pub tables: BTreeMap<String, tables::TableConfig>,
     /// Resolver for MX lookups.
@@ -284,6 +287,7 @@ impl Default for Config {
             transport: BTreeMap::new(),
             transports: BTreeMap::new(),
             local: local::LocalConfig::default(),
+            system: system::SystemConfig::default(),
             tables: BTreeMap::new(),
             dns: DnsConfig::default(),
             dkim: DkimConfig::default(),

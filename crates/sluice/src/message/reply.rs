@@ -206,6 +206,8 @@ pub enum Relay {
     None,
     /// The Maildir agent: `maildir` (logged as `relay=virtual`).
     Maildir,
+    /// The system users' agent (local(8)): `local`.
+    Local,
     /// An LMTP server, by its service address: `unix:/path`,
     /// `inet:host:port`.
     Lmtp(String),
@@ -220,7 +222,7 @@ impl Relay {
     /// A server outside this process took part (a DSN names it as the
     /// Remote-MTA).
     pub fn is_remote(&self) -> bool {
-        !matches!(self, Relay::None | Relay::Maildir)
+        !matches!(self, Relay::None | Relay::Maildir | Relay::Local)
     }
 
     /// For the log and metrics: the transport, the service that logs the
@@ -229,6 +231,7 @@ impl Relay {
     pub fn labels(&self) -> (&'static str, &'static str) {
         match self {
             Relay::Maildir => ("maildir", "virtual"),
+            Relay::Local => ("local", "local"),
             Relay::Lmtp(_) => ("lmtp", "lmtp"),
             _ => ("smtp", "smtp"),
         }
@@ -248,6 +251,7 @@ impl fmt::Display for Relay {
         match self {
             Relay::None => f.write_str("none"),
             Relay::Maildir => f.write_str("maildir"),
+            Relay::Local => f.write_str("local"),
             Relay::Lmtp(service) => f.write_str(service),
             Relay::Smtp { host, addr } => write!(f, "{host}[{}]:{}", addr.ip(), addr.port()),
             Relay::Hop(name) => f.write_str(name),

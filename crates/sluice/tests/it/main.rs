@@ -75,6 +75,7 @@ mod small_disk;
 mod smarthost_auth;
 mod smuggling;
 mod strictness;
+mod system_users;
 mod tables_lookup;
 mod tables_postmap;
 mod tables_remote;

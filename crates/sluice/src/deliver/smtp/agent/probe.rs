@@ -161,7 +161,7 @@ impl Prober {
                 let relay = "discard".to_string();
                 return ProbeOutcome::Accepted { relay };
             }
-            NextHop::Maildir => return failed("local delivery is not probed"),
+            NextHop::Maildir | NextHop::System => return failed("local delivery is not probed"),
             // The router resolves it: never a route it returns.
             NextHop::Inherit { .. } => return failed("no next hop"),
             NextHop::Lmtp(service) => SmtpConn::connect_lmtp(service, &self.config)
