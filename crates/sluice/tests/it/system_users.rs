@@ -232,3 +232,60 @@ async fn a_user_cannot_make_the_daemon_write_what_they_could_not() {
     assert!(refused, "{:?}", deliveries(&dir, ""));
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "secret\n");
 }
+
+/// `sluice newaliases` (Postfix's newaliases/postalias): postalias's
+/// warnings for a line without a colon and a duplicate name, exit 0; an
+/// aliases file others may write is refused (exit 1), and so is the
+/// daemon's start with it.
+#[test]
+fn newaliases_reports_like_postalias_and_refuses_a_writable_file() {
+    let dir = temp_dir("sys-newaliases");
+    let aliases = dir.join("aliases");
+    std::fs::write(&aliases, "root: admin\nbroken line\nroot: other\n").unwrap();
+    std::fs::set_permissions(&aliases, PermissionsExt::from_mode(0o644)).unwrap();
+    let config = dir.join("sluice.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "hostname = \"mx.test\"\ndata_dir = \"{}\"\n[system]\nmydestination = [\"mx.test\"]\nalias_maps = [\"hash:{}\"]\n",
+            dir.join("var").display(),
+            aliases.display()
+        ),
+    )
+    .unwrap();
+    let run = || {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"));
+        cmd.args(["newaliases", "--config", &config.display().to_string()]);
+        output_of(cmd, b"")
+    };
+    let (code, out, err) = run();
+    assert_eq!(code, 0, "{out}{err}");
+    let shown = aliases.display();
+    assert!(
+        err.contains(&format!("warning: {shown}, line 2: need name:value pair")),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("warning: {shown}: duplicate entry: \"root\"")),
+        "{err}"
+    );
+    assert!(out.contains("1 aliases"), "{out}");
+    // The same words as Postfix's own postalias on the same file.
+    ensure_package("/usr/sbin/postalias", "postfix");
+    std::fs::write(dir.join("main.cf"), "").unwrap();
+    let mut pa = std::process::Command::new("postalias");
+    pa.arg("-c").arg(&*dir).arg(format!("hash:{shown}"));
+    let (_, _, theirs) = output_of(pa, b"");
+    for line in theirs.lines().filter(|l| l.contains("warning:")) {
+        let warning = &line[line.find("warning:").unwrap()..].replace(".db:", ":");
+        assert!(
+            err.contains(warning),
+            "postalias said {warning:?}; we said {err}"
+        );
+    }
+    assert!(theirs.contains("line 2"), "{theirs}");
+    std::fs::set_permissions(&aliases, PermissionsExt::from_mode(0o666)).unwrap();
+    let (code, _, err) = run();
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("writable by others"), "{err}");
+}

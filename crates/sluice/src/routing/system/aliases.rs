@@ -37,7 +37,11 @@ pub struct Warning {
 impl std::fmt::Display for Warning {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let file = self.file.display();
-        write!(f, "warning: {file}, line {}: {}", self.line, self.text)
+        match self.line {
+            // postalias names no line for a duplicate (it says `FILE.db`).
+            0 => write!(f, "warning: {file}: {}", self.text),
+            n => write!(f, "warning: {file}, line {n}: {}", self.text),
+        }
     }
 }
 
@@ -66,7 +70,9 @@ impl Aliases {
                 continue;
             }
             if self.entries.contains_key(&name) {
-                warnings.push(warn(format!("duplicate entry: \"{name}\"")));
+                let mut w = warn(format!("duplicate entry: \"{name}\""));
+                w.line = 0;
+                warnings.push(w);
                 continue;
             }
             self.entries.insert(name, value);
@@ -198,7 +204,10 @@ mod tests {
             w[0].to_string(),
             "warning: /etc/aliases, line 6: need name:value pair"
         );
-        assert!(w[1].text.contains("duplicate entry: \"team\""));
+        assert_eq!(
+            w[1].to_string(),
+            "warning: /etc/aliases: duplicate entry: \"team\""
+        );
         assert_eq!(a.get("postmaster"), Some("root"));
         let t = a.targets("TEAM").unwrap();
         assert_eq!(t.len(), 2);
