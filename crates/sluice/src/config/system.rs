@@ -85,6 +85,20 @@ impl SystemConfig {
         !self.mydestination.is_empty()
     }
 
+    /// What an operator should hear about: local(8) writes as each user,
+    /// which needs the daemon to stay root.
+    pub fn warnings(&self, run_as_root: bool) -> Vec<String> {
+        match self.enabled() && !run_as_root {
+            true => vec![
+                "warning: system.mydestination is set but run_as_root is not: a daemon \
+                          that gives root up cannot deliver as the system users, and their mail \
+                          is deferred (4.3.0)"
+                    .into(),
+            ],
+            false => Vec::new(),
+        }
+    }
+
     /// The files `sluice newaliases` reads.
     pub fn alias_database(&self) -> &[String] {
         self.alias_database.as_deref().unwrap_or(&self.alias_maps)

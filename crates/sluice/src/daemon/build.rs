@@ -610,5 +610,6 @@ pub fn check(config: Config) -> Result<Vec<String>, BuildError> {
         .into_iter()
         .collect();
     warnings.extend(config.local.warnings());
+    warnings.extend(config.system.warnings(config.run_as_root));
     Parts::build(Arc::new(config), &logger, None, Purpose::Check).map(|_| warnings)
 }

@@ -104,7 +104,8 @@ fn start_log(config: &Config, logger: Option<Logger>) -> Result<Logger, StartErr
         None => Logger::start_as(config.log_file.as_deref(), json).map_err(StartError::Log)?,
     };
     crate::log::route_crate_logs(&logger);
-    for warning in config.local.warnings() {
+    let system = config.system.warnings(config.run_as_root);
+    for warning in config.local.warnings().into_iter().chain(system) {
         logger.emit(&Event::Warning {
             kind: "config".into(),
             open: None,

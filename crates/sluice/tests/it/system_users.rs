@@ -289,3 +289,41 @@ fn newaliases_reports_like_postalias_and_refuses_a_writable_file() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("writable by others"), "{err}");
 }
+
+/// Hostile `.forward`s: an `:include:` of /etc/shadow is read with the
+/// user's rights (deferred, nothing of it delivered), and thousands of
+/// targets stop at `expansion_limit` (5.4.6), nothing forwarded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forward_cannot_read_root_files_or_explode() {
+    let (dir, mut cfg) = site("sys-explode", "");
+    cfg.system.expansion_limit = 50;
+    let r = TestUser::with_home("xr", &home(&dir, "r"));
+    let e = TestUser::with_home("xe", &home(&dir, "e"));
+    let write = |u: &TestUser, tag: &str, text: String| {
+        let fwd = home(&dir, tag).join(".forward");
+        std::fs::write(&fwd, text).unwrap();
+        std::os::unix::fs::chown(&fwd, Some(u.uid), None).unwrap();
+    };
+    write(&r, "r", ":include:/etc/shadow\n".into());
+    let many: String = (0..5000).map(|i| format!("x{i}@far.test\n")).collect();
+    write(&e, "e", many);
+    let (_server, addr) = start(cfg).await;
+    send(addr, &[&format!("{}@mx.test", r.name)], "shadow").await;
+    send(addr, &[&format!("{}@mx.test", e.name)], "bomb").await;
+    let deferred = wait_event(15, &dir, "delivery", |d| {
+        d["status"] == "deferred" && d.to_string().contains("/etc/shadow")
+    })
+    .await;
+    assert!(deferred, "{:?}", deliveries(&dir, ""));
+    let limited = wait_event(15, &dir, "delivery", |d| {
+        d["status"] == "bounced" && d.to_string().contains("expansion limit")
+    })
+    .await;
+    assert!(limited, "{:?}", deliveries(&dir, ""));
+    assert!(
+        !deliveries(&dir, "")
+            .iter()
+            .any(|d| d.to_string().contains("far.test")),
+        "nothing forwarded"
+    );
+}

@@ -233,6 +233,8 @@ impl<'a> Delivery<'a> {
                     "alias expansion limit {} exceeded",
                     self.cfg.expansion_limit
                 );
+                // Nothing of an exploded expansion goes out.
+                self.forwards.clear();
                 return self.note(Status::Bounced("5.4.6", text));
             }
             match t {
