@@ -22,6 +22,8 @@ use aliases::{Aliases, Warning};
 pub enum SystemError {
     #[error("system.alias_maps: cannot read {path}: {err}")]
     Read { path: String, err: std::io::Error },
+    #[error("system.local_recipient_maps: {0:?} is not supported (the default, \"proxy:unix:passwd.byname\" and \"$alias_maps\", or [])")]
+    RecipientMap(String),
     #[error("system.alias_maps: {0} is writable by others than its owner (refused, as a way to run commands as its owner)")]
     Unsafe(String),
 }
@@ -41,6 +43,15 @@ pub struct SystemUsers {
 
 impl SystemUsers {
     pub fn load(config: &SystemConfig, delimiters: &str) -> Result<SystemUsers, SystemError> {
+        let known = [
+            "proxy:unix:passwd.byname",
+            "unix:passwd.byname",
+            "$alias_maps",
+        ];
+        let maps = config.local_recipient_maps.iter().flatten();
+        if let Some(other) = maps.into_iter().find(|m| !known.contains(&m.as_str())) {
+            return Err(SystemError::RecipientMap(other.clone()));
+        }
         let (aliases, warnings) = read_aliases(&config.alias_maps)?;
         Ok(SystemUsers {
             domains: config
