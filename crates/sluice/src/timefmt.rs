@@ -72,6 +72,25 @@ pub fn rfc5322(millis: u64) -> String {
     )
 }
 
+/// asctime(3)'s `Sun Nov 22 05:30:00 2026` (the mbox `From ` line), UTC.
+pub fn asctime(millis: u64) -> String {
+    const DAYS: [&str; 7] = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let p = parts(millis);
+    format!(
+        "{} {} {:2} {:02}:{:02}:{:02} {}",
+        DAYS[p.weekday],
+        MONTHS[p.month as usize - 1],
+        p.day,
+        p.hour,
+        p.minute,
+        p.second,
+        p.year
+    )
+}
+
 /// `2026-11-22T05:30:00.123Z`
 pub fn iso8601(millis: u64) -> String {
     let p = parts(millis);

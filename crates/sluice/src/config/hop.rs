@@ -52,6 +52,9 @@ pub enum NextHop {
     Discard,
     /// Local delivery into virtual mailboxes.
     Maildir,
+    /// Local delivery to system accounts (`[system]`, Postfix's local(8)):
+    /// aliases, `.forward`, mailboxes. Routed for `mydestination` only.
+    System,
     /// LMTP (RFC 2033) to a mailbox server, e.g. Dovecot: `lmtp:unix:/path`
     /// or `lmtp:[host]:port`. Configured only, never from DNS.
     Lmtp(ServiceAddr),
@@ -112,6 +115,9 @@ impl NextHop {
         }
         if text == "maildir" || text == "local" {
             return Some(NextHop::Maildir);
+        }
+        if text == "system" {
+            return Some(NextHop::System);
         }
         if let Some(service) = text.strip_prefix("lmtp:") {
             return service.parse().ok().map(NextHop::Lmtp);
@@ -245,6 +251,7 @@ impl NextHop {
             NextHop::Pipe { transport, nexthop } => format!("{transport}:{nexthop}"),
             NextHop::Discard => "discard".into(),
             NextHop::Maildir => "maildir".into(),
+            NextHop::System => "system".into(),
             NextHop::Lmtp(service) => format!("lmtp:{service}"),
         }
     }
@@ -260,7 +267,7 @@ pub fn is_transport_name(name: &str) -> bool {
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
         && ![
-            "smtp", "lmtp", "discard", "maildir", "local", "literal", "mx",
+            "smtp", "lmtp", "discard", "maildir", "local", "literal", "mx", "system",
         ]
         .contains(&name)
 }

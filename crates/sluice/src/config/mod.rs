@@ -45,6 +45,7 @@ pub mod services;
 pub mod show;
 pub mod smtpd;
 pub mod source;
+pub mod system;
 pub mod tables;
 pub mod transports;
 mod validate;
@@ -104,6 +105,8 @@ pub struct Config {
     pub transports: BTreeMap<String, transports::TransportConfig>,
     /// Local (virtual mailbox) domains and their tables.
     pub local: local::LocalConfig,
+    /// System accounts and local(8) delivery (`mydestination`).
+    pub system: system::SystemConfig,
     /// Named lookup tables (`[tables.NAME]`), used by `[local]`.
     pub tables: BTreeMap<String, tables::TableConfig>,
     /// Resolver for MX lookups.
@@ -288,6 +291,7 @@ impl Default for Config {
             transport: BTreeMap::new(),
             transports: BTreeMap::new(),
             local: local::LocalConfig::default(),
+            system: system::SystemConfig::default(),
             tables: BTreeMap::new(),
             dns: DnsConfig::default(),
             dkim: DkimConfig::default(),
@@ -426,6 +430,7 @@ impl Config {
     /// `check-config` and the log at start.
     pub fn warnings(&self) -> Vec<String> {
         let mut out = self.local.warnings();
+        out.extend(self.system.warnings(self.run_as_root));
         out.extend(listener::bypass_warnings(
             &self.content_checks.content_filter,
             &self.smtpd.listeners,

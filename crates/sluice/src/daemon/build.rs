@@ -55,6 +55,7 @@ pub(super) struct Agents {
     smtp: SmtpAgent,
     maildir: MaildirAgent,
     pipe: crate::deliver::pipe::PipeAgent,
+    local: crate::deliver::local::LocalAgent,
 }
 
 impl DeliveryAgent for Agents {
@@ -62,6 +63,7 @@ impl DeliveryAgent for Agents {
         match &*start.hop {
             NextHop::Maildir => self.maildir.spawn(start),
             NextHop::Pipe { .. } => self.pipe.spawn(start),
+            NextHop::System => self.local.spawn(start),
             // Discard never reaches an agent (the queue handles it); SMTP
             // refuses anything that is not SMTP with a deferral.
             _ => self.smtp.spawn(start),
@@ -102,6 +104,9 @@ pub(super) struct Parts {
     pub limits: Arc<dyn crate::intake::limits::Counter>,
     /// Maildir files and syncs, over reloads (for the log at shutdown).
     pub maildir_stats: Arc<SyncStats>,
+    /// Where the local(8) agent submits forwarded mail: the intake in
+    /// force (set by [`Parts::intake`]), over reloads.
+    pub reinject: crate::deliver::local::Reinject,
     /// Our listening addresses (the configured ones until the listeners
     /// are bound), over reloads: next hops from DNS never lead there.
     pub own_addrs: Arc<OwnAddrs>,
@@ -148,9 +153,29 @@ fn same(a: &Config, b: &Config, key: fn(&Config) -> String) -> bool {
 
 fn tables_key(c: &Config) -> String {
     format!(
-        "{:?}{:?}{:?}{:?}{:?}{:?}",
-        c.local, c.tables, c.auth, c.smtpd.relay_recipient_table, c.data_dir, c.recipient_delimiter
+        "{:?}{:?}{:?}{:?}{:?}{:?}{:?}{:?}",
+        c.local,
+        c.tables,
+        c.auth,
+        c.smtpd.relay_recipient_table,
+        c.data_dir,
+        c.recipient_delimiter,
+        c.system,
+        alias_stamps(c)
     )
+}
+
+/// The aliases files' modification times: a reload after `sluice
+/// newaliases` (or an edit) reads them again.
+fn alias_stamps(c: &Config) -> Vec<Option<std::time::SystemTime>> {
+    c.system
+        .alias_maps
+        .iter()
+        .map(|e| {
+            let path = crate::config::system::alias_file(e);
+            std::fs::metadata(path).and_then(|m| m.modified()).ok()
+        })
+        .collect()
 }
 
 fn tls_key(c: &Config) -> String {
@@ -198,6 +223,8 @@ pub enum BuildError {
     Restrictions(#[from] crate::receive::restrict::BuildError),
     #[error(transparent)]
     Forward(#[from] crate::routing::forward::ForwardError),
+    #[error(transparent)]
+    System(#[from] crate::routing::system::SystemError),
     #[error(transparent)]
     SenderRoutes(#[from] crate::routing::senders::SenderRouteError),
     #[error(transparent)]
@@ -304,6 +331,7 @@ impl Parts {
             cluster: None,
             shadow: None,
             limits,
+            reinject: previous.map(|p| p.reinject.clone()).unwrap_or_default(),
             maildir_stats: previous
                 .map(|p| p.maildir_stats.clone())
                 .unwrap_or_default(),
@@ -385,6 +413,12 @@ impl Parts {
             pipe: crate::deliver::pipe::PipeAgent {
                 config: self.config.clone(),
                 spool: spool.clone(),
+            },
+            local: crate::deliver::local::LocalAgent {
+                config: self.config.clone(),
+                system: self.mailboxes.system(),
+                spool: spool.clone(),
+                reinject: self.reinject.clone(),
             },
             maildir: MaildirAgent {
                 config: self.config.clone(),
@@ -497,7 +531,7 @@ impl Parts {
     /// The intake for this configuration, built once per start or reload
     /// and shared by the sessions, the submitter and the queue.
     pub fn intake(&self, spool: &Spool, logger: &Logger, queue: &QueueHandle) -> Arc<Intake> {
-        Arc::new(Intake {
+        let intake = Arc::new(Intake {
             config: self.config.clone(),
             spool: spool.clone(),
             mailboxes: self.mailboxes.clone(),
@@ -514,7 +548,9 @@ impl Parts {
             forwarding: self.forwarding.clone(),
             arc: self.arc.clone(),
             content_checks: self.restrictions.content_checks.clone(),
-        })
+        });
+        self.reinject.store(Some(intake.clone()));
+        intake
     }
 
     /// `smtp_generic_maps` for the SMTP client, when configured (the
@@ -551,7 +587,11 @@ fn mailboxes(config: &Config, logger: &Logger) -> Result<VirtualMailboxes, Build
         &config.data_dir,
         logger,
     )?
-    .with_delimiters(&config.recipient_delimiter))
+    .with_delimiters(&config.recipient_delimiter)
+    .with_system(crate::routing::system::SystemUsers::load(
+        &config.system,
+        &config.recipient_delimiter,
+    )?))
 }
 
 /// The routing table of `config` over its local domains.

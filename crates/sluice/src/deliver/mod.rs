@@ -6,6 +6,7 @@
 //! [`verify`] probes next hops for addresses (Postfix's verify(8)), the
 //! way [`smtp`] would deliver to them, without delivering.
 
+pub mod local;
 pub mod maildir;
 pub mod pipe;
 pub mod smtp;

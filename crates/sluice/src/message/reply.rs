@@ -206,6 +206,8 @@ pub enum Relay {
     None,
     /// The Maildir agent: `maildir` (logged as `relay=virtual`).
     Maildir,
+    /// The system users' agent (local(8)): `local`.
+    Local,
     /// An LMTP server, by its service address: `unix:/path`,
     /// `inet:host:port`.
     Lmtp(String),
@@ -223,7 +225,10 @@ impl Relay {
     /// A server outside this process took part (a DSN names it as the
     /// Remote-MTA).
     pub fn is_remote(&self) -> bool {
-        !matches!(self, Relay::None | Relay::Maildir | Relay::Pipe(_))
+        !matches!(
+            self,
+            Relay::None | Relay::Maildir | Relay::Pipe(_) | Relay::Local
+        )
     }
 
     /// For the log and metrics: the transport, the service that logs the
@@ -232,6 +237,7 @@ impl Relay {
     pub fn labels(&self) -> (&'static str, &'static str) {
         match self {
             Relay::Maildir => ("maildir", "virtual"),
+            Relay::Local => ("local", "local"),
             Relay::Lmtp(_) => ("lmtp", "lmtp"),
             Relay::Pipe(_) => ("pipe", "pipe"),
             _ => ("smtp", "smtp"),
@@ -252,6 +258,7 @@ impl fmt::Display for Relay {
         match self {
             Relay::None => f.write_str("none"),
             Relay::Maildir => f.write_str("maildir"),
+            Relay::Local => f.write_str("local"),
             Relay::Lmtp(service) => f.write_str(service),
             Relay::Smtp { host, addr } => write!(f, "{host}[{}]:{}", addr.ip(), addr.port()),
             Relay::Hop(name) | Relay::Pipe(name) => f.write_str(name),

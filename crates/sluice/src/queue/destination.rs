@@ -32,7 +32,7 @@ impl QueueCore {
             let (limit, interval) = self.limits_for(key);
             // A local disk needs no slow start: its window opens at once.
             let initial = match **hop {
-                NextHop::Maildir => limit,
+                NextHop::Maildir | NextHop::System => limit,
                 _ => self.config.delivery.initial_concurrency,
             };
             let mut dest = Destination::new(hop.clone(), limit, initial, self.clock.at);

@@ -81,7 +81,7 @@ impl QueueCore {
                     *state = RcptState::Delivered;
                     delivered.push(r);
                     if env.dsn.is_some() && !notified && wants(&env, r, NOTIFY_SUCCESS) {
-                        relayed = relay != Relay::Maildir;
+                        relayed = !matches!(relay, Relay::Maildir | Relay::Local);
                         successes.push((r, Failure::delivered(&relay, &reply)));
                     }
                 }

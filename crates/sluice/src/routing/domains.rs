@@ -34,6 +34,8 @@ pub enum RoutingError {
 
 pub struct LocalDomains {
     domains: HashSet<String>,
+    /// `[system] mydestination`: ours too, delivered by local(8).
+    system: HashSet<String>,
     domain_table: Option<Arc<Table>>,
     transport_table: Option<Arc<Table>>,
     /// The transport table's routes, parsed from the contents in force.
@@ -90,6 +92,7 @@ impl LocalDomains {
         }
         Ok(LocalDomains {
             domains: domains.iter().map(|d| d.to_string()).collect(),
+            system: HashSet::new(),
             domain_table,
             transport_table,
             routes: Default::default(),
@@ -100,13 +103,27 @@ impl LocalDomains {
     pub fn none() -> Arc<LocalDomains> {
         Arc::new(LocalDomains {
             domains: HashSet::new(),
+            system: HashSet::new(),
             domain_table: None,
             transport_table: None,
             routes: Default::default(),
         })
     }
 
+    /// Adds the `mydestination` domains (system users).
+    pub fn with_system(&mut self, domains: impl Iterator<Item = String>) {
+        self.system.extend(domains.map(|d| d.to_ascii_lowercase()));
+    }
+
+    /// Whether `domain` is one of `mydestination` (system users).
+    pub fn is_system_domain(&self, domain: &str) -> bool {
+        !self.system.is_empty() && self.system.contains(&domain.to_ascii_lowercase())
+    }
+
     pub fn is_local_domain(&self, domain: &str) -> bool {
+        if self.is_system_domain(domain) {
+            return true;
+        }
         if self.domains.is_empty() && self.domain_table.is_none() {
             return false;
         }

@@ -61,6 +61,9 @@ pub struct VirtualMailboxes {
     template: String,
     /// `recipient_delimiter` ("" for none).
     delimiters: String,
+    /// System users (`[system]`, `mydestination`): their domains are
+    /// local too; their recipients are checked here, not expanded.
+    system: Arc<crate::routing::system::SystemUsers>,
 }
 
 impl VirtualMailboxes {
@@ -109,7 +112,24 @@ impl VirtualMailboxes {
                 .unwrap_or_else(|| data_dir.join("mail")),
             template: config.maildir_template.clone(),
             delimiters: String::new(),
+            system: Default::default(),
         })
+    }
+
+    /// With the system users of `[system]` (their domains become local,
+    /// routed to local(8) delivery).
+    pub fn with_system(mut self, system: crate::routing::system::SystemUsers) -> VirtualMailboxes {
+        let domains = system.domains().map(str::to_string).collect::<Vec<_>>();
+        if let Some(d) = Arc::get_mut(&mut self.domains) {
+            d.with_system(domains.into_iter());
+        }
+        self.system = Arc::new(system);
+        self
+    }
+
+    /// The system users (`[system]`).
+    pub fn system(&self) -> Arc<crate::routing::system::SystemUsers> {
+        self.system.clone()
     }
 
     /// With address extensions split at any of `delimiters`
@@ -186,6 +206,15 @@ impl VirtualMailboxes {
     pub async fn resolve(&self, address: &str) -> Result<Resolution, LookupError> {
         if !self.is_local_domain(domain_of(address)) {
             return Ok(Resolution::NotLocal);
+        }
+        if self.system.is_system_domain(domain_of(address)) {
+            // local(8) expands aliases at delivery; here only "exists?".
+            let local = crate::message::address::split(address).0;
+            return match self.system.exists(local) {
+                Ok(true) => Ok(Resolution::Accept(vec![address.to_string()])),
+                Ok(false) => Ok(Resolution::Unknown),
+                Err(e) => Err(LookupError::Unavailable(format!("passwd: {e}"))),
+            };
         }
         let mut out = Vec::new();
         let mut seen = HashSet::new();

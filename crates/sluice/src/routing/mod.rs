@@ -24,6 +24,7 @@ pub mod interfaces;
 pub mod mailboxes;
 pub mod policy;
 pub mod senders;
+pub mod system;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -157,6 +158,9 @@ impl Router {
 
     fn resolve(&self, sender: &str, address: &str) -> Option<Arc<NextHop>> {
         let domain = domain_of(address).to_ascii_lowercase();
+        if self.local.is_system_domain(&domain) {
+            return Some(Arc::new(NextHop::System));
+        }
         if self.local.is_local_domain(&domain) {
             return Some(self.local_hop.clone());
         }

@@ -193,6 +193,7 @@ async fn route(
             Ok(None) => "Maildir: no such mailbox".into(),
             Err(e) => format!("Maildir: table lookup failed ({e})"),
         },
+        NextHop::System => "local(8) delivery to a system user ([system] mydestination)".into(),
         NextHop::Lmtp(service) => format!("LMTP to {service} (local.transport)"),
         NextHop::Discard => "discarded (a discard route)".into(),
         NextHop::Pipe { transport, nexthop } => {

@@ -79,6 +79,8 @@ mod small_disk;
 mod smarthost_auth;
 mod smuggling;
 mod strictness;
+mod system_users;
+mod system_users_diff;
 mod tables_lookup;
 mod tables_postmap;
 mod tables_remote;

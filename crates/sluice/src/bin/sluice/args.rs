@@ -49,6 +49,11 @@ pub(crate) enum Command {
     /// Make the running daemon read its configuration again (postfix
     /// reload); prints what it applied, or why it refused (exit 1).
     Reload(ConfigArg),
+    /// Check the aliases files of `[system] alias_database` (Postfix's
+    /// newaliases): prints postalias's warnings, exit 1 when one cannot be
+    /// read or is writable by others; then a running daemon reloads
+    /// (the text file is what it reads: there is no .db to build).
+    Newaliases(ConfigArg),
     /// Stop the running daemon (postfix stop): it drains and exits;
     /// returns once it has.
     Stop(ConfigArg),

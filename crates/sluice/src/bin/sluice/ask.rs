@@ -180,3 +180,36 @@ pub(crate) fn merge(into: &mut toml::Table, more: toml::Table) {
         }
     }
 }
+
+/// `sluice newaliases`: every file of `alias_database` read as the
+/// daemon reads it, postalias's warnings printed; a running daemon then
+/// reloads (not running: nothing more to do).
+pub(crate) async fn newaliases(arg: ConfigArg) -> Result<(), CliError> {
+    let path = sluice::tools::locate::config_file(arg.config.as_deref());
+    let config = match &path {
+        Some(p) => sluice::config::Config::load(p)?,
+        None => sluice::config::Config::default(),
+    };
+    let files = config.system.alias_database().to_vec();
+    let (aliases, warnings) = sluice::routing::system::read_aliases(&files)
+        .map_err(|e| CliError::Io(std::io::Error::other(e.to_string())))?;
+    for w in &warnings {
+        eprintln!("sluice: {w}");
+    }
+    println!(
+        "sluice: newaliases: {} aliases in {} file(s)",
+        aliases.len(),
+        files.len()
+    );
+    let running = match sluice::tools::locate::data_dir(arg.config.as_deref()) {
+        Ok(dir) => {
+            let socket = sluice::admin::socket_path(&dir);
+            tokio::net::UnixStream::connect(&socket).await.is_ok()
+        }
+        Err(_) => false,
+    };
+    match running {
+        true => control(arg, Control::Reload).await,
+        false => Ok(()),
+    }
+}

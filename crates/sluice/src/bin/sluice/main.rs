@@ -17,7 +17,7 @@ use clap::{CommandFactory, Parser};
 use sluice::admin::control::Control;
 
 use args::{Cli, Command, KeygenArgs};
-use ask::{address, control, lookup, show_config};
+use ask::{address, control, lookup, newaliases, show_config};
 use queue::queue;
 use serve::{check_config, fix_malloc_thresholds, serve};
 
@@ -89,6 +89,7 @@ pub(crate) fn main() -> ExitCode {
             return runtime.block_on(lookup(source, table, key));
         }
         Command::Reload(c) => runtime.block_on(control(c, Control::Reload)),
+        Command::Newaliases(c) => runtime.block_on(newaliases(c)),
         Command::Stop(c) => runtime.block_on(control(c, Control::Stop)),
         Command::Status(c) => runtime.block_on(control(c, Control::Status)),
         Command::HashPassword => hash_password(),

@@ -62,7 +62,11 @@ impl Destinations {
 
     /// Adds a destination made for `key`.
     pub fn insert(&mut self, key: Arc<str>, dest: Destination) {
-        if matches!(*dest.hop, NextHop::Maildir | NextHop::Lmtp(_)) && !self.local.contains(&key) {
+        if matches!(
+            *dest.hop,
+            NextHop::Maildir | NextHop::System | NextHop::Lmtp(_)
+        ) && !self.local.contains(&key)
+        {
             self.local.push(key.clone());
         }
         self.map.insert(key, dest);
@@ -163,7 +167,10 @@ impl Destinations {
             if d.window == 0 || d.window > d.limit {
                 return Err(format!("{key}: window {} of {}", d.window, d.limit));
             }
-            let local = matches!(*d.hop, NextHop::Maildir | NextHop::Lmtp(_));
+            let local = matches!(
+                *d.hop,
+                NextHop::Maildir | NextHop::System | NextHop::Lmtp(_)
+            );
             if local && !self.local.contains(key) {
                 return Err(format!("{key}: local but not listed"));
             }

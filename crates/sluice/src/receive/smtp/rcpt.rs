@@ -16,6 +16,7 @@ use super::session::{Next, Session};
 use crate::config::services::PolicyStage;
 use crate::intake::rewrite::virtual_alias::RcptLookup;
 use crate::log::{Event, Qid, Reject};
+use crate::message::address::domain_of;
 use crate::message::flags;
 use crate::routing::mailboxes::Resolution;
 
@@ -192,6 +193,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     queue_id: Qid(txn.id),
                     to: address.as_str().into(),
                 });
+            }
+            Resolution::Unknown if ctx.mailboxes.system().is_system_domain(domain_of(&address)) => {
+                // Postfix's unknown_local_recipient_reject_code (550).
+                return self.unknown_user(&address, "local recipient table", 550);
             }
             Resolution::Unknown => {
                 let code = ctx.restrictions.config.unknown_virtual_mailbox_reject_code;

@@ -31,6 +31,26 @@ impl TestUser {
 }
 
 impl TestUser {
+    /// As [`TestUser::create`], with the home directory `home` (made,
+    /// 0755, the account's): for mail delivered into it or a `.forward`.
+    pub fn with_home(tag: &str, home: &std::path::Path) -> TestUser {
+        let name = format!("sl{tag}{}", std::process::id());
+        let out = Command::new("useradd")
+            .args(["--system", "--shell", "/usr/sbin/nologin", "--home-dir"])
+            .arg(home)
+            .arg(&name)
+            .output()
+            .expect("useradd (passwd package)");
+        assert!(out.status.success(), "useradd: {out:?}");
+        let id = Command::new("id").args(["-u", &name]).output().unwrap();
+        let uid = String::from_utf8_lossy(&id.stdout).trim().parse().unwrap();
+        let user = TestUser { name, uid };
+        std::fs::create_dir_all(home).unwrap();
+        let gid = user.gid();
+        std::os::unix::fs::chown(home, Some(uid), Some(gid)).unwrap();
+        user
+    }
+
     /// The account's primary group id (useradd made a group of its name).
     pub fn gid(&self) -> u32 {
         let id = Command::new("id")

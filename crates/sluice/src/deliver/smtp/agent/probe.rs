@@ -161,7 +161,7 @@ impl Prober {
                 let relay = "discard".to_string();
                 return ProbeOutcome::Accepted { relay };
             }
-            NextHop::Maildir => return failed("local delivery is not probed"),
+            NextHop::Maildir | NextHop::System => return failed("local delivery is not probed"),
             // Postfix's pipe(8) answers a probe without running the
             // command: deliverable.
             NextHop::Pipe { transport, .. } => {
