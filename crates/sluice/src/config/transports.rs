@@ -237,11 +237,6 @@ pub fn validate<'a>(
             ));
         }
         t.validate(&format!("transports.{name}"))?;
-        super::delivery::ClientCert::of(
-            t.smtp_tls_cert_file.as_ref(),
-            t.smtp_tls_key_file.as_ref(),
-        )
-        .map_err(|e| format!("transports.{name}: {e}"))?;
     }
     for (setting, name) in used {
         if !transports.contains_key(name) {

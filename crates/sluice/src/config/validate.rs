@@ -73,6 +73,13 @@ impl Config {
     /// hop names is defined (the tables' values are checked as loaded).
     fn validate_transports(&self) -> Result<(), String> {
         self.delivery.egress().validate("delivery")?;
+        for (name, t) in &self.transports {
+            super::delivery::ClientCert::of(
+                t.smtp_tls_cert_file.as_ref(),
+                t.smtp_tls_key_file.as_ref(),
+            )
+            .map_err(|e| format!("transports.{name}: {e}"))?;
+        }
         let hops = self
             .transport
             .values()
