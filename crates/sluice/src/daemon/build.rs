@@ -16,6 +16,7 @@ use std::time::Duration;
 use sluice_spool::Spool;
 use tokio::sync::Semaphore;
 
+use super::reuse::{delivery_key, dns_key, same, tables_key, tls_key};
 use crate::config::hop::NextHop;
 use crate::config::restrictions::TempfailAction;
 use crate::config::Config;
@@ -144,68 +145,6 @@ pub(super) fn secure_mx(dane: Option<&Arc<Dane>>) -> Option<crate::queue::Secure
 /// The listening addresses `config` names.
 fn configured_addrs(config: &Config) -> Vec<std::net::SocketAddr> {
     config.all_listeners().iter().map(|l| l.listen).collect()
-}
-
-/// Whether `key` gives the same text for both configurations.
-fn same(a: &Config, b: &Config, key: fn(&Config) -> String) -> bool {
-    key(a) == key(b)
-}
-
-fn tables_key(c: &Config) -> String {
-    format!(
-        "{:?}{:?}{:?}{:?}{:?}{:?}{:?}{:?}",
-        c.local,
-        c.tables,
-        c.auth,
-        c.smtpd.relay_recipient_table,
-        c.data_dir,
-        c.recipient_delimiter,
-        c.system,
-        alias_stamps(c)
-    )
-}
-
-/// The aliases files' modification times: a reload after `sluice
-/// newaliases` (or an edit) reads them again.
-fn alias_stamps(c: &Config) -> Vec<Option<std::time::SystemTime>> {
-    c.system
-        .alias_maps
-        .iter()
-        .map(|e| {
-            let path = crate::config::system::alias_file(e);
-            std::fs::metadata(path).and_then(|m| m.modified()).ok()
-        })
-        .collect()
-}
-
-fn tls_key(c: &Config) -> String {
-    format!("{:?}{:?}{:?}", c.tls, c.hostname, c.data_dir)
-}
-
-fn dns_key(c: &Config) -> String {
-    format!("{:?}", c.dns)
-}
-
-/// With the CA file's modification time: a changed bundle makes new
-/// agents (system roots are read at start).
-fn delivery_key(c: &Config) -> String {
-    let ca = c
-        .delivery
-        .tls_ca_file
-        .as_ref()
-        .map(|f| std::fs::metadata(f).and_then(|m| m.modified()).ok());
-    // The SRS secret file's too: a rotated secret makes new agents.
-    let srs = match c.srs.enabled {
-        true => std::fs::metadata(c.srs.secret_path(&c.data_dir))
-            .and_then(|m| m.modified())
-            .ok(),
-        false => None,
-    };
-    // Forwarding's domains: relay domains and the virtual alias maps.
-    format!(
-        "{:?}{:?}{:?}{:?}{:?}{:?}{:?}{:?}",
-        c.hostname, c.delivery, c.dns, ca, c.srs, srs, c.smtpd.relay_domains, c.rewrite
-    )
 }
 
 /// Why a configuration's parts could not be built.

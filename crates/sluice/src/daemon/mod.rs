@@ -16,6 +16,7 @@ mod control;
 mod listeners;
 pub mod privilege;
 mod reload;
+mod reuse;
 mod services;
 mod spool_size;
 mod start;
