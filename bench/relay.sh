@@ -28,6 +28,12 @@
 #                      # issue 39's: a canonical map, a virtual alias map
 #                      # and 20 header checks on both (bench/lib/rewrite.sh);
 #                      # RESULT lines gain rewrite=typical
+#   FILTER=sluice SYSTEMS="sluice postfix" SESSIONS=250 TLS_MODES=off bash bench/relay.sh
+#                      # issue 40's: every message through the same
+#                      # after-queue content filter and back on a
+#                      # reinjection listener (bench/lib/filter.sh);
+#                      # RESULT lines gain filter=sluice and the filter's
+#                      # own filter_cpu_ms_per_msg
 #
 # Environment
 #   N400=50000         messages in the 400 B run
@@ -115,6 +121,7 @@ source "$(dirname "$0")/lib/common.sh"
 # RESTRICTIONS=typical: the restriction set, its nsd and the checks.
 source "$(dirname "$0")/lib/restrictions.sh"
 source "$(dirname "$0")/lib/rewrite.sh"
+source "$(dirname "$0")/lib/filter.sh"
 
 BENCH_TAG=relay
 ANNOUNCE_RM=0
@@ -210,6 +217,7 @@ cleanup_processes() {
     fi
     stop_postfix_instance
     kill_wait "$SINK_PID" TERM 5
+    kill_wait "$FILTER_PID" TERM 10
     restrictions_stop
 }
 install_cleanup_traps
@@ -354,6 +362,7 @@ default_concurrency = 250
 $(restrictions_sluice_toml)
 $(restrictions_sluice_dns)
 $(rewrite_sluice_toml)
+$(filter_sluice_toml)
 EOF
     # TLS on: the benchmark certificate (outbound STARTTLS is the default,
     # "may"). Off: the defaults, with nobody asking for STARTTLS (and a
@@ -432,9 +441,12 @@ smtpd_client_auth_rate_limit = 0
 EOF
         restrictions_postfix_main_cf
         rewrite_postfix_main_cf
+        filter_postfix_main_cf
     } >"$PF_ETC/main.cf"
-    # master.cf: every service with chroot off; smtpd only on 127.0.0.1:55125.
+    # master.cf: every service with chroot off; smtpd only on 127.0.0.1:55125
+    # (and the filter's reinjection smtpd with FILTER=sluice).
     write_postfix_master_cf "$RELAY_PORT"
+    filter_postfix_master_cf >>"$PF_ETC/master.cf"
 }
 
 # Postfix's TLS settings for the current mode: the same certificate as
@@ -527,7 +539,7 @@ stop_postfix() {
 }
 
 # ------------------------------------------------------------------ runs ----
-declare -A R_SECONDS R_RATE R_RSS R_PSS R_FAIL R_N R_CPU R_ACCPM R_DELPM R_DRAIN
+declare -A R_SECONDS R_RATE R_RSS R_PSS R_FAIL R_N R_CPU R_ACCPM R_DELPM R_DRAIN R_FCPU
 
 ticker() {  # progress line every 5 s while a run goes on
     set +e
@@ -548,6 +560,7 @@ run_one() {
         || die "ports $SINK_PORT/$RELAY_PORT still in use after the previous run"
     log "=== $sys, size $size B, TLS $TLS, N=$n: starting sink"
     start_sink "$n"
+    [ "$sys" = harness ] || filter_start
     cg_reset
     case $sys in
     harness) port=$SINK_PORT ;;
@@ -574,6 +587,7 @@ run_one() {
         CHART_TAG="$sys-$size-tls$TLS"
         restrictions_on && CHART_TAG+="-restrict"
         rewrite_on && CHART_TAG+="-rewrite"
+        filter_on && CHART_TAG+="-filter"
         log "=== $sys, size $size B: generator ($GENERATOR, $SESSIONS sessions, $n messages)"
         gen_start=$(now)
         run_generator "$port" "$n" "$size"
@@ -620,6 +634,12 @@ run_one() {
     if [ -z "$fail" ] && [ "$sys" = sluice ] && ! rewrite_check "$W/sluice.log"; then
         fail="rewrite_check"
     fi
+    FILTER_CPU_S=n/a
+    if [ "$sys" != harness ]; then
+        filter_stop
+        if [ -z "$fail" ] && ! filter_check; then fail="filter_check"; fi
+    fi
+    R_FCPU[$key]=$FILTER_CPU_S
     # CPU of the system under test, all its processes, start to stop.
     [ "$sys" = harness ] || R_CPU[$key]=$(cg_cpu_s)
     rss=$STOP_RSS
@@ -655,6 +675,7 @@ for p in $RELAY_PORT $SINK_PORT; do
 done
 restrictions_setup
 rewrite_setup
+filter_setup
 [[ " $SYSTEMS " == *" postfix "* ]] && setup_postfix
 
 # One certificate for both MTAs (ECDSA P-256, as Sluice's own).
@@ -664,7 +685,7 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 
     || die "openssl could not make the benchmark certificate"
 chmod 644 "$W/tls/key.pem"
 
-log "workload R: systems=[$SYSTEMS] sizes=[$SIZES] tls=[$TLS_MODES] N400=$N400 N64K=$N64K sessions=$SESSIONS generator=$GENERATOR sink=$SINK restrictions=$RESTRICTIONS rewrite=${REWRITE:-none} tmp=$W"
+log "workload R: systems=[$SYSTEMS] sizes=[$SIZES] tls=[$TLS_MODES] N400=$N400 N64K=$N64K sessions=$SESSIONS generator=$GENERATOR sink=$SINK restrictions=$RESTRICTIONS rewrite=${REWRITE:-none} filter=$FILTER tmp=$W"
 for TLS in $TLS_MODES; do
     for sys in $SYSTEMS; do
         for size in $SIZES; do
@@ -680,6 +701,7 @@ tools=""
 [ "$GENERATOR" = sluice ] && [ "$SINK" = sluice ] || tools=" tools=$GENERATOR/$SINK"
 restrictions_on && tools+=" restrictions=typical"
 rewrite_on && tools+=" rewrite=typical"
+filter_on && tools+=" filter=sluice"
 lines=()
 any_failed=0
 for TLS in $TLS_MODES; do
@@ -692,11 +714,13 @@ for TLS in $TLS_MODES; do
             continue
         fi
         ratio="n/a"
+        fcpu=""
+        if filter_on; then fcpu=" filter_cpu_ms_per_msg=$(cpu_per_msg "${R_FCPU[$key]:-n/a}" "${R_N[$key]}")"; fi
         pkey="postfix:$size:$TLS"
         if [ -n "${R_RATE[$pkey]:-}" ]; then
             ratio=$(fmt %.2f "$(calc "${R_RATE[$key]} / ${R_RATE[$pkey]}")")
         fi
-        lines+=("RESULT system=$sys workload=R n=${R_N[$key]} size=$size tls=$TLS seconds=${R_SECONDS[$key]} msgs_per_s=${R_RATE[$key]} ratio_vs_postfix=$ratio peak_rss_kb=${R_RSS[$key]} peak_pss_kb=${R_PSS[$key]} cpu_s=${R_CPU[$key]:-n/a} cpu_ms_per_msg=$(cpu_per_msg "${R_CPU[$key]:-n/a}" "${R_N[$key]}") accepted_per_min=${R_ACCPM[$key]:-n/a} delivered_per_min=${R_DELPM[$key]:-n/a} drain_s=${R_DRAIN[$key]:-n/a}$tools")
+        lines+=("RESULT system=$sys workload=R n=${R_N[$key]} size=$size tls=$TLS seconds=${R_SECONDS[$key]} msgs_per_s=${R_RATE[$key]} ratio_vs_postfix=$ratio peak_rss_kb=${R_RSS[$key]} peak_pss_kb=${R_PSS[$key]} cpu_s=${R_CPU[$key]:-n/a} cpu_ms_per_msg=$(cpu_per_msg "${R_CPU[$key]:-n/a}" "${R_N[$key]}") accepted_per_min=${R_ACCPM[$key]:-n/a} delivered_per_min=${R_DELPM[$key]:-n/a} drain_s=${R_DRAIN[$key]:-n/a}$tools$fcpu")
     done
   done
 done
