@@ -355,7 +355,11 @@ impl QueueCore {
                     .router
                     .route_why(&envelope.sender, &envelope.recipients[i])
                     .map_err(|why| no_route(&why)),
-                Some(hop) => hop.clone(),
+                Some(Ok(hop)) => self
+                    .router
+                    .checked(hop.clone())
+                    .map_err(|why| no_route(&why)),
+                Some(Err(reply)) => Err(reply.clone()),
             };
             match route {
                 Err(reply) => {

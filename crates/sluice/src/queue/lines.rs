@@ -28,11 +28,15 @@ pub fn discarded(logger: &Logger, env: &Envelope, i: usize) {
     unrelayed(logger, env, i, ("discard", "2.0.0", "sent"), reason);
 }
 
-/// A recipient with no route (an address without a domain): deferred
-/// with `reason`.
+/// A recipient with no route (an address without a domain, a transport
+/// not defined, a routing table that failed): deferred with `reason`,
+/// whose enhanced status is the line's DSN (`4.4.0` without one).
 pub fn unroutable(logger: &Logger, env: &Envelope, i: usize, reason: &Reply) {
+    let dsn = reason
+        .status
+        .map_or_else(|| "4.4.0".to_string(), |s| s.to_string());
     let reason = Shown::Value(reason);
-    unrelayed(logger, env, i, ("none", "4.4.0", "deferred"), reason);
+    unrelayed(logger, env, i, ("none", &dsn, "deferred"), reason);
 }
 
 /// The delivery line of recipient `i` that no agent tried (`relay=none`):

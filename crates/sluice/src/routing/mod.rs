@@ -145,6 +145,14 @@ impl Router {
                     true => NoRoute::NoDomain,
                     false => NoRoute::TableFailed,
                 })?;
+        self.checked(hop)
+    }
+
+    /// `hop` as it is sent: a transport it names must be defined (else
+    /// the mail waits, as Postfix's for a service master.cf lacks), and a
+    /// pipe transport's name gives a pipe hop. Also for the hops that do
+    /// not come from routing (an after-queue content filter's).
+    pub fn checked(&self, hop: Arc<NextHop>) -> Result<Arc<NextHop>, NoRoute> {
         match hop.transport() {
             Some(t) if !self.transports.contains(&**t) => {
                 Err(NoRoute::UnknownTransport(t.to_string()))

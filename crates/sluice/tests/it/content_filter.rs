@@ -463,3 +463,45 @@ async fn sendmail_and_port_25_are_filtered_the_reinjection_listener_is_not() {
     assert_eq!(to(&routed), vec!["back@far.test"]);
     server.shutdown().await;
 }
+
+/// A FILTER action naming a transport that `[transports]` does not define
+/// (a typo in a table) holds the mail, `4.3.0 mail transport
+/// unavailable`, as Postfix does for a master.cf service it lacks: it is
+/// never sent to the filter with the default SMTP settings, nor around it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filter_naming_an_undefined_transport_waits() {
+    let dir = temp_dir("filter-undefined");
+    let (routed, filter) = (recording_sink().await, recording_sink().await);
+    let hop = format!("nosuch:[{}]:{}", filter.addr.ip(), filter.addr.port());
+    std::fs::write(
+        dir.join("access"),
+        format!("special@two.test FILTER {hop}\n"),
+    )
+    .unwrap();
+    let mut cfg = config(&dir, Some(routed.addr));
+    cfg.restrictions.recipient = format!(
+        "check_recipient_access texthash:{}, permit",
+        dir.join("access").display()
+    );
+    let (server, addr) = start(cfg).await;
+    let mut c = Client::ready(addr).await;
+    let r = c
+        .message("s@sender.test", &["special@two.test"], &body("undefined"))
+        .await;
+    assert!(r.starts_with("250"), "{r}");
+    let qid = qid_of(&r);
+    assert!(
+        wait_logged(30, &dir, |e| is_delivery(
+            e,
+            "special@two.test",
+            "deferred",
+            "4.3.0",
+            ""
+        ) && matches!(e, Event::Delivery { queue_id, .. } if *queue_id == qid.as_str()))
+        .await,
+        "{:?}",
+        delivery_events(&dir, &qid)
+    );
+    assert_eq!((filter.count(), routed.count()), (0, 0));
+    server.shutdown().await;
+}
