@@ -469,3 +469,55 @@ async fn the_runner_bounds_output_time_and_privilege() {
     let root = run(&command(&["/usr/bin/id"], 0), b"").await;
     assert!(matches!(root, PipeOutcome::Deferred(_)), "{root:?}");
 }
+
+/// FILTER_README's simple content filter: `content_filter =
+/// mypipe:dummy` naming a pipe transport runs the filter command once per
+/// message with every recipient (`-f ${sender} -- ${recipient}`), as
+/// Postfix's pipe(8) runs it; nothing goes around the filter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_content_filter_may_be_a_pipe_transport() {
+    let dir = open_dir("pipe-filter");
+    let script = recorder(&dir);
+    let user = TestUser::create("pipefilt");
+    let sink = recording_sink().await;
+    let argv = [
+        script.to_str().unwrap(),
+        "-f",
+        "${sender}",
+        "n=${nexthop}",
+        "--",
+        "${recipient}",
+    ];
+    let mut cfg = pipe_config(&dir, sink.addr, pipe(&argv, &user.name, "Rq"));
+    cfg.content_checks.content_filter =
+        sluice::config::content_filter::ContentFilter::parse("mypipe:dummy").unwrap();
+    let (server, addr) = start(cfg).await;
+    let mut c = Client::ready(addr).await;
+    let to = ["x@far.test", "y@far.test"];
+    let r = c.message("s@sender.test", &to, &body("filtered")).await;
+    assert!(r.starts_with("250"), "{r}");
+    for t in to {
+        outcome(&dir, t, "sent").await;
+    }
+    let got = runs(&dir);
+    assert_eq!(got.len(), 1, "{got:?}");
+    let want = [
+        "-f",
+        "s@sender.test",
+        "n=dummy",
+        "--",
+        "x@far.test",
+        "y@far.test",
+    ];
+    assert_eq!(
+        (got[0].0, got[0].1.clone()),
+        (user.uid, want.map(String::from).to_vec())
+    );
+    assert!(
+        got[0].3.starts_with("Return-Path: <s@sender.test>"),
+        "{}",
+        got[0].3
+    );
+    assert_eq!(sink.count(), 0);
+    server.shutdown().await;
+}
