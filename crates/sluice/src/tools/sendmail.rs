@@ -77,7 +77,9 @@ pub fn parse(args: &[String]) -> Result<Options, UsageError> {
             "t" if rest.is_empty() => o.from_headers = true,
             "i" if rest.is_empty() => o.dot_ends = false,
             "o" if rest == "i" => o.dot_ends = false,
-            "o" | "v" | "N" | "B" | "X" | "n" | "m" => {}
+            // -G (a gateway submission: FILTER_README's filters send
+            // their copy back with it) and -U change nothing here.
+            "o" | "v" | "N" | "B" | "X" | "n" | "m" | "G" | "U" => {}
             "f" | "r" => o.sender = Some(value("-f", rest, &mut it)?),
             "F" => o.full_name = Some(value("-F", rest, &mut it)?),
             "C" => o.config = Some(PathBuf::from(value("-C", rest, &mut it)?)),
@@ -287,6 +289,8 @@ mod tests {
         );
         assert!(parse(&args("-bp")).unwrap().list_queue);
         assert!(parse(&args("-bv a@b.test")).unwrap().verify);
+        let filter = parse(&args("-G -i -f s@x.test -- a@b.test")).unwrap();
+        assert_eq!(filter.recipients, vec!["a@b.test"]);
     }
 
     #[test]
