@@ -4,6 +4,7 @@
 //! generator and sink are the `sluice-bench` crate's.
 
 pub mod address;
+pub mod import;
 /// `sluice cluster-ca` and `cluster-cert` (the cluster owns its PKI).
 pub use crate::cluster::shadow::pki as cluster_pki;
 pub mod keygen;

@@ -64,6 +64,21 @@ pub(crate) enum Command {
     HashPassword,
     /// Make a DKIM key pair: the private key to a file, the DNS record to stdout.
     DkimKeygen(KeygenArgs),
+    /// Translate a Postfix configuration (DIR/main.cf, default
+    /// /etc/postfix) into OUT/sluice.toml, with OUT/report.txt saying what
+    /// became of every parameter (exit 1: the result does not load).
+    ImportPostfix {
+        /// Postfix's configuration directory.
+        #[arg(default_value = "/etc/postfix")]
+        dir: PathBuf,
+        /// A new directory for sluice.toml and report.txt.
+        #[arg(long)]
+        out: PathBuf,
+        /// The host name Postfix's computed defaults use when main.cf
+        /// sets no myhostname (default: this machine's).
+        #[arg(long)]
+        hostname: Option<String>,
+    },
     /// Administer the queue of a running daemon (like postqueue/postsuper).
     Queue(QueueArgs),
     /// Make the cluster's own CA for the shadow link: DIR/ca.pem, DIR/ca.key.

@@ -94,6 +94,9 @@ pub(crate) fn main() -> ExitCode {
         Command::Status(c) => runtime.block_on(control(c, Control::Status)),
         Command::HashPassword => hash_password(),
         Command::DkimKeygen(a) => dkim_keygen(a),
+        Command::ImportPostfix { dir, out, hostname } => {
+            return import_postfix(&dir, &out, hostname);
+        }
         Command::Queue(a) => runtime.block_on(queue(a)),
         Command::ClusterCa { dir } => made(sluice::tools::cluster_pki::make_ca(&dir)),
         Command::ClusterCert { ca, node, out } => {
@@ -105,6 +108,35 @@ pub(crate) fn main() -> ExitCode {
         Err(e) => {
             eprintln!("sluice: {e}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// `sluice import-postfix`: the report's summary on stdout; exit 1 when
+/// the translation does not load, 2 when it could not be made.
+fn import_postfix(dir: &Path, out: &Path, hostname: Option<String>) -> ExitCode {
+    use sluice::tools::import;
+    let host = hostname.unwrap_or_else(sluice::config::source::system_hostname);
+    let made = import::translate(dir, &host).and_then(|i| import::write(&i, out).map(|()| i));
+    match made {
+        Ok(imported) => {
+            println!("{}", imported.report.summary());
+            println!(
+                "wrote {}/sluice.toml and {}/report.txt",
+                out.display(),
+                out.display()
+            );
+            match imported.load_error {
+                None => ExitCode::SUCCESS,
+                Some(e) => {
+                    eprintln!("sluice: the translated configuration does not load: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Err(e) => {
+            eprintln!("sluice: {e}");
+            ExitCode::from(2)
         }
     }
 }
