@@ -96,6 +96,8 @@ pub fn rule(name: &str) -> Rule {
         "readme_directory" | "html_directory" | "manpage_directory" | "sample_directory" => {
             Cosmetic(MANUALS)
         }
+        "myorigin" => With(myorigin),
+        "smtp_tls_CApath" => With(ca_path),
         "biff" => NotNeeded("Sluice never notifies comsat"),
         "append_dot_mydomain" => With(append_dot_mydomain),
         "smtputf8_enable" => NotNeeded("Sluice always offers SMTPUTF8"),
@@ -231,6 +233,28 @@ fn mynetworks(_: &Postfix, out: &mut Out, value: &str) -> Verdict {
         .collect();
     out.set("smtpd.mynetworks", toml::Value::Array(list));
     Verdict::Translated(vec!["smtpd.mynetworks".into()])
+}
+
+/// Sluice qualifies local senders (sendmail) with `hostname`.
+fn myorigin(pf: &Postfix, _: &mut Out, value: &str) -> Verdict {
+    let host = pf.get("myhostname").unwrap_or_default();
+    match value.trim() {
+        v if v == host => Verdict::Same("Sluice qualifies local senders with hostname".into()),
+        v if v.starts_with('/') => Verdict::Unsupported(format!(
+            "myorigin from the file {v}: Sluice qualifies local senders with hostname ({host}); \
+             set hostname to the file's name if they differ"
+        )),
+        v => Verdict::Unsupported(format!(
+            "myorigin = {v}: Sluice qualifies local senders with hostname ({host})"
+        )),
+    }
+}
+
+fn ca_path(_: &Postfix, _: &mut Out, value: &str) -> Verdict {
+    match value.trim().trim_end_matches('/') {
+        "/etc/ssl/certs" => Verdict::Same("the system's roots: Sluice's default".into()),
+        _ => Verdict::Unsupported("smtp_tls_CApath: give one file (delivery.tls_ca_file)".into()),
+    }
 }
 
 fn relay_domains(_: &Postfix, out: &mut Out, value: &str) -> Verdict {
