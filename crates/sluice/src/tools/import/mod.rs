@@ -1,5 +1,6 @@
 //! `sluice import-postfix [DIR] --out OUT` (issue 41, first part): reads a
-//! Postfix `main.cf` as postconf does (`$name` expansion over Postfix
+//! Postfix `main.cf` as postconf does, and `master.cf`'s services
+//! (`master.rs`), (`$name` expansion over Postfix
 //! 3.7's defaults), translates every parameter it sets by the rules of
 //! `rules.rs`, writes the Postfix defaults Sluice does not share
 //! (`implied.rs`), and writes `OUT/sluice.toml` and `OUT/report.txt`.
@@ -11,13 +12,16 @@
 //! `type:name` tables itself, text files without `postmap`).
 //!
 //! Trust: the Postfix directory is untrusted input (see `maincf.rs`): it
-//! is read, never executed; only `main.cf` under DIR is opened, and the
+//! is read, never executed; only `main.cf` and `master.cf` under DIR are
+//! opened, and the
 //! output directory is created new (an existing one is refused, so
 //! nothing is overwritten). The written configuration is loaded back
 //! (Sluice's parser and validation) before the tool says it is done.
 
 mod implied;
 pub mod maincf;
+mod master;
+pub mod mastercf;
 pub mod postfix;
 pub mod report;
 mod rules;
@@ -35,6 +39,11 @@ pub enum ImportError {
     Read { path: PathBuf, err: std::io::Error },
     #[error("{path}: {err}")]
     Parse { path: PathBuf, err: ParseError },
+    #[error("{path}: {err}")]
+    Master {
+        path: PathBuf,
+        err: mastercf::MasterError,
+    },
     #[error("{0}: exists already (give a new directory; nothing is overwritten)")]
     OutExists(PathBuf),
     #[error("{path}: {err}")]
@@ -59,8 +68,9 @@ pub fn translate(dir: &Path, hostname: &str) -> Result<Imported, ImportError> {
         path: path.clone(),
         err,
     })?;
+    let services = master_cf(dir)?;
     let pf = Postfix::new(main, hostname);
-    let out = translate::main_cf(&pf);
+    let out = translate::main_cf(&pf, &services);
     let toml = header(dir) + &toml::to_string(&out.toml).unwrap_or_default();
     let load_error = loads(&toml).err();
     Ok(Imported {
@@ -87,6 +97,16 @@ pub fn write(imported: &Imported, out: &Path) -> Result<(), ImportError> {
     let report = out.join("report.txt");
     std::fs::write(&report, imported.report.render()).map_err(err(&report))?;
     Ok(())
+}
+
+/// master.cf's services (none when there is no master.cf).
+fn master_cf(dir: &Path) -> Result<Vec<mastercf::Service>, ImportError> {
+    let path = dir.join("master.cf");
+    if !path.exists() {
+        return Ok(Vec::new());
+    }
+    let text = read_limited(&path)?;
+    mastercf::parse(&text).map_err(|err| ImportError::Master { path, err })
 }
 
 /// The file, if it is no bigger than main.cf may be.
@@ -129,13 +149,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let main = include_str!("testdata/dovecot-site.main.cf");
         std::fs::write(dir.path().join("main.cf"), main).unwrap();
+        let master = include_str!("testdata/dovecot-site.master.cf");
+        std::fs::write(dir.path().join("master.cf"), master).unwrap();
         let made = translate(dir.path(), "ignored.example").unwrap();
         assert_eq!(made.load_error, None, "{}", made.toml);
         let r = &made.report;
         let set = main
             .lines()
             .filter(|l| l.contains('=') && !l.starts_with('#'));
-        assert_eq!(r.entries.len(), set.count());
+        let services = master.lines().filter(|l| !l.starts_with([' ', '\t', '#']));
+        assert_eq!(r.entries.len(), set.count() + services.count());
         let word = |name: &str| {
             r.entries
                 .iter()
@@ -153,6 +176,23 @@ mod tests {
             .toml
             .contains("mynetworks = [\"127.0.0.0/8\", \"::ffff:127.0.0.0/104\", \"::1/128\"]"));
         assert!(r.render().ends_with(&format!("{}\n", r.summary())));
+        // master.cf: submission on both protocols, with its own lists; the
+        // reinjection listener without filter, checks or milters; an
+        // unused pipe service not needed; -o of what Sluice lacks said.
+        let config: crate::config::Config = toml::from_str(&made.toml).unwrap();
+        let l = &config.smtpd.listeners;
+        assert_eq!(l.len(), 3, "{}", made.toml);
+        assert_eq!(l[0].listen.port(), 587);
+        assert_eq!(
+            l[0].restrictions.recipient.as_deref(),
+            Some("permit_sasl_authenticated,reject")
+        );
+        assert!(l[2]
+            .content_filter
+            .as_ref()
+            .is_some_and(|f| f.hop().is_none()));
+        assert_eq!(word("maildrop"), Some("not-needed"));
+        assert_eq!(word("submission"), Some("unsupported"));
         let out = dir.path().join("out");
         write(&made, &out).unwrap();
         assert!(matches!(write(&made, &out), Err(ImportError::OutExists(_))));

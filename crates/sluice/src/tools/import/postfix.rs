@@ -47,15 +47,10 @@ impl Postfix {
             || matches!(name, "myhostname" | "mydomain" | "mynetworks")
     }
 
-    /// Whether `name`'s value in force is its default's.
-    pub fn is_default(&self, name: &str) -> bool {
-        let set = self.main.raw(name).map(|v| expand(v, self));
+    /// Whether `value` (expanded) is `name`'s default.
+    pub fn is_default(&self, name: &str, value: &str) -> bool {
         let default = self.defaults.raw(name).map(|v| expand(v, self));
-        match (set, default) {
-            (None, _) => true,
-            (Some(Ok(a)), Some(Ok(b))) => words(&a) == words(&b),
-            _ => false,
-        }
+        matches!(default, Some(Ok(d)) if words(&d) == words(value))
     }
 }
 
@@ -122,6 +117,6 @@ mod tests {
             "permit_mynetworks, permit_sasl_authenticated, defer_unauth_destination"
         );
         assert!(new.known("smtpd_relay_restrictions") && !new.known("smtpd_relay_restriction"));
-        assert!(new.is_default("mail_name") && !new.is_default("compatibility_level"));
+        assert!(new.is_default("mail_name", "Postfix") && !new.is_default("mail_name", "x"));
     }
 }

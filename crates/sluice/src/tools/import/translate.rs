@@ -55,8 +55,9 @@ impl Out {
     }
 }
 
-/// Translates every parameter main.cf sets, then the implied defaults.
-pub fn main_cf(pf: &Postfix) -> Out {
+/// Translates every parameter main.cf sets, master.cf's services, then
+/// the implied defaults.
+pub fn main_cf(pf: &Postfix, services: &[super::mastercf::Service]) -> Out {
     let mut out = Out {
         toml: toml::Table::new(),
         report: Report::default(),
@@ -72,12 +73,13 @@ pub fn main_cf(pf: &Postfix) -> Out {
             verdict,
         });
     }
+    super::master::services(pf, &mut out, services);
     super::implied::defaults(pf, &mut out);
     out
 }
 
 /// One parameter's verdict (and its settings written).
-fn one(pf: &Postfix, out: &mut Out, name: &str, value: &str) -> Verdict {
+pub(super) fn one(pf: &Postfix, out: &mut Out, name: &str, value: &str) -> Verdict {
     if !pf.known(name) {
         return match restriction_class(pf, name) {
             true => super::rules::class(out, name, value),
@@ -96,7 +98,7 @@ fn one(pf: &Postfix, out: &mut Out, name: &str, value: &str) -> Verdict {
         Rule::NotNeeded(why) => Verdict::NotNeeded(why.into()),
         Rule::Cosmetic(why) => Verdict::Cosmetic(why.into()),
         Rule::Unsupported(why) => Verdict::Unsupported(why.into()),
-        Rule::None if pf.is_default(name) => {
+        Rule::None if pf.is_default(name, value) => {
             Verdict::Same("set to Postfix's default, which Sluice has too".into())
         }
         Rule::None => Verdict::Unsupported("no Sluice equivalent yet".into()),
