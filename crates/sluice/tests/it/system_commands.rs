@@ -281,3 +281,48 @@ fn processes_of(uid: u32) -> Vec<String> {
         .map(|p| p.file_name().to_string_lossy().into_owned())
         .collect()
 }
+
+/// Whose rights, as local(8) decides: an aliases file owned by a user
+/// runs its commands as that user (HOME and SHELL theirs); an include
+/// file reached from root's aliases runs as its owner; the same file
+/// included from another user's `.forward` runs as that `.forward`'s
+/// user, never as the file's owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_run_as_the_owner_local_8_picks() {
+    let (dir, mut cfg) = site("cmd-owner", "");
+    cfg.system.allow_mail_to_commands = ["alias", "forward", "include"].map(String::from).into();
+    let o = TestUser::with_home("co", &home(&dir, "o"));
+    let b = TestUser::with_home("cb", &home(&dir, "b"));
+    let c = TestUser::with_home("cc", &home(&dir, "c"));
+    let (script, out) = script(&dir);
+    let s = script.display();
+    let list = dir.join("b.list");
+    std::fs::write(&list, format!("\"|{s} include\"\n")).unwrap();
+    std::os::unix::fs::chown(&list, Some(b.uid), None).unwrap();
+    // A second aliases file, the user o's (not writable by others).
+    let owned = dir.join("o-aliases");
+    std::fs::write(&owned, format!("owned: \"|{s} owned\"\n")).unwrap();
+    std::os::unix::fs::chown(&owned, Some(o.uid), None).unwrap();
+    let inc = format!("inc: :include:{}\n", list.display());
+    std::fs::write(dir.join("aliases"), inc).unwrap();
+    cfg.system
+        .alias_maps
+        .push(format!("hash:{}", owned.display()));
+    let fwd = format!(":include:{}\n", list.display());
+    forward(&home(&dir, "c"), &c, &fwd);
+    let (_server, addr) = start(cfg).await;
+    send(addr, &["owned@mx.test"], "owned").await;
+    let (id, env, _) = recorded(&out, "mx.test", "owned").await;
+    assert_eq!(id["uid"], o.uid.to_string(), "the aliases file's owner");
+    let home_o = home(&dir, "o").display().to_string();
+    assert_eq!(env.get("HOME"), Some(&home_o));
+    assert_eq!(env.get("USER").map(String::as_str), Some("owned"));
+    send(addr, &["inc@mx.test"], "inc").await;
+    let (id, _, _) = recorded(&out, "mx.test", "include").await;
+    assert_eq!(id["uid"], b.uid.to_string(), "the include file's owner");
+    std::fs::remove_file(out.join("mx.test-include.id")).unwrap();
+    send(addr, &[&format!("{}@mx.test", c.name)], "c").await;
+    let (id, env, _) = recorded(&out, "mx.test", "include").await;
+    assert_eq!(id["uid"], c.uid.to_string(), "the .forward's user, not b");
+    assert_eq!(env.get("USER"), Some(&c.name));
+}
