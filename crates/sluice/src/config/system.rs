@@ -9,6 +9,11 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
+/// Postfix's default command_expansion_filter and
+/// execution_directory_expansion_filter.
+pub const SAFE_CHARS: &str =
+    "1234567890!@%-_=+:,./abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+
 /// `[system]` in the config.
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -36,12 +41,24 @@ pub struct SystemConfig {
     pub forward_path: Vec<String>,
     /// Where `/file` targets are allowed: `alias`, `forward`, `include`.
     pub allow_mail_to_files: Vec<String>,
-    /// Where `|command` targets are allowed (as Postfix); allowed ones are
-    /// still deferred until command delivery exists (`command_delivery`).
+    /// Where `|command` targets are allowed (as Postfix): an allowed one
+    /// runs (`deliver/local/command.rs`).
     pub allow_mail_to_commands: Vec<String>,
-    /// Sluice's seam for pipe(8): off, an allowed `|command` is deferred
-    /// with `4.3.0 command delivery not enabled`.
-    pub command_delivery: bool,
+    /// A `|command` is killed after this long (Postfix:
+    /// command_time_limit, 1000 s).
+    pub command_time_limit_secs: u64,
+    /// The characters a command's environment values may hold; others
+    /// become `_` (Postfix: command_expansion_filter).
+    pub command_expansion_filter: String,
+    /// A `|command`'s working directory, `$home`, `$user`, `$shell`,
+    /// `$recipient`, `$extension`, `$domain`, `$local`,
+    /// `$recipient_delimiter` expanded (Postfix:
+    /// command_execution_directory); empty: `/` (Postfix: its queue
+    /// directory).
+    pub command_execution_directory: String,
+    /// The characters those expansions may hold; others become `_`
+    /// (Postfix: execution_directory_expansion_filter).
+    pub execution_directory_expansion_filter: String,
     /// `fcntl`, `dotlock` (Postfix: mailbox_delivery_lock; Debian's
     /// default is both).
     pub mailbox_delivery_lock: Vec<String>,
@@ -71,7 +88,10 @@ impl Default for SystemConfig {
             ],
             allow_mail_to_files: vec!["alias".into(), "forward".into()],
             allow_mail_to_commands: vec!["alias".into(), "forward".into()],
-            command_delivery: false,
+            command_time_limit_secs: 1000,
+            command_expansion_filter: SAFE_CHARS.into(),
+            command_execution_directory: String::new(),
+            execution_directory_expansion_filter: SAFE_CHARS.into(),
             mailbox_delivery_lock: vec!["fcntl".into(), "dotlock".into()],
             strict_mailbox_ownership: true,
             default_privs: "nobody".into(),

@@ -79,6 +79,8 @@ mod small_disk;
 mod smarthost_auth;
 mod smuggling;
 mod strictness;
+mod system_commands;
+mod system_commands_diff;
 mod system_users;
 mod system_users_diff;
 mod tables_lookup;

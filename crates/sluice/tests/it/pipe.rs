@@ -441,6 +441,7 @@ async fn the_runner_bounds_output_time_and_privilege() {
         env: vec![("RECIPIENT".into(), "r@x".into())],
         cwd: None,
         time_limit: std::time::Duration::from_secs(1),
+        label: None,
     };
     let flood = run(&command(&["/usr/bin/yes", "spam"], nobody.uid), b"").await;
     let PipeOutcome::Bounced(reply) = flood else {

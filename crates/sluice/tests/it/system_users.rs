@@ -17,7 +17,7 @@ use common::users::TestUser;
 use common::*;
 use sluice::config::Config;
 
-fn need_root() {
+pub(crate) fn need_root() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         panic!("this test creates local accounts: run the suite as root, as CI does");
@@ -27,7 +27,7 @@ fn need_root() {
 /// A test directory others may traverse (homes live in it), with a mail
 /// spool `mail/` (0755, root's: mailboxes are created by root and
 /// chowned, as Postfix does there) and an aliases file.
-fn site(name: &str, aliases: &str) -> (TestDir, Config) {
+pub(crate) fn site(name: &str, aliases: &str) -> (TestDir, Config) {
     need_root();
     let dir = temp_dir(name);
     std::fs::set_permissions(&*dir, PermissionsExt::from_mode(0o755)).unwrap();
@@ -53,13 +53,13 @@ async fn mbox(path: &Path, n: usize) -> String {
     std::fs::read_to_string(path).unwrap()
 }
 
-async fn send(addr: std::net::SocketAddr, to: &[&str], subject: &str) {
+pub(crate) async fn send(addr: std::net::SocketAddr, to: &[&str], subject: &str) {
     let mut c = Client::ready(addr).await;
     let r = c.message("s@remote.test", to, &body(subject)).await;
     assert!(r.starts_with("250"), "{r}");
 }
 
-fn home(dir: &Path, tag: &str) -> PathBuf {
+pub(crate) fn home(dir: &Path, tag: &str) -> PathBuf {
     dir.join(format!("home-{tag}"))
 }
 

@@ -5,29 +5,41 @@
 //! forwarded as new mail), the user's `.forward` (`forward_path`), and
 //! the mailbox (`home_mailbox`, `mail_spool_directory`). `/file` targets
 //! are appended as mbox (`allow_mail_to_files`), `|command` targets are
-//! checked (`allow_mail_to_commands`) and then deferred (the seam for
-//! pipe(8)), `:include:` files are read as their owner and their
+//! checked (`allow_mail_to_commands`) and described for the agent to run
+//! (`command.rs`), `:include:` files are read as their owner and their
 //! addresses always forwarded.
 //!
 //! Addresses that leave this delivery (another domain, an owner- list, an
 //! include, another user's `.forward` entry) are collected as
-//! [`Forward`]s, re-submitted by the agent with a `Delivered-To:` added.
+//! [`Forward`]s, re-submitted by the agent with a `Delivered-To:` added;
+//! commands as [`CommandTarget`]s, run by the agent after the switch.
 //!
-//! Trust: the aliases files are root's; `.forward` and include files are
-//! their owners' and are read with the owner's rights (`rights.rs`), and
-//! the files they name are written with those rights, so a user can make
-//! the daemon do nothing they could not do themselves. Blocking.
+//! Whose rights (local(8)'s USER_ATTR, [`Who`]): a `.forward`'s user; an
+//! aliases file's owner, none when root owns it; an include file's owner
+//! when there was none yet (else unchanged: a user cannot borrow the
+//! rights of whoever owns a file they include). None means
+//! `default_privs` for `/file` and `|command` targets.
+//!
+//! Trust: the aliases files are their owners' (root's, normally);
+//! `.forward` and include files are their owners' and are read with the
+//! owner's rights (`rights.rs`), and the files and commands they name
+//! are written and run with those rights, so a user can make the daemon
+//! do nothing they could not do themselves. Blocking.
 
 use std::collections::HashSet;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use super::mbox::{self, Envelope, MboxOptions, WriteError};
+use super::command::{CommandTarget, For};
+use super::mbox::WriteError;
 use super::rights::AsUser;
+use super::status::{note, Status};
 use crate::config::system::SystemConfig;
 use crate::routing::system::aliases::{targets, Target};
 use crate::routing::system::passwd::{self, Account};
 use crate::routing::system::SystemUsers;
+
+mod write;
 
 /// Deepest nesting of aliases, includes and forwards (Postfix: 100).
 const MAX_LEVEL: usize = 100;
@@ -58,12 +70,26 @@ pub struct Forward {
     pub to: String,
 }
 
-/// The result for the top-level recipient: the worst of its targets.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Status {
-    Delivered(String),
-    Bounced(&'static str, String),
-    Deferred(&'static str, String),
+/// Whose rights a `/file` or `|command` target gets: an account, or none
+/// (root's aliases or include file: `default_privs`).
+type Who = Option<Account>;
+
+/// The recipient being delivered (local(8)'s rcpt.address, user,
+/// extension), for commands.
+#[derive(Debug, Clone, Default)]
+struct Current {
+    address: String,
+    user: String,
+    extension: Option<String>,
+}
+
+/// What the switch did for one top-level recipient.
+#[derive(Debug, Default)]
+pub struct Switched {
+    /// The worst outcome of the targets delivered here; `None`: none was.
+    pub status: Option<Status>,
+    pub forwards: Vec<Forward>,
+    pub commands: Vec<CommandTarget>,
 }
 
 /// One top-level recipient's delivery.
@@ -74,13 +100,17 @@ pub struct Delivery<'a> {
     pub sender: &'a str,
     pub original: &'a str,
     pub body: &'a [u8],
+    /// The RFC 3461 ENVID (decoded), empty when none.
+    pub envid: String,
     /// `Delivered-To:` of this delivery (the recipient, lower case).
     delivered: String,
+    current: Current,
     /// The `Delivered-To:` headers the message already has.
     loops: HashSet<String>,
     seen: HashSet<String>,
     count: usize,
     pub forwards: Vec<Forward>,
+    pub commands: Vec<CommandTarget>,
     status: Option<Status>,
 }
 
@@ -102,35 +132,31 @@ impl<'a> Delivery<'a> {
             sender,
             original,
             body,
+            envid: String::new(),
             delivered: recipient.to_ascii_lowercase(),
+            current: Current::default(),
             loops: delivered_headers(body),
             seen: HashSet::new(),
             count: 0,
             forwards: Vec::new(),
+            commands: Vec::new(),
             status: None,
         }
     }
 
-    /// Delivers to `recipient`; the worst outcome of its targets.
-    pub fn run(mut self, recipient: &str) -> (Status, Vec<Forward>) {
+    /// Delivers to `recipient` (the commands and forwards left for the
+    /// agent).
+    pub fn run(mut self, recipient: &str) -> Switched {
         self.recipient(recipient, 0, None, Kind::Top, false);
-        let status = match (self.status, self.forwards.is_empty()) {
-            (Some(s), _) => s,
-            (None, false) => Status::Delivered("forwarded as new mail".into()),
-            (None, true) => Status::Delivered("delivered to nothing".into()),
-        };
-        (status, self.forwards)
+        Switched {
+            status: self.status,
+            forwards: self.forwards,
+            commands: self.commands,
+        }
     }
 
     fn note(&mut self, s: Status) {
-        let rank = |s: &Status| match s {
-            Status::Delivered(_) => 0,
-            Status::Bounced(..) => 1,
-            Status::Deferred(..) => 2,
-        };
-        if self.status.as_ref().is_none_or(|old| rank(&s) > rank(old)) {
-            self.status = Some(s);
-        }
+        note(&mut self.status, s)
     }
 
     fn failed(&mut self, e: WriteError) {
@@ -174,11 +200,24 @@ impl<'a> Delivery<'a> {
                 format!("null username in \"{address}\""),
             ));
         }
-        if !literal && (self.alias(&local, level) || (user != local && self.alias(&user, level))) {
+        let current = Current {
+            address: address.clone(),
+            user: user.clone(),
+            extension: self.sys.split(&local).1.map(String::from),
+        };
+        let _ = (owner, kind);
+        let outer = std::mem::replace(&mut self.current, current);
+        self.switch(&local, &user, level, literal);
+        self.current = outer;
+    }
+
+    /// local(8)'s deliver_switch for the current recipient: its alias,
+    /// its `.forward`, its mailbox.
+    fn switch(&mut self, local: &str, user: &str, level: usize, literal: bool) {
+        if !literal && (self.alias(local, level) || (user != local && self.alias(user, level))) {
             return;
         }
-        let _ = (owner, kind);
-        let account = match passwd::account(&user) {
+        let account = match passwd::account(user) {
             Ok(Some(a)) => a,
             Ok(None) => {
                 let text = format!("unknown user: \"{user}\"");
@@ -186,7 +225,7 @@ impl<'a> Delivery<'a> {
             }
             Err(_) => return self.note(Status::Deferred("4.0.0", "user lookup error".into())),
         };
-        if !literal && self.dotforward(&account, &local, level) {
+        if !literal && self.dotforward(&account, local, level) {
             return;
         }
         self.mailbox(&account)
@@ -203,14 +242,18 @@ impl<'a> Delivery<'a> {
             .aliases
             .get(&owner_name)
             .map(|_| format!("{owner_name}@{}", self.hostname));
-        let rights = match default_rights(self.cfg) {
-            Ok(r) => r,
-            Err(s) => {
-                self.note(s);
-                return true;
-            }
+        let who = match self.sys.aliases.owner(name).unwrap_or(0) {
+            0 => None,
+            uid => match passwd::account_by_uid(uid) {
+                Ok(Some(a)) => Some(a),
+                _ => {
+                    let text = "cannot find alias database owner".to_string();
+                    self.note(Status::Deferred("4.3.0", text));
+                    return true;
+                }
+            },
         };
-        self.targets(list, level, owner.as_deref(), Kind::Alias, rights, None);
+        self.targets(list, level, owner.as_deref(), Kind::Alias, &who, None);
         true
     }
 
@@ -223,7 +266,7 @@ impl<'a> Delivery<'a> {
         level: usize,
         owner: Option<&str>,
         kind: Kind,
-        rights: Rights,
+        who: &Who,
         myself: Option<&Account>,
     ) {
         for t in list {
@@ -235,15 +278,16 @@ impl<'a> Delivery<'a> {
                 );
                 // Nothing of an exploded expansion goes out.
                 self.forwards.clear();
+                self.commands.clear();
                 return self.note(Status::Bounced("5.4.6", text));
             }
             match t {
                 Target::Address { address, literal } => {
                     self.address(&address, literal, level, owner, kind, myself)
                 }
-                Target::File(path) => self.file(&path, kind, rights),
-                Target::Include(path) => self.include(&path, level, owner, kind, rights),
-                Target::Command(cmd) => self.command(&cmd, kind),
+                Target::File(path) => self.file(&path, kind, who),
+                Target::Include(path) => self.include(&path, level, owner, kind, who),
+                Target::Command(cmd) => self.command(&cmd, kind, owner, who),
             }
         }
     }
@@ -293,13 +337,13 @@ impl<'a> Delivery<'a> {
             if !self.seen.insert(format!("forward-file {}", path.display())) {
                 continue;
             }
-            let read = read_as(&path, (account.uid, account.gid), Some(account.uid));
+            let read = read_as(&path, Some((account.uid, account.gid)), Some(account.uid));
             match read {
                 Ok(None) => continue,
                 Ok(Some(text)) => {
                     let list = targets(&text);
-                    let rights = (account.uid, account.gid);
-                    self.targets(list, level, None, Kind::Forward, rights, Some(account));
+                    let who = Some(account.clone());
+                    self.targets(list, level, None, Kind::Forward, &who, Some(account));
                     return true;
                 }
                 Err(e) => {
@@ -321,14 +365,7 @@ impl<'a> Delivery<'a> {
         }
     }
 
-    fn include(
-        &mut self,
-        path: &Path,
-        level: usize,
-        owner: Option<&str>,
-        kind: Kind,
-        rights: Rights,
-    ) {
+    fn include(&mut self, path: &Path, level: usize, owner: Option<&str>, kind: Kind, who: &Who) {
         if !allowed(&self.cfg.allow_mail_to_files, kind) && kind != Kind::Alias {
             return self.note(Status::Bounced(
                 "5.7.1",
@@ -344,20 +381,26 @@ impl<'a> Delivery<'a> {
                 ))
             }
         };
-        // Read, and its files written, as its owner (root's: as before).
-        let rights = match meta.uid() {
-            0 => rights,
-            uid => (uid, meta.gid()),
+        // Read, and its targets delivered, as its owner when no account
+        // was chosen yet (root's aliases); else as before (include.c).
+        let who = match (who, meta.uid()) {
+            (w, uid) if uid != 0 && w.as_ref().is_none_or(|a| a.uid == 0) => {
+                match passwd::account_by_uid(uid) {
+                    Ok(Some(a)) => Some(a),
+                    _ => {
+                        let text =
+                            "mail system configuration error: no account owns the include file";
+                        return self.note(Status::Deferred("4.3.5", text.into()));
+                    }
+                }
+            }
+            (who, _) => who.clone(),
         };
+        let rights = who.as_ref().map(|a| (a.uid, a.gid));
         match read_as(path, rights, None) {
-            Ok(Some(text)) => self.targets(
-                targets(&text),
-                level + 1,
-                owner,
-                Kind::Include,
-                rights,
-                None,
-            ),
+            Ok(Some(text)) => {
+                self.targets(targets(&text), level + 1, owner, Kind::Include, &who, None)
+            }
             Ok(None) => self.note(Status::Deferred(
                 "4.3.0",
                 format!("cannot open include file {}", path.display()),
@@ -369,130 +412,39 @@ impl<'a> Delivery<'a> {
         }
     }
 
-    fn command(&mut self, command: &str, kind: Kind) {
+    /// A `|command`: checked here, run by the agent (`command.rs`);
+    /// `owner` is the owner- list's address (the sender then).
+    fn command(&mut self, command: &str, kind: Kind, owner: Option<&str>, who: &Who) {
         if !allowed(&self.cfg.allow_mail_to_commands, kind) {
             return self.note(Status::Bounced(
                 "5.7.1",
                 "mail to command is restricted".into(),
             ));
         }
-        self.note(super::command::deliver(self.cfg, command))
-    }
-
-    fn file(&mut self, path: &Path, kind: Kind, rights: Rights) {
-        if !allowed(&self.cfg.allow_mail_to_files, kind) {
-            return self.note(Status::Bounced(
-                "5.7.1",
-                "mail to file is restricted".into(),
-            ));
-        }
-        if !self.seen.insert(format!("file {}", path.display())) {
+        let privs = match default_rights(self.cfg) {
+            Ok(r) => r,
+            Err(s) => return self.note(s),
+        };
+        let uid = who.as_ref().map_or(0, |a| a.uid);
+        let key = format!("command {}:{uid} {command}", self.current.user);
+        if !self.seen.insert(key) {
             return;
         }
-        let opts = MboxOptions {
-            chown: None,
-            owner: None,
-            fcntl: self.lock("fcntl"),
-            dotlock: false,
-        };
-        let env = self.envelope();
-        let done = as_user(rights, || mbox::append(path, &env, self.body, &opts));
-        match done {
-            Ok(()) => self.note(Status::Delivered(format!(
-                "delivered to file: {}",
-                path.display()
-            ))),
-            Err(e) => self.failed(e),
-        }
-    }
-
-    fn lock(&self, kind: &str) -> bool {
-        self.cfg.mailbox_delivery_lock.iter().any(|l| l == kind)
-    }
-
-    fn envelope(&self) -> Envelope<'_> {
-        Envelope {
-            sender: self.sender,
-            original: self.original,
+        let rcpt = For {
+            address: &self.current.address,
+            user: &self.current.user,
+            extension: self.current.extension.as_deref(),
+            sender: owner.unwrap_or(self.sender),
+            // An owner- list's copy is new mail: no original recipient.
+            original: if owner.is_some() { "" } else { self.original },
             delivered: &self.delivered,
-        }
-    }
-
-    /// The account's mailbox: a Maildir or an mbox in the home directory
-    /// (`home_mailbox`), else the mbox in `mail_spool_directory`.
-    fn mailbox(&mut self, a: &Account) {
-        if !self.seen.insert(format!("mailbox {}", a.name)) {
-            return;
-        }
-        let home_mailbox = self.cfg.home_mailbox.as_str();
-        let env = self.envelope();
-        let strict = self.cfg.strict_mailbox_ownership.then_some(a.uid);
-        let (done, where_) = if home_mailbox.ends_with('/') {
-            let dir = a.home.join(home_mailbox);
-            let done = as_user((a.uid, a.gid), || {
-                mbox::maildir(&dir, self.hostname, &env, self.body)
-            });
-            (done, "maildir")
-        } else if !home_mailbox.is_empty() {
-            let path = a.home.join(home_mailbox);
-            let opts = self.mbox_options(None, strict);
-            let done = as_user((a.uid, a.gid), || {
-                mbox::append(&path, &env, self.body, &opts)
-            });
-            (done, "mailbox")
-        } else {
-            (self.spool(a, &env, strict), "mailbox")
+            envid: &self.envid,
+            delimiter: self.sys.delimiter(),
         };
-        match done {
-            Ok(()) => self.note(Status::Delivered(format!("delivered to {where_}"))),
-            Err(e) => self.failed(e),
+        match super::command::target(self.cfg, command, &rcpt, who.as_ref(), privs) {
+            Ok(t) => self.commands.push(t),
+            Err(s) => self.note(s),
         }
-    }
-
-    /// The mbox `mail_spool_directory/USER`, with Postfix's rights: the
-    /// user's when the directory is world-writable, the user's with the
-    /// directory's group when group-writable, else root's and chowned.
-    fn spool(&self, a: &Account, env: &Envelope, strict: Option<u32>) -> Result<(), WriteError> {
-        let dir = &self.cfg.mail_spool_directory;
-        let path = dir.join(&a.name);
-        let meta = std::fs::metadata(dir).map_err(|e| WriteError {
-            permanent: false,
-            status: "4.2.0",
-            text: format!("cannot access mail spool {}: {e}", dir.display()),
-        })?;
-        let (rights, chown) = if meta.mode() & 0o002 != 0 {
-            (Some((a.uid, a.gid)), None)
-        } else if meta.mode() & 0o020 != 0 {
-            (Some((a.uid, meta.gid())), None)
-        } else {
-            (None, Some((a.uid, a.gid)))
-        };
-        let opts = self.mbox_options(chown, strict);
-        match rights {
-            Some(r) => as_user(r, || mbox::append(&path, env, self.body, &opts)),
-            None => mbox::append(&path, env, self.body, &opts),
-        }
-    }
-
-    fn mbox_options(&self, chown: Option<(u32, u32)>, owner: Option<u32>) -> MboxOptions {
-        MboxOptions {
-            chown,
-            owner,
-            fcntl: self.lock("fcntl"),
-            dotlock: self.lock("dotlock"),
-        }
-    }
-}
-
-/// Runs `f` with the thread acting as `rights`.
-fn as_user(rights: Rights, f: impl FnOnce() -> Result<(), WriteError>) -> Result<(), WriteError> {
-    match AsUser::become_user(rights.0, rights.1) {
-        Ok(_as) => f(),
-        Err(e) => Err(WriteError {
-            permanent: false,
-            status: "4.3.0",
-            text: format!("cannot deliver as uid {}: {e}", rights.0),
-        }),
     }
 }
 
@@ -527,13 +479,21 @@ fn expand_path(pattern: &str, a: &Account, ext: Option<&str>, delim: &str) -> Pa
     )
 }
 
-/// The file's text, read with `rights`; `Ok(None)` when it is not there.
+/// The file's text, read with `rights` (none: the daemon's own);
+/// `Ok(None)` when it is not there.
 /// A file that is not regular, or owned by neither `owner` nor root, is
 /// ignored as not there (Postfix warns and skips it).
-fn read_as(path: &Path, rights: Rights, owner: Option<u32>) -> std::io::Result<Option<String>> {
+fn read_as(
+    path: &Path,
+    rights: Option<Rights>,
+    owner: Option<u32>,
+) -> std::io::Result<Option<String>> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
-    let _as = AsUser::become_user(rights.0, rights.1)?;
+    let _as = match rights {
+        Some((uid, gid)) => Some(AsUser::become_user(uid, gid)?),
+        None => None,
+    };
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)

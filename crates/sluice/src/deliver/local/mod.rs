@@ -1,9 +1,11 @@
 //! Local delivery to system accounts (`[system]`, Postfix's local(8)):
 //! each recipient of a job through the delivery switch (`expand.rs`) on
 //! the blocking pool, its files written with the user's rights
-//! (`rights.rs`) in mbox or Maildir form (`mbox.rs`); the addresses the
-//! switch sends on are then submitted as new mail (a `Delivered-To:`
-//! added) through the intake, one message per envelope sender.
+//! (`rights.rs`) in mbox or Maildir form (`mbox.rs`); the `|command`
+//! targets the switch allowed are then run here (`command.rs`, on
+//! pipe(8)'s async runner), and the addresses it sends on are submitted
+//! as new mail (a `Delivered-To:` added) through the intake, one message
+//! per envelope sender.
 //!
 //! Trust: the spool and the configuration; everything a user controls
 //! (`.forward`, include files, their home) is read and written with
@@ -16,6 +18,7 @@ pub mod command;
 pub mod expand;
 pub mod mbox;
 pub mod rights;
+pub mod status;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -33,7 +36,8 @@ use crate::queue::{
     defer_all, run_worker, Attempt, DeliveryAgent, Job, WorkerSession, WorkerStart,
 };
 use crate::routing::system::SystemUsers;
-use expand::{Delivery, Forward, Status};
+use expand::{Delivery, Forward, Switched};
+use status::{note, Status};
 
 /// Where forwarded mail is submitted: the intake in force, set by the
 /// daemon once it is built (agents are built before it) and at reloads.
@@ -99,30 +103,57 @@ impl LocalWorker {
                 .unwrap_or_else(|| recipient.clone());
             let (config, system, body2) = (self.config.clone(), self.system.clone(), body.clone());
             let sender = env.sender.clone();
+            let envid = env
+                .dsn
+                .as_ref()
+                .map_or(String::new(), |d| unxtext(&d.envid));
             let rcpt = recipient.clone();
             let ran = tokio::task::spawn_blocking(move || {
                 let hostname = config.hostname.as_str();
                 let parts = (sender.as_str(), original.as_str(), rcpt.as_str());
-                Delivery::new(&system, &config.system, hostname, parts, &body2).run(&rcpt)
+                let mut d = Delivery::new(&system, &config.system, hostname, parts, &body2);
+                d.envid = envid;
+                d.run(&rcpt)
             })
             .await;
-            let (status, forwards) = match ran {
-                Ok(done) => done,
-                Err(e) => (
-                    Status::Deferred("4.3.0", format!("local delivery failed: {e}")),
-                    Vec::new(),
-                ),
-            };
-            let status = match (status, forwards.is_empty()) {
-                (s @ Status::Deferred(..), _) | (s, true) => s,
-                (s, false) => match self.forward(job, &recipient, forwards, &body).await {
-                    Ok(()) => s,
-                    Err(text) => Status::Deferred("4.3.0", text),
-                },
-            };
+            let switched = ran.unwrap_or_else(|e| Switched {
+                status: Some(Status::Deferred(
+                    "4.3.0",
+                    format!("local delivery failed: {e}"),
+                )),
+                ..Switched::default()
+            });
+            let status = self.finish(job, &recipient, switched, &body).await;
             results.push((r, outcome(status)));
         }
         results
+    }
+
+    /// After the switch: its commands run, then its forwards submitted,
+    /// unless something deferred the recipient already (a retry would
+    /// run or send them again).
+    async fn finish(&self, job: &Job, recipient: &str, s: Switched, body: &[u8]) -> Status {
+        let mut status = s.status;
+        let limit = Duration::from_secs(self.config.system.command_time_limit_secs.max(1));
+        for target in &s.commands {
+            if status.as_ref().is_some_and(Status::is_deferred) {
+                break;
+            }
+            let ran = command::run(target, body, limit).await;
+            note(&mut status, ran);
+        }
+        let status = match (status, s.forwards.is_empty()) {
+            (Some(s), _) => s,
+            (None, false) => Status::Delivered("forwarded as new mail".into()),
+            (None, true) => Status::Delivered("delivered to nothing".into()),
+        };
+        if status.is_deferred() || s.forwards.is_empty() {
+            return status;
+        }
+        match self.forward(job, recipient, s.forwards, body).await {
+            Ok(()) => status,
+            Err(text) => Status::Deferred("4.3.0", text),
+        }
     }
 
     /// Submits the message anew to `forwards`, one message per sender,
@@ -186,7 +217,33 @@ fn outcome(status: Status) -> Outcome {
             relay,
             reply: Reply::own(451, enhanced(code), text),
         },
+        Status::Replied(reply) if reply.is_temporary() => Outcome::Deferred { relay, reply },
+        Status::Replied(reply) => Outcome::Bounced { relay, reply },
     }
+}
+
+/// An RFC 3461 xtext (`+HH` for a byte) decoded; an invalid `+` is kept.
+fn unxtext(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .filter(|h| h.iter().all(u8::is_ascii_hexdigit))
+            .and_then(|h| std::str::from_utf8(h).ok());
+        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'+', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// `"5.4.6"` as an enhanced status.

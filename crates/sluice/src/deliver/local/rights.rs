@@ -29,6 +29,12 @@ pub fn privileged() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// Whether the process may act as `uid` (it is root, or it is `uid`).
+pub fn can_act_as(uid: u32) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    privileged() || unsafe { libc::geteuid() } == uid
+}
+
 impl AsUser {
     /// Switches the calling thread's file-system identity to `uid:gid`.
     /// Not root: only the daemon's own identity can be had.

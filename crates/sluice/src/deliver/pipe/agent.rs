@@ -153,6 +153,7 @@ impl PipeWorker {
             env: Vec::new(),
             cwd: None,
             time_limit: Duration::from_secs(t.time_limit_secs.max(1)),
+            label: None,
         };
         let stdin = content::input(
             body,

@@ -31,7 +31,10 @@ pub const OUTPUT_LIMIT: usize = 2048;
 
 /// Runs `command` with `input` on its standard input.
 pub async fn run(command: &PipeCommand, input: &[u8]) -> PipeOutcome {
-    let program = command.argv.first().map_or("", String::as_str).to_string();
+    let program = match &command.label {
+        Some(label) => label.clone(),
+        None => command.argv.first().cloned().unwrap_or_default(),
+    };
     let (mut child, output) = match spawn(command) {
         Ok(started) => started,
         Err(e) => {

@@ -5,7 +5,7 @@
 //! bounced, by Postfix's <sysexits.h> table.
 //!
 //! Parts: the macros (expand.rs), the input (content.rs), running one
-//! command (exec.rs, also [`run`] for local(8)'s `|command` aliases), and
+//! command (exec.rs, also [`run`] for local(8)'s `|command` targets), and
 //! the queue's agent (agent.rs).
 //!
 //! Trust: the transport is the administrator's; who may route mail to it
@@ -40,6 +40,9 @@ pub struct PipeCommand {
     pub cwd: Option<PathBuf>,
     /// Killed after this long (Postfix's command_time_limit).
     pub time_limit: Duration,
+    /// What the failure texts call the command (default: the program;
+    /// local(8): the command line, run through `/bin/sh -c`).
+    pub label: Option<String>,
 }
 
 /// How one command went.

@@ -45,15 +45,22 @@ impl std::fmt::Display for Warning {
     }
 }
 
-/// The entries of one or more aliases files: name → its value, as text.
+/// The entries of one or more aliases files: name → its value, as text,
+/// and the uid owning the file it came from (whose rights its `/file`
+/// and `|command` targets get, as Postfix's alias database owner).
 #[derive(Debug, Default, Clone)]
 pub struct Aliases {
-    entries: HashMap<String, String>,
+    entries: HashMap<String, (String, u32)>,
 }
 
 impl Aliases {
-    /// Parses `text` (from `file`, for the warnings).
+    /// Parses `text` (from `file`, for the warnings), a root-owned file.
     pub fn parse(&mut self, file: &Path, text: &str) -> Vec<Warning> {
+        self.parse_owned(file, text, 0)
+    }
+
+    /// Parses `text` of `file`, owned by `owner`.
+    pub fn parse_owned(&mut self, file: &Path, text: &str, owner: u32) -> Vec<Warning> {
         let mut warnings = Vec::new();
         for (line, logical) in logical_lines(text) {
             let warn = |text: String| Warning {
@@ -75,7 +82,7 @@ impl Aliases {
                 warnings.push(w);
                 continue;
             }
-            self.entries.insert(name, value);
+            self.entries.insert(name, (value, owner));
         }
         warnings
     }
@@ -92,7 +99,14 @@ impl Aliases {
     pub fn get(&self, name: &str) -> Option<&str> {
         self.entries
             .get(&name.to_ascii_lowercase())
-            .map(String::as_str)
+            .map(|(value, _)| value.as_str())
+    }
+
+    /// The uid owning the file `name` (lower case) came from.
+    pub fn owner(&self, name: &str) -> Option<u32> {
+        self.entries
+            .get(&name.to_ascii_lowercase())
+            .map(|&(_, owner)| owner)
     }
 
     /// The targets of `name`, if it is an alias.

@@ -129,7 +129,7 @@ pub fn read_aliases(entries: &[String]) -> Result<(Aliases, Vec<Warning>), Syste
             return Err(SystemError::Unsafe(shown));
         }
         let text = std::fs::read_to_string(&path).map_err(read)?;
-        warnings.extend(aliases.parse(&path, &text));
+        warnings.extend(aliases.parse_owned(&path, &text, meta.uid()));
     }
     Ok((aliases, warnings))
 }

@@ -24,17 +24,32 @@ pub fn account(name: &str) -> std::io::Result<Option<Account>> {
     let Ok(c_name) = CString::new(name) else {
         return Ok(None);
     };
+    lookup(|pw, buf, size, found| {
+        // SAFETY: every pointer is to live, writable storage of the stated
+        // size (the name is NUL-terminated).
+        unsafe { libc::getpwnam_r(c_name.as_ptr(), pw, buf, size, found) }
+    })
+}
+
+/// The account of `uid` (getpwuid_r), as [`account`].
+pub fn account_by_uid(uid: u32) -> std::io::Result<Option<Account>> {
+    lookup(|pw, buf, size, found| {
+        // SAFETY: as in `account`.
+        unsafe { libc::getpwuid_r(uid, pw, buf, size, found) }
+    })
+}
+
+/// Runs a getpw*_r call with a buffer grown until it fits.
+fn lookup(
+    call: impl Fn(*mut libc::passwd, *mut libc::c_char, usize, *mut *mut libc::passwd) -> i32,
+) -> std::io::Result<Option<Account>> {
     let mut size = 1024usize;
     loop {
         let mut buf = vec![0 as libc::c_char; size];
         // SAFETY: all-zero is a valid passwd (null pointers, zero ids).
         let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
         let mut found: *mut libc::passwd = std::ptr::null_mut();
-        // SAFETY: every pointer is to live, writable storage of the stated
-        // size (the name is NUL-terminated).
-        let rc = unsafe {
-            libc::getpwnam_r(c_name.as_ptr(), &mut pw, buf.as_mut_ptr(), size, &mut found)
-        };
+        let rc = call(&mut pw, buf.as_mut_ptr(), size, &mut found);
         if rc == libc::ERANGE && size < 1 << 20 {
             size *= 4;
             continue;
@@ -71,5 +86,6 @@ mod tests {
         assert_eq!(root.uid, 0);
         assert!(super::account("no-such-user-xq").unwrap().is_none());
         assert!(super::account("../etc").unwrap().is_none());
+        assert_eq!(super::account_by_uid(0).unwrap().unwrap().name, root.name);
     }
 }
