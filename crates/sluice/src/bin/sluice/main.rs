@@ -23,6 +23,12 @@ use serve::{check_config, fix_malloc_thresholds, serve};
 
 pub(crate) fn main() -> ExitCode {
     fix_malloc_thresholds();
+    // `sluice launcher`: the root process `serve` starts before it gives
+    // root up (deliver::launch); not one of `Cli`'s subcommands, so no
+    // page, completion or help lists it. No runtime: it forks.
+    if std::env::args().nth(1).as_deref() == Some("launcher") {
+        return sluice::deliver::launch::server::main();
+    }
     // Invoked as `sendmail` or `mailq` (symlinks, as Postfix ships).
     let argv0 = std::env::args().next().unwrap_or_default();
     let name = Path::new(&argv0)
