@@ -20,12 +20,14 @@ fn require_root() {
     }
 }
 
-/// A script writing `uid=`, `gid=`, `groups=` and its input under `out`.
+/// A script writing `uid=`, `gid=`, `groups=` and its input under `out`
+/// (then, for a recipient `slow…`, sleeping 100 s).
 fn recorder(out: &Path) -> PathBuf {
     let path = out.join("record.sh");
     let script = format!(
         "#!/bin/sh\n{{ echo \"uid=$(id -u)\"; echo \"gid=$(id -g)\"; echo \"groups=$(id -G)\"; \
-         echo \"arg=$1\"; }} > {out}/run.$$.meta\ncat > {out}/run.$$.stdin\nexit 0\n",
+         echo \"arg=$1\"; }} > {out}/run.$$.meta\ncat > {out}/run.$$.stdin\n\
+         case \"$1\" in slow*) exec sleep 100;; esac\nexit 0\n",
         out = out.display()
     );
     std::fs::write(&path, script).unwrap();
@@ -56,7 +58,7 @@ fn serve(dir: &Path, daemon: &TestUser, piper: &TestUser, script: &Path) -> Chil
          user = \"{daemon}\"\n\
          [smtpd]\nlisten = [\"127.0.0.1:0\"]\n\
          [transports.mypipe]\nservice = \"pipe\"\nargv = [\"{script}\", \"${{recipient}}\"]\n\
-         user = \"{piper}\"\ntime_limit_secs = 20\n\
+         user = \"{piper}\"\ntime_limit_secs = 3\n\
          [transport]\n\"pipe.test\" = \"mypipe:\"\n",
         data = dir.join("var").display(),
         log = dir.join("maillog").display(),
@@ -94,8 +96,14 @@ async fn a_pipe_runs_as_its_user_under_a_daemon_that_gave_root_up() {
         .message("s@sender.test", &["alice@pipe.test"], &body("launched"))
         .await;
     assert!(r.starts_with("250"), "{r}");
-    let done = |e: &Event| matches!(e, Event::Delivery { to, .. } if to == "alice@pipe.test");
-    let finished = wait_logged(20, &dir, done).await;
+    let r = c
+        .message("s@sender.test", &["slow@pipe.test"], &body("slow"))
+        .await;
+    assert!(r.starts_with("250"), "{r}");
+    let done =
+        |to: &'static str| move |e: &Event| matches!(e, Event::Delivery { to: t, .. } if t == to);
+    let finished = wait_logged(20, &dir, done("alice@pipe.test")).await
+        && wait_logged(20, &dir, done("slow@pipe.test")).await;
     let daemon_uid = std::fs::read_to_string(format!("/proc/{}/status", server.id())).unwrap();
     let launcher = logged_events(&dir).into_iter().find_map(|e| match e {
         Event::LauncherStarted { pid } => Some(pid),
@@ -108,15 +116,35 @@ async fn a_pipe_runs_as_its_user_under_a_daemon_that_gave_root_up() {
     assert!(finished, "{}", read_log(&dir));
     let sent = |e: &Event| matches!(e, Event::Delivery { to, status, .. } if to == "alice@pipe.test" && status == "sent");
     assert!(any_logged(&dir, sent), "{}", read_log(&dir));
+    // At the time limit the command's group is killed: bounced as
+    // Postfix does, nothing of the account left running.
+    let timed_out = |e: &Event| {
+        matches!(e, Event::Delivery { to, status, reason, .. }
+            if to == "slow@pipe.test" && status == "bounced" && reason.text().contains("time limit exceeded"))
+    };
+    assert!(any_logged(&dir, timed_out), "{}", read_log(&dir));
+    let sleeping = Command::new("pgrep")
+        .args(["-u", &piper.name, "sleep"])
+        .output()
+        .unwrap();
+    let pids: Vec<u32> = String::from_utf8_lossy(&sleeping.stdout)
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    assert!(
+        wait_until(5, || pids.iter().all(|&p| !alive(p))).await,
+        "{pids:?}"
+    );
     assert!(
         daemon_uid.contains(&format!("Uid:\t{0}\t{0}\t{0}\t{0}", daemon.uid)),
         "the daemon gave root up: {daemon_uid}"
     );
     let runs = recorded(&out);
-    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs.len(), 2, "{runs:?}");
     let gid = piper.gid();
+    let alice = runs.iter().find(|r| r.contains("arg=alice")).unwrap();
     assert_eq!(
-        runs[0],
+        *alice,
         format!(
             "uid={}\ngid={gid}\ngroups={gid}\narg=alice@pipe.test\n",
             piper.uid
@@ -243,6 +271,44 @@ async fn the_launcher_refuses_root_and_nonsense_and_keeps_serving() {
     let (answer, _) = launch(&launcher, &slow).await;
     assert_eq!(answer, Answer::TimedOut);
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    // A command that exits leaving a child holding its output: answered
+    // at once; while the caller still reads, the child is killed with its
+    // group at the time limit (the output then ends).
+    let mut orphan = req(
+        &["/bin/sh", "-c", "sleep 100 & echo started"],
+        piper.uid,
+        gid,
+    );
+    orphan.time_limit_ms = 1000;
+    let started = std::time::Instant::now();
+    let (in_r, in_w) = std::io::pipe().unwrap();
+    let (mut out_r, out_w) = std::io::pipe().unwrap();
+    drop(in_w);
+    let call = launcher
+        .exec(&orphan, in_r.into(), out_w.into())
+        .await
+        .unwrap();
+    assert_eq!(call.answer().await.unwrap(), Answer::Exited(0));
+    let out = tokio::task::spawn_blocking(move || {
+        let mut out = String::new();
+        std::io::Read::read_to_string(&mut out_r, &mut out).unwrap();
+        out
+    })
+    .await
+    .unwrap();
+    assert_eq!(out, "started\n");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    drop(call);
+    let left = Command::new("pgrep")
+        .args(["-u", &piper.name, "sleep"])
+        .output()
+        .unwrap();
+    let pids: Vec<u32> = String::from_utf8_lossy(&left.stdout)
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    let gone = wait_until(5, || pids.iter().all(|&p| !alive(p))).await;
+    assert!(gone, "left running: {pids:?}");
     let pid = launcher.pid();
     assert!(alive(pid));
     let status = tokio::task::spawn_blocking(move || launcher.stop())

@@ -46,7 +46,8 @@ impl Launcher {
         let (ours, theirs) = fdpass::seqpacket_pair()?;
         let raw = theirs.as_raw_fd();
         let mut cmd = std::process::Command::new(program);
-        cmd.arg("launcher")
+        cmd.arg0("sluice")
+            .arg("launcher")
             .env_clear()
             .current_dir("/")
             .stdin(Stdio::null())
