@@ -309,6 +309,39 @@ async fn the_launcher_refuses_root_and_nonsense_and_keeps_serving() {
         .collect();
     let gone = wait_until(5, || pids.iter().all(|&p| !alive(p))).await;
     assert!(gone, "left running: {pids:?}");
+    // Too many descriptors: refused, not kept.
+    let many: Vec<std::os::fd::OwnedFd> = (0..4)
+        .map(|_| std::fs::File::open("/dev/null").unwrap().into())
+        .collect();
+    let call = launcher.request(&short, many).await.unwrap();
+    refused(&call.answer().await.unwrap(), "descriptors");
+    // A daemon that goes away (its answer socket closed) mid-command:
+    // the command's group is killed.
+    let mut long = req(&["/bin/sleep", "60"], piper.uid, gid);
+    long.time_limit_ms = 120_000;
+    let (in_r, _in_w) = std::io::pipe().unwrap();
+    let (_out_r, out_w) = std::io::pipe().unwrap();
+    let call = launcher
+        .exec(&long, in_r.into(), out_w.into())
+        .await
+        .unwrap();
+    let sleeping = || {
+        let out = Command::new("pgrep")
+            .args(["-u", &piper.name, "sleep"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .filter(|&p| alive(p))
+            .count()
+    };
+    assert!(wait_until(5, || sleeping() == 1).await, "the command runs");
+    drop(call);
+    assert!(
+        wait_until(5, || sleeping() == 0).await,
+        "killed when its caller left"
+    );
     let pid = launcher.pid();
     assert!(alive(pid));
     let status = tokio::task::spawn_blocking(move || launcher.stop())
