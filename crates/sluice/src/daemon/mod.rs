@@ -70,6 +70,8 @@ pub enum StartError {
     Listen(SocketAddr, std::io::Error),
     #[error("cannot start the queue manager's thread: {0}")]
     Queue(std::io::Error),
+    #[error("cannot start the launcher (commands as other accounts): {0}")]
+    Launcher(std::io::Error),
 }
 
 /// A running server.

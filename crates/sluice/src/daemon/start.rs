@@ -1,5 +1,6 @@
 //! Start-up, in the order it must happen: bind the listening sockets
-//! (and the ACME port) while we may still be root, then give root up;
+//! (and the ACME port) while we may still be root, start the launcher if
+//! the configuration needs one (`deliver::launch`), then give root up;
 //! open the log; start the pipeline (spool and recovery, the cluster's
 //! parts, the delivery agents, the intake, the scheduler); then serve
 //! (the admin socket before the SMTP listeners: a daemon that cannot be
@@ -32,6 +33,8 @@ struct Sockets {
     bound: Bound,
     /// The ACME challenge port (80, usually), if ACME is on.
     acme: Option<TcpListener>,
+    /// The launcher's pid, if one was started (logged once the log is open).
+    launcher: Option<u32>,
 }
 
 /// The message path, started: what the listeners hand mail to.
@@ -54,6 +57,9 @@ impl Server {
         let (shutdown, _) = watch::channel(false);
         let sockets = bind(&config, account.as_ref(), &shutdown).await?;
         let logger = start_log(&config, logger)?;
+        if let Some(pid) = sockets.launcher {
+            logger.emit(&Event::LauncherStarted { pid });
+        }
         let config = Arc::new(config);
         let pipeline = start_pipeline(&config, &logger).await?;
         serve(config, account, logger, shutdown, sockets, pipeline).await
@@ -83,16 +89,36 @@ async fn bind(
         ),
         None => None,
     };
+    let mut launcher = None;
     if let Some(account) = account {
         let log = config.log_file.as_deref();
-        privilege::hand_over(&config.data_dir, log, account)
-            .and_then(|()| privilege::drop_to(account, maildir_group))?;
+        privilege::hand_over(&config.data_dir, log, account)?;
+        launcher = start_launcher(config, account)?;
+        privilege::drop_to(account, maildir_group)?;
     }
     Ok(Sockets {
         listeners,
         bound,
         acme,
+        launcher,
     })
+}
+
+/// Starts the launcher (still root) when `config` runs commands as
+/// accounts other than `account`, and keeps it for the pipe runner.
+fn start_launcher(
+    config: &Config,
+    account: &privilege::Account,
+) -> Result<Option<u32>, StartError> {
+    use crate::deliver::launch::{self, Launcher};
+    if !launch::needed(config, account.uid, account.gid) {
+        return Ok(None);
+    }
+    let launcher =
+        Launcher::start(std::path::Path::new("/proc/self/exe")).map_err(StartError::Launcher)?;
+    let pid = launcher.pid();
+    launch::install(launcher);
+    Ok(Some(pid))
 }
 
 /// The mail log (`log_file`, or the caller's), with the configuration's
@@ -171,6 +197,7 @@ async fn serve(
         mut listeners,
         bound,
         acme,
+        ..
     } = sockets;
     let ctx = Arc::new(pipeline.parts.session_context(&pipeline.intake, None));
     let mailboxes = Arc::new(ArcSwap::new(pipeline.parts.mailboxes.clone()));

@@ -293,6 +293,11 @@ pub enum Event<'a> {
         user: Text<'a>,
         uid: u32,
     },
+    /// The root launcher that runs commands as other accounts
+    /// (`deliver::launch`) was started, before root was given up.
+    LauncherStarted {
+        pid: u32,
+    },
     LookupFailed {
         table: Text<'a>,
         key: Text<'a>,

@@ -35,6 +35,7 @@ mod forwarding;
 mod header_checks;
 mod header_rewrite;
 mod intake;
+mod launcher;
 mod ldap;
 mod ldap_replica;
 mod limits;

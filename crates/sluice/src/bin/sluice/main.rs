@@ -60,10 +60,8 @@ pub(crate) fn main() -> ExitCode {
             .collect();
         return sendmail_main(&args);
     }
-    // `sluice generate man|completions`, for packagers: not one of `Cli`'s
-    // subcommands, so no page, completion or help lists it.
-    if std::env::args().nth(1).as_deref() == Some("generate") {
-        return sluice::tools::manual::main(Cli::command(), std::env::args().skip(1));
+    if let Some(code) = hidden() {
+        return code;
     }
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -138,6 +136,21 @@ fn import_postfix(dir: &Path, out: &Path, hostname: Option<String>) -> ExitCode 
             eprintln!("sluice: {e}");
             ExitCode::from(2)
         }
+    }
+}
+
+/// The subcommands that are not `Cli`'s, so no page, completion or help
+/// lists them: `sluice generate man|completions`, for packagers; `sluice
+/// launcher`, the root process `serve` starts before it gives root up
+/// (`deliver::launch`; no runtime: it forks).
+fn hidden() -> Option<ExitCode> {
+    match std::env::args().nth(1).as_deref() {
+        Some("generate") => Some(sluice::tools::manual::main(
+            Cli::command(),
+            std::env::args().skip(1),
+        )),
+        Some("launcher") => Some(sluice::deliver::launch::server::main()),
+        _ => None,
     }
 }
 

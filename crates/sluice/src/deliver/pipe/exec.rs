@@ -12,10 +12,19 @@
 //! bounces (5.3.0); a signal defers (4.3.0); the time limit bounces
 //! (5.3.0, "Command time limit exceeded").
 //!
+//! A daemon that gave root up cannot become another account: when the
+//! process is not root and the command's account (uid and gid) is not its
+//! own, the command is run by the launcher (`deliver::launch`), which
+//! applies the same time limit and answers with the exit status; the
+//! input and output go through pipes passed to it, and the result is
+//! judged by the same code. Without a launcher (none was started) the
+//! spawn fails as before (4.3.0, `Operation not permitted`).
+//!
 //! Trust: the command and account are the administrator's; the output is
-//! the command's (it may hold anything: cut and made printable).
+//! the command's (it may hold anything: cut and made printable); the
+//! launcher's answer is parsed, never trusted to be well-formed.
 // libc calls the standard library does not wrap (kill of a process
-// group); each block says why it is sound.
+// group, the process's ids); each block says why it is sound.
 #![allow(unsafe_code)]
 
 use std::os::fd::OwnedFd;
@@ -24,17 +33,27 @@ use std::process::{ExitStatus, Stdio};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{PipeCommand, PipeOutcome};
+use crate::deliver::launch::{Answer, Call, ExecRequest, Launcher};
 use crate::message::reply::{Enhanced, Reply};
+
+/// How failures name the command: its label (local(8)'s command line),
+/// else the program.
+fn program_of(command: &PipeCommand) -> String {
+    match &command.label {
+        Some(label) => label.clone(),
+        None => command.argv.first().cloned().unwrap_or_default(),
+    }
+}
 
 /// How much of the command's output is kept for the log and DSN.
 pub const OUTPUT_LIMIT: usize = 2048;
 
 /// Runs `command` with `input` on its standard input.
 pub async fn run(command: &PipeCommand, input: &[u8]) -> PipeOutcome {
-    let program = match &command.label {
-        Some(label) => label.clone(),
-        None => command.argv.first().cloned().unwrap_or_default(),
-    };
+    if let Some(launcher) = launcher_for(command) {
+        return launched(launcher, command, input).await;
+    }
+    let program = program_of(command);
     let (mut child, output) = match spawn(command) {
         Ok(started) => started,
         Err(e) => {
@@ -63,10 +82,109 @@ pub async fn run(command: &PipeCommand, input: &[u8]) -> PipeOutcome {
         Err(_) => {
             kill_group(pid);
             let _ = child.wait().await;
-            let text = format!("Command time limit exceeded: \"{program}\"");
-            PipeOutcome::Bounced(own(550, (5, 3, 0), text))
+            time_limit(&program)
         }
     }
+}
+
+fn time_limit(program: &str) -> PipeOutcome {
+    let text = format!("Command time limit exceeded: \"{program}\"");
+    PipeOutcome::Bounced(own(550, (5, 3, 0), text))
+}
+
+/// The launcher, when this process cannot become the command's account
+/// itself (it is not root, and the account is not its own).
+fn launcher_for(command: &PipeCommand) -> Option<&'static Launcher> {
+    // SAFETY: geteuid and getegid have no preconditions.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    if uid == 0 || (command.uid == uid && command.gid == gid) {
+        return None;
+    }
+    crate::deliver::launch::installed()
+}
+
+/// Runs `command` through the launcher: as [`run`], the launcher doing
+/// the spawn, the wait and the kill at the time limit.
+async fn launched(launcher: &Launcher, command: &PipeCommand, input: &[u8]) -> PipeOutcome {
+    use std::os::unix::process::ExitStatusExt;
+    let program = program_of(command);
+    let cannot = |e: String| {
+        let text = format!("Delivery failed: cannot run \"{program}\": {e}");
+        PipeOutcome::Deferred(own(451, (4, 3, 0), text))
+    };
+    let (call, mut stdin, output) = match start(launcher, command).await {
+        Ok(started) => started,
+        Err(e) => return cannot(format!("launcher: {e}")),
+    };
+    let talk = async {
+        let write = async {
+            let written = stdin.write_all(input).await;
+            drop(stdin);
+            written
+        };
+        tokio::join!(write, read_output(output), call.answer())
+    };
+    let finished = tokio::time::timeout(command.time_limit, talk).await;
+    let (written, out, answer) = match finished {
+        Ok(done) => done,
+        Err(_) => {
+            call.give_up();
+            return time_limit(&program);
+        }
+    };
+    let status = match answer {
+        Ok(Answer::Exited(code)) => Ok(ExitStatus::from_raw((code & 0xff) << 8)),
+        Ok(Answer::Signaled(signal)) => Ok(ExitStatus::from_raw(signal & 0x7f)),
+        Ok(Answer::TimedOut) => return time_limit(&program),
+        Ok(Answer::Refused(why) | Answer::Failed(why)) => return cannot(why),
+        Err(e) => Err(e),
+    };
+    judge(&program, written, &out, status)
+}
+
+type Launched = (
+    Call,
+    tokio::net::unix::pipe::Sender,
+    tokio::net::unix::pipe::Receiver,
+);
+
+/// Sends the launcher `command` with its input and output pipes.
+async fn start(launcher: &Launcher, command: &PipeCommand) -> std::io::Result<Launched> {
+    let (in_r, in_w) = std::io::pipe()?;
+    let (out_r, out_w) = std::io::pipe()?;
+    let cwd = command.cwd.as_deref().unwrap_or("/".as_ref());
+    let req = ExecRequest {
+        argv: command.argv.clone(),
+        uid: command.uid,
+        gid: command.gid,
+        env: environment(command),
+        cwd: cwd
+            .to_str()
+            .ok_or_else(|| std::io::Error::other("directory is not UTF-8"))?
+            .to_string(),
+        time_limit_ms: command.time_limit.as_millis().clamp(1, u64::MAX as u128) as u64,
+    };
+    let call = launcher.exec(&req, in_r.into(), out_w.into()).await?;
+    let stdin = tokio::net::unix::pipe::Sender::from_owned_fd(OwnedFd::from(in_w))?;
+    let output = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(out_r))?;
+    Ok((call, stdin, output))
+}
+
+/// The command's whole environment, as [`spawn`] gives it: `PATH`, the
+/// daemon's `TZ` and `LANG`, then the caller's (a later name replaces an
+/// earlier one).
+fn environment(command: &PipeCommand) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = vec![("PATH".into(), "/usr/bin:/bin".into())];
+    for name in ["TZ", "LANG"] {
+        if let Ok(value) = std::env::var(name) {
+            env.push((name.into(), value));
+        }
+    }
+    for (name, value) in &command.env {
+        env.retain(|(n, _)| n != name);
+        env.push((name.clone(), value.clone()));
+    }
+    env
 }
 
 type Started = (tokio::process::Child, tokio::net::unix::pipe::Receiver);

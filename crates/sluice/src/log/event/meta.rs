@@ -70,7 +70,8 @@ impl Event<'_> {
             | Reload(_)
             | ReloadTables
             | AdminSocketFailed { .. }
-            | RunningAs { .. } => "master",
+            | RunningAs { .. }
+            | LauncherStarted { .. } => "master",
             DaneUnvalidated { .. }
             | DaneExcluded { .. }
             | DaneUnusable { .. }

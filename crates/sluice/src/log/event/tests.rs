@@ -89,6 +89,7 @@ fn samples() -> Vec<Event<'static>> {
         ReloadTables,
         AdminSocketFailed { dir: t("/run/sluice"), error: t("denied") },
         RunningAs { user: t("sluice"), uid: 999 },
+        LauncherStarted { pid: 4242 },
         LookupFailed { table: t("users"), key: t("a@b"), error: t("timeout") },
         TableReloaded { table: t("aliases"), path: t("/etc/aliases"), keys: 4 },
         TableReloadRefused { table: t("aliases"), error: t("line 3") },

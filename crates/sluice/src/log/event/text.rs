@@ -241,6 +241,10 @@ impl Event<'_> {
                 write!(f, "fatal: admin socket in {dir}: {error}")
             }
             RunningAs { user, uid } => write!(f, "running as {user} (uid {uid})"),
+            LauncherStarted { pid } => write!(
+                f,
+                "launcher started (pid {pid}): commands run as other accounts through it"
+            ),
             LookupFailed { table, key, error } => {
                 write!(f, "table {table}: lookup of {key} failed: {error}")
             }
