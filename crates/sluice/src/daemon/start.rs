@@ -110,12 +110,15 @@ fn start_launcher(
     config: &Config,
     account: &privilege::Account,
 ) -> Result<Option<u32>, StartError> {
-    use crate::deliver::launch::{self, Launcher};
+    use crate::deliver::launch::{self, Launcher, Policy};
     if !launch::needed(config, account.uid, account.gid) {
         return Ok(None);
     }
-    let launcher =
-        Launcher::start(std::path::Path::new("/proc/self/exe")).map_err(StartError::Launcher)?;
+    let launcher = Launcher::start(
+        std::path::Path::new("/proc/self/exe"),
+        &Policy::for_config(config),
+    )
+    .map_err(StartError::Launcher)?;
     let pid = launcher.pid();
     launch::install(launcher);
     Ok(Some(pid))

@@ -201,7 +201,12 @@ async fn the_launcher_refuses_root_and_nonsense_and_keeps_serving() {
     require_root();
     let piper = TestUser::create("lq");
     let gid = piper.gid();
-    let launcher = Launcher::start(Path::new(env!("CARGO_BIN_EXE_sluice"))).unwrap();
+    // Only the account the configuration would name (with its group).
+    let policy = sluice::deliver::launch::Policy {
+        allow: vec![(piper.uid, gid)],
+        people_from: None,
+    };
+    let launcher = Launcher::start(Path::new(env!("CARGO_BIN_EXE_sluice")), &policy).unwrap();
     let req = |argv: &[&str], uid: u32, gid: u32| ExecRequest {
         argv: argv.iter().map(|a| a.to_string()).collect(),
         uid,
@@ -227,7 +232,26 @@ async fn the_launcher_refuses_root_and_nonsense_and_keeps_serving() {
         (&["/usr/bin/id"][..], 0, gid, "as root"),
         (&["/usr/bin/id"][..], piper.uid, 0, "as root"),
         (&["id"][..], piper.uid, gid, "absolute"),
-        (&["/usr/bin/id"][..], 3_999_999_999, gid, "no account"),
+        (
+            &["/usr/bin/id"][..],
+            3_999_999_999,
+            gid,
+            "not an account the configuration",
+        ),
+        // Another account, or the right one with a privileged group
+        // (shadow's 42): what a compromised daemon would ask for.
+        (
+            &["/usr/bin/id"][..],
+            1,
+            1,
+            "not an account the configuration",
+        ),
+        (
+            &["/usr/bin/id"][..],
+            piper.uid,
+            42,
+            "not an account the configuration",
+        ),
     ] {
         let (answer, out) = launch(&launcher, &req(argv, uid, g)).await;
         refused(&answer, want);

@@ -42,12 +42,13 @@ pub struct Call {
 impl Launcher {
     /// Starts `program launcher` (the daemon: `/proc/self/exe`). Must be
     /// called in a tokio runtime, as root for the launcher to be of use.
-    pub fn start(program: &Path) -> io::Result<Launcher> {
+    pub fn start(program: &Path, policy: &super::Policy) -> io::Result<Launcher> {
         let (ours, theirs) = fdpass::seqpacket_pair()?;
         let raw = theirs.as_raw_fd();
         let mut cmd = std::process::Command::new(program);
         cmd.arg0("sluice")
             .arg("launcher")
+            .args(policy.to_args())
             .env_clear()
             .current_dir("/")
             .stdin(Stdio::null())

@@ -16,11 +16,14 @@
 //! JSON ([`proto`]); descriptors travel by SCM_RIGHTS ([`fdpass`]).
 //!
 //! The security boundary. The daemon faces the network, so the launcher
-//! trusts nothing it sends: it refuses uid 0 and gid 0, a program that is
-//! not an absolute path, an account or group that does not exist, and any
-//! malformed request (answered, never a panic or an exit). What it does
-//! not refuse is the point of it: a compromised daemon can run any
-//! command as any non-root account through the launcher, as Postfix's
+//! trusts nothing it sends: it refuses uid 0 and gid 0, an account the
+//! configuration does not run commands as ([`policy`]: fixed on its
+//! command line when it starts, before the daemon faces the network), a
+//! program that is not an absolute path, an account or group that does
+//! not exist, and any malformed request (answered, never a panic or an
+//! exit). What it does not refuse is the point of it: a compromised
+//! daemon can run any command as those accounts (each pipe transport's,
+//! and with `[system]` the people's and `default_privs`), as Postfix's
 //! root-run local(8) and pipe(8) could be made to; it can never run one
 //! as root (uid, gid and groups are all set before execve, and the child
 //! checks that setuid(0) fails). The launcher exits when the channel
@@ -36,6 +39,7 @@
 
 pub mod client;
 pub mod fdpass;
+pub mod policy;
 pub mod proto;
 pub mod server;
 pub mod supervise;
@@ -43,6 +47,7 @@ pub mod supervise;
 use std::sync::OnceLock;
 
 pub use client::{Call, Launcher};
+pub use policy::Policy;
 pub use proto::{Answer, ExecRequest};
 
 use crate::config::transports::Service;

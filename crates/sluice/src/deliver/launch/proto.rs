@@ -77,10 +77,11 @@ pub struct Checked {
 
 /// Checks `req` as the launcher must (see the module header); the
 /// reason for a refusal.
-pub fn check(req: &ExecRequest) -> Result<Checked, String> {
+pub fn check(req: &ExecRequest, policy: &super::Policy) -> Result<Checked, String> {
     if req.uid == 0 || req.gid == 0 {
         return Err("refusing to run a command as root (uid or gid 0)".into());
     }
+    policy.permits(req.uid, req.gid, primary_gid(req.uid))?;
     let Some(program) = req.argv.first() else {
         return Err("no program".into());
     };
@@ -93,7 +94,7 @@ pub fn check(req: &ExecRequest) -> Result<Checked, String> {
     if req.time_limit_ms == 0 {
         return Err("no time limit".into());
     }
-    if !account_exists(req.uid) {
+    if primary_gid(req.uid).is_none() {
         return Err(format!("no account has uid {}", req.uid));
     }
     if !group_exists(req.gid) {
@@ -122,16 +123,17 @@ pub fn check(req: &ExecRequest) -> Result<Checked, String> {
     })
 }
 
-/// Whether the account database has uid `uid` (getpwuid_r).
+/// The primary group of the account with uid `uid`, if there is one
+/// (getpwuid_r).
 #[allow(unsafe_code)]
-fn account_exists(uid: u32) -> bool {
+fn primary_gid(uid: u32) -> Option<u32> {
     let mut buf = vec![0 as libc::c_char; 16384];
     // SAFETY: all-zero is a valid passwd (null pointers, zero ids).
     let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
     let mut found: *mut libc::passwd = std::ptr::null_mut();
     // SAFETY: every pointer is to live, writable storage of the stated size.
     let rc = unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut found) };
-    rc == 0 && !found.is_null()
+    (rc == 0 && !found.is_null()).then_some(pw.pw_gid)
 }
 
 /// Whether the group database has gid `gid` (getgrgid_r).
@@ -161,14 +163,21 @@ mod tests {
         }
     }
 
+    fn nobody_only() -> crate::deliver::launch::Policy {
+        crate::deliver::launch::Policy {
+            allow: vec![(65534, 65534)],
+            people_from: None,
+        }
+    }
+
     #[test]
     fn requests_a_compromised_daemon_could_send_are_refused() {
-        let ok = check(&nobody()).unwrap();
+        let ok = check(&nobody(), &nobody_only()).unwrap();
         assert_eq!(ok.env, [CString::new("PATH=/usr/bin:/bin").unwrap()]);
         let refused = |f: &dyn Fn(&mut ExecRequest), want: &str| {
             let mut req = nobody();
             f(&mut req);
-            let why = check(&req).unwrap_err();
+            let why = check(&req, &nobody_only()).unwrap_err();
             assert!(why.contains(want), "{req:?}: {why}");
         };
         refused(&|r| r.uid = 0, "as root");
@@ -182,8 +191,12 @@ mod tests {
         refused(&|r| r.env[0].1 = "x\0y".into(), "NUL byte");
         refused(&|r| r.cwd = "tmp".into(), "not absolute");
         refused(&|r| r.time_limit_ms = 0, "time limit");
-        refused(&|r| r.uid = 3_999_999_999, "no account");
-        refused(&|r| r.gid = 3_999_999_999, "no group");
+        refused(
+            &|r| r.uid = 3_999_999_999,
+            "not an account the configuration",
+        );
+        refused(&|r| r.gid = 42, "not an account the configuration");
+        refused(&|r| r.uid = 1, "not an account the configuration");
     }
 
     #[test]

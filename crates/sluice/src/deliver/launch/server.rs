@@ -31,6 +31,13 @@ pub fn main() -> ExitCode {
         eprintln!("sluice launcher: descriptor 3 is not the daemon's channel (this command is started by `sluice serve`)");
         return ExitCode::FAILURE;
     }
+    let policy = match super::Policy::from_args(std::env::args().skip(2)) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("sluice launcher: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     // SAFETY: descriptor 3 is open (checked) and nothing else owns it.
     let channel = unsafe { OwnedFd::from_raw_fd(CHANNEL_FD) };
     prepare();
@@ -42,7 +49,7 @@ pub fn main() -> ExitCode {
             Readiness::Nothing => continue,
             Readiness::Ready { hup } => match fdpass::recv(channel.as_fd(), &mut buf) {
                 Ok(got) if got.len == 0 && got.fds.is_empty() && hup => break,
-                Ok(got) => running += handle(&channel, &buf[..got.len], got, running),
+                Ok(got) => running += handle(&channel, &buf[..got.len], got, running, &policy),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => {
@@ -134,7 +141,13 @@ fn reap_all() -> usize {
 }
 
 /// Handles one message; how many supervisors it started (0 or 1).
-fn handle(channel: &OwnedFd, data: &[u8], got: fdpass::Received, running: usize) -> usize {
+fn handle(
+    channel: &OwnedFd,
+    data: &[u8],
+    got: fdpass::Received,
+    running: usize,
+    policy: &super::Policy,
+) -> usize {
     let mut fds = got.fds.into_iter();
     let Some(reply) = fds.next().filter(|r| is_seqpacket(r.as_raw_fd())) else {
         eprintln!("sluice launcher: a request without an answer socket, ignored");
@@ -158,7 +171,7 @@ fn handle(channel: &OwnedFd, data: &[u8], got: fdpass::Received, running: usize)
     let (Some(stdin), Some(output), None) = (fds.next(), fds.next(), fds.next()) else {
         return refuse("exec wants three descriptors: answer, input, output".into());
     };
-    let checked = match proto::check(&req) {
+    let checked = match proto::check(&req, policy) {
         Ok(c) => c,
         Err(why) => return refuse(why),
     };
