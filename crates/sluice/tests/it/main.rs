@@ -34,6 +34,7 @@ mod first_hour;
 mod forwarding;
 mod header_checks;
 mod header_rewrite;
+mod import_corpus;
 mod intake;
 mod launcher;
 mod ldap;

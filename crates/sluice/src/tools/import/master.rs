@@ -48,15 +48,15 @@ pub fn services(pf: &Postfix, out: &mut Out, services: &[Service]) {
     for s in services {
         let verdict = match (s.command.as_str(), s.kind.as_str()) {
             ("smtpd", "inet") => listener(pf, s, &mut listeners),
-            ("pipe", _) if used(pf, &s.name) => pipe(out, s),
-            ("smtp" | "lmtp", "unix") if !s.overrides.is_empty() && used(pf, &s.name) => {
+            ("pipe", _) if used(pf, services, &s.name) => pipe(out, s),
+            ("smtp" | "lmtp", "unix") if !s.overrides.is_empty() && used(pf, services, &s.name) => {
                 smtp_transport(pf, out, s)
             }
             ("pipe" | "smtp" | "lmtp", _) => Verdict::NotNeeded(format!(
                 "{} service not named by main.cf (tables' contents were not searched)",
                 s.command
             )),
-            ("postscreen", _) | ("dnsblog", _) => Verdict::Unsupported(
+            ("smtpd", "pass") | ("postscreen", _) | ("dnsblog", _) => Verdict::Unsupported(
                 "postscreen: Sluice's listener has the DNSBL and pregreet tests built in \
                  (smtpd.dnsbl_sites, smtpd.greet_pause_ms); translate them by hand"
                     .into(),
@@ -82,10 +82,15 @@ pub fn services(pf: &Postfix, out: &mut Out, services: &[Service]) {
     }
 }
 
-/// Whether main.cf's text names `service:` (a transport or filter).
-fn used(pf: &Postfix, service: &str) -> bool {
+/// Whether main.cf's text, or a service's `-o`, names `service:` (a
+/// transport or filter).
+fn used(pf: &Postfix, services: &[Service], service: &str) -> bool {
     let needle = format!("{service}:");
     pf.main.params.iter().any(|p| p.value.contains(&needle))
+        || services
+            .iter()
+            .flat_map(|s| &s.overrides)
+            .any(|(_, v)| v.contains(&needle))
 }
 
 fn port_of(name: &str) -> Option<(Option<&str>, u16)> {
@@ -313,7 +318,20 @@ fn smtp_transport(pf: &Postfix, out: &mut Out, s: &Service) -> Verdict {
             | "smtp_tls_cert_file" | "smtp_tls_key_file" => {
                 t.insert(name.clone(), value.into());
             }
-            "syslog_name" | "smtp_send_xforward_command" | "disable_dns_lookups" => {}
+            // XFORWARD is always sent to a filter that offers it; a
+            // bracketed next hop is never looked up in DNS anyway.
+            "syslog_name" | "smtp_send_xforward_command" | "disable_dns_lookups" | "max_use" => {}
+            // Sluice's is one value for every hop: the longest wins.
+            "smtp_data_done_timeout" => {
+                let secs = super::translate::seconds(&value, 's').unwrap_or(600);
+                let now = out
+                    .toml
+                    .get("delivery")
+                    .and_then(|d| d.get("data_done_timeout_secs"));
+                if now.and_then(|v| v.as_integer()).is_none_or(|n| n < secs) {
+                    out.set("delivery.data_done_timeout_secs", secs.into());
+                }
+            }
             other => return Verdict::Unsupported(format!("-o {other} on an smtp transport")),
         }
     }

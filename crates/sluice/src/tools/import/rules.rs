@@ -97,6 +97,28 @@ pub fn rule(name: &str) -> Rule {
             Cosmetic(MANUALS)
         }
         "myorigin" => With(myorigin),
+        "virtual_minimum_uid" => NotNeeded("one Maildir owner, given by the operator (local.maildir_owner)"),
+        "virtual_uid_maps" | "virtual_gid_maps" => With(maildir_owner),
+        "proxy_read_maps" | "proxy_write_maps" => {
+            NotNeeded("Sluice's tables are shared and pooled in one process (what proxymap is for)")
+        }
+        "smtpd_tls_protocols" | "smtpd_tls_mandatory_protocols" | "smtp_tls_protocols"
+        | "smtp_tls_mandatory_protocols" => {
+            NotNeeded("Sluice (rustls) speaks TLS 1.2 and 1.3 only, never SSL or TLS 1.0/1.1")
+        }
+        "mydomain" => NotNeeded("used for $name expansion here; Sluice has no $mydomain"),
+        "relay_recipient_maps" => With(one_table("smtpd.relay_recipient_table")),
+        "transport_maps" => With(one_table("local.transport_table")),
+        "disable_vrfy_command" => {
+            NotNeeded("Sluice answers every VRFY 252 without looking the address up")
+        }
+        "smtpd_tls_loglevel" | "smtp_tls_loglevel" => Cosmetic("how much TLS detail is logged"),
+        "postscreen_dnsbl_sites" => to("smtpd.dnsbl_sites", List),
+        "postscreen_dnsbl_threshold" => to("smtpd.dnsbl_threshold", Int),
+        "postscreen_dnsbl_ttl" => to("smtpd.dnsbl_cache_secs", Secs('s')),
+        "postscreen_dnsbl_action" | "postscreen_greet_action" => Unsupported(
+            "Sluice's action is fixed: 554 5.7.1 in place of the greeting, and disconnect",
+        ),
         "smtp_tls_CApath" => With(ca_path),
         "biff" => NotNeeded("Sluice never notifies comsat"),
         "append_dot_mydomain" => With(append_dot_mydomain),
@@ -187,9 +209,8 @@ fn same_name(name: &str) -> Option<Rule> {
         "smtp_sasl_password_maps"
         | "sender_dependent_relayhost_maps"
         | "sender_dependent_default_transport_maps" => ("delivery", Maps),
-        "smtp_sasl_security_options"
-        | "smtp_sasl_tls_security_options"
-        | "smtp_sasl_mechanism_filter" => ("delivery", List),
+        "smtp_sasl_mechanism_filter" => ("delivery", List),
+        "smtp_sasl_security_options" | "smtp_sasl_tls_security_options" => ("delivery", Str),
         "smtp_tls_cert_file"
         | "smtp_tls_key_file"
         | "smtp_bind_address"
@@ -233,6 +254,50 @@ fn mynetworks(_: &Postfix, out: &mut Out, value: &str) -> Verdict {
         .collect();
     out.set("smtpd.mynetworks", toml::Value::Array(list));
     Verdict::Translated(vec!["smtpd.mynetworks".into()])
+}
+
+/// `static:N` uid and gid maps: the Maildir owner, when Sluice writes
+/// the Maildirs (not when Dovecot does, over LMTP).
+fn maildir_owner(pf: &Postfix, out: &mut Out, _: &str) -> Verdict {
+    if pf
+        .get("virtual_transport")
+        .unwrap_or_default()
+        .starts_with("lmtp:")
+    {
+        return Verdict::NotNeeded(
+            "the mailboxes are Dovecot's (virtual_transport is LMTP)".into(),
+        );
+    }
+    let id = |name: &str| {
+        let v = pf.get(name).unwrap_or_default();
+        v.strip_prefix("static:")
+            .and_then(|n| n.trim().parse::<u32>().ok())
+    };
+    match (id("virtual_uid_maps"), id("virtual_gid_maps")) {
+        (Some(u), Some(g)) => set(out, "local.maildir_owner", Kind::Str, &format!("{u}:{g}")),
+        _ => Verdict::Unsupported("uid or gid maps other than static:N (one owner for all)".into()),
+    }
+}
+
+/// A setting that takes one table (`type:name`).
+fn one_table(key: &'static str) -> Custom {
+    match key {
+        "smtpd.relay_recipient_table" => {
+            |_, out, v| table_to(out, "smtpd.relay_recipient_table", v)
+        }
+        _ => |_, out, v| table_to(out, "local.transport_table", v),
+    }
+}
+
+fn table_to(out: &mut Out, key: &str, value: &str) -> Verdict {
+    match maps(value).as_slice() {
+        [] => Verdict::Same("no table: Sluice's default".into()),
+        [one] => {
+            out.set(key, toml::Value::String(one.clone()));
+            Verdict::Translated(vec![key.into()])
+        }
+        _ => Verdict::Unsupported("more than one table: make them one (a unionmap:{…})".into()),
+    }
 }
 
 /// Sluice qualifies local senders (sendmail) with `hostname`.
