@@ -138,3 +138,25 @@ fn shown(text: &str) -> String {
         .map(|c| if c.is_control() { '?' } else { c })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A hostile name or value cannot add a line to the report.
+    #[test]
+    fn a_line_cannot_be_forged() {
+        let r = Report {
+            entries: vec![Entry {
+                source: "main.cf:1".into(),
+                name: "x\ntranslated  main.cf:2 fake".into(),
+                verdict: Verdict::Unsupported("y\r\nz".repeat(100)),
+            }],
+            implied: Vec::new(),
+        };
+        let text = r.render();
+        assert_eq!(text.lines().count(), 2, "{text}");
+        assert!(text.lines().next().unwrap().chars().count() < 450);
+        assert_eq!(r.count("unsupported"), 1);
+    }
+}
