@@ -42,6 +42,7 @@ pub mod pipe;
 pub mod pipe_argv;
 pub mod restrictions;
 pub mod rewrite;
+pub mod sasl_client;
 pub mod services;
 pub mod show;
 pub mod smtpd;

@@ -35,7 +35,7 @@ impl Config {
         self.sender_limits
             .validate()
             .map_err(|e| ConfigError::Invalid(format!("sender_limits: {e}")))?;
-        crate::deliver::smtp::auth::validate(&self.delivery)
+        super::sasl_client::validate(&self.delivery)
             .map_err(|e| ConfigError::Invalid(format!("delivery: {e}")))?;
         self.validate_transports().map_err(ConfigError::Invalid)?;
         self.rewrite

@@ -20,8 +20,8 @@ use super::spec::{self, TEXT_KINDS};
 use super::sql::{self, SqlTable};
 use super::tcp::TcpTable;
 use super::{cf, ldap_cf, LdapTable, Table, TableError};
-use crate::config::tables::TableConfig;
 use crate::log::Logger;
+use crate::tables::config::TableConfig;
 
 /// The kinds a `[tables]` entry may name (Postfix's other names for a
 /// text map are accepted too: `spec::TEXT_KINDS`).

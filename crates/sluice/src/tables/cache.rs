@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 use moka::sync::Cache;
 
 use super::{LookupError, Values};
-use crate::config::tables::TableConfig;
 use crate::log::{Event, Logger};
+use crate::tables::config::TableConfig;
 
 /// Counters for /metrics, the log and tests.
 #[derive(Debug, Default)]

@@ -66,8 +66,8 @@ pub async fn find_address(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::tables::TableConfig;
     use crate::log::Logger;
+    use crate::tables::config::TableConfig;
 
     fn table(dir: &tempfile::TempDir, name: &str, kind: &str, text: &str) -> Arc<Table> {
         let path = dir.path().join(name);

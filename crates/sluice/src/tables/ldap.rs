@@ -20,9 +20,9 @@ use ldap3::{Ldap, LdapConnAsync, LdapConnSettings, Scope, SearchEntry};
 use super::answer::Answer;
 use super::cache::{Cached, Limits};
 use super::{LookupError, TableError, Values};
-use crate::config::tables::TableConfig;
 use crate::log::Logger;
 use crate::pki::TlsError;
+use crate::tables::config::TableConfig;
 
 /// Why the directory could not answer (the lookup is then `451`, never a
 /// "no such user").

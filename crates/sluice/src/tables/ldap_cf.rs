@@ -20,7 +20,7 @@
 //! translated, accepted without effect, or refused.
 
 use super::cf::{CfError, Params};
-use crate::config::tables::TableConfig;
+use crate::tables::config::TableConfig;
 
 /// Names accepted without effect, with the only values that mean what
 /// Sluice does (None: any value).

@@ -31,6 +31,7 @@ pub mod cache;
 pub mod cf;
 pub mod cidr;
 mod compose;
+pub mod config;
 pub mod file;
 mod find;
 mod ldap;

@@ -17,7 +17,7 @@
 //! Pure: no I/O. Trust: the spec is the operator's (a configuration or
 //! the command line).
 
-use crate::config::tables::TableConfig;
+use crate::tables::config::TableConfig;
 
 /// Why a spec names no table.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

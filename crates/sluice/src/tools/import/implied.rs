@@ -8,9 +8,9 @@
 //!
 //! Trust: as translate.rs's.
 
+use super::out::Out;
+use super::postfix::list_of;
 use super::postfix::Postfix;
-use super::rules::list_of;
-use super::translate::Out;
 
 /// Where the Debian package keeps its spool (packaging/sluice.toml).
 pub const DATA_DIR: &str = "/var/spool/sluice";

@@ -15,9 +15,10 @@
 
 use super::maincf::expand;
 use super::mastercf::Service;
+use super::out::Out;
 use super::postfix::Postfix;
 use super::report::{Entry, Verdict};
-use super::translate::{self, Out};
+use super::rules;
 
 /// Postfix's own daemons, which Sluice has built in.
 const INTERNAL: &[&str] = &[
@@ -195,7 +196,7 @@ fn one_override(
         toml: toml::Table::new(),
         report: Default::default(),
     };
-    match translate::one(pf, &mut scratch, name, &value) {
+    match rules::one(pf, &mut scratch, name, &value) {
         Verdict::Translated(keys) => {
             for key in keys {
                 place(entry, &scratch, &key)?;
@@ -323,7 +324,7 @@ fn smtp_transport(pf: &Postfix, out: &mut Out, s: &Service) -> Verdict {
             "syslog_name" | "smtp_send_xforward_command" | "disable_dns_lookups" | "max_use" => {}
             // Sluice's is one value for every hop: the longest wins.
             "smtp_data_done_timeout" => {
-                let secs = super::translate::seconds(&value, 's').unwrap_or(600);
+                let secs = super::out::seconds(&value, 's').unwrap_or(600);
                 let now = out
                     .toml
                     .get("delivery")

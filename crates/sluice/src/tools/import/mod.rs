@@ -22,6 +22,7 @@ mod implied;
 pub mod maincf;
 mod master;
 pub mod mastercf;
+pub mod out;
 pub mod postfix;
 pub mod report;
 mod rules;

@@ -54,6 +54,11 @@ impl Postfix {
     }
 }
 
+/// The words of parameter `name`'s value in force.
+pub fn list_of(pf: &Postfix, name: &str) -> Vec<String> {
+    words(&pf.get(name).unwrap_or_default())
+}
+
 /// A value as a list of words (commas and blanks separate).
 pub fn words(value: &str) -> Vec<String> {
     value

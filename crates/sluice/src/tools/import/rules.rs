@@ -7,23 +7,10 @@
 //!
 //! Trust: as translate.rs's.
 
+pub use super::out::Kind;
+use super::out::{convert, maps, Out};
 use super::postfix::{words, Postfix};
 use super::report::Verdict;
-use super::translate::{convert, maps, Out};
-
-/// How a value converts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Str,
-    Int,
-    Bool,
-    /// Words separated by commas and blanks.
-    List,
-    /// `type:name` tables (a `{…}` list kept whole).
-    Maps,
-    /// A time, in seconds; a bare number is in this unit.
-    Secs(char),
-}
 
 pub type Custom = fn(&Postfix, &mut Out, &str) -> Verdict;
 
@@ -42,6 +29,39 @@ const MANUALS: &str = "where Postfix's manuals and samples are";
 
 fn to(key: &str, kind: Kind) -> Rule {
     Rule::To(key.to_string(), kind)
+}
+
+/// One parameter's verdict (and its settings written).
+pub fn one(pf: &Postfix, out: &mut Out, name: &str, value: &str) -> Verdict {
+    if !pf.known(name) {
+        return match restriction_class(pf, name) {
+            true => class(out, name, value),
+            false => Verdict::Unknown,
+        };
+    }
+    match rule(name) {
+        Rule::To(key, kind) => match convert(kind, value) {
+            Ok(v) => {
+                out.set(&key, v);
+                Verdict::Translated(vec![key])
+            }
+            Err(why) => Verdict::Unsupported(why),
+        },
+        Rule::With(f) => f(pf, out, value),
+        Rule::NotNeeded(why) => Verdict::NotNeeded(why.into()),
+        Rule::Cosmetic(why) => Verdict::Cosmetic(why.into()),
+        Rule::Unsupported(why) => Verdict::Unsupported(why.into()),
+        Rule::None if pf.is_default(name, value) => {
+            Verdict::Same("set to Postfix's default, which Sluice has too".into())
+        }
+        Rule::None => Verdict::Unsupported("no Sluice equivalent yet".into()),
+    }
+}
+
+/// Whether `name` is one of `smtpd_restriction_classes`.
+fn restriction_class(pf: &Postfix, name: &str) -> bool {
+    let classes = pf.get("smtpd_restriction_classes").unwrap_or_default();
+    words(&classes).iter().any(|c| c == name)
 }
 
 pub fn rule(name: &str) -> Rule {
@@ -507,9 +527,4 @@ fn append_dot_mydomain(_: &Postfix, _: &mut Out, value: &str) -> Verdict {
             "append_dot_mydomain = yes (user@host → user@host.$mydomain)".into(),
         ),
     }
-}
-
-/// The words of a parameter, for the implied defaults.
-pub fn list_of(pf: &Postfix, name: &str) -> Vec<String> {
-    words(&pf.get(name).unwrap_or_default())
 }
